@@ -1,0 +1,1 @@
+"""Conformance: replay TLC behaviours against the pure cores; validate implementation traces."""

@@ -1,0 +1,1 @@
+"""Reference implementation: metadata <- bookie <- broker (see ../shared/ARCHITECTURE.md)."""

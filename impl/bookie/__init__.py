@@ -1,0 +1,1 @@
+"""The bookie (storage node) and the BookKeeper client."""

@@ -1,0 +1,1 @@
+"""The broker: managed ledgers, cursors, topics, ownership, and the Pulsar client."""

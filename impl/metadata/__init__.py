@@ -1,0 +1,1 @@
+"""Ledger metadata, the metadata store contract and its ZooKeeper / embedded / in-memory backends."""

@@ -1,0 +1,1 @@
+"""One module per `pulsar-ref` subcommand; each exposes `main(argv, prog) -> int`."""

@@ -1,0 +1,1 @@
+"""Spark audit of run logs. Imports nothing from impl/: a checker must not share bugs with what it checks."""
