@@ -29,7 +29,9 @@ COMMANDS: dict[str, Command] = {
     "bookie": Command("pulsar_ref.commands.bookie", "run a bookie, or inspect a bookie's data directory", 4),
     "ledger": Command("pulsar_ref.commands.ledger", "BookKeeper client: create, write, read, recover ledgers", 5),
     "broker": Command("pulsar_ref.commands.broker", "run a broker", 6),
-    "standalone": Command("pulsar_ref.commands.standalone", "embedded metadata, three bookies and a broker in one process", 6),
+    "standalone": Command(
+        "pulsar_ref.commands.standalone", "embedded metadata, three bookies and a broker in one process", 6
+    ),
     "produce": Command("pulsar_ref.commands.produce", "publish messages to a topic", 6),
     "consume": Command("pulsar_ref.commands.consume", "consume messages from a subscription", 6),
     "admin": Command("pulsar_ref.commands.admin", "tenants, namespaces, topics and their stats", 6),

@@ -61,7 +61,7 @@ class LedgerMetadata:
         for fragment in self.fragments:
             if len(fragment.ensemble) != self.ensemble_size:
                 raise ValueError(
-                    f"fragment at {fragment.first_entry_id} has {len(fragment.ensemble)} bookies, E={self.ensemble_size}"
+                    f"fragment {fragment.first_entry_id}: {len(fragment.ensemble)} bookies, E={self.ensemble_size}"
                 )
             if len(set(fragment.ensemble)) != len(fragment.ensemble):
                 raise ValueError(f"fragment at {fragment.first_entry_id} repeats a bookie: {fragment.ensemble}")
