@@ -1,0 +1,76 @@
+"""A child process for the embedded store's crash and multi-process tests.
+
+  python -m tests.metadata_store.embedded_writer log DIR        acknowledged multi writes until killed
+  python -m tests.metadata_store.embedded_writer ephemeral DIR  hold an ephemeral node until killed
+  python -m tests.metadata_store.embedded_writer increment DIR N   N conditional increments of /counter
+
+Each acknowledgement is printed (and flushed) only after the store returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+
+from impl.metadata.embedded import EmbeddedStore
+from impl.metadata.store import BadVersion, Create, NodeExists, NoNode, SetData
+
+PAYLOAD_BYTES = 4096
+
+
+def payload(i: int) -> bytes:
+    """A recognisable, position-dependent payload: a torn write cannot match it."""
+    block = hashlib.sha256(f"entry-{i}".encode()).digest()
+    return (block * (PAYLOAD_BYTES // len(block) + 1))[:PAYLOAD_BYTES]
+
+
+def log_writes(directory: str) -> None:
+    store = EmbeddedStore(directory, session_timeout_s=2.0)
+    store.ensure_path("/log")
+    try:
+        data, _ = store.get("/counter")
+        i = int(data)
+    except NoNode:
+        try:
+            store.create("/counter", b"0")
+        except NodeExists:
+            pass
+        i = 0
+    print("ready", flush=True)
+    while True:
+        i += 1
+        store.multi([SetData("/counter", str(i).encode()), Create(f"/log/{i:08d}", payload(i))])
+        print(i, flush=True)
+
+
+def hold_ephemeral(directory: str) -> None:
+    store = EmbeddedStore(directory, session_timeout_s=1.0)
+    store.create("/alive", ephemeral=True)
+    print("ready", flush=True)
+    while True:
+        time.sleep(1)
+
+
+def increments(directory: str, count: int) -> None:
+    store = EmbeddedStore(directory, session_timeout_s=10.0)
+    written = conflicts = 0
+    for _ in range(count):
+        data, stat = store.get("/counter")
+        try:
+            store.set("/counter", str(int(data) + 1).encode(), stat.version)
+            written += 1
+        except BadVersion:
+            conflicts += 1
+    store.close()
+    print(written, conflicts, flush=True)
+
+
+if __name__ == "__main__":
+    mode, target = sys.argv[1], sys.argv[2]
+    if mode == "log":
+        log_writes(target)
+    elif mode == "ephemeral":
+        hold_ephemeral(target)
+    else:
+        increments(target, int(sys.argv[3]))
