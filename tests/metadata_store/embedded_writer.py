@@ -9,6 +9,7 @@ Each acknowledgement is printed (and flushed) only after the store returned.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sys
 import time
@@ -32,10 +33,8 @@ def log_writes(directory: str) -> None:
         data, _ = store.get("/counter")
         i = int(data)
     except NoNode:
-        try:
+        with contextlib.suppress(NodeExists):
             store.create("/counter", b"0")
-        except NodeExists:
-            pass
         i = 0
     print("ready", flush=True)
     while True:

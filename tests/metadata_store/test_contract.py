@@ -8,7 +8,9 @@ checker that shares code with what it checks can share its bugs.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
@@ -142,11 +144,11 @@ SESSIONS = 2
 
 
 class ContractMachine(RuleBasedStateMachine):
-    connect_namespace: Connect  # set by the test per backend
+    connect_namespace: Callable[[], Connect]  # set by the test per backend: a fresh namespace
 
     def __init__(self) -> None:
         super().__init__()
-        self.connect = type(self).connect_namespace()
+        self.connect: Connect = type(self).connect_namespace()
         self.ref = Reference()
         self.stores: list[MetadataStore] = [self.connect() for _ in range(SESSIONS)]
 
@@ -173,7 +175,7 @@ class ContractMachine(RuleBasedStateMachine):
         assert stat.ephemeral_owner == node.owner, f"{path}: owner {stat.ephemeral_owner} vs {node.owner}"
         assert stat.czxid <= stat.mzxid
 
-    def outcome(self, action, expect):  # type: ignore[no-untyped-def]
+    def outcome(self, action: Callable[[], Any], expect: Callable[[], Any]) -> tuple[Any, Any]:
         """Run the reference first, then the store; both must succeed alike or fail with the same type."""
         try:
             expected = expect()
