@@ -294,17 +294,57 @@ class ZooKeeperServer:
         return text or "(no log written)"
 
 
+def read_config(config_file: Path) -> dict[str, str]:
+    entries: dict[str, str] = {}
+    for line in config_file.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.lstrip().startswith("#"):
+            entries[key.strip()] = value.strip()
+    return entries
+
+
+def server_from_directory(directory: str | Path) -> ZooKeeperServer:
+    """The server whose zoo.cfg is in `directory`, with the ports it was configured with."""
+    directory = Path(directory).resolve()
+    config = directory / "zoo.cfg"
+    if not config.is_file():
+        raise ZooKeeperError(f"no ZooKeeper server in {directory} (no zoo.cfg); start one with `pulsar-ref zk start`")
+    entries = read_config(config)
+    peers = []
+    for key, value in entries.items():
+        if key.startswith("server."):
+            _, quorum, election = value.split(":")[:3]
+            peers.append(Peer(int(key.split(".", 1)[1]), 0, int(quorum), int(election)))
+    myid_file = directory / "data" / "myid"
+    server_id = int(myid_file.read_text().strip()) if peers and myid_file.is_file() else 1
+    return ZooKeeperServer(
+        directory, int(entries["clientPort"]), server_id, tuple(sorted(peers, key=lambda p: p.server_id))
+    )
+
+
+def servers_in(directory: str | Path) -> list[ZooKeeperServer]:
+    """Every server set up under `directory` (its zk-N subdirectories), in server id order."""
+    found = [server_from_directory(d) for d in sorted(Path(directory).glob("zk-*")) if (d / "zoo.cfg").is_file()]
+    return sorted(found, key=lambda s: s.server_id)
+
+
 class ZooKeeperEnsemble:
-    """A quorum of `size` servers on loopback, each in `directory`/zk-N with its own ports."""
+    """`size` servers on loopback, each in `directory`/zk-N with its own ports: a quorum, or one standalone server.
+
+    `first_client_port` P gives client ports P, P+1, ...; None (or 0) lets the OS pick free ones.
+    """
 
     def __init__(self, directory: str | Path, size: int = 3, first_client_port: int | None = None) -> None:
         if size < 1:
             raise ValueError(f"an ensemble needs at least one server, not {size}")
         self.directory = Path(directory).resolve()
-        if first_client_port is None:
+        if not first_client_port:
             client_ports = [free_port() for _ in range(size)]
         else:
             client_ports = [first_client_port + i for i in range(size)]
+        if size == 1:  # a lone server runs standalone: no quorum ports
+            self.servers = [ZooKeeperServer(self.directory / "zk-1", client_ports[0])]
+            return
         peers = tuple(Peer(i + 1, client_ports[i], free_port(), free_port()) for i in range(size))
         self.servers = [
             ZooKeeperServer(self.directory / f"zk-{p.server_id}", p.client_port, p.server_id, peers) for p in peers
@@ -313,6 +353,16 @@ class ZooKeeperEnsemble:
     @property
     def connect_string(self) -> str:
         return ",".join(s.connect_string for s in self.servers)
+
+    @classmethod
+    def in_directory(cls, directory: str | Path) -> ZooKeeperEnsemble:
+        """The ensemble (or single server) set up earlier under `directory`, same ports, same data."""
+        ensemble = cls.__new__(cls)
+        ensemble.directory = Path(directory).resolve()
+        ensemble.servers = servers_in(directory)
+        if not ensemble.servers:
+            raise ZooKeeperError(f"no ZooKeeper set up in {ensemble.directory}; start one with `pulsar-ref zk start`")
+        return ensemble
 
     def start(self, timeout_s: float = 90.0) -> None:
         """Launch every server, then wait until all of them serve in one quorum."""
