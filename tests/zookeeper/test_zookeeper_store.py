@@ -1,0 +1,99 @@
+"""What only the ZooKeeper backend has: chroots, zk:// URLs, real session expiry and connection loss."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from impl.metadata.store import (
+    EventType,
+    InvalidArgument,
+    NoNode,
+    SessionExpired,
+    SessionState,
+    WatchedEvent,
+)
+from impl.metadata.zkserver import ZooKeeperServer
+from impl.metadata.zookeeper import ZooKeeperStore
+
+pytestmark = pytest.mark.zookeeper
+WAIT_S = 30.0
+
+
+@pytest.fixture
+def raw(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
+    """A plain kazoo client at the server's root: the independent view of what the store did."""
+    client = KazooClient(hosts=zookeeper.connect_string)
+    client.start(timeout=30)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_chroot_is_created_and_every_path_is_relative_to_it(zookeeper: ZooKeeperServer, raw: KazooClient) -> None:
+    chroot = "/chroot-test/deep"
+    assert raw.exists(chroot) is None
+    events: queue.Queue[WatchedEvent] = queue.Queue()
+    with ZooKeeperStore.from_url(f"zk://{zookeeper.connect_string}{chroot}") as store:
+        assert raw.exists(chroot) is not None
+        assert store.create("/seq-", b"x", sequential=True) == "/seq-0000000000"
+        store.create("/node", b"inside")
+        store.get("/node", watch=events.put)
+        raw.set(f"{chroot}/node", b"changed")
+        assert events.get(timeout=WAIT_S) == WatchedEvent(EventType.CHANGED, "/node")
+        assert sorted(store.children("/")) == ["node", "seq-0000000000"]
+    assert raw.get(f"{chroot}/node")[0] == b"changed"
+    assert raw.exists("/node") is None
+
+
+def test_expire_session_deletes_ephemerals_tells_listeners_and_fences(
+    zookeeper: ZooKeeperServer, raw: KazooClient
+) -> None:
+    states: queue.Queue[SessionState] = queue.Queue()
+    store = ZooKeeperStore.from_url(f"zk://{zookeeper.connect_string}/expiry", session_timeout_s=4.0)
+    try:
+        store.add_session_listener(states.put)
+        store.create("/owned", ephemeral=True)
+        assert raw.exists("/expiry/owned").ephemeralOwner == store.session_id
+        store.expire_session()
+        assert states.get(timeout=WAIT_S) is SessionState.EXPIRED
+        assert raw.exists("/expiry/owned") is None
+        with pytest.raises(SessionExpired, match="/owned"):
+            store.get("/owned")
+    finally:
+        store.close()
+    assert states.empty()  # no CONNECTED afterwards: the old session never comes back
+
+
+def test_connection_loss_is_suspended_then_connected_on_the_same_session(tmp_path: Path) -> None:
+    server = ZooKeeperServer(tmp_path / "zk")
+    states: queue.Queue[SessionState] = queue.Queue()
+    try:
+        server.start()
+        with ZooKeeperStore.from_url(f"zk://{server.connect_string}", session_timeout_s=20.0) as store:
+            store.add_session_listener(states.put)
+            store.create("/eph", ephemeral=True)
+            server.restart()  # well within the session timeout: the session survives
+            assert states.get(timeout=WAIT_S) is SessionState.SUSPENDED
+            assert states.get(timeout=WAIT_S) is SessionState.CONNECTED
+            assert store.exists("/eph") is not None
+    finally:
+        server.stop()
+
+
+def test_errors_name_the_path_and_bad_urls_are_rejected(zookeeper: ZooKeeperServer) -> None:
+    with ZooKeeperStore.from_url(f"zk://{zookeeper.connect_string}/errors") as store:
+        with pytest.raises(NoNode, match="/missing/child"):
+            store.create("/missing/child")
+        with pytest.raises(InvalidArgument, match="version"):
+            store.set("/x", b"", expected_version=-7)
+        store.create("/ok")  # still usable
+    for bad in ("http://127.0.0.1:2181", "zk://", f"zk://{zookeeper.connect_string}/bad//chroot"):
+        with pytest.raises(InvalidArgument):
+            ZooKeeperStore.from_url(bad)
