@@ -32,6 +32,7 @@ from impl.metadata.store import (
     ANY_VERSION,
     BadVersion,
     Check,
+    ConnectionLoss,
     Create,
     Delete,
     EventType,
@@ -294,7 +295,10 @@ class EmbeddedStore(MetadataStore):
             raise InvalidArgument(f"cannot use {self.directory} as an embedded metadata directory: {e}") from e
         self.db_path = self.directory / DB_FILE
         self.session_timeout_s = session_timeout_s
-        self._db = open_db(self.db_path)
+        try:
+            self._db = open_db(self.db_path)
+        except sqlite3.Error as e:
+            raise InvalidArgument(f"cannot open the embedded metadata store {self.db_path}: {e}") from e
         self._lock = threading.RLock()  # one connection per store, shared by the caller's threads
         with self._lock:
             with write_txn(self._db):
@@ -458,6 +462,8 @@ class EmbeddedStore(MetadataStore):
                             raise MultiFailed(index, cause) from cause
             except SessionGone:
                 raise self._on_session_gone() from None
+            except sqlite3.Error as e:
+                raise ConnectionLoss(f"embedded store {self.db_path}: {e}; nothing was applied, retry") from e
         return results
 
     def _one(self, op: Op) -> OpResult:
@@ -484,6 +490,8 @@ class EmbeddedStore(MetadataStore):
                     seen = last_change(self._db) if watch is not None else 0
             except SessionGone:
                 raise self._on_session_gone() from None
+            except sqlite3.Error as e:
+                raise ConnectionLoss(f"embedded store {self.db_path}: {e}; retry the read") from e
         if watch is not None and (row is not None or on_missing):
             self._add_watch(PendingWatch(path, watch, child, seen))
         return row, sorted(n.rsplit("/", 1)[1] for n in names)

@@ -303,7 +303,7 @@ class ContractMachine(RuleBasedStateMachine):
 
 
 # Budgets: the whole metadata_store suite should finish in about three minutes on 2 cores.
-BUDGET = {"memory": (150, 40), "embedded": (30, 30), "zk": (25, 30)}
+BUDGET = {"memory": (300, 50), "embedded": (100, 40), "zk": (60, 40)}
 
 
 def test_backend_matches_reference_model(backend: Backend) -> None:
