@@ -1,0 +1,380 @@
+------------------------------ MODULE fencing ------------------------------
+(***************************************************************************)
+(* Topic ownership and the managed ledger of ONE topic.                   *)
+(*                                                                         *)
+(* Brokers hold metadata sessions.  A broker owns the topic's bundle by    *)
+(* holding an ephemeral node; when its session expires the node goes, but  *)
+(* the broker learns that only later, and in the meantime it keeps acting  *)
+(* on what it last read.  The managed ledger's list of ledgers lives in a  *)
+(* versioned node and changes only by conditional write.  A takeover       *)
+(* recovers (fences and closes) the last ledger on the list, creates a new *)
+(* ledger and conditional-writes the list.  The old owner's adds then fail *)
+(* as fenced and its list updates fail with a bad version, after which its *)
+(* managed ledger is FENCED for good (Pulsar issue 17736).                 *)
+(*                                                                         *)
+(* Two CONSTANT switches mark where the two classic bugs live:             *)
+(*   FenceOnRecovery = FALSE : ownership by conditional writes alone, the  *)
+(*                             recovery closes the ledger's metadata but   *)
+(*                             never fences its bookies (mutation 4);      *)
+(*   FenceOnBadVersion = FALSE : a managed ledger that keeps writing after *)
+(*                             a bad version on rollover (mutation 5).     *)
+(*                                                                         *)
+(* ABSTRACTION OF BOOKKEEPER.  A ledger is abstracted to the entries that  *)
+(* reached Qa bookies, a "fenced" flag for its bookies and its metadata    *)
+(* state; an add is one atomic step (stored and acknowledged), and         *)
+(* recovery is one atomic fence-and-close step.  This is sound because     *)
+(* ledger.tla's recovery refines it, relying on these of its properties:   *)
+(*  (1) once recovery's fencing read-LAC completed, no add of the old     *)
+(*      writer can reach Qa on any write set (the coverage rule), so every *)
+(*      add is either before the fence (and may be recovered) or fails     *)
+(*      fenced: adds and recovery may be taken as atomic and ordered;      *)
+(*  (2) no divergence: every entry acknowledged before the fence is below  *)
+(*      the closed last entry and readable from the fragments, so closing  *)
+(*      at Len(entries) is exactly what recovery decides when every stored *)
+(*      entry was acknowledged (entries recovered without an ack are       *)
+(*      harmless extras that the broker never confirmed);                  *)
+(*  (3) a closed ledger never changes, and only one close wins (the        *)
+(*      IN_RECOVERY -> CLOSED conditional write), so concurrent recoveries *)
+(*      agree and a later writer close can only adopt the same end.        *)
+(* Lost messages, bookie crashes and ensemble changes are ledger.tla's     *)
+(* business: they change neither the ordering in (1) nor the end in (2).   *)
+(***************************************************************************)
+EXTENDS Naturals, Sequences, FiniteSets
+
+CONSTANTS
+    Brokers,            \* broker ids (model values)
+    MaxLedgers,         \* ledger ids are 1..MaxLedgers (allocated in order)
+    MaxMessages,        \* bound on messages published
+    MaxExpiries,        \* bound on metadata session expiries
+    FenceOnRecovery,    \* TRUE in the protocol; FALSE = mutation 4
+    FenceOnBadVersion   \* TRUE in the protocol; FALSE = mutation 5 (issue 17736)
+
+ASSUME /\ MaxLedgers \in Nat \ {0}
+       /\ MaxMessages \in Nat
+       /\ MaxExpiries \in Nat
+       /\ FenceOnRecovery \in BOOLEAN
+       /\ FenceOnBadVersion \in BOOLEAN
+
+NoBroker == "none"      \* the ownership node does not exist
+NoLedger == 0           \* a managed ledger with no current ledger
+LedgerIds == 1..MaxLedgers
+Messages == 1..MaxMessages
+
+VARIABLES
+    session,        \* [Brokers -> {"alive","expired"}]: the broker's metadata session, as the store sees it
+    believesOwner,  \* [Brokers -> BOOLEAN]: the broker thinks it owns the bundle (may be stale)
+    ownerNode,      \* holder of the ephemeral bundle-ownership node, or NoBroker
+    expiries,       \* session expiries so far (bounded by MaxExpiries)
+    list,           \* the managed-ledger node: [version, ledgers: Seq(LedgerIds)]
+    ledger,         \* [LedgerIds -> [state, entries, lastEntry, fenced]]: BookKeeper, abstracted
+    nextLedger,     \* the next ledger id (ids come from a sequential node)
+    ml,             \* [Brokers -> managed ledger as that broker sees it]
+    acked,          \* Seq([msg, ledger, broker]): messages acknowledged to producers, in order
+    nextMsg,        \* the next message to publish
+    consumed,       \* the subscription's mark-delete position: acked messages consumed
+    trimmed,        \* messages removed with trimmed ledgers (a prefix of acked)
+    lastAction      \* auxiliary, for conformance: [name, params] of the last action (not in the VIEW)
+
+vars == <<session, believesOwner, ownerNode, expiries, list, ledger, nextLedger, ml,
+          acked, nextMsg, consumed, trimmed, lastAction>>
+
+\* Fingerprint without lastAction: two states that differ only in how they were reached are one.
+view == <<session, believesOwner, ownerNode, expiries, list, ledger, nextLedger, ml,
+          acked, nextMsg, consumed, trimmed>>
+
+LedgerStates == {"unused", "open", "closed", "deleted"}
+MLStates == {"closed",     \* not loaded on this broker
+             "reading",    \* read the list (a snapshot), about to recover its last ledger
+             "recovered",  \* last ledger recovered, about to create a ledger and write the list
+             "open",       \* writing to ml.current
+             "fenced"}     \* terminal: every operation fails until the topic is closed
+
+Range(s) == {s[i] : i \in DOMAIN s}
+Last(s) == s[Len(s)]
+
+\* The entries of ledger l that a reader of the list sees: up to the closed end, or all while open.
+Visible(l) == IF ledger[l].state = "closed"
+              THEN SubSeq(ledger[l].entries, 1, ledger[l].lastEntry)
+              ELSE ledger[l].entries
+
+RECURSIVE Concat(_)
+Concat(ls) == IF ls = <<>> THEN <<>> ELSE Visible(Head(ls)) \o Concat(Tail(ls))
+
+\* The topic's content as a reader of the metadata sees it.
+TopicLog == Concat(list.ledgers)
+
+-----------------------------------------------------------------------------
+Init ==
+    /\ session = [b \in Brokers |-> "alive"]
+    /\ believesOwner = [b \in Brokers |-> FALSE]
+    /\ ownerNode = NoBroker
+    /\ expiries = 0
+    /\ list = [version |-> 0, ledgers |-> <<>>]
+    /\ ledger = [l \in LedgerIds |-> [state |-> "unused", entries |-> <<>>, lastEntry |-> 0, fenced |-> FALSE]]
+    /\ nextLedger = 1
+    /\ ml = [b \in Brokers |-> [state |-> "closed", version |-> 0, ledgers |-> <<>>, current |-> NoLedger]]
+    /\ acked = <<>>
+    /\ nextMsg = 1
+    /\ consumed = 0
+    /\ trimmed = 0
+    /\ lastAction = [name |-> "Init", params |-> [none |-> 0]]
+
+Unloaded == [state |-> "closed", version |-> 0, ledgers |-> <<>>, current |-> NoLedger]
+
+\* ---- Metadata sessions and ownership ----------------------------------------
+
+\* The store expires b's session (missed heartbeats) and deletes its ephemeral node.
+\* The broker is not told: it keeps acting on its beliefs until it reconnects.
+ExpireSession(b) ==
+    /\ session[b] = "alive"
+    /\ expiries < MaxExpiries
+    /\ session' = [session EXCEPT ![b] = "expired"]
+    /\ ownerNode' = IF ownerNode = b THEN NoBroker ELSE ownerNode
+    /\ expiries' = expiries + 1
+    /\ lastAction' = [name |-> "ExpireSession", params |-> [broker |-> b]]
+    /\ UNCHANGED <<believesOwner, list, ledger, nextLedger, ml, acked, nextMsg, consumed, trimmed>>
+
+\* The broker reconnects with a new session, keeping its (possibly stale) beliefs: Pulsar's
+\* metadata client re-establishes sessions and revalidates ownership afterwards.
+Reconnect(b) ==
+    /\ session[b] = "expired"
+    /\ session' = [session EXCEPT ![b] = "alive"]
+    /\ lastAction' = [name |-> "Reconnect", params |-> [broker |-> b]]
+    /\ UNCHANGED <<believesOwner, ownerNode, expiries, list, ledger, nextLedger, ml, acked, nextMsg,
+                   consumed, trimmed>>
+
+\* Create the ephemeral ownership node (fails with NodeExists unless it is absent).
+AcquireOwnership(b) ==
+    /\ session[b] = "alive"
+    /\ ~believesOwner[b]
+    /\ ownerNode = NoBroker
+    /\ ownerNode' = b
+    /\ believesOwner' = [believesOwner EXCEPT ![b] = TRUE]
+    /\ lastAction' = [name |-> "AcquireOwnership", params |-> [broker |-> b]]
+    /\ UNCHANGED <<session, expiries, list, ledger, nextLedger, ml, acked, nextMsg, consumed, trimmed>>
+
+\* After reconnecting, the broker re-creates its ownership node if nobody took it, or
+\* else learns it lost the bundle and unloads the topic.
+RevalidateOwnership(b) ==
+    /\ session[b] = "alive"
+    /\ believesOwner[b]
+    /\ ownerNode # b
+    /\ IF ownerNode = NoBroker
+       THEN /\ ownerNode' = b
+            /\ UNCHANGED <<believesOwner, ml>>
+       ELSE /\ believesOwner' = [believesOwner EXCEPT ![b] = FALSE]
+            /\ ml' = [ml EXCEPT ![b] = Unloaded]
+            /\ UNCHANGED ownerNode
+    /\ lastAction' = [name |-> "RevalidateOwnership", params |-> [broker |-> b, lost |-> ownerNode # NoBroker]]
+    /\ UNCHANGED <<session, expiries, list, ledger, nextLedger, acked, nextMsg, consumed, trimmed>>
+
+\* ---- Managed ledger: open (takeover) ----------------------------------------
+
+\* Read the ledger list and its version: a snapshot that may be stale by the time it is used.
+ReadLedgerList(b) ==
+    /\ session[b] = "alive"
+    /\ believesOwner[b]
+    /\ ml[b].state = "closed"
+    /\ ml' = [ml EXCEPT ![b] = [state |-> "reading", version |-> list.version,
+                                ledgers |-> list.ledgers, current |-> NoLedger]]
+    /\ lastAction' = [name |-> "ReadLedgerList", params |-> [broker |-> b, version |-> list.version]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, ledger, nextLedger, acked, nextMsg,
+                   consumed, trimmed>>
+
+\* Open the last ledger of the snapshot with recovery: one atomic fence-and-close (see the header).
+\* A ledger closed (or deleted) already is left as it is.
+RecoverLastLedger(b) ==
+    /\ session[b] = "alive"
+    /\ ml[b].state = "reading"
+    /\ LET snap == ml[b].ledgers
+           l == IF snap = <<>> THEN NoLedger ELSE Last(snap)
+       IN /\ IF l # NoLedger /\ ledger[l].state = "open"
+             THEN ledger' = [ledger EXCEPT ![l].state = "closed",
+                                           ![l].lastEntry = Len(ledger[l].entries),
+                                           ![l].fenced = FenceOnRecovery]
+             ELSE UNCHANGED ledger
+          /\ lastAction' = [name |-> "RecoverLastLedger", params |-> [broker |-> b, ledger |-> l]]
+    /\ ml' = [ml EXCEPT ![b].state = "recovered"]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, nextLedger, acked, nextMsg,
+                   consumed, trimmed>>
+
+\* Create a ledger and conditional-write the list (snapshot + new ledger) with the version read.
+\* A bad version fails the open: the managed ledger is fenced; the new ledger is an orphan.
+CreateLedgerAndWriteList(b) ==
+    /\ session[b] = "alive"
+    /\ ml[b].state = "recovered"
+    /\ nextLedger \in LedgerIds
+    /\ LET l == nextLedger
+           ok == list.version = ml[b].version
+       IN /\ ledger' = [ledger EXCEPT ![l].state = "open"]
+          /\ nextLedger' = nextLedger + 1
+          /\ IF ok
+             THEN /\ list' = [version |-> list.version + 1, ledgers |-> Append(ml[b].ledgers, l)]
+                  /\ ml' = [ml EXCEPT ![b] = [state |-> "open", version |-> list.version + 1,
+                                              ledgers |-> Append(ml[b].ledgers, l), current |-> l]]
+             ELSE /\ ml' = [ml EXCEPT ![b].state = "fenced"]
+                  /\ UNCHANGED list
+          /\ lastAction' = [name |-> "CreateLedgerAndWriteList",
+                            params |-> [broker |-> b, ledger |-> l, expectedVersion |-> ml[b].version,
+                                        badVersion |-> ~ok]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, acked, nextMsg, consumed, trimmed>>
+
+\* ---- Managed ledger: writing ------------------------------------------------
+
+\* Publish the next message to the current ledger.  Bookies do not know about ownership or the
+\* ledger's metadata state: they refuse an add only when fenced (or when the ledger is gone).
+AddEntry(b) ==
+    /\ ml[b].state = "open"
+    /\ nextMsg \in Messages
+    /\ LET l == ml[b].current
+           refused == ledger[l].fenced \/ ledger[l].state = "deleted"
+       IN /\ IF refused
+             THEN /\ ml' = [ml EXCEPT ![b].state = "fenced"]     \* the add fails fenced: fenced for good
+                  /\ UNCHANGED <<ledger, acked, nextMsg>>
+             ELSE /\ ledger' = [ledger EXCEPT ![l].entries = Append(@, nextMsg)]
+                  /\ acked' = Append(acked, [msg |-> nextMsg, ledger |-> l, broker |-> b])
+                  /\ nextMsg' = nextMsg + 1
+                  /\ UNCHANGED ml
+          /\ lastAction' = [name |-> "AddEntry", params |-> [broker |-> b, ledger |-> l, msg |-> nextMsg,
+                                                             fenced |-> refused]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, nextLedger, consumed, trimmed>>
+
+\* Rollover: close the current ledger (writer close), create the next, conditional-write the list.
+\* A writer close of a ledger someone already closed succeeds only if the end is the same.
+Rollover(b) ==
+    /\ session[b] = "alive"
+    /\ ml[b].state = "open"
+    /\ nextLedger \in LedgerIds
+    /\ LET cur == ml[b].current
+           new == nextLedger
+           written == Len(ledger[cur].entries)
+           closeOk == \/ ledger[cur].state = "open"
+                      \/ ledger[cur].state = "closed" /\ ledger[cur].lastEntry = written
+           ok == list.version = ml[b].version
+       IN /\ written > 0                               \* an empty ledger is not rolled over
+          /\ IF ~closeOk
+             THEN /\ ml' = [ml EXCEPT ![b].state = "fenced"]
+                  /\ UNCHANGED <<ledger, nextLedger, list>>
+             ELSE /\ ledger' = [ledger EXCEPT ![cur].state = IF @ = "open" THEN "closed" ELSE @,
+                                              ![cur].lastEntry = IF ledger[cur].state = "open"
+                                                                 THEN written ELSE @,
+                                              ![new].state = "open"]
+                  /\ nextLedger' = nextLedger + 1
+                  /\ IF ok
+                     THEN /\ list' = [version |-> list.version + 1, ledgers |-> Append(ml[b].ledgers, new)]
+                          /\ ml' = [ml EXCEPT ![b] = [state |-> "open", version |-> list.version + 1,
+                                                      ledgers |-> Append(ml[b].ledgers, new), current |-> new]]
+                     ELSE /\ UNCHANGED list
+                          /\ IF FenceOnBadVersion
+                             THEN ml' = [ml EXCEPT ![b].state = "fenced"]
+                             ELSE ml' = [ml EXCEPT ![b].current = new]   \* BUG 17736: keeps writing
+          /\ lastAction' = [name |-> "Rollover", params |-> [broker |-> b, from |-> cur, to |-> new,
+                                                            expectedVersion |-> ml[b].version,
+                                                            closeOk |-> closeOk, badVersion |-> ~ok]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, acked, nextMsg, consumed, trimmed>>
+
+\* The subscription consumes the next message (advances its mark-delete position).
+Consume ==
+    /\ consumed < Len(acked)
+    /\ consumed' = consumed + 1
+    /\ lastAction' = [name |-> "Consume", params |-> [position |-> consumed + 1]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, ledger, nextLedger, ml, acked, nextMsg,
+                   trimmed>>
+
+\* Trim: remove the first ledger of the list once closed and fully consumed (conditional write),
+\* then delete it.  It races stale writers that may still hold it as their current ledger.
+TrimConsumedLedger(b) ==
+    /\ session[b] = "alive"
+    /\ ml[b].state = "open"
+    /\ Len(list.ledgers) >= 2
+    /\ LET h == Head(ml[b].ledgers)
+           ok == list.version = ml[b].version
+       IN /\ Len(ml[b].ledgers) >= 2
+          /\ ledger[h].state = "closed"
+          /\ trimmed + ledger[h].lastEntry <= consumed
+          /\ IF ok
+             THEN /\ list' = [version |-> list.version + 1, ledgers |-> Tail(list.ledgers)]
+                  /\ ml' = [ml EXCEPT ![b].version = list.version + 1, ![b].ledgers = Tail(list.ledgers)]
+                  /\ ledger' = [ledger EXCEPT ![h] = [state |-> "deleted", entries |-> <<>>,
+                                                      lastEntry |-> @.lastEntry, fenced |-> @.fenced]]
+                  /\ trimmed' = trimmed + ledger[h].lastEntry
+             ELSE /\ ml' = [ml EXCEPT ![b].state = "fenced"]
+                  /\ UNCHANGED <<list, ledger, trimmed>>
+          /\ lastAction' = [name |-> "TrimConsumedLedger", params |-> [broker |-> b, ledger |-> h,
+                                                                      badVersion |-> ~ok]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, nextLedger, acked, nextMsg, consumed>>
+
+\* A fenced managed ledger is closed with its topic; the broker may open it again if it still owns.
+CloseFencedManagedLedger(b) ==
+    /\ ml[b].state = "fenced"
+    /\ ml' = [ml EXCEPT ![b] = Unloaded]
+    /\ lastAction' = [name |-> "CloseFencedManagedLedger", params |-> [broker |-> b]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, ledger, nextLedger, acked, nextMsg,
+                   consumed, trimmed>>
+
+Next ==
+    \/ \E b \in Brokers :
+        \/ ExpireSession(b) \/ Reconnect(b) \/ AcquireOwnership(b) \/ RevalidateOwnership(b)
+        \/ ReadLedgerList(b) \/ RecoverLastLedger(b) \/ CreateLedgerAndWriteList(b)
+        \/ AddEntry(b) \/ Rollover(b) \/ TrimConsumedLedger(b) \/ CloseFencedManagedLedger(b)
+    \/ Consume
+
+Spec == Init /\ [][Next]_vars
+
+-----------------------------------------------------------------------------
+\* ---- Invariants ----
+
+TypeOK ==
+    /\ session \in [Brokers -> {"alive", "expired"}]
+    /\ believesOwner \in [Brokers -> BOOLEAN]
+    /\ ownerNode \in Brokers \cup {NoBroker}
+    /\ list.version \in Nat /\ Range(list.ledgers) \subseteq LedgerIds
+    /\ \A l \in LedgerIds : /\ ledger[l].state \in LedgerStates
+                            /\ Range(ledger[l].entries) \subseteq Messages
+                            /\ ledger[l].fenced \in BOOLEAN
+    /\ \A b \in Brokers : ml[b].state \in MLStates /\ ml[b].current \in LedgerIds \cup {NoLedger}
+    /\ consumed \in 0..Len(acked) /\ trimmed \in 0..consumed
+
+\* A broker's add can still be acknowledged: its managed ledger is open on a ledger whose
+\* bookies would accept the add.
+CanAck(b) ==
+    /\ ml[b].state = "open"
+    /\ ~ledger[ml[b].current].fenced
+    /\ ledger[ml[b].current].state # "deleted"
+
+\* At most one broker's writes can still be acknowledged on the topic, at any time: once a
+\* takeover completed, the previous owner can no longer get an add acknowledged.
+SingleWriter == Cardinality({b \in Brokers : CanAck(b)}) <= 1
+
+\* Every acknowledged message (not yet trimmed) is in a ledger on the list, and a reader of the
+\* list sees exactly the acknowledged messages, in the order they were acknowledged.
+AckedMessagesOnList ==
+    TopicLog = [i \in 1..(Len(acked) - trimmed) |-> acked[trimmed + i].msg]
+
+\* At most one ledger on the list is open, and only the last one can be.
+AtMostOneOpenLedger ==
+    \A i \in 1..Len(list.ledgers) :
+        ledger[list.ledgers[i]].state = "open" => i = Len(list.ledgers)
+
+\* A ledger on the list is never deleted.
+NoDeletedLedgerOnList == \A l \in Range(list.ledgers) : ledger[l].state # "deleted"
+
+\* ---- Properties of behaviours ----
+
+\* The list only grows at its end, except by trimming a closed, fully consumed head; its version
+\* goes up by one with every change.
+ListGrowsOnlyAtEnd ==
+    [][ /\ list'.version = list.version + 1
+        /\ \/ \E l \in LedgerIds : list'.ledgers = Append(list.ledgers, l)
+           \/ /\ list.ledgers # <<>>
+              /\ list'.ledgers = Tail(list.ledgers)
+              /\ ledger[Head(list.ledgers)].state = "closed"
+              /\ trimmed + ledger[Head(list.ledgers)].lastEntry <= consumed
+      ]_list
+
+\* A closed ledger never changes its end, and never reopens.
+ClosedLedgerNeverChanges ==
+    [][\A l \in LedgerIds : ledger[l].state = "closed" =>
+                             /\ ledger'[l].state \in {"closed", "deleted"}
+                             /\ ledger'[l].lastEntry = ledger[l].lastEntry]_ledger
+=============================================================================

@@ -1,0 +1,233 @@
+------------------------------ MODULE metadata ------------------------------
+(***************************************************************************)
+(* Conditional-write (CW) metadata, as ZooKeeper and the project's         *)
+(* embedded store offer it, and the seed's central claim about it:         *)
+(*                                                                         *)
+(*  (a) conditional writes give mutual exclusion of METADATA updates: a    *)
+(*      read-modify-write of a versioned node never loses an update, even  *)
+(*      when clients act on stale reads (NoLostUpdate holds);              *)
+(*  (b) conditional writes alone do NOT stop two clients from writing      *)
+(*      DATA: an owner elected by an ephemeral node whose session expired  *)
+(*      keeps writing to storage until it notices, while the next owner    *)
+(*      writes too (SingleWriter fails with Fencing = FALSE);             *)
+(*  (c) fencing the storage with the owner's epoch before writing restores *)
+(*      a single writer (SingleWriter holds with Fencing = TRUE).          *)
+(*                                                                         *)
+(* Nodes: /counter (a versioned node updated by read-modify-CW), /owner    *)
+(* (an ephemeral node: whoever creates it owns the data), /seq (a parent   *)
+(* of sequential children, as used for ledger ids).  Every client action  *)
+(* on the store needs a live session; a client learns that its session    *)
+(* expired only when it reconnects (NoticeExpiry).                        *)
+(***************************************************************************)
+EXTENDS Integers, Sequences, FiniteSets
+
+CONSTANTS
+    Clients,            \* client ids (model values)
+    MaxUpdates,         \* bound on successful updates of /counter
+    MaxSequential,      \* bound on sequential children of /seq
+    MaxExpiries,        \* bound on session expiries
+    MaxDataWrites,      \* bound on writes to the data storage
+    ConditionalWrites,  \* TRUE: setData with the version read; FALSE: blind writes (version -1)
+    Fencing             \* TRUE: a new owner fences the storage with its epoch before writing
+
+ASSUME /\ ConditionalWrites \in BOOLEAN /\ Fencing \in BOOLEAN
+       /\ {MaxUpdates, MaxSequential, MaxExpiries, MaxDataWrites} \subseteq Nat
+
+AnyVersion == -1        \* ZooKeeper's "match any version"
+NoSession == 0          \* the ephemeral owner of a persistent node / an absent node
+
+VARIABLES
+    sessionId,      \* [Clients -> Nat]: the client's current session id (new id on reconnect)
+    sessionAlive,   \* [Clients -> BOOLEAN]: is that session alive in the store?
+    nextSession,    \* the next session id the store hands out
+    expiries,       \* session expiries so far
+    counter,        \* /counter: [version, data]
+    updates,        \* successful updates of /counter so far (what data should count)
+    readCache,      \* [Clients -> [version, data]]: the client's last read of /counter (may be stale)
+    owner,          \* /owner: [exists, version, czxid, ephemeralOwner]
+    zxid,           \* the store's transaction counter; czxid of /owner is its epoch
+    seqChildren,    \* the names (numbers) of /seq's sequential children
+    cversion,       \* /seq's child version: the next sequence number
+    role,           \* [Clients -> {"none","elected","writer"}]: what the client believes it is
+    epoch,          \* [Clients -> Nat]: czxid of the /owner node the client created
+    storage,        \* the data storage: [log: Seq([client, epoch]), fence: Nat]
+    lastAction      \* auxiliary, for conformance: [name, params] of the last action (not in the VIEW)
+
+vars == <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
+          seqChildren, cversion, role, epoch, storage, lastAction>>
+view == <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
+          seqChildren, cversion, role, epoch, storage>>
+
+-----------------------------------------------------------------------------
+Init ==
+    /\ sessionId = [c \in Clients |-> 0]
+    /\ sessionAlive = [c \in Clients |-> FALSE]
+    /\ nextSession = 1
+    /\ expiries = 0
+    /\ counter = [version |-> 0, data |-> 0]
+    /\ updates = 0
+    /\ readCache = [c \in Clients |-> [version |-> 0, data |-> 0]]
+    /\ owner = [exists |-> FALSE, version |-> 0, czxid |-> 0, ephemeralOwner |-> NoSession]
+    /\ zxid = 0
+    /\ seqChildren = {}
+    /\ cversion = 0
+    /\ role = [c \in Clients |-> "none"]
+    /\ epoch = [c \in Clients |-> 0]
+    /\ storage = [log |-> <<>>, fence |-> 0]
+    /\ lastAction = [name |-> "Init", params |-> [none |-> 0]]
+
+Live(c) == sessionAlive[c]
+
+\* ---- Sessions ----
+
+\* The client connects (or reconnects after noticing an expiry) and gets a new session.
+Connect(c) ==
+    /\ ~sessionAlive[c]
+    /\ role[c] = "none"                 \* a reconnecting client first noticed the expiry
+    /\ sessionId' = [sessionId EXCEPT ![c] = nextSession]
+    /\ sessionAlive' = [sessionAlive EXCEPT ![c] = TRUE]
+    /\ nextSession' = nextSession + 1
+    /\ lastAction' = [name |-> "Connect", params |-> [client |-> c, session |-> nextSession]]
+    /\ UNCHANGED <<expiries, counter, updates, readCache, owner, zxid, seqChildren, cversion, role, epoch, storage>>
+
+\* The store expires a session and deletes its ephemeral nodes.  The client is not told.
+ExpireSession(c) ==
+    /\ sessionAlive[c]
+    /\ expiries < MaxExpiries
+    /\ sessionAlive' = [sessionAlive EXCEPT ![c] = FALSE]
+    /\ expiries' = expiries + 1
+    /\ IF owner.exists /\ owner.ephemeralOwner = sessionId[c]
+       THEN /\ owner' = [owner EXCEPT !.exists = FALSE, !.ephemeralOwner = NoSession]
+            /\ zxid' = zxid + 1
+       ELSE UNCHANGED <<owner, zxid>>
+    /\ lastAction' = [name |-> "ExpireSession", params |-> [client |-> c, session |-> sessionId[c]]]
+    /\ UNCHANGED <<sessionId, nextSession, counter, updates, readCache, seqChildren, cversion, role, epoch,
+                   storage>>
+
+\* Trying to reconnect, the client learns its session expired: it drops what it believed.
+NoticeExpiry(c) ==
+    /\ ~sessionAlive[c]
+    /\ role[c] # "none"
+    /\ role' = [role EXCEPT ![c] = "none"]
+    /\ lastAction' = [name |-> "NoticeExpiry", params |-> [client |-> c]]
+    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
+                   seqChildren, cversion, epoch, storage>>
+
+\* ---- Versioned node: read, then conditional set on what was read ----
+
+ReadCounter(c) ==
+    /\ Live(c)
+    /\ readCache' = [readCache EXCEPT ![c] = counter]
+    /\ lastAction' = [name |-> "ReadCounter", params |-> [client |-> c, version |-> counter.version]]
+    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, owner, zxid,
+                   seqChildren, cversion, role, epoch, storage>>
+
+\* setData(/counter, read data + 1, expectedVersion): BadVersion unless the version still matches.
+IncrementCounter(c) ==
+    /\ Live(c)
+    /\ updates < MaxUpdates
+    /\ LET expected == IF ConditionalWrites THEN readCache[c].version ELSE AnyVersion
+           ok == expected = AnyVersion \/ expected = counter.version
+       IN /\ IF ok
+             THEN /\ counter' = [version |-> counter.version + 1, data |-> readCache[c].data + 1]
+                  /\ updates' = updates + 1
+                  /\ zxid' = zxid + 1
+             ELSE UNCHANGED <<counter, updates, zxid>>
+          /\ lastAction' = [name |-> "IncrementCounter",
+                            params |-> [client |-> c, expectedVersion |-> expected, badVersion |-> ~ok]]
+    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, readCache, owner, seqChildren, cversion,
+                   role, epoch, storage>>
+
+\* ---- Sequential nodes ----
+
+CreateSequential(c) ==
+    /\ Live(c)
+    /\ cversion < MaxSequential
+    /\ seqChildren' = seqChildren \cup {cversion}
+    /\ cversion' = cversion + 1
+    /\ zxid' = zxid + 1
+    /\ lastAction' = [name |-> "CreateSequential", params |-> [client |-> c, name |-> cversion]]
+    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner,
+                   role, epoch, storage>>
+
+\* ---- Ephemeral ownership node and the data storage ----
+
+\* create(/owner, ephemeral): NodeExists unless absent.  The node's czxid is the owner's epoch.
+CreateOwnerNode(c) ==
+    /\ Live(c)
+    /\ role[c] = "none"
+    /\ ~owner.exists
+    /\ owner' = [exists |-> TRUE, version |-> 0, czxid |-> zxid + 1, ephemeralOwner |-> sessionId[c]]
+    /\ zxid' = zxid + 1
+    /\ epoch' = [epoch EXCEPT ![c] = zxid + 1]
+    \* without fencing the new owner may write at once; with fencing it first fences
+    /\ role' = [role EXCEPT ![c] = IF Fencing THEN "elected" ELSE "writer"]
+    /\ lastAction' = [name |-> "CreateOwnerNode", params |-> [client |-> c, epoch |-> zxid + 1]]
+    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, seqChildren,
+                   cversion, storage>>
+
+\* Fence the storage with the owner's epoch: storage refuses writes of any older epoch from now on.
+FenceStorage(c) ==
+    /\ role[c] = "elected"
+    /\ storage' = [storage EXCEPT !.fence = IF epoch[c] > @ THEN epoch[c] ELSE @]
+    /\ role' = [role EXCEPT ![c] = "writer"]
+    /\ lastAction' = [name |-> "FenceStorage", params |-> [client |-> c, epoch |-> epoch[c]]]
+    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
+                   seqChildren, cversion, epoch>>
+
+\* Write data.  The storage knows nothing about sessions: it accepts unless fenced past the epoch.
+\* A fenced writer gives up its role.  Note: no live session is needed to write data.
+WriteData(c) ==
+    /\ role[c] = "writer"
+    /\ Len(storage.log) < MaxDataWrites
+    /\ LET refused == Fencing /\ epoch[c] < storage.fence
+       IN /\ IF refused
+             THEN /\ role' = [role EXCEPT ![c] = "none"]
+                  /\ UNCHANGED storage
+             ELSE /\ storage' = [storage EXCEPT !.log = Append(@, [client |-> c, epoch |-> epoch[c]])]
+                  /\ UNCHANGED role
+          /\ lastAction' = [name |-> "WriteData", params |-> [client |-> c, epoch |-> epoch[c], fenced |-> refused]]
+    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
+                   seqChildren, cversion, epoch>>
+
+Next ==
+    \E c \in Clients :
+        \/ Connect(c) \/ ExpireSession(c) \/ NoticeExpiry(c)
+        \/ ReadCounter(c) \/ IncrementCounter(c) \/ CreateSequential(c)
+        \/ CreateOwnerNode(c) \/ FenceStorage(c) \/ WriteData(c)
+
+Spec == Init /\ [][Next]_vars
+
+-----------------------------------------------------------------------------
+\* ---- Invariants ----
+
+TypeOK ==
+    /\ sessionId \in [Clients -> Nat] /\ sessionAlive \in [Clients -> BOOLEAN]
+    /\ counter.version \in Nat /\ counter.data \in Nat
+    /\ owner.exists \in BOOLEAN /\ owner.ephemeralOwner \in Nat
+    /\ seqChildren \subseteq 0..MaxSequential
+    /\ role \in [Clients -> {"none", "elected", "writer"}]
+    /\ \A i \in 1..Len(storage.log) : storage.log[i].client \in Clients
+
+\* (a) Conditional writes serialise read-modify-write: no update is lost, even from stale reads.
+NoLostUpdate == counter.data = updates
+
+\* Every update bumps the version by exactly one.
+VersionCountsUpdates == counter.version = updates
+
+\* Sequential children get distinct, increasing names (the store's cversion).
+SequentialNamesUnique == seqChildren = 0..(cversion - 1)
+
+\* An ephemeral node always belongs to a live session.
+EphemeralOwnedByLiveSession ==
+    owner.exists => \E c \in Clients : sessionId[c] = owner.ephemeralOwner /\ sessionAlive[c]
+
+\* At most one client holds the ownership node at a time (holds by construction of create).
+OneOwnerNode ==
+    Cardinality({c \in Clients : owner.exists /\ owner.ephemeralOwner = sessionId[c] /\ sessionAlive[c]}) <= 1
+
+\* (b)/(c) Single writer: once a newer owner's write was accepted, no older owner's write is
+\* accepted after it.  The epochs of accepted writes never go down.
+SingleWriter ==
+    \A i, j \in 1..Len(storage.log) : i < j => storage.log[i].epoch <= storage.log[j].epoch
+=============================================================================
