@@ -7,7 +7,6 @@ and returns a `connect()` that opens client sessions on it.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import tempfile
 import uuid
@@ -58,12 +57,7 @@ def embedded_backend() -> Backend:
 
 
 def zk_backend(request: pytest.FixtureRequest) -> Backend:
-    try:
-        zookeeper = request.getfixturevalue("zookeeper")  # the session fixture in tests/conftest.py
-    except pytest.FixtureLookupError:
-        pytest.xfail("the `zookeeper` fixture (tests/conftest.py) is not on main yet")
-    if importlib.util.find_spec("impl.metadata.zookeeper") is None:
-        pytest.xfail("the ZooKeeper backend (impl/metadata/zookeeper.py) is not on main yet")
+    zookeeper = request.getfixturevalue("zookeeper")  # the session fixture in tests/conftest.py
     from kazoo.client import KazooClient
 
     from impl.metadata.url import connect
