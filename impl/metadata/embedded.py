@@ -19,6 +19,7 @@ change after that seq (callbacks run on that thread and must not block).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -56,6 +57,8 @@ from impl.metadata.store import (
     parent_of,
     validate_path,
 )
+
+log = logging.getLogger(__name__)
 
 DB_FILE = "metadata.sqlite"
 # Waiting for another writer's lock: generous, a writer holds it only for one transaction.
@@ -434,8 +437,10 @@ class EmbeddedStore(MetadataStore):
                         for w in self._watches:
                             w.after_seq = max(w.after_seq, changes[-1][0])
                 for watcher, watched in fired:
-                    with contextlib.suppress(Exception):  # a failing callback must not stop delivery
+                    try:
                         watcher(watched)
+                    except Exception:  # a failing callback must not stop delivery to the others
+                        log.exception("watch callback %r failed on %s", watcher, watched)
                 self._stop.wait(WATCH_POLL_S)
         finally:
             db.close()

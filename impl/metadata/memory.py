@@ -16,6 +16,7 @@ ZooKeeper facts honoured here (checked against a real 3.8 server by the contract
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -48,6 +49,8 @@ from impl.metadata.store import (
     validate_data,
     validate_path,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -313,7 +316,10 @@ class MemoryServer:
     @staticmethod
     def _fire(fired: list[tuple[Watcher, WatchedEvent]]) -> None:
         for watcher, event in fired:
-            watcher(event)
+            try:
+                watcher(event)
+            except Exception:  # the write succeeded: a failing callback must not make it look failed
+                log.exception("watch callback %r failed on %s", watcher, event)
 
 
 class MemoryStore(MetadataStore):

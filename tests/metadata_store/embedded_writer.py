@@ -1,7 +1,7 @@
 """A child process for the embedded store's crash and multi-process tests.
 
   python -m tests.metadata_store.embedded_writer log DIR        acknowledged multi writes until killed
-  python -m tests.metadata_store.embedded_writer ephemeral DIR  hold an ephemeral node until killed
+  python -m tests.metadata_store.embedded_writer ephemeral DIR  hold an ephemeral node until expired
   python -m tests.metadata_store.embedded_writer increment DIR N   N conditional increments of /counter
 
 Each acknowledgement is printed (and flushed) only after the store returned.
@@ -15,7 +15,7 @@ import sys
 import time
 
 from impl.metadata.embedded import EmbeddedStore
-from impl.metadata.store import BadVersion, Create, NodeExists, NoNode, SetData
+from impl.metadata.store import BadVersion, Create, NodeExists, NoNode, SessionExpired, SetData
 
 PAYLOAD_BYTES = 4096
 
@@ -44,11 +44,19 @@ def log_writes(directory: str) -> None:
 
 
 def hold_ephemeral(directory: str) -> None:
+    """Hold /alive; once the session is found expired, report the listener and the error, then exit."""
     store = EmbeddedStore(directory, session_timeout_s=1.0)
+    store.add_session_listener(lambda state: print(f"listener {state.name}", flush=True))
     store.create("/alive", ephemeral=True)
     print("ready", flush=True)
     while True:
-        time.sleep(1)
+        time.sleep(0.1)
+        try:
+            store.exists("/alive")
+        except SessionExpired:
+            print("raised SessionExpired", flush=True)
+            store.close()
+            return
 
 
 def increments(directory: str, count: int) -> None:

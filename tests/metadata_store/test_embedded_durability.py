@@ -122,6 +122,29 @@ def test_a_killed_clients_session_is_reaped_and_its_ephemeral_deleted(tmp_path):
         observer.close()
 
 
+def test_a_paused_client_comes_back_expired_and_is_fenced(tmp_path):
+    """A client stalled past its timeout (GC pause, partition) must learn it expired, never act on
+    the old session (BookKeeper issue 4462): listeners hear EXPIRED and calls raise SessionExpired."""
+    observer = EmbeddedStore(tmp_path, session_timeout_s=10.0)
+    proc = spawn("ephemeral", str(tmp_path))
+    try:
+        wait_ready(proc)
+        inbox: Inbox[WatchedEvent] = Inbox()
+        assert observer.exists("/alive", watch=inbox) is not None
+        proc.send_signal(signal.SIGSTOP)
+        assert inbox.wait_for(1) == [WatchedEvent(EventType.DELETED, "/alive")]
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+        lines = out.splitlines()
+        assert "listener EXPIRED" in lines and "raised SessionExpired" in lines, (out, err)
+        assert proc.returncode == 0, err
+        assert observer.exists("/alive") is None
+    finally:
+        proc.kill()
+        proc.wait()
+        observer.close()
+
+
 def test_several_processes_increment_one_node_linearizably(tmp_path):
     setup = EmbeddedStore(tmp_path)
     setup.create("/counter", b"0")

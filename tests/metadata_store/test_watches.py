@@ -7,7 +7,9 @@ so by then a second firing of the first watch would have arrived.
 
 from __future__ import annotations
 
-from impl.metadata.store import EventType, MetadataStore, WatchedEvent
+import pytest
+
+from impl.metadata.store import Check, Create, EventType, MetadataStore, MultiFailed, SetData, WatchedEvent
 
 from .events import Inbox
 
@@ -102,3 +104,21 @@ def test_watch_on_missing_node_is_not_left_by_get_or_children(sessions):
     b.create("/absent/child")
     sentinel(a, b)
     assert inbox.items == []
+
+
+def test_a_multi_fires_the_watches_of_each_of_its_ops(sessions):
+    a, b = sessions
+    a.create("/p", b"0")
+    data_inbox: Inbox[WatchedEvent] = Inbox()
+    child_inbox: Inbox[WatchedEvent] = Inbox()
+    a.get("/p", watch=data_inbox)
+    a.children("/p", watch=child_inbox)
+    b.multi([Check("/p", 0), Create("/p/c"), SetData("/p", b"1", 0)])
+    assert data_inbox.wait_for(1) == [WatchedEvent(EventType.CHANGED, "/p")]
+    assert child_inbox.wait_for(1) == [WatchedEvent(EventType.CHILD, "/p")]
+    # A failed multi changes nothing and so fires nothing.
+    a.get("/p", watch=data_inbox)
+    with pytest.raises(MultiFailed):
+        b.multi([SetData("/p", b"2"), Check("/p", 99)])
+    sentinel(a, b)
+    assert len(data_inbox.items) == 1
