@@ -453,22 +453,23 @@ class EmbeddedStore(MetadataStore):
                 validate_op(op)
             except MetadataError as cause:
                 raise MultiFailed(index, cause) from cause
-        with self._lock:
-            self._check_alive()
-            try:
-                with write_txn(self._db):
-                    self._session_present(self._db)
-                    writer = Writer(self._db, self._session_id)
-                    results: list[OpResult] = []
-                    for index, op in enumerate(ops):
-                        try:
-                            results.append(writer.apply(op))
-                        except MetadataError as cause:
-                            raise MultiFailed(index, cause) from cause
-            except SessionGone:
-                raise self._on_session_gone() from None
-            except sqlite3.Error as e:
-                raise ConnectionLoss(f"embedded store {self.db_path}: {e}; nothing was applied, retry") from e
+        try:
+            with self._lock:  # released before listeners hear of an expiry: they may call close()
+                self._check_alive()
+                try:
+                    with write_txn(self._db):
+                        self._session_present(self._db)
+                        writer = Writer(self._db, self._session_id)
+                        results: list[OpResult] = []
+                        for index, op in enumerate(ops):
+                            try:
+                                results.append(writer.apply(op))
+                            except MetadataError as cause:
+                                raise MultiFailed(index, cause) from cause
+                except sqlite3.Error as e:
+                    raise ConnectionLoss(f"embedded store {self.db_path}: {e}; nothing was applied, retry") from e
+        except SessionGone:
+            raise self._on_session_gone() from None
         return results
 
     def _one(self, op: Op) -> OpResult:
@@ -481,22 +482,23 @@ class EmbeddedStore(MetadataStore):
         self, path: str, watch: Watcher | None, child: bool = False, on_missing: bool = False
     ) -> tuple[Row | None, list[str]]:
         validate_path(path)
-        with self._lock:
-            self._check_alive()
-            try:
-                with read_txn(self._db):
-                    self._session_present(self._db)
-                    row = fetch_node(self._db, path)
-                    names = (
-                        [n for (n,) in self._db.execute("SELECT path FROM nodes WHERE parent = ?", (path,))]
-                        if child and row is not None
-                        else []
-                    )
-                    seen = last_change(self._db) if watch is not None else 0
-            except SessionGone:
-                raise self._on_session_gone() from None
-            except sqlite3.Error as e:
-                raise ConnectionLoss(f"embedded store {self.db_path}: {e}; retry the read") from e
+        try:
+            with self._lock:
+                self._check_alive()
+                try:
+                    with read_txn(self._db):
+                        self._session_present(self._db)
+                        row = fetch_node(self._db, path)
+                        names = (
+                            [n for (n,) in self._db.execute("SELECT path FROM nodes WHERE parent = ?", (path,))]
+                            if child and row is not None
+                            else []
+                        )
+                        seen = last_change(self._db) if watch is not None else 0
+                except sqlite3.Error as e:
+                    raise ConnectionLoss(f"embedded store {self.db_path}: {e}; retry the read") from e
+        except SessionGone:
+            raise self._on_session_gone() from None
         if watch is not None and (row is not None or on_missing):
             self._add_watch(PendingWatch(path, watch, child, seen))
         return row, sorted(n.rsplit("/", 1)[1] for n in names)
