@@ -93,6 +93,7 @@ CREATE TABLE IF NOT EXISTS changes (
     event TEXT NOT NULL,
     at REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS changes_by_time ON changes(at);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO counters VALUES ('zxid', 0);
 INSERT OR IGNORE INTO nodes VALUES ('/', '', X'', 0, 0, 0, 0, 0, 0);

@@ -61,6 +61,8 @@ def hold_ephemeral(directory: str) -> None:
 
 def increments(directory: str, count: int) -> None:
     store = EmbeddedStore(directory, session_timeout_s=10.0)
+    with contextlib.suppress(NodeExists):  # the writers race to create it on a fresh directory
+        store.create("/counter", b"0")
     written = conflicts = 0
     for _ in range(count):
         data, stat = store.get("/counter")
