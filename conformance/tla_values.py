@@ -164,16 +164,16 @@ class _Parser:
 
     def function(self) -> Value:
         self.expect("(")
-        pairs: dict[Value, Value] = {}
+        pairs: list[tuple[Value, Value]] = []  # not a dict: 1 and TRUE must stay distinct keys
         while True:
             key = self.value()
             self.expect(":>")
-            pairs[key] = self.value()
+            pairs.append((key, self.value()))
             if self.peek("@@"):
                 self.pos += 2
                 continue
             self.expect(")")
-            return Function.of(pairs)
+            return Function(frozenset(pairs))
 
     def string(self) -> str:
         self.pos += 1  # opening quote
@@ -257,5 +257,5 @@ def from_json(data: Any) -> Value:
         if tag == "record":
             return Record.of({k: from_json(v) for k, v in body.items()})
         if tag == "function":
-            return Function.of({from_json(k): from_json(v) for k, v in body})
+            return Function(frozenset((from_json(k), from_json(v)) for k, v in body))
     raise ValueError(f"not the JSON form of a TLA+ value: {data!r}")
