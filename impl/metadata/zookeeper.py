@@ -9,9 +9,11 @@ on the same session). When the server expires the session (kazoo's LOST), listen
 told EXPIRED, the kazoo client is stopped, and every later call raises SessionExpired:
 a client must never carry on under a new session as if it were the old one.
 
-Watches are ZooKeeper's own one-shot watches. Known kazoo behaviour: a connection loss
-(SUSPENDED) drops the client's pending watches without firing them; re-read after
-CONNECTED to set them again.
+Watches are ZooKeeper's own one-shot watches. kazoo drops pending watches on a connection
+loss (it does not re-send them like the Java client's SetWatches), so this backend does
+that itself on reconnection: it re-reads each orphaned watch's node, fires the watch at
+once if the node changed while disconnected (compared by mzxid, or pzxid for child
+watches), and otherwise arms it again. Watches fire at most once either way.
 """
 
 from __future__ import annotations
@@ -140,6 +142,36 @@ def _validate_version(path: str, version: int) -> None:
         raise InvalidArgument(f"version for {path} must be an int >= -1, not {version!r}", path)
 
 
+class _ArmedWatch:
+    """One contract watch handed to kazoo: fires the caller's watch at most once.
+
+    `zxid` is what the read that set it saw (mzxid of the node, None if absent; pzxid for a
+    child watch), so that a watch kazoo dropped can be checked against the node after reconnection.
+    """
+
+    def __init__(self, store: ZooKeeperStore, path: str, child: bool, watch: Watcher) -> None:
+        self.store, self.path, self.child, self.watch = store, path, child, watch
+        self.zxid: int | None = None
+        self._fired = False
+        self._fire_lock = threading.Lock()  # kazoo's callback thread and the re-arm thread may race
+
+    def __call__(self, event: KazooWatchedEvent) -> None:
+        if event.type == KazooEventType.NONE:
+            if not self._fired:
+                self.store._orphan(self)
+            return
+        ours = _EVENT_TYPES.get(event.type)
+        if ours is not None:
+            self.fire(ours)
+
+    def fire(self, event_type: EventType) -> None:
+        with self._fire_lock:
+            if self._fired:
+                return
+            self._fired = True
+        self.watch(WatchedEvent(event_type, self.path))
+
+
 class ZooKeeperStore(MetadataStore):
     """One ZooKeeper session (a started KazooClient), optionally under a chroot."""
 
@@ -156,6 +188,7 @@ class ZooKeeperStore(MetadataStore):
         self._expired = threading.Event()
         self._closed = False
         self._expiring = False
+        self._orphaned: list[_ArmedWatch] = []
         self._client = KazooClient(hosts=hosts, timeout=session_timeout_s)
         try:
             self._client.start(timeout=max(session_timeout_s, 15.0))
@@ -199,6 +232,8 @@ class ZooKeeperStore(MetadataStore):
         for listener in listeners:
             with contextlib.suppress(Exception):
                 listener(ours)
+        if ours is SessionState.CONNECTED and self._orphaned:
+            self._schedule_rearm()
         if ours is SessionState.EXPIRED:
             self._expired.set()
             # Stop kazoo from opening a fresh session; not from its own thread.
@@ -257,16 +292,46 @@ class ZooKeeperStore(MetadataStore):
             self._check_open(operation, path)  # raises the SessionExpired naming the cause
         return typed_error(error, operation, path)
 
-    def _watcher(self, watch: Watcher | None) -> Callable[[KazooWatchedEvent], None] | None:
-        if watch is None:
-            return None
+    def _watcher(self, watch: Watcher | None, path: str, child: bool) -> _ArmedWatch | None:
+        return None if watch is None else _ArmedWatch(self, path, child, watch)
 
-        def deliver(event: KazooWatchedEvent) -> None:
-            ours = _EVENT_TYPES.get(event.type)
-            if ours is not None and event.path is not None:
-                watch(WatchedEvent(ours, event.path))
+    def _orphan(self, armed: _ArmedWatch) -> None:
+        """kazoo dropped this watch (connection loss): re-arm it once connected again."""
+        with self._lock:
+            self._orphaned.append(armed)
+        if self._client.connected:
+            self._schedule_rearm()
 
-        return deliver
+    def _schedule_rearm(self) -> None:
+        threading.Thread(target=self._rearm, name="zk-rearm-watches", daemon=True).start()
+
+    def _rearm(self) -> None:
+        """What SetWatches does in the Java client: fire watches whose node changed, re-arm the rest."""
+        with self._lock:
+            orphaned, self._orphaned = self._orphaned, []
+        for armed in orphaned:
+            if self._closed or self._expired.is_set():
+                return
+            try:
+                if armed.child:
+                    try:
+                        _, stat = self._client.get_children(armed.path, armed, include_data=True)
+                    except kz.NoNodeError:
+                        armed.fire(EventType.DELETED)
+                        continue
+                    if stat.pzxid != armed.zxid:
+                        armed.fire(EventType.CHILD)
+                    continue
+                stat = self._client.exists(armed.path, armed)
+                now = None if stat is None else stat.mzxid
+                if now != armed.zxid:
+                    if now is None:
+                        armed.fire(EventType.DELETED)
+                    else:
+                        armed.fire(EventType.CREATED if armed.zxid is None else EventType.CHANGED)
+            except (kz.KazooException, KazooTimeoutError):
+                self._orphan(armed)  # lost again: the next CONNECTED retries
+                return
 
     # --- operations ------------------------------------------------------------------
 
@@ -283,7 +348,10 @@ class ZooKeeperStore(MetadataStore):
 
     def get(self, path: str, watch: Watcher | None = None) -> tuple[bytes, Stat]:
         validate_path(path)
-        data, stat = self._wait("get", path, lambda: self._client.get_async(path, self._watcher(watch)))
+        armed = self._watcher(watch, path, child=False)
+        data, stat = self._wait("get", path, lambda: self._client.get_async(path, armed))
+        if armed is not None:
+            armed.zxid = stat.mzxid
         return data or b"", to_stat(stat)
 
     def set(self, path: str, data: bytes, expected_version: int = ANY_VERSION) -> Stat:
@@ -301,14 +369,20 @@ class ZooKeeperStore(MetadataStore):
 
     def exists(self, path: str, watch: Watcher | None = None) -> Stat | None:
         validate_path(path)
-        stat = self._wait("stat", path, lambda: self._client.exists_async(path, self._watcher(watch)))
+        armed = self._watcher(watch, path, child=False)
+        stat = self._wait("stat", path, lambda: self._client.exists_async(path, armed))
+        if armed is not None:
+            armed.zxid = None if stat is None else stat.mzxid
         return None if stat is None else to_stat(stat)
 
     def children(self, path: str, watch: Watcher | None = None) -> list[str]:
         validate_path(path)
-        names = self._wait(
-            "list children of", path, lambda: self._client.get_children_async(path, self._watcher(watch))
+        armed = self._watcher(watch, path, child=True)
+        names, stat = self._wait(
+            "list children of", path, lambda: self._client.get_children_async(path, armed, include_data=True)
         )
+        if armed is not None:
+            armed.zxid = stat.pzxid
         return sorted(names)
 
     def multi(self, ops: Sequence[Op]) -> list[OpResult]:

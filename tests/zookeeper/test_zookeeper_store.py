@@ -17,7 +17,7 @@ from impl.metadata.store import (
     SessionState,
     WatchedEvent,
 )
-from impl.metadata.zkserver import ZooKeeperServer
+from impl.metadata.zkserver import ZooKeeperEnsemble, ZooKeeperServer
 from impl.metadata.zookeeper import ZooKeeperStore
 
 pytestmark = pytest.mark.zookeeper
@@ -71,20 +71,55 @@ def test_expire_session_deletes_ephemerals_tells_listeners_and_fences(
     assert states.empty()  # no CONNECTED afterwards: the old session never comes back
 
 
-def test_connection_loss_is_suspended_then_connected_on_the_same_session(tmp_path: Path) -> None:
+def test_connection_loss_is_suspended_then_connected_and_watches_stay_armed(tmp_path: Path) -> None:
     server = ZooKeeperServer(tmp_path / "zk")
     states: queue.Queue[SessionState] = queue.Queue()
+    events: queue.Queue[WatchedEvent] = queue.Queue()
     try:
         server.start()
         with ZooKeeperStore.from_url(f"zk://{server.connect_string}", session_timeout_s=20.0) as store:
             store.add_session_listener(states.put)
             store.create("/eph", ephemeral=True)
+            store.create("/dir")
+            store.get("/eph", watch=events.put)
+            store.children("/dir", watch=events.put)
             server.restart()  # well within the session timeout: the session survives
             assert states.get(timeout=WAIT_S) is SessionState.SUSPENDED
             assert states.get(timeout=WAIT_S) is SessionState.CONNECTED
             assert store.exists("/eph") is not None
+            with ZooKeeperStore.from_url(f"zk://{server.connect_string}") as other:
+                other.create("/dir/new")
+                other.set("/eph", b"changed")
+            fired = {events.get(timeout=WAIT_S), events.get(timeout=WAIT_S)}
+            assert fired == {WatchedEvent(EventType.CHILD, "/dir"), WatchedEvent(EventType.CHANGED, "/eph")}
     finally:
         server.stop()
+    assert events.empty()
+
+
+def test_watch_fires_for_a_change_made_while_disconnected(tmp_path: Path) -> None:
+    ensemble = ZooKeeperEnsemble(tmp_path / "ens", 3)
+    events: queue.Queue[WatchedEvent] = queue.Queue()
+    try:
+        ensemble.start()
+        alone, *others = ensemble.servers
+        others_url = "zk://" + ",".join(s.connect_string for s in others)
+        # This session knows only server 1, so it stays disconnected while server 1 is down.
+        with ZooKeeperStore.from_url(f"zk://{alone.connect_string}", session_timeout_s=30.0) as store:
+            store.create("/watched", b"v0")
+            store.get("/watched", watch=events.put)
+            store.exists("/later", watch=events.put)
+            alone.kill()
+            with ZooKeeperStore.from_url(others_url) as other:
+                other.set("/watched", b"v1")
+                other.create("/later")
+            assert events.empty()
+            alone.start()
+            fired = {events.get(timeout=WAIT_S), events.get(timeout=WAIT_S)}
+            assert fired == {WatchedEvent(EventType.CHANGED, "/watched"), WatchedEvent(EventType.CREATED, "/later")}
+            assert store.get("/watched")[0] == b"v1"
+    finally:
+        ensemble.stop()
 
 
 def test_errors_name_the_path_and_bad_urls_are_rejected(zookeeper: ZooKeeperServer) -> None:
