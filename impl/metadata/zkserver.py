@@ -373,8 +373,18 @@ class ZooKeeperEnsemble:
             server.wait_serving(max(1.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
+        """Stop every server; safe at any time, also after a failed start."""
         for server in self.servers:
             server.stop()
+
+    def kill(self) -> None:
+        """kill -9 every server (a whole-ensemble crash; single servers: `servers[i].kill()`)."""
+        for server in self.servers:
+            server.kill()
+
+    def restart(self, timeout_s: float = 90.0) -> None:
+        self.stop()
+        self.start(timeout_s)
 
     def leader(self) -> ZooKeeperServer | None:
         return next((s for s in self.servers if s.mode() == "leader"), None)

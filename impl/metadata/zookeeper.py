@@ -204,7 +204,11 @@ class ZooKeeperStore(MetadataStore):
         self._session_password: bytes = client_id[1]
         if chroot:
             # Create the chroot from the root, then put the client under it.
-            self._client.ensure_path(chroot)
+            try:
+                self._client.ensure_path(chroot)
+            except (kz.KazooException, KazooTimeoutError) as error:
+                self._stop_client()
+                raise typed_error(error, "create the chroot", chroot) from None
             self._client.chroot = chroot
         self._client.add_listener(self._on_state)
 
