@@ -377,4 +377,13 @@ ClosedLedgerNeverChanges ==
     [][\A l \in LedgerIds : ledger[l].state = "closed" =>
                              /\ ledger'[l].state \in {"closed", "deleted"}
                              /\ ledger'[l].lastEntry = ledger[l].lastEntry]_ledger
+\* ---- Witnesses: negations of situations the passing model must reach (each a model
+\* expected to FAIL), so that a passing check is not passing vacuously. ----
+
+\* An old owner's add failed as fenced and its managed ledger went FENCED.
+WitnessNoFencedAdd == \A b \in Brokers : ~(ml[b].state = "fenced" /\ ledger[ml[b].current].fenced)
+
+\* Ledger deletion raced a stale writer: a broker is open on a ledger someone trimmed and deleted.
+WitnessNoWriterOnDeletedLedger ==
+    \A b \in Brokers : ml[b].state = "open" => ledger[ml[b].current].state # "deleted"
 =============================================================================
