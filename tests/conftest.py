@@ -18,7 +18,7 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
     Tests share it: isolate yourself with a chroot or a unique path (e.g. zk://HOST:PORT/t-<uuid>).
     """
     directory = tempfile.mkdtemp(prefix="pulsar-ref-zk-")
-    server = ZooKeeperServer(directory)
+    server = ZooKeeperServer(directory, die_with_parent=True)
     try:
         try:
             server.start(timeout_s=90)
