@@ -31,6 +31,9 @@ MSG_PROGRESS = 2200  # Progress(depth) at ...: N states generated, ...
 MSG_STATS = 2199  # N states generated, M distinct states found, K states left on queue.
 MSG_DEPTH = 2194  # The depth of the complete state graph search is D.
 MSG_SUCCESS = 2193  # Model checking completed. No error has been found.
+MSG_STUTTERING = 2218  # a liveness counterexample ends by stuttering forever
+MSG_BACK_TO_STATE = 2122  # a liveness counterexample loops back to an earlier state
+MSG_BEHAVIOR_HEADER = (2121, 2264)  # "The behavior up to this point is:" / "...constitutes a counter-example:"
 MSG_SANY_START = 2220
 MSG_SANY_END = 2219
 SEVERITY_ERROR = 1
@@ -85,9 +88,10 @@ class TLCResult:
     states_generated: int
     depth: int
     seconds: float
-    violated: str = ""  # the invariant or property TLC reported
+    violated: str = ""  # the invariant or action property TLC reported; "temporal properties" for liveness
     trace: list[TraceState] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)  # TLC's other error messages, verbatim
+    lasso: str = ""  # liveness counterexamples: "Stuttering" or "Back to state N"
 
     def trace_json(self, spec: str, config: str) -> dict[str, object]:
         return {
@@ -95,6 +99,7 @@ class TLCResult:
             "config": config,
             "outcome": self.outcome.value,
             "violated": self.violated,
+            "lasso": self.lasso,
             "states": [
                 {
                     "number": s.number,
@@ -190,6 +195,7 @@ def parse_output(lines: Iterator[str], on_progress: Callable[[str], None] | None
     errors: list[_Message] = []
     sany: list[str] = []
     in_sany = False
+    lasso = ""
     for msg in _messages(lines):
         if msg.code == MSG_SANY_START:
             in_sany = True
@@ -199,6 +205,10 @@ def parse_output(lines: Iterator[str], on_progress: Callable[[str], None] | None
             sany.extend(msg.lines)
         elif msg.code == MSG_STATE:
             trace.append(parse_state(msg.text))
+        elif msg.code == MSG_STUTTERING or msg.code == MSG_BACK_TO_STATE or msg.text.startswith("Back to state"):
+            lasso = msg.text.split(":", 1)[-1].strip() if msg.code == MSG_STUTTERING else msg.text.strip()
+        elif msg.code in MSG_BEHAVIOR_HEADER:
+            pass
         elif msg.code == MSG_PROGRESS:
             if on_progress is not None:
                 on_progress(msg.text)
@@ -220,8 +230,6 @@ def parse_output(lines: Iterator[str], on_progress: Callable[[str], None] | None
                 outcome, violated = Outcome.VIOLATION, "temporal properties"
             elif msg.text.startswith("Deadlock reached"):
                 outcome = Outcome.DEADLOCK
-            elif msg.text.startswith("The behavior up to this point is"):
-                pass
             else:
                 errors.append(msg)
         elif msg.code == 0 and "Error" in msg.text:
@@ -239,7 +247,7 @@ def parse_output(lines: Iterator[str], on_progress: Callable[[str], None] | None
         if any("configuration file" in m.text or m.code in (5001, 2229, 2230, 2222) for m in errors):
             kind = TLCErrorKind.CONFIG
         raise TLCError(kind, errors[0].text.splitlines()[0] if errors else "TLC did not finish", detail)
-    return TLCResult(outcome, stats[1], stats[0], depth, 0.0, violated, trace, [m.text for m in errors])
+    return TLCResult(outcome, stats[1], stats[0], depth, 0.0, violated, trace, [m.text for m in errors], lasso)
 
 
 def run_tlc(

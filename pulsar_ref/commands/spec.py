@@ -50,6 +50,8 @@ def render_trace(result: TLCResult) -> str:
             if var != "lastAction" and previous.get(var) != text:
                 lines.append(f"         {var} = {text}")
         previous = state.variables
+    if result.lasso:
+        lines.append(f"  then: {result.lasso}")
     return "\n".join(lines)
 
 

@@ -109,3 +109,17 @@ def test_check_exits_nonzero_when_a_mutation_is_expected_but_not_caught(
     manifest.write_text(entry.format(name="wrong", inv="SingleWriter"))
     assert spec_command.main(["--manifest", str(manifest), "check"], "spec") == 1
     assert "expected a violation of SingleWriter, TLC reported NoLostUpdate" in capsys.readouterr().err
+
+
+def test_liveness_counterexample_is_parsed_with_its_loop(tmp_path: Path) -> None:
+    (tmp_path / "cycle.tla").write_text(
+        "---- MODULE cycle ----\nEXTENDS Naturals\nVARIABLE x\nInit == x = 0\nNext == x' = (x + 1) % 3\n"
+        "Spec == Init /\\ [][Next]_x /\\ WF_x(Next)\nReachesFive == <>(x = 5)\n====\n"
+    )
+    (tmp_path / "cycle.cfg").write_text("SPECIFICATION Spec\nPROPERTY ReachesFive\n")
+    result = run_tlc(tmp_path / "cycle.tla", tmp_path / "cycle.cfg")
+    assert result.outcome is Outcome.VIOLATION
+    assert result.violated == "temporal properties"  # TLC 2.15 does not name the liveness property
+    assert [s.values()["x"] for s in result.trace] == [0, 1, 2]
+    assert [s.action for s in result.trace] == ["Initial predicate", "Next", "Next"]
+    assert "Back to state" in result.lasso
