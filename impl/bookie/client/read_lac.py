@@ -1,0 +1,90 @@
+"""The read-LAC op (../shared/PROTOCOL.md, "Recovery" step 3).
+
+Read entry -1 ("the last entry you store") from every bookie of the last fragment;
+in the recovery variant with the fence flag, so that each answering bookie refuses the
+old writer from then on. The LAC is the maximum LAC piggybacked in the answered
+entries' headers. Done by the per-write-set coverage rule: once every write set has
+fewer than Qa bookies still unknown, the old writer can reach Qa on no write set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from impl.bookie.client.distribution import Answer, lac_coverage_reached
+from impl.bookie.client.failures import LedgerClientError, NotEnoughBookiesError
+from impl.bookie.client.writer import Send
+from impl.bookie.entry_format import BadEntry, decode_entry, master_key
+from impl.bookie.protocol import LAST_ENTRY, ErrorCode, ReadRequest, ReadResponse, Request, Response
+from impl.metadata.ledger import NO_ENTRY, BookieId, LedgerMetadata
+
+
+@dataclass(frozen=True)
+class ReadLacDone:
+    lac: int
+
+
+@dataclass(frozen=True)
+class ReadLacFailed:
+    error: LedgerClientError
+
+
+ReadLacOutput = Send | ReadLacDone | ReadLacFailed
+
+
+class ReadLacOp:
+    def __init__(self, ledger_id: int, metadata: LedgerMetadata, *, fence: bool = True) -> None:
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.fence = fence
+        self.ensemble = metadata.last_ensemble
+        self.answers: dict[int, Answer] = {}
+        self.lac = NO_ENTRY
+        self.finished = False
+
+    def start(self) -> list[Send]:
+        key = master_key(self.metadata.password) if self.fence else None
+        request = ReadRequest(self.ledger_id, LAST_ENTRY, fence=self.fence, master_key=key)
+        return [Send(bookie, request) for bookie in self.ensemble]
+
+    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[ReadLacOutput]:
+        if self.finished or not isinstance(request, ReadRequest) or request.entry_id != LAST_ENTRY:
+            return []
+        if bookie not in self.ensemble:
+            return []
+        index = self.ensemble.index(bookie)
+        if index in self.answers:
+            return []
+        self.answers[index] = self._classify(response)
+        m = self.metadata
+        if lac_coverage_reached(self.answers, m.ensemble_size, m.write_quorum, m.ack_quorum):
+            self.finished = True
+            return [ReadLacDone(self.lac)]
+        if len(self.answers) == len(self.ensemble):
+            self.finished = True
+            unknown = sorted(self.ensemble[i] for i, a in self.answers.items() if not a.is_known)
+            return [
+                ReadLacFailed(
+                    NotEnoughBookiesError(
+                        self.ledger_id,
+                        f"read-LAC could not cover every write set: no usable answer from {unknown}; "
+                        "retry when they are back",
+                    )
+                )
+            ]
+        return []
+
+    def _classify(self, response: Response | None) -> Answer:
+        if not isinstance(response, ReadResponse):
+            return Answer.NONE if response is None else Answer.ERROR
+        answer = Answer.from_code(response.code)
+        if response.code is not ErrorCode.EOK:
+            return answer
+        try:
+            entry = decode_entry(
+                response.body, self.metadata.digest_type, self.metadata.password, self.ledger_id, response.entry_id
+            )
+        except BadEntry:
+            return Answer.ERROR
+        self.lac = max(self.lac, entry.lac)
+        return Answer.OK

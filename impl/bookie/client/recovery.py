@@ -1,0 +1,219 @@
+"""The recovery op: opening a ledger for recovery (../shared/PROTOCOL.md, "Recovery", steps 1-6).
+
+1. CLOSED: nothing to do.                2. StartRecovery: OPEN -> IN_RECOVERY.
+3. Fencing read-LAC over the last fragment (coverage rule), max LAC.
+4. From start = max(LAC, first entry of the last fragment - 1), fenced reads of
+   start+1, start+2, ...: one OK = the entry exists, write it back to its whole write
+   set as a recovery add; Qw-Qa+1 negatives = the end (stop once write-backs finish);
+   neither = fail (retryable). Entry `start` itself is read (not written back) only to
+   learn the ledger length there.
+5. Write-back runs through a recovery-mode LedgerWriter: its ensemble changes stay local.
+6. RecoveryClose IN_RECOVERY -> CLOSED with last entry, length and fragments; if someone
+   else closed the ledger first, adopt their close.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from impl.bookie.client.distribution import Answer, entry_absent, write_set
+from impl.bookie.client.failures import LedgerClientError, MetadataUpdateError, NotEnoughBookiesError
+from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, StartRecovery, UpdateMetadata
+from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
+from impl.bookie.client.writer import AddFailed, ChooseReplacement, LedgerWriter, Send, WriterOutput
+from impl.bookie.entry_format import BadEntry, DecodedEntry, decode_entry, master_key
+from impl.bookie.protocol import LAST_ENTRY, AddRequest, ErrorCode, ReadRequest, ReadResponse, Request, Response
+from impl.metadata.ledger import NO_ENTRY, BookieId, LedgerMetadata, LedgerState
+
+
+@dataclass(frozen=True)
+class RecoveryDone:
+    metadata: LedgerMetadata  # CLOSED
+    adopted: bool  # True: another client closed it (or it was already closed)
+
+
+@dataclass(frozen=True)
+class RecoveryFailed:
+    error: LedgerClientError  # retryable: open for recovery again
+
+
+RecoveryOutput = Send | ChooseReplacement | UpdateMetadata | RecoveryDone | RecoveryFailed
+
+
+class RecoveryPhase(enum.Enum):
+    STARTING = "starting"
+    FENCING = "fencing"
+    READING = "reading"
+    CLOSING = "closing"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class RecoveryOp:
+    def __init__(self, ledger_id: int, metadata: LedgerMetadata) -> None:
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.phase = RecoveryPhase.STARTING
+        self.read_lac: ReadLacOp | None = None
+        self.writer: LedgerWriter | None = None
+        self.reading = NO_ENTRY  # the entry id whose fenced read is outstanding
+        self._answers: dict[int, Answer] = {}
+        self._start = NO_ENTRY
+        self._end_found = False
+        self._key = master_key(metadata.password)
+
+    # ---- inputs ---------------------------------------------------------------------------------
+
+    def start(self) -> list[RecoveryOutput]:
+        if self.metadata.state is LedgerState.CLOSED:
+            return self._done(self.metadata, adopted=True)
+        if self.metadata.state is LedgerState.OPEN:
+            return [UpdateMetadata(StartRecovery(self.ledger_id))]
+        return self._fence()  # already IN_RECOVERY (another recoverer, or a retry): go on
+
+    def on_metadata_result(self, result: MetadataResult) -> list[RecoveryOutput]:
+        current = result.metadata
+        if isinstance(result.change, StartRecovery) and self.phase is RecoveryPhase.STARTING:
+            if current is None:
+                return self._fail(MetadataUpdateError(self.ledger_id, f"could not start recovery: {result.error}"))
+            self.metadata = current
+            if current.state is LedgerState.CLOSED:
+                return self._done(current, adopted=True)
+            return self._fence()
+        if isinstance(result.change, RecoveryClose) and self.phase is RecoveryPhase.CLOSING:
+            if result.applied and current is not None:
+                return self._done(current, adopted=False)
+            if current is not None and current.state is LedgerState.CLOSED:
+                return self._done(current, adopted=True)
+            return self._fail(MetadataUpdateError(self.ledger_id, f"recovery close refused: {result.error or current}"))
+        return []
+
+    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[RecoveryOutput]:
+        if isinstance(request, AddRequest):
+            if self.writer is None or self.phase is not RecoveryPhase.READING:
+                return []
+            return self._from_writer(self.writer.receive(bookie, request, response))
+        if not isinstance(request, ReadRequest):
+            return []
+        if request.entry_id == LAST_ENTRY:
+            if self.phase is not RecoveryPhase.FENCING or self.read_lac is None:
+                return []
+            return self._from_read_lac(self.read_lac.receive(bookie, request, response))
+        if self.phase is not RecoveryPhase.READING or request.entry_id != self.reading:
+            return []
+        return self._read_answer(bookie, request.entry_id, response)
+
+    def on_replacement(self, failed: BookieId, replacement: BookieId) -> list[RecoveryOutput]:
+        if self.writer is None or self.phase is not RecoveryPhase.READING:
+            return []
+        return self._from_writer(self.writer.on_replacement(failed, replacement))
+
+    # ---- steps ----------------------------------------------------------------------------------
+
+    def _fence(self) -> list[RecoveryOutput]:
+        self.phase = RecoveryPhase.FENCING
+        self.read_lac = ReadLacOp(self.ledger_id, self.metadata, fence=True)
+        return [*self.read_lac.start()]
+
+    def _from_read_lac(self, outputs: list[Send | ReadLacDone | ReadLacFailed]) -> list[RecoveryOutput]:
+        for output in outputs:
+            if isinstance(output, ReadLacFailed):
+                return self._fail(output.error)
+            if isinstance(output, ReadLacDone):
+                self.phase = RecoveryPhase.READING
+                # Never start inside the last fragment's predecessor (BookKeeper issue 2615).
+                self._start = max(output.lac, self.metadata.fragments[-1].first_entry_id - 1)
+                if self._start == NO_ENTRY:
+                    self.writer = LedgerWriter(self.ledger_id, self.metadata, recovery=True)
+                    return self._read(0)
+                return self._read(self._start)  # the anchor: its header gives the length at start
+        return []
+
+    def _read(self, entry_id: int) -> list[RecoveryOutput]:
+        self.reading = entry_id
+        self._answers = {}
+        m = self.metadata
+        ensemble = m.ensemble_for(entry_id)
+        request = ReadRequest(self.ledger_id, entry_id, fence=True, master_key=self._key)
+        return [Send(ensemble[i], request) for i in write_set(entry_id, m.ensemble_size, m.write_quorum)]
+
+    def _read_answer(self, bookie: BookieId, entry_id: int, response: Response | None) -> list[RecoveryOutput]:
+        m = self.metadata
+        ensemble = m.ensemble_for(entry_id)
+        members = write_set(entry_id, m.ensemble_size, m.write_quorum)
+        positions = [i for i in members if ensemble[i] == bookie and i not in self._answers]
+        if not positions:
+            return []
+        answer, entry = self._classify(entry_id, response)
+        self._answers[positions[0]] = answer
+        if entry is not None:
+            return self._entry_exists(entry)
+        if entry_id != self._start and entry_absent(
+            self._answers, entry_id, m.ensemble_size, m.write_quorum, m.ack_quorum
+        ):
+            self._end_found = True
+            self.reading = NO_ENTRY
+            return self._maybe_close()
+        if len(self._answers) == len(members):
+            return self._fail(
+                NotEnoughBookiesError(
+                    self.ledger_id,
+                    f"recovery read of entry {entry_id} got neither a copy nor {m.write_quorum - m.ack_quorum + 1} "
+                    f"negative answers ({ {ensemble[i]: a.value for i, a in self._answers.items()} }); retry recovery",
+                )
+            )
+        return []
+
+    def _classify(self, entry_id: int, response: Response | None) -> tuple[Answer, DecodedEntry | None]:
+        if not isinstance(response, ReadResponse):
+            return (Answer.NONE if response is None else Answer.ERROR), None
+        if response.code is not ErrorCode.EOK:
+            return Answer.from_code(response.code), None
+        try:
+            entry = decode_entry(
+                response.body, self.metadata.digest_type, self.metadata.password, self.ledger_id, entry_id
+            )
+        except BadEntry:
+            return Answer.ERROR, None
+        return Answer.OK, entry
+
+    def _entry_exists(self, entry: DecodedEntry) -> list[RecoveryOutput]:
+        if entry.entry_id == self._start and self.writer is None:
+            self.writer = LedgerWriter(
+                self.ledger_id, self.metadata, last_add_confirmed=self._start, length=entry.length, recovery=True
+            )
+            return self._read(self._start + 1)
+        assert self.writer is not None and self.writer.last_add_pushed + 1 == entry.entry_id
+        outputs = self._from_writer(self.writer.add(entry.payload))
+        if self.phase is RecoveryPhase.READING:
+            outputs += self._read(entry.entry_id + 1)
+        return outputs
+
+    def _from_writer(self, outputs: list[WriterOutput]) -> list[RecoveryOutput]:
+        passed: list[RecoveryOutput] = []
+        for output in outputs:
+            if isinstance(output, AddFailed):
+                return self._fail(
+                    NotEnoughBookiesError(self.ledger_id, f"recovery write-back failed: {output.error}; retry recovery")
+                )
+            if isinstance(output, Send | ChooseReplacement):
+                passed.append(output)
+        return passed + self._maybe_close()
+
+    def _maybe_close(self) -> list[RecoveryOutput]:
+        writer = self.writer
+        if not self._end_found or writer is None or writer.pending_entry_ids or self.phase is not RecoveryPhase.READING:
+            return []
+        self.phase = RecoveryPhase.CLOSING
+        fragments = writer.metadata.fragments
+        return [UpdateMetadata(RecoveryClose(self.ledger_id, writer.last_add_confirmed, writer.length, fragments))]
+
+    def _done(self, metadata: LedgerMetadata, *, adopted: bool) -> list[RecoveryOutput]:
+        self.phase = RecoveryPhase.DONE
+        self.metadata = metadata
+        return [RecoveryDone(metadata, adopted)]
+
+    def _fail(self, error: LedgerClientError) -> list[RecoveryOutput]:
+        self.phase = RecoveryPhase.FAILED
+        return [RecoveryFailed(error)]

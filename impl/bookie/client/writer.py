@@ -1,0 +1,339 @@
+"""The ledger writer core (../shared/PROTOCOL.md, "Add path").
+
+`entry_id = ++last_add_pushed`; each entry goes to its write set with the writer's
+current LAC piggybacked; it completes once Qa bookies of its write set acknowledged
+it; completions are delivered strictly in entry order and LAC is the highest id such
+that it and every earlier entry completed. EFENCED or EUA from any bookie stops the
+writer for good; any other failure (error code, or no answer) replaces that bookie by
+an ensemble change at LAC+1 and re-sends the unacknowledged adds to the replacement.
+
+Pure: `add`, `receive`, `on_replacement`, `on_metadata_result` and `close` return the
+outputs the shell must perform. In recovery mode (used by the recovery op for
+write-back) adds carry the recovery flag and ensemble changes stay local until the
+recovery close.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+from impl.bookie.client.distribution import write_set
+from impl.bookie.client.failures import (
+    LedgerClientError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataUpdateError,
+)
+from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, UpdateMetadata, WriterClose
+from impl.bookie.entry_format import encode_entry, master_key
+from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, Request, Response
+from impl.metadata.ledger import NO_ENTRY, BookieId, Fragment, LedgerMetadata, LedgerState
+
+
+@dataclass(frozen=True)
+class Send:
+    """Output: send `request` to `bookie`; feed the answer (or None for no answer) to `receive`."""
+
+    bookie: BookieId
+    request: Request
+
+
+@dataclass(frozen=True)
+class ChooseReplacement:
+    """Output: pick a writable bookie not in `exclude` and call `on_replacement(failed, it)`."""
+
+    failed: BookieId
+    exclude: tuple[BookieId, ...]
+
+
+@dataclass(frozen=True)
+class AddCompleted:
+    entry_id: int
+
+
+@dataclass(frozen=True)
+class AddFailed:
+    entry_id: int | None  # None: the add was refused before it got an id
+    error: LedgerClientError
+
+
+@dataclass(frozen=True)
+class WriterClosed:
+    metadata: LedgerMetadata | None  # None: closed locally only (the writer had already failed)
+
+
+@dataclass(frozen=True)
+class CloseFailed:
+    error: LedgerClientError
+
+
+WriterOutput = Send | ChooseReplacement | UpdateMetadata | AddCompleted | AddFailed | WriterClosed | CloseFailed
+
+
+class WriterState(enum.Enum):
+    WRITING = "writing"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    FAILED = "failed"  # fenced, unauthorised, or the ledger turned out closed / in recovery
+
+
+@dataclass
+class _PendingAdd:
+    entry_id: int
+    length: int  # ledger length up to and including this entry
+    body: bytes  # encoded once, re-sent verbatim to replacements
+    acked: set[int] = field(default_factory=set)  # indices (in the entry's ensemble) that acknowledged
+    sent: bool = False
+
+
+def replace_bookie(
+    metadata: LedgerMetadata, first_entry_id: int, failed: BookieId, replacement: BookieId
+) -> LedgerMetadata:
+    """Local ensemble change (recovery write-back): the last ensemble with `failed` swapped, from first_entry_id on."""
+    ensemble = tuple(replacement if b == failed else b for b in metadata.last_ensemble)
+    kept = tuple(f for f in metadata.fragments if f.first_entry_id < first_entry_id)
+    return replace(metadata, fragments=kept + (Fragment(first_entry_id, ensemble),))
+
+
+class LedgerWriter:
+    def __init__(
+        self,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        *,
+        last_add_confirmed: int = NO_ENTRY,
+        length: int = 0,
+        recovery: bool = False,
+    ) -> None:
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.recovery = recovery
+        self.state = WriterState.WRITING
+        self.last_add_pushed = last_add_confirmed
+        self.last_add_confirmed = last_add_confirmed
+        self.length = length  # length at LAC
+        self._pushed_length = length
+        self._master_key = master_key(metadata.password)
+        self._pending: dict[int, _PendingAdd] = {}
+        self._failed_bookies: list[BookieId] = []  # waiting for an ensemble change, oldest first
+        self._changing: tuple[BookieId, BookieId | None] | None = None  # (failed, replacement) in flight
+        self._failure: LedgerClientError | None = None
+
+    @property
+    def pending_entry_ids(self) -> list[int]:
+        return sorted(self._pending)
+
+    @property
+    def changing_ensemble(self) -> bool:
+        return self._changing is not None
+
+    # ---- inputs ---------------------------------------------------------------------------------
+
+    def add(self, payload: bytes) -> list[WriterOutput]:
+        if self.state is not WriterState.WRITING:
+            return [AddFailed(None, self._refusal())]
+        self.last_add_pushed += 1
+        entry_id = self.last_add_pushed
+        self._pushed_length += len(payload)
+        body = encode_entry(
+            self.ledger_id,
+            entry_id,
+            self.last_add_confirmed,
+            self._pushed_length,
+            payload,
+            self.metadata.digest_type,
+            self.metadata.password,
+        )
+        pending = _PendingAdd(entry_id, self._pushed_length, body)
+        self._pending[entry_id] = pending
+        if self._changing is not None:
+            return []  # held until the ensemble change settles
+        return self._send_all(pending)
+
+    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[WriterOutput]:
+        """A bookie's answer to one of our AddRequests; None means no answer (timeout)."""
+        if not isinstance(request, AddRequest) or self.state is not WriterState.WRITING:
+            return []
+        if response is not None and not isinstance(response, AddResponse):
+            return []
+        pending = self._pending.get(request.entry_id)
+        if pending is None:
+            return []  # already delivered or failed
+        positions = self._positions(pending.entry_id, bookie)
+        if not positions:
+            return []  # a stale answer from a bookie that has since been replaced
+        code = response.code if response is not None else None
+        if code is ErrorCode.EOK:
+            pending.acked.update(positions)
+            return self._deliver_completed()
+        if code in (ErrorCode.EFENCED, ErrorCode.EUA):
+            why = (
+                "fenced by a recovery (another client opened it)"
+                if code is ErrorCode.EFENCED
+                else ("a bookie refused the master key (EUA: wrong password)")
+            )
+            return self._fail(LedgerFencedError(self.ledger_id, f"{why}, reported by bookie {bookie}; stop writing"))
+        return self._bookie_failed(bookie)
+
+    def on_replacement(self, failed: BookieId, replacement: BookieId) -> list[WriterOutput]:
+        """The shell's answer to ChooseReplacement."""
+        if self._changing is None or self._changing[0] != failed or self.state is not WriterState.WRITING:
+            return []
+        if replacement in self.metadata.last_ensemble:
+            raise ValueError(f"replacement {replacement} is already in the ensemble {self.metadata.last_ensemble}")
+        self._changing = (failed, replacement)
+        first_entry_id = self.last_add_confirmed + 1
+        if self.recovery:
+            return self._ensemble_changed(replace_bookie(self.metadata, first_entry_id, failed, replacement))
+        return [UpdateMetadata(EnsembleChange(self.ledger_id, first_entry_id, failed, replacement))]
+
+    def on_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
+        change = result.change
+        if isinstance(change, EnsembleChange):
+            if self._changing is None or self.state is not WriterState.WRITING:
+                return []
+            if result.applied and result.metadata is not None:
+                return self._ensemble_changed(result.metadata)
+            current = result.metadata
+            if current is None:
+                return self._fail(
+                    MetadataUpdateError(self.ledger_id, f"ensemble change failed in the metadata store: {result.error}")
+                )
+            if current.state is LedgerState.CLOSED:
+                return self._fail(
+                    LedgerClosedError(self.ledger_id, "closed by another client during an ensemble change")
+                )
+            if current.state is LedgerState.IN_RECOVERY:
+                return self._fail(
+                    LedgerFencedError(
+                        self.ledger_id, "fenced: another client started recovery during an ensemble change"
+                    )
+                )
+            # Still OPEN: the failed bookie was no longer in place; take the stored ensemble and go on.
+            return self._ensemble_changed(current)
+        if isinstance(change, WriterClose) and self.state is WriterState.CLOSING:
+            if result.applied and result.metadata is not None:
+                self.state = WriterState.CLOSED
+                self.metadata = result.metadata
+                return [WriterClosed(result.metadata)]
+            self.state = WriterState.FAILED
+            reason = result.error or (
+                f"already closed with last entry {result.metadata.last_entry_id}, length {result.metadata.length}"
+                if result.metadata is not None
+                else "the metadata store refused the write"
+            )
+            error = MetadataUpdateError(
+                self.ledger_id,
+                f"writer close with last entry {change.last_entry_id} refused (metadata version error): {reason}",
+            )
+            self._failure = error
+            return [CloseFailed(error)]
+        return []
+
+    def close(self) -> list[WriterOutput]:
+        """Fail still-pending adds as closed and write CLOSED with LAC and length."""
+        if self.state is WriterState.FAILED:
+            self.state = WriterState.CLOSED
+            return [WriterClosed(None)]
+        if self.state is not WriterState.WRITING:
+            return []
+        self.state = WriterState.CLOSING
+        outputs: list[WriterOutput] = self._fail_pending(
+            LedgerClosedError(self.ledger_id, "closed while the add was pending")
+        )
+        self._changing = None
+        self._failed_bookies.clear()
+        outputs.append(UpdateMetadata(WriterClose(self.ledger_id, self.last_add_confirmed, self.length)))
+        return outputs
+
+    # ---- internals ------------------------------------------------------------------------------
+
+    def _refusal(self) -> LedgerClientError:
+        if self._failure is not None:
+            return self._failure
+        return LedgerClosedError(self.ledger_id, f"the writer is {self.state.value}; open a new ledger to write")
+
+    def _positions(self, entry_id: int, bookie: BookieId) -> list[int]:
+        ensemble = self.metadata.ensemble_for(entry_id)
+        return [
+            i
+            for i in write_set(entry_id, self.metadata.ensemble_size, self.metadata.write_quorum)
+            if ensemble[i] == bookie
+        ]
+
+    def _request(self, pending: _PendingAdd) -> AddRequest:
+        return AddRequest(self.ledger_id, pending.entry_id, self._master_key, pending.body, recovery=self.recovery)
+
+    def _send_all(self, pending: _PendingAdd) -> list[WriterOutput]:
+        pending.sent = True
+        ensemble = self.metadata.ensemble_for(pending.entry_id)
+        request = self._request(pending)
+        return [
+            Send(ensemble[i], request)
+            for i in write_set(pending.entry_id, self.metadata.ensemble_size, self.metadata.write_quorum)
+        ]
+
+    def _deliver_completed(self) -> list[WriterOutput]:
+        outputs: list[WriterOutput] = []
+        while (nxt := self._pending.get(self.last_add_confirmed + 1)) is not None and len(
+            nxt.acked
+        ) >= self.metadata.ack_quorum:
+            del self._pending[nxt.entry_id]
+            self.last_add_confirmed = nxt.entry_id
+            self.length = nxt.length
+            outputs.append(AddCompleted(nxt.entry_id))
+        return outputs
+
+    def _bookie_failed(self, bookie: BookieId) -> list[WriterOutput]:
+        if bookie not in self.metadata.last_ensemble or bookie in self._failed_bookies:
+            return []
+        if self._changing is not None and self._changing[0] == bookie:
+            return []
+        self._failed_bookies.append(bookie)
+        if self._changing is not None:
+            return []
+        return self._next_change()
+
+    def _next_change(self) -> list[WriterOutput]:
+        while self._failed_bookies:
+            failed = self._failed_bookies.pop(0)
+            if failed in self.metadata.last_ensemble:
+                self._changing = (failed, None)
+                return [ChooseReplacement(failed, self.metadata.last_ensemble)]
+        return []
+
+    def _ensemble_changed(self, new: LedgerMetadata) -> list[WriterOutput]:
+        old = self.metadata
+        self.metadata = new
+        self._changing = None
+        outputs: list[WriterOutput] = []
+        for entry_id in sorted(self._pending):
+            pending = self._pending[entry_id]
+            if not pending.sent:
+                continue
+            before, after = old.ensemble_for(entry_id), new.ensemble_for(entry_id)
+            for i in write_set(entry_id, new.ensemble_size, new.write_quorum):
+                if before[i] != after[i]:
+                    pending.acked.discard(i)  # the old bookie's copy is outside the new fragment
+                    outputs.append(Send(after[i], self._request(pending)))
+        outputs += self._deliver_completed()
+        change = self._next_change()
+        if change:
+            return outputs + change
+        for entry_id in sorted(self._pending):
+            if not self._pending[entry_id].sent:
+                outputs += self._send_all(self._pending[entry_id])
+        return outputs
+
+    def _fail_pending(self, error: LedgerClientError) -> list[WriterOutput]:
+        outputs: list[WriterOutput] = [AddFailed(entry_id, error) for entry_id in sorted(self._pending)]
+        self._pending.clear()
+        return outputs
+
+    def _fail(self, error: LedgerClientError) -> list[WriterOutput]:
+        self.state = WriterState.FAILED
+        self._failure = error
+        self._changing = None
+        self._failed_bookies.clear()
+        return self._fail_pending(error)
