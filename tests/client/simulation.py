@@ -1,0 +1,163 @@
+"""A deterministic simulated cluster for driving the client cores in-process.
+
+Until H7's pure bookie core (impl/bookie/core.py) lands, `SimBookie` stands in for it:
+a few lines following ../shared/PROTOCOL.md's "Bookie" section (key check, fence flag,
+recovery adds, read of -1). `SimLedgerStore` applies the named metadata transitions
+with PROTOCOL.md's preconditions, standing in for impl.metadata.transitions/ledger_store.
+The network delivers in-flight requests in an order drawn from a seeded random.Random,
+so every run is reproducible; a "silent" bookie never answers (the driver feeds the
+core a None = timeout), a "drop-adds" bookie times out every add but serves reads.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from impl.bookie.client.ledger_update import (
+    EnsembleChange,
+    LedgerChange,
+    MetadataResult,
+    RecoveryClose,
+    StartRecovery,
+    UpdateMetadata,
+    WriterClose,
+)
+from impl.bookie.client.writer import ChooseReplacement, Send
+from impl.bookie.entry_format import read_header
+from impl.bookie.protocol import (
+    LAST_ENTRY,
+    AddRequest,
+    AddResponse,
+    ErrorCode,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    Response,
+)
+from impl.metadata.ledger import Fragment, LedgerMetadata, LedgerState
+
+
+@dataclass
+class _Ledger:
+    master_key: bytes
+    fenced: bool = False
+    entries: dict[int, bytes] = field(default_factory=dict)
+    lac: int = -1
+
+
+class SimBookie:
+    def __init__(self) -> None:
+        self.ledgers: dict[int, _Ledger] = {}
+
+    def handle(self, request: Request) -> Response:
+        if isinstance(request, AddRequest):
+            ledger = self.ledgers.setdefault(request.ledger_id, _Ledger(request.master_key))
+            if ledger.master_key != request.master_key:
+                return AddResponse(request.ledger_id, request.entry_id, ErrorCode.EUA)
+            if ledger.fenced and not request.recovery:
+                return AddResponse(request.ledger_id, request.entry_id, ErrorCode.EFENCED)
+            ledger.entries[request.entry_id] = request.body
+            ledger.lac = max(ledger.lac, read_header(request.body)[2])
+            return AddResponse(request.ledger_id, request.entry_id, ErrorCode.EOK)
+        if isinstance(request, ReadRequest):
+            if request.fence:
+                assert request.master_key is not None
+                ledger = self.ledgers.setdefault(request.ledger_id, _Ledger(request.master_key))
+                if ledger.master_key != request.master_key:
+                    return ReadResponse(request.ledger_id, request.entry_id, ErrorCode.EUA)
+                ledger.fenced = True
+            found = self.ledgers.get(request.ledger_id)
+            if found is None:
+                return ReadResponse(request.ledger_id, request.entry_id, ErrorCode.ENOLEDGER)
+            entry_id = max(found.entries, default=-1) if request.entry_id == LAST_ENTRY else request.entry_id
+            if entry_id not in found.entries:
+                return ReadResponse(request.ledger_id, request.entry_id, ErrorCode.ENOENTRY)
+            return ReadResponse(request.ledger_id, entry_id, ErrorCode.EOK, found.entries[entry_id])
+        raise TypeError(f"SimBookie does not serve {type(request).__name__}")
+
+
+class SimLedgerStore:
+    """One ledger's metadata, changed only through the named transitions (conditional, atomic)."""
+
+    def __init__(self, metadata: LedgerMetadata) -> None:
+        self.metadata = metadata
+        self.version = 0
+
+    def apply(self, change: LedgerChange) -> MetadataResult:
+        m = self.metadata
+        new: LedgerMetadata | None = None
+        if isinstance(change, StartRecovery) and m.state is LedgerState.OPEN:
+            new = replace(m, state=LedgerState.IN_RECOVERY)
+        elif isinstance(change, EnsembleChange) and m.state is LedgerState.OPEN and change.failed in m.last_ensemble:
+            ensemble = tuple(change.replacement if b == change.failed else b for b in m.last_ensemble)
+            kept = tuple(f for f in m.fragments if f.first_entry_id < change.first_entry_id)
+            new = replace(m, fragments=kept + (Fragment(change.first_entry_id, ensemble),))
+        elif isinstance(change, WriterClose):
+            if m.state is not LedgerState.CLOSED:
+                new = replace(m, state=LedgerState.CLOSED, last_entry_id=change.last_entry_id, length=change.length)
+            elif (m.last_entry_id, m.length) == (change.last_entry_id, change.length):
+                return MetadataResult(change, True, m)
+        elif isinstance(change, RecoveryClose) and m.state is LedgerState.IN_RECOVERY:
+            new = replace(
+                m,
+                state=LedgerState.CLOSED,
+                last_entry_id=change.last_entry_id,
+                length=change.length,
+                fragments=change.fragments,
+            )
+        if new is None:
+            return MetadataResult(change, False, m, f"precondition failed: ledger is {m.state.value}")
+        self.metadata = new
+        self.version += 1
+        return MetadataResult(change, True, new)
+
+
+class SimCluster:
+    def __init__(
+        self, bookies: list[str], metadata: LedgerMetadata, *, spares: tuple[str, ...] = (), seed: int = 0
+    ) -> None:
+        self.bookies = {b: SimBookie() for b in [*bookies, *spares]}
+        self.spares = list(spares)
+        self.store = SimLedgerStore(metadata)
+        self.random = random.Random(seed)
+        self.inflight: list[tuple[Any, str, Request]] = []
+        self.silent: set[str] = set()
+        self.drop_adds: set[str] = set()
+        self.events: dict[int, list[Any]] = {}
+
+    def perform(self, client: Any, outputs: list[Any]) -> None:
+        """Carry out a core's outputs; keep the others (completions, results) as its events."""
+        for output in outputs:
+            if isinstance(output, Send):
+                self.inflight.append((client, output.bookie, output.request))
+            elif isinstance(output, ChooseReplacement):
+                choice = next(b for b in self.spares if b not in output.exclude)
+                self.spares.remove(choice)
+                self.perform(client, client.on_replacement(output.failed, choice))
+            elif isinstance(output, UpdateMetadata):
+                self.perform(client, client.on_metadata_result(self.store.apply(output.change)))
+            else:
+                self.events.setdefault(id(client), []).append(output)
+
+    def step(self) -> bool:
+        if not self.inflight:
+            return False
+        client, bookie, request = self.inflight.pop(self.random.randrange(len(self.inflight)))
+        response: Response | None
+        if bookie in self.silent or (bookie in self.drop_adds and isinstance(request, AddRequest)):
+            response = None  # the shell's timeout fires
+        else:
+            response = self.bookies[bookie].handle(request)
+        self.perform(client, client.receive(bookie, request, response))
+        return True
+
+    def run(self, max_steps: int = 100_000) -> None:
+        for _ in range(max_steps):
+            if not self.step():
+                return
+        raise AssertionError("the simulation did not quiesce")
+
+    def events_of(self, client: Any) -> list[Any]:
+        return self.events.get(id(client), [])

@@ -1,0 +1,205 @@
+"""The ledger writer core, driven with hand-written (recorded) bookie answers."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from impl.bookie.client.failures import LedgerClosedError, LedgerFencedError, MetadataUpdateError
+from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, UpdateMetadata, WriterClose
+from impl.bookie.client.writer import (
+    AddCompleted,
+    AddFailed,
+    ChooseReplacement,
+    CloseFailed,
+    LedgerWriter,
+    Send,
+    WriterClosed,
+    WriterOutput,
+)
+from impl.bookie.entry_format import decode_entry, master_key
+from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode
+from impl.metadata.ledger import DigestType, Fragment, LedgerMetadata, LedgerState
+
+from .simulation import SimLedgerStore
+
+LEDGER = 7
+BOOKIES = ("b0:1", "b1:1", "b2:1")
+
+
+def metadata(e: int = 3, qw: int = 3, qa: int = 2, digest: DigestType = DigestType.CRC32C) -> LedgerMetadata:
+    return LedgerMetadata(e, qw, qa, (Fragment(0, BOOKIES[:e]),), digest_type=digest, password=b"pw")
+
+
+def sends(outputs: list[WriterOutput]) -> list[Send]:
+    return [o for o in outputs if isinstance(o, Send)]
+
+
+def answer(writer: LedgerWriter, send: Send, code: ErrorCode = ErrorCode.EOK) -> list[WriterOutput]:
+    assert isinstance(send.request, AddRequest)
+    return writer.receive(send.bookie, send.request, AddResponse(LEDGER, send.request.entry_id, code))
+
+
+def completed(outputs: list[WriterOutput]) -> list[int]:
+    return [o.entry_id for o in outputs if isinstance(o, AddCompleted)]
+
+
+def test_add_goes_to_its_write_set_with_key_and_piggybacked_lac() -> None:
+    writer = LedgerWriter(LEDGER, metadata(e=3, qw=2, qa=2))
+    out0 = sends(writer.add(b"zero"))
+    assert [s.bookie for s in out0] == ["b0:1", "b1:1"]
+    for s in out0:
+        answer(writer, s)
+    out1 = sends(writer.add(b"one"))
+    assert [s.bookie for s in out1] == ["b1:1", "b2:1"]  # (1 + i) mod 3
+    request = out1[0].request
+    assert isinstance(request, AddRequest) and request.master_key == master_key(b"pw") and not request.recovery
+    entry = decode_entry(request.body, DigestType.CRC32C, b"pw", LEDGER, 1)
+    assert (entry.payload, entry.lac, entry.length) == (b"one", 0, 7)
+
+
+def test_in_order_completion_with_out_of_order_acks() -> None:
+    writer = LedgerWriter(LEDGER, metadata())
+    per_entry = [sends(writer.add(b"x" * i)) for i in range(3)]
+    assert completed(answer(writer, per_entry[2][0]) + answer(writer, per_entry[2][1])) == []
+    assert completed(answer(writer, per_entry[1][2]) + answer(writer, per_entry[1][0])) == []
+    assert writer.last_add_confirmed == -1  # entry 0 is a hole
+    assert completed(answer(writer, per_entry[0][1])) == []  # one ack of Qa=2
+    assert completed(answer(writer, per_entry[0][2])) == [0, 1, 2]
+    assert (writer.last_add_confirmed, writer.length) == (2, 0 + 1 + 2)
+
+
+@given(st.integers(1, 8).flatmap(lambda n: st.permutations([(e, i) for e in range(n) for i in range(3)])))
+def test_lac_never_passes_a_hole(acks: list[tuple[int, int]]) -> None:
+    writer = LedgerWriter(LEDGER, metadata())
+    n = len(acks) // 3
+    per_entry = [sends(writer.add(b"p")) for _ in range(n)]
+    acked: dict[int, int] = {}
+    delivered: list[int] = []
+    for entry_id, i in acks:
+        delivered += completed(answer(writer, per_entry[entry_id][i]))
+        acked[entry_id] = acked.get(entry_id, 0) + 1
+        prefix = -1
+        while acked.get(prefix + 1, 0) >= 2:
+            prefix += 1
+        assert writer.last_add_confirmed == prefix
+        assert delivered == list(range(prefix + 1))
+    assert delivered == list(range(n))
+
+
+@pytest.mark.parametrize(("code", "why"), [(ErrorCode.EFENCED, "fenced"), (ErrorCode.EUA, "master key")])
+def test_fenced_or_unauthorised_stops_the_writer(code: ErrorCode, why: str) -> None:
+    writer = LedgerWriter(LEDGER, metadata())
+    first = sends(writer.add(b"a"))
+    sends(writer.add(b"b"))
+    outputs = answer(writer, first[1], code)
+    failed = [o for o in outputs if isinstance(o, AddFailed)]
+    assert [f.entry_id for f in failed] == [0, 1]
+    assert all(isinstance(f.error, LedgerFencedError) for f in failed)
+    assert f"ledger {LEDGER}" in str(failed[0].error) and why in str(failed[0].error)
+    later = writer.add(b"c")
+    assert len(later) == 1 and isinstance(later[0], AddFailed) and isinstance(later[0].error, LedgerFencedError)
+    assert answer(writer, first[0]) == []  # a late ack changes nothing
+
+
+def changed_ensemble(meta: LedgerMetadata, first: int, failed: str, replacement: str) -> LedgerMetadata:
+    ensemble = tuple(replacement if b == failed else b for b in meta.last_ensemble)
+    return LedgerMetadata(
+        meta.ensemble_size,
+        meta.write_quorum,
+        meta.ack_quorum,
+        (*[f for f in meta.fragments if f.first_entry_id < first], Fragment(first, ensemble)),
+        password=meta.password,
+    )
+
+
+@pytest.mark.parametrize("failure", [ErrorCode.EIO, ErrorCode.EREADONLY, None])
+def test_ensemble_change_resends_unacknowledged_adds_to_the_replacement(failure: ErrorCode | None) -> None:
+    meta = metadata()
+    writer = LedgerWriter(LEDGER, meta)
+    e0 = sends(writer.add(b"a"))
+    answer(writer, e0[0])
+    assert completed(answer(writer, e0[1])) == [0]
+    e1 = sends(writer.add(b"b"))
+    assert [s.bookie for s in e1] == ["b1:1", "b2:1", "b0:1"]  # write set (1, 2, 0)
+    answer(writer, e1[0])  # b1 acks entry 1
+    assert isinstance(e1[1].request, AddRequest)
+    outputs = (
+        writer.receive("b2:1", e1[1].request, None) if failure is None else answer(writer, e1[1], failure)
+    )  # None: the shell's timeout fired
+    assert outputs == [ChooseReplacement("b2:1", BOOKIES)]
+    held = writer.add(b"c")  # adds wait while the ensemble changes
+    assert held == []
+    (request,) = writer.on_replacement("b2:1", "b3:1")
+    assert request == UpdateMetadata(EnsembleChange(LEDGER, 1, "b2:1", "b3:1"))
+    new_meta = changed_ensemble(meta, 1, "b2:1", "b3:1")
+    outputs = writer.on_metadata_result(MetadataResult(request.change, True, new_meta))
+    resent = sends(outputs)
+    # entry 1 re-sent to the replacement only; entry 2 now sent to its whole write set in the new ensemble
+    assert [(s.bookie, s.request.entry_id) for s in resent] == [  # type: ignore[union-attr]
+        ("b3:1", 1),
+        ("b3:1", 2),
+        ("b0:1", 2),
+        ("b1:1", 2),
+    ]
+    assert answer(writer, e1[1]) == []  # the replaced bookie's late ack does not count
+    assert completed(answer(writer, resent[0])) == [1]
+    assert writer.metadata.fragments[-1] == Fragment(1, ("b0:1", "b1:1", "b3:1"))
+
+
+@pytest.mark.parametrize(
+    ("state", "error"), [(LedgerState.CLOSED, LedgerClosedError), (LedgerState.IN_RECOVERY, LedgerFencedError)]
+)
+def test_ensemble_change_finding_the_ledger_closed_or_in_recovery(state: LedgerState, error: type) -> None:
+    meta = metadata()
+    writer = LedgerWriter(LEDGER, meta)
+    e0 = sends(writer.add(b"a"))
+    writer.add(b"b")
+    answer(writer, e0[0], ErrorCode.EIO)
+    (update,) = writer.on_replacement("b0:1", "b3:1")
+    assert isinstance(update, UpdateMetadata)
+    reread = LedgerMetadata(3, 3, 2, meta.fragments, state=state, password=b"pw")
+    outputs = writer.on_metadata_result(MetadataResult(update.change, False, reread, "precondition failed"))
+    assert [(o.entry_id, type(o.error)) for o in outputs if isinstance(o, AddFailed)] == [(0, error), (1, error)]
+    assert isinstance(writer.add(b"c")[0], AddFailed)
+
+
+def test_close_writes_lac_and_length() -> None:
+    store = SimLedgerStore(metadata())
+    writer = LedgerWriter(LEDGER, store.metadata)
+    for payload in (b"abc", b"de"):
+        for s in sends(writer.add(payload)):
+            answer(writer, s)
+    pending = sends(writer.add(b"never acknowledged"))
+    assert pending
+    outputs = writer.close()
+    assert isinstance(outputs[0], AddFailed) and isinstance(outputs[0].error, LedgerClosedError)
+    assert outputs[1] == UpdateMetadata(WriterClose(LEDGER, 1, 5))
+    assert isinstance(outputs[1], UpdateMetadata)
+    closed = writer.on_metadata_result(store.apply(outputs[1].change))
+    assert isinstance(closed[0], WriterClosed) and closed[0].metadata is not None
+    assert (closed[0].metadata.state, closed[0].metadata.last_entry_id, closed[0].metadata.length) == (
+        LedgerState.CLOSED,
+        1,
+        5,
+    )
+
+
+def test_writer_close_over_in_recovery_wins_and_a_conflicting_close_fails() -> None:
+    store = SimLedgerStore(metadata())
+    writer = LedgerWriter(LEDGER, store.metadata)
+    for s in sends(writer.add(b"abc")):
+        answer(writer, s)
+    store.metadata = LedgerMetadata(3, 3, 2, store.metadata.fragments, state=LedgerState.IN_RECOVERY, password=b"pw")
+    (update,) = writer.close()
+    assert isinstance(update, UpdateMetadata)
+    (closed,) = writer.on_metadata_result(store.apply(update.change))
+    assert isinstance(closed, WriterClosed) and store.metadata.last_entry_id == 0
+
+    other = LedgerWriter(LEDGER, metadata())  # a second writer with a different view: LAC -1
+    (conflict,) = other.close()
+    assert isinstance(conflict, UpdateMetadata)
+    (failed,) = other.on_metadata_result(store.apply(conflict.change))
+    assert isinstance(failed, CloseFailed) and isinstance(failed.error, MetadataUpdateError)
+    assert "metadata version error" in str(failed.error)
