@@ -1,0 +1,227 @@
+"""Read-LAC and recovery cores over a simulated cluster (seeded, deterministic interleavings)."""
+
+from __future__ import annotations
+
+import pytest
+
+from impl.bookie.client.failures import LedgerFencedError, NotEnoughBookiesError
+from impl.bookie.client.ledger_update import StartRecovery, UpdateMetadata
+from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
+from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp, RecoveryPhase
+from impl.bookie.client.writer import AddCompleted, AddFailed, LedgerWriter, Send
+from impl.bookie.entry_format import encode_entry, master_key
+from impl.bookie.protocol import AddRequest, ErrorCode, ReadRequest, ReadResponse
+from impl.metadata.ledger import Fragment, LedgerMetadata, LedgerState
+
+from .simulation import SimCluster
+
+LEDGER = 3
+BOOKIES = ["b0:1", "b1:1", "b2:1"]
+SPARES = ("s0:1", "s1:1", "s2:1")
+
+
+def new_cluster(seed: int = 0, e: int = 3, qw: int = 3, qa: int = 2) -> SimCluster:
+    meta = LedgerMetadata(e, qw, qa, (Fragment(0, tuple(BOOKIES[:e])),), password=b"secret")
+    return SimCluster(BOOKIES[:e], meta, spares=SPARES, seed=seed)
+
+
+def write(cluster: SimCluster, writer: LedgerWriter, count: int) -> None:
+    for i in range(count):
+        cluster.perform(writer, writer.add(f"entry-{i}".encode()))
+    cluster.run()
+
+
+def recover(cluster: SimCluster) -> RecoveryOp:
+    op = RecoveryOp(LEDGER, cluster.store.metadata)
+    cluster.perform(op, op.start())
+    return op
+
+
+def outcome(cluster: SimCluster, op: RecoveryOp) -> RecoveryDone:
+    (result,) = [e for e in cluster.events_of(op) if isinstance(e, RecoveryDone | RecoveryFailed)]
+    assert isinstance(result, RecoveryDone), result
+    return result
+
+
+def acknowledged(cluster: SimCluster, writer: LedgerWriter) -> list[int]:
+    return [e.entry_id for e in cluster.events_of(writer) if isinstance(e, AddCompleted)]
+
+
+# ---- read-LAC against recorded answers ------------------------------------------------------------
+
+
+def lac_answer(entry_id: int, lac: int) -> ReadResponse:
+    body = encode_entry(LEDGER, entry_id, lac, 10, b"p", password=b"secret")
+    return ReadResponse(LEDGER, entry_id, ErrorCode.EOK, body)
+
+
+def test_read_lac_fences_every_bookie_and_takes_the_max_lac() -> None:
+    meta = LedgerMetadata(3, 3, 2, (Fragment(0, ("a", "b", "c")),), password=b"secret")
+    op = ReadLacOp(LEDGER, meta)
+    sent = op.start()
+    assert [s.bookie for s in sent] == ["a", "b", "c"]
+    request = sent[0].request
+    assert isinstance(request, ReadRequest) and request.fence and request.master_key == master_key(b"secret")
+    assert op.receive("a", request, lac_answer(5, 3)) == []  # one answer covers no write set of E3/Qw3/Qa2
+    assert op.receive("b", request, lac_answer(6, 4)) == [ReadLacDone(4)]
+    assert op.receive("c", request, lac_answer(9, 8)) == []  # done already
+
+
+def test_read_lac_counts_no_entry_as_an_answer_and_fails_without_coverage() -> None:
+    meta = LedgerMetadata(3, 3, 2, (Fragment(0, ("a", "b", "c")),), password=b"secret")
+    op = ReadLacOp(LEDGER, meta)
+    request = op.start()[0].request
+    assert op.receive("a", request, ReadResponse(LEDGER, -1, ErrorCode.EIO)) == []
+    assert op.receive("b", request, ReadResponse(LEDGER, -1, ErrorCode.ENOENTRY)) == []
+    (failed,) = op.receive("c", request, None)
+    assert isinstance(failed, ReadLacFailed) and isinstance(failed.error, NotEnoughBookiesError)
+    assert "a" in str(failed.error) and "c" in str(failed.error)
+
+    op = ReadLacOp(LEDGER, meta)
+    assert op.receive("a", request, ReadResponse(LEDGER, -1, ErrorCode.ENOLEDGER)) == []
+    assert op.receive("b", request, ReadResponse(LEDGER, -1, ErrorCode.ENOENTRY)) == [ReadLacDone(-1)]
+
+
+def test_read_lac_treats_a_corrupt_entry_as_an_error() -> None:
+    meta = LedgerMetadata(2, 2, 2, (Fragment(0, ("a", "b")),), password=b"secret")
+    op = ReadLacOp(LEDGER, meta)
+    request = op.start()[0].request
+    good = lac_answer(4, 3)
+    corrupt = ReadResponse(LEDGER, 4, ErrorCode.EOK, good.body[:-1] + b"X")
+    assert op.receive("a", request, corrupt) == []
+    assert op.receive("b", request, good) == [ReadLacDone(3)]
+
+
+# ---- recovery over the simulated cluster ------------------------------------------------------------
+
+
+def test_recovery_of_a_closed_ledger_does_nothing() -> None:
+    cluster = new_cluster()
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    write(cluster, writer, 3)
+    cluster.perform(writer, writer.close())
+    op = RecoveryOp(LEDGER, cluster.store.metadata)
+    (done,) = op.start()
+    assert isinstance(done, RecoveryDone) and done.adopted and done.metadata.last_entry_id == 2
+
+
+def test_recovery_fences_the_writer_and_keeps_every_acknowledged_entry() -> None:
+    cluster = new_cluster()
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    write(cluster, writer, 5)
+    op = RecoveryOp(LEDGER, cluster.store.metadata)
+    assert op.start() == [UpdateMetadata(StartRecovery(LEDGER))]
+    cluster.perform(op, op.on_metadata_result(cluster.store.apply(StartRecovery(LEDGER))))
+    cluster.run()
+    done = outcome(cluster, op)
+    assert not done.adopted
+    assert (done.metadata.state, done.metadata.last_entry_id) == (LedgerState.CLOSED, 4)
+    assert done.metadata.length == sum(len(f"entry-{i}") for i in range(5))
+    cluster.perform(writer, writer.add(b"late"))
+    cluster.run()
+    failures = [e for e in cluster.events_of(writer) if isinstance(e, AddFailed)]
+    assert failures and all(isinstance(f.error, LedgerFencedError) for f in failures)
+    assert all(b.ledgers[LEDGER].fenced for b in cluster.bookies.values() if LEDGER in b.ledgers)
+
+
+def test_an_entry_gap_does_not_extend_the_recovered_ledger() -> None:
+    cluster = new_cluster()
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    write(cluster, writer, 4)  # entries 0..3 everywhere
+    stray = encode_entry(LEDGER, 5, 3, 99, b"stray", password=b"secret")
+    cluster.bookies["b1:1"].handle(AddRequest(LEDGER, 5, master_key(b"secret"), stray))  # entry 4 never written
+    op = recover(cluster)
+    cluster.run()
+    assert outcome(cluster, op).metadata.last_entry_id == 3
+
+
+def test_recovery_with_one_bookie_silent() -> None:
+    cluster = new_cluster(seed=3)
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    write(cluster, writer, 6)
+    cluster.silent.add("b2:1")
+    op = recover(cluster)
+    cluster.run()
+    done = outcome(cluster, op)
+    assert done.metadata.last_entry_id == 5
+    # write-back to the silent bookie timed out: a local ensemble change, written only by the close
+    assert "b2:1" not in done.metadata.fragments[-1].ensemble
+    assert cluster.store.version == 2  # StartRecovery and RecoveryClose: no separate ensemble-change write
+
+
+def test_recovery_with_one_bookie_dropping_adds() -> None:
+    cluster = new_cluster(seed=5)
+    cluster.drop_adds.add("b0:1")
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    write(cluster, writer, 6)  # the writer replaces b0 by an ensemble change
+    assert acknowledged(cluster, writer) == list(range(6))
+    assert "b0:1" not in cluster.store.metadata.last_ensemble
+    op = recover(cluster)
+    cluster.run()
+    assert outcome(cluster, op).metadata.last_entry_id == 5
+
+
+def test_recovery_fails_when_an_entry_can_be_neither_found_nor_ruled_out() -> None:
+    cluster = new_cluster()
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    write(cluster, writer, 2)
+    op = recover(cluster)
+    # fence everything, then silence two bookies before the recovery reads are answered
+    while op.phase is RecoveryPhase.FENCING:
+        cluster.step()
+    cluster.silent.update({"b1:1", "b2:1"})
+    cluster.run()
+    (failed,) = [e for e in cluster.events_of(op) if isinstance(e, RecoveryFailed)]
+    assert isinstance(failed.error, NotEnoughBookiesError) and "retry" in str(failed.error)
+    assert cluster.store.metadata.state is LedgerState.IN_RECOVERY  # a retry can pick it up
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_concurrent_recoveries_during_writing_agree_and_keep_the_writers_lac(seed: int) -> None:
+    cluster = new_cluster(seed=seed)
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    write(cluster, writer, 3)
+    for i in range(12):  # keep adds in flight while recoveries start
+        cluster.perform(writer, writer.add(f"more-{i}".encode()))
+        for _ in range(cluster.random.randrange(4)):
+            cluster.step()
+    ops = []
+    for _ in range(4):
+        ops.append(recover(cluster))
+        for _ in range(cluster.random.randrange(6)):
+            cluster.step()
+    cluster.run()
+    ends = {outcome(cluster, op).metadata.last_entry_id for op in ops}
+    assert len(ends) == 1, ends
+    (end,) = ends
+    assert cluster.store.metadata.last_entry_id == end
+    confirmed = acknowledged(cluster, writer)
+    assert confirmed == list(range(len(confirmed)))
+    assert end >= writer.last_add_confirmed  # recovery never ends below the writer's LAC
+    assert all(entry_id <= end for entry_id in confirmed)
+
+
+def test_recovery_sends_only_fenced_reads_and_recovery_adds() -> None:
+    cluster = new_cluster()
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    write(cluster, writer, 2)
+    op = RecoveryOp(LEDGER, cluster.store.metadata)
+    op.start()
+    outputs = op.on_metadata_result(cluster.store.apply(StartRecovery(LEDGER)))
+    seen: list[Send] = []
+    pending = [o for o in outputs if isinstance(o, Send)]
+    while pending:
+        send = pending.pop(0)
+        seen.append(send)
+        response = cluster.bookies[send.bookie].handle(send.request)
+        more = op.receive(send.bookie, send.request, response)
+        pending += [o for o in more if isinstance(o, Send)]
+        for o in more:
+            if isinstance(o, UpdateMetadata):
+                op.on_metadata_result(cluster.store.apply(o.change))
+    assert seen and all(
+        (isinstance(s.request, ReadRequest) and s.request.fence)
+        or (isinstance(s.request, AddRequest) and s.request.recovery)
+        for s in seen
+    )
+    assert op.phase is RecoveryPhase.DONE and cluster.store.metadata.last_entry_id == 1
