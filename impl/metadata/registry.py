@@ -1,0 +1,183 @@
+"""The bookie registry: ephemeral nodes under /ledgers/available (BookKeeper's layout).
+
+A writable bookie holds /ledgers/available/<bookie-id>, a read-only one
+/ledgers/available/readonly/<bookie-id>; both are ephemeral, so a bookie whose
+session closes or expires drops out of the cluster by itself. The node's data is a
+small JSON object: {"bookie_id": ..., "readonly": ..., "rack": ...}.
+
+Membership watches turn ZooKeeper's one-shot child watches into a stream: the
+callback is told of the current (writable, read-only) sets at once and again every
+time either set changes; the watches are re-armed on every firing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from impl.metadata import layout
+from impl.metadata.ledger import BookieId
+from impl.metadata.store import (
+    Create,
+    Delete,
+    MetadataError,
+    MetadataStore,
+    MultiFailed,
+    NodeExists,
+    NoNode,
+    WatchedEvent,
+)
+
+
+class BookieAlreadyRegistered(MetadataError):
+    """Another live session holds this bookie id's registration node."""
+
+    code = "BookieException.MetadataStoreException"
+
+
+class BookieNotRegistered(MetadataError):
+    code = "BookieException.MetadataStoreException"
+
+
+@dataclass(frozen=True)
+class BookieInfo:
+    bookie_id: BookieId
+    readonly: bool
+    rack: str | None
+
+
+@dataclass(frozen=True)
+class Membership:
+    writable: frozenset[BookieId]
+    readonly: frozenset[BookieId]
+
+
+MembershipCallback = Callable[[Membership], None]
+
+
+class MembershipWatch:
+    """A live membership subscription; `cancel()` stops further callbacks."""
+
+    def __init__(self, registry: BookieRegistry, callback: MembershipCallback) -> None:
+        self._registry = registry
+        self._callback = callback
+        self._lock = threading.Lock()
+        self._last: Membership | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def _on_event(self, _event: WatchedEvent) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read both sets, re-arming the child watches, and report a change."""
+        if self.cancelled:
+            return
+        with self._lock:
+            try:
+                membership = self._registry._membership(watch=self._on_event)
+            except MetadataError:
+                # Session gone (closed/expired): the store drops our watches too; nothing left to report.
+                return
+            if membership == self._last or self.cancelled:
+                return
+            self._last = membership
+        self._callback(membership)
+
+
+class BookieRegistry:
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+        self._prepared = False
+
+    def _prepare(self) -> None:
+        if not self._prepared:
+            self.store.ensure_path(layout.READONLY)  # also creates /ledgers/available
+            self._prepared = True
+
+    def register(self, bookie_id: BookieId, readonly: bool = False, rack: str | None = None) -> None:
+        """Announce this bookie with an ephemeral node owned by this store session."""
+        self._prepare()
+        path = layout.bookie_path(bookie_id, readonly)
+        data = json.dumps({"bookie_id": bookie_id, "readonly": readonly, "rack": rack}, sort_keys=True).encode()
+        try:
+            self.store.create(path, data, ephemeral=True)
+        except NodeExists as e:
+            raise BookieAlreadyRegistered(
+                f"bookie {bookie_id} is already registered at {path}; if a previous run of this bookie "
+                "crashed, wait for its session to expire, otherwise give this bookie another id",
+                path,
+            ) from e
+
+    def set_readonly(self, bookie_id: BookieId, readonly: bool) -> None:
+        """Move this bookie's registration between the writable and read-only sets, atomically."""
+        info = self.bookie_info(bookie_id)
+        if info.readonly == readonly:
+            return
+        source = layout.bookie_path(bookie_id, info.readonly)
+        target = layout.bookie_path(bookie_id, readonly)
+        data = json.dumps({"bookie_id": bookie_id, "readonly": readonly, "rack": info.rack}, sort_keys=True).encode()
+        try:
+            self.store.multi([Delete(source), Create(target, data, ephemeral=True)])
+        except MultiFailed as e:
+            raise BookieNotRegistered(
+                f"could not move bookie {bookie_id} from {source} to {target}: {e.cause}; register it again", target
+            ) from e
+
+    def unregister(self, bookie_id: BookieId) -> None:
+        """Remove this bookie's registration (whichever set it is in). Raises BookieNotRegistered."""
+        for readonly in (False, True):
+            try:
+                self.store.delete(layout.bookie_path(bookie_id, readonly))
+                return
+            except NoNode:
+                continue
+        raise BookieNotRegistered(f"bookie {bookie_id} is not registered; nothing to unregister")
+
+    def bookie_info(self, bookie_id: BookieId) -> BookieInfo:
+        for readonly in (False, True):
+            path = layout.bookie_path(bookie_id, readonly)
+            try:
+                data, _ = self.store.get(path)
+            except NoNode:
+                continue
+            rack = _rack_of(data)
+            return BookieInfo(bookie_id, readonly, rack)
+        raise BookieNotRegistered(f"bookie {bookie_id} is not registered (no node under {layout.AVAILABLE})")
+
+    def writable_bookies(self) -> frozenset[BookieId]:
+        return self._membership().writable
+
+    def readonly_bookies(self) -> frozenset[BookieId]:
+        return self._membership().readonly
+
+    def membership(self) -> Membership:
+        return self._membership()
+
+    def watch_membership(self, callback: MembershipCallback) -> MembershipWatch:
+        """Call `callback(Membership)` now and whenever the writable or read-only set changes."""
+        self._prepare()
+        subscription = MembershipWatch(self, callback)
+        subscription.refresh()
+        return subscription
+
+    def _membership(self, watch: Callable[[WatchedEvent], None] | None = None) -> Membership:
+        self._prepare()
+        writable = self.store.children(layout.AVAILABLE, watch)
+        readonly = self.store.children(layout.READONLY, watch)
+        return Membership(
+            writable=frozenset(name for name in writable if name != "readonly"),
+            readonly=frozenset(readonly),
+        )
+
+
+def _rack_of(data: bytes) -> str | None:
+    try:
+        rack = json.loads(data.decode()).get("rack")
+    except (ValueError, AttributeError):
+        return None  # a node written by other tooling: registered, rack unknown
+    return rack if isinstance(rack, str) else None
