@@ -29,3 +29,11 @@ class MetadataUpdateError(LedgerClientError):
 
 class BadEntryError(LedgerClientError):
     """No bookie returned a verifiable copy of an entry (digest, ledger id or entry id mismatch)."""
+
+
+class NoSuchEntryError(LedgerClientError):
+    """Every bookie of the entry's write set says it does not have it (ENOENTRY/ENOLEDGER)."""
+
+
+class PlacementError(Exception):
+    """Not enough writable bookies to place an ensemble; start more bookies or lower the ensemble size."""

@@ -1,0 +1,108 @@
+"""The read-range core: read entries first..last, each from one bookie of its write set.
+
+For each entry, ask the first bookie of its write set; on an error, no answer, a
+negative answer or an entry that fails verification (digest, ledger id, entry id, via
+entry_format.decode_entry), fall back to the next bookie of the write set. Entries are
+delivered together, in order, once all are read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from impl.bookie.client.distribution import write_set
+from impl.bookie.client.failures import BadEntryError, LedgerClientError, NoSuchEntryError, NotEnoughBookiesError
+from impl.bookie.client.writer import Send
+from impl.bookie.entry_format import BadEntry, decode_entry
+from impl.bookie.protocol import ErrorCode, ReadRequest, ReadResponse, Request, Response
+from impl.metadata.ledger import BookieId, LedgerMetadata
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class ReadCompleted:
+    entries: tuple[LedgerEntry, ...]
+
+
+@dataclass(frozen=True)
+class ReadFailed:
+    error: LedgerClientError
+
+
+ReadOutput = Send | ReadCompleted | ReadFailed
+
+
+@dataclass
+class _EntryRead:
+    candidates: tuple[BookieId, ...]  # the write set, in schedule order
+    attempt: int = 0
+    negatives: int = 0
+    corrupt: int = 0
+    entry: LedgerEntry | None = None
+
+
+class ReadOp:
+    def __init__(self, ledger_id: int, metadata: LedgerMetadata, first_entry_id: int, last_entry_id: int) -> None:
+        if not 0 <= first_entry_id <= last_entry_id:
+            raise ValueError(f"bad range {first_entry_id}..{last_entry_id}: need 0 <= first <= last")
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.first_entry_id = first_entry_id
+        self.last_entry_id = last_entry_id
+        self._reads: dict[int, _EntryRead] = {}
+        self.finished = False
+        m = metadata
+        for entry_id in range(first_entry_id, last_entry_id + 1):
+            ensemble = m.ensemble_for(entry_id)
+            members = write_set(entry_id, m.ensemble_size, m.write_quorum)
+            self._reads[entry_id] = _EntryRead(tuple(ensemble[i] for i in members))
+
+    def start(self) -> list[ReadOutput]:
+        return [self._ask(entry_id) for entry_id in self._reads]
+
+    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[ReadOutput]:
+        if self.finished or not isinstance(request, ReadRequest):
+            return []
+        read = self._reads.get(request.entry_id)
+        if read is None or read.entry is not None or read.candidates[read.attempt] != bookie:
+            return []  # not ours, already read, or a late answer from a bookie we gave up on
+        if isinstance(response, ReadResponse) and response.code is ErrorCode.EOK:
+            try:
+                decoded = decode_entry(
+                    response.body, self.metadata.digest_type, self.metadata.password, self.ledger_id, request.entry_id
+                )
+            except BadEntry:
+                read.corrupt += 1
+            else:
+                read.entry = LedgerEntry(self.ledger_id, decoded.entry_id, decoded.payload)
+                if all(r.entry is not None for r in self._reads.values()):
+                    self.finished = True
+                    return [ReadCompleted(tuple(r.entry for r in self._reads.values() if r.entry is not None))]
+                return []
+        elif isinstance(response, ReadResponse) and response.code in (ErrorCode.ENOENTRY, ErrorCode.ENOLEDGER):
+            read.negatives += 1
+        read.attempt += 1
+        if read.attempt < len(read.candidates):
+            return [self._ask(request.entry_id)]
+        self.finished = True
+        return [ReadFailed(self._why(request.entry_id, read))]
+
+    def _ask(self, entry_id: int) -> Send:
+        read = self._reads[entry_id]
+        return Send(read.candidates[read.attempt], ReadRequest(self.ledger_id, entry_id))
+
+    def _why(self, entry_id: int, read: _EntryRead) -> LedgerClientError:
+        where = f"entry {entry_id} from {read.candidates}"
+        if read.negatives == len(read.candidates):
+            return NoSuchEntryError(self.ledger_id, f"no bookie has {where}; read only up to the last confirmed entry")
+        if read.corrupt:
+            return BadEntryError(
+                self.ledger_id, f"{read.corrupt} bookie(s) returned a copy of {where} that failed verification"
+            )
+        return NotEnoughBookiesError(self.ledger_id, f"could not read {where}; retry when bookies are back")
