@@ -1,0 +1,306 @@
+"""History generator: simulates a correct log (so its histories are valid), plus one injector per anomaly.
+
+`generate(...)` runs P concurrent processes against T topics. Each operation has an invoke time, an effect
+instant strictly inside its invoke-to-completion interval, and a completion; effects are applied in time order
+to a true log (ledger rollovers, batch indices), reads snapshot the log at their effect instant (from a start
+position, optionally limited). Appends end ok, fail (no effect) or info (effect or not; the process is then
+replaced by a fresh id; some info invokes are left without completion). Final reads close the run.
+
+`inject(events, anomaly, rng)` adds exactly one defect of the named type and returns the new events and the
+indices of the events it touched, or None if this history offers no place for that defect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import heapq
+import json
+import random
+import sys
+from typing import Any
+
+Event = dict[str, Any]
+Pos = list[int]
+
+
+def generate(
+    seed: int = 0,
+    ops: int = 200,
+    processes: int = 5,
+    topics: int = 2,
+    read_ratio: float = 0.3,
+    fail_ratio: float = 0.05,
+    info_ratio: float = 0.03,
+    rollover: float = 0.05,
+    limit_ratio: float = 0.3,
+    nemesis: bool = True,
+    final: bool = True,
+) -> list[Event]:
+    rng = random.Random(seed)
+    names = [f"persistent://public/default/t{i}" for i in range(topics)]
+    # Per-process timelines: (invoke, effect, completion) triples; nanosecond times made unique by a sequence.
+    planned: list[tuple[int, int, int, int, dict[str, Any]]] = []
+    clock = [rng.randrange(0, 1000) * 1000 for _ in range(processes)]
+    pids = list(range(processes))
+    next_pid = processes
+    seq = 0
+    for n in range(ops):
+        slot = n % processes
+        topic = rng.choice(names)
+        inv = clock[slot] + rng.randrange(1, 500) * 1000
+        eff = inv + rng.randrange(1, 2000) * 1000
+        cmp = eff + rng.randrange(1, 2000) * 1000
+        clock[slot] = cmp
+        r = rng.random()
+        outcome = "fail" if r < fail_ratio else "info" if r < fail_ratio + info_ratio else "ok"
+        f = "read" if rng.random() < read_ratio else "append"
+        spec: dict[str, Any] = {"process": pids[slot], "f": f, "topic": topic, "outcome": outcome, "seq": seq}
+        if f == "append":
+            spec["value"] = f"{pids[slot]}-{n}"
+            spec["effective"] = outcome == "ok" or (outcome == "info" and rng.random() < 0.5)
+        else:
+            spec["limit"] = rng.randrange(1, 8) if rng.random() < limit_ratio else None
+            spec["from_choice"] = rng.random()
+        seq += 1
+        planned.append((inv * 1000 + seq % 1000, eff * 1000 + seq % 1000, cmp * 1000 + seq % 1000, seq, spec))
+        if outcome == "info":
+            pids[slot] = next_pid
+            next_pid += 1
+    # Apply effects in time order to the true log.
+    log: dict[str, list[tuple[Pos, str]]] = {t: [] for t in names}
+    cursor = {t: [rng.randrange(1, 50), -1, 0] for t in names}
+    for _, _, _, _, spec in sorted(planned, key=lambda p: p[1]):
+        entries = log[spec["topic"]]
+        if spec["f"] == "append":
+            if not spec["effective"]:
+                continue
+            c = cursor[spec["topic"]]
+            if c[1] >= 0 and rng.random() < rollover:
+                c[0], c[1], c[2] = c[0] + rng.randrange(1, 5), 0, 0
+            elif c[1] >= 0 and rng.random() < 0.2:
+                c[2] += 1  # same entry, next message of a batch
+            else:
+                c[1], c[2] = c[1] + 1, 0
+            pos = list(c)
+            entries.append((pos, spec["value"]))
+            spec["position"] = pos
+        else:
+            start = None
+            if entries and spec["from_choice"] < 0.5:
+                start = list(entries[int(spec["from_choice"] * 2 * len(entries))][0])
+            spec["from"] = start
+            shown = [e for e in entries if start is None or e[0] >= start]
+            if spec["limit"] is not None:
+                shown = shown[: spec["limit"]]
+            spec["shown"] = [[list(p), v] for p, v in shown]
+    raw: list[tuple[int, int, Event]] = []
+    for inv, _, cmp, seq, spec in planned:
+        base = {"process": spec["process"], "f": spec["f"], "topic": spec["topic"]}
+        invoke = {**base, "type": "invoke"}
+        done: Event | None = {**base, "type": spec["outcome"]}
+        if spec["f"] == "append":
+            invoke["value"] = spec["value"]
+            done["value"] = spec["value"]  # type: ignore[index]
+            if spec["outcome"] == "ok":
+                done["position"] = spec["position"]  # type: ignore[index]
+        else:
+            invoke["from"] = spec["from"]
+            if spec["limit"] is not None:
+                invoke["limit"] = spec["limit"]
+            done["from"] = spec["from"]  # type: ignore[index]
+            if spec["outcome"] == "ok":
+                done["value"] = spec["shown"]  # type: ignore[index]
+        if spec["outcome"] == "info" and rng.random() < 0.3:
+            done = None  # never completed: counts as info
+        raw.append((inv, seq * 2, invoke))
+        if done is not None:
+            raw.append((cmp, seq * 2 + 1, done))
+    end = max(c for _, _, c, _, _ in planned) if planned else 0
+    if nemesis and planned:
+        for k in range(3):
+            t = rng.randrange(0, end + 1)
+            raw.append((t, -1 - k, {"process": "nemesis", "type": "info", "f": "kill-bookie", "value": f"bookie-{k}"}))
+    if final:
+        t = end + 1_000_000
+        for i, topic in enumerate(names):
+            shown = [[list(p), v] for p, v in log[topic]]
+            base = {"process": next_pid + i, "f": "read", "topic": topic, "from": None, "final": True}
+            raw.append((t, 10**12 + 2 * i, {**base, "type": "invoke"}))
+            raw.append((t + 1000, 10**12 + 2 * i + 1, {**base, "type": "ok", "value": shown}))
+            t += 2000
+    raw.sort(key=lambda x: (x[0], x[1]))
+    out = []
+    for i, (t, _, ev) in enumerate(raw):
+        out.append({"index": i, "time": t, **ev})
+    return out
+
+
+def reindex(events: list[Event]) -> list[Event]:
+    for i, ev in enumerate(events):
+        ev["index"] = i
+    return events
+
+
+def _ops(events: list[Event]) -> list[tuple[Event, Event | None]]:
+    """Pair invokes with completions (events are valid)."""
+    pending: dict[Any, Event] = {}
+    pairs: list[tuple[Event, Event | None]] = []
+    where: dict[int, int] = {}
+    for ev in events:
+        if ev["process"] == "nemesis":
+            continue
+        if ev["type"] == "invoke":
+            pending[ev["process"]] = ev
+            where[id(ev)] = len(pairs)
+            pairs.append((ev, None))
+        else:
+            inv = pending.pop(ev["process"])
+            pairs[where[id(inv)]] = (inv, ev)
+    return pairs
+
+
+def _acks(pairs: list[tuple[Event, Event | None]]) -> list[tuple[Event, Event]]:
+    return [(i, c) for i, c in pairs if c is not None and i["f"] == "append" and c["type"] == "ok"]
+
+
+def _ok_reads(pairs: list[tuple[Event, Event | None]]) -> list[tuple[Event, Event]]:
+    return [(i, c) for i, c in pairs if c is not None and i["f"] == "read" and c["type"] == "ok"]
+
+
+def _not_cut(inv: Event, c: Event) -> bool:
+    return inv.get("limit") is None or len(c["value"]) < inv["limit"]
+
+
+def inject(events: list[Event], anomaly: str, rng: random.Random) -> tuple[list[Event], list[int]] | None:
+    events = copy.deepcopy(events)
+    pairs = _ops(events)
+    acks = _acks(pairs)
+    reads = _ok_reads(pairs)
+    acked = {c["value"]: c for _, c in acks}
+    touched: list[Event] = []
+    if anomaly == "duplicate-position":
+        for _, b in acks:
+            same = [a for _, a in acks if a["topic"] == b["topic"] and a["index"] < b["index"]]
+            if same:
+                b["position"] = list(rng.choice(same)["position"])
+                touched.append(b)
+                break
+    elif anomaly in ("duplicate-value", "divergent-read"):
+        for _, r in reads:
+            if len(r["value"]) >= 2:
+                i = rng.randrange(len(r["value"]) - 1)
+                a, b = r["value"][i], r["value"][i + 1]
+                if a[1] in acked and b[1] in acked:
+                    if anomaly == "duplicate-value":
+                        b[1] = a[1]
+                    else:
+                        a[1], b[1] = b[1], a[1]
+                    touched.append(r)
+                    break
+    elif anomaly == "phantom-read":
+        for _, r in reads:
+            if r["value"]:
+                rng.choice(r["value"])[1] = "phantom-value"
+                touched.append(r)
+                break
+    elif anomaly == "failed-write-visible":
+        finals = [(i, c) for i, c in reads if i.get("final") and c["value"]]
+        if finals:
+            inv, r = finals[0]
+            pid = 10**6
+            t = inv["time"] - 1
+            new_inv = {
+                "index": -1,
+                "time": t - 1,
+                "process": pid,
+                "type": "invoke",
+                "f": "append",
+                "topic": inv["topic"],
+                "value": "failed-value",
+            }
+            new_fail = {**new_inv, "time": t, "type": "fail"}
+            at = events.index(inv)
+            events[at:at] = [new_inv, new_fail]
+            last = r["value"][-1][0]
+            r["value"].append([[last[0], last[1], last[2] + 1], "failed-value"])
+            touched += [new_fail, r]
+    elif anomaly == "gap":
+        for _, r in reads:
+            middle = [k for k in range(1, len(r["value"]) - 1) if r["value"][k][1] in acked]
+            if middle:
+                del r["value"][rng.choice(middle)]
+                touched.append(r)
+                break
+    elif anomaly == "lost-write":
+        for inv, r in reads:
+            keep = [k for k, (_, v) in enumerate(r["value"]) if v in acked]
+            if inv.get("final") and keep:
+                del r["value"][keep[-1]]
+                touched.append(r)
+                break
+    elif anomaly == "nonmonotonic-append":
+        last: dict[tuple[Any, str], Event] = {}
+        for _, c in acks:
+            prev = last.get((c["process"], c["topic"]))
+            if prev is not None:
+                prev["position"], c["position"] = c["position"], prev["position"]
+                touched += [prev, c]
+                break
+            last[(c["process"], c["topic"])] = c
+    elif anomaly == "realtime-reorder":
+        for inv, c in acks:
+            if any(a["topic"] == c["topic"] and a["index"] < inv["index"] for _, a in acks):
+                c["position"] = [0, 0, 7]  # ledger 0 is never used by the generator
+                touched.append(c)
+                break
+    elif anomaly in ("stale-read", "nonmonotonic-read"):
+        sources = [c for _, c in acks] if anomaly == "stale-read" else [c for _, c in reads if c["value"]]
+        for inv, r in reads:
+            if not _not_cut(inv, r):
+                continue
+            before = [s for s in sources if s["topic"] == r["topic"] and s["index"] < inv["index"]]
+            reach = [s["position"] if anomaly == "stale-read" else max(p for p, _ in s["value"]) for s in before]
+            if not reach:
+                continue
+            top = max(reach)
+            if inv.get("from") is None or inv["from"] <= top:
+                r["value"] = [e for e in r["value"] if e[0] < top]
+                touched.append(r)
+                break
+    else:
+        raise ValueError(f"unknown anomaly {anomaly!r}")
+    if not touched:
+        return None
+    reindex(events)
+    return events, sorted(ev["index"] for ev in touched)
+
+
+def write_jsonl(events: list[Event], path: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for ev in events:
+            fh.write(json.dumps(ev, separators=(",", ":")) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Write a generated (valid, or with one injected anomaly) history.")
+    p.add_argument("out")
+    p.add_argument("--ops", type=int, default=1000)
+    p.add_argument("--processes", type=int, default=10)
+    p.add_argument("--topics", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--inject", help="one anomaly name of HISTORY.md")
+    a = p.parse_args(argv)
+    events = generate(seed=a.seed, ops=a.ops, processes=a.processes, topics=a.topics)
+    if a.inject:
+        res = inject(events, a.inject, random.Random(a.seed))
+        if res is None:
+            print(f"this history has no place for {a.inject}; try another seed", file=sys.stderr)
+            return 2
+        events = res[0]
+    write_jsonl(events, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

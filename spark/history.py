@@ -1,0 +1,230 @@
+"""Reading and validating run logs (histories) in the format of ../shared/HISTORY.md.
+
+A history is JSON Lines (or Parquet with the same columns; there, a read's `value` is JSON text). The reader
+checks the format in one streaming pass and rejects a broken history with the 1-based line number and the
+reason (`HistoryError`), before anything is audited:
+
+- every line is an object with `index` (its 0-based line position), integer `time`, `process`, `type`, `f`;
+- a completion (`ok`/`fail`/`info`) answers the pending invoke of its process, with the same `f` and `topic`;
+- a process does not invoke twice before completing, and never invokes again after an `info`;
+- an append's `value` is a string unique in the whole history; an `ok` append carries a position
+  `[ledger_id, entry_id, batch_index]` of non-negative integers; a read's `from` is null or a position, its
+  optional `limit` a positive integer, and an `ok` read's value a list of `[position, value]` pairs.
+
+Events of process `"nemesis"` (fault injection) are allowed and ignored by the checks. An invoke still pending
+at the end of the history counts as `info`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Position = tuple[int, int, int]
+NEMESIS = "nemesis"
+COMPLETIONS = ("ok", "fail", "info")
+
+
+class HistoryError(Exception):
+    """The history breaks the format of HISTORY.md: nothing is audited (exit status 2)."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        super().__init__(f"{path}:{line}: {reason}")
+        self.path = path
+        self.line = line
+        self.reason = reason
+
+
+@dataclass
+class Op:
+    """One operation: an invoke paired with its completion (`type` is `info` if it never completed)."""
+
+    process: int
+    f: str
+    topic: str
+    inv_index: int
+    inv_time: int
+    value: str | None = None  # append: the appended value
+    start: Position | None = None  # read: `from` (None = the beginning of the topic)
+    limit: int | None = None
+    final: bool = False
+    type: str = "info"
+    cmp_index: int | None = None
+    cmp_time: int | None = None
+    position: Position | None = None  # ok append
+    entries: list[tuple[Position, str]] = field(default_factory=list)  # ok read
+
+    @property
+    def cut_by_limit(self) -> bool:
+        return self.limit is not None and len(self.entries) >= self.limit
+
+
+def _position(raw: Any) -> Position | None:
+    if isinstance(raw, list | tuple) and len(raw) == 3 and all(type(x) is int and x >= 0 for x in raw):
+        return (raw[0], raw[1], raw[2])
+    return None
+
+
+def format_position(p: Position | None) -> str:
+    return "the beginning" if p is None else f"[{p[0]},{p[1]},{p[2]}]"
+
+
+def format_time(ns: int | None) -> str:
+    if ns is None:
+        return "t=?"
+    if ns < 1_000_000_000:
+        return f"t={ns / 1e6:.1f} ms"
+    return f"t={ns / 1e9:.3f} s"
+
+
+def iter_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                raise HistoryError(path, line_no, "empty line (one JSON object per line expected)")
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise HistoryError(path, line_no, f"not valid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(event, dict):
+                raise HistoryError(path, line_no, "not a JSON object")
+            yield line_no, event
+
+
+def iter_parquet(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Parquet is read through Spark (the only Parquet reader installed); rows come back in `index` order."""
+    from spark.session import spark_session
+
+    spark = spark_session()
+    rows = spark.read.parquet(path).orderBy("index").toLocalIterator()
+    for line_no, row in enumerate(rows, start=1):
+        event = {k: v for k, v in row.asDict(recursive=True).items() if v is not None or k in ("from", "value")}
+        if event.get("f") == "read" and event.get("type") == "ok" and isinstance(event.get("value"), str):
+            try:
+                event["value"] = json.loads(event["value"])
+            except json.JSONDecodeError:
+                raise HistoryError(path, line_no, "a read's value is not JSON text") from None
+        yield line_no, event
+
+
+def is_parquet(path: str) -> bool:
+    p = Path(path)
+    if p.is_dir() or p.suffix == ".parquet":
+        return True
+    with open(p, "rb") as fh:
+        return fh.read(4) == b"PAR1"
+
+
+def iter_events(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    if not Path(path).exists():
+        raise HistoryError(path, 0, "no such file")
+    return iter_parquet(path) if is_parquet(path) else iter_jsonl(path)
+
+
+def validate(path: str, events: Iterable[tuple[int, dict[str, Any]]], keep_ops: bool = True) -> list[Op]:
+    """Check the format; return the operations (in invoke order) if `keep_ops`, else just validate."""
+    ops: list[Op] = []
+    pending: dict[int, Op] = {}
+    crashed: set[int] = set()
+    appended: set[str] = set()
+    count = 0
+
+    def fail(line: int, reason: str) -> HistoryError:
+        return HistoryError(path, line, reason)
+
+    for line, ev in events:
+        count += 1
+        if ev.get("index") != line - 1 or type(ev.get("index")) is not int:
+            raise fail(line, f"index is {ev.get('index')!r}, expected {line - 1} (the 0-based line position)")
+        if type(ev.get("time")) is not int:
+            raise fail(line, f"time must be an integer (nanoseconds), got {ev.get('time')!r}")
+        process = ev.get("process")
+        if process == NEMESIS:
+            continue
+        if type(process) is not int:
+            raise fail(line, f'process must be an integer or "nemesis", got {process!r}')
+        kind, f, topic = ev.get("type"), ev.get("f"), ev.get("topic")
+        if f not in ("append", "read"):
+            raise fail(line, f'f must be "append" or "read", got {f!r}')
+        if not isinstance(topic, str):
+            raise fail(line, f"topic must be a string, got {topic!r}")
+        if kind == "invoke":
+            if process in pending:
+                raise fail(
+                    line,
+                    f"process {process} invokes again before completing its invoke at "
+                    f"line {pending[process].inv_index + 1}",
+                )
+            if process in crashed:
+                raise fail(line, f"process {process} invokes again after an info completion (use a fresh process)")
+            op = Op(process, f, topic, ev["index"], ev["time"])
+            if f == "append":
+                value = ev.get("value")
+                if not isinstance(value, str):
+                    raise fail(line, f"an append's value must be a string, got {value!r}")
+                if value in appended:
+                    raise fail(line, f"value {value!r} is appended twice (values must be unique)")
+                appended.add(value)
+                op.value = value
+            else:
+                raw_from = ev.get("from")
+                if raw_from is not None:
+                    op.start = _position(raw_from)
+                    if op.start is None:
+                        raise fail(line, f"a read's from must be null or [ledger, entry, batch], got {raw_from!r}")
+                limit = ev.get("limit")
+                if limit is not None and (type(limit) is not int or limit <= 0):
+                    raise fail(line, f"limit must be a positive integer, got {limit!r}")
+                op.limit = limit
+                final = ev.get("final", False)
+                if final is not None and not isinstance(final, bool):
+                    raise fail(line, f"final must be true or false, got {final!r}")
+                op.final = bool(final)
+            pending[process] = op
+            if keep_ops:
+                ops.append(op)
+        elif kind in COMPLETIONS:
+            op_or_none = pending.pop(process, None)
+            if op_or_none is None:
+                raise fail(line, f"a {kind} completion of process {process} with no pending invoke")
+            op = op_or_none
+            if op.f != f or op.topic != topic:
+                raise fail(
+                    line,
+                    f"the completion ({f} on {topic}) does not match its invoke at line "
+                    f"{op.inv_index + 1} ({op.f} on {op.topic})",
+                )
+            op.type, op.cmp_index, op.cmp_time = kind, ev["index"], ev["time"]
+            if kind == "info":
+                crashed.add(process)
+            if f == "append":
+                if "value" in ev and ev["value"] != op.value:
+                    raise fail(line, f"the completion's value {ev['value']!r} differs from the invoke's {op.value!r}")
+                if kind == "ok":
+                    op.position = _position(ev.get("position"))
+                    if op.position is None:
+                        raise fail(
+                            line, f"an ok append needs position [ledger, entry, batch], got {ev.get('position')!r}"
+                        )
+            elif kind == "ok":
+                value = ev.get("value")
+                if not isinstance(value, list):
+                    raise fail(line, f"an ok read's value must be a list of [position, value] pairs, got {value!r}")
+                for i, pair in enumerate(value):
+                    pos = _position(pair[0]) if isinstance(pair, list) and len(pair) == 2 else None
+                    if pos is None or not isinstance(pair[1], str):
+                        raise fail(line, f"entry {i} of the read is not a [position, string value] pair: {pair!r}")
+                    if keep_ops:
+                        op.entries.append((pos, pair[1]))
+        else:
+            raise fail(line, f'type must be "invoke", "ok", "fail" or "info", got {kind!r}')
+    if count == 0:
+        raise HistoryError(path, 0, "the history is empty")
+    return ops
+
+
+def read_history(path: str, keep_ops: bool = True) -> list[Op]:
+    return validate(path, iter_events(path), keep_ops)

@@ -1,0 +1,69 @@
+"""The audit report of HISTORY.md: anomaly names, witnesses (cases) and the JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ANOMALIES = (
+    "duplicate-position",
+    "duplicate-value",
+    "divergent-read",
+    "phantom-read",
+    "failed-write-visible",
+    "gap",
+    "lost-write",
+    "nonmonotonic-append",
+    "realtime-reorder",
+    "stale-read",
+    "nonmonotonic-read",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One anomaly: the smallest set of events (by `index`) that shows it, and why."""
+
+    anomaly: str
+    topic: str
+    ops: tuple[int, ...]
+    explanation: str
+
+    @property
+    def key(self) -> tuple[str, str, tuple[int, ...]]:
+        return (self.anomaly, self.topic, self.ops)
+
+
+@dataclass
+class TopicSummary:
+    ops: int = 0
+    appends_ok: int = 0
+    appends_fail: int = 0
+    appends_info: int = 0
+    reads: int = 0
+    anomalies: int = 0
+
+
+@dataclass
+class Report:
+    ops: int
+    cases: list[Case]
+    topics: dict[str, TopicSummary] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return not self.cases
+
+    def to_json(self) -> dict[str, Any]:
+        by_name: dict[str, list[dict[str, Any]]] = {}
+        for c in sorted(self.cases, key=lambda c: (ANOMALIES.index(c.anomaly), c.topic, c.ops)):
+            by_name.setdefault(c.anomaly, []).append(
+                {"topic": c.topic, "ops": list(c.ops), "explanation": c.explanation}
+            )
+        return {
+            "valid": self.valid,
+            "ops": self.ops,
+            "topics": len(self.topics),
+            "anomaly_types": [a for a in ANOMALIES if a in by_name],
+            "anomalies": by_name,
+        }
