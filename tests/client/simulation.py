@@ -2,8 +2,9 @@
 
 Until H7's pure bookie core (impl/bookie/core.py) lands, `SimBookie` stands in for it:
 a few lines following ../shared/PROTOCOL.md's "Bookie" section (key check, fence flag,
-recovery adds, read of -1). `SimLedgerStore` applies the named metadata transitions
-with PROTOCOL.md's preconditions, standing in for impl.metadata.transitions/ledger_store.
+recovery adds, read of -1). Metadata is real: `SimLedgerStore` runs the cores' named
+changes through impl.metadata.ledger_store and impl.metadata.transitions over the
+in-memory metadata store.
 The network delivers in-flight requests in an order drawn from a seeded random.Random,
 so every run is reproducible; a "silent" bookie never answers (the driver feeds the
 core a None = timeout), a "drop-adds" bookie times out every add but serves reads.
@@ -12,18 +13,10 @@ core a None = timeout), a "drop-adds" bookie times out every add but serves read
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from impl.bookie.client.ledger_update import (
-    EnsembleChange,
-    LedgerChange,
-    MetadataResult,
-    RecoveryClose,
-    StartRecovery,
-    UpdateMetadata,
-    WriterClose,
-)
+from impl.bookie.client.ledger_update import LedgerChange, MetadataResult, UpdateMetadata, apply_change
 from impl.bookie.client.writer import ChooseReplacement, Send
 from impl.bookie.entry_format import read_header
 from impl.bookie.protocol import (
@@ -36,7 +29,9 @@ from impl.bookie.protocol import (
     Request,
     Response,
 )
-from impl.metadata.ledger import Fragment, LedgerMetadata, LedgerState
+from impl.metadata.ledger import LedgerMetadata
+from impl.metadata.ledger_store import LedgerMetadataStore
+from impl.metadata.memory import MemoryServer
 
 
 @dataclass
@@ -79,48 +74,38 @@ class SimBookie:
 
 
 class SimLedgerStore:
-    """One ledger's metadata, changed only through the named transitions (conditional, atomic)."""
+    """One ledger's metadata in the real LedgerMetadataStore (real transitions) over the in-memory store."""
 
-    def __init__(self, metadata: LedgerMetadata) -> None:
-        self.metadata = metadata
-        self.version = 0
+    def __init__(self, ledger_id: int, metadata: LedgerMetadata) -> None:
+        self.ledger_id = ledger_id
+        self.ledgers = LedgerMetadataStore(MemoryServer().connect())
+        self.ledgers.create_with_id(ledger_id, metadata)
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self.ledgers.read(self.ledger_id)[0]
+
+    @property
+    def version(self) -> int:
+        return self.ledgers.read(self.ledger_id)[1]
 
     def apply(self, change: LedgerChange) -> MetadataResult:
-        m = self.metadata
-        new: LedgerMetadata | None = None
-        if isinstance(change, StartRecovery) and m.state is LedgerState.OPEN:
-            new = replace(m, state=LedgerState.IN_RECOVERY)
-        elif isinstance(change, EnsembleChange) and m.state is LedgerState.OPEN and change.failed in m.last_ensemble:
-            ensemble = tuple(change.replacement if b == change.failed else b for b in m.last_ensemble)
-            kept = tuple(f for f in m.fragments if f.first_entry_id < change.first_entry_id)
-            new = replace(m, fragments=kept + (Fragment(change.first_entry_id, ensemble),))
-        elif isinstance(change, WriterClose):
-            if m.state is not LedgerState.CLOSED:
-                new = replace(m, state=LedgerState.CLOSED, last_entry_id=change.last_entry_id, length=change.length)
-            elif (m.last_entry_id, m.length) == (change.last_entry_id, change.length):
-                return MetadataResult(change, True, m)
-        elif isinstance(change, RecoveryClose) and m.state is LedgerState.IN_RECOVERY:
-            new = replace(
-                m,
-                state=LedgerState.CLOSED,
-                last_entry_id=change.last_entry_id,
-                length=change.length,
-                fragments=change.fragments,
-            )
-        if new is None:
-            return MetadataResult(change, False, m, f"precondition failed: ledger is {m.state.value}")
-        self.metadata = new
-        self.version += 1
-        return MetadataResult(change, True, new)
+        return apply_change(self.ledgers, change)
 
 
 class SimCluster:
     def __init__(
-        self, bookies: list[str], metadata: LedgerMetadata, *, spares: tuple[str, ...] = (), seed: int = 0
+        self,
+        ledger_id: int,
+        bookies: list[str],
+        metadata: LedgerMetadata,
+        *,
+        spares: tuple[str, ...] = (),
+        seed: int = 0,
     ) -> None:
         self.bookies = {b: SimBookie() for b in [*bookies, *spares]}
         self.spares = list(spares)
-        self.store = SimLedgerStore(metadata)
+        self.store = SimLedgerStore(ledger_id, metadata)
         self.random = random.Random(seed)
         self.inflight: list[tuple[Any, str, Request]] = []
         self.silent: set[str] = set()

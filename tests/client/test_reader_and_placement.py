@@ -25,7 +25,7 @@ BOOKIES = ["b0:1", "b1:1", "b2:1"]
 @pytest.mark.parametrize("digest", list(DigestType))
 def test_read_range_falls_back_past_a_silent_and_a_corrupting_bookie(digest: DigestType) -> None:
     meta = LedgerMetadata(3, 2, 2, (Fragment(0, tuple(BOOKIES)),), digest_type=digest, password=b"pw")
-    cluster = SimCluster(BOOKIES, meta)
+    cluster = SimCluster(LEDGER, BOOKIES, meta)
     writer = LedgerWriter(LEDGER, meta)
     for i in range(4):
         cluster.perform(writer, writer.add(b"payload-%d" % i))

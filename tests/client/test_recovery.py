@@ -22,7 +22,7 @@ SPARES = ("s0:1", "s1:1", "s2:1")
 
 def new_cluster(seed: int = 0, e: int = 3, qw: int = 3, qa: int = 2) -> SimCluster:
     meta = LedgerMetadata(e, qw, qa, (Fragment(0, tuple(BOOKIES[:e])),), password=b"secret")
-    return SimCluster(BOOKIES[:e], meta, spares=SPARES, seed=seed)
+    return SimCluster(LEDGER, BOOKIES[:e], meta, spares=SPARES, seed=seed)
 
 
 def write(cluster: SimCluster, writer: LedgerWriter, count: int) -> None:

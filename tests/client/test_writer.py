@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from impl.bookie.client.failures import LedgerClosedError, LedgerFencedError, MetadataUpdateError
-from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, UpdateMetadata, WriterClose
+from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, StartRecovery, UpdateMetadata, WriterClose
 from impl.bookie.client.writer import (
     AddCompleted,
     AddFailed,
@@ -166,7 +166,7 @@ def test_ensemble_change_finding_the_ledger_closed_or_in_recovery(state: LedgerS
 
 
 def test_close_writes_lac_and_length() -> None:
-    store = SimLedgerStore(metadata())
+    store = SimLedgerStore(LEDGER, metadata())
     writer = LedgerWriter(LEDGER, store.metadata)
     for payload in (b"abc", b"de"):
         for s in sends(writer.add(payload)):
@@ -187,11 +187,11 @@ def test_close_writes_lac_and_length() -> None:
 
 
 def test_writer_close_over_in_recovery_wins_and_a_conflicting_close_fails() -> None:
-    store = SimLedgerStore(metadata())
+    store = SimLedgerStore(LEDGER, metadata())
     writer = LedgerWriter(LEDGER, store.metadata)
     for s in sends(writer.add(b"abc")):
         answer(writer, s)
-    store.metadata = LedgerMetadata(3, 3, 2, store.metadata.fragments, state=LedgerState.IN_RECOVERY, password=b"pw")
+    assert store.apply(StartRecovery(LEDGER)).metadata.state is LedgerState.IN_RECOVERY  # type: ignore[union-attr]
     (update,) = writer.close()
     assert isinstance(update, UpdateMetadata)
     (closed,) = writer.on_metadata_result(store.apply(update.change))

@@ -3,14 +3,17 @@
 A core never checks a transition's precondition itself: it names the transition
 (impl.metadata.transitions: start recovery, ensemble change, writer close, recovery
 close) in an `UpdateMetadata` output; the shell runs it through the conditional-write
-loop of impl.metadata.ledger_store and returns a `MetadataResult`.
+loop of impl.metadata.ledger_store and returns a `MetadataResult` (`apply_change` does
+exactly that; it is the one function here that touches a store, for the shells).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from impl.metadata import transitions
 from impl.metadata.ledger import BookieId, Fragment, LedgerMetadata
+from impl.metadata.ledger_store import LedgerMetadataStore, UpdateOutcome
 
 
 @dataclass(frozen=True)
@@ -72,3 +75,38 @@ class MetadataResult:
     applied: bool
     metadata: LedgerMetadata | None
     error: str = ""
+
+
+def transition_for(change: LedgerChange) -> transitions.Transition:
+    """The pure transition of impl.metadata.transitions that `change` names."""
+    if isinstance(change, StartRecovery):
+        return transitions.start_recovery
+    if isinstance(change, EnsembleChange):
+        return lambda m: transitions.ensemble_change(m, change.first_entry_id, change.failed, change.replacement)
+    if isinstance(change, WriterClose):
+        return lambda m: transitions.writer_close(m, change.last_entry_id, change.length)
+    return lambda m: transitions.recovery_close(m, change.last_entry_id, change.length, change.fragments)
+
+
+def result_of(change: LedgerChange, outcome: UpdateOutcome | transitions.TransitionError) -> MetadataResult:
+    """Translate ledger_store.update's outcome (or its TransitionError) into the cores' input.
+
+    A write, or "the goal already holds" (NoWrite), is applied; adopting someone else's
+    close is not (the recovery op adopts it); a failed precondition carries the metadata
+    it was checked on, so the writer can tell CLOSED (closed) from IN_RECOVERY (fenced).
+    """
+    if isinstance(outcome, transitions.TransitionError):
+        return MetadataResult(change, False, outcome.metadata, f"{outcome.code}: {outcome}")
+    return MetadataResult(change, not outcome.adopted, outcome.metadata)
+
+
+def apply_change(store: LedgerMetadataStore, change: LedgerChange) -> MetadataResult:
+    """Shell side: run `change` through the conditional-write loop and return the cores' input.
+
+    Store failures (connection loss, a deleted ledger) propagate: the shell decides to retry.
+    """
+    try:
+        outcome = store.update(change.ledger_id, transition_for(change))
+    except transitions.TransitionError as e:
+        return result_of(change, e)
+    return result_of(change, outcome)
