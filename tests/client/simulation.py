@@ -146,3 +146,19 @@ class SimCluster:
 
     def events_of(self, client: Any) -> list[Any]:
         return self.events.get(id(client), [])
+
+
+class InProcessTransport:
+    """A BookieTransport over in-process bookies: answers inline; a silent bookie answers None (timeout)."""
+
+    def __init__(self, bookies: dict[str, SimBookie]) -> None:
+        self.bookies = bookies
+        self.silent: set[str] = set()
+        self.sent: list[tuple[str, Request]] = []
+
+    def send(self, bookie: str, request: Any, on_answer: Any) -> None:
+        self.sent.append((bookie, request))
+        if bookie in self.silent or bookie not in self.bookies:
+            on_answer(None)
+        else:
+            on_answer(self.bookies[bookie].handle(request))

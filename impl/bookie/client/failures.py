@@ -37,3 +37,7 @@ class NoSuchEntryError(LedgerClientError):
 
 class PlacementError(Exception):
     """Not enough writable bookies to place an ensemble; start more bookies or lower the ensemble size."""
+
+
+class UnauthorizedError(LedgerClientError):
+    """The password does not match the ledger's: nothing was fenced or read."""

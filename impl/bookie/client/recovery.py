@@ -109,6 +109,11 @@ class RecoveryOp:
             return []
         return self._from_writer(self.writer.on_replacement(failed, replacement))
 
+    def on_no_replacement(self, failed: BookieId, reason: str) -> list[RecoveryOutput]:
+        if self.writer is None or self.phase is not RecoveryPhase.READING:
+            return []
+        return self._from_writer(self.writer.on_no_replacement(failed, reason))
+
     # ---- steps ----------------------------------------------------------------------------------
 
     def _fence(self) -> list[RecoveryOutput]:

@@ -24,6 +24,7 @@ from impl.bookie.client.failures import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataUpdateError,
+    NotEnoughBookiesError,
 )
 from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, UpdateMetadata, WriterClose
 from impl.bookie.entry_format import encode_entry, master_key
@@ -187,6 +188,16 @@ class LedgerWriter:
         if self.recovery:
             return self._ensemble_changed(replace_bookie(self.metadata, first_entry_id, failed, replacement))
         return [UpdateMetadata(EnsembleChange(self.ledger_id, first_entry_id, failed, replacement))]
+
+    def on_no_replacement(self, failed: BookieId, reason: str) -> list[WriterOutput]:
+        """The shell found no bookie to replace `failed`: the ensemble change, and the pending adds, fail."""
+        if self._changing is None or self._changing[0] != failed or self.state is not WriterState.WRITING:
+            return []
+        return self._fail(
+            NotEnoughBookiesError(
+                self.ledger_id, f"cannot replace failed bookie {failed}: {reason}; start more bookies"
+            )
+        )
 
     def on_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
         change = result.change

@@ -1,0 +1,327 @@
+"""The BookKeeper client API: create, add, close, open (with or without recovery), read, delete.
+
+This is a shell: it drives the pure cores (writer, recovery, read-LAC, reader) with
+real I/O. Bookies are reached through a `BookieTransport` (the gRPC transport in
+production; anything that answers requests in tests), metadata through
+impl.metadata.ledger_store, bookie choice through the registry and `placement`, with
+randomness from a seeded random.Random owned here, never by a core.
+
+Each running core has a `_Driver`: one input at a time under a lock, so transport
+callbacks from any thread (or inline) are serialised.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from impl.bookie.client.failures import NoSuchEntryError, PlacementError, UnauthorizedError
+from impl.bookie.client.ledger_update import MetadataResult, UpdateMetadata, apply_change
+from impl.bookie.client.placement import BookieInfo, choose_ensemble, choose_replacement
+from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
+from impl.bookie.client.reader import LedgerEntry, ReadCompleted, ReadFailed, ReadOp
+from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp
+from impl.bookie.client.writer import (
+    AddCompleted,
+    AddFailed,
+    ChooseReplacement,
+    CloseFailed,
+    LedgerWriter,
+    Send,
+    WriterClosed,
+    WriterState,
+)
+from impl.metadata import transitions
+from impl.metadata.ledger import BookieId, DigestType, LedgerMetadata, LedgerState
+from impl.metadata.ledger_store import LedgerMetadataStore
+from impl.metadata.registry import BookieRegistry
+from impl.metadata.store import MetadataError
+
+__all__ = ["BookKeeperClient", "BookieTransport", "LedgerEntry", "ReadHandle", "WriteHandle"]
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class BookieTransport(Protocol):
+    def send(self, bookie: BookieId, request: Any, on_answer: Callable[[Any], None]) -> None:
+        """Send `request`; call `on_answer(response)` exactly once, or `on_answer(None)` when the
+        bookie did not answer in time (the transport owns the timeout). May call back inline."""
+
+
+class _Driver:
+    def __init__(self, client: BookKeeperClient, core: Any, on_event: Callable[[Any], None]) -> None:
+        self.client = client
+        self.core = core
+        self.on_event = on_event
+        self._lock = threading.RLock()
+        self._queue: deque[Callable[[], list[Any]]] = deque()
+        self._draining = False
+
+    def feed(self, step: Callable[[], list[Any]]) -> None:
+        with self._lock:
+            self._queue.append(step)
+            if self._draining:
+                return  # an outer frame on this thread is draining; it will run this step
+            self._draining = True
+            try:
+                while self._queue:
+                    for output in self._queue.popleft()():
+                        self._perform(output)
+            finally:
+                self._draining = False
+
+    def _perform(self, output: Any) -> None:
+        core = self.core
+        if isinstance(output, Send):
+            bookie, request = output.bookie, output.request
+
+            def answered(response: Any) -> None:
+                self.feed(lambda: core.receive(bookie, request, response))
+
+            self.client.transport.send(bookie, request, answered)
+        elif isinstance(output, ChooseReplacement):
+            try:
+                replacement = self.client.choose_replacement(output.exclude, output.failed)
+            except PlacementError as e:
+                reason = str(e)
+                self.feed(lambda: core.on_no_replacement(output.failed, reason))
+            else:
+                self.feed(lambda: core.on_replacement(output.failed, replacement))
+        elif isinstance(output, UpdateMetadata):
+            try:
+                result = apply_change(self.client.ledgers, output.change)
+            except MetadataError as e:
+                result = MetadataResult(output.change, False, None, f"{type(e).__name__}: {e}")
+            self.feed(lambda: core.on_metadata_result(result))
+        else:
+            self.on_event(output)
+
+
+def _wait(future: Future[Any], timeout_s: float, what: str) -> Any:
+    try:
+        return future.result(timeout=timeout_s)
+    except TimeoutError as e:
+        if future.done():
+            raise
+        raise TimeoutError(f"{what} did not finish within {timeout_s}s; check that the bookies are up") from e
+
+
+class BookKeeperClient:
+    def __init__(
+        self,
+        ledgers: LedgerMetadataStore,
+        registry: BookieRegistry,
+        transport: BookieTransport,
+        *,
+        seed: int | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.ledgers = ledgers
+        self.registry = registry
+        self.transport = transport
+        self.timeout_s = timeout_s
+        self._random = random.Random(seed)
+        self._random_lock = threading.Lock()
+
+    # ---- placement (the shell's randomness) ----------------------------------------------------
+
+    def _registry_view(self) -> tuple[list[BookieInfo], list[BookieId]]:
+        membership = self.registry.membership()
+        view = []
+        for bookie_id in sorted(membership.writable | membership.readonly):
+            try:
+                rack = self.registry.bookie_info(bookie_id).rack
+            except MetadataError:
+                continue  # unregistered meanwhile
+            view.append(BookieInfo(bookie_id, rack, bookie_id in membership.readonly))
+        preference = [b.bookie_id for b in view]
+        with self._random_lock:
+            self._random.shuffle(preference)
+        return view, preference
+
+    def choose_replacement(self, ensemble: tuple[BookieId, ...], failed: BookieId) -> BookieId:
+        view, preference = self._registry_view()
+        return choose_replacement(view, ensemble, failed, len(ensemble), preference)
+
+    # ---- the API ---------------------------------------------------------------------------------
+
+    def create_ledger(
+        self,
+        ensemble: int,
+        write_quorum: int,
+        ack_quorum: int,
+        digest: str = "crc32c",
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> WriteHandle:
+        try:
+            digest_type = DigestType(digest)
+        except ValueError as e:
+            choices = ", ".join(d.value for d in DigestType)
+            raise ValueError(f"unknown digest {digest!r}; choose one of {choices}") from e
+        view, preference = self._registry_view()
+        placement = choose_ensemble(view, ensemble, write_quorum, preference)
+        metadata = transitions.create(
+            ensemble,
+            write_quorum,
+            ack_quorum,
+            placement.ensemble,
+            digest_type,
+            password,
+            ctime=time.time_ns() // 1_000_000,
+            custom_metadata=custom_metadata,
+        )
+        ledger_id = self.ledgers.create(metadata)
+        return WriteHandle(self, ledger_id, metadata)
+
+    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> ReadHandle:
+        metadata, _ = self.ledgers.read(ledger_id)
+        if metadata.password != password:
+            raise UnauthorizedError(ledger_id, "wrong password: nothing was fenced; open with the ledger's password")
+        if recovery and metadata.state is not LedgerState.CLOSED:
+            future: Future[LedgerMetadata] = Future()
+
+            def on_event(event: Any) -> None:
+                if isinstance(event, RecoveryDone):
+                    future.set_result(event.metadata)
+                elif isinstance(event, RecoveryFailed):
+                    future.set_exception(event.error)
+
+            op = RecoveryOp(ledger_id, metadata)
+            _Driver(self, op, on_event).feed(op.start)
+            metadata = _wait(future, self.timeout_s, f"recovery of ledger {ledger_id}")
+        return ReadHandle(self, ledger_id, metadata)
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Delete the ledger's metadata (bookies garbage-collect its entries)."""
+        self.ledgers.delete(ledger_id)
+
+    # ---- reads shared by both handles -------------------------------------------------------------
+
+    def _read(self, ledger_id: int, metadata: LedgerMetadata, first: int, last: int) -> list[LedgerEntry]:
+        future: Future[list[LedgerEntry]] = Future()
+
+        def on_event(event: Any) -> None:
+            if isinstance(event, ReadCompleted):
+                future.set_result(list(event.entries))
+            elif isinstance(event, ReadFailed):
+                future.set_exception(event.error)
+
+        op = ReadOp(ledger_id, metadata, first, last)
+        _Driver(self, op, on_event).feed(op.start)
+        return _wait(future, self.timeout_s, f"read of ledger {ledger_id} entries {first}..{last}")
+
+    def _read_lac(self, ledger_id: int, metadata: LedgerMetadata) -> int:
+        future: Future[int] = Future()
+
+        def on_event(event: Any) -> None:
+            if isinstance(event, ReadLacDone):
+                future.set_result(event.lac)
+            elif isinstance(event, ReadLacFailed):
+                future.set_exception(event.error)
+
+        op = ReadLacOp(ledger_id, metadata, fence=False)
+        _Driver(self, op, on_event).feed(op.start)
+        return _wait(future, self.timeout_s, f"read-LAC of ledger {ledger_id}")
+
+
+def _check_range(ledger_id: int, first: int, last: int, limit: int) -> None:
+    if last > limit:
+        raise NoSuchEntryError(ledger_id, f"entry {last} is beyond the last confirmed entry {limit}; read up to it")
+    if not 0 <= first <= last:
+        raise ValueError(f"bad range {first}..{last}: need 0 <= first <= last")
+
+
+class WriteHandle:
+    """A ledger being written: add/add_async, close, read of confirmed entries."""
+
+    def __init__(self, client: BookKeeperClient, ledger_id: int, metadata: LedgerMetadata) -> None:
+        self.client = client
+        self.ledger_id = ledger_id
+        self.writer = LedgerWriter(ledger_id, metadata)
+        self._futures: dict[int, Future[int]] = {}
+        self._close: Future[LedgerMetadata | None] | None = None
+        self._driver = _Driver(client, self.writer, self._on_event)
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self.writer.last_add_confirmed
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self.writer.metadata
+
+    def add_async(self, data: bytes) -> Future[int]:
+        future: Future[int] = Future()
+
+        def step() -> list[Any]:
+            outputs = self.writer.add(bytes(data))
+            first = outputs[0] if outputs else None
+            if isinstance(first, AddFailed) and first.entry_id is None:
+                future.set_exception(first.error)  # refused: the writer is fenced, failed or closed
+                return []
+            self._futures[self.writer.last_add_pushed] = future
+            return outputs
+
+        self._driver.feed(step)
+        return future
+
+    def add(self, data: bytes) -> int:
+        return _wait(self.add_async(data), self.client.timeout_s, f"add to ledger {self.ledger_id}")
+
+    def close(self) -> LedgerMetadata | None:
+        """Write CLOSED with LAC and length; adds still pending fail as closed."""
+        if self.writer.state is WriterState.CLOSED:
+            return self.writer.metadata  # closing twice is harmless
+        future: Future[LedgerMetadata | None] = Future()
+        self._close = future
+        self._driver.feed(self.writer.close)
+        return _wait(future, self.client.timeout_s, f"close of ledger {self.ledger_id}")
+
+    def read(self, first: int, last: int) -> list[LedgerEntry]:
+        _check_range(self.ledger_id, first, last, self.writer.last_add_confirmed)
+        return self.client._read(self.ledger_id, self.writer.metadata, first, last)
+
+    def read_last_confirmed(self) -> int:
+        return self.writer.last_add_confirmed
+
+    def _on_event(self, event: Any) -> None:
+        if isinstance(event, AddCompleted):
+            self._futures.pop(event.entry_id).set_result(event.entry_id)
+        elif isinstance(event, AddFailed) and event.entry_id is not None:
+            future = self._futures.pop(event.entry_id, None)
+            if future is not None:
+                future.set_exception(event.error)
+        elif isinstance(event, WriterClosed) and self._close is not None:
+            self._close.set_result(event.metadata)
+        elif isinstance(event, CloseFailed) and self._close is not None:
+            self._close.set_exception(event.error)
+
+
+class ReadHandle:
+    """A ledger opened for reading; after a recovering open its metadata is CLOSED."""
+
+    def __init__(self, client: BookKeeperClient, ledger_id: int, metadata: LedgerMetadata) -> None:
+        self.client = client
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self._lac = metadata.last_entry_id if metadata.is_closed else -1
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    def read_last_confirmed(self) -> int:
+        """The closed ledger's last entry, or (still open) the largest LAC the bookies report."""
+        if not self.metadata.is_closed:
+            self._lac = max(self._lac, self.client._read_lac(self.ledger_id, self.metadata))
+        return self._lac
+
+    def read(self, first: int, last: int) -> list[LedgerEntry]:
+        _check_range(self.ledger_id, first, last, self._lac)
+        return self.client._read(self.ledger_id, self.metadata, first, last)
