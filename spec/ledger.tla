@@ -1,0 +1,633 @@
+-------------------------------- MODULE ledger --------------------------------
+(***************************************************************************)
+(* One BookKeeper ledger: a writer adding entries to bookies, recovery    *)
+(* clients fencing and closing it, and faults (lost messages, bookie      *)
+(* crashes, a permanently failed bookie). Facts from shared/PROTOCOL.md.  *)
+(*                                                                         *)
+(* Entry ids start at 0; -1 means "no entry" (an empty ledger's end, an   *)
+(* initial LAC). Metadata is updated only by conditional write (CW): each *)
+(* CW is one atomic step that checks its precondition on the CURRENT      *)
+(* metadata. This is sound because the implementation's read-modify-CW    *)
+(* loop re-reads and re-checks on every version conflict, so its net      *)
+(* effect is the check-and-set at the instant of the successful write.    *)
+(***************************************************************************)
+EXTENDS Integers, Sequences, FiniteSets, TLC
+
+CONSTANTS
+    Bookies,            \* bookie ids (symmetric model values)
+    Writer,             \* the one writer (a model value)
+    Recoverers,         \* recovery clients (model values)
+    E, Qw, Qa,          \* ensemble size, write quorum, ack quorum
+    NumEntries,         \* the writer adds entries 0 .. NumEntries-1 at most
+    MaxFragments,       \* bound on the length of a fragment list (ensemble changes)
+    MaxLostMessages,    \* fault switch: how many messages may be lost (timeouts)
+    MaxCrashes,         \* fault switch: how many bookie crashes (each followed by a restart)
+    MaxPermanentFailures, \* fault switch: how many bookies may fail for good
+    Mutation            \* "none" or one of the known bugs below (each .cfg picks one)
+
+ASSUME /\ E >= Qw /\ Qw >= Qa /\ Qa >= 1 /\ Cardinality(Bookies) >= E
+       /\ NumEntries >= 1 /\ MaxFragments >= 1
+       /\ Mutation \in {"none",
+                        "recovery_read_no_fence",      \* BookKeeper issue 2614
+                        "recovery_start_from_lac",     \* BookKeeper issue 2615
+                        "negative_threshold_qa"}       \* Qa negatives instead of Qw-Qa+1
+
+Clients == {Writer} \cup Recoverers
+Entries == 0 .. NumEntries - 1
+NoEntry == -1
+Max(a, b) == IF a >= b THEN a ELSE b
+Range(f) == { f[i] : i \in DOMAIN f }
+
+(***************************************************************************)
+(* Fragments and write sets.                                              *)
+(* A fragment list is a sequence of [first, ens]; ens is a sequence of E  *)
+(* distinct bookies. The fragment of entry e is the one with the greatest *)
+(* first id <= e. The write set of e in ensemble ens is the bookies at    *)
+(* indices (e + i) mod E, i in 0..Qw-1: by ABSOLUTE entry id (striping).   *)
+(***************************************************************************)
+FragmentOf(frags, e) ==
+    frags[CHOOSE i \in 1 .. Len(frags) :
+              /\ frags[i].first <= e
+              /\ \A j \in 1 .. Len(frags) : frags[j].first <= e => j <= i]
+WriteSetIn(ens, e) == { ens[((e + i) % E) + 1] : i \in 0 .. Qw - 1 }
+WriteSet(frags, e) == WriteSetIn(FragmentOf(frags, e).ens, e)
+LastEnsemble(frags) == frags[Len(frags)].ens
+\* The E distinct write sets of an ensemble (striping: E > Qw gives E different ones).
+AllWriteSets(ens) == { WriteSetIn(ens, i) : i \in 0 .. E - 1 }
+
+\* Recovery reads: one OK means the entry exists; this many negatives mean it is the end.
+NegativeThreshold == IF Mutation = "negative_threshold_qa" THEN Qa ELSE Qw - Qa + 1
+
+\* A fragment list with bookie b of the last ensemble replaced by nb, from entry `from` on.
+\* As BookKeeper does (a sorted map put), a new fragment at the same first id replaces the
+\* last one; otherwise it is appended (an append at a smaller first id is invalid: issue 2615).
+ReplaceBookie(frags, b, nb, from) ==
+    LET old == LastEnsemble(frags)
+        ens == [i \in 1 .. E |-> IF old[i] = b THEN nb ELSE old[i]]
+        frag == [first |-> from, ens |-> ens]
+    IN IF frags[Len(frags)].first = from
+       THEN [frags EXCEPT ![Len(frags)] = frag]
+       ELSE Append(frags, frag)
+
+\* The highest l >= lac such that every entry in lac+1..l has Qa acks (in-order completion).
+ConfirmedUpTo(acks, lac, pushed) ==
+    CHOOSE l \in lac .. pushed :
+        /\ \A e \in lac + 1 .. l : Cardinality(acks[e]) >= Qa
+        /\ (l < pushed => Cardinality(acks[l + 1]) < Qa)
+
+VARIABLES
+    meta,           \* ledger metadata: [state, lastEntry, fragments] (the metadata store's node)
+    \* bookies
+    entries,        \* entries[b]: entry ids bookie b stores durably (journalled and fsynced)
+    fenced,         \* fenced[b]: the durable, irreversible fenced flag of the ledger on b
+    bookieLac,      \* bookieLac[b]: the largest LAC b has seen piggybacked (durable: it rides in entries)
+    up,             \* up[b]: b is running (FALSE while crashed or after a permanent failure)
+    failed,         \* bookies that failed for good (their disks are gone)
+    \* the network
+    msgs,           \* messages in flight: a set of records (see Msg)
+    \* the writer
+    wState,         \* "WRITING" | "CLOSED" | "FENCED" | "FAILED"
+    wPushed,        \* last_add_pushed: the highest entry id sent
+    wLac,           \* the writer's last add confirmed (every entry <= wLac acknowledged to the application)
+    wAcks,          \* wAcks[e]: bookies that acknowledged pending entry e (cleared once confirmed)
+    wFragments,     \* the writer's view of the fragment list
+    \* recovery clients (functions over Recoverers)
+    rPhase,         \* "idle" | "fencing" | "reading" | "closing" | "done" | "aborted"
+    rAnswered,      \* bookies that answered the fencing read-LAC
+    rMaxLac,        \* the largest LAC among those answers
+    rReadFragments, \* the fragment list read at recovery start: where recovery READS entries
+    rFragments,     \* the local fragment list: where recovery WRITES BACK (local ensemble changes)
+    rNext,          \* the entry id being read
+    rNegatives,     \* bookies that answered "no such entry" for rNext
+    rWbAcks,        \* rWbAcks[e]: bookies that acknowledged the recovery add of e (cleared once confirmed)
+    rWbLac,         \* every entry <= rWbLac is recovered (written back to Qa bookies or known confirmed)
+    rEnd,           \* the recovered last entry (meaningful in "closing" and "done")
+    \* fault budgets
+    lost, crashes,
+    \* auxiliary, for conformance only: [name, params] of the last action; not in the VIEW
+    lastAction
+
+bookieVars == <<entries, fenced, bookieLac, up, failed>>
+writerVars == <<wState, wPushed, wLac, wAcks, wFragments>>
+recVars == <<rPhase, rAnswered, rMaxLac, rReadFragments, rFragments, rNext, rNegatives,
+             rWbAcks, rWbLac, rEnd>>
+vars == <<meta, bookieVars, msgs, writerVars, recVars, lost, crashes, lastAction>>
+
+\* Fingerprint without lastAction: states that differ only in how they were reached are one.
+view == <<meta, bookieVars, msgs, writerVars, recVars, lost, crashes>>
+
+(***************************************************************************)
+(* Messages: one record shape for every kind, only the fields that matter *)
+(* (no payload: entry e's content is fixed by the writer, so the id names *)
+(* it; no ledger id: one ledger). `val` carries per kind:                 *)
+(*   "add"         writer -> bookie, val = piggybacked LAC                *)
+(*   "recoveryAdd" recovery -> bookie (skips the fence check), val = LAC  *)
+(*   "addResp"     bookie -> client, val = 1 OK, 0 EFENCED                *)
+(*   "readLac"     recovery -> bookie, read-LAC with the fence flag       *)
+(*   "readLacResp" bookie -> recovery, val = the bookie's LAC             *)
+(*   "read"        recovery -> bookie, val = 1 with the fence flag, 0 not *)
+(*   "readResp"    bookie -> recovery, val = 1 OK, 0 ENOENTRY/ENOLEDGER   *)
+(* Messages form a set: two identical messages in flight act as one,      *)
+(* which is sound because every handler is idempotent.                    *)
+(***************************************************************************)
+Msg(kind, c, b, e, v) == [kind |-> kind, client |-> c, bookie |-> b, entry |-> e, val |-> v]
+Requests == {"add", "recoveryAdd", "readLac", "read"}
+InFlight(kind, c, b, e) == \E m \in msgs : m.kind = kind /\ m.client = c /\ m.bookie = b /\ m.entry = e
+NoMessagesOf(c) == \A m \in msgs : m.client # c
+
+Init ==
+    \E ens \in [1 .. E -> Bookies] :
+        /\ \A i, j \in 1 .. E : i # j => ens[i] # ens[j]
+        /\ meta = [state |-> "OPEN", lastEntry |-> NoEntry, fragments |-> <<[first |-> 0, ens |-> ens]>>]
+        /\ wFragments = meta.fragments
+    /\ entries = [b \in Bookies |-> {}]
+    /\ fenced = [b \in Bookies |-> FALSE]
+    /\ bookieLac = [b \in Bookies |-> NoEntry]
+    /\ up = [b \in Bookies |-> TRUE]
+    /\ failed = {}
+    /\ msgs = {}
+    /\ wState = "WRITING"
+    /\ wPushed = NoEntry
+    /\ wLac = NoEntry
+    /\ wAcks = [e \in Entries |-> {}]
+    /\ rPhase = [c \in Recoverers |-> "idle"]
+    /\ rAnswered = [c \in Recoverers |-> {}]
+    /\ rMaxLac = [c \in Recoverers |-> NoEntry]
+    /\ rReadFragments = [c \in Recoverers |-> <<>>]
+    /\ rFragments = [c \in Recoverers |-> <<>>]
+    /\ rNext = [c \in Recoverers |-> 0]
+    /\ rNegatives = [c \in Recoverers |-> {}]
+    /\ rWbAcks = [c \in Recoverers |-> [e \in Entries |-> {}]]
+    /\ rWbLac = [c \in Recoverers |-> NoEntry]
+    /\ rEnd = [c \in Recoverers |-> NoEntry]
+    /\ lost = 0
+    /\ crashes = 0
+    /\ lastAction = [name |-> "Init", params |-> [none |-> 0]]
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* The writer (impl/bookie/client/writer.py)                              *)
+(***************************************************************************)
+
+\* entry_id = ++last_add_pushed; send it, with the current LAC, to its write set.
+WriterSendsAdd ==
+    /\ wState = "WRITING"
+    /\ wPushed < NumEntries - 1
+    /\ LET e == wPushed + 1 IN
+       /\ wPushed' = e
+       /\ msgs' = msgs \cup {Msg("add", Writer, b, e, wLac) : b \in WriteSet(wFragments, e)}
+       /\ lastAction' = [name |-> "WriterSendsAdd", params |-> [entry |-> e, lac |-> wLac]]
+    /\ UNCHANGED <<meta, bookieVars, wState, wLac, wAcks, wFragments, recVars, lost, crashes>>
+
+\* An add response. EFENCED is unrecoverable: pending adds fail, the handle stops.
+\* An OK counts only while the entry is pending and b is still in its write set (a response
+\* from a replaced bookie is ignored). Completion is in order: LAC = the longest confirmed prefix.
+WriterReceivesAddResponse(m) ==
+    /\ m.kind = "addResp" /\ m.client = Writer
+    /\ msgs' = msgs \ {m}
+    /\ LET e == m.entry
+           counts == wState = "WRITING" /\ m.val = 1 /\ wLac < e /\ e <= wPushed
+                     /\ m.bookie \in WriteSet(wFragments, e)
+           acks == [wAcks EXCEPT ![e] = @ \cup {m.bookie}]
+           lac == ConfirmedUpTo(acks, wLac, wPushed)
+       IN /\ IF counts
+             THEN /\ wLac' = lac
+                  \* confirmed entries' acks are never looked at again: forget them (smaller state)
+                  /\ wAcks' = [x \in Entries |-> IF x <= lac THEN {} ELSE acks[x]]
+                  /\ UNCHANGED wState
+             ELSE /\ wState' = IF wState = "WRITING" /\ m.val = 0 THEN "FENCED" ELSE wState
+                  /\ UNCHANGED <<wLac, wAcks>>
+          /\ lastAction' = [name |-> "WriterReceivesAddResponse",
+                            params |-> [bookie |-> m.bookie, entry |-> e, ok |-> m.val = 1, counted |-> counts]]
+    /\ UNCHANGED <<meta, bookieVars, wPushed, wFragments, recVars, lost, crashes>>
+
+\* A timeout: pending entry e has no ack from b, fewer than Qa acks, and nothing in flight
+\* between the writer and b about e (the request or its response was lost, or b is down).
+\* Reduction: only entries still short of Qa acks time out (BookKeeper's delayed ensemble
+\* change); a missing extra copy of an entry that reached Qa never forces a change.
+WriterTimedOut(b, e) ==
+    /\ wLac < e /\ e <= wPushed
+    /\ b \in WriteSet(wFragments, e) /\ b \notin wAcks[e]
+    /\ Cardinality(wAcks[e]) < Qa
+    /\ ~InFlight("add", Writer, b, e) /\ ~InFlight("addResp", Writer, b, e)
+
+\* Ensemble change by CW: a new fragment at LAC+1 with b replaced by nb (a registered, i.e. up,
+\* bookie not in the ensemble), only while OPEN and b still in place. Then unacknowledged adds are
+\* re-sent to nb (and b's acks of them forgotten). Re-read metadata IN_RECOVERY = fenced,
+\* CLOSED = failed.
+WriterChangesEnsemble(b, nb) ==
+    /\ wState = "WRITING"
+    /\ \E e \in Entries : WriterTimedOut(b, e)
+    /\ b \in Range(LastEnsemble(wFragments))
+    /\ nb \notin Range(LastEnsemble(wFragments)) /\ up[nb]
+    /\ LET frags == ReplaceBookie(wFragments, b, nb, wLac + 1) IN
+       /\ Len(frags) <= MaxFragments
+       /\ CASE meta.state = "OPEN" /\ meta.fragments = wFragments ->
+                 /\ meta' = [meta EXCEPT !.fragments = frags]
+                 /\ wFragments' = frags
+                 /\ wAcks' = [e \in Entries |-> wAcks[e] \ {b}]
+                 /\ msgs' = msgs \cup {Msg("add", Writer, nb, e, wLac) :
+                                       e \in {x \in wLac + 1 .. wPushed : nb \in WriteSet(frags, x)}}
+                 /\ UNCHANGED wState
+            [] meta.state = "IN_RECOVERY" ->
+                 /\ wState' = "FENCED" /\ UNCHANGED <<meta, wFragments, wAcks, msgs>>
+            [] OTHER ->
+                 /\ wState' = "FAILED" /\ UNCHANGED <<meta, wFragments, wAcks, msgs>>
+       /\ lastAction' = [name |-> "WriterChangesEnsemble",
+                         params |-> [failed |-> b, replacement |-> nb, first |-> wLac + 1,
+                                     outcome |-> meta.state]]
+    /\ UNCHANGED <<bookieVars, wPushed, wLac, recVars, lost, crashes>>
+
+\* Writer close by CW, with the code's semantics: if not CLOSED (also when IN_RECOVERY) write
+\* CLOSED with the writer's LAC; if CLOSED with the same end succeed; otherwise fail. Pending adds fail.
+WriterCloses ==
+    /\ wState = "WRITING"
+    /\ CASE meta.state # "CLOSED" ->
+              /\ meta' = [meta EXCEPT !.state = "CLOSED", !.lastEntry = wLac]
+              /\ wState' = "CLOSED"
+         [] meta.lastEntry = wLac ->
+              /\ wState' = "CLOSED" /\ UNCHANGED meta
+         [] OTHER ->
+              /\ wState' = "FAILED" /\ UNCHANGED meta
+    /\ lastAction' = [name |-> "WriterCloses", params |-> [lac |-> wLac, outcome |-> meta.state]]
+    /\ UNCHANGED <<bookieVars, msgs, wPushed, wLac, wAcks, wFragments, recVars, lost, crashes>>
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* Bookies (impl/bookie/core.py). Justified atomicity: receiving a        *)
+(* request, journalling it, fsyncing and replying is one step. A crash    *)
+(* before the fsync is then the same as the request being lost: no reply *)
+(* was sent, and (assumption) the entry is not read before it is durable. *)
+(***************************************************************************)
+
+\* Add: a fenced bookie rejects a writer's add with EFENCED; a recovery add skips the fence check.
+BookieReceivesAdd(m) ==
+    /\ m.kind \in {"add", "recoveryAdd"} /\ up[m.bookie]
+    /\ LET b == m.bookie
+           accept == m.kind = "recoveryAdd" \/ ~fenced[b]
+       IN /\ msgs' = (msgs \ {m}) \cup {Msg("addResp", m.client, b, m.entry, IF accept THEN 1 ELSE 0)}
+          /\ entries' = IF accept THEN [entries EXCEPT ![b] = @ \cup {m.entry}] ELSE entries
+          /\ bookieLac' = IF accept THEN [bookieLac EXCEPT ![b] = Max(@, m.val)] ELSE bookieLac
+          /\ lastAction' = [name |-> "BookieReceivesAdd",
+                            params |-> [bookie |-> b, client |-> m.client, entry |-> m.entry,
+                                        recovery |-> m.kind = "recoveryAdd", ok |-> accept]]
+    /\ UNCHANGED <<meta, fenced, up, failed, writerVars, recVars, lost, crashes>>
+
+\* Read-LAC with the fence flag: fence (durably, creating the ledger if unknown), reply the LAC.
+BookieReceivesReadLac(m) ==
+    /\ m.kind = "readLac" /\ up[m.bookie]
+    /\ fenced' = [fenced EXCEPT ![m.bookie] = TRUE]
+    /\ msgs' = (msgs \ {m}) \cup {Msg("readLacResp", m.client, m.bookie, NoEntry, bookieLac[m.bookie])}
+    /\ lastAction' = [name |-> "BookieReceivesReadLac",
+                      params |-> [bookie |-> m.bookie, client |-> m.client, lac |-> bookieLac[m.bookie]]]
+    /\ UNCHANGED <<meta, entries, bookieLac, up, failed, writerVars, recVars, lost, crashes>>
+
+\* Read of one entry, fencing first when the flag is set; reads work on fenced ledgers.
+BookieReceivesRead(m) ==
+    /\ m.kind = "read" /\ up[m.bookie]
+    /\ fenced' = IF m.val = 1 THEN [fenced EXCEPT ![m.bookie] = TRUE] ELSE fenced
+    /\ LET found == m.entry \in entries[m.bookie] IN
+       /\ msgs' = (msgs \ {m}) \cup {Msg("readResp", m.client, m.bookie, m.entry, IF found THEN 1 ELSE 0)}
+       /\ lastAction' = [name |-> "BookieReceivesRead",
+                         params |-> [bookie |-> m.bookie, client |-> m.client, entry |-> m.entry,
+                                     fence |-> m.val = 1, found |-> found]]
+    /\ UNCHANGED <<meta, entries, bookieLac, up, failed, writerVars, recVars, lost, crashes>>
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* Recovery clients: impl/bookie/client/recovery.py, the fencing read-LAC *)
+(* in impl/bookie/client/read_lac.py.                                     *)
+(***************************************************************************)
+
+\* Per-write-set coverage: every write set of the ensemble has fewer than Qa bookies that did
+\* not answer, so the old writer can no longer reach Qa on any write set.
+Covered(c) ==
+    \A ws \in AllWriteSets(LastEnsemble(rReadFragments[c])) : Cardinality(ws \ rAnswered[c]) < Qa
+
+\* Where recovery starts reading (in RecoveryReceivesReadLacResponse): max(LAC, first entry of the
+\* last fragment - 1): entries before the last fragment were confirmed when the writer made it
+\* (a change is made at LAC+1). Mutation "recovery_start_from_lac" starts from the LAC alone.
+
+ReadRequests(c, e) ==
+    {Msg("read", c, b, e, IF Mutation = "recovery_read_no_fence" THEN 0 ELSE 1) :
+        b \in WriteSet(rReadFragments[c], e)}
+
+\* Start (or retry) recovery. CLOSED: adopt its end. OPEN -> IN_RECOVERY by CW (already
+\* IN_RECOVERY: go on, the previous recoverer may be gone). Then fencing read-LAC to the last
+\* ensemble. A retry waits until nothing of the previous attempt is in flight (assumption: the
+\* implementation tags requests and ignores stale replies; this reduction drops behaviours where
+\* an old attempt's request lands during the new one, which only repeat idempotent fencing/reads
+\* or recovery adds of genuine entries).
+RecoveryStarts(c) ==
+    /\ rPhase[c] \in {"idle", "aborted"}
+    /\ NoMessagesOf(c)
+    /\ IF meta.state = "CLOSED"
+       THEN /\ rPhase' = [rPhase EXCEPT ![c] = "done"]
+            /\ rEnd' = [rEnd EXCEPT ![c] = meta.lastEntry]
+            /\ UNCHANGED <<meta, msgs, rReadFragments, rFragments>>
+       ELSE /\ meta' = [meta EXCEPT !.state = "IN_RECOVERY"]
+            /\ rPhase' = [rPhase EXCEPT ![c] = "fencing"]
+            /\ rReadFragments' = [rReadFragments EXCEPT ![c] = meta.fragments]
+            /\ rFragments' = [rFragments EXCEPT ![c] = meta.fragments]
+            /\ msgs' = msgs \cup {Msg("readLac", c, b, NoEntry, 0) : b \in Range(LastEnsemble(meta.fragments))}
+            /\ UNCHANGED rEnd
+    /\ lastAction' = [name |-> "RecoveryStarts", params |-> [client |-> c, outcome |-> meta.state]]
+    /\ UNCHANGED <<bookieVars, writerVars, rAnswered, rMaxLac, rNext, rNegatives, rWbAcks, rWbLac,
+                   lost, crashes>>
+
+\* A fencing read-LAC answer (OK, ENOENTRY, ENOLEDGER all count). Once covered, take the max LAC,
+\* and read the first entry after the start point.
+RecoveryReceivesReadLacResponse(m) ==
+    /\ m.kind = "readLacResp" /\ m.client \in Recoverers
+    /\ LET c == m.client
+           answered == rAnswered[c] \cup {m.bookie}
+           maxLac == Max(rMaxLac[c], m.val)
+           covered == \A ws \in AllWriteSets(LastEnsemble(rReadFragments[c])) : Cardinality(ws \ answered) < Qa
+           start == IF Mutation = "recovery_start_from_lac" THEN maxLac
+                    ELSE Max(maxLac, rReadFragments[c][Len(rReadFragments[c])].first - 1)
+       IN /\ IF rPhase[c] = "fencing"
+             THEN /\ rAnswered' = [rAnswered EXCEPT ![c] = answered]
+                  /\ rMaxLac' = [rMaxLac EXCEPT ![c] = maxLac]
+                  /\ IF covered
+                     THEN /\ rPhase' = [rPhase EXCEPT ![c] = "reading"]
+                          /\ rNext' = [rNext EXCEPT ![c] = start + 1]
+                          /\ rWbLac' = [rWbLac EXCEPT ![c] = start]
+                          /\ msgs' = (msgs \ {m}) \cup ReadRequests(c, start + 1)
+                     ELSE /\ msgs' = msgs \ {m}
+                          /\ UNCHANGED <<rPhase, rNext, rWbLac>>
+             ELSE /\ msgs' = msgs \ {m}
+                  /\ UNCHANGED <<rPhase, rAnswered, rMaxLac, rNext, rWbLac>>
+          /\ lastAction' = [name |-> "RecoveryReceivesReadLacResponse",
+                            params |-> [client |-> c, bookie |-> m.bookie, lac |-> m.val,
+                                        stale |-> rPhase[c] # "fencing"]]
+    /\ UNCHANGED <<meta, bookieVars, writerVars, rReadFragments, rFragments, rNegatives, rWbAcks, rEnd,
+                   lost, crashes>>
+
+\* A recovery read answer for the entry being read. One OK: the entry exists: write it back to its
+\* write set in the local (current) ensemble as a recovery add, go on with the next id. Enough
+\* negatives: the entry cannot have been acknowledged: the end is the previous one.
+RecoveryReceivesReadResponse(m) ==
+    /\ m.kind = "readResp" /\ m.client \in Recoverers
+    /\ LET c == m.client
+           e == m.entry
+           current == rPhase[c] = "reading" /\ e = rNext[c] /\ m.bookie \in WriteSet(rReadFragments[c], e)
+       IN /\ IF current /\ m.val = 1
+             THEN /\ rNext' = [rNext EXCEPT ![c] = e + 1]
+                  /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]
+                  /\ msgs' = (msgs \ {m})
+                             \cup {Msg("recoveryAdd", c, b, e, rWbLac[c]) : b \in WriteSetIn(LastEnsemble(rFragments[c]), e)}
+                             \cup ReadRequests(c, e + 1)
+                  /\ UNCHANGED <<rPhase, rEnd>>
+             ELSE IF current
+             THEN LET negs == rNegatives[c] \cup {m.bookie} IN
+                  /\ rNegatives' = [rNegatives EXCEPT ![c] = negs]
+                  /\ IF Cardinality(negs) >= NegativeThreshold
+                     THEN /\ rPhase' = [rPhase EXCEPT ![c] = "closing"]
+                          /\ rEnd' = [rEnd EXCEPT ![c] = e - 1]
+                     ELSE UNCHANGED <<rPhase, rEnd>>
+                  /\ msgs' = msgs \ {m}
+                  /\ UNCHANGED rNext
+             ELSE /\ msgs' = msgs \ {m}
+                  /\ UNCHANGED <<rPhase, rEnd, rNext, rNegatives>>
+          /\ lastAction' = [name |-> "RecoveryReceivesReadResponse",
+                            params |-> [client |-> c, bookie |-> m.bookie, entry |-> e, found |-> m.val = 1,
+                                        stale |-> ~current]]
+    /\ UNCHANGED <<meta, bookieVars, writerVars, rAnswered, rMaxLac, rReadFragments, rFragments, rWbAcks,
+                   rWbLac, lost, crashes>>
+
+\* The write-back in progress: entries rWbLac+1 .. (last one sent) are pending.
+WbPushed(c) == IF rPhase[c] = "closing" THEN rEnd[c] ELSE rNext[c] - 1
+
+\* A recovery add response (fenced bookies accept recovery adds, so it is OK).
+RecoveryReceivesAddResponse(m) ==
+    /\ m.kind = "addResp" /\ m.client \in Recoverers
+    /\ msgs' = msgs \ {m}
+    /\ LET c == m.client
+           e == m.entry
+           counts == rPhase[c] \in {"reading", "closing"} /\ m.val = 1 /\ rWbLac[c] < e /\ e <= WbPushed(c)
+                     /\ m.bookie \in WriteSetIn(LastEnsemble(rFragments[c]), e)
+           acks == [rWbAcks[c] EXCEPT ![e] = @ \cup {m.bookie}]
+           lac == ConfirmedUpTo(acks, rWbLac[c], WbPushed(c))
+       IN /\ IF counts
+             THEN /\ rWbLac' = [rWbLac EXCEPT ![c] = lac]
+                  /\ rWbAcks' = [rWbAcks EXCEPT ![c] = [x \in Entries |-> IF x <= lac THEN {} ELSE acks[x]]]
+             ELSE UNCHANGED <<rWbLac, rWbAcks>>
+          /\ lastAction' = [name |-> "RecoveryReceivesAddResponse",
+                            params |-> [client |-> c, bookie |-> m.bookie, entry |-> e, counted |-> counts]]
+    /\ UNCHANGED <<meta, bookieVars, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rFragments,
+                   rNext, rNegatives, rEnd, lost, crashes>>
+
+RecoveryAddTimedOut(c, b, e) ==
+    /\ rPhase[c] \in {"reading", "closing"}
+    /\ rWbLac[c] < e /\ e <= WbPushed(c)
+    /\ b \in WriteSetIn(LastEnsemble(rFragments[c]), e) /\ b \notin rWbAcks[c][e]
+    /\ Cardinality(rWbAcks[c][e]) < Qa
+    /\ ~InFlight("recoveryAdd", c, b, e) /\ ~InFlight("addResp", c, b, e)
+
+\* A local ensemble change during write-back: kept in rFragments until the final close.
+RecoveryChangesEnsemble(c, b, nb) ==
+    /\ \E e \in Entries : RecoveryAddTimedOut(c, b, e)
+    /\ b \in Range(LastEnsemble(rFragments[c]))
+    /\ nb \notin Range(LastEnsemble(rFragments[c])) /\ up[nb]
+    /\ LET frags == ReplaceBookie(rFragments[c], b, nb, rWbLac[c] + 1) IN
+       /\ Len(frags) <= MaxFragments
+       /\ rFragments' = [rFragments EXCEPT ![c] = frags]
+       /\ rWbAcks' = [rWbAcks EXCEPT ![c] = [e \in Entries |-> @[e] \ {b}]]
+       /\ msgs' = msgs \cup {Msg("recoveryAdd", c, nb, e, rWbLac[c]) :
+                             e \in {x \in rWbLac[c] + 1 .. WbPushed(c) : nb \in WriteSetIn(LastEnsemble(frags), x)}}
+    /\ lastAction' = [name |-> "RecoveryChangesEnsemble",
+                      params |-> [client |-> c, failed |-> b, replacement |-> nb, first |-> rWbLac[c] + 1]]
+    /\ UNCHANGED <<meta, bookieVars, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rNext,
+                   rNegatives, rWbLac, rEnd, lost, crashes>>
+
+\* Recovery close by CW once every write-back finished: IN_RECOVERY -> CLOSED with the recovered
+\* end and the local fragments; if someone else CLOSED it, adopt that.
+RecoveryCloses(c) ==
+    /\ rPhase[c] = "closing"
+    /\ rWbLac[c] >= rEnd[c]
+    /\ IF meta.state = "IN_RECOVERY"
+       THEN /\ meta' = [state |-> "CLOSED", lastEntry |-> rEnd[c], fragments |-> rFragments[c]]
+            /\ UNCHANGED rEnd
+       ELSE /\ rEnd' = [rEnd EXCEPT ![c] = meta.lastEntry]   \* adopt (state is CLOSED)
+            /\ UNCHANGED meta
+    /\ rPhase' = [rPhase EXCEPT ![c] = "done"]
+    /\ lastAction' = [name |-> "RecoveryCloses",
+                      params |-> [client |-> c, lastEntry |-> rEnd[c], outcome |-> meta.state]]
+    /\ UNCHANGED <<bookieVars, msgs, writerVars, rAnswered, rMaxLac, rReadFragments, rFragments, rNext,
+                   rNegatives, rWbAcks, rWbLac, lost, crashes>>
+
+\* Recovery fails (and may be retried): fencing cannot be covered, the entry being read has
+\* neither an OK nor enough negatives, or a write-back timed out; with nothing more in flight.
+RecoveryAborts(c) ==
+    /\ \/ /\ rPhase[c] = "fencing" /\ ~Covered(c)
+          /\ \A b \in Bookies : ~InFlight("readLac", c, b, NoEntry) /\ ~InFlight("readLacResp", c, b, NoEntry)
+       \/ /\ rPhase[c] = "reading"
+          /\ \A b \in Bookies : ~InFlight("read", c, b, rNext[c]) /\ ~InFlight("readResp", c, b, rNext[c])
+       \/ \E b \in Bookies, e \in Entries : RecoveryAddTimedOut(c, b, e)
+    /\ rPhase' = [rPhase EXCEPT ![c] = "aborted"]
+    /\ rAnswered' = [rAnswered EXCEPT ![c] = {}]
+    /\ rMaxLac' = [rMaxLac EXCEPT ![c] = NoEntry]
+    /\ rReadFragments' = [rReadFragments EXCEPT ![c] = <<>>]
+    /\ rFragments' = [rFragments EXCEPT ![c] = <<>>]
+    /\ rNext' = [rNext EXCEPT ![c] = 0]
+    /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]
+    /\ rWbAcks' = [rWbAcks EXCEPT ![c] = [e \in Entries |-> {}]]
+    /\ rWbLac' = [rWbLac EXCEPT ![c] = NoEntry]
+    /\ rEnd' = [rEnd EXCEPT ![c] = NoEntry]
+    /\ lastAction' = [name |-> "RecoveryAborts", params |-> [client |-> c, phase |-> rPhase[c]]]
+    /\ UNCHANGED <<meta, bookieVars, msgs, writerVars, lost, crashes>>
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* Faults                                                                  *)
+(***************************************************************************)
+
+\* A lost request or response: the sender sees a timeout.
+MessageLost(m) ==
+    /\ lost < MaxLostMessages
+    /\ lost' = lost + 1
+    /\ msgs' = msgs \ {m}
+    /\ lastAction' = [name |-> "MessageLost", params |-> [kind |-> m.kind, client |-> m.client,
+                                                          bookie |-> m.bookie, entry |-> m.entry]]
+    /\ UNCHANGED <<meta, bookieVars, writerVars, recVars, crashes>>
+
+\* A request to a bookie that is down gets no answer (not counted as a lost message: the crash is
+\* the fault).
+RequestToDownBookieLost(m) ==
+    /\ m.kind \in Requests /\ ~up[m.bookie]
+    /\ msgs' = msgs \ {m}
+    /\ lastAction' = [name |-> "RequestToDownBookieLost", params |-> [kind |-> m.kind, client |-> m.client,
+                                                                      bookie |-> m.bookie, entry |-> m.entry]]
+    /\ UNCHANGED <<meta, bookieVars, writerVars, recVars, lost, crashes>>
+
+\* A crash keeps only journalled, fsynced state: entries, the fenced flag and the LAC (which rides
+\* in entries) survive; requests queued at the bookie are lost.
+BookieCrashes(b) ==
+    /\ up[b] /\ crashes < MaxCrashes
+    /\ up' = [up EXCEPT ![b] = FALSE]
+    /\ crashes' = crashes + 1
+    /\ msgs' = {m \in msgs : ~(m.kind \in Requests /\ m.bookie = b)}
+    /\ lastAction' = [name |-> "BookieCrashes", params |-> [bookie |-> b]]
+    /\ UNCHANGED <<meta, entries, fenced, bookieLac, failed, writerVars, recVars, lost>>
+
+BookieRestarts(b) ==
+    /\ ~up[b] /\ b \notin failed
+    /\ up' = [up EXCEPT ![b] = TRUE]
+    /\ lastAction' = [name |-> "BookieRestarts", params |-> [bookie |-> b]]
+    /\ UNCHANGED <<meta, entries, fenced, bookieLac, failed, msgs, writerVars, recVars, lost, crashes>>
+
+\* A bookie fails for good: it never answers again and its data is unreadable.
+BookieFailsPermanently(b) ==
+    /\ up[b] /\ Cardinality(failed) < MaxPermanentFailures
+    /\ up' = [up EXCEPT ![b] = FALSE]
+    /\ failed' = failed \cup {b}
+    /\ msgs' = {m \in msgs : ~(m.kind \in Requests /\ m.bookie = b)}
+    /\ lastAction' = [name |-> "BookieFailsPermanently", params |-> [bookie |-> b]]
+    /\ UNCHANGED <<meta, entries, fenced, bookieLac, writerVars, recVars, lost, crashes>>
+
+-----------------------------------------------------------------------------
+
+DeliverMessage(m) ==
+    \/ BookieReceivesAdd(m) \/ BookieReceivesReadLac(m) \/ BookieReceivesRead(m)
+    \/ WriterReceivesAddResponse(m) \/ RecoveryReceivesAddResponse(m)
+    \/ RecoveryReceivesReadLacResponse(m) \/ RecoveryReceivesReadResponse(m)
+    \/ RequestToDownBookieLost(m)
+
+Writing ==
+    \/ WriterSendsAdd \/ WriterCloses
+    \/ \E b, nb \in Bookies : WriterChangesEnsemble(b, nb)
+
+Recovering(c) ==
+    \/ RecoveryStarts(c) \/ RecoveryCloses(c) \/ RecoveryAborts(c)
+    \/ \E b, nb \in Bookies : RecoveryChangesEnsemble(c, b, nb)
+
+Faults ==
+    \/ \E m \in msgs : MessageLost(m)
+    \/ \E b \in Bookies : BookieCrashes(b) \/ BookieFailsPermanently(b)
+
+Next ==
+    \/ \E m \in msgs : DeliverMessage(m)
+    \/ Writing
+    \/ \E c \in Recoverers : Recovering(c)
+    \/ \E b \in Bookies : BookieRestarts(b)
+    \/ Faults
+
+Spec == Init /\ [][Next]_vars
+
+\* Weak fairness on everything but faults and the writer (which may stop at any time, as a
+\* crashed client does): once messages stop being lost, messages get delivered, crashed bookies
+\* restart and recovery clients keep trying.
+FairSpec ==
+    /\ Spec
+    /\ \A c \in Clients, b \in Bookies : WF_vars(\E m \in msgs : m.bookie = b /\ m.client = c /\ DeliverMessage(m))
+    /\ \A c \in Recoverers : WF_vars(Recovering(c))
+    /\ \A b \in Bookies : WF_vars(BookieRestarts(b))
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* Invariants                                                              *)
+(***************************************************************************)
+
+TypeOK ==
+    /\ meta.state \in {"OPEN", "IN_RECOVERY", "CLOSED"}
+    /\ meta.lastEntry \in Entries \cup {NoEntry}
+    /\ entries \in [Bookies -> SUBSET Entries]
+    /\ fenced \in [Bookies -> BOOLEAN]
+    /\ bookieLac \in [Bookies -> Entries \cup {NoEntry}]
+    /\ up \in [Bookies -> BOOLEAN] /\ failed \subseteq Bookies
+    /\ wState \in {"WRITING", "CLOSED", "FENCED", "FAILED"}
+    /\ wPushed \in Entries \cup {NoEntry} /\ wLac \in Entries \cup {NoEntry} /\ wLac <= wPushed
+    /\ wAcks \in [Entries -> SUBSET Bookies]
+    /\ rPhase \in [Recoverers -> {"idle", "fencing", "reading", "closing", "done", "aborted"}]
+    /\ rNext \in [Recoverers -> 0 .. NumEntries]
+    /\ \A m \in msgs : m.kind \in Requests \cup {"addResp", "readLacResp", "readResp"}
+                       /\ m.client \in Clients /\ m.bookie \in Bookies
+    /\ lost \in 0 .. MaxLostMessages /\ crashes \in 0 .. MaxCrashes
+
+StoredOn(frags, e) == { b \in WriteSet(frags, e) : e \in entries[b] }
+
+\* No divergence: no entry acknowledged to the writer's application lies beyond the closed end;
+\* a writer that closed, and every recovery client that finished, agree with the metadata's end.
+NoDivergence ==
+    /\ meta.state = "CLOSED" => wLac <= meta.lastEntry
+    /\ wState = "CLOSED" => meta.state = "CLOSED" /\ meta.lastEntry = wLac
+    /\ \A c \in Recoverers : rPhase[c] = "done" => meta.state = "CLOSED" /\ rEnd[c] = meta.lastEntry
+
+\* Every entry acknowledged to a client is readable through the metadata's fragments: some
+\* bookie of its write set (per the metadata) that has not failed for good stores it.
+\* (Models with Qa = 1 set MaxPermanentFailures = 0: one copy cannot survive a lost disk.)
+AckedEntriesReadable ==
+    \A e \in 0 .. wLac : \E b \in StoredOn(meta.fragments, e) : b \notin failed
+
+\* Every entry of a closed ledger reached Qa bookies of its write set (per the closed metadata).
+ClosedEntriesReplicated ==
+    meta.state = "CLOSED" =>
+        \A e \in 0 .. meta.lastEntry : Cardinality(StoredOn(meta.fragments, e)) >= Qa
+
+\* No out-of-order entries: the writer confirms an entry only after every earlier one, so each
+\* entry up to its LAC reached Qa bookies of its write set (a gap would be an entry confirmed out
+\* of order).
+InOrderConfirmation ==
+    \A e \in 0 .. wLac : Cardinality(StoredOn(wFragments, e)) >= Qa
+
+\* Only valid fragments: the first starts at entry 0, first ids strictly increase, each ensemble
+\* has E distinct bookies, and a closed ledger's last fragment starts at most one past its end.
+ValidFragments ==
+    LET f == meta.fragments IN
+    /\ Len(f) \in 1 .. MaxFragments
+    /\ f[1].first = 0
+    /\ \A i \in 1 .. Len(f) - 1 : f[i].first < f[i + 1].first
+    /\ \A i \in 1 .. Len(f) : Cardinality(Range(f[i].ens)) = E
+    /\ meta.state = "CLOSED" => f[Len(f)].first <= meta.lastEntry + 1
+
+\* A closed ledger never changes (action property).
+ClosedLedgerNeverChanges == [][meta.state = "CLOSED" => meta' = meta]_meta
+
+\* Liveness: under FairSpec, some recovery client eventually finishes, the ledger is closed and
+\* that client agrees with its end (NoDivergence makes every other client agree too).
+RecoveryTerminates ==
+    <>(meta.state = "CLOSED" /\ \E c \in Recoverers : rPhase[c] = "done" /\ rEnd[c] = meta.lastEntry)
+
+\* Symmetry: bookies are interchangeable (Init picks any ensemble; nothing CHOOSEs a bookie).
+BookieSymmetry == Permutations(Bookies)
+=============================================================================
