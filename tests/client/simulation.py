@@ -118,9 +118,11 @@ class SimCluster:
             if isinstance(output, Send):
                 self.inflight.append((client, output.bookie, output.request))
             elif isinstance(output, ChooseReplacement):
-                choice = next(b for b in self.spares if b not in output.exclude)
-                self.spares.remove(choice)
-                self.perform(client, client.on_replacement(output.failed, choice))
+                choices = [b for b in self.spares if b not in output.exclude]
+                if choices:  # spares are shared: several clients may pick the same one
+                    self.perform(client, client.on_replacement(output.failed, choices[0]))
+                else:
+                    self.perform(client, client.on_no_replacement(output.failed, "no spare bookie left"))
             elif isinstance(output, UpdateMetadata):
                 self.perform(client, client.on_metadata_result(self.store.apply(output.change)))
             else:

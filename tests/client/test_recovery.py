@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from impl.bookie.client.failures import LedgerFencedError, NotEnoughBookiesError
 from impl.bookie.client.ledger_update import StartRecovery, UpdateMetadata
@@ -14,6 +16,12 @@ from impl.bookie.protocol import AddRequest, ErrorCode, ReadRequest, ReadRespons
 from impl.metadata.ledger import Fragment, LedgerMetadata, LedgerState
 
 from .simulation import SimCluster
+
+
+def stored_entries(cluster: SimCluster, bookie: str) -> set[int]:
+    ledger = cluster.bookies[bookie].ledgers.get(LEDGER)
+    return set() if ledger is None else set(ledger.entries)
+
 
 LEDGER = 3
 BOOKIES = ["b0:1", "b1:1", "b2:1"]
@@ -225,3 +233,50 @@ def test_recovery_sends_only_fenced_reads_and_recovery_adds() -> None:
         for s in seen
     )
     assert op.phase is RecoveryPhase.DONE and cluster.store.metadata.last_entry_id == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    quorums=st.sampled_from([(3, 3, 2), (3, 2, 2), (2, 2, 2), (3, 3, 3), (3, 2, 1)]),
+    recoverers=st.integers(1, 4),
+    fault=st.sampled_from(["none", "silent", "drop-adds"]),
+)
+def test_any_interleaving_recovers_one_end_covering_every_acknowledged_entry(
+    seed: int, quorums: tuple[int, int, int], recoverers: int, fault: str
+) -> None:
+    e, qw, qa = quorums
+    cluster = new_cluster(seed=seed, e=e, qw=qw, qa=qa)
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    for i in range(10):
+        cluster.perform(writer, writer.add(f"w-{i}".encode()))
+        for _ in range(cluster.random.randrange(5)):
+            cluster.step()
+    victim = cluster.random.choice(BOOKIES[:e])
+    # A silent bookie only leaves Qw-Qa+1 answers when Qa < Qw: otherwise recovery must (rightly) fail.
+    if fault == "silent" and qa < qw:
+        cluster.silent.add(victim)
+    elif fault == "drop-adds":
+        cluster.drop_adds.add(victim)
+    ops = []
+    for _ in range(recoverers):
+        ops.append(recover(cluster))
+        for _ in range(cluster.random.randrange(8)):
+            cluster.step()
+    cluster.run()
+    results = [e for op in ops for e in cluster.events_of(op) if isinstance(e, RecoveryDone | RecoveryFailed)]
+    assert len(results) == len(ops)
+    ends = {r.metadata.last_entry_id for r in results if isinstance(r, RecoveryDone)}
+    assert len(ends) <= 1, ends
+    confirmed = acknowledged(cluster, writer)
+    assert confirmed == list(range(len(confirmed)))  # in order, no holes
+    stored = cluster.store.metadata
+    if stored.state is LedgerState.CLOSED:
+        assert ends == {stored.last_entry_id}
+        assert all(entry_id <= stored.last_entry_id for entry_id in confirmed)
+        # every acknowledged entry is readable from the closed ledger's fragments
+        for entry_id in confirmed:
+            holders = [b for b in stored.write_set(entry_id) if entry_id in stored_entries(cluster, b)]
+            assert len(holders) >= 1, (entry_id, stored.fragments)
+    else:
+        assert not ends and all(isinstance(r, RecoveryFailed) for r in results)
