@@ -182,9 +182,9 @@ WriterSendsAdd ==
 \* An add response. EFENCED is unrecoverable: pending adds fail, the handle stops.
 \* An OK counts only while the entry is pending and b is still in its write set (a response
 \* from a replaced bookie is ignored). Completion is in order: LAC = the longest confirmed prefix.
-WriterReceivesAddResponse(m) ==
+WriterReceivesAddResponse(m, req) ==
     /\ m.kind = "addResp" /\ m.client = Writer
-    /\ msgs' = msgs \ {m}
+    /\ msgs' = msgs \ {req}
     /\ LET e == m.entry
            counts == wState = "WRITING" /\ m.val = 1 /\ wLac < e /\ e <= wPushed
                      /\ m.bookie \in WriteSet(wFragments, e)
@@ -199,7 +199,7 @@ WriterReceivesAddResponse(m) ==
                   /\ UNCHANGED <<wLac, wAcks>>
           /\ lastAction' = [name |-> "WriterReceivesAddResponse",
                             params |-> [bookie |-> m.bookie, entry |-> e, ok |-> m.val = 1, counted |-> counts]]
-    /\ UNCHANGED <<meta, bookieVars, wPushed, wFragments, recVars, lost, crashes>>
+    /\ UNCHANGED <<meta, up, failed, wPushed, wFragments, recVars, lost, crashes>>
 
 \* A timeout: pending entry e has no ack from b, fewer than Qa acks, and nothing in flight
 \* between the writer and b about e (the request or its response was lost, or b is down).
@@ -261,37 +261,33 @@ WriterCloses ==
 (***************************************************************************)
 
 \* Add: a fenced bookie rejects a writer's add with EFENCED; a recovery add skips the fence check.
+AddAccepted(m) == m.kind = "recoveryAdd" \/ ~fenced[m.bookie]
 BookieReceivesAdd(m) ==
-    /\ m.kind \in {"add", "recoveryAdd"} /\ up[m.bookie]
-    /\ LET b == m.bookie
-           accept == m.kind = "recoveryAdd" \/ ~fenced[b]
-       IN /\ msgs' = (msgs \ {m}) \cup {Msg("addResp", m.client, b, m.entry, IF accept THEN 1 ELSE 0)}
-          /\ entries' = IF accept THEN [entries EXCEPT ![b] = @ \cup {m.entry}] ELSE entries
-          /\ bookieLac' = IF accept THEN [bookieLac EXCEPT ![b] = Max(@, m.val)] ELSE bookieLac
-          /\ lastAction' = [name |-> "BookieReceivesAdd",
-                            params |-> [bookie |-> b, client |-> m.client, entry |-> m.entry,
-                                        recovery |-> m.kind = "recoveryAdd", ok |-> accept]]
-    /\ UNCHANGED <<meta, fenced, up, failed, writerVars, recVars, lost, crashes>>
+    /\ entries' = IF AddAccepted(m) THEN [entries EXCEPT ![m.bookie] = @ \cup {m.entry}] ELSE entries
+    /\ bookieLac' = IF AddAccepted(m) THEN [bookieLac EXCEPT ![m.bookie] = Max(@, m.val)] ELSE bookieLac
+    /\ UNCHANGED fenced
+AddReply(m) == Msg("addResp", m.client, m.bookie, m.entry, IF AddAccepted(m) THEN 1 ELSE 0)
 
 \* Read-LAC with the fence flag: fence (durably, creating the ledger if unknown), reply the LAC.
 BookieReceivesReadLac(m) ==
-    /\ m.kind = "readLac" /\ up[m.bookie]
     /\ fenced' = [fenced EXCEPT ![m.bookie] = TRUE]
-    /\ msgs' = (msgs \ {m}) \cup {Msg("readLacResp", m.client, m.bookie, NoEntry, bookieLac[m.bookie])}
-    /\ lastAction' = [name |-> "BookieReceivesReadLac",
-                      params |-> [bookie |-> m.bookie, client |-> m.client, lac |-> bookieLac[m.bookie]]]
-    /\ UNCHANGED <<meta, entries, bookieLac, up, failed, writerVars, recVars, lost, crashes>>
+    /\ UNCHANGED <<entries, bookieLac>>
+ReadLacReply(m) == Msg("readLacResp", m.client, m.bookie, NoEntry, bookieLac[m.bookie])
 
 \* Read of one entry, fencing first when the flag is set; reads work on fenced ledgers.
 BookieReceivesRead(m) ==
-    /\ m.kind = "read" /\ up[m.bookie]
     /\ fenced' = IF m.val = 1 THEN [fenced EXCEPT ![m.bookie] = TRUE] ELSE fenced
-    /\ LET found == m.entry \in entries[m.bookie] IN
-       /\ msgs' = (msgs \ {m}) \cup {Msg("readResp", m.client, m.bookie, m.entry, IF found THEN 1 ELSE 0)}
-       /\ lastAction' = [name |-> "BookieReceivesRead",
-                         params |-> [bookie |-> m.bookie, client |-> m.client, entry |-> m.entry,
-                                     fence |-> m.val = 1, found |-> found]]
-    /\ UNCHANGED <<meta, entries, bookieLac, up, failed, writerVars, recVars, lost, crashes>>
+    /\ UNCHANGED <<entries, bookieLac>>
+ReadReply(m) == Msg("readResp", m.client, m.bookie, m.entry, IF m.entry \in entries[m.bookie] THEN 1 ELSE 0)
+
+BookieHandles(m) ==
+    CASE m.kind \in {"add", "recoveryAdd"} -> BookieReceivesAdd(m)
+      [] m.kind = "readLac" -> BookieReceivesReadLac(m)
+      [] OTHER -> BookieReceivesRead(m)
+Reply(m) ==
+    CASE m.kind \in {"add", "recoveryAdd"} -> AddReply(m)
+      [] m.kind = "readLac" -> ReadLacReply(m)
+      [] OTHER -> ReadReply(m)
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -337,7 +333,7 @@ RecoveryStarts(c) ==
 
 \* A fencing read-LAC answer (OK, ENOENTRY, ENOLEDGER all count). Once covered, take the max LAC,
 \* and read the first entry after the start point.
-RecoveryReceivesReadLacResponse(m) ==
+RecoveryReceivesReadLacResponse(m, req) ==
     /\ m.kind = "readLacResp" /\ m.client \in Recoverers
     /\ LET c == m.client
            answered == rAnswered[c] \cup {m.bookie}
@@ -352,21 +348,21 @@ RecoveryReceivesReadLacResponse(m) ==
                      THEN /\ rPhase' = [rPhase EXCEPT ![c] = "reading"]
                           /\ rNext' = [rNext EXCEPT ![c] = start + 1]
                           /\ rWbLac' = [rWbLac EXCEPT ![c] = start]
-                          /\ msgs' = (msgs \ {m}) \cup ReadRequests(c, start + 1)
-                     ELSE /\ msgs' = msgs \ {m}
+                          /\ msgs' = (msgs \ {req}) \cup ReadRequests(c, start + 1)
+                     ELSE /\ msgs' = msgs \ {req}
                           /\ UNCHANGED <<rPhase, rNext, rWbLac>>
-             ELSE /\ msgs' = msgs \ {m}
+             ELSE /\ msgs' = msgs \ {req}
                   /\ UNCHANGED <<rPhase, rAnswered, rMaxLac, rNext, rWbLac>>
           /\ lastAction' = [name |-> "RecoveryReceivesReadLacResponse",
                             params |-> [client |-> c, bookie |-> m.bookie, lac |-> m.val,
                                         stale |-> rPhase[c] # "fencing"]]
-    /\ UNCHANGED <<meta, bookieVars, writerVars, rReadFragments, rFragments, rNegatives, rWbAcks, rEnd,
+    /\ UNCHANGED <<meta, up, failed, writerVars, rReadFragments, rFragments, rNegatives, rWbAcks, rEnd,
                    lost, crashes>>
 
 \* A recovery read answer for the entry being read. One OK: the entry exists: write it back to its
 \* write set in the local (current) ensemble as a recovery add, go on with the next id. Enough
 \* negatives: the entry cannot have been acknowledged: the end is the previous one.
-RecoveryReceivesReadResponse(m) ==
+RecoveryReceivesReadResponse(m, req) ==
     /\ m.kind = "readResp" /\ m.client \in Recoverers
     /\ LET c == m.client
            e == m.entry
@@ -374,7 +370,7 @@ RecoveryReceivesReadResponse(m) ==
        IN /\ IF current /\ m.val = 1
              THEN /\ rNext' = [rNext EXCEPT ![c] = e + 1]
                   /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]
-                  /\ msgs' = (msgs \ {m})
+                  /\ msgs' = (msgs \ {req})
                              \cup {Msg("recoveryAdd", c, b, e, rWbLac[c]) : b \in WriteSetIn(LastEnsemble(rFragments[c]), e)}
                              \cup ReadRequests(c, e + 1)
                   /\ UNCHANGED <<rPhase, rEnd>>
@@ -385,23 +381,23 @@ RecoveryReceivesReadResponse(m) ==
                      THEN /\ rPhase' = [rPhase EXCEPT ![c] = "closing"]
                           /\ rEnd' = [rEnd EXCEPT ![c] = e - 1]
                      ELSE UNCHANGED <<rPhase, rEnd>>
-                  /\ msgs' = msgs \ {m}
+                  /\ msgs' = msgs \ {req}
                   /\ UNCHANGED rNext
-             ELSE /\ msgs' = msgs \ {m}
+             ELSE /\ msgs' = msgs \ {req}
                   /\ UNCHANGED <<rPhase, rEnd, rNext, rNegatives>>
           /\ lastAction' = [name |-> "RecoveryReceivesReadResponse",
                             params |-> [client |-> c, bookie |-> m.bookie, entry |-> e, found |-> m.val = 1,
                                         stale |-> ~current]]
-    /\ UNCHANGED <<meta, bookieVars, writerVars, rAnswered, rMaxLac, rReadFragments, rFragments, rWbAcks,
+    /\ UNCHANGED <<meta, up, failed, writerVars, rAnswered, rMaxLac, rReadFragments, rFragments, rWbAcks,
                    rWbLac, lost, crashes>>
 
 \* The write-back in progress: entries rWbLac+1 .. (last one sent) are pending.
 WbPushed(c) == IF rPhase[c] = "closing" THEN rEnd[c] ELSE rNext[c] - 1
 
 \* A recovery add response (fenced bookies accept recovery adds, so it is OK).
-RecoveryReceivesAddResponse(m) ==
+RecoveryReceivesAddResponse(m, req) ==
     /\ m.kind = "addResp" /\ m.client \in Recoverers
-    /\ msgs' = msgs \ {m}
+    /\ msgs' = msgs \ {req}
     /\ LET c == m.client
            e == m.entry
            counts == rPhase[c] \in {"reading", "closing"} /\ m.val = 1 /\ rWbLac[c] < e /\ e <= WbPushed(c)
@@ -414,7 +410,7 @@ RecoveryReceivesAddResponse(m) ==
              ELSE UNCHANGED <<rWbLac, rWbAcks>>
           /\ lastAction' = [name |-> "RecoveryReceivesAddResponse",
                             params |-> [client |-> c, bookie |-> m.bookie, entry |-> e, counted |-> counts]]
-    /\ UNCHANGED <<meta, bookieVars, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rFragments,
+    /\ UNCHANGED <<meta, up, failed, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rFragments,
                    rNext, rNegatives, rEnd, lost, crashes>>
 
 RecoveryAddTimedOut(c, b, e) ==
@@ -482,7 +478,7 @@ RecoveryAborts(c) ==
 (* Faults                                                                  *)
 (***************************************************************************)
 
-\* A lost request or response: the sender sees a timeout.
+\* A lost request: the sender sees a timeout.
 MessageLost(m) ==
     /\ lost < MaxLostMessages
     /\ lost' = lost + 1
@@ -527,11 +523,29 @@ BookieFailsPermanently(b) ==
 
 -----------------------------------------------------------------------------
 
+\* Justified atomicity: a bookie handles a request and its reply reaches the client in one step
+\* (each TLC step is "bookie b handled request m and client c handled the reply"). A reply that
+\* is lost is ReplyLost. Assumption: the only client decisions that depend on a reply being
+\* absent (timeouts, aborts) wait until nothing is in flight, so delaying a reply adds nothing
+\* but the reorderings with independent steps; a close racing a late reply is the lost-reply case.
 DeliverMessage(m) ==
-    \/ BookieReceivesAdd(m) \/ BookieReceivesReadLac(m) \/ BookieReceivesRead(m)
-    \/ WriterReceivesAddResponse(m) \/ RecoveryReceivesAddResponse(m)
-    \/ RecoveryReceivesReadLacResponse(m) \/ RecoveryReceivesReadResponse(m)
-    \/ RequestToDownBookieLost(m)
+    /\ m.kind \in Requests /\ up[m.bookie]
+    /\ BookieHandles(m)
+    /\ CASE m.kind \in {"add", "recoveryAdd"} /\ m.client = Writer -> WriterReceivesAddResponse(Reply(m), m)
+         [] m.kind \in {"add", "recoveryAdd"} -> RecoveryReceivesAddResponse(Reply(m), m)
+         [] m.kind = "readLac" -> RecoveryReceivesReadLacResponse(Reply(m), m)
+         [] OTHER -> RecoveryReceivesReadResponse(Reply(m), m)
+
+\* The bookie handled the request but its reply was lost: the client sees a timeout.
+ReplyLost(m) ==
+    /\ m.kind \in Requests /\ up[m.bookie]
+    /\ lost < MaxLostMessages
+    /\ lost' = lost + 1
+    /\ BookieHandles(m)
+    /\ msgs' = msgs \ {m}
+    /\ lastAction' = [name |-> "ReplyLost", params |-> [kind |-> m.kind, client |-> m.client,
+                                                        bookie |-> m.bookie, entry |-> m.entry]]
+    /\ UNCHANGED <<meta, up, failed, writerVars, recVars, crashes>>
 
 Writing ==
     \/ WriterSendsAdd \/ WriterCloses
@@ -542,11 +556,11 @@ Recovering(c) ==
     \/ \E b, nb \in Bookies : RecoveryChangesEnsemble(c, b, nb)
 
 Faults ==
-    \/ \E m \in msgs : MessageLost(m)
+    \/ \E m \in msgs : MessageLost(m) \/ ReplyLost(m)
     \/ \E b \in Bookies : BookieCrashes(b) \/ BookieFailsPermanently(b)
 
 Next ==
-    \/ \E m \in msgs : DeliverMessage(m)
+    \/ \E m \in msgs : DeliverMessage(m) \/ RequestToDownBookieLost(m)
     \/ Writing
     \/ \E c \in Recoverers : Recovering(c)
     \/ \E b \in Bookies : BookieRestarts(b)
@@ -559,7 +573,7 @@ Spec == Init /\ [][Next]_vars
 \* restart and recovery clients keep trying.
 FairSpec ==
     /\ Spec
-    /\ \A c \in Clients, b \in Bookies : WF_vars(\E m \in msgs : m.bookie = b /\ m.client = c /\ DeliverMessage(m))
+    /\ \A c \in Clients, b \in Bookies : WF_vars(\E m \in msgs : m.bookie = b /\ m.client = c /\ (DeliverMessage(m) \/ RequestToDownBookieLost(m)))
     /\ \A c \in Recoverers : WF_vars(Recovering(c))
     /\ \A b \in Bookies : WF_vars(BookieRestarts(b))
 
