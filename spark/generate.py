@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import heapq
 import json
 import random
 import sys

@@ -29,6 +29,9 @@ class Case:
     ops: tuple[int, ...]
     explanation: str
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(sorted(set(self.ops))))
+
     @property
     def key(self) -> tuple[str, str, tuple[int, ...]]:
         return (self.anomaly, self.topic, self.ops)
