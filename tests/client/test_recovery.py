@@ -39,8 +39,8 @@ def write(cluster: SimCluster, writer: LedgerWriter, count: int) -> None:
     cluster.run()
 
 
-def recover(cluster: SimCluster) -> RecoveryOp:
-    op = RecoveryOp(LEDGER, cluster.store.metadata)
+def recover(cluster: SimCluster, read_ahead: int = 1) -> RecoveryOp:
+    op = RecoveryOp(LEDGER, cluster.store.metadata, read_ahead=read_ahead)
     cluster.perform(op, op.start())
     return op
 
@@ -132,13 +132,14 @@ def test_recovery_fences_the_writer_and_keeps_every_acknowledged_entry() -> None
     assert all(b.ledgers[LEDGER].fenced for b in cluster.bookies.values() if LEDGER in b.ledgers)
 
 
-def test_an_entry_gap_does_not_extend_the_recovered_ledger() -> None:
+@pytest.mark.parametrize("read_ahead", [1, 3])
+def test_an_entry_gap_does_not_extend_the_recovered_ledger(read_ahead: int) -> None:
     cluster = new_cluster()
     writer = LedgerWriter(LEDGER, cluster.store.metadata)
     write(cluster, writer, 4)  # entries 0..3 everywhere
     stray = encode_entry(LEDGER, 5, 3, 99, b"stray", password=b"secret")
     cluster.bookies["b1:1"].handle(AddRequest(LEDGER, 5, master_key(b"secret"), stray))  # entry 4 never written
-    op = recover(cluster)
+    op = recover(cluster, read_ahead)
     cluster.run()
     assert outcome(cluster, op).metadata.last_entry_id == 3
 
@@ -241,9 +242,10 @@ def test_recovery_sends_only_fenced_reads_and_recovery_adds() -> None:
     quorums=st.sampled_from([(3, 3, 2), (3, 2, 2), (2, 2, 2), (3, 3, 3), (3, 2, 1)]),
     recoverers=st.integers(1, 4),
     fault=st.sampled_from(["none", "silent", "drop-adds"]),
+    read_ahead=st.integers(1, 4),
 )
 def test_any_interleaving_recovers_one_end_covering_every_acknowledged_entry(
-    seed: int, quorums: tuple[int, int, int], recoverers: int, fault: str
+    seed: int, quorums: tuple[int, int, int], recoverers: int, fault: str, read_ahead: int
 ) -> None:
     e, qw, qa = quorums
     cluster = new_cluster(seed=seed, e=e, qw=qw, qa=qa)
@@ -260,7 +262,7 @@ def test_any_interleaving_recovers_one_end_covering_every_acknowledged_entry(
         cluster.drop_adds.add(victim)
     ops = []
     for _ in range(recoverers):
-        ops.append(recover(cluster))
+        ops.append(recover(cluster, read_ahead))
         for _ in range(cluster.random.randrange(8)):
             cluster.step()
     cluster.run()

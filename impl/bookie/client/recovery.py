@@ -3,10 +3,10 @@
 1. CLOSED: nothing to do.                2. StartRecovery: OPEN -> IN_RECOVERY.
 3. Fencing read-LAC over the last fragment (coverage rule), max LAC.
 4. From start = max(LAC, first entry of the last fragment - 1), fenced reads of
-   start+1, start+2, ...: one OK = the entry exists, write it back to its whole write
-   set as a recovery add; Qw-Qa+1 negatives = the end (stop once write-backs finish);
-   neither = fail (retryable). Entry `start` itself is read (not written back) only to
-   learn the ledger length there.
+   start+1, start+2, ... (`read_ahead` in flight, decided strictly in order): one OK =
+   the entry exists, write it back to its whole write set as a recovery add; Qw-Qa+1
+   negatives = the end (stop once write-backs finish); neither = fail (retryable).
+   Entry `start` itself is read (not written back) only to learn the length there.
 5. Write-back runs through a recovery-mode LedgerWriter: its ensemble changes stay local.
 6. RecoveryClose IN_RECOVERY -> CLOSED with last entry, length and fragments; if someone
    else closed the ledger first, adopt their close.
@@ -51,14 +51,19 @@ class RecoveryPhase(enum.Enum):
 
 
 class RecoveryOp:
-    def __init__(self, ledger_id: int, metadata: LedgerMetadata) -> None:
+    def __init__(self, ledger_id: int, metadata: LedgerMetadata, *, read_ahead: int = 1) -> None:
+        if read_ahead < 1:
+            raise ValueError(f"read_ahead must be at least 1, got {read_ahead}")
+        self.read_ahead = read_ahead  # fenced reads in flight (BookKeeper's recoveryReadBatchSize, default 1)
         self.ledger_id = ledger_id
         self.metadata = metadata
         self.phase = RecoveryPhase.STARTING
         self.read_lac: ReadLacOp | None = None
         self.writer: LedgerWriter | None = None
-        self.reading = NO_ENTRY  # the entry id whose fenced read is outstanding
-        self._answers: dict[int, Answer] = {}
+        self._next = NO_ENTRY  # the next entry id to decide
+        self._issued = NO_ENTRY  # the highest entry id read so far
+        self._window: dict[int, dict[int, Answer]] = {}  # undecided entry id -> answers by ensemble index
+        self._found: dict[int, DecodedEntry] = {}  # undecided entries some bookie returned
         self._start = NO_ENTRY
         self._end_found = False
         self._key = master_key(metadata.password)
@@ -100,7 +105,7 @@ class RecoveryOp:
             if self.phase is not RecoveryPhase.FENCING or self.read_lac is None:
                 return []
             return self._from_read_lac(self.read_lac.receive(bookie, request, response))
-        if self.phase is not RecoveryPhase.READING or request.entry_id != self.reading:
+        if self.phase is not RecoveryPhase.READING:
             return []
         return self._read_answer(bookie, request.entry_id, response)
 
@@ -131,44 +136,80 @@ class RecoveryOp:
                 self._start = max(output.lac, self.metadata.fragments[-1].first_entry_id - 1)
                 if self._start == NO_ENTRY:
                     self.writer = LedgerWriter(self.ledger_id, self.metadata, recovery=True)
-                    return self._read(0)
-                return self._read(self._start)  # the anchor: its header gives the length at start
+                    return self._begin_reading(0)
+                return self._begin_reading(self._start)  # the anchor: its header gives the length at start
         return []
 
-    def _read(self, entry_id: int) -> list[RecoveryOutput]:
-        self.reading = entry_id
-        self._answers = {}
+    def _begin_reading(self, first: int) -> list[RecoveryOutput]:
+        self._next = first
+        self._issued = first - 1
+        return self._issue()
+
+    def _issue(self) -> list[RecoveryOutput]:
+        """Keep `read_ahead` fenced reads outstanding beyond the next entry to decide."""
+        outputs: list[RecoveryOutput] = []
         m = self.metadata
-        ensemble = m.ensemble_for(entry_id)
-        request = ReadRequest(self.ledger_id, entry_id, fence=True, master_key=self._key)
-        return [Send(ensemble[i], request) for i in write_set(entry_id, m.ensemble_size, m.write_quorum)]
+        while not self._end_found and self._issued < self._next + self.read_ahead - 1:
+            self._issued += 1
+            entry_id = self._issued
+            self._window[entry_id] = {}
+            ensemble = m.ensemble_for(entry_id)
+            request = ReadRequest(self.ledger_id, entry_id, fence=True, master_key=self._key)
+            outputs += [Send(ensemble[i], request) for i in write_set(entry_id, m.ensemble_size, m.write_quorum)]
+        return outputs
 
     def _read_answer(self, bookie: BookieId, entry_id: int, response: Response | None) -> list[RecoveryOutput]:
+        answers = self._window.get(entry_id)
+        if answers is None:
+            return []  # decided already, or beyond the end
         m = self.metadata
         ensemble = m.ensemble_for(entry_id)
-        members = write_set(entry_id, m.ensemble_size, m.write_quorum)
-        positions = [i for i in members if ensemble[i] == bookie and i not in self._answers]
+        positions = [
+            i
+            for i in write_set(entry_id, m.ensemble_size, m.write_quorum)
+            if ensemble[i] == bookie and i not in answers
+        ]
         if not positions:
             return []
         answer, entry = self._classify(entry_id, response)
-        self._answers[positions[0]] = answer
+        answers[positions[0]] = answer
         if entry is not None:
-            return self._entry_exists(entry)
-        if entry_id != self._start and entry_absent(
-            self._answers, entry_id, m.ensemble_size, m.write_quorum, m.ack_quorum
-        ):
-            self._end_found = True
-            self.reading = NO_ENTRY
-            return self._maybe_close()
-        if len(self._answers) == len(members):
-            return self._fail(
-                NotEnoughBookiesError(
-                    self.ledger_id,
-                    f"recovery read of entry {entry_id} got neither a copy nor {m.write_quorum - m.ack_quorum + 1} "
-                    f"negative answers ({ {ensemble[i]: a.value for i, a in self._answers.items()} }); retry recovery",
+            self._found.setdefault(entry_id, entry)
+        return self._decide()
+
+    def _decide(self) -> list[RecoveryOutput]:
+        """Decide entries strictly in order: exists (write back), absent (the end), or neither (fail)."""
+        outputs: list[RecoveryOutput] = []
+        m = self.metadata
+        while self.phase is RecoveryPhase.READING and not self._end_found and self._next in self._window:
+            entry_id = self._next
+            answers = self._window[entry_id]
+            found = self._found.pop(entry_id, None)
+            if found is not None:
+                del self._window[entry_id]
+                self._next += 1
+                outputs += self._entry_exists(found)
+                outputs += self._issue()
+            elif entry_id != self._start and entry_absent(
+                answers, entry_id, m.ensemble_size, m.write_quorum, m.ack_quorum
+            ):
+                self._end_found = True
+                self._window.clear()
+                self._found.clear()
+                outputs += self._maybe_close()
+            elif len(answers) == m.write_quorum:
+                ensemble = m.ensemble_for(entry_id)
+                return self._fail(
+                    NotEnoughBookiesError(
+                        self.ledger_id,
+                        f"recovery read of entry {entry_id} got neither a copy nor "
+                        f"{m.write_quorum - m.ack_quorum + 1} negative answers "
+                        f"({ {ensemble[i]: a.value for i, a in answers.items()} }); retry recovery",
+                    )
                 )
-            )
-        return []
+            else:
+                break
+        return outputs
 
     def _classify(self, entry_id: int, response: Response | None) -> tuple[Answer, DecodedEntry | None]:
         if not isinstance(response, ReadResponse):
@@ -188,12 +229,9 @@ class RecoveryOp:
             self.writer = LedgerWriter(
                 self.ledger_id, self.metadata, last_add_confirmed=self._start, length=entry.length, recovery=True
             )
-            return self._read(self._start + 1)
+            return []
         assert self.writer is not None and self.writer.last_add_pushed + 1 == entry.entry_id
-        outputs = self._from_writer(self.writer.add(entry.payload))
-        if self.phase is RecoveryPhase.READING:
-            outputs += self._read(entry.entry_id + 1)
-        return outputs
+        return self._from_writer(self.writer.add(entry.payload))
 
     def _from_writer(self, outputs: list[WriterOutput]) -> list[RecoveryOutput]:
         passed: list[RecoveryOutput] = []
