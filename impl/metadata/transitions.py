@@ -9,7 +9,7 @@ applies them in the read-modify-conditional-write loop: after a version conflict
 re-reads and calls the same function again, so every precondition is re-checked on
 fresh metadata.
 
-The PEP 316 contracts in the docstrings (`pre:`/`post:`) are checked by CrossHair
+The PEP 316 contracts in the docstrings (`post:`, `raises:`) are checked by CrossHair
 (tests/ledger_metadata/test_transition_contracts.py).
 """
 
@@ -154,7 +154,7 @@ def ensemble_change(
     first entry of the last fragment replaces that fragment (nothing was acknowledged
     on it yet); otherwise a new fragment is appended.
 
-    pre: first_entry_id >= 0
+    raises: TransitionError
     post: current.state is LedgerState.OPEN
     post: isinstance(__return__, Write)
     post: __return__.metadata.state is LedgerState.OPEN
@@ -213,7 +213,7 @@ def writer_close(current: LedgerMetadata, last_entry_id: int, length: int) -> Tr
     last entry and length: success without a write. CLOSED with other values: the
     writer's view is stale (a recoverer closed it elsewhere): MetadataVersionConflict.
 
-    pre: last_entry_id >= -1 and length >= 0
+    raises: TransitionError
     post: __return__.metadata.state is LedgerState.CLOSED
     post: __return__.metadata.last_entry_id == last_entry_id and __return__.metadata.length == length
     post: current.state is not LedgerState.CLOSED or __return__.metadata == current
@@ -247,7 +247,7 @@ def recovery_close(
     (they stay local until this close); None keeps the stored ones. If the ledger is
     already CLOSED, someone else finished first: adopt their metadata.
 
-    pre: last_entry_id >= -1 and length >= 0
+    raises: TransitionError
     post: __return__.metadata.state is LedgerState.CLOSED
     post: current.state is not LedgerState.CLOSED or (isinstance(__return__, Adopt) and __return__.metadata == current)
     post: current.state is not LedgerState.IN_RECOVERY or __return__.metadata.last_entry_id == last_entry_id

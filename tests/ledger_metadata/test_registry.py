@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from impl.metadata import layout
+from impl.metadata.registry import BookieAlreadyRegistered, BookieNotRegistered, BookieRegistry, Membership
+from tests.ledger_metadata.conftest import Connect
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: list[Membership] = []
+        self.changed = threading.Condition()
+
+    def __call__(self, membership: Membership) -> None:
+        with self.changed:
+            self.seen.append(membership)
+            self.changed.notify_all()
+
+    def wait_for(self, writable: set[str], readonly: set[str]) -> None:
+        wanted = Membership(frozenset(writable), frozenset(readonly))
+        with self.changed:
+            assert self.changed.wait_for(lambda: bool(self.seen) and self.seen[-1] == wanted, timeout=30), self.seen
+
+
+def test_register_readonly_move_unregister(connect: Connect) -> None:
+    registry = BookieRegistry(connect())
+    registry.register("10.0.0.1:3181", rack="/rack-a")
+    registry.register("10.0.0.2:3181", readonly=True)
+    assert registry.writable_bookies() == {"10.0.0.1:3181"}
+    assert registry.readonly_bookies() == {"10.0.0.2:3181"}
+    assert registry.bookie_info("10.0.0.1:3181").rack == "/rack-a"
+    stat = registry.store.exists(layout.bookie_path("10.0.0.1:3181"))
+    assert stat is not None and stat.ephemeral_owner == registry.store.session_id
+
+    registry.set_readonly("10.0.0.1:3181", True)
+    assert registry.writable_bookies() == frozenset()
+    assert registry.readonly_bookies() == {"10.0.0.1:3181", "10.0.0.2:3181"}
+    info = registry.bookie_info("10.0.0.1:3181")
+    assert info.readonly and info.rack == "/rack-a"  # the move keeps the rack
+    registry.set_readonly("10.0.0.1:3181", False)
+    assert registry.writable_bookies() == {"10.0.0.1:3181"}
+
+    with pytest.raises(BookieAlreadyRegistered, match="already registered"):
+        BookieRegistry(connect()).register("10.0.0.1:3181")
+    registry.unregister("10.0.0.1:3181")
+    registry.unregister("10.0.0.2:3181")
+    assert registry.membership() == Membership(frozenset(), frozenset())
+    with pytest.raises(BookieNotRegistered):
+        registry.unregister("10.0.0.1:3181")
+    with pytest.raises(BookieNotRegistered):
+        registry.set_readonly("10.0.0.1:3181", True)
+
+
+def test_registration_vanishes_with_its_session_and_watchers_are_told(connect: Connect) -> None:
+    observer = BookieRegistry(connect())
+    recorder = Recorder()
+    watch = observer.watch_membership(recorder)
+    recorder.wait_for(set(), set())
+
+    bookie_a, bookie_b = connect(), connect()
+    BookieRegistry(bookie_a).register("a:3181")
+    recorder.wait_for({"a:3181"}, set())
+    BookieRegistry(bookie_b).register("b:3181", readonly=True)
+    recorder.wait_for({"a:3181"}, {"b:3181"})
+    BookieRegistry(bookie_b).set_readonly("b:3181", False)
+    recorder.wait_for({"a:3181", "b:3181"}, set())
+
+    bookie_a.close()  # a clean close deletes the ephemeral node
+    recorder.wait_for({"b:3181"}, set())
+    assert observer.writable_bookies() == {"b:3181"}
+    bookie_b.expire_session()  # so does an expiry
+    recorder.wait_for(set(), set())
+
+    # the re-armed watches report changes only: no two consecutive reports are equal
+    assert all(x != y for x, y in zip(recorder.seen, recorder.seen[1:], strict=False))
+    watch.cancel()
+    count = len(recorder.seen)
+    BookieRegistry(connect()).register("c:3181")
+    assert observer.writable_bookies() == {"c:3181"}
+    assert len(recorder.seen) == count  # cancelled: no more callbacks
