@@ -282,3 +282,41 @@ def test_any_interleaving_recovers_one_end_covering_every_acknowledged_entry(
             assert len(holders) >= 1, (entry_id, stored.fragments)
     else:
         assert not ends and all(isinstance(r, RecoveryFailed) for r in results)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    quorums=st.sampled_from([(3, 3, 2), (3, 2, 2), (2, 2, 2), (3, 2, 1)]),
+    faulty=st.lists(st.sampled_from(["b0:1", "b1:1", "b2:1"]), max_size=2, unique=True),
+)
+def test_every_completed_add_sits_on_qa_bookies_of_its_stored_write_set(
+    seed: int, quorums: tuple[int, int, int], faulty: list[str]
+) -> None:
+    e, qw, qa = quorums
+    cluster = new_cluster(seed=seed, e=e, qw=qw, qa=qa)
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    checked = 0
+
+    def check_new_completions() -> None:
+        # At the moment an add completes, Qa bookies of its write set *in the stored metadata* hold it.
+        nonlocal checked
+        confirmed = acknowledged(cluster, writer)
+        stored = cluster.store.metadata
+        for entry_id in confirmed[checked:]:
+            holders = [b for b in stored.write_set(entry_id) if entry_id in stored_entries(cluster, b)]
+            assert len(holders) >= qa, (entry_id, holders, stored.fragments)
+        checked = len(confirmed)
+
+    for i in range(15):
+        cluster.perform(writer, writer.add(f"w-{i}".encode()))
+        for _ in range(cluster.random.randrange(4)):
+            cluster.step()
+            check_new_completions()
+        if i == 8:  # bookies start failing mid-stream: one goes silent, one drops adds
+            for n, bookie in enumerate(b for b in faulty if b in BOOKIES[:e]):
+                (cluster.silent if n == 0 else cluster.drop_adds).add(bookie)
+    while cluster.step():
+        check_new_completions()
+    assert acknowledged(cluster, writer) == list(range(15))  # spares replace the failing bookies; nothing is lost
+    assert cluster.store.metadata.fragments == writer.metadata.fragments
