@@ -106,3 +106,17 @@ def test_not_enough_bookies(cluster: tuple[BookKeeperClient, InProcessTransport,
         client.create_ledger(3, 3, 2)
     with pytest.raises(ValueError, match="unknown digest"):
         client.create_ledger(2, 2, 2, digest="md5")
+
+
+def test_placement_uses_the_registry_racks() -> None:
+    server = MemoryServer()
+    registry = BookieRegistry(server.connect())
+    racks = {"r0a:1": "r0", "r0b:1": "r0", "r1a:1": "r1", "r1b:1": "r1", "r2a:1": "r2", "ro:1": "r3"}
+    for bookie, rack in racks.items():
+        registry.register(bookie, readonly=bookie == "ro:1", rack=rack)
+    transport = InProcessTransport({b: SimBookie() for b in racks})
+    for seed in range(5):
+        client = BookKeeperClient(LedgerMetadataStore(server.connect()), registry, transport, seed=seed)
+        ensemble = client.create_ledger(3, 3, 2).metadata.last_ensemble
+        assert "ro:1" not in ensemble
+        assert sorted(racks[b] for b in ensemble) == ["r0", "r1", "r2"]
