@@ -1,4 +1,4 @@
-"""`connect`: opens sessions on one fresh store per test, through the URL dispatcher, for each backend."""
+"""`connect`: sessions on one fresh store per test, via the URL dispatcher: memory, embedded, real ZooKeeper."""
 
 from __future__ import annotations
 
@@ -15,16 +15,21 @@ from impl.metadata.url import connect as connect_url
 Connect = Callable[[], MetadataStore]
 
 
-@pytest.fixture(params=["memory", "embedded"])
+@pytest.fixture(params=["memory", "embedded", pytest.param("zk", marks=pytest.mark.zookeeper)])
 def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
     opened: list[MetadataStore] = []
     directory = None
+    name = f"ledger-metadata-{uuid.uuid4().hex}"
     if request.param == "memory":
-        name = f"ledger-metadata-{uuid.uuid4().hex}"
         url = f"memory://{name}"
-    else:
+    elif request.param == "embedded":
         directory = tempfile.mkdtemp(prefix="pulsar-ref-ledger-metadata-")
         url = f"embedded://{directory}"
+    else:
+        zookeeper = request.getfixturevalue("zookeeper")  # the real server of tests/conftest.py
+        url = f"zk://{zookeeper.connect_string}/{name}"  # a fresh chroot per test
+        with connect_url(f"zk://{zookeeper.connect_string}") as admin:
+            admin.ensure_path(f"/{name}")
 
     def open_session() -> MetadataStore:
         store = connect_url(url)
@@ -38,7 +43,7 @@ def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
             store.close()
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
-        else:
+        elif request.param == "memory":
             from impl.metadata.memory import forget_server
 
             forget_server(name)
