@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.failures import LedgerFencedError, NoSuchEntryError, PlacementError, UnauthorizedError
 from impl.bookie.client.reader import LedgerEntry
+from impl.bookie.client.transport import ThreadedTransport
+from impl.bookie.protocol import Request, Response
 from impl.metadata.ledger import LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
 from impl.metadata.memory import MemoryServer
@@ -120,3 +123,36 @@ def test_placement_uses_the_registry_racks() -> None:
         ensemble = client.create_ledger(3, 3, 2).metadata.last_ensemble
         assert "ro:1" not in ensemble
         assert sorted(racks[b] for b in ensemble) == ["r0", "r1", "r2"]
+
+
+def test_threaded_transport_with_concurrent_adds_and_a_hung_bookie() -> None:
+    server = MemoryServer()
+    registry = BookieRegistry(server.connect())
+    for bookie in BOOKIES:
+        registry.register(bookie)
+    bookies = {b: SimBookie() for b in BOOKIES}
+    lock = threading.Lock()  # SimBookie is not thread-safe; a real bookie serialises in its core
+    hung: set[str] = set()
+    release = threading.Event()
+
+    def call(bookie: str, request: Request, timeout_s: float) -> Response:
+        if bookie in hung:
+            release.wait(timeout_s)  # like a SIGSTOPped process: the deadline expires
+            raise TimeoutError(f"{bookie} did not answer within {timeout_s}s")
+        with lock:
+            return bookies[bookie].handle(request)
+
+    with ThreadedTransport(call, timeout_s=0.2, max_workers=8) as transport:
+        client = BookKeeperClient(LedgerMetadataStore(server.connect()), registry, transport, seed=2)
+        writer = client.create_ledger(3, 3, 2, password=b"pw")
+        futures = [writer.add_async(b"first-%d" % i) for i in range(20)]
+        assert [f.result(timeout=30) for f in futures] == list(range(20))
+        hung.add(writer.metadata.last_ensemble[0])
+        futures = [writer.add_async(b"second-%d" % i) for i in range(20)]
+        assert [f.result(timeout=30) for f in futures] == list(range(20, 40))
+        reader = client.open_ledger(writer.ledger_id, b"pw", recovery=True)
+        assert reader.last_add_confirmed == 39
+        assert [e.payload for e in reader.read(38, 39)] == [b"second-18", b"second-19"]
+        with pytest.raises(LedgerFencedError):
+            writer.add(b"after recovery")
+        release.set()
