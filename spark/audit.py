@@ -26,6 +26,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spark.history import format_position, format_time
@@ -55,14 +56,19 @@ def load(spark: Any, paths: Sequence[str]) -> Any:
     from spark.history import is_parquet
 
     frames = []
+    jsonl = [(h, path) for h, path in enumerate(paths) if not is_parquet(path)]
+    if jsonl:
+        # One read for all JSON Lines files (a union of many reads makes a huge plan); h from the file name.
+        names = spark.createDataFrame([(Path(p).resolve().as_uri(), h) for h, p in jsonl], "fname string, h int")
+        df = spark.read.schema(SCHEMA).json([p for _, p in jsonl]).withColumn("file", F.input_file_name())
+        df = df.join(F.broadcast(names), F.regexp_replace("file", "^file:/+", "file:///") == names.fname)
+        frames.append(df.drop("file", "fname"))
     for h, path in enumerate(paths):
         if is_parquet(path):
             df = spark.read.parquet(path)
             cols = [F.col(c.split()[0].strip("`")).cast(c.split(maxsplit=1)[1]) for c in SCHEMA.split(", ")]
             df = df.select(*[c.alias(n.split()[0].strip("`")) for c, n in zip(cols, SCHEMA.split(", "), strict=True)])
-        else:
-            df = spark.read.schema(SCHEMA).json(path)
-        frames.append(df.withColumn("h", F.lit(h)))
+            frames.append(df.withColumn("h", F.lit(h)))
     out = frames[0]
     for df in frames[1:]:
         out = out.unionByName(df)
@@ -399,7 +405,10 @@ def explain(row: dict[str, Any]) -> str:
     if name == "phantom-read":
         return f"the read completing at {t[ops[0]]} shows value {d['val']!r} at {_p(d['p'])}, which no append carried"
     if name == "failed-write-visible":
-        return f"append {d['val']!r} completed fail at {t[ops[0]]}; the read completing at {t[ops[1]]} shows it at {_p(d['p'])}"
+        return (
+            f"append {d['val']!r} completed fail at {t[ops[0]]}; the read completing at {t[ops[1]]} "
+            f"shows it at {_p(d['p'])}"
+        )
     if name == "gap":
         return (
             f"a read completing at {t[row['read']]} goes from {_p(d['a'])} to {_p(d['b'])}, skipping {_p(d['k'])} "

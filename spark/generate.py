@@ -43,8 +43,8 @@ def generate(
     clock = [rng.randrange(0, 1000) * 1000 for _ in range(processes)]
     pids = list(range(processes))
     next_pid = processes
-    seq = 0
     for n in range(ops):
+        seq = n + 1
         slot = n % processes
         topic = rng.choice(names)
         inv = clock[slot] + rng.randrange(1, 500) * 1000
@@ -61,7 +61,6 @@ def generate(
         else:
             spec["limit"] = rng.randrange(1, 8) if rng.random() < limit_ratio else None
             spec["from_choice"] = rng.random()
-        seq += 1
         planned.append((inv * 1000 + seq % 1000, eff * 1000 + seq % 1000, cmp * 1000 + seq % 1000, seq, spec))
         if outcome == "info":
             pids[slot] = next_pid
@@ -123,10 +122,10 @@ def generate(
     if final:
         t = end + 1_000_000
         for i, topic in enumerate(names):
-            shown = [[list(p), v] for p, v in log[topic]]
+            everything = [[list(p), v] for p, v in log[topic]]
             base = {"process": next_pid + i, "f": "read", "topic": topic, "from": None, "final": True}
             raw.append((t, 10**12 + 2 * i, {**base, "type": "invoke"}))
-            raw.append((t + 1000, 10**12 + 2 * i + 1, {**base, "type": "ok", "value": shown}))
+            raw.append((t + 1000, 10**12 + 2 * i + 1, {**base, "type": "ok", "value": everything}))
             t += 2000
     raw.sort(key=lambda x: (x[0], x[1]))
     out = []
@@ -221,8 +220,8 @@ def inject(events: list[Event], anomaly: str, rng: random.Random) -> tuple[list[
             new_fail = {**new_inv, "time": t, "type": "fail"}
             at = events.index(inv)
             events[at:at] = [new_inv, new_fail]
-            last = r["value"][-1][0]
-            r["value"].append([[last[0], last[1], last[2] + 1], "failed-value"])
+            end_pos = r["value"][-1][0]
+            r["value"].append([[end_pos[0], end_pos[1], end_pos[2] + 1], "failed-value"])
             touched += [new_fail, r]
     elif anomaly == "gap":
         for _, r in reads:

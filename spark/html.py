@@ -41,7 +41,8 @@ def _svg_timeline(case: Case, ops_by_event: dict[int, Op]) -> str:
         cls = "ok" if op.type == "ok" else op.type
         parts.append(
             f'<rect x="{x0:.1f}" y="{k * LANE + 3}" width="{max(x1 - x0, 2):.1f}" height="{LANE - 6}" class="{cls}">'
-            f"<title>{html.escape(label)} events {op.inv_index}-{op.cmp_index} {format_time(op.inv_time)}</title></rect>"
+            f"<title>{html.escape(label)} events {op.inv_index}-{op.cmp_index} {format_time(op.inv_time)}</title>"
+            "</rect>"
         )
         parts.append(f'<text x="{x0 + 3:.1f}" y="{k * LANE + 15}" class="op">{html.escape(label)}</text>')
     parts.append(f'<text x="110" y="{LANE * len(lanes) + 18}" class="lane">{format_time(t0)}</text>')
@@ -94,7 +95,11 @@ def read_lag(ops: list[Op], limit: int = 3000) -> list[tuple[float, float]]:
         for _, v in op.entries:
             if v in acked and v not in first:
                 first[v] = op.cmp_time  # type: ignore[assignment]
-    pts = [(acked[v] / 1e9, max(t - acked[v], 0) / 1e9) for v, t in first.items() if acked[v] is not None]
+    pts = []
+    for v, t in first.items():
+        at = acked[v]
+        if at is not None:
+            pts.append((at / 1e9, max(t - at, 0) / 1e9))
     pts.sort()
     step = max(len(pts) // limit, 1)
     return pts[::step]

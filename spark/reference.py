@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from typing import Any
 
 from spark.history import Op, Position, format_position, format_time
 from spark.report import Case, Report, TopicSummary
 
-Obs = tuple[int, Position, str, str]  # (event index, position, value, topic)
+Obs = tuple[Any, ...]  # (event index, position, value, topic)
 
 
 def _summaries(ops: list[Op]) -> dict[str, TopicSummary]:
@@ -68,17 +69,17 @@ def check(ops: list[Op]) -> Report:
     appends = {op.value: op for op in ops if op.f == "append"}
     acks = [op for op in ops if op.f == "append" and op.type == "ok"]
     reads = [op for op in ops if op.f == "read" and op.type == "ok"]
-    time_of = {}
+    time_of: dict[int, int | None] = {}
     for op in ops:
         time_of[op.inv_index] = op.inv_time
         if op.cmp_index is not None:
             time_of[op.cmp_index] = op.cmp_time
 
-    def t(idx: int) -> str:
-        return format_time(time_of.get(idx))
+    def t(idx: int | None) -> str:
+        return format_time(time_of.get(idx)) if idx is not None else "t=?"
 
-    ack_obs: list[Obs] = [(a.cmp_index, a.position, a.value, a.topic) for a in acks]  # type: ignore[misc]
-    read_obs: list[Obs] = [(r.cmp_index, p, v, r.topic) for r in reads for p, v in r.entries]  # type: ignore[misc]
+    ack_obs: list[Obs] = [(a.cmp_index, a.position, a.value, a.topic) for a in acks]
+    read_obs: list[Obs] = [(r.cmp_index, p, v, r.topic) for r in reads for p, v in r.entries]
     all_obs = sorted(ack_obs + read_obs)
 
     # duplicate-position / divergent-read (b): group observations by (topic, position).
@@ -151,8 +152,8 @@ def check(ops: list[Op]) -> Report:
                     Case(
                         "failed-write-visible",
                         topic,
-                        (a.cmp_index, idx),  # type: ignore[arg-type]
-                        f"append {v!r} completed fail at {t(a.cmp_index)}; the read completing at {t(idx)} "  # type: ignore[arg-type]
+                        (a.cmp_index, idx),
+                        f"append {v!r} completed fail at {t(a.cmp_index)}; the read completing at {t(idx)} "
                         f"shows it at {format_position(p)}",
                     )
                 )
@@ -162,8 +163,8 @@ def check(ops: list[Op]) -> Report:
                 Case(
                     "divergent-read",
                     topic,
-                    (a.cmp_index, idx),  # type: ignore[arg-type]
-                    f"append {v!r} was acknowledged at {format_position(a.position)} at {t(a.cmp_index)}; "  # type: ignore[arg-type]
+                    (a.cmp_index, idx),
+                    f"append {v!r} was acknowledged at {format_position(a.position)} at {t(a.cmp_index)}; "
                     f"the read completing at {t(idx)} shows it at {format_position(p)}",
                 )
             )
@@ -179,18 +180,18 @@ def check(ops: list[Op]) -> Report:
         positions.sort()
     for r in reads:
         ks = known[r.topic]
-        for (a, _), (b, _) in zip(r.entries, r.entries[1:], strict=False):
-            i = bisect.bisect_right(ks, a)
-            if i < len(ks) and ks[i] < b:
+        for (lo, _), (hi, _) in zip(r.entries, r.entries[1:], strict=False):
+            i = bisect.bisect_right(ks, lo)
+            if i < len(ks) and ks[i] < hi:
                 k = ks[i]
                 w = first_at[(r.topic, k)]
                 add(
                     Case(
                         "gap",
                         r.topic,
-                        tuple(sorted((w, r.cmp_index))),  # type: ignore[arg-type]
-                        f"the read completing at {t(r.cmp_index)} (event {r.cmp_index}) goes from "  # type: ignore[arg-type]
-                        f"{format_position(a)} to {format_position(b)}, skipping {format_position(k)} "
+                        tuple(sorted((w, r.cmp_index))),
+                        f"the read completing at {t(r.cmp_index)} (event {r.cmp_index}) goes from "
+                        f"{format_position(lo)} to {format_position(hi)}, skipping {format_position(k)} "
                         f"observed at {t(w)} (event {w})",
                     )
                 )
@@ -209,11 +210,11 @@ def check(ops: list[Op]) -> Report:
                     Case(
                         "lost-write",
                         a.topic,
-                        (a.cmp_index, r.cmp_index),  # type: ignore[arg-type]
+                        (a.cmp_index, r.cmp_index),
                         f"append {a.value!r} was acknowledged at {format_position(a.position)} at "
                         f"{t(a.cmp_index)}; the final read at {t(r.cmp_index)} does not contain it",
                     )
-                )  # type: ignore[arg-type]
+                )
                 break
 
     # nonmonotonic-append: consecutive acks per (process, topic).
@@ -225,48 +226,48 @@ def check(ops: list[Op]) -> Report:
                 Case(
                     "nonmonotonic-append",
                     a.topic,
-                    (prev.cmp_index, a.cmp_index),  # type: ignore[arg-type]
+                    (prev.cmp_index, a.cmp_index),
                     f"process {a.process} appended {prev.value!r} acknowledged at {format_position(prev.position)} "
-                    f"({t(prev.cmp_index)}), then {a.value!r} acknowledged at the lower or equal position "  # type: ignore[arg-type]
+                    f"({t(prev.cmp_index)}), then {a.value!r} acknowledged at the lower or equal position "
                     f"{format_position(a.position)} ({t(a.cmp_index)})",
                 )
-            )  # type: ignore[arg-type]
+            )
         last[(a.process, a.topic)] = a
 
     # One prefix-maximum scan per topic over events in index order: contributions at completions, queries at
     # invokes. Ties on position keep the earliest event (the max is over (position, -index)).
-    by_topic: dict[str, list[tuple[int, int, Op]]] = defaultdict(list)  # (index, kind 0=contrib 1=query, op)
+    by_topic: dict[str, list[tuple[Any, int, Op]]] = defaultdict(list)  # (index, kind 0=contrib 1=query, op)
     for op in ops:
         if op.type != "ok":
             continue
         by_topic[op.topic].append((op.inv_index, 1, op))
         if op.f == "append" or op.entries:
-            by_topic[op.topic].append((op.cmp_index, 0, op))  # type: ignore[arg-type]
+            by_topic[op.topic].append((op.cmp_index, 0, op))
     for topic, events in by_topic.items():
         events.sort(key=lambda e: e[0])
-        max_ack: tuple[Position, int, Op] | None = None
-        max_read: tuple[Position, int, Op] | None = None
+        max_ack: tuple[Any, int, Op] | None = None
+        max_read: tuple[Any, int, Op] | None = None
         for idx, kind, op in events:
             if kind == 0:
                 if op.f == "append":
                     cand = (op.position, -idx, op)
                     if max_ack is None or cand[:2] > max_ack[:2]:
-                        max_ack = cand  # type: ignore[assignment]
+                        max_ack = cand
                 else:
                     cand = (max(p for p, _ in op.entries), -idx, op)
                     if max_read is None or cand[:2] > max_read[:2]:
                         max_read = cand
                 continue
             if op.f == "append":
-                if max_ack is not None and max_ack[0] > op.position:  # type: ignore[operator]
+                if max_ack is not None and max_ack[0] > op.position:
                     a = max_ack[2]
                     add(
                         Case(
                             "realtime-reorder",
                             topic,
-                            (a.cmp_index, op.inv_index, op.cmp_index),  # type: ignore[arg-type]
+                            (a.cmp_index, op.inv_index, op.cmp_index),
                             f"append {a.value!r} was acknowledged at {format_position(a.position)} at "
-                            f"{t(a.cmp_index)}, before append {op.value!r} was invoked at {t(op.inv_index)}, "  # type: ignore[arg-type]
+                            f"{t(a.cmp_index)}, before append {op.value!r} was invoked at {t(op.inv_index)}, "
                             f"yet the latter got the lower position {format_position(op.position)}",
                         )
                     )
@@ -281,8 +282,8 @@ def check(ops: list[Op]) -> Report:
                     Case(
                         "stale-read",
                         topic,
-                        (a.cmp_index, op.inv_index, op.cmp_index),  # type: ignore[arg-type]
-                        f"append {a.value!r} was acknowledged at {format_position(a.position)} at {t(a.cmp_index)}; "  # type: ignore[arg-type]
+                        (a.cmp_index, op.inv_index, op.cmp_index),
+                        f"append {a.value!r} was acknowledged at {format_position(a.position)} at {t(a.cmp_index)}; "
                         f"the read from {format_position(op.start)} invoked at {t(op.inv_index)} ends at "
                         f"{format_position(reach) if reach else 'nothing'} and misses it",
                     )
@@ -293,8 +294,8 @@ def check(ops: list[Op]) -> Report:
                     Case(
                         "nonmonotonic-read",
                         topic,
-                        (r1.cmp_index, op.inv_index, op.cmp_index),  # type: ignore[arg-type]
-                        f"a read completed at {t(r1.cmp_index)} showed {format_position(max_read[0])}; the read "  # type: ignore[arg-type]
+                        (r1.cmp_index, op.inv_index, op.cmp_index),
+                        f"a read completed at {t(r1.cmp_index)} showed {format_position(max_read[0])}; the read "
                         f"from {format_position(op.start)} invoked later at {t(op.inv_index)} ends at "
                         f"{format_position(reach) if reach else 'nothing'} and misses it",
                     )

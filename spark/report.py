@@ -26,11 +26,11 @@ class Case:
 
     anomaly: str
     topic: str
-    ops: tuple[int, ...]
+    ops: tuple[Any, ...]  # event indices (ints); Optional-typed inputs are normalized here
     explanation: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ops", tuple(sorted(set(self.ops))))
+        object.__setattr__(self, "ops", tuple(sorted({int(i) for i in self.ops})))
 
     @property
     def key(self) -> tuple[str, str, tuple[int, ...]]:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.spark
 
 
 def test_spark_agrees_with_reference_on_the_corpus(spark: Any, tmp_path: Path) -> None:
-    corpus = fixed_corpus(8)  # 8 shapes x (valid + 11 injections), one Spark job
+    corpus = fixed_corpus(4)  # 4 shapes x (valid + 11 injections), one Spark job
     paths = []
     for k, (_, events, _) in enumerate(corpus):
         path = tmp_path / f"h{k}.jsonl"
@@ -27,9 +27,9 @@ def test_spark_agrees_with_reference_on_the_corpus(spark: Any, tmp_path: Path) -
         paths.append(str(path))
     results = audit(paths)
     assert [r.path for r in results] == paths
-    for (anomaly, _, touched), path, result in zip(corpus, paths, results, strict=True):
-        ref = check(read_history(path))
-        assert {c.key for c in result.report.cases} == {c.key for c in ref.cases}, path
+    for (anomaly, _, touched), history, result in zip(corpus, paths, results, strict=True):
+        ref = check(read_history(history))
+        assert {c.key for c in result.report.cases} == {c.key for c in ref.cases}, history
         assert result.report.valid == (anomaly is None)
         if anomaly is not None:
             assert any(c.anomaly == anomaly and set(touched) <= set(c.ops) for c in result.report.cases)
@@ -41,14 +41,14 @@ def test_spark_agrees_with_reference_on_the_corpus(spark: Any, tmp_path: Path) -
 def test_cli_on_spark(spark: Any, tmp_path: Path) -> None:
     corpus = fixed_corpus(1)
     anomaly, events, touched = next(c for c in corpus if c[0] == "stale-read")
-    path = tmp_path / "h.jsonl"
-    write_jsonl(events, str(path))
-    out = tmp_path / "r.json"
-    html = tmp_path / "r.html"
-    assert main([str(path), "--json", str(out), "--html", str(html)], prog="pulsar-ref audit") == 1
-    doc = json.loads(out.read_text())
+    bad, good = tmp_path / "bad.jsonl", tmp_path / "good.jsonl"
+    write_jsonl(events, str(bad))
+    write_jsonl(corpus[0][1], str(good))
+    out, html = tmp_path / "r.json", tmp_path / "r.html"
+    # Both histories in one Spark job; several histories get one report each (r.bad.json, r.good.json).
+    assert main([str(bad), str(good), "--json", str(out), "--html", str(html)], prog="pulsar-ref audit") == 1
+    doc = json.loads((tmp_path / "r.bad.json").read_text())
     assert "stale-read" in doc["anomaly_types"]
     assert any(set(touched) <= set(c["ops"]) for c in doc["anomalies"]["stale-read"])
-    assert "<svg" in html.read_text()
-    write_jsonl(corpus[0][1], str(path))
-    assert main([str(path)], prog="pulsar-ref audit") == 0
+    assert json.loads((tmp_path / "r.good.json").read_text())["valid"] is True
+    assert "<svg" in (tmp_path / "r.bad.html").read_text()

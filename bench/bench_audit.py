@@ -1,0 +1,141 @@
+"""Benchmark of the Spark audit (issue 9): events/s, peak memory and growth with size.
+
+Generates valid histories quickly (batches of P concurrent operations: all invoke, then all complete; reads are
+tail reads with a limit of 5) and audits each in-process on local[*]: the validation pass, then the Spark job.
+
+    .venv/bin/python bench/bench_audit.py --sizes 1000000 10000000 --topics 1 1000
+    .venv/bin/python bench/bench_audit.py --sizes 20000 --topics 1 --processes 50   # 50 processes, 10,000 ops
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import tempfile
+import threading
+import time
+
+import psutil
+
+
+def write_history(path: str, events: int, topics: int, processes: int, seed: int = 0) -> int:
+    rng = random.Random(seed)
+    names = [f"persistent://public/default/t{i}" for i in range(topics)]
+    logs: dict[str, list[tuple[int, str]]] = {t: [] for t in names}
+    idx = t_ns = n_op = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        while idx + 2 * processes <= events:
+            batch: list[tuple[int, str, str, object]] = []
+            for p in range(processes):
+                topic = names[rng.randrange(topics)]
+                t_ns += 1000
+                if rng.random() < 0.2:
+                    log = logs[topic]
+                    first = max(len(log) - rng.randrange(1, 10), 0)
+                    start = "null" if not log else f"[1,{log[first][0]},0]"
+                    batch.append((p, topic, "read", (first, start)))
+                    fh.write(
+                        f'{{"index":{idx},"time":{t_ns},"process":{p},"type":"invoke","f":"read",'
+                        f'"topic":"{topic}","from":{start},"limit":5}}\n'
+                    )
+                else:
+                    value = f"{p}-{n_op}"
+                    batch.append((p, topic, "append", value))
+                    fh.write(
+                        f'{{"index":{idx},"time":{t_ns},"process":{p},"type":"invoke","f":"append",'
+                        f'"topic":"{topic}","value":"{value}"}}\n'
+                    )
+                n_op += 1
+                idx += 1
+            for p, topic, f, arg in batch:
+                t_ns += 1000
+                log = logs[topic]
+                if f == "read":
+                    first, start = arg  # type: ignore[misc]
+                    shown = ",".join(f'[[1,{e},0],"{v}"]' for e, v in log[first : first + 5])
+                    fh.write(
+                        f'{{"index":{idx},"time":{t_ns},"process":{p},"type":"ok","f":"read",'
+                        f'"topic":"{topic}","from":{start},"limit":5,"value":[{shown}]}}\n'
+                    )
+                else:
+                    entry = len(log)
+                    log.append((entry, arg))  # type: ignore[arg-type]
+                    fh.write(
+                        f'{{"index":{idx},"time":{t_ns},"process":{p},"type":"ok","f":"append",'
+                        f'"topic":"{topic}","value":"{arg}","position":[1,{entry},0]}}\n'
+                    )
+                idx += 1
+    return idx
+
+
+class PeakRss:
+    """Samples the peak resident memory of this process plus its children (the Spark JVM)."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            try:
+                rss = me.memory_info().rss + sum(c.memory_info().rss for c in me.children(recursive=True))
+                self.peak = max(self.peak, rss)
+            except psutil.Error:
+                pass
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
+    p.add_argument("--topics", type=int, nargs="+", default=[1])
+    p.add_argument("--processes", type=int, default=50)
+    p.add_argument("--master", default="local[*]")
+    a = p.parse_args()
+    from spark.audit import audit
+    from spark.history import read_history
+    from spark.session import spark_session
+
+    spark_session(a.master)
+    rows = []
+    print(
+        f"{'events':>10} {'topics':>6} {'procs':>5} {'validate s':>10} {'spark s':>8} {'total s':>8} "
+        f"{'events/s':>9} {'peak MB':>8} {'verdict':>7}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-audit-") as d:
+        for topics in a.topics:
+            for size in a.sizes:
+                path = os.path.join(d, f"h-{size}-{topics}.jsonl")
+                n = write_history(path, size, topics, a.processes)
+                with PeakRss() as peak:
+                    t0 = time.perf_counter()
+                    read_history(path, keep_ops=False)
+                    t1 = time.perf_counter()
+                    (result,) = audit([path])
+                    t2 = time.perf_counter()
+                verdict = "valid" if result.report.valid else "INVALID"
+                rows.append((n, topics, t1 - t0, t2 - t1))
+                print(
+                    f"{n:>10} {topics:>6} {a.processes:>5} {t1 - t0:>10.1f} {t2 - t1:>8.1f} {t2 - t0:>8.1f} "
+                    f"{n / (t2 - t0):>9.0f} {peak.peak / 2**20:>8.0f} {verdict:>7}",
+                    flush=True,
+                )
+                os.unlink(path)
+    print(f"(python driver max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
+
+
+if __name__ == "__main__":
+    main()
