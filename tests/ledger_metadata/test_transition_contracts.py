@@ -37,5 +37,5 @@ def test_a_false_contract_is_reported() -> None:
 
 @pytest.mark.deep
 def test_all_transition_contracts_hold_deep() -> None:
-    run = crosshair([TARGETS], 20, 1000)
+    run = crosshair([TARGETS], 6, 100)
     assert run.returncode == 0 and run.stdout.strip() == "", run.stdout + run.stderr
