@@ -12,6 +12,7 @@ master key (EUA), then fenced (EFENCED, plain adds only; recovery adds skip it).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass, field
 
@@ -221,10 +222,8 @@ class BookieCore:
             ledger.explicit_lac = max(ledger.explicit_lac, record.lac)
         elif record.kind is RecordKind.ENTRY:
             ledger.entries[record.entry_id] = record.body
-            try:
+            with contextlib.suppress(BadEntry):
                 ledger.piggybacked_lac = max(ledger.piggybacked_lac, read_header(record.body)[2])
-            except BadEntry:
-                pass
 
 
 def _valid_id(value: int) -> bool:
