@@ -1,0 +1,202 @@
+"""The bookie journal: append-only files of length-prefixed, checksummed records, group commit.
+
+Record layout: u32 payload length | u32 CRC32 of payload | payload, where payload is
+u8 kind | i64 ledger | i64 entry | i64 lac | u16 key length | key | body.
+One writer thread drains a queue and flushes (write + fdatasync) when the oldest queued
+record has waited `max_wait`, when `max_batch_bytes` are queued, or when the queue empties;
+each append's callback runs only after the fdatasync that covers it. Files roll at `roll_size`.
+Replay stops at the first torn or corrupt record and reports it (never raises).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from impl.bookie.core import JournalRecord, RecordKind
+
+FRAME = struct.Struct(">II")
+FIXED = struct.Struct(">BqqqH")
+FILE_PREFIX = "journal-"
+MAX_RECORD = 64 * 1024 * 1024
+
+
+def encode_record(record: JournalRecord) -> bytes:
+    payload = (
+        FIXED.pack(record.kind.value, record.ledger_id, record.entry_id, record.lac, len(record.master_key))
+        + record.master_key
+        + record.body
+    )
+    return FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def decode_payload(payload: bytes) -> JournalRecord:
+    kind, ledger_id, entry_id, lac, key_len = FIXED.unpack_from(payload)
+    key_end = FIXED.size + key_len
+    if key_end > len(payload):
+        raise ValueError("master key runs past the record")
+    return JournalRecord(RecordKind(kind), ledger_id, entry_id, payload[FIXED.size : key_end], payload[key_end:], lac)
+
+
+@dataclass(frozen=True)
+class TornTail:
+    """Where replay stopped: file, byte offset of the first bad record, why, and bytes ignored."""
+
+    file: Path
+    offset: int
+    reason: str
+    ignored_bytes: int
+
+
+@dataclass
+class ReplayReport:
+    records: int = 0
+    files: list[Path] = field(default_factory=list)
+    torn: list[TornTail] = field(default_factory=list)
+
+
+def read_file(path: Path, report: ReplayReport) -> Iterator[JournalRecord]:
+    data = path.read_bytes()
+    offset = 0
+    while offset < len(data):
+        reason = None
+        if len(data) - offset < FRAME.size:
+            reason = "truncated frame header"
+        else:
+            length, crc = FRAME.unpack_from(data, offset)
+            start = offset + FRAME.size
+            if length > MAX_RECORD or start + length > len(data):
+                reason = "truncated record"
+            else:
+                payload = data[start : start + length]
+                if zlib.crc32(payload) != crc:
+                    reason = "checksum mismatch"
+                else:
+                    try:
+                        record = decode_payload(payload)
+                    except (ValueError, struct.error) as exc:
+                        reason = f"undecodable record: {exc}"
+        if reason is not None:
+            report.torn.append(TornTail(path, offset, reason, len(data) - offset))
+            return
+        report.records += 1
+        yield record
+        offset = start + length
+
+
+def journal_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob(f"{FILE_PREFIX}*.log"), key=lambda p: int(p.stem[len(FILE_PREFIX) :]))
+
+
+def replay(directory: Path, report: ReplayReport | None = None) -> Iterator[JournalRecord]:
+    """Every whole record of every journal file in order; damage is recorded in `report.torn`."""
+    report = report if report is not None else ReplayReport()
+    for path in journal_files(directory):
+        report.files.append(path)
+        yield from read_file(path, report)
+
+
+@dataclass
+class _Pending:
+    data: bytes
+    callback: Callable[[], None]
+    enqueued: float
+
+
+class Journal:
+    """Group-committing journal writer. `append(records, callback)`; callback runs after fdatasync."""
+
+    def __init__(
+        self,
+        directory: Path,
+        roll_size: int = 256 * 1024 * 1024,
+        max_wait: float = 0.002,
+        max_batch_bytes: int = 512 * 1024,
+    ) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.roll_size = roll_size
+        self.max_wait = max_wait
+        self.max_batch_bytes = max_batch_bytes
+        existing = journal_files(self.directory)
+        # Always start a new file: a torn tail in the previous one stays behind the good records.
+        self._file_no = int(existing[-1].stem[len(FILE_PREFIX) :]) + 1 if existing else 0
+        self._fd = self._open()
+        self._written = 0
+        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self.flushes = 0
+        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        self._thread.start()
+
+    def _open(self) -> int:
+        path = self.directory / f"{FILE_PREFIX}{self._file_no}.log"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the new file's name must survive a crash too
+        finally:
+            os.close(dir_fd)
+        return fd
+
+    def append(self, records: tuple[JournalRecord, ...] | list[JournalRecord], callback: Callable[[], None]) -> None:
+        data = b"".join(encode_record(r) for r in records)
+        self._queue.put(_Pending(data, callback, time.monotonic()))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        os.close(self._fd)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            size = len(first.data)
+            stop = False
+            deadline = first.enqueued + self.max_wait
+            while size < self.max_batch_bytes:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    # queue empty: flush now unless more is arriving within the wait window
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or not batch:
+                        break
+                    try:
+                        item = self._queue.get(timeout=min(remaining, 0.0005))
+                    except queue.Empty:
+                        break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+                size += len(item.data)
+            self._flush(batch)
+            if stop:
+                return
+
+    def _flush(self, batch: list[_Pending]) -> None:
+        data = b"".join(p.data for p in batch)
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        os.fdatasync(self._fd)
+        self.flushes += 1
+        self._written += len(data)
+        for pending in batch:
+            pending.callback()
+        if self._written >= self.roll_size:
+            os.close(self._fd)
+            self._file_no += 1
+            self._fd = self._open()
+            self._written = 0
