@@ -1,0 +1,103 @@
+"""`pulsar-ref bookie`: run one bookie, or `pulsar-ref bookie inspect --data DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import tomllib
+from pathlib import Path
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {"port": 0, "journal_dir": None, "min_free_mb": 0, "max_inflight": 10_000}
+
+
+def run(args: argparse.Namespace) -> int:
+    from impl.bookie.server import Bookie, BookieServer
+    from impl.metadata.registry import BookieRegistry
+    from impl.metadata.url import connect
+
+    config = dict(DEFAULTS)
+    if args.config:
+        try:
+            config.update(tomllib.loads(Path(args.config).read_text()))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            print(f"error: cannot read config {args.config}: {exc}; give a TOML file", file=sys.stderr)
+            return 2
+    for key in DEFAULTS:
+        if getattr(args, key, None) is not None:
+            config[key] = getattr(args, key)
+    store = connect(args.metadata)
+    registry = BookieRegistry(store)
+    bookie_id: list[str] = []
+
+    def on_readonly(readonly: bool) -> None:
+        if bookie_id:
+            registry.set_readonly(bookie_id[0], readonly)
+
+    bookie = Bookie(
+        Path(args.data),
+        Path(config["journal_dir"]) if config["journal_dir"] else None,
+        max_inflight=int(config["max_inflight"]),
+        min_free_bytes=int(config["min_free_mb"]) * 1024 * 1024,
+        on_readonly=on_readonly,
+    )
+    for torn in bookie.replay_report.torn:
+        print(f"journal: ignored torn tail of {torn.file} at offset {torn.offset}: {torn.reason}", file=sys.stderr)
+    server = BookieServer(bookie, port=int(config["port"]))
+    server.start()
+    bookie_id.append(f"127.0.0.1:{server.port}")
+    registry.register(bookie_id[0], readonly=bookie.core.readonly)
+    print(f"bookie {bookie_id[0]} listening; replayed {bookie.replay_report.records} journal records", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    registry.unregister(bookie_id[0])
+    server.stop()
+    store.close()
+    print("bookie stopped", flush=True)
+    return 0
+
+
+def inspect(args: argparse.Namespace) -> int:
+    from impl.bookie.core import BookieCore
+    from impl.bookie.journal import ReplayReport, replay
+
+    data = Path(args.data)
+    journal_dir = Path(args.journal_dir) if args.journal_dir else data / "journal"
+    if not journal_dir.is_dir():
+        print(f"error: no journal under {journal_dir}; pass the bookie's --data (and --journal-dir)", file=sys.stderr)
+        return 2
+    report = ReplayReport()
+    core = BookieCore()
+    for record in replay(journal_dir, report):
+        core.replay(record)
+    print(f"journal {journal_dir}: {len(report.files)} files, {report.records} records")
+    for torn in report.torn:
+        print(f"  torn tail: {torn.file.name} offset {torn.offset} ({torn.reason}, {torn.ignored_bytes} bytes)")
+    for ledger_id, ledger in sorted(core.ledgers.items()):
+        ids = sorted(ledger.entries)
+        span = f"{ids[0]}..{ids[-1]}" if ids else "-"
+        print(f"ledger {ledger_id}: entries {len(ids)} [{span}] fenced={ledger.fenced} lac={ledger.lac}")
+    return 0
+
+
+def main(argv: list[str], prog: str) -> int:
+    if argv[:1] == ["inspect"]:
+        parser = argparse.ArgumentParser(prog=f"{prog} inspect", description="list a bookie's ledgers and journal")
+        parser.add_argument("--data", required=True, help="the bookie's data directory")
+        parser.add_argument("--journal-dir", help="journal directory (default DATA/journal)")
+        return inspect(parser.parse_args(argv[1:]))
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Run one bookie (SIGTERM = graceful). Subcommand: inspect --data DIR."
+    )
+    parser.add_argument("--metadata", required=True, help="metadata store URL (embedded:///dir or zk://host:port/x)")
+    parser.add_argument("--data", required=True, help="data directory")
+    parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default 0 = any free port)")
+    parser.add_argument("--journal-dir", help="journal directory (default DATA/journal)")
+    parser.add_argument("--min-free-mb", type=int, help="go read-only below this much free disk (default 0)")
+    parser.add_argument("--max-inflight", type=int, help="requests in flight before ETOOMANYREQUESTS (10000)")
+    parser.add_argument("--config", help="TOML file with port, journal_dir, min_free_mb, max_inflight")
+    return run(parser.parse_args(argv))
