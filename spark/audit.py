@@ -29,8 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark.history import format_position, format_time
-from spark.report import Case, Report, TopicSummary
+if __name__ == "__main__" and not __package__:  # `spark-submit spark/audit.py`: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from spark.history import format_position, format_time  # noqa: E402
+from spark.report import Case, Report, TopicSummary  # noqa: E402
 
 SCHEMA = (
     "index long, time long, process string, type string, f string, topic string, value string, "
