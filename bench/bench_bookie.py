@@ -1,0 +1,138 @@
+"""Bookie benchmark: (a) raw write+fdatasync, (b) the journal alone, (c) a bookie process over gRPC.
+
+Usage: .venv/bin/python bench/bench_bookie.py [--dir DIR] [--seconds S]
+All three run on the same disk (DIR, default a temp dir under the current directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from impl.bookie.channel import BookieChannel  # noqa: E402
+from impl.bookie.core import JournalRecord, RecordKind  # noqa: E402
+from impl.bookie.entry_format import encode_entry, master_key  # noqa: E402
+from impl.bookie.journal import Journal, encode_record  # noqa: E402
+from impl.bookie.protocol import AddRequest, ErrorCode  # noqa: E402
+
+ENTRY = 1024
+KEY = master_key(b"bench")
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p * len(values)))] * 1000 if values else float("nan")
+
+
+def row(name: str, n: int, seconds: float, lat: list[float]) -> str:
+    return f"| {name} | {n / seconds:,.0f} | {n * ENTRY / seconds / 1e6:.1f} | {pct(lat, 0.5):.2f} | {pct(lat, 0.99):.2f} |"
+
+
+def raw_loop(directory: Path, batch: int, seconds: float) -> str:
+    record = encode_record(JournalRecord(RecordKind.ENTRY, 1, 0, KEY, b"x" * ENTRY))
+    data = record * batch
+    fd = os.open(directory / "raw.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    n, lat, start = 0, [], time.monotonic()
+    while time.monotonic() - start < seconds:
+        t = time.monotonic()
+        os.write(fd, data)
+        os.fdatasync(fd)
+        lat.append(time.monotonic() - t)
+        n += batch
+    os.close(fd)
+    os.unlink(directory / "raw.log")
+    return row(f"raw write+fdatasync, batch {batch}", n, time.monotonic() - start, lat)
+
+
+def journal_alone(directory: Path, seconds: float) -> str:
+    journal = Journal(directory / "journal-bench")
+    body = b"x" * ENTRY
+    lat: list[float] = []
+    done = [0]
+    window = threading.Semaphore(4096)
+    start = time.monotonic()
+    n = 0
+    while time.monotonic() - start < seconds:
+        window.acquire()
+        t = time.monotonic()
+
+        def cb(t: float = t) -> None:
+            lat.append(time.monotonic() - t)
+            done[0] += 1
+            window.release()
+
+        journal.append([JournalRecord(RecordKind.ENTRY, 1, n, KEY, body)], cb)
+        n += 1
+    journal.close()
+    return row("journal alone (4096 in flight)", done[0], time.monotonic() - start, lat) + f" flushes={journal.flushes}"
+
+
+def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int) -> str:
+    channel = BookieChannel(address)
+    window = threading.Semaphore(concurrency)
+    lat: list[float] = []
+    errors = [0]
+    start = time.monotonic()
+    eid = 0
+    while time.monotonic() - start < seconds:
+        window.acquire()
+        t = time.monotonic()
+        fut = channel.submit(AddRequest(ledger, eid, KEY, encode_entry(ledger, eid, eid - 1, eid, b"x" * (ENTRY - 40))))
+
+        def cb(f, t: float = t) -> None:  # type: ignore[no-untyped-def]
+            if f.exception() is None and f.result().code is ErrorCode.EOK:
+                lat.append(time.monotonic() - t)
+            else:
+                errors[0] += 1
+            window.release()
+
+        fut.add_done_callback(cb)
+        eid += 1
+    for _ in range(concurrency):
+        window.acquire()
+    elapsed = time.monotonic() - start
+    channel.close()
+    return row(f"bookie gRPC stream, {concurrency} in flight", len(lat), elapsed, lat) + f" errors={errors[0]}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=Path.cwd())
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    import subprocess
+
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-bookie-") as tmp:
+        directory = Path(tmp)
+        print("| run | entries/s | MB/s | p50 ms | p99 ms |")
+        print("|---|---|---|---|---|")
+        for batch in (1, 16, 128, 512):
+            print(raw_loop(directory, batch, args.seconds), flush=True)
+        print(journal_alone(directory, args.seconds), flush=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pulsar_ref.cli", "bookie", "--metadata", f"embedded://{directory / 'meta'}"]
+            + ["--data", str(directory / "data")],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        try:
+            assert proc.stdout is not None
+            address = proc.stdout.readline().split()[1]
+            for ledger, concurrency in enumerate((1, 16, 128, 1024), start=1):
+                print(bookie_grpc(address, concurrency, args.seconds, ledger), flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
