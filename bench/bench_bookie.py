@@ -32,7 +32,8 @@ def pct(values: list[float], p: float) -> float:
 
 
 def row(name: str, n: int, seconds: float, lat: list[float]) -> str:
-    return f"| {name} | {n / seconds:,.0f} | {n * ENTRY / seconds / 1e6:.1f} | {pct(lat, 0.5):.2f} | {pct(lat, 0.99):.2f} |"
+    rate = n / seconds
+    return f"| {name} | {rate:,.0f} | {rate * ENTRY / 1e6:.1f} | {pct(lat, 0.5):.2f} | {pct(lat, 0.99):.2f} |"
 
 
 def raw_loop(directory: Path, batch: int, seconds: float) -> str:
