@@ -182,7 +182,7 @@ WriterSendsAdd ==
 \* An add response. EFENCED is unrecoverable: pending adds fail, the handle stops.
 \* An OK counts only while the entry is pending and b is still in its write set (a response
 \* from a replaced bookie is ignored). Completion is in order: LAC = the longest confirmed prefix.
-WriterReceivesAddResponse(m, req) ==
+WriterHandlesAddReply(m, req) ==
     /\ m.kind = "addResp" /\ m.client = Writer
     /\ msgs' = msgs \ {req}
     /\ LET e == m.entry
@@ -333,7 +333,7 @@ RecoveryStarts(c) ==
 
 \* A fencing read-LAC answer (OK, ENOENTRY, ENOLEDGER all count). Once covered, take the max LAC,
 \* and read the first entry after the start point.
-RecoveryReceivesReadLacResponse(m, req) ==
+RecoveryHandlesReadLacReply(m, req) ==
     /\ m.kind = "readLacResp" /\ m.client \in Recoverers
     /\ LET c == m.client
            answered == rAnswered[c] \cup {m.bookie}
@@ -362,7 +362,7 @@ RecoveryReceivesReadLacResponse(m, req) ==
 \* A recovery read answer for the entry being read. One OK: the entry exists: write it back to its
 \* write set in the local (current) ensemble as a recovery add, go on with the next id. Enough
 \* negatives: the entry cannot have been acknowledged: the end is the previous one.
-RecoveryReceivesReadResponse(m, req) ==
+RecoveryHandlesReadReply(m, req) ==
     /\ m.kind = "readResp" /\ m.client \in Recoverers
     /\ LET c == m.client
            e == m.entry
@@ -395,7 +395,7 @@ RecoveryReceivesReadResponse(m, req) ==
 WbPushed(c) == IF rPhase[c] = "closing" THEN rEnd[c] ELSE rNext[c] - 1
 
 \* A recovery add response (fenced bookies accept recovery adds, so it is OK).
-RecoveryReceivesAddResponse(m, req) ==
+RecoveryHandlesAddReply(m, req) ==
     /\ m.kind = "addResp" /\ m.client \in Recoverers
     /\ msgs' = msgs \ {req}
     /\ LET c == m.client
@@ -479,7 +479,7 @@ RecoveryAborts(c) ==
 (***************************************************************************)
 
 \* A lost request: the sender sees a timeout.
-MessageLost(m) ==
+LoseRequest(m) ==
     /\ lost < MaxLostMessages
     /\ lost' = lost + 1
     /\ msgs' = msgs \ {m}
@@ -489,7 +489,7 @@ MessageLost(m) ==
 
 \* A request to a bookie that is down gets no answer (not counted as a lost message: the crash is
 \* the fault).
-RequestToDownBookieLost(m) ==
+DropRequestToDownBookie(m) ==
     /\ m.kind \in Requests /\ ~up[m.bookie]
     /\ msgs' = msgs \ {m}
     /\ lastAction' = [name |-> "RequestToDownBookieLost", params |-> [kind |-> m.kind, client |-> m.client,
@@ -528,16 +528,22 @@ BookieFailsPermanently(b) ==
 \* is lost is ReplyLost. Assumption: the only client decisions that depend on a reply being
 \* absent (timeouts, aborts) wait until nothing is in flight, so delaying a reply adds nothing
 \* but the reorderings with independent steps; a close racing a late reply is the lost-reply case.
+Delivered(req) == req.kind \in Requests /\ up[req.bookie] /\ BookieHandles(req)
+
+DeliverAddToWriter(req) ==
+    /\ req.kind \in {"add", "recoveryAdd"} /\ req.client = Writer
+    /\ Delivered(req) /\ WriterHandlesAddReply(Reply(req), req)
+DeliverAddToRecoverer(req) ==
+    /\ req.kind \in {"add", "recoveryAdd"} /\ req.client \in Recoverers
+    /\ Delivered(req) /\ RecoveryHandlesAddReply(Reply(req), req)
+DeliverReadLac(req) == req.kind = "readLac" /\ Delivered(req) /\ RecoveryHandlesReadLacReply(Reply(req), req)
+DeliverRead(req) == req.kind = "read" /\ Delivered(req) /\ RecoveryHandlesReadReply(Reply(req), req)
+
 DeliverMessage(m) ==
-    /\ m.kind \in Requests /\ up[m.bookie]
-    /\ BookieHandles(m)
-    /\ CASE m.kind \in {"add", "recoveryAdd"} /\ m.client = Writer -> WriterReceivesAddResponse(Reply(m), m)
-         [] m.kind \in {"add", "recoveryAdd"} -> RecoveryReceivesAddResponse(Reply(m), m)
-         [] m.kind = "readLac" -> RecoveryReceivesReadLacResponse(Reply(m), m)
-         [] OTHER -> RecoveryReceivesReadResponse(Reply(m), m)
+    \/ DeliverAddToWriter(m) \/ DeliverAddToRecoverer(m) \/ DeliverReadLac(m) \/ DeliverRead(m)
 
 \* The bookie handled the request but its reply was lost: the client sees a timeout.
-ReplyLost(m) ==
+LoseReply(m) ==
     /\ m.kind \in Requests /\ up[m.bookie]
     /\ lost < MaxLostMessages
     /\ lost' = lost + 1
@@ -546,6 +552,17 @@ ReplyLost(m) ==
     /\ lastAction' = [name |-> "ReplyLost", params |-> [kind |-> m.kind, client |-> m.client,
                                                         bookie |-> m.bookie, entry |-> m.entry]]
     /\ UNCHANGED <<meta, up, failed, writerVars, recVars, crashes>>
+
+\* The actions that pick a message. TLC splits an action into named sub-actions only over
+\* constant sets; a choice of message from the variable msgs is wrapped in an action of the
+\* same name as its lastAction, so TLC's action names in a trace match lastAction.name.
+WriterReceivesAddResponse == \E m \in msgs : DeliverAddToWriter(m)
+RecoveryReceivesAddResponse == \E m \in msgs : DeliverAddToRecoverer(m)
+RecoveryReceivesReadLacResponse == \E m \in msgs : DeliverReadLac(m)
+RecoveryReceivesReadResponse == \E m \in msgs : DeliverRead(m)
+RequestToDownBookieLost == \E m \in msgs : DropRequestToDownBookie(m)
+MessageLost == \E m \in msgs : LoseRequest(m)
+ReplyLost == \E m \in msgs : LoseReply(m)
 
 Writing ==
     \/ WriterSendsAdd \/ WriterCloses
@@ -556,11 +573,13 @@ Recovering(c) ==
     \/ \E b, nb \in Bookies : RecoveryChangesEnsemble(c, b, nb)
 
 Faults ==
-    \/ \E m \in msgs : MessageLost(m) \/ ReplyLost(m)
+    \/ MessageLost \/ ReplyLost
     \/ \E b \in Bookies : BookieCrashes(b) \/ BookieFailsPermanently(b)
 
 Next ==
-    \/ \E m \in msgs : DeliverMessage(m) \/ RequestToDownBookieLost(m)
+    \/ WriterReceivesAddResponse \/ RecoveryReceivesAddResponse
+    \/ RecoveryReceivesReadLacResponse \/ RecoveryReceivesReadResponse
+    \/ RequestToDownBookieLost
     \/ Writing
     \/ \E c \in Recoverers : Recovering(c)
     \/ \E b \in Bookies : BookieRestarts(b)
@@ -573,7 +592,7 @@ Spec == Init /\ [][Next]_vars
 \* restart and recovery clients keep trying.
 FairSpec ==
     /\ Spec
-    /\ \A c \in Clients, b \in Bookies : WF_vars(\E m \in msgs : m.bookie = b /\ m.client = c /\ (DeliverMessage(m) \/ RequestToDownBookieLost(m)))
+    /\ \A c \in Clients, b \in Bookies : WF_vars(\E m \in msgs : m.bookie = b /\ m.client = c /\ (DeliverMessage(m) \/ DropRequestToDownBookie(m)))
     /\ \A c \in Recoverers : WF_vars(Recovering(c))
     /\ \A b \in Bookies : WF_vars(BookieRestarts(b))
 
