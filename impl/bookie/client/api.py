@@ -128,6 +128,18 @@ class BookKeeperClient:
         self._random = random.Random(seed)
         self._random_lock = threading.Lock()
 
+    def close(self) -> None:
+        """Release the transport (e.g. close the gRPC channels); the metadata store stays open."""
+        close = getattr(self.transport, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> BookKeeperClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     # ---- placement (the shell's randomness) ----------------------------------------------------
 
     def _registry_view(self) -> tuple[list[BookieInfo], list[BookieId]]:

@@ -1,0 +1,46 @@
+"""One call from a metadata store session to a BookKeeper client over real bookies.
+
+    client = connect_bookkeeper(store)      # store: any MetadataStore (zk://, embedded://, memory://)
+    try:
+        handle = client.create_ledger(3, 3, 2, password=b"pw")
+        ...
+    finally:
+        client.close()                      # closes the bookie channels; the store stays open
+
+The caller owns `store` (a broker shares its session with the client), so closing
+the client never closes it.
+"""
+
+from __future__ import annotations
+
+from impl.bookie.client.api import DEFAULT_TIMEOUT_S, BookKeeperClient
+from impl.bookie.client.grpc_transport import DEFAULT_REQUEST_TIMEOUT_S, GrpcTransport
+from impl.metadata.ledger_store import LedgerMetadataStore
+from impl.metadata.registry import BookieRegistry
+from impl.metadata.store import MetadataStore
+
+__all__ = ["connect_bookkeeper"]
+
+
+def connect_bookkeeper(
+    store: MetadataStore,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    seed: int | None = None,
+) -> BookKeeperClient:
+    """A BookKeeperClient whose bookies are reached over gRPC at their registry ids (host:port).
+
+    `timeout_s` bounds each blocking API call (add, close, open, read); `request_timeout_s`
+    is the per-request deadline after which a silent bookie counts as failed (the writer
+    then replaces it, recovery treats it as unknown). `seed` fixes bookie placement choices.
+    """
+    if not request_timeout_s < timeout_s:
+        raise ValueError(
+            f"request_timeout_s ({request_timeout_s}) must be below timeout_s ({timeout_s}): "
+            "an API call must outlive at least one bookie deadline"
+        )
+    transport = GrpcTransport(timeout_s=request_timeout_s)
+    return BookKeeperClient(
+        LedgerMetadataStore(store), BookieRegistry(store), transport, seed=seed, timeout_s=timeout_s
+    )

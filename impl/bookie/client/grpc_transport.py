@@ -1,0 +1,221 @@
+"""A BookieTransport over real bookies: one pipelined gRPC stream per bookie, a deadline per request.
+
+Every request sent is answered exactly once: with the bookie's response, or with None
+("no answer") when the deadline passes first, the stream breaks, or the transport is
+closed. Whichever of those comes first claims the request; later ones are dropped, so a
+response arriving after its deadline never reaches a core twice.
+
+Threads: no thread per request. Responses are delivered on the channel's stream
+thread (one per connected bookie); deadlines are kept by one timer thread, which
+works because every request has the same timeout, so deadlines expire in the order
+the requests were sent (a deque, not a heap).
+
+A bookie id is its address ("127.0.0.1:PORT"). A channel is opened on first use and
+dropped as soon as its stream fails: the next request opens a fresh gRPC channel,
+which connects at once instead of waiting out gRPC's reconnect backoff (a restarted
+bookie is reachable again immediately).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from impl.bookie.channel import BookieChannel
+from impl.bookie.protocol import (
+    AddRequest,
+    AddResponse,
+    ErrorCode,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    Response,
+    WriteLacResponse,
+)
+from impl.metadata.ledger import BookieId
+
+log = logging.getLogger(__name__)
+
+Answer = Callable[[Any], None]
+DEFAULT_REQUEST_TIMEOUT_S = 5.0
+
+
+class _Pending:
+    """One request awaiting its single answer."""
+
+    __slots__ = ("bookie", "request", "on_answer", "deadline", "_claimed", "_lock")
+
+    def __init__(self, bookie: BookieId, request: Request, on_answer: Answer, deadline: float) -> None:
+        self.bookie = bookie
+        self.request = request
+        self.on_answer = on_answer
+        self.deadline = deadline
+        self._claimed = False
+        self._lock = threading.Lock()
+
+    def claim(self) -> bool:
+        """True exactly once: for whoever answers first (response, deadline, failure or close)."""
+        with self._lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
+
+    @property
+    def answered(self) -> bool:
+        return self._claimed
+
+
+def _name(pending: _Pending) -> str:
+    """A request's name for logs, without its (possibly large) entry body."""
+    request = pending.request
+    entry = getattr(request, "entry_id", None)
+    suffix = "" if entry is None else f" entry {entry}"
+    return f"{type(request).__name__} ledger {request.ledger_id}{suffix}"
+
+
+def _typed_error(request: Request, code: ErrorCode) -> Response:
+    """A stream-level error code (the bookie could not parse the request) as the request's response type."""
+    if isinstance(request, AddRequest):
+        return AddResponse(request.ledger_id, request.entry_id, code)
+    if isinstance(request, ReadRequest):
+        return ReadResponse(request.ledger_id, request.entry_id, code)
+    if isinstance(request, ReadLacRequest):
+        return ReadLacResponse(request.ledger_id, code)
+    return WriteLacResponse(request.ledger_id, code)
+
+
+class GrpcTransport:
+    """`send(bookie, request, on_answer)` over BookieChannel streams; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        channel_factory: Callable[[str], BookieChannel] = BookieChannel,
+    ) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"request timeout must be positive, got {timeout_s}")
+        self.timeout_s = timeout_s
+        self._channel_factory = channel_factory
+        self._channels: dict[BookieId, BookieChannel] = {}
+        self._lock = threading.Lock()
+        self._deadlines: deque[_Pending] = deque()
+        self._wakeup = threading.Condition(self._lock)
+        self._closed = False
+        self._timer = threading.Thread(target=self._expire_deadlines, name="bookie-deadlines", daemon=True)
+        self._timer.start()
+
+    # ---- sending ----------------------------------------------------------------------------------
+
+    def send(self, bookie: BookieId, request: Any, on_answer: Answer) -> None:
+        pending = _Pending(bookie, request, on_answer, time.monotonic() + self.timeout_s)
+        with self._lock:
+            if self._closed:
+                channel = None
+            else:
+                channel = self._channel(bookie)
+                self._deadlines.append(pending)
+                if len(self._deadlines) == 1:
+                    self._wakeup.notify()
+        if channel is None:
+            log.debug("transport closed: no answer to %s for bookie %s", type(request).__name__, bookie)
+            self._answer(pending, None)
+            return
+        future = channel.submit(request)
+        future.add_done_callback(lambda f: self._on_done(pending, channel, f))
+
+    def _channel(self, bookie: BookieId) -> BookieChannel:
+        """The bookie's channel, opened on first use (caller holds the lock)."""
+        channel = self._channels.get(bookie)
+        if channel is None:
+            channel = self._channel_factory(bookie)
+            self._channels[bookie] = channel
+        return channel
+
+    # ---- answering ---------------------------------------------------------------------------------
+
+    def _on_done(self, pending: _Pending, channel: BookieChannel, future: Future[Response | ErrorCode]) -> None:
+        error = future.exception()
+        if error is not None:
+            log.debug("bookie %s: no answer to %s: %s", pending.bookie, _name(pending), error)
+            self._drop_channel(pending.bookie, channel)
+            self._answer(pending, None)
+            return
+        result = future.result()
+        response = _typed_error(pending.request, result) if isinstance(result, ErrorCode) else result
+        self._answer(pending, response)
+
+    def _answer(self, pending: _Pending, response: Response | None) -> None:
+        if not pending.claim():
+            return  # already answered (deadline passed first): a late response is dropped
+        try:
+            pending.on_answer(response)
+        except Exception:
+            # A failing callback is a bug in a shell. The caller is a gRPC stream thread or the timer,
+            # which must keep serving other requests, so log it loudly instead of killing them.
+            log.exception("answer handler failed for %s from bookie %s", _name(pending), pending.bookie)
+
+    def _drop_channel(self, bookie: BookieId, channel: BookieChannel) -> None:
+        """Forget a channel whose stream failed; the next request to this bookie opens a new one."""
+        with self._lock:
+            if self._channels.get(bookie) is not channel:
+                return  # already replaced
+            del self._channels[bookie]
+        # Closing fails whatever was submitted to it meanwhile (answered None by _on_done).
+        channel.close()
+
+    def _expire_deadlines(self) -> None:
+        while True:
+            expired: list[_Pending] = []
+            with self._lock:
+                while not self._closed:
+                    while self._deadlines and self._deadlines[0].answered:
+                        self._deadlines.popleft()
+                    if not self._deadlines:
+                        self._wakeup.wait()
+                        continue
+                    now = time.monotonic()
+                    while self._deadlines and self._deadlines[0].deadline <= now:
+                        expired.append(self._deadlines.popleft())
+                    if expired:
+                        break
+                    self._wakeup.wait(self._deadlines[0].deadline - now)
+                if self._closed:
+                    expired.extend(self._deadlines)
+                    self._deadlines.clear()
+            for pending in expired:
+                if not pending.answered:
+                    log.debug("bookie %s: no answer in %.1fs to %s", pending.bookie, self.timeout_s, _name(pending))
+                self._answer(pending, None)
+            if self._closed:
+                return
+
+    # ---- closing ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every channel; requests still waiting are answered None. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            channels = list(self._channels.values())
+            self._channels.clear()
+            self._wakeup.notify()
+        for channel in channels:
+            channel.close()
+        if threading.current_thread() is not self._timer:
+            self._timer.join(timeout=10)
+
+    def __enter__(self) -> GrpcTransport:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
