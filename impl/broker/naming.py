@@ -95,6 +95,10 @@ def _check_local_name(full: object, local: str) -> None:
         raise _invalid(full, f"the local name cannot be {local!r}")
     if _CONTROL.search(local):
         raise _invalid(full, "the local name contains a control character")
+    try:
+        local.encode("utf-8")  # bundles hash the UTF-8 bytes of the name
+    except UnicodeEncodeError:
+        raise _invalid(full, "the local name is not valid Unicode (a lone surrogate)") from None
     suffix = local.rsplit(PARTITION_SUFFIX, 1)[1] if PARTITION_SUFFIX in local else ""
     if suffix.isdigit() and _PARTITION.match(local) is None:
         # "t-partition-01": an index must be canonical, or t-partition-01 and t-partition-1 would be one partition.

@@ -186,3 +186,39 @@ def broker_path(broker_address: str) -> str:
     if not sep or not host or not port.isdigit():
         raise InvalidName(f"broker address must be host:port, got {broker_address!r}")
     return f"{LOADBALANCE_BROKERS}/{broker_address}"
+
+
+# --- Pulsar admin metadata (tenants, namespaces, partitioned topics) ------------------------
+
+ADMIN_POLICIES = "/admin/policies"
+PARTITIONED_TOPICS = "/admin/partitioned-topics"
+BUNDLE_ASSIGNMENTS = "/loadbalance/bundle-assignments"
+
+
+def tenant_policies_path(tenant: str) -> str:
+    """A tenant's node, /admin/policies/<tenant> (JSON TenantInfo); its namespaces are its children."""
+    return f"{ADMIN_POLICIES}/{_component('tenant', tenant)}"
+
+
+def namespace_policies_path(tenant: str, namespace: str) -> str:
+    """A namespace's policies node, /admin/policies/<tenant>/<ns> (JSON)."""
+    return f"{tenant_policies_path(tenant)}/{_component('namespace', namespace)}"
+
+
+def partitioned_topics_path(tenant: str, namespace: str) -> str:
+    """The parent of a namespace's partitioned-topic nodes."""
+    return f"{PARTITIONED_TOPICS}/{_component('tenant', tenant)}/{_component('namespace', namespace)}/persistent"
+
+
+def partitioned_topic_path(tenant: str, namespace: str, topic: str) -> str:
+    """/admin/partitioned-topics/<tenant>/<ns>/persistent/<URL-encoded topic>, holding the partition count."""
+    if not isinstance(topic, str) or not topic:
+        raise InvalidName(f"topic must be a non-empty name, got {topic!r}")
+    return f"{partitioned_topics_path(tenant, namespace)}/{quote(topic, safe='')}"
+
+
+def bundle_assignment_path(tenant: str, namespace: str, lower: int, upper: int) -> str:
+    """A persistent hint naming the broker that should own the bundle next (written by a transfer)."""
+    return f"{BUNDLE_ASSIGNMENTS}/{_component('tenant', tenant)}/{_component('namespace', namespace)}/" + bundle_name(
+        lower, upper
+    )

@@ -1,0 +1,376 @@
+"""Tenants, namespaces and partitioned-topic metadata, kept in the metadata store.
+
+Layout (impl/metadata/layout.py), as Pulsar's admin resources:
+  /admin/policies/<tenant>                                     JSON TenantInfo
+  /admin/policies/<tenant>/<ns>                                JSON NamespacePolicies
+  /admin/partitioned-topics/<tenant>/<ns>/persistent/<topic>   JSON {"partitions": N}
+
+A namespace's node is a child of its tenant's node, so "create a namespace in a tenant that
+is being deleted" and "delete a tenant that still has namespaces" are decided by the store
+itself (NoNode / NotEmpty), never by a check-then-act race in this module.
+
+The bundle count is fixed when the namespace is created: bundles may already be owned by
+brokers, and changing the split under them would move topics without unloading them (Pulsar
+changes it only by splitting a bundle, which this implementation does not do).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from impl.broker.naming import NamespaceName, TopicName, check_named_entity
+from impl.metadata import layout
+from impl.metadata.store import (
+    ANY_VERSION,
+    BadVersion,
+    Check,
+    Create,
+    MetadataStore,
+    MultiFailed,
+    NodeExists,
+    NoNode,
+)
+from impl.metadata.store import NotEmpty as StoreNotEmpty
+
+DEFAULT_NUMBER_OF_BUNDLES = 4  # Pulsar's defaultNumberOfNamespaceBundles
+MAX_NUMBER_OF_BUNDLES = 1024
+MAX_PARTITIONS = 10_000  # our bound; Pulsar's maxNumPartitionsPerPartitionedTopic is unlimited by default
+DEFAULT_CLUSTER = "standalone"
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+class AdminError(Exception):
+    """Base of the admin metadata errors; `code` names the condition (as Pulsar's REST answers)."""
+
+    code = "AdminError"
+
+
+class TenantNotFound(AdminError):
+    code = "TenantNotFound"
+
+
+class NamespaceNotFound(AdminError):
+    code = "NamespaceNotFound"
+
+
+class PartitionedTopicNotFound(AdminError):
+    code = "PartitionedTopicNotFound"
+
+
+class AlreadyExists(AdminError):
+    code = "AlreadyExists"
+
+
+class NotEmpty(AdminError):
+    code = "NotEmpty"
+
+
+class InvalidPolicies(AdminError):
+    """A policy value out of range, or a stored policy node that is not valid JSON of the expected shape."""
+
+    code = "InvalidPolicies"
+
+
+# --- values ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    admin_roles: tuple[str, ...] = ()
+    allowed_clusters: tuple[str, ...] = (DEFAULT_CLUSTER,)
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"admin_roles": list(self.admin_roles), "allowed_clusters": list(self.allowed_clusters)}, sort_keys=True
+        ).encode()
+
+    @classmethod
+    def from_json(cls, path: str, data: bytes) -> TenantInfo:
+        raw = _load(path, data)
+        try:
+            return cls(tuple(map(str, raw["admin_roles"])), tuple(map(str, raw["allowed_clusters"])))
+        except (KeyError, TypeError) as e:
+            raise InvalidPolicies(f"tenant node {path} lacks {e}; rewrite it with the admin API") from None
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """Pulsar's RetentionPolicies: keep acknowledged data this long / this big; -1 = unlimited, 0 = none."""
+
+    time_minutes: int = 0
+    size_mb: int = 0
+
+    def __post_init__(self) -> None:
+        for name, value in (("retention time (minutes)", self.time_minutes), ("retention size (MB)", self.size_mb)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < -1:
+                raise InvalidPolicies(f"{name} must be an integer >= -1 (-1 = unlimited, 0 = none), got {value!r}")
+
+
+@dataclass(frozen=True)
+class NamespacePolicies:
+    bundles: int = DEFAULT_NUMBER_OF_BUNDLES
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+
+    def __post_init__(self) -> None:
+        n = self.bundles
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_NUMBER_OF_BUNDLES:
+            raise InvalidPolicies(f"a namespace needs between 1 and {MAX_NUMBER_OF_BUNDLES} bundles, got {n!r}")
+
+    def to_json(self) -> bytes:
+        retention = {"time_minutes": self.retention.time_minutes, "size_mb": self.retention.size_mb}
+        return json.dumps({"bundles": self.bundles, "retention": retention}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, path: str, data: bytes) -> NamespacePolicies:
+        raw = _load(path, data)
+        try:
+            retention = raw["retention"]
+            return cls(raw["bundles"], RetentionPolicy(retention["time_minutes"], retention["size_mb"]))
+        except (KeyError, TypeError) as e:
+            raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
+
+
+def _load(path: str, data: bytes) -> Any:
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidPolicies(f"node {path} does not hold JSON ({e}); rewrite it with the admin API") from None
+    if not isinstance(raw, dict):
+        raise InvalidPolicies(f"node {path} holds {type(raw).__name__}, not a JSON object")
+    return raw
+
+
+def _namespace(namespace: NamespaceName | str) -> NamespaceName:
+    return namespace if isinstance(namespace, NamespaceName) else NamespaceName.parse(namespace)
+
+
+def _topic(topic: TopicName | str) -> TopicName:
+    return topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+
+
+# --- tenants ----------------------------------------------------------------------------
+
+
+def create_tenant(store: MetadataStore, tenant: str, info: TenantInfo | None = None) -> None:
+    check_named_entity("tenant", tenant)
+    store.ensure_path(layout.ADMIN_POLICIES)
+    try:
+        store.create(layout.tenant_policies_path(tenant), (info or TenantInfo()).to_json())
+    except NodeExists:
+        raise AlreadyExists(f"tenant {tenant!r} already exists") from None
+
+
+def get_tenant(store: MetadataStore, tenant: str) -> TenantInfo:
+    path = layout.tenant_policies_path(check_named_entity("tenant", tenant))
+    try:
+        data, _ = store.get(path)
+    except NoNode:
+        raise TenantNotFound(f"tenant {tenant!r} does not exist; create it first (create_tenant)") from None
+    return TenantInfo.from_json(path, data)
+
+
+def list_tenants(store: MetadataStore) -> list[str]:
+    try:
+        return store.children(layout.ADMIN_POLICIES)
+    except NoNode:
+        return []
+
+
+def delete_tenant(store: MetadataStore, tenant: str) -> None:
+    path = layout.tenant_policies_path(check_named_entity("tenant", tenant))
+    try:
+        store.delete(path)
+    except NoNode:
+        raise TenantNotFound(f"tenant {tenant!r} does not exist") from None
+    except StoreNotEmpty:
+        names = ", ".join(f"{tenant}/{ns}" for ns in _children(store, path))
+        raise NotEmpty(f"tenant {tenant!r} still has namespaces ({names}); delete them first") from None
+
+
+def _children(store: MetadataStore, path: str) -> list[str]:
+    try:
+        return store.children(path)
+    except NoNode:
+        return []
+
+
+# --- namespaces -------------------------------------------------------------------------
+
+
+def create_namespace(
+    store: MetadataStore, namespace: NamespaceName | str, policies: NamespacePolicies | None = None
+) -> NamespaceName:
+    ns = _namespace(namespace)
+    path = layout.namespace_policies_path(ns.tenant, ns.namespace)
+    try:
+        store.create(path, (policies or NamespacePolicies()).to_json())
+    except NoNode:
+        raise TenantNotFound(f"cannot create namespace {ns}: tenant {ns.tenant!r} does not exist") from None
+    except NodeExists:
+        raise AlreadyExists(f"namespace {ns} already exists") from None
+    return ns
+
+
+def get_policies(store: MetadataStore, namespace: NamespaceName | str) -> NamespacePolicies:
+    ns = _namespace(namespace)
+    path = layout.namespace_policies_path(ns.tenant, ns.namespace)
+    try:
+        data, _ = store.get(path)
+    except NoNode:
+        raise NamespaceNotFound(f"namespace {ns} does not exist; create it first (create_namespace)") from None
+    return NamespacePolicies.from_json(path, data)
+
+
+def set_retention(store: MetadataStore, namespace: NamespaceName | str, retention: RetentionPolicy) -> None:
+    """Change the retention policy: a read-modify-conditional-write loop, so concurrent changes are not lost."""
+    ns = _namespace(namespace)
+    path = layout.namespace_policies_path(ns.tenant, ns.namespace)
+    while True:
+        try:
+            data, stat = store.get(path)
+            current = NamespacePolicies.from_json(path, data)
+            store.set(path, NamespacePolicies(current.bundles, retention).to_json(), stat.version)
+            return
+        except NoNode:
+            raise NamespaceNotFound(f"namespace {ns} does not exist") from None
+        except BadVersion:
+            continue  # someone changed the policies since we read them: re-read and apply ours on top
+
+
+def list_namespaces(store: MetadataStore, tenant: str) -> list[NamespaceName]:
+    path = layout.tenant_policies_path(check_named_entity("tenant", tenant))
+    try:
+        return [NamespaceName(tenant, ns) for ns in store.children(path)]
+    except NoNode:
+        raise TenantNotFound(f"tenant {tenant!r} does not exist") from None
+
+
+def delete_namespace(store: MetadataStore, namespace: NamespaceName | str) -> None:
+    """Delete an empty namespace: no partitioned topics and no topics with data (managed ledgers)."""
+    ns = _namespace(namespace)
+    get_policies(store, ns)  # NamespaceNotFound before NotEmpty, as Pulsar answers
+    partitioned = _children(store, layout.partitioned_topics_path(ns.tenant, ns.namespace))
+    ledgers = _children(store, f"{layout.MANAGED_LEDGERS_ROOT}/{ns.tenant}/{ns.namespace}/persistent")
+    if partitioned or ledgers:
+        topics = [str(TopicName(ns.tenant, ns.namespace, unquote(c))) for c in sorted(set(partitioned) | set(ledgers))]
+        raise NotEmpty(f"namespace {ns} still has topics ({', '.join(topics)}); delete them first")
+    try:
+        store.delete(layout.namespace_policies_path(ns.tenant, ns.namespace))
+    except NoNode:
+        raise NamespaceNotFound(f"namespace {ns} does not exist") from None
+    # Tidy the empty bookkeeping parents; a broker still owning a bundle keeps its node until it unloads.
+    for path in (
+        layout.partitioned_topics_path(ns.tenant, ns.namespace),
+        f"{layout.PARTITIONED_TOPICS}/{ns.tenant}/{ns.namespace}",
+        layout.namespace_path(ns.tenant, ns.namespace),
+    ):
+        with contextlib.suppress(NoNode, StoreNotEmpty):
+            store.delete(path)
+
+
+# --- partitioned topics -----------------------------------------------------------------
+
+
+def create_partitioned_topic(store: MetadataStore, topic: TopicName | str, partitions: int) -> TopicName:
+    """Record that `topic` has `partitions` partitions (topic-partition-0 ... -(N-1))."""
+    name = _topic(topic)
+    if name.is_partition:
+        raise AlreadyExists(f"{name} is a partition name; create the partitioned topic {name.base} instead")
+    _check_partitions(partitions)
+    if store.exists(name.managed_ledger_path) is not None:
+        raise AlreadyExists(f"{name} already exists as a non-partitioned topic")
+    parent = layout.partitioned_topics_path(name.tenant, name.namespace_portion)
+    store.ensure_path(parent)
+    path = layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name)
+    ns_path = layout.namespace_policies_path(name.tenant, name.namespace_portion)
+    try:
+        # One atomic step: the namespace cannot be deleted between the check and the create.
+        store.multi([Check(ns_path, ANY_VERSION), Create(path, _partitions_json(partitions))])
+    except MultiFailed as failed:
+        if failed.index == 0:
+            raise NamespaceNotFound(f"cannot create {name}: namespace {name.namespace} does not exist") from None
+        if isinstance(failed.cause, NodeExists):
+            raise AlreadyExists(f"partitioned topic {name} already exists") from None
+        raise failed.cause from None
+    return name
+
+
+def get_partitions(store: MetadataStore, topic: TopicName | str) -> int:
+    """The partition count of a partitioned topic; 0 for any other topic (as Pulsar's partitioned metadata)."""
+    name = _topic(topic)
+    path = layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name)
+    try:
+        data, _ = store.get(path)
+    except NoNode:
+        return 0
+    raw = _load(path, data)
+    partitions = raw.get("partitions")
+    if not isinstance(partitions, int) or partitions < 1:
+        raise InvalidPolicies(f"partitioned topic node {path} has no valid partition count: {raw!r}")
+    return partitions
+
+
+def update_partitions(store: MetadataStore, topic: TopicName | str, partitions: int) -> None:
+    """Raise the partition count (Pulsar never lowers it: data in the dropped partitions would be orphaned)."""
+    name = _topic(topic)
+    _check_partitions(partitions)
+    path = layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name)
+    while True:
+        try:
+            _, stat = store.get(path)
+        except NoNode:
+            raise PartitionedTopicNotFound(f"{name} is not a partitioned topic") from None
+        current = get_partitions(store, name)
+        if partitions < current:
+            raise InvalidPolicies(f"{name} has {current} partitions; the count can only grow, not to {partitions}")
+        try:
+            store.set(path, _partitions_json(partitions), stat.version)
+            return
+        except BadVersion:
+            continue
+        except NoNode:
+            raise PartitionedTopicNotFound(f"{name} was deleted meanwhile") from None
+
+
+def list_partitioned_topics(store: MetadataStore, namespace: NamespaceName | str) -> list[TopicName]:
+    ns = _namespace(namespace)
+    get_policies(store, ns)
+    children = _children(store, layout.partitioned_topics_path(ns.tenant, ns.namespace))
+    return [TopicName(ns.tenant, ns.namespace, unquote(child)) for child in children]
+
+
+def delete_partitioned_topic(store: MetadataStore, topic: TopicName | str) -> None:
+    """Forget the partition count; the partitions' own data is the broker's to delete."""
+    name = _topic(topic)
+    try:
+        store.delete(layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name))
+    except NoNode:
+        raise PartitionedTopicNotFound(f"{name} is not a partitioned topic") from None
+
+
+def _check_partitions(partitions: int) -> None:
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidPolicies(
+            f"a partitioned topic needs between 1 and {MAX_PARTITIONS} partitions, got {partitions!r}"
+        )
+
+
+def _partitions_json(partitions: int) -> bytes:
+    return json.dumps({"partitions": partitions}).encode()
+
+
+# --- standalone defaults ----------------------------------------------------------------
+
+
+def ensure_default(store: MetadataStore) -> None:
+    """Create tenant `public` and namespace `public/default` if missing, as Pulsar standalone does."""
+    with contextlib.suppress(AlreadyExists):
+        create_tenant(store, "public")
+    with contextlib.suppress(AlreadyExists):
+        create_namespace(store, NamespaceName("public", "default"))
