@@ -1,0 +1,461 @@
+"""A reference cluster in one directory: real ZooKeeper, bookie and broker processes on 127.0.0.1.
+
+Layout of the directory D:
+    cluster.json            the state: metadata URL, service URL, and per node its role, port,
+                            directory, command and pid (rewritten after every verb)
+    zookeeper/zk-N/         ZooKeeper servers (impl.metadata.zkserver's launcher and layout)
+    bookie-N/               node.log, node.pid, data/ (journal, entry logs)
+    broker-N/               node.log, node.pid
+    standalone-1/           (standalone topology) node.log, node.pid, data/
+
+cluster.json is written *before* anything is launched and every node is found again through its
+pidfile, so `down` stops everything also after a failed or interrupted `up`, from any process.
+Nodes are started in dependency order (ZooKeeper, bookies, brokers) and `up` returns only when
+every node is healthy; if one fails, everything launched so far is stopped again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from impl.cluster.nodes import Node, NodeError, pulsar_ref_command
+from impl.cluster.sessions import SessionExpiryError, ZooKeeperAdmin, expire_node_session
+from impl.metadata.zkserver import ZooKeeperEnsemble, ZooKeeperError, ZooKeeperServer, free_port
+
+STATE_FILE = "cluster.json"
+CHROOT = "/pulsar-ref"
+ROLES = ("zookeeper", "bookie", "broker", "standalone")
+Progress = Callable[[str], None]
+
+
+class ClusterError(Exception):
+    """The cluster could not be started, found or changed; the message says what to do."""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+class ZooKeeperNode:
+    """A ZooKeeper server seen through the same verbs as a `Node`."""
+
+    role = "zookeeper"
+
+    def __init__(self, server: ZooKeeperServer) -> None:
+        self.server = server
+        self.name = f"zk-{server.server_id}"
+        self.port = server.client_port
+        self.directory = server.directory
+        self.log_file = server.log_file
+
+    @property
+    def address(self) -> str:
+        return self.server.connect_string
+
+    def pid(self) -> int | None:
+        return self.server.pid()
+
+    def paused(self) -> bool:
+        import psutil
+
+        pid = self.pid()
+        try:
+            return pid is not None and psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            return False
+
+    def healthy(self) -> bool:
+        return self.server.mode() is not None
+
+    def signal(self, sig: signal.Signals) -> int:
+        pid = self.pid()
+        if pid is None:
+            raise NodeError(f"{self.name} is not running; start it with `pulsar-ref cluster restart ... {self.name}`")
+        os.kill(pid, sig)
+        return pid
+
+    def kill(self) -> int | None:
+        pid = self.pid()
+        self.server.kill()
+        return pid
+
+    def stop(self) -> int | None:
+        pid = self.pid()
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+        self.server.stop()
+        return pid
+
+    def start(self, timeout_s: float) -> None:
+        # A lone member of an ensemble only serves once it rejoined the quorum: wait for that.
+        self.server.start(timeout_s)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return self.server.log_tail(lines)
+
+
+AnyNode = Node | ZooKeeperNode
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    role: str
+    state: str  # up, paused, not serving, down
+    pid: int | None
+    port: int
+    details: str
+
+
+class Cluster:
+    """The cluster described by D/cluster.json (see the module docstring)."""
+
+    def __init__(self, directory: Path, state: dict[str, Any], die_with_parent: bool = False) -> None:
+        self.directory = directory
+        self.state = state
+        self.die_with_parent = die_with_parent
+
+    # --- creating and loading ------------------------------------------------------------
+
+    @classmethod
+    def plan(
+        cls,
+        directory: str | Path,
+        zookeepers: int = 1,
+        bookies: int = 3,
+        brokers: int = 2,
+        base_port: int = 0,
+        die_with_parent: bool = False,
+    ) -> Cluster:
+        """Lay out a new multi-process cluster in `directory` (ports chosen now, fixed for its lifetime)."""
+        directory = Path(directory).resolve()
+        cls._refuse_reuse(directory)
+        if zookeepers not in (1, 3):
+            raise ClusterError(f"--zookeepers must be 1 or 3, not {zookeepers}")
+        if bookies < 1 or brokers < 0:
+            raise ClusterError(f"need at least 1 bookie and 0 or more brokers, not {bookies} and {brokers}")
+        ports = iter(range(base_port, base_port + 1000)) if base_port else None
+
+        def port() -> int:
+            return next(ports) if ports is not None else free_port()
+
+        ensemble = ZooKeeperEnsemble(directory / "zookeeper", zookeepers, base_port or None)
+        if ports is not None:
+            for _ in range(zookeepers):
+                next(ports)
+        metadata = f"zk://{ensemble.connect_string}{CHROOT}"
+        nodes: list[dict[str, Any]] = []
+        for i in range(1, bookies + 1):
+            p, d = port(), directory / f"bookie-{i}"
+            command = pulsar_ref_command("bookie", "--metadata", metadata, "--data", str(d / "data"), "--port", str(p))
+            nodes.append({"name": f"bookie-{i}", "role": "bookie", "port": p, "dir": str(d), "command": command})
+        for i in range(1, brokers + 1):
+            p, d = port(), directory / f"broker-{i}"
+            command = pulsar_ref_command("broker", "--metadata", metadata, "--port", str(p))
+            nodes.append({"name": f"broker-{i}", "role": "broker", "port": p, "dir": str(d), "command": command})
+        broker_ports = [n["port"] for n in nodes if n["role"] == "broker"]
+        state = {
+            "topology": "cluster",
+            "metadata": metadata,
+            "service": "pulsar://" + ",".join(f"127.0.0.1:{p}" for p in broker_ports) if broker_ports else None,
+            "zookeepers": [
+                {"name": f"zk-{s.server_id}", "role": "zookeeper", "port": s.client_port, "dir": str(s.directory)}
+                for s in ensemble.servers
+            ],
+            "nodes": nodes,
+        }
+        cluster = cls(directory, state, die_with_parent)
+        for server in ensemble.servers:
+            server.write_config()  # so that `down` finds the servers even if `up` never got to launch them
+        cluster.save()
+        return cluster
+
+    @classmethod
+    def plan_standalone(cls, directory: str | Path, port: int = 0, die_with_parent: bool = False) -> Cluster:
+        """One `pulsar-ref standalone` process (embedded metadata, bookies and a broker inside)."""
+        directory = Path(directory).resolve()
+        cls._refuse_reuse(directory)
+        p, d = port or free_port(), directory / "standalone-1"
+        command = pulsar_ref_command("standalone", "--data", str(d / "data"), "--port", str(p))
+        state = {
+            "topology": "standalone",
+            "metadata": f"embedded://{d / 'data'}",
+            "service": f"pulsar://127.0.0.1:{p}",
+            "zookeepers": [],
+            "nodes": [{"name": "standalone-1", "role": "standalone", "port": p, "dir": str(d), "command": command}],
+        }
+        cluster = cls(directory, state, die_with_parent)
+        cluster.save()
+        return cluster
+
+    @staticmethod
+    def _refuse_reuse(directory: Path) -> None:
+        if (directory / STATE_FILE).exists():
+            existing = Cluster.load(directory)
+            running = [n.name for n in existing.nodes() if n.pid() is not None]
+            if running:
+                raise ClusterError(
+                    f"a cluster is already running in {directory} ({', '.join(running)}); "
+                    f"stop it first: pulsar-ref cluster down --dir {directory}"
+                )
+            raise ClusterError(
+                f"{directory} already holds a stopped cluster; start a new one in an empty --dir "
+                f"(or remove {directory})"
+            )
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Cluster:
+        directory = Path(directory).resolve()
+        try:
+            state = json.loads((directory / STATE_FILE).read_text())
+        except FileNotFoundError:
+            raise ClusterError(
+                f"no cluster in {directory} (no {STATE_FILE}); start one with: pulsar-ref cluster up --dir {directory}"
+            ) from None
+        except (OSError, ValueError) as e:
+            raise ClusterError(f"cannot read {directory / STATE_FILE}: {e}") from None
+        return cls(directory, state)
+
+    def save(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for entry in self.state["zookeepers"] + self.state["nodes"]:
+            node = self.node(entry["name"])
+            entry["pid"] = node.pid()
+        tmp = self.directory / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(self.state, indent=2) + "\n")
+        tmp.replace(self.directory / STATE_FILE)
+
+    # --- nodes -----------------------------------------------------------------------------
+
+    @property
+    def metadata_url(self) -> str:
+        return str(self.state["metadata"])
+
+    @property
+    def service_url(self) -> str | None:
+        service = self.state.get("service")
+        return str(service) if service else None
+
+    @property
+    def topology(self) -> str:
+        return str(self.state.get("topology", "cluster"))
+
+    def nodes(self, role: str | None = None) -> list[AnyNode]:
+        names = [e["name"] for e in self.state["zookeepers"] + self.state["nodes"]]
+        found = [self.node(n) for n in names]
+        return [n for n in found if role is None or n.role == role]
+
+    def node(self, name: str) -> AnyNode:
+        for entry in self.state["zookeepers"]:
+            if entry["name"] == name:
+                from impl.metadata.zkserver import server_from_directory
+
+                server = server_from_directory(entry["dir"])
+                server.die_with_parent = self.die_with_parent
+                return ZooKeeperNode(server)
+        for entry in self.state["nodes"]:
+            if entry["name"] == name:
+                return Node(
+                    entry["name"],
+                    entry["role"],
+                    int(entry["port"]),
+                    Path(entry["dir"]),
+                    list(entry["command"]),
+                    self.die_with_parent,
+                )
+        names = ", ".join(e["name"] for e in self.state["zookeepers"] + self.state["nodes"])
+        raise ClusterError(f"no node {name!r} in the cluster in {self.directory}; its nodes are: {names}")
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def up(self, timeout_s: float = 90.0, progress: Progress = _quiet) -> None:
+        """Start every node in dependency order and wait until all are healthy; on failure stop everything."""
+        try:
+            zookeepers = self.nodes("zookeeper")
+            if zookeepers:
+                progress(f"starting {len(zookeepers)} ZooKeeper server(s) ...")
+                ensemble = ZooKeeperEnsemble.in_directory(self.directory / "zookeeper")
+                for server in ensemble.servers:
+                    server.die_with_parent = self.die_with_parent
+                ensemble.start(timeout_s)
+                progress(f"  ZooKeeper serving at {ensemble.connect_string}")
+            for role in ("bookie", "broker", "standalone"):
+                group = [n for n in self.nodes(role) if isinstance(n, Node)]
+                if not group:
+                    continue
+                progress(f"starting {len(group)} {role}(s) ...")
+                offsets = [(n, n.launch()) for n in group]
+                self.save()
+                deadline = time.monotonic() + timeout_s
+                for node, offset in offsets:
+                    node.wait_listening(offset, max(1.0, deadline - time.monotonic()))
+                    progress(f"  {node.name} listening on {node.address} (pid {node.pid()})")
+            self.save()
+        except (NodeError, ZooKeeperError, OSError) as e:
+            progress("start-up failed; stopping everything launched ...")
+            self.down()
+            raise ClusterError(f"cluster start-up failed: {e}") from None
+        except BaseException:
+            self.down()
+            raise
+
+    def down(self, progress: Progress = _quiet) -> None:
+        """Stop every node (brokers first, ZooKeeper last); safe at any time, also after a failed `up`."""
+        order = {"broker": 0, "standalone": 0, "bookie": 1, "zookeeper": 2}
+        for node in sorted(self.nodes(), key=lambda n: order[n.role]):
+            pid = node.stop()
+            progress(f"{node.name}: {'stopped pid ' + str(pid) if pid else 'was not running'}")
+        with contextlib.suppress(OSError):
+            self.save()
+
+    # --- fault verbs -----------------------------------------------------------------------
+
+    def kill(self, name: str) -> int:
+        node = self.node(name)
+        pid = node.kill()
+        if pid is None:
+            raise ClusterError(f"{name} was not running; nothing killed")
+        self.save()
+        return pid
+
+    def pause(self, name: str) -> int:
+        return self._signal(name, signal.SIGSTOP)
+
+    def resume(self, name: str) -> int:
+        return self._signal(name, signal.SIGCONT)
+
+    def _signal(self, name: str, sig: signal.Signals) -> int:
+        try:
+            return self.node(name).signal(sig)
+        except NodeError as e:
+            raise ClusterError(str(e)) from None
+
+    def start(self, name: str, timeout_s: float = 60.0) -> None:
+        """Start a stopped or killed node again with the same data directory and port."""
+        node = self.node(name)
+        try:
+            if isinstance(node, ZooKeeperNode):
+                node.start(timeout_s)
+            else:
+                self._clear_stale_registration(node)
+                node.wait_listening(node.launch(), timeout_s)
+        except (NodeError, ZooKeeperError) as e:
+            raise ClusterError(f"could not start {name}: {e}") from None
+        finally:
+            self.save()
+
+    def _clear_stale_registration(self, node: Node) -> None:
+        """End the session of a killed node that still holds its registration znode.
+
+        A SIGKILLed node's session lives on until its timeout, and our bookie refuses to start
+        while its id is still registered (BookKeeper's bookie would wait the timeout out). The
+        process is certainly dead, so ending its orphaned session at once is safe and keeps
+        restarts quick.
+        """
+        if node.role not in ("bookie", "broker") or not self.metadata_url.startswith("zk://"):
+            return
+        if node.pid() is not None:
+            return
+        try:
+            with ZooKeeperAdmin(self.metadata_url) as zk:
+                stale = zk.registration(node.role, node.address)
+                if stale is not None:
+                    zk.expire(stale.owner)
+        except SessionExpiryError:
+            pass  # ZooKeeper unreachable: the node's own start-up will report it
+
+    def restart(self, name: str, timeout_s: float = 60.0) -> None:
+        """kill -9, then start with the same data directory and port."""
+        self.node(name).kill()
+        self.start(name, timeout_s)
+
+    def expire_session(self, name: str) -> int:
+        """Make ZooKeeper end the node's metadata session (see impl.cluster.sessions); returns its id."""
+        node = self.node(name)
+        if node.role not in ("bookie", "broker") or not self.metadata_url.startswith("zk://"):
+            raise ClusterError(
+                f"expire-session works on bookies and brokers of a ZooKeeper-backed cluster, not on {name} "
+                f"({node.role}, metadata {self.metadata_url})"
+            )
+        try:
+            return expire_node_session(self.metadata_url, node.role, node.address)
+        except SessionExpiryError as e:
+            raise ClusterError(str(e)) from None
+
+    def registered(self, name: str) -> bool:
+        """Whether the bookie/broker currently holds its registration node in ZooKeeper."""
+        node = self.node(name)
+        try:
+            with ZooKeeperAdmin(self.metadata_url) as zk:
+                return zk.registration(node.role, node.address) is not None
+        except SessionExpiryError:
+            return False
+
+    # --- status ----------------------------------------------------------------------------
+
+    def status(self) -> list[NodeStatus]:
+        details = self._details()
+        rows = []
+        for node in self.nodes():
+            pid = node.pid()
+            if pid is None:
+                state = "down"
+            elif node.paused():
+                state = "paused"
+            else:
+                state = "up" if node.healthy() else "not serving"
+            if isinstance(node, ZooKeeperNode) and state == "up":
+                mode = node.server.mode()
+                details.setdefault(node.name, mode or "")
+            rows.append(NodeStatus(node.name, node.role, state, pid, node.port, details.get(node.name, "")))
+        return rows
+
+    def _details(self) -> dict[str, str]:
+        """Per bookie its registration and ledger count, per broker its session and bundles (best effort)."""
+        if not self.metadata_url.startswith("zk://"):
+            return {}
+        details: dict[str, str] = {}
+        try:
+            with ZooKeeperAdmin(self.metadata_url, timeout_s=3.0) as zk:
+                ensembles = self._ledger_ensembles()
+                for node in self.nodes():
+                    if node.role not in ("bookie", "broker"):
+                        continue
+                    reg = zk.registration(node.role, node.address)
+                    session = f"session 0x{reg.owner:x}" if reg else "not registered"
+                    if node.role == "bookie":
+                        count = sum(1 for e in ensembles if node.address in e)
+                        details[node.name] = f"{session}; in the ensembles of {count} ledger(s)"
+                    else:
+                        bundles = zk.bundles_owned_by(reg.owner) if reg else []
+                        details[node.name] = f"{session}; owns {', '.join(bundles) or 'no bundles'}"
+        except Exception as e:  # status must still print the process table when ZooKeeper is down
+            details["zk-1"] = f"metadata unreadable: {type(e).__name__}"
+        return details
+
+    def _ledger_ensembles(self, limit: int = 500) -> list[set[str]]:
+        """The bookies of every ledger (up to `limit` ledgers), read from the ledger metadata."""
+        from impl.metadata.ledger_store import LedgerMetadataStore
+        from impl.metadata.url import connect
+
+        store = connect(self.metadata_url, session_timeout_s=3.0)
+        try:
+            ledgers = LedgerMetadataStore(store)
+            result = []
+            for i, ledger_id in enumerate(ledgers.ledger_ids()):
+                if i >= limit:
+                    break
+                metadata, _ = ledgers.read(ledger_id)
+                result.append({str(b) for f in metadata.fragments for b in f.ensemble})
+            return result
+        finally:
+            store.close()

@@ -1,0 +1,201 @@
+"""`pulsar-ref cluster`: deploy a multi-process reference cluster on 127.0.0.1 and inject faults into it.
+
+The process management lives in impl/cluster/ (nodes, deployment, sessions); this module is its CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from impl.cluster.deployment import STATE_FILE, Cluster, ClusterError
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Run a reference cluster as separate processes on 127.0.0.1: real ZooKeeper (Debian's package), "
+            "bookies and brokers. Its state (pids, ports, roles) is in DIR/cluster.json; every node's output "
+            "is in DIR/<node>/ (see `logs`)."
+        ),
+        epilog=(
+            "examples:\n"
+            "  %(prog)s up --dir var/c                      1 ZooKeeper, 3 bookies, 2 brokers on free ports\n"
+            "  %(prog)s up --dir var/c --zookeepers 3 --brokers 0\n"
+            "  %(prog)s status --dir var/c\n"
+            "  %(prog)s kill --dir var/c bookie-2           SIGKILL;  restart = kill + start, same data and port\n"
+            "  %(prog)s pause --dir var/c broker-1          SIGSTOP;  resume = SIGCONT\n"
+            "  %(prog)s expire-session --dir var/c broker-1 ZooKeeper ends the node's session\n"
+            "  %(prog)s down --dir var/c"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    up = sub.add_parser(
+        "up",
+        help="start the cluster, wait until every node is healthy, print the service URL",
+        description=(
+            "Start ZooKeeper, then the bookies, then the brokers, and wait until all are healthy. Prints the "
+            "service URL (pulsar://...) on stdout, or the metadata URL when there are no brokers. Nodes run "
+            "detached until `down` (or, with --foreground, until Ctrl-C). Given the --dir of a stopped cluster, "
+            "starts it again with the same ports and data. If start-up fails, everything launched is stopped."
+        ),
+    )
+    up.add_argument("--dir", required=True, type=Path, help="directory for cluster.json, data and logs")
+    up.add_argument("--zookeepers", type=int, choices=(1, 3), default=1, help="ZooKeeper servers (default 1)")
+    up.add_argument("--bookies", type=int, default=3, help="bookie processes (default 3)")
+    up.add_argument("--brokers", type=int, default=2, help="broker processes (default 2; 0 = metadata and bookies)")
+    up.add_argument(
+        "--standalone", action="store_true", help="instead: one `pulsar-ref standalone` process (embedded metadata)"
+    )
+    up.add_argument(
+        "--base-port",
+        type=int,
+        default=0,
+        help="first port: ZooKeeper, then bookies, then brokers on consecutive ports (default 0 = free ports)",
+    )
+    up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
+    up.add_argument(
+        "--foreground", action="store_true", help="stay attached; Ctrl-C (or SIGTERM) stops the cluster and exits"
+    )
+
+    for name, text in (
+        ("down", "stop every process of the cluster (also after a failed `up`)"),
+        ("status", "per node: state, pid, port, role, bundles (brokers) or ledgers (bookies); exit 1 if any is down"),
+    ):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--dir", required=True, type=Path, help="the directory given to `up`")
+
+    logs = sub.add_parser("logs", help="print a node's log (use --lines 0 for all of it)")
+    logs.add_argument("--dir", required=True, type=Path, help="the directory given to `up`")
+    logs.add_argument("node", help="node name, e.g. zk-1, bookie-2, broker-1 (see `status`)")
+    logs.add_argument("--lines", type=int, default=50, help="last N lines (default 50, 0 = all)")
+
+    verbs = {
+        "kill": "SIGKILL the node (a crash); bring it back with `restart`",
+        "pause": "SIGSTOP the node; `resume` sends SIGCONT",
+        "resume": "SIGCONT a paused node",
+        "restart": "kill -9 the node (if running), then start it with the same data directory and port",
+        "expire-session": "make ZooKeeper end the node's metadata session (bookies and brokers; see --help)",
+    }
+    for verb, text in verbs.items():
+        description = text
+        if verb == "expire-session":
+            description = (
+                "Force the node's ZooKeeper session to expire, as a long GC pause would: the session is found "
+                "through the node's registration znode (its ephemeralOwner), then a second client attaches to "
+                "that session and closes it, so ZooKeeper ends it and deletes its ephemerals. The node itself "
+                "keeps running and learns of the expiry on its next contact."
+            )
+        p = sub.add_parser(verb, help=text, description=description)
+        p.add_argument("--dir", required=True, type=Path, help="the directory given to `up`")
+        p.add_argument("node", help="node name, e.g. zk-1, bookie-2, broker-1 (see `status`)")
+    return parser
+
+
+def up(args: argparse.Namespace) -> int:
+    directory: Path = args.dir.resolve()
+    if (directory / STATE_FILE).exists():
+        cluster = Cluster.load(directory)
+        running = [n.name for n in cluster.nodes() if n.pid() is not None]
+        if running:
+            print(
+                f"error: the cluster in {directory} is already running ({', '.join(running)}); "
+                f"see `pulsar-ref cluster status --dir {args.dir}`",
+                file=sys.stderr,
+            )
+            return 1
+        cluster.die_with_parent = args.foreground
+        _progress(f"starting the stopped cluster in {directory} again (same ports and data)")
+    elif args.standalone:
+        cluster = Cluster.plan_standalone(directory, args.base_port, die_with_parent=args.foreground)
+    else:
+        cluster = Cluster.plan(
+            directory, args.zookeepers, args.bookies, args.brokers, args.base_port, die_with_parent=args.foreground
+        )
+    cluster.up(args.timeout, _progress)
+    _progress(f"cluster up; state in {directory / STATE_FILE}; metadata {cluster.metadata_url}")
+    print(cluster.service_url or cluster.metadata_url, flush=True)
+    if not args.foreground:
+        return 0
+    stop = [False]
+
+    def on_signal(*_: object) -> None:
+        stop[0] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    _progress("running in the foreground; Ctrl-C stops the cluster")
+    while not stop[0]:
+        time.sleep(0.2)
+    cluster.down(_progress)
+    return 0
+
+
+def down(args: argparse.Namespace) -> int:
+    directory: Path = args.dir.resolve()
+    if not (directory / STATE_FILE).exists():
+        print(f"nothing to stop: no cluster in {directory}", file=sys.stderr)
+        return 0
+    Cluster.load(directory).down(_progress)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    cluster = Cluster.load(args.dir)
+    rows = cluster.status()
+    print(f"{'NODE':<13} {'ROLE':<10} {'STATE':<12} {'PID':>8} {'PORT':>6}  DETAILS")
+    for r in rows:
+        print(f"{r.name:<13} {r.role:<10} {r.state:<12} {r.pid or '-':>8} {r.port:>6}  {r.details}")
+    print(f"metadata: {cluster.metadata_url}")
+    print(f"service:  {cluster.service_url or '(no brokers)'}")
+    return 0 if all(r.state == "up" for r in rows) else 1
+
+
+def logs(args: argparse.Namespace) -> int:
+    node = Cluster.load(args.dir).node(args.node)
+    try:
+        text = node.log_file.read_text(errors="replace")
+    except OSError:
+        print(f"{args.node} has written no log yet ({node.log_file})", file=sys.stderr)
+        return 1
+    lines = text.splitlines(keepends=True)
+    sys.stdout.write("".join(lines[-args.lines :] if args.lines > 0 else lines))
+    return 0
+
+
+def verb(args: argparse.Namespace) -> int:
+    cluster = Cluster.load(args.dir)
+    name = args.node
+    if args.action == "kill":
+        print(f"{name}: killed pid {cluster.kill(name)} (SIGKILL)")
+    elif args.action == "pause":
+        print(f"{name}: paused pid {cluster.pause(name)} (SIGSTOP)")
+    elif args.action == "resume":
+        print(f"{name}: resumed pid {cluster.resume(name)} (SIGCONT)")
+    elif args.action == "restart":
+        cluster.restart(name)
+        print(f"{name}: restarted, pid {cluster.node(name).pid()}")
+    else:
+        session = cluster.expire_session(name)
+        print(f"{name}: ZooKeeper session 0x{session:x} expired")
+    return 0
+
+
+def main(argv: list[str], prog: str) -> int:
+    args = build_parser(prog).parse_args(argv)
+    actions = {"up": up, "down": down, "status": status, "logs": logs}
+    try:
+        return actions.get(args.action, verb)(args)
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
