@@ -1,0 +1,144 @@
+"""One broker: the service, its gRPC endpoint, its registration and ownership, its session.
+
+The broker's identity is its address (host:port). Its metadata session holds its ownership
+nodes; when the session expires the broker stops writing at once (every topic is dropped
+without a single metadata or bookie write: BookKeeper issue 4462), then continues on a new
+session, acquiring bundles afresh through lookups (which fence the old ledgers).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from impl.bookie.client.api import BookKeeperClient
+from impl.bookie.client.connect import connect_bookkeeper
+from impl.broker import namespaces
+from impl.broker.admin import Admin
+from impl.broker.errors import NotOwner, TopicNotFound
+from impl.broker.naming import TopicName
+from impl.broker.ownership import LoadManager, NamespaceBundle
+from impl.broker.server import BrokerServer
+from impl.broker.service import BrokerConfig, BrokerService
+from impl.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    kind: str
+    broker_address: str
+    authoritative: bool
+
+
+class Ownership:
+    """What the service needs of ownership: lookups that acquire, namespace checks, live brokers."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def lookup(self, name: TopicName, authoritative: bool = False) -> Lookup:
+        try:
+            result = self.broker.load_manager.lookup(name, authoritative=authoritative)
+        except namespaces.AdminError as e:
+            raise TopicNotFound(f"{name}: {e}") from e
+        return Lookup(result.kind, result.broker_address, result.authoritative)
+
+    def check_namespace(self, name: TopicName) -> None:
+        try:
+            namespaces.get_policies(self.broker.store, name.namespace_name)
+        except namespaces.AdminError as e:
+            raise TopicNotFound(f"{name}: {e}") from e
+        bundle = self.broker.load_manager.bundle_of(name)
+        if not self.broker.load_manager.ownership.is_owned(bundle):
+            raise NotOwner(f"{name} is not owned by {self.broker.address} any more; look it up again")
+
+    def live_brokers(self) -> list[str]:
+        return sorted(self.broker.load_manager.registry.live_brokers())
+
+
+class Broker:
+    """Start with `start()`; `address` is where clients connect."""
+
+    def __init__(
+        self,
+        connect_store: Callable[[], MetadataStore],
+        config: BrokerConfig | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        bookie_request_timeout_s: float = 2.0,
+    ) -> None:
+        self.connect_store = connect_store
+        self.config = config or BrokerConfig()
+        self.bookie_request_timeout_s = bookie_request_timeout_s
+        self.server = BrokerServer(host, port)
+        self.address = self.server.address
+        self.store = connect_store()
+        self.bookkeeper: BookKeeperClient = connect_bookkeeper(self.store, request_timeout_s=bookie_request_timeout_s)
+        self.load_manager = LoadManager(self.store, self.address, on_lost=self._bundles_lost)
+        self.service = BrokerService(self.store, self.bookkeeper, Ownership(self), self.address, self.config)
+        self.admin = Admin(self.service, self.store)
+        self.admin.verbs["brokers expire-session"] = lambda _args: self.expire_session()
+        self.admin.verbs["brokers stats"] = lambda _args: self.stats()
+        self._session_lock = threading.Lock()
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        namespaces.ensure_default(self.store)
+        self.load_manager.start()
+        self.server.start(self.service, self.admin)
+        log.info("broker %s started", self.address)
+
+    def _bundles_lost(self, bundles: list[NamespaceBundle]) -> None:
+        """Called on the store's thread: drop the topics now, renew the session elsewhere."""
+        paths = {b.path for b in bundles}
+        dropped = self.service.unload_topics(
+            lambda name: self.load_manager.bundle_of(name).path in paths, graceful=False
+        )
+        log.warning("broker %s lost bundles %s; dropped topics %s", self.address, bundles, dropped)
+        if self.load_manager.ownership.expired and not self._stopped.is_set():
+            threading.Thread(target=self._renew_session, name="renew-session", daemon=True).start()
+
+    def _renew_session(self) -> None:
+        """After expiry: a new session, BookKeeper client and registration; nothing of the old one is reused."""
+        with self._session_lock:
+            if self._stopped.is_set() or not self.load_manager.ownership.expired:
+                return
+            old_store, old_bookkeeper = self.store, self.bookkeeper
+            self.store = self.connect_store()
+            self.bookkeeper = connect_bookkeeper(self.store, request_timeout_s=self.bookie_request_timeout_s)
+            self.service.store, self.service.bookkeeper = self.store, self.bookkeeper
+            self.admin.store = self.store
+            self.load_manager.reconnect(self.store)
+            for closing in (old_bookkeeper.close, old_store.close):
+                try:
+                    closing()
+                except Exception as e:  # the old session is gone anyway; nothing is written with it
+                    log.debug("closing the expired session's clients: %s", e)
+            log.warning("broker %s continues on a new metadata session", self.address)
+
+    def expire_session(self) -> None:
+        """Fault injection: have the metadata store expire this broker's session."""
+        self.store.expire_session()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "address": self.address,
+            "bundles": [str(b) for b in self.load_manager.ownership.owned_bundles()],
+            "topics": sorted(self.service.topics),
+        }
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.server.stop()
+        self.service.close()
+        try:
+            self.load_manager.close()
+        except Exception as e:  # an expired session cannot unregister; its ephemerals are gone already
+            log.warning("unregistering broker %s: %s", self.address, e)
+        self.bookkeeper.close()
+        self.store.close()

@@ -1,0 +1,500 @@
+"""The Pulsar client library: `Client`, `Producer`, `Consumer`, `Reader` over the broker's gRPC API.
+
+The client finds a topic's broker by lookup (asking any broker it knows, following redirects)
+and looks up again when a broker answers NOT_OWNER or goes away, so it follows ownership as
+it moves between brokers.
+
+Outcomes are reported honestly, as a linearizability audit needs them:
+- a send the broker certainly did not write raises `SendRejected` (safe to report as failed);
+- a send whose outcome is unknown (timeout, broker gone mid-call, fenced topic, bookies not
+  confirming) raises `SendUnknown`; it may or may not appear in the topic later.
+A send is retried only while it is certainly rejected (e.g. NOT_OWNER during a takeover).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from impl.broker import broker_pb2 as pb
+from impl.broker import broker_pb2_grpc as pb_grpc
+from impl.broker.errors import BrokerError, error_for
+from impl.broker.subscription import MessageId
+
+__all__ = [
+    "Client",
+    "ClientError",
+    "ConsumerMessage",
+    "MessageId",
+    "Producer",
+    "Consumer",
+    "Reader",
+    "SendRejected",
+    "SendUnknown",
+]
+
+MAX_REDIRECTS = 8
+RETRY_PAUSE_S = 0.1
+_SUB_TYPES = {"Exclusive": pb.EXCLUSIVE, "Shared": pb.SHARED, "Failover": pb.FAILOVER, "Key_Shared": pb.KEY_SHARED}
+
+
+class ClientError(Exception):
+    """Base of the client's errors. `code` is the broker's code when the broker answered."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SendRejected(ClientError):
+    """The broker certainly did not write the message."""
+
+
+class SendUnknown(ClientError):
+    """The message may or may not have been written."""
+
+
+@dataclass(frozen=True)
+class ConsumerMessage:
+    id: MessageId
+    data: bytes
+    key: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+    redelivery_count: int = 0
+
+
+def _service_addresses(url: str) -> list[str]:
+    rest = url.split("://", 1)[1] if "://" in url else url
+    addresses = [a.strip().rstrip("/") for a in rest.split(",") if a.strip()]
+    if not addresses or not all(":" in a for a in addresses):
+        raise ClientError(f"bad service URL {url!r}; use pulsar://HOST:PORT[,HOST:PORT...]")
+    return addresses
+
+
+def _check(resp: Any) -> Any:
+    if resp.code != pb.OK:
+        raise error_for(resp.code, resp.message)
+    return resp
+
+
+def _id(mid: pb.MessageId) -> MessageId:
+    return MessageId(mid.ledger_id, mid.entry_id, mid.batch_index)
+
+
+def _id_pb(mid: MessageId) -> pb.MessageId:
+    return pb.MessageId(ledger_id=mid.ledger_id, entry_id=mid.entry_id, batch_index=mid.batch_index)
+
+
+class Client:
+    def __init__(self, service_url: str, *, timeout_s: float = 10.0) -> None:
+        self.service = _service_addresses(service_url)
+        self.timeout_s = timeout_s
+        self._stubs: dict[str, tuple[grpc.Channel, pb_grpc.BrokerStub]] = {}
+        self._owners: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._rotation = itertools.count()
+
+    # ---- connections and lookup --------------------------------------------------------------
+
+    def stub(self, address: str) -> pb_grpc.BrokerStub:
+        with self._lock:
+            entry = self._stubs.get(address)
+            if entry is None:
+                channel = grpc.insecure_channel(
+                    address,
+                    options=[
+                        ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+                        ("grpc.max_send_message_length", 16 * 1024 * 1024),
+                    ],
+                )
+                entry = (channel, pb_grpc.BrokerStub(channel))
+                self._stubs[address] = entry
+            return entry[1]
+
+    def lookup(self, topic: str, refresh: bool = False) -> str:
+        """The address of the broker serving `topic` (asks a service broker, follows redirects)."""
+        if not refresh and topic in self._owners:
+            return self._owners[topic]
+        errors = []
+        for _ in range(len(self.service)):
+            address = self.service[next(self._rotation) % len(self.service)]
+            authoritative = False
+            try:
+                for _hop in range(MAX_REDIRECTS):
+                    req = pb.LookupReq(topic=topic, authoritative=authoritative)
+                    resp = _check(self.stub(address).Lookup(req, timeout=self.timeout_s))
+                    if not resp.redirect:
+                        self._owners[topic] = address
+                        return address
+                    address, authoritative = resp.broker, resp.authoritative
+                errors.append(f"{address}: more than {MAX_REDIRECTS} redirects")
+            except grpc.RpcError as e:
+                errors.append(f"{address}: {e.code().name}")
+        raise ClientError(f"lookup of {topic} failed on every broker ({'; '.join(errors)}); are the brokers up?")
+
+    def forget(self, topic: str) -> None:
+        self._owners.pop(topic, None)
+
+    def call(self, topic: str, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        """A request that is safe to repeat: retried on NOT_OWNER / not ready / unreachable until the deadline."""
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                address = self.lookup(topic, refresh=last is not None)
+                resp = getattr(self.stub(address), method)(request, timeout=max(0.1, deadline - time.monotonic()))
+                return _check(resp)
+            except BrokerError as e:
+                if e.code not in (pb.NOT_OWNER, pb.SERVICE_NOT_READY, pb.TOPIC_FENCED):
+                    raise ClientError(str(e), e.code) from e
+                last = e
+            except (grpc.RpcError, ClientError) as e:
+                last = e
+            self.forget(topic)
+            time.sleep(RETRY_PAUSE_S)
+        raise ClientError(f"{method} on {topic} did not succeed within {timeout_s or self.timeout_s}s: {last}")
+
+    # ---- the API -----------------------------------------------------------------------------
+
+    def create_producer(
+        self, topic: str, name: str = "", *, batching: bool = False, batch_max_messages: int = 100,
+        batch_delay_s: float = 0.001,
+    ) -> Producer:
+        return Producer(self, topic, name, batching, batch_max_messages, batch_delay_s)
+
+    def subscribe(
+        self, topic: str, subscription: str, *, subscription_type: str = "Exclusive",
+        initial_position: str = "latest", consumer_name: str = "", receiver_queue_size: int = 1000,
+    ) -> Consumer:
+        if subscription_type not in _SUB_TYPES:
+            raise ClientError(f"unknown subscription type {subscription_type!r}; use one of {', '.join(_SUB_TYPES)}")
+        if initial_position not in ("earliest", "latest"):
+            raise ClientError(f"initial position must be 'earliest' or 'latest', not {initial_position!r}")
+        return Consumer(self, topic, subscription, subscription_type, initial_position, consumer_name,
+                        receiver_queue_size)
+
+    def create_reader(self, topic: str, start: MessageId | None = None) -> Reader:
+        """A non-durable reader from `start` (inclusive; None = the earliest message)."""
+        return Reader(self, topic, start)
+
+    def read_topic(
+        self, topic: str, start: MessageId | None = None, limit: int | None = None, timeout_s: float | None = None
+    ) -> list[tuple[MessageId, bytes]]:
+        """Every message from `start` (inclusive) to the end of the topic as of one instant, or the first `limit`."""
+        req = pb.ReadReq(topic=topic, limit=limit or 0)
+        if start is not None:
+            req.has_start = True
+            req.start.CopyFrom(_id_pb(start))
+        resp = self.call(topic, "Read", req, timeout_s)
+        return [(_id(e.id), e.message.payload) for e in resp.entries]
+
+    def last_message_id(self, topic: str) -> MessageId | None:
+        resp = self.call(topic, "LastMessageId", pb.LastIdReq(topic=topic))
+        return _id(resp.id) if resp.has_id else None
+
+    def admin(self, verb: str, args: dict[str, Any] | None = None, *, route_topic: str | None = None) -> Any:
+        """Run an admin verb ("topics stats", ...) with JSON `args`; a verb about one topic's data
+        names it as `route_topic` and goes to the topic's owner."""
+        request = pb.AdminReq(verb=verb, args=json.dumps(args or {}))
+        if route_topic is not None:
+            resp = self.call(route_topic, "Admin", request)
+        else:
+            try:
+                resp = _check(self.stub(self.service[0]).Admin(request, timeout=self.timeout_s))
+            except BrokerError as e:
+                raise ClientError(str(e), e.code) from e
+        return json.loads(resp.result) if resp.result else None
+
+    def admin_create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        self.admin("topics create-partitioned", {"topic": topic, "partitions": partitions})
+
+    def partitions(self, topic: str) -> int:
+        """The partition count of a partitioned topic, 0 for a plain topic."""
+        try:
+            return int(self.admin("topics partitions", {"topic": topic}))
+        except ClientError as e:
+            if e.code == pb.TOPIC_NOT_FOUND:
+                return 0
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            stubs, self._stubs = self._stubs, {}
+        for channel, _ in stubs.values():
+            channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class Producer:
+    """Sends messages to one topic. With `batching`, messages sent within `batch_delay_s` (up to
+    `batch_max_messages`) travel as one entry; each gets its own id (ledger, entry, batch index)."""
+
+    def __init__(
+        self, client: Client, topic: str, name: str, batching: bool, batch_max: int, batch_delay_s: float
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        resp = client.call(topic, "CreateProducer", pb.ProducerReq(topic=topic, producer_name=name))
+        self.name: str = resp.producer_name
+        self._next_sequence = resp.last_sequence_id + 1
+        self._lock = threading.Lock()
+        self.batching = batching
+        self.batch_max = batch_max
+        self.batch_delay_s = batch_delay_s
+        self._batch: list[tuple[pb.Message, Future[MessageId]]] = []
+        self._flusher: threading.Timer | None = None
+
+    def send(self, data: bytes, key: str = "", properties: dict[str, str] | None = None,
+             timeout_s: float | None = None) -> MessageId:
+        future = self.send_async(data, key, properties)
+        if self.batching:
+            self.flush()
+        return future.result(timeout=(timeout_s or self.client.timeout_s) + 1)
+
+    def send_async(self, data: bytes, key: str = "", properties: dict[str, str] | None = None) -> Future[MessageId]:
+        message = pb.Message(payload=data, key=key, properties=properties or {})
+        future: Future[MessageId] = Future()
+        if not self.batching:
+            threading.Thread(target=self._send, args=([(message, future)],), daemon=True).start()
+            return future
+        with self._lock:
+            self._batch.append((message, future))
+            if len(self._batch) >= self.batch_max:
+                batch, self._batch = self._batch, []
+            else:
+                batch = []
+                if self._flusher is None:
+                    self._flusher = threading.Timer(self.batch_delay_s, self.flush)
+                    self._flusher.daemon = True
+                    self._flusher.start()
+        if batch:
+            self._send(batch)
+        return future
+
+    def flush(self) -> None:
+        with self._lock:
+            batch, self._batch = self._batch, []
+            if self._flusher is not None:
+                self._flusher.cancel()
+                self._flusher = None
+        if batch:
+            self._send(batch)
+
+    def _send(self, batch: list[tuple[pb.Message, Future[MessageId]]]) -> None:
+        with self._lock:
+            sequence_id = self._next_sequence
+            self._next_sequence += len(batch)
+        request = pb.SendReq(topic=self.topic, producer_name=self.name, sequence_id=sequence_id)
+        request.messages.extend(m for m, _ in batch)
+        try:
+            ledger_id, entry_id = self._send_one(request)
+        except ClientError as e:
+            for _, f in batch:
+                f.set_exception(e)
+            return
+        for i, (_, f) in enumerate(batch):
+            f.set_result(MessageId(ledger_id, entry_id, i if len(batch) > 1 else 0))
+
+    def _send_one(self, request: pb.SendReq) -> tuple[int, int]:
+        client = self.client
+        deadline = time.monotonic() + client.timeout_s
+        while True:
+            try:
+                address = client.lookup(self.topic)
+            except ClientError as e:
+                raise SendRejected(f"send to {self.topic} not attempted: {e}") from e
+            try:
+                resp = client.stub(address).Send(request, timeout=max(0.1, deadline - time.monotonic()))
+            except grpc.RpcError as e:
+                client.forget(self.topic)
+                if e.code() == grpc.StatusCode.UNAVAILABLE and "connect" in (e.details() or "").lower() \
+                        and time.monotonic() < deadline:
+                    time.sleep(RETRY_PAUSE_S)  # never reached the broker: safe to try again
+                    continue
+                raise SendUnknown(f"send to {self.topic} via {address}: {e.code().name}: outcome unknown") from e
+            if resp.code == pb.OK:
+                if resp.duplicate:
+                    raise SendUnknown(f"send to {self.topic} duplicated an earlier send: its position is unknown")
+                return resp.ledger_id, resp.entry_id
+            error = error_for(resp.code, resp.message)
+            if not error.rejected:
+                raise SendUnknown(f"send to {self.topic}: {resp.message}", resp.code)
+            client.forget(self.topic)
+            if resp.code in (pb.NOT_OWNER, pb.SERVICE_NOT_READY) and time.monotonic() < deadline:
+                time.sleep(RETRY_PAUSE_S)
+                continue
+            raise SendRejected(f"send to {self.topic} rejected: {resp.message}", resp.code)
+
+    def close(self) -> None:
+        self.flush()
+
+
+class Consumer:
+    """A subscription's consumer over a stream; resubscribes (after a lookup) when the stream breaks."""
+
+    def __init__(
+        self, client: Client, topic: str, subscription: str, sub_type: str, initial_position: str,
+        name: str, receiver_queue_size: int,
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.subscription = subscription
+        self.sub_type = sub_type
+        self.initial_position = initial_position
+        self.name = name
+        self.queue_size = max(1, receiver_queue_size)
+        self.active = sub_type != "Failover"
+        self._received: queue.Queue[ConsumerMessage] = queue.Queue()
+        self._requests: queue.Queue[pb.ConsumeReq | None] | None = None
+        self._consumed_since_flow = 0
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._subscribed = threading.Event()
+        self._error: ClientError | None = None
+        self._thread = threading.Thread(target=self._run, name=f"consumer-{subscription}", daemon=True)
+        self._thread.start()
+        if not self._subscribed.wait(client.timeout_s * 2) or self._error is not None:
+            self.close()
+            raise self._error or ClientError(f"subscribe to {topic} timed out; is the broker up?")
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._stream_once()
+            except ClientError as e:
+                if e.code in (pb.CONSUMER_BUSY, pb.INVALID_TOPIC_NAME, pb.INVALID_ARGUMENT, pb.TOPIC_NOT_FOUND):
+                    self._error = e  # permanent: tell the caller
+                    self._subscribed.set()
+                    return
+            except grpc.RpcError:
+                pass  # the broker went away or lost the topic: look up again
+            self.client.forget(self.topic)
+            self._closed.wait(RETRY_PAUSE_S)
+
+    def _stream_once(self) -> None:
+        address = self.client.lookup(self.topic)
+        requests: queue.Queue[pb.ConsumeReq | None] = queue.Queue()
+        requests.put(pb.ConsumeReq(subscribe=pb.Subscribe(
+            topic=self.topic, subscription=self.subscription, type=_SUB_TYPES[self.sub_type],
+            initial_position=pb.EARLIEST if self.initial_position == "earliest" else pb.LATEST,
+            consumer_name=self.name)))
+
+        def outgoing() -> Iterator[pb.ConsumeReq]:
+            while True:
+                item = requests.get()
+                if item is None:
+                    return
+                yield item
+
+        stream = self.client.stub(address).Consume(outgoing())
+        try:
+            for resp in stream:
+                if resp.code != pb.OK:
+                    error = error_for(resp.code, resp.message)
+                    raise ClientError(str(error), resp.code)
+                if resp.subscribed:
+                    with self._lock:
+                        # Messages received before a reconnect are redelivered by the broker: drop ours.
+                        self._received = queue.Queue()
+                        self._requests = requests
+                        self._consumed_since_flow = 0
+                    requests.put(pb.ConsumeReq(flow=pb.Flow(permits=self.queue_size)))
+                    self._subscribed.set()
+                if resp.active_changed:
+                    self.active = resp.active
+                for d in resp.deliveries:
+                    self._received.put(ConsumerMessage(
+                        _id(d.id), d.message.payload, d.message.key, dict(d.message.properties), d.redelivery_count))
+                if self._closed.is_set():
+                    return
+        finally:
+            with self._lock:
+                if self._requests is requests:
+                    self._requests = None
+            requests.put(None)
+            stream.cancel()
+
+    def _send(self, request: pb.ConsumeReq) -> None:
+        with self._lock:
+            requests = self._requests
+        if requests is None:
+            raise ClientError(f"consumer of {self.subscription} is reconnecting; acknowledge again later")
+        requests.put(request)
+
+    def receive(self, timeout_s: float | None = None) -> ConsumerMessage:
+        """The next message; raises TimeoutError after `timeout_s` (None = wait forever)."""
+        try:
+            msg = self._received.get(timeout=timeout_s)
+        except queue.Empty:
+            raise TimeoutError(f"no message on {self.subscription} within {timeout_s}s") from None
+        with self._lock:
+            self._consumed_since_flow += 1
+            grant = self._consumed_since_flow >= max(1, self.queue_size // 2)
+            if grant:
+                permits, self._consumed_since_flow = self._consumed_since_flow, 0
+        if grant:
+            with contextlib.suppress(ClientError):  # reconnecting: the new stream grants a full queue
+                self._send(pb.ConsumeReq(flow=pb.Flow(permits=permits)))
+        return msg
+
+    def acknowledge(self, message: ConsumerMessage | MessageId) -> None:
+        mid = message.id if isinstance(message, ConsumerMessage) else message
+        self._send(pb.ConsumeReq(ack=pb.Ack(ids=[_id_pb(mid)])))
+
+    def acknowledge_cumulative(self, message: ConsumerMessage | MessageId) -> None:
+        mid = message.id if isinstance(message, ConsumerMessage) else message
+        self._send(pb.ConsumeReq(ack=pb.Ack(ids=[_id_pb(mid)], cumulative=True)))
+
+    def negative_acknowledge(self, message: ConsumerMessage | MessageId) -> None:
+        mid = message.id if isinstance(message, ConsumerMessage) else message
+        self._send(pb.ConsumeReq(nack=pb.Nack(ids=[_id_pb(mid)])))
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            requests = self._requests
+        if requests is not None:
+            requests.put(None)
+        self._thread.join(timeout=5)
+
+
+class Reader:
+    """A non-durable reader: reads the topic from a position, polling for new messages."""
+
+    def __init__(self, client: Client, topic: str, start: MessageId | None) -> None:
+        self.client = client
+        self.topic = topic
+        self._next = start
+        self._buffer: list[tuple[MessageId, bytes]] = []
+
+    def read_next(self, timeout_s: float = 10.0) -> tuple[MessageId, bytes]:
+        deadline = time.monotonic() + timeout_s
+        while not self._buffer:
+            self._buffer = self.client.read_topic(self.topic, self._next, limit=100)
+            if self._buffer:
+                break
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"no message on {self.topic} within {timeout_s}s")
+            time.sleep(0.02)
+        mid, data = self._buffer.pop(0)
+        self._next = MessageId(mid.ledger_id, mid.entry_id, mid.batch_index + 1)
+        return mid, data
+
+    def has_message_available(self) -> bool:
+        last = self.client.last_message_id(self.topic)
+        return last is not None and (self._next is None or last >= self._next)

@@ -1,0 +1,241 @@
+"""The broker's gRPC API (broker.proto): a thin mapping onto BrokerService and the admin.
+
+Every handler answers with a `Code`; broker errors keep their code and sentence, so a client
+can tell "rejected, nothing written" from "outcome unknown" (impl/broker/errors.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+
+from impl.broker import broker_pb2 as pb
+from impl.broker import broker_pb2_grpc as pb_grpc
+from impl.broker.admin import Admin
+from impl.broker.errors import BrokerError, PersistenceError
+from impl.broker.service import BrokerService, ConsumerSink, Subscription, consumer_step
+from impl.broker.subscription import Message, MessageId, SubscriptionType
+
+log = logging.getLogger(__name__)
+
+SEND_TIMEOUT_S = 30.0
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+SUB_TYPES = {
+    pb.EXCLUSIVE: SubscriptionType.EXCLUSIVE,
+    pb.SHARED: SubscriptionType.SHARED,
+    pb.FAILOVER: SubscriptionType.FAILOVER,
+    pb.KEY_SHARED: SubscriptionType.KEY_SHARED,
+}
+
+R = TypeVar("R")
+
+
+def id_to_pb(mid: MessageId) -> pb.MessageId:
+    return pb.MessageId(ledger_id=mid.ledger_id, entry_id=mid.entry_id, batch_index=mid.batch_index)
+
+
+def id_from_pb(mid: pb.MessageId) -> MessageId:
+    return MessageId(mid.ledger_id, mid.entry_id, mid.batch_index)
+
+
+def message_to_pb(msg: Message) -> pb.Message:
+    return pb.Message(payload=msg.payload, key=msg.key, properties=dict(msg.properties))
+
+
+def _answer(make: Callable[..., R], body: Callable[[], R]) -> R:
+    """Run a handler body; a broker error becomes the reply's code and message."""
+    try:
+        return body()
+    except BrokerError as e:
+        return make(code=e.code, message=str(e))
+    except Exception as e:  # a bug must not kill the connection silently: log it and say so
+        log.exception("broker handler failed")
+        return make(code=pb.PERSISTENCE_ERROR, message=f"internal error: {type(e).__name__}: {e}")
+
+
+class _StreamSink(ConsumerSink):
+    def __init__(self, out: queue.Queue[pb.ConsumeResp | None]) -> None:
+        self.out = out
+
+    def deliver(self, messages: list[tuple[Message, int]]) -> None:
+        resp = pb.ConsumeResp()
+        for msg, count in messages:
+            resp.deliveries.add(id=id_to_pb(msg.id), message=message_to_pb(msg), redelivery_count=count)
+        self.out.put(resp)
+
+    def set_active(self, active: bool) -> None:
+        self.out.put(pb.ConsumeResp(active=active, active_changed=True))
+
+
+class _Servicer(pb_grpc.BrokerServicer):
+    def __init__(self, service: BrokerService, admin: Admin) -> None:
+        self.service = service
+        self.admin = admin
+
+    def Lookup(self, request: pb.LookupReq, context: Any) -> pb.LookupResp:
+        def body() -> pb.LookupResp:
+            redirect, broker, authoritative = self.service.lookup(request.topic, request.authoritative)
+            return pb.LookupResp(code=pb.OK, redirect=redirect, broker=broker, authoritative=authoritative)
+
+        return _answer(pb.LookupResp, body)
+
+    def CreateProducer(self, request: pb.ProducerReq, context: Any) -> pb.ProducerResp:
+        def body() -> pb.ProducerResp:
+            name, last = self.service.topic(request.topic).create_producer(request.producer_name)
+            return pb.ProducerResp(code=pb.OK, producer_name=name, last_sequence_id=last)
+
+        return _answer(pb.ProducerResp, body)
+
+    def Send(self, request: pb.SendReq, context: Any) -> pb.SendResp:
+        def body() -> pb.SendResp:
+            messages = list(request.messages)
+            future = self.service.send(request.topic, request.producer_name, request.sequence_id, messages)
+            try:
+                position, duplicate = future.result(timeout=SEND_TIMEOUT_S)
+            except futures.TimeoutError as e:
+                raise PersistenceError(f"entry not confirmed within {SEND_TIMEOUT_S}s; are the bookies up?") from e
+            if position is None:
+                return pb.SendResp(code=pb.OK, duplicate=duplicate, ledger_id=-1, entry_id=-1)
+            return pb.SendResp(code=pb.OK, ledger_id=position.ledger_id, entry_id=position.entry_id)
+
+        return _answer(pb.SendResp, body)
+
+    def Read(self, request: pb.ReadReq, context: Any) -> pb.ReadResp:
+        def body() -> pb.ReadResp:
+            start = id_from_pb(request.start) if request.has_start else None
+            resp = pb.ReadResp(code=pb.OK)
+            for msg in self.service.read(request.topic, start, request.limit):
+                resp.entries.add(id=id_to_pb(msg.id), message=message_to_pb(msg))
+            return resp
+
+        return _answer(pb.ReadResp, body)
+
+    def LastMessageId(self, request: pb.LastIdReq, context: Any) -> pb.LastIdResp:
+        def body() -> pb.LastIdResp:
+            last = self.service.topic(request.topic).last_message_id()
+            if last is None:
+                return pb.LastIdResp(code=pb.OK, has_id=False)
+            return pb.LastIdResp(code=pb.OK, has_id=True, id=id_to_pb(last))
+
+        return _answer(pb.LastIdResp, body)
+
+    def Admin(self, request: pb.AdminReq, context: Any) -> pb.AdminResp:
+        def body() -> pb.AdminResp:
+            try:
+                args = json.loads(request.args) if request.args else {}
+            except json.JSONDecodeError as e:
+                return pb.AdminResp(code=pb.INVALID_ARGUMENT, message=f"admin args are not JSON: {e}")
+            if not isinstance(args, dict):
+                return pb.AdminResp(code=pb.INVALID_ARGUMENT, message="admin args must be a JSON object")
+            result = self.admin.run(request.verb, args)
+            return pb.AdminResp(code=pb.OK, result=json.dumps(result, sort_keys=True))
+
+        return _answer(pb.AdminResp, body)
+
+    def Consume(self, request_iterator: Iterator[pb.ConsumeReq], context: Any) -> Iterator[pb.ConsumeResp]:
+        out: queue.Queue[pb.ConsumeResp | None] = queue.Queue()
+        consumer = self.service.next_consumer_id()
+        state: dict[str, Subscription] = {}
+
+        def fail(code: int, message: str) -> None:
+            out.put(pb.ConsumeResp(code=code, message=message))  # type: ignore[arg-type]
+            out.put(None)
+
+        def handle(req: pb.ConsumeReq) -> bool:
+            kind = req.WhichOneof("op")
+            sub = state.get("sub")
+            if kind == "subscribe":
+                if sub is not None:
+                    fail(pb.INVALID_ARGUMENT, "already subscribed on this stream")
+                    return False
+                s = req.subscribe
+                topic = self.service.topic(s.topic)
+                state["sub"] = topic.subscribe(
+                    s.subscription,
+                    SUB_TYPES[s.type],
+                    s.initial_position == pb.EARLIEST,
+                    consumer,
+                    s.consumer_name or f"consumer-{consumer}",
+                    _StreamSink(out),
+                )
+                out.put(pb.ConsumeResp(code=pb.OK, subscribed=True))
+                return True
+            if sub is None:
+                fail(pb.INVALID_ARGUMENT, "subscribe first: the first request on a consume stream is Subscribe")
+                return False
+            if kind == "flow":
+                consumer_step(sub, lambda: sub.dispatcher.flow(consumer, req.flow.permits))
+            elif kind == "ack":
+                ids = [id_from_pb(i) for i in req.ack.ids]
+                if ids:
+                    consumer_step(sub, lambda: sub.dispatcher.ack(consumer, ids, req.ack.cumulative))
+            elif kind == "nack":
+                ids = [id_from_pb(i) for i in req.nack.ids]
+                consumer_step(sub, lambda: sub.dispatcher.nack(consumer, ids))
+            return True
+
+        def read_requests() -> None:
+            try:
+                for req in request_iterator:
+                    try:
+                        if not handle(req):
+                            return
+                    except BrokerError as e:
+                        if "sub" not in state:
+                            fail(e.code, str(e))  # the subscribe failed: end the stream
+                            return
+                        out.put(pb.ConsumeResp(code=pb.OK, message=f"{type(e).__name__}: {e}"))
+            except grpc.RpcError:
+                pass  # the consumer went away
+            finally:
+                sub = state.get("sub")
+                if sub is not None:
+                    sub.sinks.pop(consumer, None)
+                    sub.run(lambda: sub.dispatcher.remove_consumer(consumer))
+                out.put(None)
+
+        threading.Thread(target=read_requests, name=f"consumer-{consumer}", daemon=True).start()
+        while True:
+            item = out.get()
+            if item is None:
+                return
+            yield item
+
+
+class BrokerServer:
+    """The broker's gRPC endpoint on host:port (port 0 = any free port; see `.port`).
+
+    Bound at construction so the broker knows its address (its identity in ownership nodes)
+    before the service exists; `start(service, admin)` begins serving.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=64),
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
+        self.port = self.server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"cannot listen on {host}:{port}; pick a free port or use 0")
+        self.host = host
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, service: BrokerService, admin: Admin) -> None:
+        pb_grpc.add_BrokerServicer_to_server(_Servicer(service, admin), self.server)
+        self.server.start()
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        self.server.stop(grace=grace_s).wait()

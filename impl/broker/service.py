@@ -1,0 +1,444 @@
+"""The broker service: topics on managed ledgers, producers, subscriptions, ownership checks.
+
+This is the shell that ties the cores together: a topic is served only by the broker owning
+its bundle (impl/broker/ownership.py); a topic is one managed ledger (opened with the
+takeover sequence, which fences the previous owner); producers append entries; each
+subscription is a `Dispatcher` (impl/broker/subscription.py) over a durable cursor.
+
+Threads: gRPC handlers call in from many threads. Each topic has a lock for loading and
+publishing order; each subscription has a lock around its dispatcher. Managed-ledger
+listeners (new entries) only schedule work on the service's executor, never run it inline,
+so a completion thread never waits for a subscription lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from impl.bookie.client.api import BookKeeperClient
+from impl.broker import broker_pb2 as pb
+from impl.broker.entry_codec import CorruptEntry, decode_entry, encode_entry, messages_of
+from impl.broker.errors import (
+    BrokerError,
+    ConsumerBusyError,
+    InvalidName,
+    MessageTooLarge,
+    NotOwner,
+    PersistenceError,
+    ServiceNotReady,
+    TopicFenced,
+    UnknownMessageIdError,
+)
+from impl.broker.managed_ledger import (
+    ManagedCursor,
+    ManagedLedger,
+    ManagedLedgerConfig,
+    ManagedLedgerFencedError,
+    Position,
+)
+from impl.broker.naming import InvalidTopicName, TopicName
+from impl.broker.subscription import (
+    AckEntries,
+    ActiveChanged,
+    ConsumerBusy,
+    Deliver,
+    Dispatcher,
+    Message,
+    MessageId,
+    Output,
+    ReadEntries,
+    SubscriptionError,
+    SubscriptionType,
+    UnknownMessageId,
+)
+from impl.metadata.store import MetadataError, MetadataStore
+
+log = logging.getLogger(__name__)
+
+READ_LIMIT = 10_000  # entries one Read call returns at most
+
+
+@dataclass
+class BrokerConfig:
+    managed_ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
+    max_message_size: int = 5 * 1024 * 1024  # Pulsar's default maxMessageSize
+    deduplication: bool = True  # producers' (name, sequence id) pairs are de-duplicated
+
+
+def parse_topic(topic: str) -> TopicName:
+    try:
+        return TopicName.parse(topic)
+    except InvalidTopicName as e:
+        raise InvalidName(str(e)) from e
+
+
+class ConsumerSink:
+    """Where a subscription sends a consumer's messages (the gRPC stream's queue)."""
+
+    def deliver(self, messages: list[tuple[Message, int]]) -> None:
+        raise NotImplementedError
+
+    def set_active(self, active: bool) -> None:
+        """Failover only: this consumer became (in)active."""
+
+
+class Subscription:
+    """One subscription: a dispatcher core over a durable cursor, driven under one lock."""
+
+    def __init__(
+        self, topic: Topic, name: str, cursor: ManagedCursor, sub_type: SubscriptionType, partition: int
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.dispatcher = Dispatcher(sub_type, partition)
+        self.sinks: dict[int, ConsumerSink] = {}
+        self.lock = threading.RLock()
+        # The last entry handed to the dispatcher; reading resumes after it. Starts at the
+        # mark-delete position, so unacknowledged entries after it are delivered again.
+        self.read_after: Position | None = cursor.mark_delete_position
+
+    @property
+    def type(self) -> SubscriptionType:
+        return self.dispatcher.type
+
+    def run(self, step: Callable[[], list[Output]]) -> None:
+        with self.lock:
+            outputs = step()
+            while outputs:
+                more: list[Output] = []
+                for out in outputs:
+                    more += self._perform(out)
+                outputs = more
+
+    def _perform(self, out: Output) -> list[Output]:
+        if isinstance(out, Deliver):
+            sink = self.sinks.get(out.consumer)
+            if sink is not None:
+                sink.deliver(list(out.messages))
+            return []
+        if isinstance(out, ActiveChanged):
+            sink = self.sinks.get(out.consumer)
+            if sink is not None:
+                sink.set_active(out.active)
+            return []
+        if isinstance(out, AckEntries):
+            self.cursor.delete(list(out.positions))
+            return []
+        assert isinstance(out, ReadEntries)
+        return self.dispatcher.entries_read(self._read(out.max_entries))
+
+    def _read(self, max_entries: int) -> list[Message]:
+        ml = self.topic.ml
+        start = ml.first_position() if self.read_after is None else ml.next_position(self.read_after)
+        if start is None:
+            return []
+        messages: list[Message] = []
+        for position, data in ml.read(start, max_entries):
+            self.read_after = position
+            if self.cursor.is_acknowledged(position):
+                continue  # acknowledged individually before a restart or takeover
+            try:
+                messages += messages_of(position, data)
+            except CorruptEntry as e:
+                log.error("skipping %s on %s: %s", position, self.topic.name, e)
+        return messages
+
+
+class Topic:
+    def __init__(self, name: TopicName, ml: ManagedLedger, service: BrokerService) -> None:
+        self.name = name
+        self.ml = ml
+        self.service = service
+        self.subscriptions: dict[str, Subscription] = {}
+        self.lock = threading.RLock()
+        self.closed = False
+        self.last_sequence: dict[str, int] = {}  # producer -> highest sequence id persisted or in flight
+        self._producer_seq = 0
+        if service.config.deduplication:
+            self._rebuild_dedup()
+        ml.add_listener(self._on_new_entry)
+
+    # ---- producers ---------------------------------------------------------------------------
+
+    def _rebuild_dedup(self) -> None:
+        """Highest sequence id per producer, from the entries on the ledgers (O(topic size))."""
+        position = self.ml.first_position()
+        while position is not None:
+            batch = self.ml.read(position, 1000)
+            if not batch:
+                break
+            for pos, data in batch:
+                try:
+                    entry = decode_entry(pos, data)
+                except CorruptEntry:
+                    continue
+                last = entry.sequence_id + len(entry.messages) - 1
+                if last > self.last_sequence.get(entry.producer_name, -1):
+                    self.last_sequence[entry.producer_name] = last
+            position = self.ml.next_position(batch[-1][0])
+
+    def create_producer(self, requested: str) -> tuple[str, int]:
+        with self.lock:
+            name = requested
+            if not name:
+                self._producer_seq += 1
+                name = f"{self.service.address}-{int(time.time() * 1000)}-{self._producer_seq}"
+            return name, self.last_sequence.get(name, -1)
+
+    def publish(
+        self, producer: str, sequence_id: int, messages: list[pb.Message]
+    ) -> Future[tuple[Position | None, bool]]:
+        """Append one entry; the future gives its position once durable on Qa bookies (None, True: duplicate)."""
+        if not messages:
+            raise BrokerError("a send needs at least one message")
+        size = sum(len(m.payload) for m in messages)
+        if size > self.service.config.max_message_size:
+            raise MessageTooLarge(
+                f"{size} bytes is over the broker's limit of {self.service.config.max_message_size}; split the message"
+            )
+        with self.lock:
+            if self.closed:
+                raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
+            dedup = self.service.config.deduplication and producer
+            if dedup and sequence_id <= self.last_sequence.get(producer, -1):
+                done: Future[tuple[Position | None, bool]] = Future()
+                done.set_result((None, True))
+                return done
+            data = encode_entry(producer, sequence_id, int(time.time() * 1000), messages)
+            try:
+                added = self.ml.add_async(data)
+            except ManagedLedgerFencedError as e:
+                self.service.topic_fenced(self)
+                raise TopicFenced(str(e)) from e
+            if dedup:
+                self.last_sequence[producer] = sequence_id + len(messages) - 1
+        result: Future[tuple[Position | None, bool]] = Future()
+
+        def finish(f: Future[Position]) -> None:
+            error = f.exception()
+            if error is None:
+                result.set_result((f.result(), False))
+            elif isinstance(error, ManagedLedgerFencedError):
+                self.service.topic_fenced(self)
+                result.set_exception(TopicFenced(str(error)))
+            else:
+                result.set_exception(PersistenceError(f"entry not confirmed on {self.name}: {error}"))
+
+        added.add_done_callback(finish)
+        return result
+
+    # ---- readers -----------------------------------------------------------------------------
+
+    def read(self, start: MessageId | None, limit: int) -> list[Message]:
+        """Messages from `start` (inclusive; None = the beginning) to the last confirmed entry."""
+        end = self.ml.last_confirmed()
+        if end is None:
+            return []
+        position = self.ml.first_position() if start is None else start.position
+        out: list[Message] = []
+        while position is not None and position <= end and len(out) < limit:
+            batch = self.ml.read(position, min(1000, limit - len(out) + 1))
+            if not batch:
+                break
+            for pos, data in batch:
+                if pos > end:
+                    break
+                for msg in messages_of(pos, data):
+                    if (start is None or msg.id >= start) and len(out) < limit:
+                        out.append(msg)
+            position = self.ml.next_position(batch[-1][0])
+        return out
+
+    def last_message_id(self) -> MessageId | None:
+        end = self.ml.last_confirmed()
+        if end is None:
+            return None
+        (_, data), = self.ml.read(end, 1)
+        return MessageId(end.ledger_id, end.entry_id, len(decode_entry(end, data).messages) - 1)
+
+    # ---- subscriptions -----------------------------------------------------------------------
+
+    def subscribe(
+        self, sub_name: str, sub_type: SubscriptionType, earliest: bool, consumer: int, name: str, sink: ConsumerSink
+    ) -> Subscription:
+        if not sub_name:
+            raise BrokerError("a subscription needs a name")
+        with self.lock:
+            if self.closed:
+                raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
+            sub = self.subscriptions.get(sub_name)
+            if sub is not None and sub.type is not sub_type:
+                if sub.sinks:
+                    raise ConsumerBusyError(
+                        f"subscription {sub_name} is {sub.type.value}; subscribe with that type or another name"
+                    )
+                sub = None
+            if sub is None:
+                cursor = self.ml.open_cursor(sub_name, initial="earliest" if earliest else "latest")
+                sub = Subscription(self, sub_name, cursor, sub_type, self.name.partition or 0)
+                self.subscriptions[sub_name] = sub
+        with sub.lock:
+            sub.sinks[consumer] = sink
+            try:
+                sub.run(lambda: sub.dispatcher.add_consumer(consumer, name))
+            except ConsumerBusy as e:
+                del sub.sinks[consumer]
+                raise ConsumerBusyError(f"subscription {sub_name} on {self.name}: {e}") from e
+        return sub
+
+    def unsubscribe(self, sub_name: str) -> None:
+        with self.lock:
+            sub = self.subscriptions.get(sub_name)
+            if sub is not None and sub.sinks:
+                raise ConsumerBusyError(f"subscription {sub_name} has connected consumers; close them first")
+            self.subscriptions.pop(sub_name, None)
+            self.ml.delete_cursor(sub_name)
+
+    def _on_new_entry(self, _position: Position) -> None:
+        for sub in list(self.subscriptions.values()):
+            self.service.executor.submit(self._wake, sub)
+
+    @staticmethod
+    def _wake(sub: Subscription) -> None:
+        try:
+            sub.run(sub.dispatcher.new_entries)
+        except Exception:
+            log.exception("dispatch of subscription %s failed", sub.name)
+
+    def stats(self) -> dict[str, Any]:
+        ml_stats = self.ml.stats()
+        subs = {}
+        for name, sub in self.subscriptions.items():
+            subs[name] = {
+                "type": sub.type.value,
+                "consumers": len(sub.sinks),
+                "unacked": sub.dispatcher.unacked(),
+                "backlog": sub.cursor.backlog(),
+            }
+        return {"topic": str(self.name), "subscriptions": subs, "managed_ledger": ml_stats}
+
+
+def consumer_step(sub: Subscription, step: Callable[[], list[Output]]) -> None:
+    """Run a consumer's request on its subscription, mapping dispatcher refusals to broker errors."""
+    try:
+        sub.run(step)
+    except UnknownMessageId as e:
+        raise UnknownMessageIdError(str(e)) from e
+    except SubscriptionError as e:
+        raise BrokerError(str(e)) from e
+
+
+class BrokerService:
+    """All topics this broker serves. `ownership` decides which; see impl/broker/ownership.py."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        bookkeeper: BookKeeperClient,
+        ownership: Any,
+        address: str,
+        config: BrokerConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.bookkeeper = bookkeeper
+        self.ownership = ownership
+        self.address = address
+        self.config = config or BrokerConfig()
+        self.topics: dict[str, Topic] = {}
+        self._loading: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dispatch")
+        self._consumer_ids = 0
+
+    def next_consumer_id(self) -> int:
+        with self._lock:
+            self._consumer_ids += 1
+            return self._consumer_ids
+
+    # ---- ownership ---------------------------------------------------------------------------
+
+    def lookup(self, topic: str, authoritative: bool = False) -> tuple[bool, str, bool]:
+        """(redirect, broker, authoritative): connect here, or ask `broker` (passing `authoritative` on)."""
+        name = parse_topic(topic)
+        result = self.ownership.lookup(name, authoritative)
+        return result.kind == "redirect", result.broker_address, result.authoritative
+
+    def _check_owner(self, name: TopicName) -> None:
+        redirect, broker, _ = self.lookup(str(name))
+        if redirect:
+            raise NotOwner(f"{name} is served by {broker}; look it up again")
+
+    def topic(self, topic: str) -> Topic:
+        """The loaded topic, loading it (takeover: recover and fence the last ledger) if needed."""
+        name = parse_topic(topic)
+        key = str(name)
+        existing = self.topics.get(key)
+        if existing is not None and not existing.closed:
+            return existing
+        self._check_owner(name)
+        with self._lock:
+            lock = self._loading.setdefault(key, threading.Lock())
+        with lock:
+            existing = self.topics.get(key)
+            if existing is not None and not existing.closed:
+                return existing
+            self.ownership.check_namespace(name)
+            try:
+                ml = ManagedLedger.open(
+                    name.managed_ledger_name, self.store, self.bookkeeper, self.config.managed_ledger
+                )
+            except ManagedLedgerFencedError as e:
+                raise ServiceNotReady(f"{name} is being taken over: {e}; retry") from e
+            except MetadataError as e:
+                raise ServiceNotReady(f"cannot load {name}: {e}; retry") from e
+            loaded = Topic(name, ml, self)
+            self.topics[key] = loaded
+            log.info("loaded %s", name)
+            return loaded
+
+    def topic_fenced(self, topic: Topic) -> None:
+        """The managed ledger is FENCED for good: close the topic (a new lookup may reload it)."""
+        with topic.lock:
+            if topic.closed:
+                return
+            topic.closed = True
+        self.topics.pop(str(topic.name), None)
+        log.warning("topic %s fenced: another broker took it over; closed", topic.name)
+
+    def unload_topics(self, predicate: Callable[[TopicName], bool], graceful: bool) -> list[str]:
+        """Close matching topics. graceful=False (session lost): drop them without writing anything."""
+        unloaded = []
+        for key, topic in list(self.topics.items()):
+            if not predicate(topic.name):
+                continue
+            with topic.lock:
+                topic.closed = True
+            self.topics.pop(key, None)
+            if graceful:
+                try:
+                    topic.ml.close()
+                except Exception as e:  # closing is best effort: the next owner recovers the ledger
+                    log.warning("closing %s: %s", key, e)
+            unloaded.append(key)
+        return unloaded
+
+    # ---- the API the server exposes ------------------------------------------------------------
+
+    def send(
+        self, topic: str, producer: str, sequence_id: int, messages: list[pb.Message]
+    ) -> Future[tuple[Position | None, bool]]:
+        return self.topic(topic).publish(producer, sequence_id, messages)
+
+    def read(self, topic: str, start: MessageId | None, limit: int) -> list[Message]:
+        return self.topic(topic).read(start, min(limit, READ_LIMIT) if limit > 0 else READ_LIMIT)
+
+    def close(self) -> None:
+        self.unload_topics(lambda _n: True, graceful=True)
+        self.executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,258 @@
+"""Standalone: the embedded default. One process: an embedded metadata store, bookies and a broker.
+
+Everything lives under one data directory and survives a restart: the metadata store is
+durable (impl/metadata/embedded.py), each bookie keeps its journal in its own directory, and
+the ports are remembered in `standalone.json`, because a bookie's id is its address and the
+ledgers' ensembles name bookies by id.
+
+The bookies run in-process, each behind its own gRPC server on loopback, so the broker talks
+to them exactly as to remote bookies. Fault verbs (`kill_bookie`, `restart_bookie`,
+`pause_bookie`, `expire_broker_session`, ...) act on them in place, for the workload's nemesis.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from impl.bookie.server import Bookie, BookieServer
+from impl.broker import broker_pb2 as pb
+from impl.broker import broker_pb2_grpc as pb_grpc
+from impl.broker.broker import Broker
+from impl.broker.managed_ledger import ManagedLedgerConfig
+from impl.broker.service import BrokerConfig
+from impl.metadata.registry import BookieRegistry
+from impl.metadata.store import MetadataStore
+from impl.metadata.url import connect
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "standalone.json"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _InProcessBookie:
+    """A bookie with its gRPC server and its registration; can be killed and restarted in place."""
+
+    def __init__(self, data_dir: Path, port: int, registry: BookieRegistry) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.registry = registry
+        self.bookie_id = f"127.0.0.1:{port}"
+        self.server: BookieServer | None = None
+        self.paused = False
+
+    def start(self) -> None:
+        bookie = Bookie(self.data_dir)
+        for torn in bookie.replay_report.torn:
+            log.warning("bookie %s: ignored torn journal tail %s at %d", self.bookie_id, torn.file, torn.offset)
+        server = BookieServer(bookie, port=self.port)
+        server.start()
+        self.server = server
+        self.registry.register(self.bookie_id)
+
+    def stop(self, graceful: bool = True) -> None:
+        server, self.server = self.server, None
+        if server is None:
+            return
+        if graceful:
+            self.registry.unregister(self.bookie_id)
+        server.server.stop(grace=0).wait()  # a crash: requests in flight are lost
+        server.bookie.close()
+        if not graceful:
+            # A dead bookie's ephemeral node vanishes when its session does; ours is shared with
+            # the broker, so remove it by hand as the expiry would.
+            self.registry.unregister(self.bookie_id)
+
+    @property
+    def up(self) -> bool:
+        return self.server is not None
+
+
+class Standalone:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int = 0,
+        bookies: int = 3,
+        ensemble: int = 2,
+        write_quorum: int = 2,
+        ack_quorum: int = 2,
+    ) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        state = self._load_state()
+        ports = state.get("bookie_ports", [])
+        while len(ports) < bookies:
+            ports.append(free_port())
+        broker_port = port or state.get("broker_port") or free_port()
+        self.control_port = state.get("control_port") or free_port()
+        self._save_state({"bookie_ports": ports, "broker_port": broker_port, "control_port": self.control_port})
+        self.metadata_url = f"embedded://{self.data_dir / 'metadata'}"
+        self.store: MetadataStore = connect(self.metadata_url)
+        registry = BookieRegistry(self.store)
+        self.bookies = [
+            _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry) for i, p in enumerate(ports[:bookies])
+        ]
+        ml_config = ManagedLedgerConfig(ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum)
+        self.config = BrokerConfig(managed_ledger=ml_config)
+        self.broker_port = broker_port
+        self.broker: Broker | None = None
+        self._lock = threading.Lock()
+
+    def _load_state(self) -> dict[str, Any]:
+        path = self.data_dir / STATE_FILE
+        if not path.exists():
+            return {}
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path} is unreadable ({e}); restore it or start with an empty --data directory") from e
+        return state if isinstance(state, dict) else {}
+
+    def _save_state(self, state: dict[str, Any]) -> None:
+        path = self.data_dir / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(path)
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.broker_port}"
+
+    def start(self) -> None:
+        for bookie in self.bookies:
+            bookie.start()
+        self.start_broker()
+        self._control = ControlServer(self, self.control_port)
+
+    def control(self, verb: str, node: str) -> Any:
+        """A fault or status verb from the control endpoint (what `cluster VERB NODE` sends)."""
+        actions = {
+            "kill": self.kill, "restart": self.restart, "start": self.start_node,
+            "expire-session": self.expire_session,
+        }
+        if verb == "status":
+            return self.status()
+        if verb not in actions:
+            raise ValueError(f"unknown verb {verb!r}; use status, {', '.join(actions)}")
+        actions[verb](node)
+        return self.status()
+
+    def start_broker(self) -> None:
+        with self._lock:
+            if self.broker is not None:
+                return
+            broker = Broker(lambda: connect(self.metadata_url), self.config, port=self.broker_port)
+            broker.start()
+            self.broker = broker
+
+    def stop_broker(self, graceful: bool = True) -> None:
+        with self._lock:
+            broker, self.broker = self.broker, None
+        if broker is None:
+            return
+        if graceful:
+            broker.stop()
+        else:
+            # A crash: its session ends (ephemerals go) without closing any ledger.
+            broker.server.stop(grace_s=0)
+            broker.service.unload_topics(lambda _n: True, graceful=False)
+            broker.expire_session()
+            broker.stop()
+
+    # ---- fault verbs (the nemesis on standalone) ----------------------------------------------
+
+    def node(self, name: str) -> _InProcessBookie | None:
+        """'bookie-N' names an in-process bookie, 'broker' the broker."""
+        if name.startswith("bookie-") and name[7:].isdigit() and int(name[7:]) < len(self.bookies):
+            return self.bookies[int(name[7:])]
+        if name == "broker":
+            return None
+        raise ValueError(f"no node {name!r} in standalone; use bookie-0..bookie-{len(self.bookies) - 1} or broker")
+
+    def kill(self, name: str) -> None:
+        bookie = self.node(name)
+        if bookie is None:
+            self.stop_broker(graceful=False)
+        else:
+            bookie.stop(graceful=False)
+
+    def restart(self, name: str) -> None:
+        bookie = self.node(name)
+        if bookie is None:
+            self.stop_broker(graceful=False)
+            self.start_broker()
+        else:
+            bookie.stop(graceful=False)
+            bookie.start()
+
+    def start_node(self, name: str) -> None:
+        bookie = self.node(name)
+        if bookie is None:
+            self.start_broker()
+        elif not bookie.up:
+            bookie.start()
+
+    def expire_session(self, name: str) -> None:
+        if name != "broker" or self.broker is None:
+            raise ValueError("in standalone only the broker's session can expire (bookies share it)")
+        self.broker.expire_session()
+
+    def status(self) -> list[dict[str, Any]]:
+        nodes: list[dict[str, Any]] = [
+            {"node": f"bookie-{i}", "role": "bookie", "up": b.up, "address": b.bookie_id}
+            for i, b in enumerate(self.bookies)
+        ]
+        broker = self.broker
+        nodes.append({
+            "node": "broker", "role": "broker", "up": broker is not None,
+            "address": f"127.0.0.1:{self.broker_port}", **({"stats": broker.stats()} if broker else {}),
+        })
+        return nodes
+
+    def stop(self) -> None:
+        control = getattr(self, "_control", None)
+        if control is not None:
+            control.stop()
+        self.stop_broker()
+        for bookie in self.bookies:
+            bookie.stop()
+        self.store.close()
+
+
+class ControlServer:
+    """The standalone's control endpoint: broker.proto's `Admin` call with verbs
+    "standalone <verb>" and {"node": NAME}; it stays up while the broker is killed."""
+
+    def __init__(self, standalone: Standalone, port: int) -> None:
+        class _Control(pb_grpc.BrokerServicer):
+            def Admin(self, request: pb.AdminReq, context: Any) -> pb.AdminResp:
+                verb = request.verb.removeprefix("standalone ")
+                try:
+                    args = json.loads(request.args or "{}")
+                    result = standalone.control(verb, str(args.get("node", "")))
+                except (ValueError, TypeError, AttributeError) as e:
+                    return pb.AdminResp(code=pb.INVALID_ARGUMENT, message=str(e))
+                return pb.AdminResp(code=pb.OK, result=json.dumps(result))
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_BrokerServicer_to_server(_Control(), self.server)
+        if self.server.add_insecure_port(f"127.0.0.1:{port}") == 0:
+            raise OSError(f"cannot listen on control port 127.0.0.1:{port}; remove {STATE_FILE} to pick new ports")
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(grace=0).wait()

@@ -1,0 +1,288 @@
+"""The dispatcher of one subscription: which consumer gets which message (pure core).
+
+Pulsar's four subscription types differ only in who may receive a message:
+- Exclusive: one consumer; a second one is refused (ConsumerBusy).
+- Failover: many consumers, one active (the first by name, shifted by the partition index so
+  partitions spread over consumers); the others stand by and take over when it leaves.
+- Shared: round-robin over consumers that have permits.
+- Key_Shared: a message goes to the consumer owning its key's hash (hash mod consumer count,
+  over consumers sorted by name), so one key is consumed in order by one consumer at a time.
+
+Flow control is by permits: a consumer grants N, and receives at most N messages until it
+grants more. Messages are delivered per message; a batch entry counts as consumed (its
+position is acknowledged to the cursor) once every message of the batch is acknowledged.
+Unacknowledged messages of a consumer that leaves, and negatively acknowledged ones, are
+redelivered (before new messages) with their redelivery count raised.
+
+Pure: inputs are method calls, outputs are returned lists (`ReadEntries`, `Deliver`,
+`AckEntries`, `ActiveChanged`); the shell (impl/broker/service.py) reads the managed ledger,
+sends to consumers and updates the durable cursor.
+"""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from impl.broker.managed_ledger import Position
+
+READ_BATCH = 100  # entries read per ReadEntries at most
+
+
+class SubscriptionType(enum.Enum):
+    EXCLUSIVE = "Exclusive"
+    SHARED = "Shared"
+    FAILOVER = "Failover"
+    KEY_SHARED = "Key_Shared"
+
+
+class SubscriptionError(Exception):
+    """Base of the dispatcher's refusals; each says what to do."""
+
+
+class ConsumerBusy(SubscriptionError):
+    pass
+
+
+class UnknownMessageId(SubscriptionError):
+    pass
+
+
+@dataclass(frozen=True, order=True)
+class MessageId:
+    ledger_id: int
+    entry_id: int
+    batch_index: int = 0
+
+    @property
+    def position(self) -> Position:
+        return Position(self.ledger_id, self.entry_id)
+
+
+@dataclass(frozen=True)
+class Message:
+    id: MessageId
+    key: str
+    payload: bytes
+    properties: tuple[tuple[str, str], ...] = ()
+    batch_size: int = 1
+
+
+@dataclass(frozen=True)
+class ReadEntries:
+    """Output: read up to `max_entries` confirmed entries from the read position; feed `entries_read`."""
+
+    max_entries: int
+
+
+@dataclass(frozen=True)
+class Deliver:
+    consumer: int
+    messages: tuple[tuple[Message, int], ...]  # (message, redelivery count)
+
+
+@dataclass(frozen=True)
+class AckEntries:
+    """Output: every message of these entries is acknowledged: acknowledge them on the cursor."""
+
+    positions: tuple[Position, ...]
+
+
+@dataclass(frozen=True)
+class ActiveChanged:
+    """Output (failover): `consumer` became active (True) or inactive (False)."""
+
+    consumer: int
+    active: bool
+
+
+Output = ReadEntries | Deliver | AckEntries | ActiveChanged
+
+
+@dataclass
+class _Consumer:
+    name: str
+    permits: int = 0
+    pending: dict[MessageId, Message] = field(default_factory=dict)
+
+
+def key_hash(key: str) -> int:
+    return zlib.crc32(key.encode())
+
+
+class Dispatcher:
+    def __init__(self, sub_type: SubscriptionType, partition_index: int = 0) -> None:
+        self.type = sub_type
+        self.partition_index = partition_index
+        self.consumers: OrderedDict[int, _Consumer] = OrderedDict()
+        self._redeliver: dict[MessageId, Message] = {}  # served before new messages, in id order
+        self._redelivery_count: dict[MessageId, int] = {}
+        self._unacked_in_entry: dict[Position, int] = {}  # entry -> messages not yet acknowledged
+        self._reading = False
+        self._caught_up = False  # the last read found nothing: wait for new_entries
+        self._highest_delivered: MessageId | None = None
+        self._active: int | None = None
+        self._rr = 0
+
+    # ---- consumers ---------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: int, name: str) -> list[Output]:
+        if self.type is SubscriptionType.EXCLUSIVE and self.consumers:
+            raise ConsumerBusy("the exclusive subscription already has a consumer; use Shared or Failover")
+        self.consumers[consumer] = _Consumer(name)
+        return self._update_active() + self._dispatch()
+
+    def remove_consumer(self, consumer: int) -> list[Output]:
+        gone = self.consumers.pop(consumer, None)
+        if gone is None:
+            return []
+        for msg in gone.pending.values():
+            self._requeue(msg)
+        return self._update_active() + self._dispatch()
+
+    def flow(self, consumer: int, permits: int) -> list[Output]:
+        if permits <= 0:
+            raise SubscriptionError(f"permits must be positive, got {permits}")
+        self.consumers[consumer].permits += permits
+        return self._dispatch()
+
+    # ---- entries -----------------------------------------------------------------------------
+
+    def new_entries(self) -> list[Output]:
+        """The managed ledger confirmed new entries."""
+        self._caught_up = False
+        return self._dispatch()
+
+    def entries_read(self, messages: list[Message]) -> list[Output]:
+        """The answer to ReadEntries: the messages of the entries read (already-acked entries left out)."""
+        self._reading = False
+        if not messages:
+            self._caught_up = True
+            return []
+        for msg in messages:
+            self._unacked_in_entry.setdefault(msg.id.position, msg.batch_size)
+        outputs = self._assign(messages)
+        return outputs + self._dispatch()
+
+    # ---- acknowledgements --------------------------------------------------------------------
+
+    def ack(self, consumer: int, ids: list[MessageId], cumulative: bool = False) -> list[Output]:
+        owner = self.consumers[consumer]
+        if cumulative:
+            if self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
+                raise SubscriptionError("cumulative acknowledgement is not allowed on Shared/Key_Shared subscriptions")
+            upto = max(ids)
+            self._check_known(upto)
+            acked = [m for m in owner.pending if m <= upto]
+        else:
+            for mid in ids:
+                self._check_known(mid)
+            acked = [m for m in ids if m in owner.pending]
+        done: list[Position] = []
+        for mid in acked:
+            del owner.pending[mid]
+            self._redelivery_count.pop(mid, None)
+            left = self._unacked_in_entry.get(mid.position, 1) - 1
+            if left <= 0:
+                self._unacked_in_entry.pop(mid.position, None)
+                done.append(mid.position)
+            else:
+                self._unacked_in_entry[mid.position] = left
+        outputs: list[Output] = [AckEntries(tuple(sorted(done)))] if done else []
+        return outputs + self._dispatch()
+
+    def nack(self, consumer: int, ids: list[MessageId]) -> list[Output]:
+        owner = self.consumers[consumer]
+        for mid in ids:
+            msg = owner.pending.pop(mid, None)
+            if msg is not None:
+                self._requeue(msg)
+        return self._dispatch()
+
+    def _check_known(self, mid: MessageId) -> None:
+        if self._highest_delivered is None or mid > self._highest_delivered:
+            raise UnknownMessageId(f"message {mid} was never delivered on this subscription; ack only received ids")
+
+    # ---- dispatch ----------------------------------------------------------------------------
+
+    def _requeue(self, msg: Message) -> None:
+        self._redeliver[msg.id] = msg
+        self._redelivery_count[msg.id] = self._redelivery_count.get(msg.id, 0) + 1
+
+    def _update_active(self) -> list[Output]:
+        if self.type is not SubscriptionType.FAILOVER:
+            return []
+        ordered = sorted(self.consumers, key=lambda c: (self.consumers[c].name, c))
+        active = ordered[self.partition_index % len(ordered)] if ordered else None
+        if active == self._active:
+            return []
+        outputs: list[Output] = []
+        old = self._active
+        if old is not None and old in self.consumers:
+            outputs.append(ActiveChanged(old, False))
+            for msg in self.consumers[old].pending.values():  # the new active one takes over
+                self._requeue(msg)
+            self.consumers[old].pending.clear()
+        self._active = active
+        if active is not None:
+            outputs.append(ActiveChanged(active, True))
+        return outputs
+
+    def _eligible(self, msg: Message) -> int | None:
+        """The consumer that may receive `msg` now (None: nobody with permits)."""
+        if not self.consumers:
+            return None
+        if self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            target = self._active if self.type is SubscriptionType.FAILOVER else next(iter(self.consumers))
+            return target if target is not None and self.consumers[target].permits > 0 else None
+        if self.type is SubscriptionType.KEY_SHARED:
+            ordered = sorted(self.consumers, key=lambda c: (self.consumers[c].name, c))
+            target = ordered[key_hash(msg.key) % len(ordered)]
+            return target if self.consumers[target].permits > 0 else None
+        ids = list(self.consumers)
+        for i in range(len(ids)):  # Shared: round robin over those with permits
+            candidate = ids[(self._rr + i) % len(ids)]
+            if self.consumers[candidate].permits > 0:
+                self._rr = (self._rr + i + 1) % len(ids)
+                return candidate
+        return None
+
+    def _assign(self, messages: list[Message]) -> list[Output]:
+        """Give each message to its consumer; what cannot go now waits in the redelivery queue."""
+        batches: dict[int, list[tuple[Message, int]]] = {}
+        for msg in messages:
+            if self._highest_delivered is None or msg.id > self._highest_delivered:
+                self._highest_delivered = msg.id
+            target = self._eligible(msg)
+            if target is None:
+                self._redeliver[msg.id] = msg  # not a redelivery: the count stays
+                continue
+            consumer = self.consumers[target]
+            consumer.permits -= 1
+            consumer.pending[msg.id] = msg
+            batches.setdefault(target, []).append((msg, self._redelivery_count.get(msg.id, 0)))
+        return [Deliver(c, tuple(ms)) for c, ms in batches.items()]
+
+    def _dispatch(self) -> list[Output]:
+        outputs: list[Output] = []
+        if self._redeliver:
+            queued = [self._redeliver.pop(mid) for mid in sorted(self._redeliver)]
+            outputs += self._assign(queued)
+        permits = sum(c.permits for c in self.consumers.values())
+        if self.type is SubscriptionType.FAILOVER and self._active is not None:
+            permits = self.consumers[self._active].permits
+        if permits > 0 and not self._redeliver and not self._reading and not self._caught_up:
+            self._reading = True
+            outputs.append(ReadEntries(min(permits, READ_BATCH)))
+        return outputs
+
+    # ---- inspection --------------------------------------------------------------------------
+
+    @property
+    def active_consumer(self) -> int | None:
+        return self._active
+
+    def unacked(self) -> int:
+        return sum(len(c.pending) for c in self.consumers.values()) + len(self._redeliver)
