@@ -1,0 +1,146 @@
+"""`pulsar-ref cluster` with real ZooKeeper and bookie processes: up, status, fault verbs, down."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from kazoo.client import KazooClient
+
+from tests.cluster.conftest import free_port_block, processes_under, pulsar_ref, state
+
+pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
+
+
+def status_rows(directory: Path) -> tuple[int, dict[str, list[str]]]:
+    result = pulsar_ref("cluster", "status", "--dir", str(directory))
+    rows = {}
+    for line in result.stdout.splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] in {n["name"] for n in state(directory)["nodes"] + state(directory)["zookeepers"]}:
+            rows[fields[0]] = fields[1:]
+    return result.returncode, rows
+
+
+def registered_bookies(metadata: str) -> list[str]:
+    hosts, chroot = metadata[len("zk://") :].split("/", 1)
+    zk = KazooClient(hosts=hosts)
+    zk.start(timeout=15)
+    try:
+        return sorted(c for c in zk.get_children(f"/{chroot}/ledgers/available") if c != "readonly")
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_up_status_faults_and_down_with_zookeeper_and_bookies(cluster_dir: Path) -> None:
+    up = pulsar_ref("cluster", "up", "--dir", str(cluster_dir), "--bookies", "3", "--brokers", "0")
+    assert up.returncode == 0, up.stderr
+    cluster = state(cluster_dir)
+    metadata = cluster["metadata"]
+    assert up.stdout.strip() == metadata and metadata.startswith("zk://127.0.0.1:")
+    assert [n["role"] for n in cluster["nodes"]] == ["bookie"] * 3
+    assert all(n["pid"] for n in cluster["nodes"] + cluster["zookeepers"])
+    bookie_ids = sorted(f"127.0.0.1:{n['port']}" for n in cluster["nodes"])
+    assert registered_bookies(metadata) == bookie_ids
+
+    code, rows = status_rows(cluster_dir)
+    assert code == 0 and all(r[1] == "up" for r in rows.values()), rows
+
+    # kill: the process is gone, status says so and fails
+    old_pid = cluster["nodes"][0]["pid"]
+    kill = pulsar_ref("cluster", "kill", "--dir", str(cluster_dir), "bookie-1")
+    assert kill.returncode == 0, kill.stderr
+    assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
+    code, rows = status_rows(cluster_dir)
+    assert code == 1 and rows["bookie-1"][1] == "down"
+
+    # restart: same port and data directory, registered again (its stale session is cleared)
+    restart = pulsar_ref("cluster", "restart", "--dir", str(cluster_dir), "bookie-1")
+    assert restart.returncode == 0, restart.stderr
+    after = state(cluster_dir)
+    assert after["nodes"][0]["port"] == cluster["nodes"][0]["port"]
+    assert after["nodes"][0]["pid"] not in (None, old_pid)
+    assert registered_bookies(metadata) == bookie_ids
+
+    # pause / resume: SIGSTOP and SIGCONT
+    assert pulsar_ref("cluster", "pause", "--dir", str(cluster_dir), "bookie-2").returncode == 0
+    pid2 = after["nodes"][1]["pid"]
+    assert psutil.Process(pid2).status() == psutil.STATUS_STOPPED
+    code, rows = status_rows(cluster_dir)
+    assert code == 1 and rows["bookie-2"][1] == "paused"
+    assert pulsar_ref("cluster", "resume", "--dir", str(cluster_dir), "bookie-2").returncode == 0
+    assert psutil.Process(pid2).status() != psutil.STATUS_STOPPED
+
+    # expire-session: ZooKeeper ends the bookie's session, its registration disappears, the process lives on
+    expire = pulsar_ref("cluster", "expire-session", "--dir", str(cluster_dir), "bookie-3")
+    assert expire.returncode == 0, expire.stderr
+    assert "expired" in expire.stdout
+    assert f"127.0.0.1:{cluster['nodes'][2]['port']}" not in registered_bookies(metadata)
+    assert psutil.pid_exists(cluster["nodes"][2]["pid"])
+    # ... and a ZooKeeper server cannot have its session expired
+    assert pulsar_ref("cluster", "expire-session", "--dir", str(cluster_dir), "zk-1").returncode == 1
+
+    # logs
+    logs = pulsar_ref("cluster", "logs", "--dir", str(cluster_dir), "bookie-1")
+    assert logs.returncode == 0 and "listening" in logs.stdout
+
+    assert processes_under(cluster_dir)
+    down = pulsar_ref("cluster", "down", "--dir", str(cluster_dir))
+    assert down.returncode == 0, down.stderr
+    assert processes_under(cluster_dir) == []
+
+
+def test_down_leaves_nothing_after_a_failed_up(cluster_dir: Path) -> None:
+    base = free_port_block(3)
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", base + 2))  # bookie-2's port: ZooKeeper and bookie-1 start, then bookie-2 fails
+    blocker.listen()
+    try:
+        up = pulsar_ref(
+            "cluster", "up", "--dir", str(cluster_dir), "--bookies", "2", "--brokers", "0", "--base-port", str(base)
+        )
+    finally:
+        blocker.close()
+    assert up.returncode == 1
+    assert "bookie-2" in up.stderr and "start-up failed" in up.stderr
+    assert processes_under(cluster_dir) == []  # `up` cleaned up after itself
+    down = pulsar_ref("cluster", "down", "--dir", str(cluster_dir))
+    assert down.returncode == 0
+    assert processes_under(cluster_dir) == []
+
+
+def test_down_after_an_interrupted_up(cluster_dir: Path) -> None:
+    """`up` killed half-way (no chance to clean up): `down` still finds and stops what it launched."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pulsar_ref.cli",
+            "cluster",
+            "up",
+            "--dir",
+            str(cluster_dir),
+            "--bookies",
+            "2",
+            "--brokers",
+            "0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not processes_under(cluster_dir / "zookeeper"):
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert processes_under(cluster_dir)  # the ZooKeeper JVM outlived its launcher
+    down = pulsar_ref("cluster", "down", "--dir", str(cluster_dir))
+    assert down.returncode == 0, down.stderr
+    assert processes_under(cluster_dir) == []
