@@ -1,0 +1,616 @@
+"""The managed ledger of one topic: the shell around `ManagedLedgerCore` (managed_ledger_core.py).
+
+A topic is a chain of BookKeeper ledgers listed in a versioned metadata node (ledger_list.py).
+The core decides; this shell performs: metadata reads and conditional writes, ledger creation,
+recovery, adds, closes and deletes through the BookKeeper client, and it delivers completions.
+
+Threading. One lock guards the core. Calls from the broker (`add_async`, `trim`, `close`, ...)
+run the core step and perform its outputs on the calling thread. BookKeeper completions
+arrive on transport threads, which hold the ledger writer's own lock: they only queue the step
+(`_inbox`) and hand the draining to this managed ledger's worker thread, so no blocking call
+(a writer close, a metadata write) ever runs on a transport thread. Metadata writes and ledger
+creation happen while the lock is held, one at a time, in the order the core asked for them.
+Completions (add futures, listeners, trim results) are delivered after the lock is released,
+strictly in the core's order; callbacks may call back into the managed ledger.
+
+Reads do not go through the core: they take a snapshot of the list (`TopicView`) and serve
+entries from the entry cache of recent adds, else from the bookies (no lock held).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Literal
+
+from impl.bookie.client.api import BookKeeperClient, ReadHandle, WriteHandle
+from impl.bookie.client.failures import LedgerClientError, LedgerFencedError, PlacementError
+from impl.broker.cursor import ManagedCursor, NonDurableCursor
+from impl.broker.entry_cache import EntryCache
+from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView
+from impl.broker.managed_ledger_core import (
+    CloseLedger,
+    CompleteAdd,
+    CreateLedger,
+    DeleteLedgers,
+    FailAdd,
+    ManagedLedgerConfig,
+    ManagedLedgerCore,
+    ManagedLedgerState,
+    NotifyConfirmed,
+    Opened,
+    OpenFailed,
+    Output,
+    ReadLedgerList,
+    RecoverLastLedger,
+    SendAdd,
+    TrimDone,
+    WriteLedgerList,
+)
+from impl.broker.managed_ledger_errors import (
+    CursorFencedError,
+    InvalidPositionError,
+    ManagedLedgerClosedError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    ManagedLedgerNotReadyError,
+    NoSuchCursorError,
+)
+from impl.metadata.layout import MANAGED_LEDGERS_ROOT, parse_managed_ledger_path
+from impl.metadata.ledger_store import NoSuchLedger
+from impl.metadata.store import BadVersion, MetadataError, MetadataStore, NodeExists, NoNode, parent_of
+
+__all__ = [
+    "CursorFencedError",
+    "InvalidPositionError",
+    "LedgerInfo",
+    "ManagedCursor",
+    "ManagedLedger",
+    "ManagedLedgerClosedError",
+    "ManagedLedgerConfig",
+    "ManagedLedgerError",
+    "ManagedLedgerFencedError",
+    "ManagedLedgerNotReadyError",
+    "ManagedLedgerState",
+    "NoSuchCursorError",
+    "NonDurableCursor",
+    "Position",
+]
+
+log = logging.getLogger(__name__)
+
+Step = Callable[[], list[Output]]
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class ManagedLedger:
+    def __init__(
+        self,
+        name: str,
+        store: MetadataStore,
+        bookkeeper: BookKeeperClient,
+        config: ManagedLedgerConfig,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+    ) -> None:
+        self.path = f"{MANAGED_LEDGERS_ROOT}/{name}"
+        parse_managed_ledger_path(self.path)  # InvalidName for anything but tenant/ns/persistent/topic
+        self.name = name
+        self.store = store
+        self.bookkeeper = bookkeeper
+        self.config = config
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.timeout_s = DEFAULT_TIMEOUT_S
+        self._core = ManagedLedgerCore(name, config)
+        self._lock = threading.Lock()
+        self._inbox: deque[Step] = deque()
+        self._deliveries: deque[Callable[[], None]] = deque()
+        self._deliver_lock = threading.RLock()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ml-{name}")
+        self._writers: dict[int, WriteHandle] = {}
+        self._readers: dict[int, ReadHandle] = {}
+        self._handles_lock = threading.Lock()
+        self._tokens = itertools.count()
+        self._adds: dict[int, Future[Position]] = {}
+        self._trims: deque[Future[list[int]]] = deque()
+        self._listeners: list[Callable[[Position], None]] = []
+        self._cursors: dict[str, ManagedCursor] = {}
+        self._cursors_lock = threading.Lock()
+        self._open_error: ManagedLedgerError | None = None
+        self.cache = EntryCache(config.cache_bytes)
+
+    # ---- open (takeover) ----------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        name: str,
+        store: MetadataStore,
+        bookkeeper: BookKeeperClient,
+        config: ManagedLedgerConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> ManagedLedger:
+        """Take the topic over: read the list, recover (fence) its last ledger, drop empty ledgers,
+        create a new ledger, conditional-write the list, recover the durable cursors.
+
+        `clock` measures ledger age (rollover); `wall_clock` stamps closed ledgers (retention).
+        Raises ManagedLedgerFencedError if another broker changed the list meanwhile.
+        """
+        ml = cls(name, store, bookkeeper, config or ManagedLedgerConfig(), clock, wall_clock)
+        ml._run(ml._core.open)
+        if ml._open_error is not None:
+            ml._worker.shutdown(wait=False)
+            raise ml._open_error
+        try:
+            ml._recover_cursors()
+        except BaseException:
+            ml.close()
+            raise
+        return ml
+
+    def _recover_cursors(self) -> None:
+        try:
+            children = self.store.children(self.path)
+        except MetadataError as e:
+            raise ManagedLedgerError(self.name, f"cannot list its cursors ({e}); retry the open") from e
+        for child in children:
+            cursor = ManagedCursor.recover(self, child)
+            self._cursors[cursor.name] = cursor
+
+    # ---- the core loop ----------------------------------------------------------------------
+
+    def _run(self, step: Callable[[], list[Output]]) -> None:
+        """Run one core step on this thread (exceptions propagate before anything is performed)."""
+        with self._lock:
+            for output in step():
+                self._perform(output)
+            self._process_inbox()
+        self._drain()
+
+    def _queue(self, step: Step) -> None:
+        """From a BookKeeper callback thread: queue the step; the worker performs it."""
+        self._inbox.append(step)
+        with contextlib.suppress(RuntimeError):  # the worker is shut down: the ledger is closed
+            self._worker.submit(self._drain)
+
+    def _drain(self) -> None:
+        while self._inbox:
+            if not self._lock.acquire(blocking=False):
+                break  # the holder processes the inbox before it releases, then drains again
+            try:
+                self._process_inbox()
+            finally:
+                self._lock.release()
+        self._deliver()
+
+    def _process_inbox(self) -> None:
+        while self._inbox:
+            step = self._inbox.popleft()
+            for output in step():
+                self._perform(output)
+
+    def _deliver(self) -> None:
+        # Re-entrant: a callback that waits for another completion delivers it itself, in order.
+        while self._deliveries:
+            if not self._deliver_lock.acquire(blocking=False):
+                return
+            try:
+                while self._deliveries:
+                    callback = self._deliveries.popleft()
+                    try:
+                        callback()
+                    except Exception:
+                        log.exception("managed ledger %s: a completion callback failed", self.name)
+            finally:
+                self._deliver_lock.release()
+
+    @contextlib.contextmanager
+    def _state(self) -> Iterator[ManagedLedgerCore]:
+        """The core, for a consistent look (no outputs)."""
+        with self._lock:
+            yield self._core
+        self._drain()
+
+    def _wait(self, future: Future[Any], what: str) -> Any:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            self._deliver()
+            try:
+                return future.result(timeout=0.05)
+            except FutureTimeout:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"managed ledger {self.name}: {what} did not finish within {self.timeout_s}s; "
+                        "check the bookies and the metadata store"
+                    ) from None
+
+    # ---- performing the core's outputs -------------------------------------------------------
+
+    def _perform(self, output: Output) -> None:
+        core = self._core
+        if isinstance(output, SendAdd):
+            self._send_add(output)
+        elif isinstance(output, CompleteAdd):
+            self.cache.put(output.position, output.data)
+            add = self._adds.pop(output.token)
+            self._deliveries.append(lambda: add.set_result(output.position))
+        elif isinstance(output, FailAdd):
+            failed = self._adds.pop(output.token)
+            self._deliveries.append(lambda: failed.set_exception(output.error))
+        elif isinstance(output, NotifyConfirmed):
+            for listener in list(self._listeners):
+                self._deliveries.append(functools.partial(listener, output.position))
+        elif isinstance(output, ReadLedgerList):
+            try:
+                data, stat = self.store.get(self.path)
+                self._inbox.append(lambda: core.on_ledger_list(data, stat.version))
+            except NoNode:
+                self._inbox.append(lambda: core.on_ledger_list(None, None))
+            except MetadataError as e:
+                why = f"cannot read its ledger list ({e}); retry"
+                self._inbox.append(lambda: core.on_open_failed(why))
+        elif isinstance(output, RecoverLastLedger):
+            self._recover_last_ledger(output.ledger_id)
+        elif isinstance(output, CreateLedger):
+            self._create_ledger()
+        elif isinstance(output, WriteLedgerList):
+            self._write_list(output)
+        elif isinstance(output, CloseLedger):
+            self._close_ledger(output.ledger_id)
+        elif isinstance(output, DeleteLedgers):
+            self._delete_ledgers(output.ledger_ids)
+        elif isinstance(output, Opened):
+            pass
+        elif isinstance(output, OpenFailed):
+            self._open_error = output.error
+        elif isinstance(output, TrimDone):
+            if self._trims:
+                trim = self._trims.popleft()
+                ids = list(output.ledger_ids)
+                self._deliveries.append(lambda: trim.set_result(ids))
+        else:  # pragma: no cover - a new output kind without a performer is a bug
+            raise TypeError(f"no performer for {output!r}")
+
+    def _send_add(self, output: SendAdd) -> None:
+        ledger_id, entry_id = output.ledger_id, output.entry_id
+        handle = self._writers[ledger_id]
+        future = handle.add_async(output.data)
+
+        def done(f: Future[int]) -> None:
+            error = f.exception()
+            if error is None:
+                self._queue(lambda: self._core.on_add_completed(ledger_id, f.result()))
+            else:
+                fenced = isinstance(error, LedgerFencedError)
+                self._queue(lambda: self._core.on_add_failed(ledger_id, entry_id, fenced, str(error)))
+
+        future.add_done_callback(done)
+
+    def _recover_last_ledger(self, ledger_id: int) -> None:
+        core = self._core
+        try:
+            handle = self.bookkeeper.open_ledger(ledger_id, self.config.password, recovery=True)
+        except NoSuchLedger:
+            # Listed but gone (an orphan deleted by a failed owner): recover it as empty, as Pulsar does.
+            self._inbox.append(lambda: core.on_ledger_recovered(ledger_id, -1, 0))
+            return
+        except (LedgerClientError, MetadataError, TimeoutError) as e:
+            why = f"{type(e).__name__}: {e}"
+            self._inbox.append(lambda: core.on_recover_failed(ledger_id, why))
+            return
+        with self._handles_lock:
+            self._readers[ledger_id] = handle
+        md = handle.metadata
+        self._inbox.append(lambda: core.on_ledger_recovered(ledger_id, md.last_entry_id, md.length))
+
+    def _create_ledger(self) -> None:
+        core, c = self._core, self.config
+        try:
+            handle = self.bookkeeper.create_ledger(
+                c.ensemble,
+                c.write_quorum,
+                c.ack_quorum,
+                digest=c.digest,
+                password=c.password,
+                custom_metadata={"application": b"pulsar", "pulsar/managed-ledger": self.name.encode()},
+            )
+        except (PlacementError, LedgerClientError, MetadataError, TimeoutError) as e:
+            why = f"{type(e).__name__}: {e}"
+            self._inbox.append(lambda: core.on_ledger_create_failed(why))
+            return
+        with self._handles_lock:
+            self._writers[handle.ledger_id] = handle
+        now = self.clock()
+        self._inbox.append(lambda: core.on_ledger_created(handle.ledger_id, now))
+
+    def _write_list(self, output: WriteLedgerList) -> None:
+        core = self._core
+        try:
+            if output.expected_version is None:
+                self.store.ensure_path(parent_of(self.path))
+                self.store.create(self.path, output.data)
+                version = 0
+            else:
+                version = self.store.set(self.path, output.data, output.expected_version).version
+        except (BadVersion, NodeExists, NoNode) as e:
+            detail = f"{type(e).__name__}, expected version {output.expected_version}"
+            self._inbox.append(lambda: core.on_list_bad_version(detail))
+            return
+        except MetadataError as e:
+            why = f"{type(e).__name__}: {e}"
+            self._inbox.append(lambda: core.on_list_write_failed(why))
+            return
+        self._inbox.append(lambda: core.on_list_written(version))
+
+    def _close_ledger(self, ledger_id: int) -> None:
+        core = self._core
+        handle = self._writers.get(ledger_id)
+        if handle is None:
+            return
+        try:
+            md = handle.close() or handle.metadata
+        except LedgerFencedError as e:
+            why = str(e)
+            self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, True, why))
+            return
+        except (LedgerClientError, MetadataError, TimeoutError) as e:
+            why = f"{type(e).__name__}: {e}"
+            self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, False, why))
+            return
+        wall = self.wall_clock()
+        self._inbox.append(lambda: core.on_ledger_closed(ledger_id, md.last_entry_id, md.length, wall))
+
+    def _delete_ledgers(self, ledger_ids: tuple[int, ...]) -> None:
+        for ledger_id in ledger_ids:
+            try:
+                self.bookkeeper.delete_ledger(ledger_id)
+            except NoSuchLedger:
+                pass  # deleted already
+            except MetadataError as e:
+                # Off the list already: a leftover ledger wastes space but breaks nothing.
+                log.warning("managed ledger %s: could not delete ledger %d: %s", self.name, ledger_id, e)
+            with self._handles_lock:
+                self._writers.pop(ledger_id, None)
+                self._readers.pop(ledger_id, None)
+        self.cache.evict_ledgers(set(ledger_ids))
+
+    # ---- the API -------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ManagedLedgerState:
+        return self._core.state
+
+    @property
+    def fence_reason(self) -> str:
+        return self._core.fence_reason
+
+    def add_async(self, data: bytes) -> Future[Position]:
+        """Append `data`; the future completes with its Position, futures complete in add order.
+
+        Fails with ManagedLedgerFencedError once another broker took the topic over (for good),
+        ManagedLedgerClosedError after close().
+        """
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"an entry is bytes, not {type(data).__name__}")
+        future: Future[Position] = Future()
+        token = next(self._tokens)
+        self._adds[token] = future
+        payload = bytes(data)
+        self._run(lambda: self._core.add(token, payload, self.clock()))
+        return future
+
+    def add(self, data: bytes) -> Position:
+        position: Position = self._wait(self.add_async(data), "an add")
+        return position
+
+    def tick(self) -> None:
+        """Roll an idle ledger over once it reached the maximum age (call it periodically)."""
+        self._run(lambda: self._core.tick(self.clock()))
+
+    def view(self) -> TopicView:
+        with self._state() as core:
+            return core.view()
+
+    def last_confirmed(self) -> Position | None:
+        return self.view().last_confirmed()
+
+    def first_position(self) -> Position | None:
+        return self.view().first_position()
+
+    def next_position(self, p: Position) -> Position | None:
+        """Where the entry after `p` is (or will be written); None if nothing can follow `p`."""
+        return self.view().next_position(p)
+
+    def add_listener(self, callback: Callable[[Position], None]) -> None:
+        """`callback(last confirmed position)` after new entries are confirmed (after their futures)."""
+        with self._lock:
+            self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[Position], None]) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._listeners.remove(callback)
+
+    def read(self, start: Position | None, max_entries: int) -> list[tuple[Position, bytes]]:
+        """Up to `max_entries` confirmed entries from `start` (None = the earliest available) on."""
+        if max_entries < 0:
+            raise ValueError(f"max_entries must be >= 0, got {max_entries}")
+        with self._state() as core:
+            core.check_usable()
+            view = core.view()
+        wanted = list(itertools.islice(view.positions(start), max_entries))
+        result: list[tuple[Position, bytes]] = []
+        i = 0
+        while i < len(wanted):
+            cached = self.cache.get(wanted[i])
+            if cached is not None:
+                result.append((wanted[i], cached))
+                i += 1
+                continue
+            # A run of misses in one ledger: one bookie read for the whole run.
+            j = i
+            while j + 1 < len(wanted) and wanted[j + 1].ledger_id == wanted[i].ledger_id:
+                j += 1
+            ledger_id = wanted[i].ledger_id
+            try:
+                entries = self._read_from_bookies(ledger_id, wanted[i].entry_id, wanted[j].entry_id)
+            except NoSuchLedger:
+                break  # trimmed while we read
+            result += [(Position(ledger_id, e.entry_id), e.payload) for e in entries]
+            i = j + 1
+        return result
+
+    def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[Any]:
+        with self._handles_lock:
+            handle: WriteHandle | ReadHandle | None = self._writers.get(ledger_id) or self._readers.get(ledger_id)
+        if handle is None:
+            opened = self.bookkeeper.open_ledger(ledger_id, self.config.password, recovery=False)
+            with self._handles_lock:
+                self._readers[ledger_id] = opened
+            handle = opened
+        return handle.read(first, last)
+
+    # ---- cursors ------------------------------------------------------------------------------
+
+    def cursor_path(self, cursor: str) -> str:
+        tenant, namespace, topic = parse_managed_ledger_path(self.path)
+        from impl.metadata.layout import cursor_path
+
+        return cursor_path(tenant, namespace, topic, cursor)
+
+    def open_cursor(self, name: str, initial: Literal["earliest", "latest"] = "latest") -> ManagedCursor:
+        """The durable cursor `name`: recovered if it exists, else created at `initial`."""
+        if initial not in ("earliest", "latest"):
+            raise ValueError(f"initial position is 'earliest' or 'latest', not {initial!r}")
+        with self._state() as core:
+            core.check_usable()
+        with self._cursors_lock:
+            cursor = self._cursors.get(name)
+            if cursor is None:
+                cursor = ManagedCursor.open_or_create(self, name, initial)
+                self._cursors[name] = cursor
+            return cursor
+
+    def delete_cursor(self, name: str) -> None:
+        with self._state() as core:
+            core.check_usable()
+        with self._cursors_lock:
+            cursor = self._cursors.get(name)
+            if cursor is None:
+                raise NoSuchCursorError(self.name, f"has no cursor {name!r}; known: {sorted(self._cursors)}")
+            cursor.delete_storage()
+            del self._cursors[name]
+
+    def cursors(self) -> dict[str, ManagedCursor]:
+        with self._cursors_lock:
+            return dict(self._cursors)
+
+    def new_non_durable_cursor(self, start: Position | None = None) -> NonDurableCursor:
+        """A reader's cursor from `start` (None = the earliest entry); nothing is persisted."""
+        with self._state() as core:
+            core.check_usable()
+        return NonDurableCursor(self, start)
+
+    def fence(self, reason: str) -> None:
+        """Fence from outside (a cursor lost its ledger to another broker, the session expired)."""
+        self._run(lambda: self._core.fence(reason))
+
+    def check_usable(self) -> None:
+        with self._state() as core:
+            core.check_usable()
+
+    # ---- trimming, stats, close, delete ------------------------------------------------------
+
+    def slowest_mark_delete(self) -> Position | None:
+        positions = [c.mark_delete_position for c in self.cursors().values()]
+        return min((p for p in positions if p is not None), default=None)
+
+    def trim(self) -> list[int]:
+        """Delete the closed ledgers every durable cursor has passed (keeping the retention);
+        returns their ids. Ledgers go from the list first (conditional write), then from BookKeeper."""
+        future: Future[list[int]] = Future()
+        has_cursors = bool(self.cursors())
+        slowest = self.slowest_mark_delete()
+
+        def step() -> list[Output]:
+            outputs = self._core.trim(self.wall_clock(), slowest, has_cursors)
+            self._trims.append(future)
+            return outputs
+
+        self._run(step)
+        result: list[int] = self._wait(future, "trimming")
+        if self._core.state is ManagedLedgerState.FENCED and not result:
+            raise ManagedLedgerFencedError(self.name, self._core.fence_reason)
+        return result
+
+    def stats(self) -> dict[str, Any]:
+        """Internal stats, like Pulsar's: ledgers with entries and sizes, cursors, backlog."""
+        with self._state() as core:
+            view = core.view()
+            ledgers = [
+                {
+                    "ledger_id": i.ledger_id,
+                    "entries": view.entries_in(i.ledger_id),
+                    "size": core.pushed_bytes if i.ledger_id == core.current else i.size,
+                    "timestamp": i.timestamp,
+                }
+                for i in core.ledgers
+            ]
+            state, reason, pending, version = core.state.value, core.fence_reason, len(core.pending), core.version
+            current = core.current
+        last = view.last_confirmed()
+        return {
+            "name": self.name,
+            "state": state,
+            "fence_reason": reason,
+            "list_version": version,
+            "current_ledger": current,
+            "last_confirmed": str(last) if last else None,
+            "entries": sum(int(ledger["entries"] or 0) for ledger in ledgers),
+            "size": sum(int(ledger["size"] or 0) for ledger in ledgers),
+            "pending_adds": pending,
+            "ledgers": ledgers,
+            "cache": {"entries": len(self.cache), "bytes": self.cache.size, "hits": self.cache.hits},
+            "cursors": {name: c.stats() for name, c in sorted(self.cursors().items())},
+        }
+
+    def close(self) -> None:
+        """Unload the topic: pending adds fail as closed, the current ledger is closed. Idempotent."""
+        self._run(self._core.close)
+        for cursor in self.cursors().values():
+            cursor.close()
+        self._worker.shutdown(wait=False)
+
+    def delete(self) -> None:
+        """Delete the topic's data: every ledger, every cursor, and the node."""
+        with self._state() as core:
+            core.check_usable()
+            ledger_ids = [i.ledger_id for i in core.ledgers]
+            version = core.version
+        for cursor in list(self.cursors().values()):
+            cursor.delete_storage()
+        self._cursors.clear()
+        self.close()
+        try:
+            self.store.delete(self.path, version if version is not None else -1)
+        except BadVersion as e:
+            raise ManagedLedgerFencedError(self.name, "the ledger list changed under us while deleting it") from e
+        except NoNode:
+            pass
+        self._delete_ledgers(tuple(ledger_ids))
+        self._core.state = ManagedLedgerState.DELETED
+
+    def stored_list(self) -> LedgerList:
+        """The list as stored in the metadata node now (for tools and tests)."""
+        data, _ = self.store.get(self.path)
+        return LedgerList.decode(data)

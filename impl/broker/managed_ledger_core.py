@@ -1,0 +1,550 @@
+"""The managed ledger's pure core: one topic's chain of ledgers, as spec/fencing.tla's `ml[b]`.
+
+No I/O, threads or clocks: the shell (impl/broker/managed_ledger.py) feeds inputs (a request,
+a metadata result, a BookKeeper completion, the time) and performs the outputs. Names follow
+spec/fencing.tla:
+
+  ReadLedgerList            `open()` -> ReadLedgerList; `on_ledger_list(...)`
+  RecoverLastLedger         RecoverLastLedger output; `on_ledger_recovered(...)`
+  CreateLedgerAndWriteList  CreateLedger + WriteLedgerList outputs; `on_list_written` /
+                            `on_list_bad_version` (bad version = FENCED)
+  AddEntry                  `add()` -> SendAdd; `on_add_completed` / `on_add_failed`
+                            (fenced = FENCED for good)
+  Rollover                  CloseLedger, CreateLedger, WriteLedgerList when the current ledger
+                            is full (entries, bytes or age); a failed close or bad version = FENCED
+  TrimConsumedLedger        `trim()` -> WriteLedgerList without the consumed head ledgers, then
+                            DeleteLedgers; a bad version = FENCED
+  CloseFencedManagedLedger  `close()`
+
+Adds are pipelined: many are in flight on the current ledger; they complete strictly in
+order (the BookKeeper writer completes in entry order and a rollover waits for the in-flight
+adds of the old ledger before closing it). Adds that arrive during a rollover are queued and
+sent to the new ledger. Only one metadata change of the list is in flight at a time
+(`phase`), so each conditional write uses the version the previous one returned.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+
+from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView
+from impl.broker.managed_ledger_errors import (
+    ManagedLedgerClosedError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    ManagedLedgerNotReadyError,
+)
+
+MB = 1024 * 1024
+
+
+@dataclass
+class ManagedLedgerConfig:
+    ensemble: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    max_entries_per_ledger: int = 50_000
+    max_size_bytes: int = 100 * MB
+    max_ledger_age_s: float = 4 * 3600
+    retention_minutes: float = 0
+    retention_size_mb: float = 0
+    password: bytes = b"pulsar-ref"
+    digest: str = "crc32c"
+    cache_bytes: int = 16 * MB  # entry cache of recent adds
+    cursor_max_entries: int = 10_000  # a cursor ledger is replaced after this many persisted states
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.ack_quorum <= self.write_quorum <= self.ensemble:
+            raise ValueError(
+                f"need 1 <= ack_quorum <= write_quorum <= ensemble, got "
+                f"{self.ensemble}/{self.write_quorum}/{self.ack_quorum}"
+            )
+        if self.max_entries_per_ledger < 1 or self.max_size_bytes < 1 or self.max_ledger_age_s <= 0:
+            raise ValueError("rollover limits (entries, bytes, age) must be positive")
+        if self.retention_minutes < 0 or self.retention_size_mb < 0:
+            raise ValueError("retention must be >= 0 (0 = keep nothing that every cursor consumed)")
+        if self.cursor_max_entries < 1:
+            raise ValueError("cursor_max_entries must be positive")
+
+
+class ManagedLedgerState(enum.Enum):
+    """spec/fencing.tla MLStates."""
+
+    CLOSED = "closed"  # not loaded (or closed by the broker)
+    READING = "reading"  # read the list (a snapshot), about to recover its last ledger
+    RECOVERED = "recovered"  # last ledger recovered, about to create a ledger and write the list
+    OPEN = "open"  # writing to `current`
+    FENCED = "fenced"  # terminal: every operation fails until the topic is closed
+    DELETED = "deleted"  # the topic's data and node are gone
+
+
+class Phase(enum.Enum):
+    """The list change in progress (at most one)."""
+
+    IDLE = "idle"
+    DRAINING = "draining"  # rollover: waiting for the old ledger's in-flight adds
+    CLOSING = "closing"  # rollover: writer close of the old ledger
+    CREATING = "creating"  # creating the next ledger
+    WRITING_LIST = "writing-list"  # conditional write of the list with the new ledger
+    TRIMMING = "trimming"  # conditional write of the list without consumed head ledgers
+
+
+# ---- outputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadLedgerList:
+    """Read the managed-ledger node; answer `on_ledger_list(data or None if absent, version)`."""
+
+
+@dataclass(frozen=True)
+class RecoverLastLedger:
+    """Open `ledger_id` with recovery (fences its bookies); answer `on_ledger_recovered`."""
+
+    ledger_id: int
+
+
+@dataclass(frozen=True)
+class CreateLedger:
+    """Create a ledger; answer `on_ledger_created(id, now)` or `on_ledger_create_failed`."""
+
+
+@dataclass(frozen=True)
+class WriteLedgerList:
+    """Conditional write of the node (`expected_version` None = create it); answer
+    `on_list_written(new_version)`, `on_list_bad_version` or `on_list_write_failed`."""
+
+    data: bytes
+    expected_version: int | None
+
+
+@dataclass(frozen=True)
+class SendAdd:
+    """Add `data` to ledger `ledger_id`; it gets `entry_id`. Answer `on_add_completed/failed`."""
+
+    ledger_id: int
+    entry_id: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class CloseLedger:
+    """Writer close of `ledger_id`; answer `on_ledger_closed` or `on_ledger_close_failed`."""
+
+    ledger_id: int
+
+
+@dataclass(frozen=True)
+class DeleteLedgers:
+    """Delete these ledgers from BookKeeper (they are on no list any more)."""
+
+    ledger_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CompleteAdd:
+    token: int
+    position: Position
+    data: bytes
+
+
+@dataclass(frozen=True)
+class FailAdd:
+    token: int
+    error: ManagedLedgerError
+
+
+@dataclass(frozen=True)
+class NotifyConfirmed:
+    """New entries up to `position` are confirmed: tell the listeners (tailing readers)."""
+
+    position: Position
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The takeover is complete: recover the cursors."""
+
+
+@dataclass(frozen=True)
+class OpenFailed:
+    error: ManagedLedgerError
+
+
+@dataclass(frozen=True)
+class TrimDone:
+    ledger_ids: tuple[int, ...]
+
+
+Output = (
+    ReadLedgerList
+    | RecoverLastLedger
+    | CreateLedger
+    | WriteLedgerList
+    | SendAdd
+    | CloseLedger
+    | DeleteLedgers
+    | CompleteAdd
+    | FailAdd
+    | NotifyConfirmed
+    | Opened
+    | OpenFailed
+    | TrimDone
+)
+
+
+@dataclass
+class PendingAdd:
+    token: int
+    data: bytes
+    ledger_id: int | None = None  # None: queued, not sent yet
+    entry_id: int = -1
+    completed: bool = False
+
+
+@dataclass
+class ManagedLedgerCore:
+    name: str
+    config: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
+    state: ManagedLedgerState = ManagedLedgerState.CLOSED
+    version: int | None = None  # version of the node as last read/written (None: absent)
+    ledgers: list[LedgerInfo] = field(default_factory=list)  # the list as this broker sees it
+    properties: dict[str, str] = field(default_factory=dict)
+    current: int | None = None  # the ledger being written (spec: ml.current)
+    created_at: float = 0.0  # clock time the current ledger was created (age rollover)
+    pushed_entries: int = 0  # adds sent to the current ledger
+    pushed_bytes: int = 0
+    confirmed: int = -1  # last confirmed entry id of the current ledger
+    pending: deque[PendingAdd] = field(default_factory=deque)
+    phase: Phase = Phase.IDLE
+    next_ledger: int | None = None  # created, not yet on the list
+    trimming: tuple[int, ...] = ()
+    dropped_empty: tuple[int, ...] = ()
+    fence_reason: str = ""
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def view(self) -> TopicView:
+        return TopicView.of(self.ledgers, self.current, self.confirmed + 1)
+
+    def check_usable(self) -> None:
+        """Raise the terminal error of a fenced, closed or deleted managed ledger."""
+        if self.state is ManagedLedgerState.FENCED:
+            raise ManagedLedgerFencedError(self.name, self.fence_reason)
+        if self.state in (ManagedLedgerState.CLOSED, ManagedLedgerState.DELETED):
+            raise ManagedLedgerClosedError(self.name, f"is {self.state.value} on this broker; open it again")
+        if self.state is not ManagedLedgerState.OPEN:
+            raise ManagedLedgerClosedError(self.name, f"is still opening ({self.state.value})")
+
+    def _encode(self, ledgers: list[LedgerInfo]) -> bytes:
+        return LedgerList(tuple(ledgers), dict(self.properties)).encode()
+
+    # ---- open (takeover) ------------------------------------------------------------------
+
+    def open(self) -> list[Output]:
+        """spec ReadLedgerList: start the takeover sequence."""
+        if self.state is not ManagedLedgerState.CLOSED:
+            raise ManagedLedgerError(self.name, f"cannot open: state is {self.state.value}")
+        self.state = ManagedLedgerState.READING
+        return [ReadLedgerList()]
+
+    def on_ledger_list(self, data: bytes | None, version: int | None) -> list[Output]:
+        try:
+            listed = LedgerList.decode(data or b"")
+        except ValueError as e:
+            return self.on_open_failed(f"its metadata node is unreadable ({e}); repair or delete it")
+        self.version = version
+        self.ledgers = list(listed.ledgers)
+        self.properties = dict(listed.properties)
+        if self.ledgers:
+            return [RecoverLastLedger(self.ledgers[-1].ledger_id)]
+        self.state = ManagedLedgerState.RECOVERED
+        self.phase = Phase.CREATING
+        return [CreateLedger()]
+
+    def on_ledger_recovered(self, ledger_id: int, last_entry_id: int, length: int) -> list[Output]:
+        """spec RecoverLastLedger: the last ledger is fenced and closed at `last_entry_id`."""
+        if self.state is not ManagedLedgerState.READING or self.ledgers[-1].ledger_id != ledger_id:
+            return []
+        self.ledgers[-1] = LedgerInfo(ledger_id, last_entry_id + 1, length, self.ledgers[-1].timestamp)
+        # Pulsar drops empty ledgers from the list on open; they are deleted once the list is written.
+        self.dropped_empty = tuple(i.ledger_id for i in self.ledgers if i.entries == 0)
+        self.ledgers = [i for i in self.ledgers if i.entries > 0]
+        self.state = ManagedLedgerState.RECOVERED
+        self.phase = Phase.CREATING
+        return [CreateLedger()]
+
+    def on_recover_failed(self, ledger_id: int, reason: str) -> list[Output]:
+        return self.on_open_failed(f"recovery of its last ledger {ledger_id} failed ({reason}); retry the open")
+
+    def on_open_failed(self, reason: str) -> list[Output]:
+        self.state = ManagedLedgerState.CLOSED
+        self.phase = Phase.IDLE
+        return [OpenFailed(ManagedLedgerError(self.name, reason))]
+
+    # ---- ledger creation and the list (open, rollover) -----------------------------------------
+
+    def on_ledger_created(self, ledger_id: int, now: float) -> list[Output]:
+        """spec CreateLedgerAndWriteList / Rollover: write the list with the new ledger appended."""
+        if self.phase is not Phase.CREATING:
+            return [DeleteLedgers((ledger_id,))]  # fenced or closed meanwhile: an orphan
+        self.next_ledger = ledger_id
+        self.created_at = now
+        self.phase = Phase.WRITING_LIST
+        return [WriteLedgerList(self._encode([*self.ledgers, LedgerInfo(ledger_id)]), self.version)]
+
+    def on_ledger_create_failed(self, reason: str) -> list[Output]:
+        if self.state is ManagedLedgerState.RECOVERED:
+            return self.on_open_failed(f"could not create a ledger ({reason}); start bookies and retry")
+        if self.phase is not Phase.CREATING:
+            return []
+        # Without a current ledger the queued adds cannot go anywhere: fail them (nothing was
+        # written); the next add tries to create a ledger again, as Pulsar does.
+        self.phase = Phase.IDLE
+        self.current = None
+        error = ManagedLedgerNotReadyError(self.name, f"could not create a ledger ({reason}); retry the add")
+        return self._fail_pending(error)
+
+    def on_list_written(self, new_version: int) -> list[Output]:
+        self.version = new_version
+        if self.phase is Phase.TRIMMING:
+            trimmed = self.trimming
+            self.ledgers = [i for i in self.ledgers if i.ledger_id not in trimmed]
+            self.trimming = ()
+            self.phase = Phase.IDLE
+            return [DeleteLedgers(trimmed), TrimDone(trimmed), *self._send_queued()]
+        if self.phase is not Phase.WRITING_LIST or self.next_ledger is None:
+            return []
+        self.ledgers.append(LedgerInfo(self.next_ledger))
+        self.current, self.next_ledger = self.next_ledger, None
+        self.pushed_entries = self.pushed_bytes = 0
+        self.confirmed = -1
+        self.phase = Phase.IDLE
+        outputs: list[Output] = []
+        if self.state is ManagedLedgerState.RECOVERED:
+            self.state = ManagedLedgerState.OPEN
+            outputs.append(Opened())
+            if self.dropped_empty:
+                outputs.append(DeleteLedgers(self.dropped_empty))
+                self.dropped_empty = ()
+        return outputs + self._send_queued()
+
+    def on_list_bad_version(self, detail: str) -> list[Output]:
+        """Someone else changed the list: another broker took over. FENCED for good (issue 17736)."""
+        orphan = (self.next_ledger,) if self.next_ledger is not None else ()
+        self.next_ledger = None
+        outputs: list[Output] = [DeleteLedgers(orphan)] if orphan else []
+        what = "trimming" if self.phase is Phase.TRIMMING else "updating"
+        reason = f"the ledger list changed under us while {what} it ({detail}): another broker took the topic over"
+        if self.state is ManagedLedgerState.RECOVERED:
+            self.state = ManagedLedgerState.FENCED
+            self.fence_reason = reason
+            return outputs + [OpenFailed(ManagedLedgerFencedError(self.name, reason))]
+        return outputs + self._fence(reason)
+
+    def on_list_write_failed(self, detail: str) -> list[Output]:
+        """Any other metadata failure (session expired, connection lost: the write may have
+        applied): we can no longer know the list's version, so stop writing for good."""
+        return self.on_list_bad_version(detail)
+
+    # ---- adds (spec AddEntry) ------------------------------------------------------------------
+
+    def add(self, token: int, data: bytes, now: float) -> list[Output]:
+        try:
+            self.check_usable()
+        except ManagedLedgerError as e:
+            return [FailAdd(token, e)]
+        self.pending.append(PendingAdd(token, data))
+        return self._send_queued(now)
+
+    def _full(self, now: float | None) -> bool:
+        c = self.config
+        aged = now is not None and now - self.created_at >= c.max_ledger_age_s
+        return self.pushed_entries > 0 and (
+            self.pushed_entries >= c.max_entries_per_ledger or self.pushed_bytes >= c.max_size_bytes or aged
+        )
+
+    def _send_queued(self, now: float | None = None) -> list[Output]:
+        """Send queued adds to the current ledger, starting a rollover when it is full."""
+        if self.state is not ManagedLedgerState.OPEN or self.phase is not Phase.IDLE:
+            return []
+        outputs: list[Output] = []
+        for p in self.pending:
+            if p.ledger_id is not None:
+                continue
+            if self.current is None or self._full(now):
+                outputs += self._start_rollover()
+                break
+            p.ledger_id, p.entry_id = self.current, self.pushed_entries
+            self.pushed_entries += 1
+            self.pushed_bytes += len(p.data)
+            outputs.append(SendAdd(p.ledger_id, p.entry_id, p.data))
+        return outputs
+
+    def on_add_completed(self, ledger_id: int, entry_id: int) -> list[Output]:
+        for p in self.pending:
+            if p.ledger_id == ledger_id and p.entry_id == entry_id:
+                p.completed = True
+                break
+        else:
+            return []  # a stale completion (e.g. after FENCED)
+        outputs: list[Output] = []
+        while self.pending and self.pending[0].completed:
+            done = self.pending.popleft()
+            assert done.ledger_id is not None
+            if done.ledger_id == self.current:
+                self.confirmed = max(self.confirmed, done.entry_id)
+            outputs.append(CompleteAdd(done.token, Position(done.ledger_id, done.entry_id), done.data))
+        if outputs:
+            last = outputs[-1]
+            assert isinstance(last, CompleteAdd)
+            outputs.append(NotifyConfirmed(last.position))
+        if self.phase is Phase.DRAINING and not self._in_flight():
+            outputs += self._close_current()
+        return outputs
+
+    def on_add_failed(self, ledger_id: int, entry_id: int, fenced: bool, reason: str) -> list[Output]:
+        if ledger_id != self.current or self.state is not ManagedLedgerState.OPEN:
+            return []  # a stale failure of a ledger we already left
+        if fenced:
+            return self._fence(f"ledger {ledger_id} was fenced by another broker's recovery ({reason})")
+        # Any other failure stops the ledger's writer: roll over and send the unconfirmed adds
+        # again to the next ledger (the close records only what was confirmed).
+        for p in self.pending:
+            if p.ledger_id == ledger_id:
+                p.ledger_id, p.entry_id = None, -1
+        if self.phase in (Phase.IDLE, Phase.DRAINING):
+            return self._close_current()
+        return []
+
+    def _in_flight(self) -> bool:
+        return any(p.ledger_id is not None for p in self.pending)
+
+    # ---- rollover (spec Rollover) ------------------------------------------------------------
+
+    def _start_rollover(self) -> list[Output]:
+        if self.current is None:
+            self.phase = Phase.CREATING
+            return [CreateLedger()]
+        if self._in_flight():
+            self.phase = Phase.DRAINING
+            return []
+        return self._close_current()
+
+    def _close_current(self) -> list[Output]:
+        assert self.current is not None
+        self.phase = Phase.CLOSING
+        return [CloseLedger(self.current)]
+
+    def on_ledger_closed(self, ledger_id: int, last_entry_id: int, length: int, wall_now: float) -> list[Output]:
+        if self.phase is not Phase.CLOSING or ledger_id != self.current:
+            return []
+        self.ledgers[-1] = LedgerInfo(ledger_id, last_entry_id + 1, length, wall_now)
+        self.confirmed = last_entry_id
+        self.phase = Phase.CREATING
+        return [CreateLedger()]
+
+    def on_ledger_close_failed(self, ledger_id: int, fenced: bool, reason: str) -> list[Output]:
+        if self.phase is not Phase.CLOSING or ledger_id != self.current:
+            return []
+        # Fenced (someone recovered it) or closed by someone else at another end (spec closeOk):
+        # either way another broker owns the topic now.
+        why = "fenced by another broker's recovery" if fenced else "closed by someone else"
+        return self._fence(f"rollover could not close ledger {ledger_id}: {why} ({reason})")
+
+    def tick(self, now: float) -> list[Output]:
+        """Time passes: roll an idle ledger over once it is too old (Pulsar's periodic check)."""
+        if self.state is ManagedLedgerState.OPEN and self.phase is Phase.IDLE and self._full(now):
+            return self._start_rollover()
+        return []
+
+    # ---- trimming (spec TrimConsumedLedger) -----------------------------------------------------
+
+    def trim(self, wall_now: float, slowest: Position | None, cursors: bool) -> list[Output]:
+        """Drop closed head ledgers every durable cursor has passed, keeping the retention.
+
+        `slowest` is the smallest mark-delete position of the durable cursors (`cursors` says
+        whether there are any; with none, nothing holds data back but retention, as in Pulsar).
+        """
+        self.check_usable()
+        if self.phase is not Phase.IDLE:
+            return [TrimDone(())]  # a list change is in flight; trim again later
+        c = self.config
+        candidates: list[LedgerInfo] = []
+        for info in self.ledgers:
+            if info.ledger_id == self.current:
+                break
+            consumed = not cursors or (
+                slowest is not None
+                and (
+                    info.ledger_id < slowest.ledger_id
+                    or (info.ledger_id == slowest.ledger_id and slowest.entry_id >= info.entries - 1)
+                )
+            )
+            if not consumed:
+                break
+            candidates.append(info)
+        # Retention: keep at least retention_minutes of age and retention_size_mb of data.
+        remaining = sum(i.size for i in self.ledgers) + self.pushed_bytes
+        chosen: list[int] = []
+        for info in candidates:
+            if c.retention_minutes > 0 and wall_now - info.timestamp < c.retention_minutes * 60:
+                break
+            if c.retention_size_mb > 0 and remaining - info.size < c.retention_size_mb * MB:
+                break
+            remaining -= info.size
+            chosen.append(info.ledger_id)
+        if not chosen:
+            return [TrimDone(())]
+        self.trimming = tuple(chosen)
+        self.phase = Phase.TRIMMING
+        kept = [i for i in self.ledgers if i.ledger_id not in self.trimming]
+        return [WriteLedgerList(self._encode(kept), self.version)]
+
+    # ---- fencing and closing ----------------------------------------------------------------
+
+    def fence(self, reason: str) -> list[Output]:
+        """Fenced from outside (a cursor's ledger or node was taken over, the session expired)."""
+        return self._fence(reason)
+
+    def _fence(self, reason: str) -> list[Output]:
+        if self.state in (ManagedLedgerState.FENCED, ManagedLedgerState.CLOSED, ManagedLedgerState.DELETED):
+            return []
+        self.state = ManagedLedgerState.FENCED
+        self.fence_reason = reason
+        self.phase = Phase.IDLE
+        outputs: list[Output] = []
+        if self.trimming:
+            outputs.append(TrimDone(()))
+            self.trimming = ()
+        # Adds in flight may have reached a bookie before the fence: their outcome is unknown.
+        for p in self.pending:
+            outputs.append(FailAdd(p.token, ManagedLedgerFencedError(self.name, reason, rejected=p.ledger_id is None)))
+        self.pending.clear()
+        return outputs
+
+    def _fail_pending(self, error: ManagedLedgerError) -> list[Output]:
+        outputs: list[Output] = [FailAdd(p.token, error) for p in self.pending]
+        self.pending.clear()
+        return outputs
+
+    def close(self) -> list[Output]:
+        """The broker unloads the topic (spec CloseFencedManagedLedger for a fenced one)."""
+        if self.state is ManagedLedgerState.CLOSED:
+            return []
+        was_open = self.state is ManagedLedgerState.OPEN
+        self.state = ManagedLedgerState.CLOSED
+        self.phase = Phase.IDLE
+        outputs: list[Output] = []
+        for p in self.pending:
+            error = ManagedLedgerClosedError(
+                self.name, "was closed while the add was pending; open it again", rejected=p.ledger_id is None
+            )
+            outputs.append(FailAdd(p.token, error))
+        self.pending.clear()
+        if was_open and self.current is not None:
+            # The writer close records the end; the next owner's recovery finds it closed.
+            outputs.append(CloseLedger(self.current))
+        return outputs

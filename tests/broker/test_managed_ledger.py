@@ -1,0 +1,228 @@
+"""The managed ledger shell over real bookie cores, the real BookKeeper client and the in-memory store."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from impl.broker.ledger_list import LedgerList
+from impl.broker.managed_ledger import (
+    ManagedLedger,
+    ManagedLedgerClosedError,
+    ManagedLedgerConfig,
+    ManagedLedgerFencedError,
+    ManagedLedgerState,
+    Position,
+)
+from impl.metadata.layout import InvalidName
+from impl.metadata.ledger import LedgerState
+from impl.metadata.ledger_store import NoSuchLedger
+
+from .conftest import Cluster, FakeClock
+
+TOPIC = "public/default/persistent/t0"
+
+
+def open_ml(
+    cluster: Cluster, config: ManagedLedgerConfig | None = None, clock: FakeClock | None = None
+) -> ManagedLedger:
+    store, bk = cluster.broker()
+    clock = clock or FakeClock()
+    return ManagedLedger.open(TOPIC, store, bk, config or ManagedLedgerConfig(), clock, wall_clock=clock)
+
+
+def test_open_add_read_and_the_stored_list(cluster: Cluster) -> None:
+    ml = open_ml(cluster)
+    assert ml.state is ManagedLedgerState.OPEN
+    assert ml.last_confirmed() is None and ml.first_position() is None
+    positions = [ml.add(b"m%d" % i) for i in range(5)]
+    current = positions[0].ledger_id
+    assert positions == [Position(current, i) for i in range(5)]
+    assert ml.read(None, 10) == [(p, b"m%d" % i) for i, p in enumerate(positions)]
+    assert ml.read(positions[3], 10) == [(positions[3], b"m3"), (positions[4], b"m4")]
+    assert ml.read(positions[1], 2) == [(positions[1], b"m1"), (positions[2], b"m2")]
+    assert ml.last_confirmed() == positions[-1] and ml.first_position() == positions[0]
+    assert ml.next_position(positions[4]) == Position(current, 5)  # the next add goes there
+    stored = ml.stored_list()
+    assert [i.ledger_id for i in stored.ledgers] == [current]
+    stats = ml.stats()
+    assert stats["entries"] == 5 and stats["ledgers"][0]["entries"] == 5 and stats["last_confirmed"] == f"{current}:4"
+
+
+def test_pipelined_adds_complete_in_order(cluster: Cluster) -> None:
+    ml = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=7))
+    order: list[Position] = []
+    futures = [ml.add_async(b"x%d" % i) for i in range(30)]
+    for f in futures:
+        f.add_done_callback(lambda f: order.append(f.result()))
+    results = [f.result(timeout=10) for f in futures]
+    assert results == sorted(results) and len(set(results)) == 30
+    assert order == results
+    assert [d for _, d in ml.read(None, 100)] == [b"x%d" % i for i in range(30)]
+
+
+def test_rollover_by_entry_count(cluster: Cluster) -> None:
+    ml = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=3))
+    positions = [ml.add(b"e%d" % i) for i in range(8)]
+    ledgers = sorted({p.ledger_id for p in positions})
+    assert len(ledgers) == 3
+    assert [p.entry_id for p in positions] == [0, 1, 2, 0, 1, 2, 0, 1]
+    stored = ml.stored_list()
+    assert [(i.ledger_id, i.entries) for i in stored.ledgers] == [(ledgers[0], 3), (ledgers[1], 3), (ledgers[2], 0)]
+    # closed ledgers are CLOSED in BookKeeper at their last entry
+    md, _ = ml.bookkeeper.ledgers.read(ledgers[0])
+    assert md.state is LedgerState.CLOSED and md.last_entry_id == 2
+    assert [d for _, d in ml.read(None, 100)] == [b"e%d" % i for i in range(8)]
+    assert ml.next_position(positions[2]) == positions[3]  # across the ledger boundary
+
+
+def test_rollover_by_size(cluster: Cluster) -> None:
+    ml = open_ml(cluster, ManagedLedgerConfig(max_size_bytes=250))
+    positions = [ml.add(bytes(100)) for _ in range(7)]
+    assert [p.entry_id for p in positions] == [0, 1, 2, 0, 1, 2, 0]
+    stored = ml.stored_list()
+    assert [(i.entries, i.size) for i in stored.ledgers[:2]] == [(3, 300), (3, 300)]
+
+
+def test_rollover_by_age_with_an_injected_clock(cluster: Cluster) -> None:
+    clock = FakeClock()
+    ml = open_ml(cluster, ManagedLedgerConfig(max_ledger_age_s=60), clock)
+    first = ml.add(b"a")
+    clock.advance(30)
+    assert ml.add(b"b").ledger_id == first.ledger_id
+    clock.advance(31)
+    third = ml.add(b"c")
+    assert third.ledger_id > first.ledger_id and third.entry_id == 0
+    clock.advance(61)
+    ml.tick()  # an idle, old ledger is rolled over without an add
+    assert ml.stats()["current_ledger"] > third.ledger_id
+    assert [d for _, d in ml.read(None, 10)] == [b"a", b"b", b"c"]
+
+
+def test_takeover_fences_the_old_owner_for_good(cluster: Cluster) -> None:
+    old = open_ml(cluster)
+    acked = [old.add(b"m%d" % i) for i in range(4)]
+    new = open_ml(cluster)
+    # the new owner sees every acknowledged entry, then writes to its own ledger
+    assert [p for p, _ in new.read(None, 10)] == acked
+    assert new.add(b"new").ledger_id > acked[-1].ledger_id
+    with pytest.raises(ManagedLedgerFencedError, match=f"managed ledger {TOPIC}: fenced: ledger .* was fenced"):
+        old.add(b"late")
+    assert old.state is ManagedLedgerState.FENCED
+    for operation in (lambda: old.add(b"later"), lambda: old.read(None, 1), old.trim, lambda: old.open_cursor("s")):
+        with pytest.raises(ManagedLedgerFencedError):
+            operation()
+    assert [d for _, d in new.read(None, 10)] == [b"m0", b"m1", b"m2", b"m3", b"new"]
+
+
+def test_bad_version_on_rollover_fences(cluster: Cluster) -> None:
+    old = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=1))
+    old.add(b"a")  # the ledger is full: the next add rolls over
+    new = open_ml(cluster)
+    with pytest.raises(ManagedLedgerFencedError, match="ledger list changed under us"):
+        old.add(b"b")
+    assert old.state is ManagedLedgerState.FENCED
+    # the orphan ledger old created is deleted and not on the list
+    listed = [i.ledger_id for i in new.stored_list().ledgers]
+    assert old.stats()["current_ledger"] in listed  # old's current was the one new recovered
+    assert new.add(b"c").entry_id == 0
+    with pytest.raises(ManagedLedgerFencedError):
+        old.add(b"d")
+
+
+def test_open_drops_empty_ledgers(cluster: Cluster) -> None:
+    first = open_ml(cluster)
+    empty = first.stats()["current_ledger"]
+    second = open_ml(cluster)  # recovers the empty ledger and drops it
+    ids = [i.ledger_id for i in second.stored_list().ledgers]
+    assert empty not in ids and len(ids) == 1
+    with pytest.raises(NoSuchLedger):
+        second.bookkeeper.ledgers.read(empty)
+
+
+def test_listener_is_told_of_confirmed_entries(cluster: Cluster) -> None:
+    ml = open_ml(cluster)
+    seen: list[Position] = []
+    reads: list[bytes] = []
+
+    def on_confirmed(p: Position) -> None:
+        seen.append(p)
+        reads.extend(d for _, d in ml.read(p, 1))  # a tailing reader, served from the cache
+
+    ml.add_listener(on_confirmed)
+    positions = [ml.add(b"t%d" % i) for i in range(3)]
+    assert seen == positions and reads == [b"t0", b"t1", b"t2"]
+    assert ml.stats()["cache"]["hits"] >= 3
+
+
+def test_reads_of_old_entries_go_to_the_bookies(cluster: Cluster) -> None:
+    ml = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=2, cache_bytes=10))
+    positions = [ml.add(b"%05d" % i) for i in range(5)]
+    before = cluster.transport.requests
+    assert [d for _, d in ml.read(positions[0], 5)] == [b"%05d" % i for i in range(5)]
+    assert cluster.transport.requests > before
+
+
+def test_close_then_every_operation_fails_closed(cluster: Cluster) -> None:
+    ml = open_ml(cluster)
+    ml.add(b"a")
+    ml.close()
+    assert ml.state is ManagedLedgerState.CLOSED
+    with pytest.raises(ManagedLedgerClosedError, match="open it again"):
+        ml.add(b"b")
+    with pytest.raises(ManagedLedgerClosedError):
+        ml.read(None, 1)
+    ml.close()  # idempotent
+    again = open_ml(cluster)
+    assert [d for _, d in again.read(None, 5)] == [b"a"]
+
+
+def test_concurrent_adds_from_threads(cluster: Cluster) -> None:
+    ml = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=10))
+    results: list[list[Position]] = [[] for _ in range(4)]
+
+    def producer(i: int) -> None:
+        for n in range(25):
+            results[i].append(ml.add(b"%d-%d" % (i, n)))
+
+    threads = [threading.Thread(target=producer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    everything = sorted(p for r in results for p in r)
+    assert len(set(everything)) == 100
+    for r in results:
+        assert r == sorted(r)  # each producer's adds in order
+    stored = [(p, d) for p, d in ml.read(None, 200)]
+    assert [p for p, _ in stored] == everything
+
+
+def test_delete_removes_ledgers_cursors_and_the_node(cluster: Cluster) -> None:
+    ml = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=2))
+    for i in range(5):
+        ml.add(b"%d" % i)
+    ml.open_cursor("sub")
+    ledgers = [i.ledger_id for i in ml.stored_list().ledgers]
+    ml.delete()
+    assert ml.state is ManagedLedgerState.DELETED
+    assert ml.store.exists(ml.path) is None
+    for ledger_id in ledgers:
+        with pytest.raises(NoSuchLedger):
+            ml.bookkeeper.ledgers.read(ledger_id)
+
+
+def test_list_format_round_trip_and_garbage() -> None:
+    listed = LedgerList.decode(b"")
+    assert listed.ledgers == ()
+    with pytest.raises(ValueError, match="not a managed ledger list"):
+        LedgerList.decode(b"{not json")
+    with pytest.raises(ValueError, match="unknown format"):
+        LedgerList.decode(b'{"format": 9, "ledgers": []}')
+
+
+def test_a_bad_topic_name_is_refused(cluster: Cluster) -> None:
+    store, bk = cluster.broker()
+    with pytest.raises(InvalidName, match="not a managed ledger path"):
+        ManagedLedger.open("no-such-shape", store, bk)
