@@ -87,8 +87,10 @@ class _Driver:
         elif isinstance(output, ChooseReplacement):
             try:
                 replacement = self.client.choose_replacement(output.exclude, output.failed)
-            except PlacementError as e:
-                reason = str(e)
+            except (PlacementError, MetadataError) as e:
+                # An unreachable registry (e.g. the session closed under a closing client) leaves
+                # no replacement either; the core fails the affected adds with this reason.
+                reason = f"{type(e).__name__}: {e}"
                 self.feed(lambda: core.on_no_replacement(output.failed, reason))
             else:
                 self.feed(lambda: core.on_replacement(output.failed, replacement))

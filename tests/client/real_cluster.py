@@ -1,0 +1,82 @@
+"""Real bookie processes and clients over gRPC for the client's process tests.
+
+`BookieCluster` starts N `pulsar-ref bookie` processes (in parallel, to keep test
+time down) on one metadata store URL and always stops them; `client()` connects a
+fresh BookKeeper client with its own metadata session, as a separate application
+would. `hung(bookie)` SIGSTOPs a bookie and always SIGCONTs it again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+from impl.bookie.client.api import BookKeeperClient
+from impl.bookie.client.connect import connect_bookkeeper
+from impl.metadata.url import connect
+from tests.bookie.bookie_process import BookieProcess
+
+
+class BookieCluster:
+    def __init__(self, directory: Path, url: str, size: int) -> None:
+        self.directory = directory
+        self.url = url
+        self.bookies: dict[str, BookieProcess] = {}
+        with ThreadPoolExecutor(size) as pool:
+            futures = [pool.submit(BookieProcess, directory / f"bookie-{i}", url) for i in range(size)]
+        failures = [f.exception() for f in futures if f.exception() is not None]
+        for future in futures:
+            if future.exception() is None:
+                bookie = future.result()
+                self.bookies[bookie.address] = bookie
+        if failures:
+            self.stop()  # the bookies that did start
+            raise RuntimeError(f"{len(failures)} of {size} bookies did not start: {failures[0]}") from failures[0]
+
+    def stop(self) -> None:
+        for bookie in self.bookies.values():
+            bookie.ensure_stopped()  # SIGKILL: works on a SIGSTOPped bookie too
+        self.bookies.clear()
+
+    @contextmanager
+    def client(self, *, request_timeout_s: float = 3.0, timeout_s: float = 30.0) -> Iterator[BookKeeperClient]:
+        store = connect(self.url)
+        try:
+            client = connect_bookkeeper(store, timeout_s=timeout_s, request_timeout_s=request_timeout_s, seed=7)
+            try:
+                yield client
+            finally:
+                client.close()
+        finally:
+            store.close()
+
+    @contextmanager
+    def hung(self, *addresses: str) -> Iterator[None]:
+        """SIGSTOP the bookies for the block's duration; SIGCONT them however the block ends."""
+        stopped: list[BookieProcess] = []
+        try:
+            for address in addresses:
+                bookie = self.bookies[address]
+                os.kill(bookie.proc.pid, signal.SIGSTOP)
+                stopped.append(bookie)
+            yield
+        finally:
+            for bookie in stopped:
+                if bookie.proc.poll() is None:
+                    os.kill(bookie.proc.pid, signal.SIGCONT)
+
+    def kill(self, address: str) -> None:
+        self.bookies[address].kill()
+
+
+@contextmanager
+def bookie_cluster(directory: Path, url: str, size: int) -> Iterator[BookieCluster]:
+    cluster = BookieCluster(directory, url, size)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
