@@ -130,6 +130,7 @@ class Subscription:
             return []
         if isinstance(out, AckEntries):
             self.cursor.delete(list(out.positions))
+            self.topic.maybe_trim()
             return []
         assert isinstance(out, ReadEntries)
         return self.dispatcher.entries_read(self._read(out.max_entries))
@@ -161,6 +162,7 @@ class Topic:
         self.closed = False
         self.last_sequence: dict[str, int] = {}  # producer -> highest sequence id persisted or in flight
         self._producer_seq = 0
+        self._trim_scheduled = False
         if service.config.deduplication:
             self._rebuild_dedup()
         ml.add_listener(self._on_new_entry)
@@ -300,6 +302,28 @@ class Topic:
                 raise ConsumerBusyError(f"subscription {sub_name} has connected consumers; close them first")
             self.subscriptions.pop(sub_name, None)
             self.ml.delete_cursor(sub_name)
+
+    def maybe_trim(self) -> None:
+        """Schedule trimming once every cursor has moved past the first ledger (not per ack)."""
+        slowest, first = self.ml.slowest_mark_delete(), self.ml.first_position()
+        if slowest is None or first is None or slowest.ledger_id <= first.ledger_id:
+            return
+        with self.lock:
+            if self._trim_scheduled or self.closed:
+                return
+            self._trim_scheduled = True
+        self.service.executor.submit(self._trim)
+
+    def _trim(self) -> None:
+        try:
+            trimmed = self.ml.trim()
+            if trimmed:
+                log.info("trimmed ledgers %s of %s", trimmed, self.name)
+        except Exception as e:  # trimming is retried at the next acknowledgement
+            log.warning("trimming %s: %s", self.name, e)
+        finally:
+            with self.lock:
+                self._trim_scheduled = False
 
     def _on_new_entry(self, _position: Position) -> None:
         for sub in list(self.subscriptions.values()):

@@ -27,6 +27,8 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument("--metadata", required=True, help="metadata store URL (zk://127.0.0.1:2181/x or embedded:///dir)")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0 = any free port)")
     add_ledger_options(parser, 3, 3, 2)
+    parser.add_argument("--session-timeout", type=float, default=10.0,
+                        help="metadata session timeout in seconds (default 10)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     args = parser.parse_args(argv)
     check_quorums(parser, args)
@@ -43,7 +45,7 @@ def main(argv: list[str], prog: str) -> int:
         ensemble=args.ensemble, write_quorum=args.write_quorum, ack_quorum=args.ack_quorum,
         max_entries_per_ledger=args.max_entries_per_ledger))
     try:
-        broker = Broker(lambda: connect(args.metadata), config, port=args.port)
+        broker = Broker(lambda: connect(args.metadata, session_timeout_s=args.session_timeout), config, port=args.port)
         broker.start()
     except (MetadataError, OSError) as e:
         print(f"error: cannot start the broker: {e}", file=sys.stderr)

@@ -1,0 +1,187 @@
+"""The subscription dispatcher core (impl/broker/subscription.py), driven directly: no I/O."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from impl.broker.managed_ledger import Position
+from impl.broker.subscription import (
+    AckEntries,
+    ActiveChanged,
+    ConsumerBusy,
+    Deliver,
+    Dispatcher,
+    Message,
+    MessageId,
+    Output,
+    ReadEntries,
+    SubscriptionError,
+    SubscriptionType,
+    UnknownMessageId,
+    key_hash,
+)
+
+
+class Log:
+    """A topic of single-message entries in ledger 1, and a shell that answers ReadEntries from it."""
+
+    def __init__(self, n: int, keys: list[str] | None = None) -> None:
+        self.messages = [Message(MessageId(1, i), (keys or [""])[i % len(keys or [""])], b"m%d" % i) for i in range(n)]
+        self.next = 0
+        self.delivered: dict[int, list[tuple[MessageId, int]]] = {}
+        self.acked_entries: list[Position] = []
+        self.active: dict[int, bool] = {}
+
+    def run(self, d: Dispatcher, outputs: list[Output]) -> None:
+        while outputs:
+            more: list[Output] = []
+            for out in outputs:
+                if isinstance(out, ReadEntries):
+                    chunk = self.messages[self.next : self.next + out.max_entries]
+                    self.next += len(chunk)
+                    more += d.entries_read(chunk)
+                elif isinstance(out, Deliver):
+                    self.delivered.setdefault(out.consumer, []).extend((m.id, c) for m, c in out.messages)
+                elif isinstance(out, AckEntries):
+                    self.acked_entries += out.positions
+                elif isinstance(out, ActiveChanged):
+                    self.active[out.consumer] = out.active
+            outputs = more
+
+
+def test_exclusive_refuses_a_second_consumer_and_respects_permits() -> None:
+    log, d = Log(10), Dispatcher(SubscriptionType.EXCLUSIVE)
+    log.run(d, d.add_consumer(1, "a"))
+    with pytest.raises(ConsumerBusy):
+        d.add_consumer(2, "b")
+    log.run(d, d.flow(1, 3))
+    assert [m for m, _ in log.delivered[1]] == [MessageId(1, i) for i in range(3)]
+    log.run(d, d.flow(1, 100))
+    assert [m for m, _ in log.delivered[1]] == [MessageId(1, i) for i in range(10)]
+
+
+def test_cumulative_ack_acknowledges_every_entry_up_to_it_in_order() -> None:
+    log, d = Log(5), Dispatcher(SubscriptionType.EXCLUSIVE)
+    log.run(d, d.add_consumer(1, "a") + d.flow(1, 10))
+    log.run(d, d.ack(1, [MessageId(1, 2)], cumulative=True))
+    assert log.acked_entries == [Position(1, 0), Position(1, 1), Position(1, 2)]
+    assert d.unacked() == 2
+
+
+def test_shared_spreads_messages_and_redelivers_a_leaving_consumers_pending() -> None:
+    log, d = Log(6), Dispatcher(SubscriptionType.SHARED)
+    log.run(d, d.add_consumer(1, "a") + d.add_consumer(2, "b"))
+    log.run(d, d.flow(1, 3) + d.flow(2, 3))
+    assert len(log.delivered[1]) == 3 and len(log.delivered[2]) == 3
+    gone = [m for m, _ in log.delivered[2]]
+    log.run(d, d.flow(1, 10))
+    log.run(d, d.remove_consumer(2))
+    redelivered = [(m, c) for m, c in log.delivered[1] if m in gone]
+    assert sorted(m for m, _ in redelivered) == sorted(gone)
+    assert all(count == 1 for _, count in redelivered)
+    with pytest.raises(SubscriptionError):
+        d.ack(1, [MessageId(1, 0)], cumulative=True)
+
+
+def test_failover_delivers_to_the_active_consumer_and_fails_over() -> None:
+    log, d = Log(4), Dispatcher(SubscriptionType.FAILOVER)
+    log.run(d, d.add_consumer(1, "b") + d.add_consumer(2, "a"))  # "a" sorts first: active
+    assert log.active == {1: False, 2: True}
+    log.run(d, d.flow(1, 10) + d.flow(2, 10))
+    assert 1 not in log.delivered and len(log.delivered[2]) == 4
+    log.run(d, d.ack(2, [MessageId(1, 0)]))
+    log.run(d, d.remove_consumer(2))
+    assert log.active[1] is True
+    assert [m for m, _ in log.delivered[1]] == [MessageId(1, i) for i in (1, 2, 3)]
+
+
+def test_key_shared_sends_each_key_to_one_consumer() -> None:
+    keys = [f"k{i}" for i in range(8)]
+    log, d = Log(40, keys), Dispatcher(SubscriptionType.KEY_SHARED)
+    log.run(d, d.add_consumer(1, "a") + d.add_consumer(2, "b"))
+    log.run(d, d.flow(1, 100) + d.flow(2, 100))
+    owner = {}
+    for consumer, got in log.delivered.items():
+        for mid, _ in got:
+            key = log.messages[mid.entry_id].key
+            assert owner.setdefault(key, consumer) == consumer
+    assert set(owner) == set(keys)
+    assert {owner[k] for k in keys} == {1, 2} or len({key_hash(k) % 2 for k in keys}) == 1
+
+
+def test_nack_redelivers_with_a_higher_count_and_unknown_acks_are_refused() -> None:
+    log, d = Log(3), Dispatcher(SubscriptionType.EXCLUSIVE)
+    log.run(d, d.add_consumer(1, "a") + d.flow(1, 3))
+    log.run(d, d.nack(1, [MessageId(1, 1)]) + d.flow(1, 1))
+    assert log.delivered[1][-1] == (MessageId(1, 1), 1)
+    with pytest.raises(UnknownMessageId):
+        d.ack(1, [MessageId(1, 7)])
+    with pytest.raises(SubscriptionError):
+        d.flow(1, 0)
+
+
+def test_a_batch_entry_is_acknowledged_once_every_message_is() -> None:
+    batch = [Message(MessageId(1, 0, i), "", b"x", (), 3) for i in range(3)]
+    d = Dispatcher(SubscriptionType.SHARED)
+    d.add_consumer(1, "a")
+    (read,) = d.flow(1, 10)
+    assert isinstance(read, ReadEntries)
+    d.entries_read(batch)
+    partial = d.ack(1, [MessageId(1, 0, 0), MessageId(1, 0, 2)])
+    assert not any(isinstance(o, AckEntries) for o in partial)
+    outputs = d.ack(1, [MessageId(1, 0, 1)])
+    assert AckEntries((Position(1, 0),)) in outputs
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(list(SubscriptionType)),
+    st.lists(
+        st.tuples(st.sampled_from(["add", "remove", "flow", "ack", "nack"]), st.integers(0, 2), st.integers(1, 5)),
+        max_size=40,
+    ),
+)
+def test_every_message_is_delivered_and_each_entry_acknowledged_at_most_once(
+    sub_type: SubscriptionType, steps: list[tuple[str, int, int]]
+) -> None:
+    """Whatever consumers do, no message is lost: after everyone acknowledges, every entry was
+    acknowledged exactly once, and nobody ever held more messages than its permits allowed."""
+    log, d = Log(12, ["a", "b", "c"]), Dispatcher(sub_type)
+    connected: set[int] = set()
+    held: dict[int, set[MessageId]] = {}
+
+    def run(outputs: list[Output]) -> None:
+        before = {c: len(v) for c, v in log.delivered.items()}
+        log.run(d, outputs)
+        for c, got in log.delivered.items():
+            held.setdefault(c, set()).update(m for m, _ in got[before.get(c, 0) :])
+
+    for verb, consumer, n in steps:
+        if verb == "add" and consumer not in connected:
+            try:
+                run(d.add_consumer(consumer, f"c{consumer}"))
+                connected.add(consumer)
+            except ConsumerBusy:
+                assert sub_type is SubscriptionType.EXCLUSIVE
+        elif verb == "remove" and consumer in connected:
+            connected.discard(consumer)
+            held.pop(consumer, None)
+            run(d.remove_consumer(consumer))
+        elif verb == "flow" and consumer in connected:
+            run(d.flow(consumer, n))
+        elif verb in ("ack", "nack") and consumer in connected and held.get(consumer):
+            ids = sorted(held[consumer])[:n]
+            held[consumer] -= set(ids)
+            run(d.ack(consumer, ids) if verb == "ack" else d.nack(consumer, ids))
+    # Drain: one consumer acknowledges everything.
+    for c in list(connected):
+        held.pop(c, None)
+        run(d.remove_consumer(c))
+    run(d.add_consumer(9, "drain"))
+    for _ in range(30):
+        run(d.flow(9, 5))
+        if held.get(9):
+            run(d.ack(9, sorted(held.pop(9))))
+    assert sorted(log.acked_entries) == [Position(1, i) for i in range(12)]
