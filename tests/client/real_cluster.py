@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -19,6 +21,8 @@ from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
 from impl.metadata.url import connect
 from tests.bookie.bookie_process import BookieProcess
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class BookieCluster:
@@ -80,3 +84,29 @@ def bookie_cluster(directory: Path, url: str, size: int) -> Iterator[BookieClust
         yield cluster
     finally:
         cluster.stop()
+
+
+class BookieOnPort:
+    """A `pulsar-ref bookie` on a chosen port (to restart a bookie where its clients expect it)."""
+
+    def __init__(self, data: Path, url: str, port: int = 0) -> None:
+        command = [sys.executable, "-m", "pulsar_ref.cli", "bookie", "--metadata", url, "--data", str(data)]
+        self.proc = subprocess.Popen(
+            [*command, "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "listening" not in line:
+            self.ensure_stopped()
+            raise RuntimeError(f"bookie on port {port} did not start: {line!r}")
+        self.address = line.split()[1]
+        self.port = int(self.address.rsplit(":", 1)[1])
+
+    def ensure_stopped(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
