@@ -100,7 +100,7 @@ def _check_local_name(full: object, local: str) -> None:
     except UnicodeEncodeError:
         raise _invalid(full, "the local name is not valid Unicode (a lone surrogate)") from None
     suffix = local.rsplit(PARTITION_SUFFIX, 1)[1] if PARTITION_SUFFIX in local else ""
-    if suffix.isdigit() and _PARTITION.match(local) is None:
+    if suffix.isascii() and suffix.isdigit() and _PARTITION.match(local) is None:
         # "t-partition-01": an index must be canonical, or t-partition-01 and t-partition-1 would be one partition.
         raise _invalid(full, "a partition suffix must be -partition-N with N a decimal without leading zeros")
 
