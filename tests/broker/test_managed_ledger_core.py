@@ -1,0 +1,353 @@
+"""The pure managed-ledger core, driven over a simulated BookKeeper and metadata store.
+
+The simulation abstracts BookKeeper as spec/fencing.tla does: a ledger is its stored entries,
+a fenced flag and a closed end; recovery is one fence-and-close step. Each broker's core
+gets its outputs performed one at a time (metadata and ledger operations) and its adds
+completed one at a time, so hypothesis explores interleavings of a takeover with the old
+owner's adds and rollovers. Checked: completions in order with strictly increasing positions;
+a reader of the list sees exactly the acknowledged entries in acknowledgement order
+(AckedMessagesOnList); at most one broker can still get an add acknowledged (SingleWriter),
+and an old owner that meets the fence is FENCED for good.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from impl.broker.ledger_list import LedgerList, Position
+from impl.broker.managed_ledger_core import (
+    CloseLedger,
+    CompleteAdd,
+    CreateLedger,
+    DeleteLedgers,
+    FailAdd,
+    ManagedLedgerConfig,
+    ManagedLedgerCore,
+    ManagedLedgerState,
+    NotifyConfirmed,
+    Opened,
+    OpenFailed,
+    Output,
+    ReadLedgerList,
+    RecoverLastLedger,
+    SendAdd,
+    TrimDone,
+    WriteLedgerList,
+)
+from impl.broker.managed_ledger_errors import ManagedLedgerClosedError, ManagedLedgerFencedError
+
+TOPIC = "public/default/persistent/sim"
+SLOW = (ReadLedgerList, RecoverLastLedger, CreateLedger, WriteLedgerList, CloseLedger)
+
+
+@dataclass
+class SimLedger:
+    entries: list[bytes] = field(default_factory=list)
+    fenced: bool = False
+    closed: int | None = None  # last entry id once closed
+    deleted: bool = False
+
+
+@dataclass
+class World:
+    ledgers: dict[int, SimLedger] = field(default_factory=dict)
+    node: tuple[bytes, int] | None = None
+    next_id: int = 1
+    acked: list[bytes] = field(default_factory=list)  # every acknowledged add, in order
+
+    def topic_log(self) -> list[bytes]:
+        """What a reader of the list sees: each ledger up to its closed end (all while open)."""
+        if self.node is None:
+            return []
+        out: list[bytes] = []
+        for info in LedgerList.decode(self.node[0]).ledgers:
+            ledger = self.ledgers[info.ledger_id]
+            assert not ledger.deleted, "a ledger on the list was deleted"
+            out += ledger.entries if ledger.closed is None else ledger.entries[: ledger.closed + 1]
+        return out
+
+    def check_at_most_one_open_ledger(self) -> None:
+        if self.node is None:
+            return
+        ids = [i.ledger_id for i in LedgerList.decode(self.node[0]).ledgers]
+        assert all(self.ledgers[i].closed is not None for i in ids[:-1])
+
+
+class Broker:
+    def __init__(self, world: World, config: ManagedLedgerConfig) -> None:
+        self.world = world
+        self.core = ManagedLedgerCore(TOPIC, config)
+        self.todo: deque[Output] = deque()
+        self.inflight: deque[SendAdd] = deque()
+        self.completed: list[tuple[int, Position]] = []
+        self.failed: list[tuple[int, Exception]] = []
+        self.tokens = 0
+        self.now = 0.0
+
+    def feed(self, outputs: list[Output]) -> None:
+        for out in outputs:
+            if isinstance(out, SLOW):
+                self.todo.append(out)
+            elif isinstance(out, SendAdd):
+                self.inflight.append(out)
+            elif isinstance(out, CompleteAdd):
+                self.completed.append((out.token, out.position))
+                self.world.acked.append(out.data)
+            elif isinstance(out, FailAdd):
+                self.failed.append((out.token, out.error))
+            elif isinstance(out, DeleteLedgers):
+                for i in out.ledger_ids:
+                    self.world.ledgers[i].deleted = True
+            else:
+                assert isinstance(out, NotifyConfirmed | Opened | OpenFailed | TrimDone)
+
+    def add(self) -> int:
+        token = self.tokens
+        self.tokens += 1
+        self.feed(self.core.add(token, b"%d-%d" % (id(self) % 1000, token), self.now))
+        return token
+
+    def complete_one(self) -> bool:
+        if not self.inflight:
+            return False
+        send = self.inflight.popleft()
+        ledger = self.world.ledgers[send.ledger_id]
+        if ledger.fenced or ledger.deleted:
+            self.feed(self.core.on_add_failed(send.ledger_id, send.entry_id, True, "fenced"))
+        else:
+            assert send.entry_id == len(ledger.entries)
+            ledger.entries.append(send.data)
+            self.feed(self.core.on_add_completed(send.ledger_id, send.entry_id))
+        return True
+
+    def step(self) -> bool:
+        if not self.todo:
+            return False
+        out = self.todo.popleft()
+        w, core = self.world, self.core
+        if isinstance(out, ReadLedgerList):
+            self.feed(core.on_ledger_list(*(w.node if w.node else (None, None))))
+        elif isinstance(out, RecoverLastLedger):
+            ledger = w.ledgers[out.ledger_id]
+            ledger.fenced = True
+            if ledger.closed is None:
+                ledger.closed = len(ledger.entries) - 1
+            size = sum(len(e) for e in ledger.entries[: ledger.closed + 1])
+            self.feed(core.on_ledger_recovered(out.ledger_id, ledger.closed, size))
+        elif isinstance(out, CreateLedger):
+            ledger_id, w.next_id = w.next_id, w.next_id + 1
+            w.ledgers[ledger_id] = SimLedger()
+            self.feed(core.on_ledger_created(ledger_id, self.now))
+        elif isinstance(out, WriteLedgerList):
+            current = w.node[1] if w.node else None
+            if current != out.expected_version:
+                self.feed(core.on_list_bad_version(f"expected {out.expected_version}, is {current}"))
+            else:
+                version = 0 if current is None else current + 1
+                w.node = (out.data, version)
+                self.feed(core.on_list_written(version))
+        elif isinstance(out, CloseLedger):
+            ledger = w.ledgers[out.ledger_id]
+            written = len(ledger.entries) - 1
+            if ledger.closed is None or ledger.closed == written:  # spec Rollover closeOk
+                ledger.closed = written
+                size = sum(len(e) for e in ledger.entries)
+                self.feed(core.on_ledger_closed(out.ledger_id, written, size, self.now))
+            else:
+                self.feed(core.on_ledger_close_failed(out.ledger_id, False, "closed elsewhere"))
+        w.check_at_most_one_open_ledger()
+        return True
+
+    def settle(self) -> None:
+        while self.step() or self.complete_one():
+            pass
+
+    def open(self) -> None:
+        self.feed(self.core.open())
+
+
+def opened(world: World, config: ManagedLedgerConfig) -> Broker:
+    b = Broker(world, config)
+    b.open()
+    b.settle()
+    assert b.core.state is ManagedLedgerState.OPEN
+    return b
+
+
+CONFIG = ManagedLedgerConfig(max_entries_per_ledger=2)
+
+
+def test_pipelined_adds_complete_in_order_across_rollovers() -> None:
+    world = World()
+    b = opened(world, CONFIG)
+    tokens = [b.add() for _ in range(7)]
+    assert len(b.inflight) == 2  # the rest wait for the rollover
+    b.settle()
+    assert [t for t, _ in b.completed] == tokens
+    positions = [p for _, p in b.completed]
+    assert positions == sorted(positions) and [p.entry_id for p in positions] == [0, 1, 0, 1, 0, 1, 0]
+    assert world.topic_log() == world.acked
+
+
+def test_adds_queue_during_rollover_and_go_to_the_new_ledger() -> None:
+    world = World()
+    b = opened(world, CONFIG)
+    b.add()
+    b.add()
+    b.add()  # the ledger is full: this one waits
+    assert b.core.phase.value == "draining" and len(b.inflight) == 2
+    b.complete_one()
+    b.complete_one()  # the last in-flight add completed: the core closes the ledger
+    assert isinstance(b.todo[0], CloseLedger)
+    b.settle()
+    assert [p for _, p in b.completed][-1].entry_id == 0
+
+
+def test_takeover_then_old_owner_add_fails_fenced_for_good() -> None:
+    world = World()
+    old = opened(world, CONFIG)
+    old.add()
+    old.settle()
+    new = opened(world, CONFIG)
+    token = old.add()
+    old.settle()
+    assert old.failed and old.failed[0][0] == token
+    error = old.failed[0][1]
+    assert isinstance(error, ManagedLedgerFencedError) and TOPIC in str(error) and not error.rejected
+    assert old.core.state is ManagedLedgerState.FENCED
+    later = old.add()  # refused at once, nothing sent
+    assert old.failed[-1][0] == later and old.failed[-1][1].rejected and not old.inflight
+    assert new.core.state is ManagedLedgerState.OPEN
+    assert world.topic_log() == world.acked
+
+
+def test_bad_version_on_rollover_is_terminal_and_deletes_the_orphan() -> None:
+    world = World()
+    old = opened(world, ManagedLedgerConfig(max_entries_per_ledger=1))
+    old.add()
+    old.settle()
+    opened(world, CONFIG)  # takeover: recovers old's ledger with the same end
+    old.add()  # full ledger: close succeeds (same end), create, then the list write fails
+    old.settle()
+    assert old.core.state is ManagedLedgerState.FENCED
+    assert "ledger list changed under us" in old.core.fence_reason
+    orphan = max(i for i, ledger in world.ledgers.items() if ledger.deleted)
+    assert orphan not in [i.ledger_id for i in LedgerList.decode(world.node[0]).ledgers] if world.node else True
+    assert isinstance(old.failed[-1][1], ManagedLedgerFencedError)
+
+
+def test_open_with_bad_version_fails_fenced() -> None:
+    world = World()
+    a = opened(world, CONFIG)
+    b = Broker(world, CONFIG)
+    b.open()
+    b.step()  # read the list
+    b.step()  # recover a's ledger
+    c = opened(world, CONFIG)  # a third broker completes its takeover first
+    b.settle()
+    assert b.core.state is ManagedLedgerState.FENCED
+    assert c.core.state is ManagedLedgerState.OPEN and a.core.state is ManagedLedgerState.OPEN
+    a.add()
+    a.settle()
+    assert a.core.state is ManagedLedgerState.FENCED
+
+
+def test_close_fails_pending_adds_and_refuses_new_ones() -> None:
+    world = World()
+    b = opened(world, CONFIG)
+    b.add()
+    b.feed(b.core.close())
+    assert isinstance(b.failed[0][1], ManagedLedgerClosedError) and not b.failed[0][1].rejected
+    b.add()
+    assert isinstance(b.failed[-1][1], ManagedLedgerClosedError) and b.failed[-1][1].rejected
+
+
+def test_rollover_by_age_and_tick() -> None:
+    world = World()
+    b = opened(world, ManagedLedgerConfig(max_ledger_age_s=10))
+    b.add()
+    b.settle()
+    first = b.core.current
+    b.now = 11
+    assert b.core.tick(b.now) == [CloseLedger(first)] if first is not None else False
+    b.feed([CloseLedger(first)] if first is not None else [])
+    b.settle()
+    assert b.core.current != first
+
+
+def test_trim_needs_every_cursor_past_a_closed_ledger() -> None:
+    world = World()
+    b = opened(world, ManagedLedgerConfig(max_entries_per_ledger=1))
+    for _ in range(3):
+        b.add()
+    b.settle()
+    ledgers = [p.ledger_id for _, p in b.completed]
+    assert b.core.trim(0, Position(ledgers[0], -1), cursors=True) == [TrimDone(())]
+    b.feed(b.core.trim(0, Position(ledgers[1], 0), cursors=True))
+    b.settle()
+    assert world.ledgers[ledgers[0]].deleted and world.ledgers[ledgers[1]].deleted
+    assert not world.ledgers[ledgers[2]].deleted  # the current ledger is never trimmed
+    assert [i.ledger_id for i in LedgerList.decode(world.node[0]).ledgers] == [ledgers[2]] if world.node else False
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="ack_quorum <= write_quorum <= ensemble"):
+        ManagedLedgerConfig(ensemble=2, write_quorum=3)
+    with pytest.raises(ValueError, match="rollover limits"):
+        ManagedLedgerConfig(max_entries_per_ledger=0)
+    with pytest.raises(ValueError, match="retention"):
+        ManagedLedgerConfig(retention_minutes=-1)
+
+
+OPS = st.sampled_from(["a_add", "b_add", "a_complete", "b_complete", "a_step", "b_step", "b_open"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(OPS, max_size=60), max_entries=st.integers(min_value=1, max_value=3))
+def test_takeover_interleavings(ops: list[str], max_entries: int) -> None:
+    world = World()
+    config = ManagedLedgerConfig(max_entries_per_ledger=max_entries)
+    a = opened(world, config)
+    b = Broker(world, config)
+    brokers = {"a": a, "b": b}
+    for op in ops:
+        who, what = op.split("_")
+        broker = brokers[who]
+        if what == "open":
+            if b.core.state is ManagedLedgerState.CLOSED:
+                b.open()
+        elif what == "add":
+            if broker.core.state is not ManagedLedgerState.CLOSED:
+                broker.add()
+        elif what == "complete":
+            broker.complete_one()
+        else:
+            broker.step()
+        assert world.topic_log() == world.acked  # AckedMessagesOnList, at every step
+    for broker in brokers.values():
+        broker.settle()
+        positions = [p for _, p in broker.completed]
+        assert positions == sorted(set(positions))  # strictly increasing
+        tokens = [t for t, _ in broker.completed]
+        assert tokens == sorted(tokens)  # completions in add order
+    assert world.topic_log() == world.acked
+    # SingleWriter: a fresh add is acknowledged for at most one broker
+    acked_by = []
+    for name, broker in brokers.items():
+        if broker.core.state is ManagedLedgerState.OPEN:
+            before = len(broker.completed)
+            broker.add()
+            broker.settle()
+            if len(broker.completed) > before:
+                acked_by.append(name)
+    assert len(acked_by) <= 1
+    if b.core.state is ManagedLedgerState.OPEN:
+        assert a.core.state is ManagedLedgerState.FENCED  # the old owner met the fence
+        a.add()
+        assert isinstance(a.failed[-1][1], ManagedLedgerFencedError)
+    assert world.topic_log() == world.acked
