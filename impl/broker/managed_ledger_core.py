@@ -449,9 +449,9 @@ class ManagedLedgerCore:
     def on_ledger_close_failed(self, ledger_id: int, fenced: bool, reason: str) -> list[Output]:
         if self.phase is not Phase.CLOSING or ledger_id != self.current:
             return []
-        # Fenced (someone recovered it) or closed by someone else at another end (spec closeOk):
-        # either way another broker owns the topic now.
-        why = "fenced by another broker's recovery" if fenced else "closed by someone else"
+        # Fenced (someone recovered it), closed by someone else at another end (spec closeOk),
+        # or the metadata session is gone: another broker may own the topic now, so stop.
+        why = "fenced by another broker's recovery" if fenced else "the close failed"
         return self._fence(f"rollover could not close ledger {ledger_id}: {why} ({reason})")
 
     def tick(self, now: float) -> list[Output]:
