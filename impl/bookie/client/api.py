@@ -122,7 +122,11 @@ class BookKeeperClient:
         *,
         seed: int | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        recovery_read_ahead: int = 1,
     ) -> None:
+        if recovery_read_ahead < 1:
+            raise ValueError(f"recovery_read_ahead must be at least 1, got {recovery_read_ahead}")
+        self.recovery_read_ahead = recovery_read_ahead  # fenced reads in flight during recovery
         self.ledgers = ledgers
         self.registry = registry
         self.transport = transport
@@ -206,7 +210,7 @@ class BookKeeperClient:
                 elif isinstance(event, RecoveryFailed):
                     future.set_exception(event.error)
 
-            op = RecoveryOp(ledger_id, metadata)
+            op = RecoveryOp(ledger_id, metadata, read_ahead=self.recovery_read_ahead)
             _Driver(self, op, on_event).feed(op.start)
             metadata = _wait(future, self.timeout_s, f"recovery of ledger {ledger_id}")
         return ReadHandle(self, ledger_id, metadata)

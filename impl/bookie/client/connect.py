@@ -28,12 +28,14 @@ def connect_bookkeeper(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     seed: int | None = None,
+    recovery_read_ahead: int = 1,
 ) -> BookKeeperClient:
     """A BookKeeperClient whose bookies are reached over gRPC at their registry ids (host:port).
 
     `timeout_s` bounds each blocking API call (add, close, open, read); `request_timeout_s`
     is the per-request deadline after which a silent bookie counts as failed (the writer
     then replaces it, recovery treats it as unknown). `seed` fixes bookie placement choices.
+    `recovery_read_ahead`: fenced reads in flight while recovering (BookKeeper's default is 1).
     """
     if not request_timeout_s < timeout_s:
         raise ValueError(
@@ -42,5 +44,10 @@ def connect_bookkeeper(
         )
     transport = GrpcTransport(timeout_s=request_timeout_s)
     return BookKeeperClient(
-        LedgerMetadataStore(store), BookieRegistry(store), transport, seed=seed, timeout_s=timeout_s
+        LedgerMetadataStore(store),
+        BookieRegistry(store),
+        transport,
+        seed=seed,
+        timeout_s=timeout_s,
+        recovery_read_ahead=recovery_read_ahead,
     )
