@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from impl.bookie.channel import BookieChannel
 from impl.bookie.client.api import WriteHandle
 from impl.bookie.client.failures import LedgerFencedError, MetadataUpdateError, NotEnoughBookiesError, UnauthorizedError
+from impl.bookie.protocol import ErrorCode, ReadRequest, ReadResponse
 from impl.metadata.ledger import LedgerState
 from impl.metadata.zkserver import ZooKeeperServer
 
@@ -71,6 +73,22 @@ def own_cluster(tmp_path: Path) -> Iterator[BookieCluster]:
 
 def payload(i: int) -> bytes:
     return b"entry-%d-" % i + b"x" * 100
+
+
+def wait_until_stored(bookies: list[str], ledger_id: int, entry_id: int, timeout_s: float = 20.0) -> None:
+    """Poll the bookies with plain (unfenced) reads until each stores the entry."""
+    deadline = time.monotonic() + timeout_s
+    for bookie in bookies:
+        channel = BookieChannel(bookie)
+        try:
+            while True:
+                response = channel.call(ReadRequest(ledger_id, entry_id), timeout=timeout_s)
+                if isinstance(response, ReadResponse) and response.code is ErrorCode.EOK:
+                    break
+                assert time.monotonic() < deadline, f"bookie {bookie} never stored entry {ledger_id}:{entry_id}"
+                time.sleep(0.05)
+        finally:
+            channel.close()
 
 
 def write(handle: WriteHandle, first: int, count: int) -> None:
@@ -185,8 +203,8 @@ def test_open_without_recovery_or_with_a_wrong_password_fences_nothing(cluster: 
 
 def test_recovery_with_a_hung_bookie(cluster: BookieCluster) -> None:
     # The old writer waits long for a bookie (as a writer that has not noticed the hang yet);
-    # the recoverer gives up on the hung bookie after 1 s.
-    with cluster.client(request_timeout_s=20) as writer_client, cluster.client(request_timeout_s=1) as recoverer:
+    # the recoverer gives up on the hung bookie after 2 s.
+    with cluster.client(request_timeout_s=20) as writer_client, cluster.client(request_timeout_s=2) as recoverer:
         writer = writer_client.create_ledger(3, 3, 2, password=PASSWORD)
         write(writer, 0, 10)
         hung = writer.metadata.last_ensemble[1]
@@ -234,13 +252,14 @@ def test_recovery_after_a_bookie_was_killed_mid_writing(own_cluster: BookieClust
 def test_close_after_recovery_closed_further_is_a_metadata_version_error(cluster: BookieCluster) -> None:
     """Entry 10 reaches two bookies but not the third (hung) one: with Qa=3 the writer never sees it
     confirmed, recovery finds it and closes at 10, so the writer's close at 9 conflicts."""
-    with cluster.client(request_timeout_s=20) as writer_client, cluster.client(request_timeout_s=1) as recoverer:
+    with cluster.client(request_timeout_s=20) as writer_client, cluster.client(request_timeout_s=2) as recoverer:
         writer = writer_client.create_ledger(3, 3, 3, password=PASSWORD)
         write(writer, 0, 10)
         hung = writer.metadata.last_ensemble[2]
         with cluster.hung(hung):
             pending = writer.add_async(payload(10))
-            time.sleep(0.5)  # let entry 10 reach the two live bookies
+            live = [b for b in writer.metadata.last_ensemble if b != hung]
+            wait_until_stored(live, writer.ledger_id, 10)
             assert not pending.done() and writer.last_add_confirmed == 9
             reader = recoverer.open_ledger(writer.ledger_id, PASSWORD, recovery=True)
             assert reader.metadata.last_entry_id == 10  # written back to a replacement of the hung bookie
