@@ -554,9 +554,15 @@ class LoadManager:
         return sorted(self.registry.live_brokers())
 
     def lookup(
-        self, topic: TopicName | str, asking_broker: str | None = None, authoritative: bool = False
+        self, topic: TopicName | str, authoritative: bool = False, *, asking_broker: str | None = None
     ) -> LookupResult:
-        """Which broker serves `topic`? Acquires the bundle when this broker is the one chosen."""
+        """Which broker serves `topic`? Acquires the bundle when this broker is the one chosen.
+
+        `authoritative`: the client was redirected here by a lookup that chose this broker.
+        `asking_broker`: the broker the client asked (default: this one; keyword-only).
+        """
+        if not isinstance(authoritative, bool):
+            raise TypeError(f"authoritative must be a bool, not {authoritative!r}; pass asking_broker= by keyword")
         asking = asking_broker or self.broker_address
         bundle = self.bundle_of(topic)
         for _attempt in range(5):

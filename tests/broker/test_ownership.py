@@ -400,3 +400,20 @@ def test_owner_cache_does_not_keep_a_value_invalidated_during_its_read() -> None
     racing.after_next_get = lambda: a.release(bundle)  # the owner leaves while b's read is in flight
     assert b.owner_of(bundle) == "a:6650"  # what b read
     assert b.owner_of(bundle) is None  # but it was not cached: the watch fired during the read
+
+
+def test_lookup_on_behalf_of_another_broker(connect: Connect) -> None:
+    first, second = connect(), connect()
+    namespaces.ensure_default(first)
+    a, b = LoadManager(first, "a:1"), LoadManager(second, "b:1")
+    a.start()
+    b.start()
+    a.report_topics(5)  # b is the least loaded
+    # Asked at b but computed by a: a cannot hold b's node, so the client goes to b, authoritatively.
+    answer = a.lookup("t", asking_broker="b:1")
+    assert (answer.kind, answer.broker_address, answer.authoritative) == ("redirect", "b:1", True)
+    assert answer.bundle is not None and a.ownership.owner_of(answer.bundle) is None  # nothing acquired
+    assert b.lookup("t", True).kind == "connect"
+    assert a.lookup("t", asking_broker="b:1") == b.lookup("t")  # owner known: connect for b, from anywhere
+    with pytest.raises(TypeError, match="keyword"):
+        a.lookup("t", "b:1")  # type: ignore[arg-type]
