@@ -253,7 +253,7 @@ class OwnershipCache:
         self._store = store
         self._expired = False
         self._owned: dict[str, NamespaceBundle] = {}  # path -> bundle: believesOwner
-        self._owners: dict[str, str | None] = {}  # path -> owner address (None: unowned), watched
+        self._owners: dict[str, str] = {}  # path -> another broker's address, until a watch fires
         self._epochs: dict[str, int] = {}  # bumped by every invalidation of _owners[path]
         self._listen(store)
 
@@ -329,27 +329,28 @@ class OwnershipCache:
             return sorted(self._owned.values())
 
     def owner_of(self, bundle: NamespaceBundle) -> str | None:
-        """The address of the bundle's owner, or None if nobody owns it (cached; a watch invalidates)."""
+        """The address of the bundle's owner, or None if nobody owns it.
+
+        A known owner is cached until a watch reports a change (a stale answer costs the client
+        one more redirect). "Unowned" is never cached: it lasts only until some broker acquires
+        the bundle, and a stale "unowned" would make lookups choose and redirect needlessly.
+        """
         path = bundle.path
-        while True:
-            with self._lock:
-                if path in self._owned:
-                    return self.broker_address
-                if path in self._owners:
-                    return self._owners[path]
-                epoch, store = self._epochs.get(path, 0), self._store
-            owner: str | None
-            try:
-                data, _ = store.get(path, watch=self._on_owner_event)
-                owner = data.decode("utf-8", errors="replace")
-            except NoNode:
-                if store.exists(path, watch=self._on_owner_event) is not None:
-                    continue  # created between the two reads: read it
-                owner = None
-            with self._lock:
-                if self._epochs.get(path, 0) == epoch:  # no change since the read armed the watch
-                    self._owners[path] = owner
-            return owner
+        with self._lock:
+            if path in self._owned:
+                return self.broker_address
+            if path in self._owners:
+                return self._owners[path]
+            epoch, store = self._epochs.get(path, 0), self._store
+        try:
+            data, _ = store.get(path, watch=self._on_owner_event)
+        except NoNode:
+            return None
+        owner = data.decode("utf-8", errors="replace")
+        with self._lock:
+            if self._epochs.get(path, 0) == epoch:  # no change since the read armed the watch
+                self._owners[path] = owner
+        return owner
 
     # -- giving bundles up ------------------------------------------------------------------------
 

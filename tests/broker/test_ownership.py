@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -40,12 +41,15 @@ DEFAULT = NamespaceName("public", "default")
 FULL = 2**32
 
 
-@pytest.fixture(params=["memory", pytest.param("zk", marks=pytest.mark.zookeeper)])
-def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
-    """Sessions on one fresh store per test: the in-memory model, or a real ZooKeeper (fresh chroot)."""
+@pytest.fixture(params=["memory", "embedded", pytest.param("zk", marks=pytest.mark.zookeeper)])
+def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connect]:
+    """Sessions on one fresh store per test: the in-memory model, the embedded (SQLite) store, or a real
+    ZooKeeper (fresh chroot)."""
     name = f"ownership-{uuid.uuid4().hex}"
     if request.param == "memory":
         url = f"memory://{name}"
+    elif request.param == "embedded":
+        url = f"embedded://{tmp_path}"
     else:
         zookeeper = request.getfixturevalue("zookeeper")
         url = f"zk://{zookeeper.connect_string}/{name}"
@@ -253,7 +257,7 @@ def test_release_frees_the_bundle_and_owner_cache_follows(connect: Connect) -> N
     a = OwnershipCache(connect(), "a:6650", on_lost=lost)
     b = OwnershipCache(connect(), "b:6650")
     bundle = namespace_bundles(DEFAULT)[0]
-    assert b.owner_of(bundle) is None  # cached as unowned, with a watch
+    assert b.owner_of(bundle) is None  # unowned (read each time: "unowned" is never cached)
     assert a.try_acquire(bundle) and a.try_acquire(bundle)  # idempotent
     eventually(lambda: b.owner_of(bundle) == "a:6650")  # the watch invalidated the cached None
     a.release(bundle)
