@@ -9,6 +9,11 @@
 
 The caller owns `store` (a broker shares its session with the client), so closing
 the client never closes it.
+
+Completions (an add's Future and its done-callbacks) run on a bookie connection's
+thread: a callback must not block on another client call (e.g. `handle.add()` or
+another future's `.result()`), or that connection stalls until its deadline. Hand
+blocking follow-up work to a thread of your own.
 """
 
 from __future__ import annotations
