@@ -50,6 +50,7 @@ from impl.broker.naming import NamespaceName, TopicName
 from impl.metadata import layout
 from impl.metadata.store import (
     BadVersion,
+    InvalidArgument,
     MetadataError,
     MetadataStore,
     NodeExists,
@@ -283,7 +284,10 @@ class OwnershipCache:
             store.create(path, self.broker_address.encode(), ephemeral=True)
         except NodeExists:
             self._invalidate(path)
-            return False
+            stat = store.exists(path)
+            if stat is None or stat.ephemeral_owner != store.session_id:
+                return False
+            # Ours already: an earlier create applied although its answer was lost (ConnectionLoss).
         with self._lock:
             if self._store is not store or self._expired:
                 # The session died right after the create: the node went with it.
@@ -297,7 +301,7 @@ class OwnershipCache:
         """Reconnect: continue on a new session of the same broker (after the old one expired)."""
         with self._lock:
             if not self._expired:
-                raise SessionExpired(
+                raise InvalidArgument(
                     "reconnect() is for after the session expired; this cache's session is still alive"
                 )
             self._store, self._expired = store, False
@@ -348,7 +352,8 @@ class OwnershipCache:
             return None
         owner = data.decode("utf-8", errors="replace")
         with self._lock:
-            if self._epochs.get(path, 0) == epoch:  # no change since the read armed the watch
+            # Keep it only if no watch fired since the read armed it, on a session that still delivers watches.
+            if self._epochs.get(path, 0) == epoch and self._store is store and not self._expired:
                 self._owners[path] = owner
         return owner
 

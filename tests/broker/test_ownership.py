@@ -33,7 +33,7 @@ from impl.broker.ownership import (
 )
 from impl.metadata.layout import InvalidName
 from impl.metadata.memory import MemoryServer, MemoryStore
-from impl.metadata.store import MetadataStore, SessionExpired, Stat, Watcher
+from impl.metadata.store import InvalidArgument, MetadataStore, SessionExpired, Stat, Watcher
 from impl.metadata.url import connect as connect_url
 
 Connect = Callable[[], MetadataStore]
@@ -242,7 +242,7 @@ def test_session_expiry_drops_every_bundle_and_the_other_broker_takes_over(conne
 def test_reconnect_gives_a_fresh_session(connect: Connect) -> None:
     a = OwnershipCache(connect(), "a:6650")
     bundle = namespace_bundles(DEFAULT)[1]
-    with pytest.raises(SessionExpired, match="still alive"):
+    with pytest.raises(InvalidArgument, match="still alive"):
         a.reconnect(connect())
     assert a.try_acquire(bundle)
     a.store.expire_session()
@@ -421,3 +421,13 @@ def test_lookup_on_behalf_of_another_broker(connect: Connect) -> None:
     assert a.lookup("t", asking_broker="b:1") == b.lookup("t")  # owner known: connect for b, from anywhere
     with pytest.raises(TypeError, match="keyword"):
         a.lookup("t", "b:1")  # type: ignore[arg-type]
+
+
+def test_a_node_created_by_an_unanswered_create_is_adopted(connect: Connect) -> None:
+    store = connect()
+    a = OwnershipCache(store, "a:6650")
+    bundle = namespace_bundles(DEFAULT)[0]
+    store.ensure_path("/namespace/public/default")
+    store.create(bundle.path, b"a:6650", ephemeral=True)  # as if a's create applied but its answer was lost
+    assert a.try_acquire(bundle) and a.is_owned(bundle)
+    assert not OwnershipCache(connect(), "b:6650").try_acquire(bundle)
