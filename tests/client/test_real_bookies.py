@@ -301,8 +301,8 @@ def ledger_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_ledger_cli_end_to_end(embedded_cluster: BookieCluster) -> None:
-    url = embedded_cluster.url
+def test_ledger_cli_end_to_end(cluster: BookieCluster) -> None:
+    url = cluster.url
     created = ledger_cli(url, "write", "-E", "3", "-Qw", "3", "-Qa", "2", "--password", "pw", "--count", "20")
     assert created.returncode == 0, created.stderr
     ledger_id = int(created.stdout.split()[1])
