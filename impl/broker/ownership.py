@@ -256,6 +256,7 @@ class OwnershipCache:
         self._owned: dict[str, NamespaceBundle] = {}  # path -> bundle: believesOwner
         self._owners: dict[str, str] = {}  # path -> another broker's address, until a watch fires
         self._epochs: dict[str, int] = {}  # bumped by every invalidation of _owners[path]
+        self._unverified: set[str] = set()  # own nodes whose watch could not be armed (no answer)
         self._listen(store)
 
     @property
@@ -310,6 +311,12 @@ class OwnershipCache:
 
     def _on_session_state(self, store: MetadataStore, state: SessionState) -> None:
         """The store's notification: on EXPIRED, drop every belief at once (RevalidateOwnership, lost)."""
+        if state is SessionState.CONNECTED:
+            with self._lock:
+                unverified, self._unverified = self._unverified, set()
+            for path in sorted(unverified):
+                self._recheck_owned(path)
+            return
         if state is not SessionState.EXPIRED:
             return  # SUSPENDED: the session may live on; keep believing, as the spec's broker does
         with self._lock:
@@ -319,6 +326,7 @@ class OwnershipCache:
             lost = list(self._owned.values())
             self._owned.clear()
             self._owners.clear()
+            self._unverified.clear()
         log.warning("metadata session of broker %s expired; lost bundles %s", self.broker_address, lost)
         self._fire_lost(lost)
 
@@ -424,8 +432,10 @@ class OwnershipCache:
         try:
             stat = store.exists(path, watch=self._on_own_node_event)
         except MetadataError as error:
-            # No answer (connection trouble or expiry): the session listener decides; the watch will re-fire.
-            log.info("could not re-check ownership node %s: %s", path, error)
+            # No answer, so no watch either: look again once the session reconnects (or expires: all lost).
+            log.info("could not re-check ownership node %s (%s); will on reconnection", path, error)
+            with self._lock:
+                self._unverified.add(path)
             return
         if stat is not None and stat.ephemeral_owner == store.session_id:
             return

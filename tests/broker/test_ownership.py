@@ -33,7 +33,15 @@ from impl.broker.ownership import (
 )
 from impl.metadata.layout import InvalidName
 from impl.metadata.memory import MemoryServer, MemoryStore
-from impl.metadata.store import InvalidArgument, MetadataStore, SessionExpired, Stat, Watcher
+from impl.metadata.store import (
+    ConnectionLoss,
+    InvalidArgument,
+    MetadataStore,
+    SessionExpired,
+    SessionState,
+    Stat,
+    Watcher,
+)
 from impl.metadata.url import connect as connect_url
 
 Connect = Callable[[], MetadataStore]
@@ -431,3 +439,35 @@ def test_a_node_created_by_an_unanswered_create_is_adopted(connect: Connect) -> 
     store.create(bundle.path, b"a:6650", ephemeral=True)  # as if a's create applied but its answer was lost
     assert a.try_acquire(bundle) and a.is_owned(bundle)
     assert not OwnershipCache(connect(), "b:6650").try_acquire(bundle)
+
+
+class FlakyExistsStore(MemoryStore):
+    """A memory session whose next exists() of one path gets no answer (ConnectionLoss): a dropped connection."""
+
+    def __init__(self, server: MemoryServer) -> None:
+        super().__init__(server, server.connect()._session)
+        self.fail_next_exists_of: str | None = None
+
+    def exists(self, path: str, watch: Watcher | None = None) -> Stat | None:
+        if path == self.fail_next_exists_of:
+            self.fail_next_exists_of = None
+            raise ConnectionLoss(f"no answer for exists {path}", path)
+        return super().exists(path, watch)
+
+    def reconnected(self) -> None:
+        for listener in list(self._session.listeners):
+            listener(SessionState.CONNECTED)
+
+
+def test_an_ownership_node_whose_watch_could_not_be_armed_is_checked_on_reconnection() -> None:
+    server = MemoryServer()
+    flaky = FlakyExistsStore(server)
+    lost = Lost()
+    a = OwnershipCache(flaky, "a:6650", on_lost=lost)
+    bundle = namespace_bundles(DEFAULT)[0]
+    flaky.fail_next_exists_of = bundle.path  # the watch-arming exists() after the create gets no answer
+    assert a.try_acquire(bundle)
+    server.connect().delete(bundle.path)  # a forced unload a could not be told about
+    assert a.is_owned(bundle) and lost.calls == []
+    flaky.reconnected()
+    assert lost.calls == [[bundle]] and not a.is_owned(bundle)
