@@ -103,7 +103,90 @@ class ZooKeeperNode:
         return self.server.log_tail(lines)
 
 
-AnyNode = Node | ZooKeeperNode
+class InProcessNode:
+    """A bookie or the broker inside a `pulsar-ref standalone` process, driven through its control endpoint.
+
+    Kill and start act in place (the standalone stops a bookie's server or the broker without a
+    clean shutdown, and starts it again); pause and expire-session of a bookie are impossible in
+    one process (bookies share its metadata session), so only the whole process can be paused.
+    """
+
+    def __init__(self, name: str, role: str, host: Node, address: str = "127.0.0.1:0", up: bool = False) -> None:
+        self.name = name
+        self.role = role
+        self.host = host
+        self.directory = host.directory
+        self.log_file = host.log_file
+        self.port = int(address.rsplit(":", 1)[1])
+        self._up = up
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _control_port(self) -> int | None:
+        try:
+            return int(json.loads((self.host.directory / "data" / "standalone.json").read_text())["control_port"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _control(self, verb: str, node: str = "") -> Any:
+        import grpc
+
+        from impl.broker import broker_pb2 as pb
+        from impl.broker import broker_pb2_grpc as pb_grpc
+
+        port = self._control_port()
+        if port is None or self.host.pid() is None or self.host.paused():
+            raise NodeError(f"{self.host.name} is not running (or paused); its {self.name} cannot be reached")
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            try:
+                resp = pb_grpc.BrokerStub(channel).Admin(
+                    pb.AdminReq(verb=f"standalone {verb}", args=json.dumps({"node": node})), timeout=30
+                )
+            except grpc.RpcError as e:
+                raise NodeError(f"the control endpoint of {self.host.name} failed: {e.code()}") from None
+        if resp.code != pb.OK:
+            raise NodeError(f"{self.host.name} refused `{verb} {node}`: {resp.message}")
+        return json.loads(resp.result) if resp.result else None
+
+    def _status(self) -> list[dict[str, Any]]:
+        try:
+            return list(self._control("status"))
+        except NodeError:
+            return []
+
+    def pid(self) -> int | None:
+        return self.host.pid() if self._up else None
+
+    def paused(self) -> bool:
+        return self.host.paused()
+
+    def healthy(self) -> bool:
+        return self._up and self.host.healthy()
+
+    def signal(self, sig: signal.Signals) -> int:
+        raise NodeError(f"{self.name} runs inside {self.host.name}: only the whole process can be paused")
+
+    def kill(self) -> int | None:
+        if not self._up:
+            return None
+        self._control("kill", self.name)
+        self._up = False
+        return self.host.pid()
+
+    def stop(self) -> int | None:
+        return None  # stopping the standalone process stops it
+
+    def start(self, timeout_s: float) -> None:
+        self._control("start", self.name)
+        self._up = True
+
+    def log_tail(self, lines: int = 30) -> str:
+        return self.host.log_tail(lines)
+
+
+AnyNode = Node | ZooKeeperNode | InProcessNode
 
 
 @dataclass(frozen=True)
@@ -135,6 +218,7 @@ class Cluster:
         brokers: int = 2,
         base_port: int = 0,
         die_with_parent: bool = False,
+        broker_options: tuple[str, ...] = (),
     ) -> Cluster:
         """Lay out a new multi-process cluster in `directory` (ports chosen now, fixed for its lifetime)."""
         directory = Path(directory).resolve()
@@ -160,7 +244,7 @@ class Cluster:
             nodes.append({"name": f"bookie-{i}", "role": "bookie", "port": p, "dir": str(d), "command": command})
         for i in range(1, brokers + 1):
             p, d = port(), directory / f"broker-{i}"
-            command = pulsar_ref_command("broker", "--metadata", metadata, "--port", str(p))
+            command = pulsar_ref_command("broker", "--metadata", metadata, "--port", str(p), *broker_options)
             nodes.append({"name": f"broker-{i}", "role": "broker", "port": p, "dir": str(d), "command": command})
         broker_ports = [n["port"] for n in nodes if n["role"] == "broker"]
         state = {
@@ -228,8 +312,7 @@ class Cluster:
     def save(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         for entry in self.state["zookeepers"] + self.state["nodes"]:
-            node = self.node(entry["name"])
-            entry["pid"] = node.pid()
+            entry["pid"] = self.node(entry["name"]).pid()
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(self.state, indent=2) + "\n")
         tmp.replace(self.directory / STATE_FILE)
@@ -251,8 +334,22 @@ class Cluster:
 
     def nodes(self, role: str | None = None) -> list[AnyNode]:
         names = [e["name"] for e in self.state["zookeepers"] + self.state["nodes"]]
-        found = [self.node(n) for n in names]
+        found: list[AnyNode] = [self.node(n) for n in names]
+        found += self.in_process_nodes()
         return [n for n in found if role is None or n.role == role]
+
+    def in_process_nodes(self) -> list[InProcessNode]:
+        """The bookies and the broker inside a running standalone process (none when it is down)."""
+        hosts = [n for n in (self.node(e["name"]) for e in self.state["nodes"]) if n.role == "standalone"]
+        found = []
+        for host in hosts:
+            if isinstance(host, Node) and host.pid() is not None and not host.paused():
+                probe = InProcessNode("broker", "broker", host)
+                found += [
+                    InProcessNode(str(e["node"]), str(e["role"]), host, str(e["address"]), bool(e["up"]))
+                    for e in probe._status()
+                ]
+        return found
 
     def node(self, name: str) -> AnyNode:
         for entry in self.state["zookeepers"]:
@@ -272,7 +369,10 @@ class Cluster:
                     list(entry["command"]),
                     self.die_with_parent,
                 )
-        names = ", ".join(e["name"] for e in self.state["zookeepers"] + self.state["nodes"])
+        for in_process in self.in_process_nodes():
+            if in_process.name == name:
+                return in_process
+        names = ", ".join(n.name for n in self.nodes())
         raise ClusterError(f"no node {name!r} in the cluster in {self.directory}; its nodes are: {names}")
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -311,7 +411,8 @@ class Cluster:
     def down(self, progress: Progress = _quiet) -> None:
         """Stop every node (brokers first, ZooKeeper last); safe at any time, also after a failed `up`."""
         order = {"broker": 0, "standalone": 0, "bookie": 1, "zookeeper": 2}
-        for node in sorted(self.nodes(), key=lambda n: order[n.role]):
+        persistent = [self.node(e["name"]) for e in self.state["zookeepers"] + self.state["nodes"]]
+        for node in sorted(persistent, key=lambda n: order[n.role]):
             pid = node.stop()
             progress(f"{node.name}: {'stopped pid ' + str(pid) if pid else 'was not running'}")
         with contextlib.suppress(OSError):
@@ -321,7 +422,10 @@ class Cluster:
 
     def kill(self, name: str) -> int:
         node = self.node(name)
-        pid = node.kill()
+        try:
+            pid = node.kill()
+        except NodeError as e:
+            raise ClusterError(str(e)) from None
         if pid is None:
             raise ClusterError(f"{name} was not running; nothing killed")
         self.save()
@@ -343,7 +447,7 @@ class Cluster:
         """Start a stopped or killed node again with the same data directory and port."""
         node = self.node(name)
         try:
-            if isinstance(node, ZooKeeperNode):
+            if isinstance(node, ZooKeeperNode | InProcessNode):
                 node.start(timeout_s)
             else:
                 self._clear_stale_registration(node)
@@ -381,6 +485,12 @@ class Cluster:
     def expire_session(self, name: str) -> int:
         """Make ZooKeeper end the node's metadata session (see impl.cluster.sessions); returns its id."""
         node = self.node(name)
+        if isinstance(node, InProcessNode) and node.role == "broker":
+            try:
+                node._control("expire-session", node.name)
+            except NodeError as e:
+                raise ClusterError(str(e)) from None
+            return 0
         if node.role not in ("bookie", "broker") or not self.metadata_url.startswith("zk://"):
             raise ClusterError(
                 f"expire-session works on bookies and brokers of a ZooKeeper-backed cluster, not on {name} "
@@ -391,9 +501,17 @@ class Cluster:
         except SessionExpiryError as e:
             raise ClusterError(str(e)) from None
 
+    def can_expire(self, node: AnyNode) -> bool:
+        """Whether `expire_session` works on this node."""
+        if isinstance(node, InProcessNode):
+            return node.role == "broker"
+        return node.role in ("bookie", "broker") and self.metadata_url.startswith("zk://")
+
     def registered(self, name: str) -> bool:
         """Whether the bookie/broker currently holds its registration node in ZooKeeper."""
         node = self.node(name)
+        if isinstance(node, InProcessNode):
+            return True  # the standalone re-registers its own nodes
         try:
             with ZooKeeperAdmin(self.metadata_url) as zk:
                 return zk.registration(node.role, node.address) is not None

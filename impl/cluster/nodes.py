@@ -70,6 +70,9 @@ class Node:
 
     def pid(self) -> int | None:
         """The running process's pid, or None (no pidfile, exited, zombie, or pid reused by another program)."""
+        if self._process is not None:
+            # Our own child: ask it directly (between fork and exec its command line is still ours).
+            return self._process.pid if self._process.poll() is None else None
         try:
             pid = int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
@@ -151,6 +154,7 @@ class Node:
     def kill(self) -> int | None:
         """SIGKILL (a crash: no clean shutdown); returns the pid killed, None if it was not running."""
         pid = self.pid()
+        self._process = None
         if pid is not None:
             with contextlib.suppress(psutil.Error):
                 process = psutil.Process(pid)
@@ -162,6 +166,7 @@ class Node:
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """Graceful stop: SIGCONT (it may be paused), SIGTERM, then SIGKILL after `timeout_s`."""
         pid = self.pid()
+        self._process = None
         if pid is not None:
             with contextlib.suppress(psutil.Error):
                 process = psutil.Process(pid)

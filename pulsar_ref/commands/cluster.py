@@ -54,6 +54,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     up.add_argument("--zookeepers", type=int, choices=(1, 3), default=1, help="ZooKeeper servers (default 1)")
     up.add_argument("--bookies", type=int, default=3, help="bookie processes (default 3)")
     up.add_argument("--brokers", type=int, default=2, help="broker processes (default 2; 0 = metadata and bookies)")
+    up.add_argument("--ensemble", type=int, help="brokers' ledger ensemble size E (default: the broker's, 3)")
+    up.add_argument("--write-quorum", type=int, help="brokers' ledger write quorum Qw (default: the broker's, 3)")
+    up.add_argument("--ack-quorum", type=int, help="brokers' ledger ack quorum Qa (default: the broker's, 2)")
     up.add_argument(
         "--standalone", action="store_true", help="instead: one `pulsar-ref standalone` process (embedded metadata)"
     )
@@ -119,8 +122,18 @@ def up(args: argparse.Namespace) -> int:
     elif args.standalone:
         cluster = Cluster.plan_standalone(directory, args.base_port, die_with_parent=args.foreground)
     else:
+        broker_options: list[str] = []
+        for option in ("ensemble", "write_quorum", "ack_quorum"):
+            if getattr(args, option) is not None:
+                broker_options += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
         cluster = Cluster.plan(
-            directory, args.zookeepers, args.bookies, args.brokers, args.base_port, die_with_parent=args.foreground
+            directory,
+            args.zookeepers,
+            args.bookies,
+            args.brokers,
+            args.base_port,
+            die_with_parent=args.foreground,
+            broker_options=tuple(broker_options),
         )
     cluster.up(args.timeout, _progress)
     _progress(f"cluster up; state in {directory / STATE_FILE}; metadata {cluster.metadata_url}")

@@ -1,0 +1,81 @@
+"""One workload operation through the Pulsar client, and the rule that classifies its outcome.
+
+The rule (HISTORY.md: never guess):
+- append `ok`: the client returned a message id, the entry is durable on Qa bookies.
+- append `fail`: the broker said it certainly did not write it (`SendRejected`).
+- append `info`: anything else -- a timeout, a dropped connection, an unexpected error: the
+  entry may or may not have been written, and may still appear later.
+- read `ok`: the entries returned. A read that raised is `fail`: a read changes nothing, so it
+  certainly took no effect (Jepsen records failed reads the same way); this keeps the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+Position = list[int]
+APPEND_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Outcome:
+    kind: str  # ok, fail, info
+    fields: dict[str, Any] = field(default_factory=dict)  # position (append) or value (read), error
+
+
+def describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
+
+
+class ClientSession:
+    """One logical process's connection: a client and its producers, replaced after an `info`."""
+
+    def __init__(self, service_url: str) -> None:
+        from impl.broker.client import Client
+
+        self.client = Client(service_url)
+        self.producers: dict[str, Any] = {}
+
+    def producer(self, topic: str) -> Any:
+        if topic not in self.producers:
+            self.producers[topic] = self.client.create_producer(topic)
+        return self.producers[topic]
+
+    def close(self) -> None:
+        # Closing a client whose broker died may fail; there is nothing to salvage.
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+
+def append(session: ClientSession, topic: str, value: str) -> Outcome:
+    from impl.broker.client import SendRejected
+
+    try:
+        message_id = session.producer(topic).send(value.encode(), timeout_s=APPEND_TIMEOUT_S)
+    except SendRejected as e:
+        return Outcome("fail", {"error": describe(e)})
+    except Exception as e:  # unknown outcome, see the module docstring
+        session.producers.pop(topic, None)
+        return Outcome("info", {"error": describe(e)})
+    return Outcome("ok", {"position": position_of(message_id)})
+
+
+def read(session: ClientSession, topic: str, start: Position | None, limit: int | None) -> Outcome:
+    from impl.broker.client import MessageId
+
+    try:
+        entries = session.client.read_topic(
+            topic, None if start is None else MessageId(*start), limit, timeout_s=READ_TIMEOUT_S
+        )
+        value = [[position_of(message_id), data.decode()] for message_id, data in entries]
+    except Exception as e:  # a read has no effect: fail, see the module docstring
+        return Outcome("fail", {"error": describe(e)})
+    return Outcome("ok", {"value": value})
+
+
+def position_of(message_id: Any) -> Position:
+    return [int(message_id.ledger_id), int(message_id.entry_id), int(message_id.batch_index)]

@@ -1,0 +1,293 @@
+"""A workload run: P logical processes append and read on several topics while the nemesis acts,
+then every fault is healed and one final read per topic reads everything.
+
+Processes are threads. Each runs one operation at a time (HISTORY.md); when one of its operations
+ends `info` the thread continues as a fresh process id with a fresh client, because the old
+process's operation may still take effect at any later time. Appended values are "<process>-<n>",
+unique in the run. Topics get a per-run prefix, so a run against a long-lived cluster never reads
+another run's values (they would look like phantoms to the audit).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from impl.workload import operations
+from impl.workload.history import HistoryWriter
+from impl.workload.nemesis import Nemesis
+from impl.workload.operations import ClientSession, Position
+
+CONNECT_TIMEOUT_S = 60.0
+FINAL_READ_TIMEOUT_S = 120.0
+RECENT_POSITIONS = 32
+Progress = Callable[[str], None]
+
+
+class WorkloadError(Exception):
+    """The workload could not run (service unreachable, topics not created); the message says why."""
+
+
+@dataclass
+class WorkloadConfig:
+    service: str
+    out: Path
+    topics: int = 3
+    partitions: int = 2  # partitions of the one partitioned topic (0 = none)
+    processes: int = 5
+    ops: int = 1000
+    rate: float = 50.0  # invocations per second over all processes (0 = as fast as possible)
+    read_fraction: float = 0.4
+    max_limit: int = 20
+    seed: int | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+
+    def plain_topics(self) -> list[str]:
+        return [f"persistent://public/default/w{self.run_id}-t{i}" for i in range(self.topics)]
+
+    def partitioned_topic(self) -> str | None:
+        return f"persistent://public/default/w{self.run_id}-p" if self.partitions > 0 else None
+
+    def log_topics(self) -> list[str]:
+        """Every topic that is one log in the history: the plain topics and each partition."""
+        base = self.partitioned_topic()
+        partitions = [f"{base}-partition-{i}" for i in range(self.partitions)] if base else []
+        return self.plain_topics() + partitions
+
+
+@dataclass
+class Summary:
+    history: Path
+    events: int
+    ok: int
+    fail: int
+    info: int
+    faults: int
+    unhealed: list[str]
+    final_entries: dict[str, int]
+
+
+class Workload:
+    def __init__(self, config: WorkloadConfig, nemesis: Nemesis | None, history: HistoryWriter) -> None:
+        self.config = config
+        self.nemesis = nemesis
+        self.history = history
+        self.topics = config.log_topics()
+        self._process_ids = itertools.count()
+        self._ids_lock = threading.Lock()
+        self._invoked = 0
+        self._ops_lock = threading.Lock()
+        self._next_slot = time.monotonic()
+        self._pace_lock = threading.Lock()
+        self._recent: dict[str, list[Position]] = {t: [] for t in self.topics}
+        self._recent_lock = threading.Lock()
+        self._stop = threading.Event()
+
+    # --- shared state --------------------------------------------------------------------------
+
+    def _new_process(self) -> int:
+        with self._ids_lock:
+            return next(self._process_ids)
+
+    def _take_op(self) -> bool:
+        with self._ops_lock:
+            if self._invoked >= self.config.ops or self._stop.is_set():
+                return False
+            self._invoked += 1
+            return True
+
+    def _pace(self) -> None:
+        if self.config.rate <= 0:
+            return
+        with self._pace_lock:
+            slot = max(time.monotonic(), self._next_slot)
+            self._next_slot = slot + 1.0 / self.config.rate
+        time.sleep(max(0.0, slot - time.monotonic()))
+
+    def _remember(self, topic: str, positions: list[Position]) -> None:
+        with self._recent_lock:
+            recent = self._recent[topic]
+            recent.extend(positions)
+            del recent[:-RECENT_POSITIONS]
+
+    def _recent_position(self, topic: str, rng: random.Random) -> Position | None:
+        with self._recent_lock:
+            recent = self._recent[topic]
+            return list(rng.choice(recent)) if recent else None
+
+    # --- the run ---------------------------------------------------------------------------------
+
+    def prepare(self, progress: Progress) -> None:
+        """Create the partitioned topic (outside the history: it is set-up, not an operation)."""
+        base = self.config.partitioned_topic()
+        if base is None:
+            return
+        session = self._connect()
+        try:
+            deadline = time.monotonic() + CONNECT_TIMEOUT_S
+            while True:
+                try:
+                    session.client.admin_create_partitioned_topic(base, self.config.partitions)
+                    progress(f"created {base} with {self.config.partitions} partitions")
+                    return
+                except Exception as e:
+                    if time.monotonic() > deadline:
+                        raise WorkloadError(
+                            f"could not create the partitioned topic {base} at {self.config.service}: "
+                            f"{operations.describe(e)}"
+                        ) from None
+                    time.sleep(1.0)
+        finally:
+            session.close()
+
+    def _connect(self) -> ClientSession:
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while True:
+            try:
+                return ClientSession(self.config.service)
+            except Exception as e:
+                if time.monotonic() > deadline or self._stop.is_set():
+                    raise WorkloadError(
+                        f"no broker answered at {self.config.service} within {CONNECT_TIMEOUT_S:.0f}s "
+                        f"({operations.describe(e)}); is the cluster up?"
+                    ) from None
+                time.sleep(0.5)
+
+    def run(self, progress: Progress) -> Summary:
+        self.prepare(progress)
+        workers = [
+            threading.Thread(target=self._worker, args=(i,), name=f"process-{i}", daemon=True)
+            for i in range(self.config.processes)
+        ]
+        reporter = threading.Thread(target=self._report, args=(progress,), name="progress", daemon=True)
+        if self.nemesis is not None:
+            self.nemesis.start()
+        for w in workers:
+            w.start()
+        reporter.start()
+        try:
+            for w in workers:
+                w.join()
+        except KeyboardInterrupt:
+            self._stop.set()
+            progress("interrupted: finishing the operations in flight, healing, final reads ...")
+            for w in workers:
+                w.join(3 * operations.APPEND_TIMEOUT_S)
+        unhealed: list[str] = []
+        if self.nemesis is not None:
+            progress("healing every fault ...")
+            unhealed = self.nemesis.heal_all()
+            if unhealed:
+                progress(f"warning: could not heal {', '.join(unhealed)}; final reads may fail")
+        self._stop.set()
+        final = self._final_reads(progress)
+        reporter.join(5)
+        counts = self.history.counts
+        return Summary(
+            self.history.path,
+            self.history.events,
+            counts["ok"],
+            counts["fail"],
+            counts["info"],
+            self.nemesis.injected if self.nemesis else 0,
+            unhealed,
+            final,
+        )
+
+    def _worker(self, slot: int) -> None:
+        seed = None if self.config.seed is None else self.config.seed * 1000 + slot
+        rng = random.Random(seed)
+        process, n = self._new_process(), 0
+        session: ClientSession | None = None
+        try:
+            while self._take_op():
+                self._pace()
+                if session is None:
+                    session = self._connect()
+                topic = rng.choice(self.topics)
+                if rng.random() < self.config.read_fraction:
+                    kind = self._read(session, process, topic, rng)
+                else:
+                    n += 1
+                    kind = self._append(session, process, topic, f"{process}-{n}")
+                if kind == "info":  # the old process may still take effect: continue as a new one
+                    session.close()
+                    session = None
+                    process, n = self._new_process(), 0
+        except WorkloadError as e:
+            print(f"process slot {slot} stopped: {e}", file=sys.stderr, flush=True)
+        finally:
+            if session is not None:
+                session.close()
+
+    def _append(self, session: ClientSession, process: int, topic: str, value: str) -> str:
+        self.history.invoke(process, "append", topic, value=value)
+        outcome = operations.append(session, topic, value)
+        self.history.complete(process, outcome.kind, "append", topic, value=value, **outcome.fields)
+        if outcome.kind == "ok":
+            self._remember(topic, [outcome.fields["position"]])
+        return outcome.kind
+
+    def _read(self, session: ClientSession, process: int, topic: str, rng: random.Random) -> str:
+        start = self._recent_position(topic, rng) if rng.random() < 0.5 else None
+        limit = rng.randint(1, self.config.max_limit) if rng.random() < 0.3 else None
+        fields: dict[str, object] = {"from": start}
+        if limit is not None:
+            fields["limit"] = limit
+        self.history.invoke(process, "read", topic, **fields)
+        outcome = operations.read(session, topic, start, limit)
+        self.history.complete(process, outcome.kind, "read", topic, **fields, **outcome.fields)
+        if outcome.kind == "ok" and outcome.fields["value"]:
+            entries = outcome.fields["value"]
+            self._remember(topic, [entries[-1][0], rng.choice(entries)[0]])
+        return outcome.kind
+
+    def _final_reads(self, progress: Progress) -> dict[str, int]:
+        """One successful read from the beginning per topic, retried (each try recorded) until it works."""
+        process = self._new_process()
+        session: ClientSession | None = None
+        counts: dict[str, int] = {}
+        deadline = time.monotonic() + FINAL_READ_TIMEOUT_S
+        try:
+            for topic in self.topics:
+                while True:
+                    if session is None:
+                        session = self._connect()
+                    self.history.invoke(process, "read", topic, **{"from": None, "final": True})
+                    outcome = operations.read(session, topic, None, None)
+                    self.history.complete(
+                        process, outcome.kind, "read", topic, **{"from": None, "final": True}, **outcome.fields
+                    )
+                    if outcome.kind == "ok":
+                        counts[topic] = len(outcome.fields["value"])
+                        break
+                    if time.monotonic() > deadline:
+                        raise WorkloadError(
+                            f"the final read of {topic} kept failing for {FINAL_READ_TIMEOUT_S:.0f}s "
+                            f"(last: {outcome.fields.get('error')}); the cluster did not recover"
+                        )
+                    session.close()
+                    session = None
+                    time.sleep(1.0)
+        finally:
+            if session is not None:
+                session.close()
+        progress("final reads: " + ", ".join(f"{t.rsplit('/', 1)[-1]}={c}" for t, c in counts.items()))
+        return counts
+
+    def _report(self, progress: Progress) -> None:
+        started = time.monotonic()
+        while not self._stop.wait(2.0):
+            c = self.history.counts
+            fault = self.nemesis.describe() if self.nemesis else "none"
+            progress(
+                f"[{time.monotonic() - started:6.1f}s] ops {self._invoked}/{self.config.ops}  "
+                f"ok {c['ok']}  fail {c['fail']}  info {c['info']}  fault: {fault}"
+            )

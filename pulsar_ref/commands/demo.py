@@ -1,0 +1,134 @@
+"""`pulsar-ref demo`: the main job in one command -- a cluster, the workload with faults, the Spark audit.
+
+Without --cluster it runs on the embedded default (`pulsar-ref standalone` as a subprocess); with
+--cluster on separate processes with a real ZooKeeper. Everything (cluster data and logs, history,
+reports) goes to a fresh run directory under --dir, kept for inspection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from impl.cluster.deployment import Cluster, ClusterError
+from impl.cluster.nodes import pulsar_ref_command
+from impl.workload.history import HistoryWriter
+from impl.workload.nemesis import Nemesis, NemesisError
+from impl.workload.run import Workload, WorkloadConfig, WorkloadError
+
+STANDALONE_FAULTS = ["kill-bookie", "kill-broker", "expire-session", "pause-standalone"]
+CLUSTER_FAULTS = ["kill-bookie", "pause-bookie", "kill-broker", "pause-broker", "expire-session", "restart-zookeeper"]
+# Pulsar's own defaults (managedLedgerDefaultEnsembleSize etc.): with 3 bookies a ledger survives one dead bookie
+# by an ensemble change.
+LEDGER_QUORUMS = ("--ensemble", "2", "--write-quorum", "2", "--ack-quorum", "2")
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Start a cluster, run the Jepsen-style workload against it for about --seconds while a nemesis "
+            "kills and pauses bookies and brokers, heal, read everything back, and audit the history with "
+            "Spark (`pulsar-ref audit`). Prints the verdict and the path of the HTML report. Exit status is "
+            "the audit's: 0 valid, 1 anomalies, 2 unusable history (3 = the run itself failed)."
+        ),
+        epilog=(
+            "on the embedded default (no --cluster) the bookies and the broker share one process: bookie and "
+            "broker kills and the broker's session expiry happen in place through standalone's control endpoint; "
+            "only the whole process can be paused. --cluster runs ZooKeeper, 3 bookies and 2 brokers as separate "
+            "processes and injects every fault kind."
+        ),
+    )
+    parser.add_argument("--cluster", action="store_true", help="multi-process cluster with real ZooKeeper")
+    parser.add_argument("--seconds", type=float, default=60.0, help="workload duration, roughly (default 60)")
+    parser.add_argument("--dir", type=Path, default=Path("var/demo"), help="parent of the run directory (var/demo)")
+    parser.add_argument("--rate", type=float, default=40.0, help="operations per second (default 40)")
+    parser.add_argument("--processes", type=int, default=5, help="logical processes (default 5)")
+    parser.add_argument("--nemesis-interval", type=float, default=5.0, help="seconds per calm/fault phase (5)")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
+    parser.add_argument("--seed", type=int, help="random seed (operations and fault schedule)")
+    return parser
+
+
+def main(argv: list[str], prog: str) -> int:
+    args = build_parser(prog).parse_args(argv)
+    run_dir = (args.dir / time.strftime("run-%Y%m%d-%H%M%S")).resolve()
+    run_dir.mkdir(parents=True, exist_ok=False)
+    history_path, json_path, html_path = run_dir / "history.jsonl", run_dir / "audit.json", run_dir / "audit.html"
+    say(f"demo run directory: {run_dir}")
+    if args.cluster:
+        cluster = Cluster.plan(run_dir / "cluster", 1, 3, 2, broker_options=LEDGER_QUORUMS)
+        faults = CLUSTER_FAULTS
+        say("cluster: 1 ZooKeeper, 3 bookies, 2 brokers as separate processes (ledgers E=2, Qw=2, Qa=2)")
+    else:
+        cluster = Cluster.plan_standalone(run_dir / "cluster")
+        faults = STANDALONE_FAULTS
+        say(
+            "embedded default: `pulsar-ref standalone` (embedded metadata, 3 bookies and a broker in one process); "
+            "faults: bookie and broker kills in place, broker session expiry, pause of the whole process "
+            "(per-bookie pauses and ZooKeeper restarts need --cluster)"
+        )
+    try:
+        cluster.up(progress=say)
+    except ClusterError as e:
+        say(f"error: {e}")
+        return 3
+    history = HistoryWriter(history_path)
+    summary = None
+    try:
+        config = WorkloadConfig(
+            service=cluster.service_url or "",
+            out=history_path,
+            processes=args.processes,
+            ops=max(1, int(args.seconds * args.rate)),
+            rate=args.rate,
+            seed=args.seed,
+        )
+        nemesis = Nemesis(cluster, faults, args.nemesis_interval, history, args.seed)
+        say(
+            f"workload: {config.ops} operations at {args.rate:g}/s by {args.processes} processes; "
+            f"faults: {', '.join(faults)}"
+        )
+        summary = Workload(config, nemesis, history).run(say)
+    except (WorkloadError, NemesisError, ClusterError) as e:
+        say(f"error: the workload failed: {e}\nthe history so far is in {history_path}")
+    finally:
+        history.close()
+        if args.keep:
+            say(f"cluster left running; stop it with: pulsar-ref cluster down --dir {run_dir / 'cluster'}")
+        else:
+            say("stopping the cluster ...")
+            cluster.down()
+    if summary is None:
+        return 3
+    injected = Counter(
+        ev["f"]
+        for ev in map(json.loads, history_path.read_text().splitlines())
+        if ev["process"] == "nemesis" and ev["f"] != "heal" and "error" not in ev
+    )
+    say(
+        f"workload done: {summary.events} events, ok {summary.ok}, fail {summary.fail}, info {summary.info}; "
+        f"faults injected: {', '.join(f'{k} x{v}' for k, v in sorted(injected.items())) or 'none'}"
+    )
+    say("auditing the history with Spark (pulsar-ref audit) ...")
+    with open(run_dir / "audit.log", "w") as log:
+        audit = subprocess.run(
+            pulsar_ref_command("audit", str(history_path), "--json", str(json_path), "--html", str(html_path)),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+    sys.stdout.write(audit.stdout)
+    verdict = {0: "VALID", 1: "INVALID (anomalies found)", 2: "UNUSABLE HISTORY"}.get(audit.returncode, "AUDIT FAILED")
+    print(f"verdict: {verdict}")
+    print(f"HTML report: {html_path}" if html_path.exists() else f"no HTML report; see {run_dir / 'audit.log'}")
+    return audit.returncode

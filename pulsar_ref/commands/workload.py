@@ -1,0 +1,143 @@
+"""`pulsar-ref workload`: the Jepsen-style workload; writes a history for `pulsar-ref audit`.
+
+The workload itself lives in impl/workload/ (history writer, operations, nemesis, run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from impl.cluster.deployment import Cluster, ClusterError
+from impl.workload.history import HistoryWriter
+from impl.workload.nemesis import FAULTS, Nemesis, NemesisError
+from impl.workload.run import Workload, WorkloadConfig, WorkloadError
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            'Run P logical processes that append unique values ("<process>-<n>") and read (full scans and '
+            "tail reads, some with a limit) on N topics plus the partitions of one partitioned topic, while "
+            "an optional nemesis injects faults into a `pulsar-ref cluster`. Every invoke and completion is "
+            "written to the history (../shared/HISTORY.md). At the end all faults are healed and one final "
+            "read per topic reads everything. Audit the result with: pulsar-ref audit HISTORY"
+        ),
+        epilog=(
+            "examples:\n"
+            "  %(prog)s --service pulsar://127.0.0.1:6650 --out var/h.jsonl\n"
+            "  %(prog)s --service $(pulsar-ref cluster up --dir var/c) --cluster-dir var/c \\\n"
+            "      --nemesis kill-bookie,kill-broker,pause-broker --nemesis-interval 5 --ops 2000 --out var/h.jsonl\n"
+            f"fault kinds: {', '.join(FAULTS)}"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--service",
+        help="broker address(es), e.g. pulsar://127.0.0.1:6650[,127.0.0.1:6651] "
+        "(default: the service of --cluster-dir)",
+    )
+    parser.add_argument("--out", required=True, type=Path, help="history file to write (JSON Lines)")
+    parser.add_argument("--topics", type=int, default=3, help="plain (non-partitioned) topics (default 3)")
+    parser.add_argument(
+        "--partitions", type=int, default=2, help="partitions of the one partitioned topic (default 2; 0 = none)"
+    )
+    parser.add_argument("--processes", type=int, default=5, help="concurrent logical processes (default 5)")
+    parser.add_argument("--ops", type=int, default=1000, help="operations to invoke, final reads excluded (1000)")
+    parser.add_argument("--rate", type=float, default=50.0, help="invocations per second, all processes (50; 0 = max)")
+    parser.add_argument("--read-fraction", type=float, default=0.4, help="share of reads among operations (0.4)")
+    parser.add_argument(
+        "--nemesis",
+        default="",
+        help=f"comma-separated fault kinds to inject (needs --cluster-dir): {', '.join(FAULTS)}",
+    )
+    parser.add_argument(
+        "--nemesis-interval",
+        type=float,
+        default=5.0,
+        help="seconds of calm before each fault and seconds each fault lasts (default 5)",
+    )
+    parser.add_argument(
+        "--nemesis-order",
+        choices=("random", "cycle"),
+        default="random",
+        help="pick each fault at random (default) or take the kinds in turn",
+    )
+    parser.add_argument("--nemesis-max", type=int, default=0, help="inject at most this many faults (0 = no limit)")
+    parser.add_argument("--cluster-dir", type=Path, help="the --dir of `pulsar-ref cluster up` (for the nemesis)")
+    parser.add_argument("--seed", type=int, help="random seed for operation choice and fault schedule")
+    return parser
+
+
+def main(argv: list[str], prog: str) -> int:
+    args = build_parser(prog).parse_args(argv)
+    faults = [f.strip() for f in args.nemesis.split(",") if f.strip()]
+    if args.topics < 0 or args.partitions < 0 or args.topics + args.partitions == 0:
+        print("error: need at least one topic: --topics N and/or --partitions M", file=sys.stderr)
+        return 2
+    if args.processes < 1 or args.ops < 0:
+        print("error: --processes must be >= 1 and --ops >= 0", file=sys.stderr)
+        return 2
+    try:
+        cluster = Cluster.load(args.cluster_dir) if args.cluster_dir else None
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if faults and cluster is None:
+        print("error: --nemesis needs --cluster-dir (the cluster whose nodes it may kill)", file=sys.stderr)
+        return 2
+    service = args.service or (cluster.service_url if cluster else None)
+    if not service:
+        print("error: give --service pulsar://HOST:PORT (or --cluster-dir of a cluster with brokers)", file=sys.stderr)
+        return 2
+    config = WorkloadConfig(
+        service=service,
+        out=args.out,
+        topics=args.topics,
+        partitions=args.partitions,
+        processes=args.processes,
+        ops=args.ops,
+        rate=args.rate,
+        read_fraction=args.read_fraction,
+        seed=args.seed,
+    )
+    history = HistoryWriter(args.out)
+    try:
+        nemesis = (
+            Nemesis(
+                cluster,
+                faults,
+                args.nemesis_interval,
+                history,
+                args.seed,
+                cycle=args.nemesis_order == "cycle",
+                max_faults=args.nemesis_max,
+            )
+            if cluster and faults
+            else None
+        )
+        _progress(
+            f"workload {config.run_id}: {config.processes} processes, {config.ops} ops at "
+            f"{config.rate or 'max'}/s on {len(config.log_topics())} topic logs via {service}; "
+            f"nemesis: {', '.join(faults) or 'none'}"
+        )
+        summary = Workload(config, nemesis, history).run(_progress)
+    except (WorkloadError, NemesisError) as e:
+        print(f"error: {e}\nthe history so far is in {args.out}", file=sys.stderr)
+        return 1
+    finally:
+        history.close()
+    print(
+        f"history {summary.history}: {summary.events} events; ok {summary.ok}, fail {summary.fail}, "
+        f"info {summary.info}; {summary.faults} faults injected"
+    )
+    if summary.unhealed:
+        print(f"warning: not healed: {', '.join(summary.unhealed)}", file=sys.stderr)
+        return 1
+    return 0
