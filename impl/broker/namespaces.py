@@ -33,6 +33,7 @@ from impl.metadata.store import (
     MultiFailed,
     NodeExists,
     NoNode,
+    Watcher,
 )
 from impl.metadata.store import NotEmpty as StoreNotEmpty
 
@@ -217,11 +218,14 @@ def create_namespace(
     return ns
 
 
-def get_policies(store: MetadataStore, namespace: NamespaceName | str) -> NamespacePolicies:
+def get_policies(
+    store: MetadataStore, namespace: NamespaceName | str, watch: Watcher | None = None
+) -> NamespacePolicies:
+    """The namespace's policies; `watch` (one-shot) fires when they change or the namespace is deleted."""
     ns = _namespace(namespace)
     path = layout.namespace_policies_path(ns.tenant, ns.namespace)
     try:
-        data, _ = store.get(path)
+        data, _ = store.get(path, watch=watch)
     except NoNode:
         raise NamespaceNotFound(f"namespace {ns} does not exist; create it first (create_namespace)") from None
     return NamespacePolicies.from_json(path, data)

@@ -524,7 +524,11 @@ class LoadManager:
         self.ownership = OwnershipCache(store, broker_address, on_lost=self._bundles_lost)
         self.registry = BrokerRegistry(store)
         self._topics = 0
+        # Bundle counts per namespace, dropped when a watch reports a change of any namespace's policies
+        # (a namespace deleted and re-created with another count must not keep its old split here).
         self._bundle_counts: dict[NamespaceName, int] = {}
+        self._counts_lock = threading.Lock()
+        self._counts_epoch = 0
 
     @property
     def store(self) -> MetadataStore:
@@ -543,6 +547,7 @@ class LoadManager:
     def reconnect(self, store: MetadataStore) -> None:
         """After a session expiry: continue on `store` (a new session) and register again."""
         self.ownership.reconnect(store)
+        self._forget_bundle_counts()  # their watches died with the old session
         self.registry = BrokerRegistry(store)
         self.start()
 
@@ -554,11 +559,22 @@ class LoadManager:
     def bundle_of(self, topic: TopicName | str) -> NamespaceBundle:
         """The bundle of `topic`, per its namespace's bundle count (NamespaceNotFound if none)."""
         name = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
-        count = self._bundle_counts.get(name.namespace_name)
+        with self._counts_lock:
+            count, epoch = self._bundle_counts.get(name.namespace_name), self._counts_epoch
         if count is None:
-            count = namespaces.get_policies(self.store, name.namespace_name).bundles
-            self._bundle_counts[name.namespace_name] = count  # fixed at namespace creation
+            count = namespaces.get_policies(self.store, name.namespace_name, watch=self._policies_changed).bundles
+            with self._counts_lock:
+                if self._counts_epoch == epoch:  # no change reported since the read armed the watch
+                    self._bundle_counts[name.namespace_name] = count
         return bundle_for(name, count)
+
+    def _policies_changed(self, _event: WatchedEvent) -> None:
+        self._forget_bundle_counts()
+
+    def _forget_bundle_counts(self) -> None:
+        with self._counts_lock:
+            self._counts_epoch += 1
+            self._bundle_counts.clear()
 
     def check_namespace(self, topic: TopicName | str) -> None:
         """Raise NamespaceNotFound (namespaces.py) unless the topic's namespace exists now."""

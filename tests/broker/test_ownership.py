@@ -471,3 +471,25 @@ def test_an_ownership_node_whose_watch_could_not_be_armed_is_checked_on_reconnec
     assert a.is_owned(bundle) and lost.calls == []
     flaky.reconnected()
     assert lost.calls == [[bundle]] and not a.is_owned(bundle)
+
+
+def test_a_re_created_namespace_is_split_by_its_new_bundle_count(connect: Connect) -> None:
+    admin = connect()
+    manager = LoadManager(connect(), "a:1")
+    namespaces.create_tenant(admin, "acme")
+    namespaces.create_namespace(admin, "acme/x", namespaces.NamespacePolicies(bundles=1))
+    topic = TopicName.parse("acme/x/t")
+    assert manager.bundle_of(topic) == NamespaceBundle(topic.namespace_name, 0, FULL)
+    namespaces.delete_namespace(admin, "acme/x")
+    namespaces.create_namespace(admin, "acme/x", namespaces.NamespacePolicies(bundles=16))
+    eventually(lambda: manager.bundle_of(topic) == bundle_for(topic, 16))
+    namespaces.delete_namespace(admin, "acme/x")
+
+    def forgotten() -> bool:
+        try:
+            manager.bundle_of(topic)
+        except namespaces.NamespaceNotFound:
+            return True
+        return False
+
+    eventually(forgotten)
