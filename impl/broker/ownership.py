@@ -12,7 +12,7 @@ Ownership (spec/fencing.tla). A broker owns a bundle while its metadata session 
 ephemeral node /namespace/<tenant>/<ns>/0x<lo>_0x<hi> with the broker's address as data.
     AcquireOwnership(b)     `OwnershipCache.try_acquire`: create the node; NodeExists = someone else owns it
     believesOwner[b]        `OwnershipCache.is_owned` / `owned_bundles` (the cache's beliefs)
-    ownerNode               `OwnershipCache.owner_of` (cached, invalidated by watches)
+    ownerNode               `OwnershipCache.owner_of` (a known owner is cached until a watch fires)
     ExpireSession(b)        the store expires the session (`MetadataStore.expire_session` in tests)
     Reconnect(b)            `OwnershipCache.reconnect(new_store)`: a new session for the same broker
     RevalidateOwnership(b)  done at once when the store reports EXPIRED, and always by its "lost"
@@ -24,7 +24,8 @@ ephemeral node /namespace/<tenant>/<ns>/0x<lo>_0x<hi> with the broker's address 
                             across the gap is the optimisation the spec's re-create branch allows.
 Being told late is harmless for the data: a stale owner's writes fail fenced once the new
 owner recovered the ledger (fencing.tla `SingleWriter`). Someone else deleting our node (a
-forced unload) is noticed by a data watch and handled like a loss.
+forced unload) is noticed by a data watch and handled like a loss; if the watch could not be
+armed (no answer), the node is checked again when the session reconnects.
 
 Lookup (pure decision, shell around it). Owner known: "connect" if it is the asking broker,
 else "redirect" to it. Unowned: the broker named by a transfer's assignment hint if it is
@@ -32,6 +33,8 @@ live, else the least-loaded live broker (fewest bundles, then fewest topics, the
 address, so every broker decides alike); if that is the asking broker it acquires the bundle
 and answers "connect", else "redirect" marked authoritative, and the broker redirected to
 acquires without choosing again (Pulsar's authoritative lookup: no ping-pong between brokers).
+A transfer leaves a persistent hint /loadbalance/bundle-assignments/<tenant>/<ns>/<bundle>
+naming the next owner and unloads the bundle; whoever acquires the bundle next deletes it.
 """
 
 from __future__ import annotations
