@@ -4,9 +4,9 @@ Bundles (pure). A namespace's 32-bit hash range [0, 2^32) is split into N bundle
 default, Pulsar's defaultNumberOfNamespaceBundles) at multiples of 2^32 // N, the last one
 ending at 2^32 (printed 0xffffffff). A topic belongs to the bundle containing the hash of
 its full name (`persistent://tenant/ns/topic`, partitions included, so partitions spread).
-The hash is MurmurHash3 x86 32-bit, seed 0, over the name's UTF-8 bytes, read as an
-unsigned 32-bit number: Pulsar's default bundle hash (Guava's murmur3_32), so a topic lands
-in the same bundle here as in Pulsar.
+The hash is CRC-32 (zlib's, the IEEE polynomial) of the name's UTF-8 bytes, an unsigned
+32-bit number: what Pulsar's NamespaceService hashes bundles with (Guava's Hashing.crc32()),
+so with the same bundle count a topic lands in the same bundle here as in Pulsar.
 
 Ownership (spec/fencing.tla). A broker owns a bundle while its metadata session holds the
 ephemeral node /namespace/<tenant>/<ns>/0x<lo>_0x<hi> with the broker's address as data.
@@ -44,6 +44,7 @@ import contextlib
 import json
 import logging
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -70,35 +71,10 @@ FULL_RANGE = layout.FULL_HASH_RANGE  # 2^32
 
 # --- hashing and bundles (pure) ----------------------------------------------------------
 
-_MASK = 0xFFFFFFFF
-
-
-def _rotl32(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _MASK
-
-
-def murmur3_32(data: bytes, seed: int = 0) -> int:
-    """MurmurHash3 x86 32-bit (Austin Appleby's public-domain algorithm) as an unsigned int."""
-    c1, c2 = 0xCC9E2D51, 0x1B873593
-    h = seed & _MASK
-    whole = len(data) - len(data) % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (_rotl32((k * c1) & _MASK, 15) * c2) & _MASK
-        h = (_rotl32(h ^ k, 13) * 5 + 0xE6546B64) & _MASK
-    tail = data[whole:]
-    if tail:
-        k = int.from_bytes(tail, "little")
-        h ^= (_rotl32((k * c1) & _MASK, 15) * c2) & _MASK
-    h ^= len(data)
-    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & _MASK
-    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & _MASK
-    return h ^ (h >> 16)
-
 
 def topic_hash(topic: TopicName) -> int:
-    """The bundle hash of a topic: murmur3_32 of its full name's UTF-8 bytes, in [0, 2^32)."""
-    return murmur3_32(str(topic).encode("utf-8"))
+    """The bundle hash of a topic: CRC-32 of its full name's UTF-8 bytes, in [0, 2^32)."""
+    return zlib.crc32(str(topic).encode("utf-8"))
 
 
 @dataclass(frozen=True, order=True)
