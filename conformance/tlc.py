@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -257,11 +257,12 @@ def run_tlc(
     workers: int = 1,
     on_progress: Callable[[str], None] | None = None,
     java: str = "java",
+    extra_args: Sequence[str] = (),
 ) -> TLCResult:
     """Model-check `spec_file` with `config_file`, in a fresh state directory.
 
     Deadlock checking is off (`-deadlock`): the models are bounded, so they end in states
-    with no successor by design.
+    with no successor by design. `extra_args` go to TLC before the spec (e.g. `-dump dot,actionlabels F`).
     """
     for path in (spec_file, config_file):
         if not path.is_file():
@@ -284,6 +285,7 @@ def run_tlc(
             str(config_file.resolve()),
             "-metadir",
             metadir,
+            *extra_args,
             spec_file.name,
         ]
         started = time.monotonic()

@@ -1,0 +1,335 @@
+"""One ledger's cluster, in one process: the real pure cores over a simulated network and disk.
+
+The cores are the production ones: `BookieCore` per bookie, one `LedgerWriter`, one
+`RecoveryOp` per recovery attempt of each recovery client (its read-LAC op and its
+write-back writer inside), and the metadata transitions through `LedgerMetadataStore` over
+the in-memory store. Nothing here decides protocol behaviour; the harness only decides, as
+the spec's environment, what the network and the disks do:
+
+- network: requests in flight (who sent them, to which bookie). Delivering one runs the
+  bookie core on it and feeds the reply to the sender in the same step (as ledger.tla does).
+  A lost request, a lost reply, a request dropped by a down bookie: the sender is *not* told
+  at once; it gets `None` (no answer) only when the spec decides its timeout fires
+  (`timeout_writer`, `timeout_recovery_adds`, `abort_recovery`).
+- disk: each bookie's journal, the records the core asked to append (made durable at once:
+  ledger.tla's journal write, fsync and reply are one step). A crash rebuilds the bookie core
+  from its journal with `BookieCore.replay`, so only journalled state survives.
+- metadata: every `UpdateMetadata` is applied at once through the conditional-write loop,
+  except a recovery close, held until the spec's `RecoveryCloses` step.
+
+A `LedgerCluster` pickles (the metadata store is re-created from the stored metadata), so
+the exhaustive replay can branch from any state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, UpdateMetadata, apply_change
+from impl.bookie.client.recovery import RecoveryFailed, RecoveryOp, RecoveryPhase
+from impl.bookie.client.writer import ChooseReplacement, LedgerWriter, Send, WriterState
+from impl.bookie.core import AppendJournal, BookieCore, JournalRecord, Reply
+from impl.bookie.protocol import AddRequest, ErrorCode, ReadRequest, Request, Response
+from impl.metadata.ledger import BookieId, Fragment, LedgerMetadata
+from impl.metadata.ledger_store import LedgerMetadataStore
+from impl.metadata.memory import MemoryServer
+
+LEDGER_ID = 7
+PASSWORD = b"conformance"
+NO_REPLACEMENT = "<none>"  # answer a ChooseReplacement with on_no_replacement
+_NEGATIVE = (ErrorCode.ENOENTRY, ErrorCode.ENOLEDGER)
+
+
+class HarnessError(Exception):
+    """The cores did something the current spec step has no room for (a divergence, reported as such)."""
+
+
+def payload(entry_id: int) -> bytes:
+    """Entry e's content: fixed by its id (ledger.tla's messages carry no payload)."""
+    return f"entry-{entry_id}".encode()
+
+
+Client = LedgerWriter | RecoveryOp
+
+
+@dataclass
+class InFlight:
+    client: str  # the spec's name of the sender (the writer, or a recovery client)
+    core: Client  # the core that sent it (an old recovery attempt stays the addressee of its requests)
+    bookie: BookieId
+    request: Request
+
+
+@dataclass
+class Bookie:
+    core: BookieCore = field(default_factory=BookieCore)
+    journal: list[JournalRecord] = field(default_factory=list)  # the durable disk
+    up: bool = True
+    failed: bool = False  # failed for good (its disk is gone)
+
+
+class LedgerCluster:
+    def __init__(
+        self,
+        bookies: list[BookieId],
+        ensemble: tuple[BookieId, ...],
+        quorums: tuple[int, int, int],
+        writer: str,
+        recoverers: list[str],
+    ) -> None:
+        e, qw, qa = quorums
+        metadata = LedgerMetadata(e, qw, qa, (Fragment(0, ensemble),), password=PASSWORD)
+        self.bookies = {b: Bookie() for b in bookies}
+        self._metadata = metadata
+        self._store: LedgerMetadataStore | None = _new_store(metadata)
+        self.writer_name = writer
+        self.writer = LedgerWriter(LEDGER_ID, metadata)
+        self.recoveries: dict[str, RecoveryOp | None] = {c: None for c in recoverers}
+        self.held_close: dict[str, UpdateMetadata] = {}
+        self.inflight: list[InFlight] = []
+        self.timed_out: list[InFlight] = []  # requests whose answer will never come; sender not told yet
+        # Negative recovery-read answers (entry, bookie) each attempt received while still reading:
+        # RecoveryOp forgets them once they decided the end, and ledger.tla keeps them (rNegatives).
+        self.negatives: dict[str, set[tuple[int, BookieId]]] = {}
+        self.lost = 0  # the spec's fault budgets, counted by the environment
+        self.crashes = 0
+        self.events: list[Any] = []  # completions and failures the cores reported
+        self.stopped: tuple[dict[int, frozenset[BookieId]], LedgerMetadata] | None = None
+        self._replacement: BookieId | None = None  # the spec step's choice for a ChooseReplacement
+        self._next_request_id = 0
+
+    # ---- the metadata store: the in-memory store holds locks and does not pickle, so a copy of
+    # the cluster carries the stored metadata and makes a fresh store when it next writes ---------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_store"] = None
+        return state
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._metadata
+
+    def _apply(self, update: UpdateMetadata) -> MetadataResult:
+        if self._store is None:
+            self._store = _new_store(self._metadata)
+        result = apply_change(self._store, update.change)
+        self._metadata = self._store.read(LEDGER_ID)[0]
+        return result
+
+    def client(self, name: str) -> Client | None:
+        return self.writer if name == self.writer_name else self.recoveries[name]
+
+    # ---- performing the cores' outputs --------------------------------------------------------
+    def perform(self, name: str, core: Client, outputs: list[Any]) -> None:
+        for output in outputs:
+            if isinstance(output, Send):
+                self.inflight.append(InFlight(name, core, output.bookie, output.request))
+            elif isinstance(output, ChooseReplacement):
+                choice = self._replacement
+                if choice is None:
+                    raise HarnessError(
+                        f"{name} asked for a replacement of {output.failed}, but this step changes no ensemble"
+                    )
+                self._replacement = None  # one replacement per step, as in the spec
+                if choice == NO_REPLACEMENT:
+                    self.perform(name, core, core.on_no_replacement(output.failed, "the spec gives up (abort)"))
+                else:
+                    self.perform(name, core, core.on_replacement(output.failed, choice))
+            elif isinstance(output, UpdateMetadata):
+                if isinstance(output.change, RecoveryClose):
+                    self.held_close[name] = output  # until the spec's RecoveryCloses
+                else:
+                    self.perform(name, core, core.on_metadata_result(self._apply(output)))
+            else:
+                self.events.append((name, output))
+
+    def _feed(self, name: str, core: Client, call: Callable[[], list[Any]]) -> None:
+        """Give a core one input and perform its outputs.
+
+        The writer's view as it was when it stopped writing is kept: ledger.tla leaves wAcks and
+        wFragments unchanged when the writer is fenced, fails or closes, while the core drops its
+        pending adds and, closing a ledger someone else closed at the same end, takes the stored
+        metadata (with the recoverer's fragments). Nothing reads a stopped writer's view.
+        """
+        writer = self.writer
+        before = (pending_acks(writer), writer.metadata) if writer.state is WriterState.WRITING else None
+        outputs = call()
+        if before is not None and writer.state is not WriterState.WRITING and self.stopped is None:
+            self.stopped = before
+        self.perform(name, core, outputs)
+
+    def writer_view(self) -> tuple[dict[int, frozenset[BookieId]], LedgerMetadata]:
+        """(acks of pending adds, fragments' metadata) as ledger.tla's writer sees them."""
+        if self.writer.state is WriterState.WRITING or self.stopped is None:
+            return pending_acks(self.writer), self.writer.metadata
+        return self.stopped
+
+    # ---- bookies --------------------------------------------------------------------------------
+    def bookie_handles(self, bookie: BookieId, request: Request) -> Response:
+        """The bookie core handles one request; its journal records are durable before the reply."""
+        node = self.bookies[bookie]
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        pending = list(node.core.handle(request, request_id))
+        replies: list[Reply] = []
+        while pending:
+            output = pending.pop(0)
+            if isinstance(output, AppendJournal):
+                node.journal.extend(output.records)
+                pending.extend(node.core.on_durable(output.token))
+            else:
+                replies.append(output)
+        if len(replies) != 1 or replies[0].request_id != request_id:
+            raise HarnessError(f"bookie {bookie} answered {replies} to one request")
+        return replies[0].response
+
+    def crash(self, bookie: BookieId) -> None:
+        node = self.bookies[bookie]
+        node.up = False
+        node.core = BookieCore()
+        for record in node.journal:  # restart state: only what reached the journal
+            node.core.replay(record)
+        self._drop_requests_to(bookie)
+        self.crashes += 1
+
+    def restart(self, bookie: BookieId) -> None:
+        self.bookies[bookie].up = True
+
+    def fail_permanently(self, bookie: BookieId) -> None:
+        node = self.bookies[bookie]
+        node.up = False
+        node.failed = True
+        self._drop_requests_to(bookie)
+
+    def _drop_requests_to(self, bookie: BookieId) -> None:
+        self.timed_out += [m for m in self.inflight if m.bookie == bookie]
+        self.inflight = [m for m in self.inflight if m.bookie != bookie]
+
+    # ---- the network ------------------------------------------------------------------------------
+    def take(self, chosen: list[InFlight]) -> None:
+        ids = {id(m) for m in chosen}
+        self.inflight = [m for m in self.inflight if id(m) not in ids]
+
+    def deliver(self, chosen: list[InFlight]) -> list[Response]:
+        """Deliver requests (identical ones together: the spec's message set merges them)."""
+        self.take(chosen)
+        responses = []
+        for m in chosen:
+            if not self.bookies[m.bookie].up:
+                raise HarnessError(f"cannot deliver to bookie {m.bookie}: it is down")
+            response = self.bookie_handles(m.bookie, m.request)
+            responses.append(response)
+            request = m.request
+            if isinstance(request, ReadRequest) and self._deciding_read(m) and response.code in _NEGATIVE:
+                self.negatives.setdefault(m.client, set()).add((request.entry_id, m.bookie))
+            self._feed(m.client, m.core, partial(m.core.receive, m.bookie, m.request, response))
+        return responses
+
+    @staticmethod
+    def _deciding_read(m: InFlight) -> bool:
+        """A recovery read of an entry while the attempt is still looking for the end."""
+        core, request = m.core, m.request
+        return (
+            isinstance(core, RecoveryOp)
+            and isinstance(request, ReadRequest)
+            and request.entry_id >= 0
+            and core.phase is RecoveryPhase.READING
+            and not core._end_found
+        )
+
+    def lose_requests(self, chosen: list[InFlight], *, counted: bool = True) -> None:
+        self.take(chosen)
+        self.timed_out += chosen
+        self.lost += counted
+
+    def lose_replies(self, chosen: list[InFlight]) -> None:
+        self.take(chosen)
+        for m in chosen:
+            self.bookie_handles(m.bookie, m.request)
+        self.timed_out += chosen
+        self.lost += 1
+
+    # ---- the writer ---------------------------------------------------------------------------------
+    def writer_add(self) -> None:
+        entry_id = self.writer.last_add_pushed + 1
+        self._feed(self.writer_name, self.writer, lambda: self.writer.add(payload(entry_id)))
+
+    def writer_close(self) -> None:
+        self._feed(self.writer_name, self.writer, self.writer.close)
+
+    def _time_out(self, name: str, core: Client, requests: list[InFlight], replacement: BookieId | None) -> None:
+        """The sender's timeouts fire for `requests`: it gets None for each (and may change ensemble)."""
+        ids = {id(m) for m in requests}
+        self.timed_out = [m for m in self.timed_out if id(m) not in ids]
+        self._replacement = replacement
+        try:
+            for m in requests:
+                self._feed(name, core, partial(core.receive, m.bookie, m.request, None))
+        finally:
+            self._replacement = None
+
+    def timeout_writer(self, bookie: BookieId, replacement: BookieId) -> None:
+        requests = [m for m in self.timed_out if m.core is self.writer and m.bookie == bookie]
+        self._time_out(self.writer_name, self.writer, requests, replacement)
+
+    # ---- recovery clients ------------------------------------------------------------------------
+    def start_recovery(self, name: str) -> None:
+        # A new attempt: the previous one's unanswered requests are forgotten (its replies are stale).
+        self.timed_out = [m for m in self.timed_out if m.client != name]
+        self.held_close.pop(name, None)
+        self.negatives.pop(name, None)
+        op = RecoveryOp(LEDGER_ID, self.metadata)
+        self.recoveries[name] = op
+        self.perform(name, op, op.start())
+
+    def _op(self, name: str) -> RecoveryOp:
+        op = self.recoveries[name]
+        if op is None:
+            raise HarnessError(f"recovery client {name} has not started")
+        return op
+
+    def timeout_recovery_adds(self, name: str, bookie: BookieId, replacement: BookieId) -> None:
+        op = self._op(name)
+        requests = [
+            m for m in self.timed_out if m.core is op and m.bookie == bookie and isinstance(m.request, AddRequest)
+        ]
+        self._time_out(name, op, requests, replacement)
+
+    def close_recovery(self, name: str) -> None:
+        update = self.held_close.pop(name, None)
+        if update is None:
+            raise HarnessError(f"recovery client {name} has no close to write (its write-backs are not done)")
+        op = self._op(name)
+        self.perform(name, op, op.on_metadata_result(self._apply(update)))
+
+    def abort_recovery(self, name: str) -> None:
+        """Every timeout of the attempt fires: reads first, then write-backs with no replacement left."""
+        op = self._op(name)
+        mine = [m for m in self.timed_out if m.core is op]
+        reads = [m for m in mine if isinstance(m.request, ReadRequest)]
+        self._time_out(name, op, reads, None)
+        if op.phase is not RecoveryPhase.FAILED:
+            adds = [m for m in mine if isinstance(m.request, AddRequest)]
+            self._time_out(name, op, adds[:1], NO_REPLACEMENT)
+        if op.phase is not RecoveryPhase.FAILED:
+            raise HarnessError(f"recovery client {name} did not fail after its timeouts fired (phase {op.phase.value})")
+        if not any(isinstance(e, RecoveryFailed) for n, e in self.events if n == name):
+            raise HarnessError(f"recovery client {name} failed without reporting RecoveryFailed")
+
+
+def pending_acks(writer: LedgerWriter) -> dict[int, frozenset[BookieId]]:
+    """Bookies that acknowledged each pending add (the core keeps ensemble indices)."""
+    out: dict[int, frozenset[BookieId]] = {}
+    for entry_id, pending in writer._pending.items():
+        ensemble = writer.metadata.ensemble_for(entry_id)
+        out[entry_id] = frozenset(ensemble[i] for i in pending.acked)
+    return out
+
+
+def _new_store(metadata: LedgerMetadata) -> LedgerMetadataStore:
+    store = LedgerMetadataStore(MemoryServer().connect())
+    store.create_with_id(LEDGER_ID, metadata)
+    return store
