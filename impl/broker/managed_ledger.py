@@ -359,7 +359,16 @@ class ManagedLedger:
         if handle is None:
             return
         try:
-            md = handle.close() or handle.metadata
+            md = handle.close()
+            if md is None or not md.is_closed:
+                # The writer had failed (no bookie to replace a failed one): close the ledger by
+                # recovering it, which finds the adds that were stored after all.
+                try:
+                    md = self.bookkeeper.open_ledger(ledger_id, self.config.password, recovery=True).metadata
+                except (LedgerClientError, TimeoutError) as e:
+                    why = f"{type(e).__name__}: {e}"
+                    self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, False, why, transient=True))
+                    return
         except LedgerFencedError as e:
             why = str(e)
             self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, True, why))

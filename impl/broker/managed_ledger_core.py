@@ -223,6 +223,8 @@ class ManagedLedgerCore:
     trimming: tuple[int, ...] = ()
     dropped_empty: tuple[int, ...] = ()
     fence_reason: str = ""
+    write_failed: bool = False  # the current ledger's writer failed: close it before anything else
+    retrying: bool = False  # the current ledger replaces one whose writer failed
 
     # ---- queries -----------------------------------------------------------------------------
 
@@ -374,7 +376,7 @@ class ManagedLedgerCore:
         for p in self.pending:
             if p.ledger_id is not None:
                 continue
-            if self.current is None or self._full(now):
+            if self.current is None or self.write_failed or self._full(now):
                 outputs += self._start_rollover()
                 break
             p.ledger_id, p.entry_id = self.current, self.pushed_entries
@@ -390,19 +392,25 @@ class ManagedLedgerCore:
                 break
         else:
             return []  # a stale completion (e.g. after FENCED)
+        outputs = self._complete_head()
+        if self.phase is Phase.DRAINING and not self._in_flight():
+            outputs += self._close_current()
+        return outputs
+
+    def _complete_head(self) -> list[Output]:
+        """Complete the adds at the head of the queue that are stored, in add order."""
         outputs: list[Output] = []
         while self.pending and self.pending[0].completed:
             done = self.pending.popleft()
             assert done.ledger_id is not None
             if done.ledger_id == self.current:
                 self.confirmed = max(self.confirmed, done.entry_id)
+                self.retrying = False
             outputs.append(CompleteAdd(done.token, Position(done.ledger_id, done.entry_id), done.data))
         if outputs:
             last = outputs[-1]
             assert isinstance(last, CompleteAdd)
             outputs.append(NotifyConfirmed(last.position))
-        if self.phase is Phase.DRAINING and not self._in_flight():
-            outputs += self._close_current()
         return outputs
 
     def on_add_failed(self, ledger_id: int, entry_id: int, fenced: bool, reason: str) -> list[Output]:
@@ -410,11 +418,10 @@ class ManagedLedgerCore:
             return []  # a stale failure of a ledger we already left
         if fenced:
             return self._fence(f"ledger {ledger_id} was fenced by another broker's recovery ({reason})")
-        # Any other failure stops the ledger's writer: roll over and send the unconfirmed adds
-        # again to the next ledger (the close records only what was confirmed).
-        for p in self.pending:
-            if p.ledger_id == ledger_id:
-                p.ledger_id, p.entry_id = None, -1
+        # Any other failure (no bookie to replace a failed one) stops the ledger's writer: close
+        # the ledger (its end decides which of the failed adds are stored after all) and send
+        # the others again to the next ledger.
+        self.write_failed = True
         if self.phase in (Phase.IDLE, Phase.DRAINING):
             return self._close_current()
         return []
@@ -443,12 +450,51 @@ class ManagedLedgerCore:
             return []
         self.ledgers[-1] = LedgerInfo(ledger_id, last_entry_id + 1, length, wall_now)
         self.confirmed = last_entry_id
+        # The closed end is the truth: adds sent to this ledger up to it are stored (a failed
+        # writer's ledger is closed by recovery, which may keep adds the writer never saw
+        # acknowledged); the ones after it are not, and go to the next ledger.
+        for p in self.pending:
+            if p.ledger_id == ledger_id:
+                if p.entry_id <= last_entry_id:
+                    p.completed = True
+                else:
+                    p.ledger_id, p.entry_id = None, -1
+        outputs = self._complete_head()
+        if self.write_failed:
+            self.write_failed = False
+            if self.retrying:
+                # The ledger that replaced a failed one failed too before storing anything:
+                # give up on these adds rather than create ledgers in a loop.
+                self.retrying = False
+                error = ManagedLedgerNotReadyError(
+                    self.name, f"ledger {ledger_id} could not store the adds either; check the bookies and retry"
+                )
+                outputs += self._fail_pending(error)
+            else:
+                self.retrying = True
         self.phase = Phase.CREATING
-        return [CreateLedger()]
+        return outputs + [CreateLedger()]
 
-    def on_ledger_close_failed(self, ledger_id: int, fenced: bool, reason: str) -> list[Output]:
+    def on_ledger_close_failed(
+        self, ledger_id: int, fenced: bool, reason: str, transient: bool = False
+    ) -> list[Output]:
         if self.phase is not Phase.CLOSING or ledger_id != self.current:
             return []
+        if transient:
+            # The failed writer's ledger could not be recovered yet (bookies unreachable): the
+            # adds fail with an unknown outcome (a later close may still find them stored), and
+            # the next add tries the close again.
+            self.phase = Phase.IDLE
+            outputs: list[Output] = []
+            for p in self.pending:
+                error = ManagedLedgerNotReadyError(
+                    self.name,
+                    f"ledger {ledger_id} failed and could not be closed yet ({reason}); retry the add",
+                    rejected=p.ledger_id is None,
+                )
+                outputs.append(FailAdd(p.token, error))
+            self.pending.clear()
+            return outputs
         # Fenced (someone recovered it), closed by someone else at another end (spec closeOk),
         # or the metadata session is gone: another broker may own the topic now, so stop.
         why = "fenced by another broker's recovery" if fenced else "the close failed"

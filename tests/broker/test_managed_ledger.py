@@ -12,12 +12,14 @@ from impl.broker.managed_ledger import (
     ManagedLedgerClosedError,
     ManagedLedgerConfig,
     ManagedLedgerFencedError,
+    ManagedLedgerNotReadyError,
     ManagedLedgerState,
     Position,
 )
 from impl.metadata.layout import InvalidName
 from impl.metadata.ledger import LedgerState
 from impl.metadata.ledger_store import NoSuchLedger
+from impl.metadata.registry import BookieRegistry
 
 from .conftest import Cluster, FakeClock
 
@@ -226,3 +228,22 @@ def test_a_bad_topic_name_is_refused(cluster: Cluster) -> None:
     store, bk = cluster.broker()
     with pytest.raises(InvalidName, match="not a managed ledger path"):
         ManagedLedger.open("no-such-shape", store, bk)
+
+
+def test_unreachable_bookies_fail_adds_then_the_ledger_recovers(cluster: Cluster) -> None:
+    ml = open_ml(cluster, ManagedLedgerConfig(ensemble=3, write_quorum=3, ack_quorum=3))
+    first = ml.add(b"before")
+    registry = BookieRegistry(cluster.store())
+    down = ["bk0:3181", "bk1:3181"]  # every ensemble of 3 out of 4 holds one of them
+    cluster.transport.silent |= set(down)
+    for bookie in down:
+        registry.set_readonly(bookie, True)  # and no writable bookie is left to replace it
+    with pytest.raises(ManagedLedgerNotReadyError, match="retry"):
+        ml.add(b"lost")
+    assert ml.state is ManagedLedgerState.OPEN
+    cluster.transport.silent.clear()
+    for bookie in down:
+        registry.set_readonly(bookie, False)
+    after = ml.add(b"after")
+    assert after > first
+    assert [d for _, d in ml.read(None, 10)] == [b"before", b"after"]

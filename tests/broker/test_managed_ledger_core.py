@@ -241,6 +241,24 @@ def test_bad_version_on_rollover_is_terminal_and_deletes_the_orphan() -> None:
     assert isinstance(old.failed[-1][1], ManagedLedgerFencedError)
 
 
+def test_a_failed_writers_ledger_ends_where_its_close_says() -> None:
+    world = World()
+    b = opened(world, ManagedLedgerConfig())
+    tokens = [b.add() for _ in range(3)]
+    b.complete_one()
+    stored = b.inflight.popleft()  # reached the bookies, but the writer failed before the ack
+    world.ledgers[stored.ledger_id].entries.append(stored.data)
+    b.feed(b.core.on_add_failed(stored.ledger_id, stored.entry_id, False, "no bookie to replace"))
+    lost = b.inflight.popleft()
+    b.feed(b.core.on_add_failed(lost.ledger_id, lost.entry_id, False, "no bookie to replace"))
+    b.settle()  # the close keeps entry 1; entry 2 goes to the next ledger
+    assert [t for t, _ in b.completed] == tokens
+    positions = [p for _, p in b.completed]
+    assert positions[1] == Position(stored.ledger_id, 1) and positions[2].ledger_id > stored.ledger_id
+    assert world.topic_log() == world.acked
+    assert b.core.state is ManagedLedgerState.OPEN
+
+
 def test_open_with_bad_version_fails_fenced() -> None:
     world = World()
     a = opened(world, CONFIG)
