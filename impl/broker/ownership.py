@@ -259,9 +259,8 @@ class OwnershipCache:
             store = self._writable_store(f"acquire {bundle}")
             if path in self._owned:
                 return True
-        store.ensure_path(layout.namespace_path(bundle.namespace.tenant, bundle.namespace.namespace))
         try:
-            store.create(path, self.broker_address.encode(), ephemeral=True)
+            self._create_node(store, bundle)
         except NodeExists:
             self._invalidate(path)
             stat = store.exists(path)
@@ -276,6 +275,13 @@ class OwnershipCache:
             self._invalidate(path)
         self._recheck_owned(path)  # arms the watch that notices a forced unload
         return self.is_owned(bundle)
+
+    def _create_node(self, store: MetadataStore, bundle: NamespaceBundle) -> None:
+        try:
+            store.create(bundle.path, self.broker_address.encode(), ephemeral=True)
+        except NoNode:  # the first bundle of this namespace ever owned: create the parents, then retry once
+            store.ensure_path(layout.namespace_path(bundle.namespace.tenant, bundle.namespace.namespace))
+            store.create(bundle.path, self.broker_address.encode(), ephemeral=True)
 
     def reconnect(self, store: MetadataStore) -> None:
         """Reconnect: continue on a new session of the same broker (after the old one expired)."""
