@@ -6,6 +6,9 @@ import threading
 
 import pytest
 
+from impl.bookie.client.api import BookKeeperClient
+from impl.bookie.client.transport import ThreadedTransport
+from impl.bookie.protocol import Request, Response
 from impl.broker.ledger_list import LedgerList
 from impl.broker.managed_ledger import (
     ManagedLedger,
@@ -18,7 +21,7 @@ from impl.broker.managed_ledger import (
 )
 from impl.metadata.layout import InvalidName
 from impl.metadata.ledger import LedgerState
-from impl.metadata.ledger_store import NoSuchLedger
+from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
 from impl.metadata.registry import BookieRegistry
 
 from .conftest import Cluster, FakeClock
@@ -247,3 +250,57 @@ def test_unreachable_bookies_fail_adds_then_the_ledger_recovers(cluster: Cluster
     after = ml.add(b"after")
     assert after > first
     assert [d for _, d in ml.read(None, 10)] == [b"before", b"after"]
+
+
+def test_threaded_transport_adds_rollovers_and_a_takeover_mid_stream(cluster: Cluster) -> None:
+    """Completions arrive on transport threads: the worker drains them; order and fencing still hold."""
+
+    def call(bookie: str, request: Request, timeout_s: float) -> Response:
+        answers: list[Response | None] = []
+        cluster.transport.send(bookie, request, answers.append)
+        if answers[0] is None:
+            raise TimeoutError(f"{bookie} is silent")
+        return answers[0]
+
+    def threaded_broker(transport: ThreadedTransport) -> ManagedLedger:
+        store = cluster.store()
+        bk = BookKeeperClient(LedgerMetadataStore(store), BookieRegistry(store), transport, seed=7)
+        return ManagedLedger.open(TOPIC, store, bk, ManagedLedgerConfig(max_entries_per_ledger=10))
+
+    with ThreadedTransport(call, timeout_s=2, max_workers=8) as transport:
+        old = threaded_broker(transport)
+        order: list[Position] = []
+        futures = [old.add_async(b"a%d" % i) for i in range(120)]
+        for f in futures:
+            f.add_done_callback(lambda f: order.append(f.result()))
+        results = [f.result(timeout=30) for f in futures]
+        assert results == sorted(results) and len(set(results)) == 120 and order == results
+        assert len({p.ledger_id for p in results}) == 12
+
+        more = [old.add_async(b"b%d" % i) for i in range(60)]
+        for _ in range(10):
+            try:
+                new = threaded_broker(transport)
+                break
+            except ManagedLedgerFencedError:
+                # the old owner rolled over between our read and our write of the list: the
+                # spec's CreateLedgerAndWriteList with a bad version; a broker tries the open again
+                continue
+        else:
+            raise AssertionError("the takeover never won the list")
+        outcomes: list[Position | None] = []
+        for f in more:
+            try:
+                outcomes.append(f.result(timeout=30))
+            except ManagedLedgerFencedError:
+                outcomes.append(None)
+        acked = [p for p in outcomes if p is not None]
+        assert outcomes == acked + [None] * (len(outcomes) - len(acked))  # once fenced, every later add fails
+        with pytest.raises(ManagedLedgerFencedError):
+            old.add(b"late")  # whether or not an add in flight met the fence, this one does
+        assert old.state is ManagedLedgerState.FENCED
+        log = [d for _, d in new.read(None, 500)]
+        assert log[:120] == [b"a%d" % i for i in range(120)]
+        assert log[120:] == [b"b%d" % i for i in range(len(acked))]  # exactly the acknowledged ones
+        assert new.add(b"c").ledger_id > max(acked + results).ledger_id
+        new.close()
