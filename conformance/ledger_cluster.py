@@ -63,9 +63,18 @@ class InFlight:
     request: Request
 
 
+@dataclass(frozen=True)
+class CoreTypes:
+    """The core classes the cluster runs: the production ones, or (tests) deliberately broken subclasses."""
+
+    writer: type[LedgerWriter] = LedgerWriter
+    recovery: type[RecoveryOp] = RecoveryOp
+    bookie: type[BookieCore] = BookieCore
+
+
 @dataclass
 class Bookie:
-    core: BookieCore = field(default_factory=BookieCore)
+    core: BookieCore
     journal: list[JournalRecord] = field(default_factory=list)  # the durable disk
     up: bool = True
     failed: bool = False  # failed for good (its disk is gone)
@@ -79,14 +88,16 @@ class LedgerCluster:
         quorums: tuple[int, int, int],
         writer: str,
         recoverers: list[str],
+        cores: CoreTypes = CoreTypes(),
     ) -> None:
         e, qw, qa = quorums
         metadata = LedgerMetadata(e, qw, qa, (Fragment(0, ensemble),), password=PASSWORD)
-        self.bookies = {b: Bookie() for b in bookies}
+        self.cores = cores
+        self.bookies = {b: Bookie(cores.bookie()) for b in bookies}
         self._metadata = metadata
         self._store: LedgerMetadataStore | None = _new_store(metadata)
         self.writer_name = writer
-        self.writer = LedgerWriter(LEDGER_ID, metadata)
+        self.writer = cores.writer(LEDGER_ID, metadata)
         self.recoveries: dict[str, RecoveryOp | None] = {c: None for c in recoverers}
         self.held_close: dict[str, UpdateMetadata] = {}
         self.inflight: list[InFlight] = []
@@ -189,7 +200,7 @@ class LedgerCluster:
     def crash(self, bookie: BookieId) -> None:
         node = self.bookies[bookie]
         node.up = False
-        node.core = BookieCore()
+        node.core = self.cores.bookie()
         for record in node.journal:  # restart state: only what reached the journal
             node.core.replay(record)
         self._drop_requests_to(bookie)
@@ -281,7 +292,7 @@ class LedgerCluster:
         self.timed_out = [m for m in self.timed_out if m.client != name]
         self.held_close.pop(name, None)
         self.negatives.pop(name, None)
-        op = RecoveryOp(LEDGER_ID, self.metadata)
+        op = self.cores.recovery(LEDGER_ID, self.metadata)
         self.recoveries[name] = op
         self.perform(name, op, op.start())
 

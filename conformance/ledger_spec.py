@@ -53,7 +53,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
-from conformance.ledger_cluster import LEDGER_ID, InFlight, LedgerCluster, pending_acks
+from conformance.ledger_cluster import LEDGER_ID, CoreTypes, InFlight, LedgerCluster, pending_acks
 from conformance.replay import Candidate, Names
 from conformance.tla_values import Function, ModelValue, Record, Value
 from impl.bookie.client.failures import LedgerFencedError
@@ -77,7 +77,7 @@ class LedgerMapping:
 
     spec = SPEC
 
-    def __init__(self, constants: Mapping[str, Value], *, writer_factory: Callable[..., LedgerWriter] | None = None):
+    def __init__(self, constants: Mapping[str, Value], *, cores: CoreTypes | None = None) -> None:
         bookies = constants["Bookies"]
         recoverers = constants["Recoverers"]
         assert isinstance(bookies, frozenset) and isinstance(recoverers, frozenset)
@@ -88,7 +88,7 @@ class LedgerMapping:
         self.quorums = (int(constants["E"]), int(constants["Qw"]), int(constants["Qa"]))  # type: ignore[arg-type]
         self.entries = range(int(constants["NumEntries"]))  # type: ignore[arg-type]
         self.impl_id = {b: f"bookie-{i}:3181" for i, b in enumerate(self.bookies, start=1)}
-        self.writer_factory = writer_factory  # tests swap in a broken writer to prove the replay fails
+        self.cores = cores or CoreTypes()  # tests swap in broken cores to prove that the replay can fail
 
     # ---- Init -----------------------------------------------------------------------------------
     def initial(self, state: Mapping[str, Value]) -> tuple[LedgerCluster, Names]:
@@ -105,9 +105,8 @@ class LedgerMapping:
             self.quorums,
             self.writer.name,
             [c.name for c in self.recoverers],
+            self.cores,
         )
-        if self.writer_factory is not None:
-            cluster.writer = self.writer_factory(LEDGER_ID, cluster.metadata)
         return cluster, {impl: spec for spec, impl in self.impl_id.items()}
 
     # ---- actions -> inputs ------------------------------------------------------------------------

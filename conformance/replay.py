@@ -24,12 +24,13 @@ from __future__ import annotations
 import io
 import itertools
 import pickle
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from conformance.statespace import StateGraph
+from conformance.statespace import Edge, StateGraph
 from conformance.tla_values import Function, ModelValue, Record, Value, parse_value
 
 Names = dict[str, ModelValue]  # implementation id (a bookie id) -> the spec's model value
@@ -355,13 +356,22 @@ def replay_graph(
     graph: StateGraph,
     *,
     symmetry: bool,
+    seed: int = 0,
     on_progress: Callable[[GraphReplay], None] | None = None,
 ) -> GraphReplay:
-    """Replay every edge of TLC's state graph; stops at the first mismatch."""
+    """Replay every edge of TLC's state graph; stops at the first mismatch.
+
+    `seed` 0 walks the edges in TLC's order; another seed shuffles each state's edges, so the
+    walk reaches states along other paths (other implementation states behind the same spec state).
+    """
     started = time.monotonic()
     report = GraphReplay(model, len(graph.labels), len(graph.edges))
     perms = permutations(mapping.symmetric) if symmetry else [{}]
     out = graph.successors()
+    if seed:
+        shuffle = random.Random(seed).shuffle
+        for successors in out.values():
+            shuffle(successors)
     visited: set[str] = set()
     # node -> (parent node, step text) of the walk's tree, to print the behaviour on a mismatch
     parent: dict[str, tuple[str | None, str]] = {}
@@ -386,7 +396,7 @@ def replay_graph(
             break
         visited.add(init)
         parent[init] = (None, "")
-        stack: list[tuple[str, Any, Names, Iterator[Any]]] = [(init, system, names, iter(out[init]))]
+        stack: list[tuple[str, Any, Names, Iterator[Edge]]] = [(init, system, names, iter(out[init]))]
         report.behaviours += not out[init]
         while stack and report.mismatch is None:
             node, system, names, edges = stack[-1]

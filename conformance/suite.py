@@ -1,0 +1,82 @@
+"""Which models of spec/models.toml are replayed, and how (shared by `pulsar-ref conform` and the tests).
+
+- A model TLC passes: its whole state graph is replayed (every edge, every distinct state).
+- A mutation model (TLC finds a violation): its counterexample is a regression trace. The
+  fixed implementation must *refuse* it: at some step its state leaves the spec's mutated
+  behaviour (e.g. it sends fenced reads where the mutation does not), before the violation.
+
+Specs without a mapping in conformance/ are reported as not supported, never passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from conformance.ledger_cluster import CoreTypes
+from conformance.ledger_spec import LedgerMapping
+from conformance.replay import GraphReplay, TraceReplay, has_symmetry, read_constants, replay_graph, replay_trace
+from conformance.statespace import dump_state_graph
+from conformance.tlc import SPEC_DIR, Model, Outcome, run_tlc
+
+# spec module -> mapping class (constants of a model, core types) -> the mapping
+MAPPINGS: dict[str, Callable[..., Any]] = {"ledger.tla": LedgerMapping}
+
+
+def supported(spec: str) -> bool:
+    return spec in MAPPINGS
+
+
+def mapping_for(model: Model, cores: CoreTypes | None = None) -> Any:
+    constants = read_constants((SPEC_DIR / model.config).read_text())
+    return MAPPINGS[model.spec](constants, cores=cores)
+
+
+@dataclass
+class ModelResult:
+    model: Model
+    graph: GraphReplay | None = None  # passing models
+    trace: TraceReplay | None = None  # mutation models
+    trace_states: int = 0  # states in the counterexample
+    tlc_outcome: str = ""  # what TLC said when the model was not what the manifest expects
+
+    @property
+    def ok(self) -> bool:
+        if self.tlc_outcome:
+            return False
+        if self.graph is not None:
+            g = self.graph
+            return g.mismatch is None and g.edges_covered == g.edges and g.states_covered == g.states
+        return self.trace is not None and self.trace.mismatch is not None  # refused
+
+    @property
+    def steps(self) -> int:
+        if self.graph is not None:
+            return self.graph.steps
+        return self.trace.steps + (self.trace.mismatch is not None) if self.trace else 0
+
+
+def replay_model(
+    model: Model,
+    *,
+    seed: int = 0,
+    cores: CoreTypes | None = None,
+    on_graph: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[GraphReplay], None] | None = None,
+) -> ModelResult:
+    """Replay one model: its state graph (expect = pass) or its counterexample (expect = violation)."""
+    spec_file, config_file = SPEC_DIR / model.spec, SPEC_DIR / model.config
+    mapping = mapping_for(model, cores)
+    if model.expect is Outcome.PASS:
+        graph = dump_state_graph(spec_file, config_file)
+        if on_graph is not None:
+            on_graph(len(graph.labels), len(graph.edges))
+        symmetry = has_symmetry(config_file.read_text())
+        report = replay_graph(mapping, model.name, graph, symmetry=symmetry, seed=seed, on_progress=on_progress)
+        return ModelResult(model, graph=report)
+    result = run_tlc(spec_file, config_file, workers=1)
+    if result.outcome is not Outcome.VIOLATION or not result.trace:
+        return ModelResult(model, tlc_outcome=f"TLC: {result.outcome.value} {result.violated}".strip())
+    states = [(s.action, s.values()) for s in result.trace]
+    return ModelResult(model, trace=replay_trace(mapping, model.name, states), trace_states=len(states))

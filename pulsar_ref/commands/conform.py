@@ -1,0 +1,170 @@
+"""`pulsar-ref conform`: replay TLC behaviours against the implementation's pure cores.
+
+For each model of spec/models.toml in the profile: a model TLC passes has its whole state
+graph replayed (every edge once, each spec state compared with the implementation's
+abstraction); a mutation model's counterexample is replayed as a regression trace, which the
+fixed implementation must refuse. See conformance/replay.py and conformance/suite.py.
+
+Exit status: 0 all replayed models conform and every requested spec is supported; 1 a
+mismatch (a behaviour the implementation does not follow, a mutation trace it follows to the
+end, or a graph not fully covered); 2 bad arguments or TLC unavailable; 3 no mismatch, but
+some requested specs have no replay mapping yet (reported, not passed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from conformance.replay import GraphReplay
+from conformance.suite import ModelResult, replay_model, supported
+from conformance.tlc import PROFILES, ManifestError, Model, TLCError, load_manifest
+
+SPECS = ("ledger", "fencing", "metadata")
+EXIT_MISMATCH, EXIT_USAGE, EXIT_UNSUPPORTED = 1, 2, 3
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _row(result: ModelResult) -> list[str]:
+    m = result.model
+    if result.tlc_outcome:
+        return [m.name, "regression", f"MISMATCH ({result.tlc_outcome})", "-", "-", "-", "-", "-"]
+    if result.graph is not None:
+        g = result.graph
+        verdict = "conforms" if result.ok else "MISMATCH"
+        return [
+            m.name,
+            "state graph",
+            verdict,
+            f"{g.behaviours:,}",
+            f"{g.steps:,}",
+            f"{g.states_covered:,}/{g.states:,}",
+            f"{g.edges_covered:,}/{g.edges:,}",
+            f"{g.steps_per_second:,.0f}",
+        ]
+    assert result.trace is not None
+    t = result.trace
+    mismatch = t.mismatch
+    if mismatch is None:
+        verdict = f"MISMATCH (followed all {result.trace_states - 1} steps of the mutation)"
+    else:
+        why = ", ".join(sorted(mismatch.differing)) or "the cores refused the input"
+        verdict = f"refused at step {mismatch.step}/{result.trace_states - 1} {mismatch.action} ({why})"
+    rate = result.steps / t.seconds if t.seconds else 0.0
+    return [m.name, "regression", verdict, "1", str(result.steps), "-", "-", f"{rate:,.0f}"]
+
+
+def main(argv: list[str], prog: str) -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Replay TLC behaviours of the specs' models against the implementation's pure cores "
+        "(simulated network, disk and metadata store): every edge of each passing model's state graph, and "
+        "each mutation's counterexample, which the implementation must refuse. Exit 1 on any mismatch, "
+        "3 if a requested spec has no replay mapping yet.",
+    )
+    parser.add_argument("--spec", choices=SPECS, action="append", help="spec to replay (repeatable; default: all)")
+    parser.add_argument("--profile", choices=PROFILES, default="ci", help="which models (default: %(default)s)")
+    parser.add_argument("--model", action="append", help="only this model of spec/models.toml (repeatable)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="order of the graph walk: 0 = TLC's order, other = shuffled (default: 0)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        manifest = load_manifest()
+    except ManifestError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    specs = [f"{s}.tla" for s in (args.spec or SPECS)]
+    models = [m for m in manifest if m.spec in specs and m.profile == args.profile]
+    if args.model:
+        unknown = sorted(set(args.model) - {m.name for m in manifest})
+        if unknown:
+            print(f"{prog}: no model {', '.join(unknown)} in spec/models.toml", file=sys.stderr)
+            return EXIT_USAGE
+        models = [m for m in manifest if m.name in args.model]
+        specs = sorted({m.spec for m in models})
+    unsupported = [s for s in specs if not supported(s)]
+    for spec in unsupported:
+        skipped = [m.name for m in models if m.spec == spec]
+        print(
+            f"{spec}: NOT SUPPORTED (no replay mapping in conformance/ yet); not replayed: {', '.join(skipped) or '-'}"
+        )
+    todo = [m for m in models if supported(m.spec)]
+    results: list[ModelResult] = []
+    started = time.monotonic()
+    for i, model in enumerate(todo, start=1):
+        result = _run(model, i, len(todo), args.seed)
+        if result is None:
+            return EXIT_USAGE
+        results.append(result)
+    elapsed = time.monotonic() - started
+    if results:
+        rows = [["model", "source", "result", "behaviours", "steps", "states", "edges", "steps/s"]]
+        rows += [_row(r) for r in results]
+        print()
+        print(_table(rows))
+    graphs = [r.graph for r in results if r.graph is not None]
+    regressions = [r for r in results if r.trace is not None]
+    steps = sum(r.steps for r in results)
+    replay_seconds = sum(g.seconds for g in graphs) + sum(r.trace.seconds for r in regressions if r.trace)
+    print()
+    print(
+        f"behaviours replayed: {sum(g.behaviours for g in graphs) + len(regressions):,}; steps: {steps:,}; "
+        f"distinct spec states covered: {sum(g.states_covered for g in graphs):,}/{sum(g.states for g in graphs):,}; "
+        f"edges covered: {sum(g.edges_covered for g in graphs):,}/{sum(g.edges for g in graphs):,}; "
+        f"regression traces refused: {sum(1 for r in regressions if r.ok)}/{len(regressions)}; "
+        f"{steps / replay_seconds if replay_seconds else 0:,.0f} steps/s "
+        f"(replay only; {elapsed:.1f}s in all, with TLC)"
+    )
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        mismatch = r.graph.mismatch if r.graph is not None else None
+        if mismatch is not None:
+            print(f"\n{mismatch}", file=sys.stderr)
+        elif r.trace is not None and r.trace.mismatch is None:
+            print(
+                f"\n{r.model.name}: the implementation followed the mutation's counterexample to the end",
+                file=sys.stderr,
+            )
+    if failed:
+        print(f"\nMISMATCH in {len(failed)} of {len(results)} models: {', '.join(r.model.name for r in failed)}")
+        return EXIT_MISMATCH
+    if unsupported:
+        print(f"\nno mismatch; not supported yet: {', '.join(unsupported)}")
+        return EXIT_UNSUPPORTED
+    print(f"\nall {len(results)} models conform")
+    return 0
+
+
+def _run(model: Model, index: int, total: int, seed: int) -> ModelResult | None:
+    kind = "state graph" if model.expect.value == "pass" else f"counterexample ({model.violates})"
+    print(f"[{index}/{total}] {model.name}: TLC {kind} of {model.spec} with {model.config} ...", flush=True)
+
+    def on_graph(states: int, edges: int) -> None:
+        print(f"      graph: {states:,} distinct states, {edges:,} edges; replaying ...", flush=True)
+
+    def on_progress(g: GraphReplay) -> None:
+        if g.steps % 5000 == 0:
+            print(
+                f"      {g.edges_covered:,}/{g.edges:,} edges, {g.states_covered:,}/{g.states:,} states, "
+                f"{g.steps_per_second:,.0f} steps/s",
+                flush=True,
+            )
+
+    try:
+        result = replay_model(model, seed=seed, on_graph=on_graph, on_progress=on_progress)
+    except TLCError as exc:
+        print(f"TLC could not run {model.name}: {exc}", file=sys.stderr)
+        return None
+    print(f"      {_row(result)[2]}", flush=True)
+    return result
