@@ -475,6 +475,12 @@ class ManagedLedger:
                 entries = self._read_from_bookies(ledger_id, wanted[i].entry_id, wanted[j].entry_id)
             except NoSuchLedger:
                 break  # trimmed while we read
+            except (LedgerClientError, MetadataError, TimeoutError) as e:
+                raise ManagedLedgerError(
+                    self.name,
+                    f"read of ledger {ledger_id} entries {wanted[i].entry_id}..{wanted[j].entry_id} "
+                    f"failed ({type(e).__name__}: {e}); retry when the bookies are back",
+                ) from e
             result += [(Position(ledger_id, e.entry_id), e.payload) for e in entries]
             i = j + 1
         return result

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.transport import ThreadedTransport
@@ -22,9 +24,10 @@ from impl.broker.managed_ledger import (
 from impl.metadata.layout import InvalidName
 from impl.metadata.ledger import LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
+from impl.metadata.memory import MemoryServer
 from impl.metadata.registry import BookieRegistry
 
-from .conftest import Cluster, FakeClock
+from .conftest import Cluster, FakeClock, make_cluster
 
 TOPIC = "public/default/persistent/t0"
 
@@ -304,3 +307,34 @@ def test_threaded_transport_adds_rollovers_and_a_takeover_mid_stream(cluster: Cl
         assert log[120:] == [b"b%d" % i for i in range(len(acked))]  # exactly the acknowledged ones
         assert new.add(b"c").ledger_id > max(acked + results).ledger_id
         new.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=30),
+    max_entries=st.integers(min_value=1, max_value=4),
+    max_bytes=st.integers(min_value=1, max_value=100),
+    takeovers=st.sets(st.integers(min_value=0, max_value=29), max_size=3),
+)
+def test_positions_strictly_increase_across_rollovers_and_takeovers(
+    sizes: list[int], max_entries: int, max_bytes: int, takeovers: set[int]
+) -> None:
+    server = MemoryServer()
+    cluster = make_cluster(server.connect, "memory://")
+    config = ManagedLedgerConfig(max_entries_per_ledger=max_entries, max_size_bytes=max_bytes)
+    ml = open_ml(cluster, config)
+    written: list[tuple[Position, bytes]] = []
+    for i, size in enumerate(sizes):
+        if i in takeovers:
+            previous, ml = ml, open_ml(cluster, config)
+            with pytest.raises(ManagedLedgerFencedError):
+                previous.add(b"stale")
+        data = bytes([i % 256]) * size
+        written.append((ml.add(data), data))
+    positions = [p for p, _ in written]
+    assert positions == sorted(set(positions))
+    for info in ml.stored_list().ledgers[:-1]:  # closed ledgers respect the limits (one add may cross bytes)
+        assert info.entries <= max_entries
+    assert ml.read(None, 1000) == written
+    assert open_ml(cluster, config).read(None, 1000) == written
+    cluster.close()
