@@ -144,3 +144,25 @@ def test_down_after_an_interrupted_up(cluster_dir: Path) -> None:
     down = pulsar_ref("cluster", "down", "--dir", str(cluster_dir))
     assert down.returncode == 0, down.stderr
     assert processes_under(cluster_dir) == []
+
+
+def test_three_zookeepers_survive_a_member_restart(cluster_dir: Path) -> None:
+    up = pulsar_ref("cluster", "up", "--dir", str(cluster_dir), "--zookeepers", "3", "--bookies", "1", "--brokers", "0")
+    assert up.returncode == 0, up.stderr
+    metadata = up.stdout.strip()
+    assert metadata.count("127.0.0.1:") == 3
+    code, rows = status_rows(cluster_dir)
+    assert code == 0
+    assert sorted(rows[f"zk-{i}"][-1] for i in (1, 2, 3)) == ["follower", "follower", "leader"]
+    old_pid = state(cluster_dir)["zookeepers"][1]["pid"]
+    restart = pulsar_ref("cluster", "restart", "--dir", str(cluster_dir), "zk-2")
+    assert restart.returncode == 0, restart.stderr
+    assert state(cluster_dir)["zookeepers"][1]["pid"] != old_pid
+    code, rows = status_rows(cluster_dir)
+    assert code == 0 and rows["zk-2"][-1] in ("follower", "leader")
+    # the bookie kept its registration through the member restart; its session can still be ended by force
+    assert registered_bookies(metadata) == [f"127.0.0.1:{state(cluster_dir)['nodes'][0]['port']}"]
+    assert pulsar_ref("cluster", "expire-session", "--dir", str(cluster_dir), "bookie-1").returncode == 0
+    assert registered_bookies(metadata) == []
+    assert pulsar_ref("cluster", "down", "--dir", str(cluster_dir)).returncode == 0
+    assert processes_under(cluster_dir) == []
