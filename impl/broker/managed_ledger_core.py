@@ -372,11 +372,13 @@ class ManagedLedgerCore:
         """Send queued adds to the current ledger, starting a rollover when it is full."""
         if self.state is not ManagedLedgerState.OPEN or self.phase is not Phase.IDLE:
             return []
+        if self.write_failed:  # the writer failed while another list change was in flight
+            return self._start_rollover()
         outputs: list[Output] = []
         for p in self.pending:
             if p.ledger_id is not None:
                 continue
-            if self.current is None or self.write_failed or self._full(now):
+            if self.current is None or self._full(now):
                 outputs += self._start_rollover()
                 break
             p.ledger_id, p.entry_id = self.current, self.pushed_entries
@@ -435,8 +437,8 @@ class ManagedLedgerCore:
         if self.current is None:
             self.phase = Phase.CREATING
             return [CreateLedger()]
-        if self._in_flight():
-            self.phase = Phase.DRAINING
+        if self._in_flight() and not self.write_failed:
+            self.phase = Phase.DRAINING  # a failed writer completes nothing more: close it at once
             return []
         return self._close_current()
 

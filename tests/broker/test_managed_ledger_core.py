@@ -261,6 +261,22 @@ def test_a_failed_writers_ledger_ends_where_its_close_says() -> None:
     assert b.core.state is ManagedLedgerState.OPEN
 
 
+def test_a_writer_failure_during_trimming_closes_the_ledger_afterwards() -> None:
+    world = World()
+    b = opened(world, ManagedLedgerConfig(max_entries_per_ledger=2))
+    for _ in range(3):
+        b.add()
+    b.settle()  # a closed ledger with two entries, the current one with one
+    token = b.add()
+    send = b.inflight.popleft()
+    b.feed(b.core.trim(0, None, cursors=False))  # a list write is in flight
+    b.feed(b.core.on_add_failed(send.ledger_id, send.entry_id, False, "no bookie"))
+    b.settle()  # the trim finishes, then the failed ledger is closed and the add resent
+    assert b.completed[-1][0] == token and b.completed[-1][1].ledger_id > send.ledger_id
+    assert b.core.state is ManagedLedgerState.OPEN and not b.core.pending
+    assert world.topic_log() == world.acked[2:]  # the two trimmed entries are gone
+
+
 def test_open_with_bad_version_fails_fenced() -> None:
     world = World()
     a = opened(world, CONFIG)
