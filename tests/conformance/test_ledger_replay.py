@@ -1,0 +1,286 @@
+"""ledger.tla's TLC behaviours replayed against the pure cores (conformance/replay.py).
+
+- every edge and state of the ci models' state graphs (liveness, striping), and of two small
+  models written here for what the ci models leave out (crashes, permanent failures and
+  ensemble changes; two entries, where completion order matters);
+- the mutation counterexamples (BookKeeper issues 2614, 2615, the Qa negative threshold),
+  which the fixed implementation must refuse at the step where the bug would show;
+- deliberately broken cores, which the replay must catch: proof that it can fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conformance.ledger_cluster import CoreTypes
+from conformance.ledger_spec import LedgerMapping
+from conformance.replay import GraphReplay, has_symmetry, read_constants, replay_graph
+from conformance.statespace import StateGraph, dump_state_graph
+from conformance.suite import replay_model
+from conformance.tlc import SPEC_DIR, Model, load_manifest
+from impl.bookie.client.read_lac import ReadLacOp
+from impl.bookie.client.recovery import RecoveryOp, RecoveryOutput, RecoveryPhase
+from impl.bookie.client.writer import AddCompleted, LedgerWriter, WriterOutput
+from impl.bookie.core import BookieCore, JournalRecord, Output, RecordKind
+from impl.bookie.protocol import AddRequest
+
+pytestmark = pytest.mark.tlc
+
+MODELS = {m.name: m for m in load_manifest()}
+LEDGER_TLA = SPEC_DIR / "ledger.tla"
+
+# Faults the ci models leave out: a crash, a permanent failure, ensemble changes (E=Qw=Qa=1,
+# 2 bookies, 1 entry: recovery always starts at entry 0, see test_tiny_fragments_...).
+FAULTS_CFG = """CONSTANTS
+    Bookies = {b1, b2}
+    Writer = w
+    Recoverers = {r1}
+    E = 1
+    Qw = 1
+    Qa = 1
+    NumEntries = 1
+    MaxFragments = 2
+    MaxLostMessages = 0
+    MaxCrashes = 1
+    MaxPermanentFailures = 1
+    Mutation = "none"
+SPECIFICATION Spec
+VIEW view
+SYMMETRY BookieSymmetry
+"""
+
+# Two entries to one bookie, no recovery: the bookie may acknowledge entry 1 before entry 0.
+WRITER_CFG = FAULTS_CFG.replace("Bookies = {b1, b2}", "Bookies = {b1}").replace("Recoverers = {r1}", "Recoverers = {}")
+WRITER_CFG = WRITER_CFG.replace("NumEntries = 1", "NumEntries = 2").replace("MaxFragments = 2", "MaxFragments = 1")
+WRITER_CFG = WRITER_CFG.replace("MaxCrashes = 1", "MaxCrashes = 0").replace(
+    "MaxPermanentFailures = 1", "MaxPermanentFailures = 0"
+)
+WRITER_CFG = WRITER_CFG.replace("SYMMETRY BookieSymmetry\n", "")
+
+EVERY_ACTION = {
+    "WriterSendsAdd",
+    "WriterReceivesAddResponse",
+    "WriterChangesEnsemble",
+    "WriterCloses",
+    "RecoveryStarts",
+    "RecoveryReceivesReadLacResponse",
+    "RecoveryReceivesReadResponse",
+    "RecoveryReceivesAddResponse",
+    "RecoveryChangesEnsemble",
+    "RecoveryCloses",
+    "RecoveryAborts",
+    "MessageLost",
+    "ReplyLost",
+    "RequestToDownBookieLost",
+    "BookieCrashes",
+    "BookieRestarts",
+    "BookieFailsPermanently",
+}
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[StateGraph, str]]:
+    """TLC's state graph of a manifest model or of one of the configs above (dumped once per module)."""
+    cache: dict[str, tuple[StateGraph, str]] = {}
+    extra = {"faults": FAULTS_CFG, "writer": WRITER_CFG}
+
+    def get(name: str) -> tuple[StateGraph, str]:
+        if name not in cache:
+            if name in extra:
+                config = tmp_path_factory.mktemp("cfg") / f"ledger_test_{name}.cfg"
+                config.write_text(extra[name])
+            else:
+                config = SPEC_DIR / MODELS[name].config
+            cache[name] = (dump_state_graph(LEDGER_TLA, config), config.read_text())
+        return cache[name]
+
+    return get
+
+
+def replay(graphs: Callable[[str], tuple[StateGraph, str]], name: str, cores: CoreTypes | None = None) -> GraphReplay:
+    graph, config = graphs(name)
+    mapping = LedgerMapping(read_constants(config), cores=cores)
+    return replay_graph(mapping, name, graph, symmetry=has_symmetry(config))
+
+
+# ---- the whole state graphs --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ledger-ci-liveness", "ledger-ci-striping", "faults", "writer"])
+def test_every_edge_of_the_state_graph_is_replayed(graphs: Callable[[str], tuple[StateGraph, str]], name: str) -> None:
+    report = replay(graphs, name)
+    assert report.mismatch is None, str(report.mismatch)
+    graph, _ = graphs(name)
+    assert report.edges == len(graph.edges) > 0 and report.states == len(graph.labels)
+    assert report.edges_covered == report.edges, "every edge of TLC's graph"
+    assert report.states_covered == report.states, "every distinct state"
+    assert report.steps == report.edges
+
+
+def test_the_graph_is_the_models(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
+    # The dump is of the model itself (same VIEW and SYMMETRY): as many states as TLC reports for it.
+    graph, _ = graphs("ledger-ci-liveness")
+    assert len(graph.labels) == 526 and len(graph.initial) == 2  # spec/README.md; an initial state per ensemble
+    graph, _ = graphs("ledger-ci-striping")
+    assert len(graph.labels) == 6478 and len(graph.initial) == 1  # symmetry: one initial class
+
+
+def test_the_replayed_models_exercise_every_action(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
+    seen = {
+        e.action
+        for name in ("ledger-ci-liveness", "ledger-ci-striping", "faults", "writer")
+        for e in graphs(name)[0].edges
+    }
+    assert seen == EVERY_ACTION
+
+
+def test_another_walk_order_reaches_the_states_along_other_paths(
+    graphs: Callable[[str], tuple[StateGraph, str]],
+) -> None:
+    graph, config = graphs("ledger-ci-liveness")
+    report = replay_graph(LedgerMapping(read_constants(config)), "liveness", graph, symmetry=False, seed=7)
+    assert report.mismatch is None, str(report.mismatch)
+    assert report.edges_covered == report.edges
+
+
+# ---- regression: the mutations' counterexamples ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "action", "differing"),
+    [
+        # 2614: the implementation's recovery reads carry the fence flag; the mutation's do not.
+        ("ledger-mutation1-nofence-ci", "RecoveryReceivesReadLacResponse", {"msgs"}),
+        # 2615: the implementation starts at max(LAC, first entry of the last fragment - 1) = 0, not LAC = -1.
+        ("ledger-mutation2-startfromlac-ci", "RecoveryReceivesReadLacResponse", {"rWbLac"}),
+        # One negative of Qw=2, Qa=1 does not end the implementation's recovery (it needs Qw-Qa+1 = 2).
+        ("ledger-mutation3-negqa-ci", "RecoveryReceivesReadResponse", {"rPhase"}),
+    ],
+)
+def test_mutation_counterexample_is_refused(name: str, action: str, differing: set[str]) -> None:
+    model: Model = MODELS[name]
+    result = replay_model(model)
+    assert result.trace is not None and result.ok, f"the implementation followed the mutation {name} to the end"
+    mismatch = result.trace.mismatch
+    assert mismatch is not None
+    assert mismatch.step < result.trace_states - 1, "refused before the violating state"
+    assert (mismatch.action, mismatch.differing) == (action, differing), str(mismatch)
+    assert len(mismatch.behaviour) == mismatch.step - 1 == result.trace.steps
+
+
+def test_mutation1_reads_differ_only_in_the_fence_flag() -> None:
+    result = replay_model(MODELS["ledger-mutation1-nofence-ci"])
+    assert result.trace is not None and result.trace.mismatch is not None
+    closest = result.trace.mismatch.closest
+    assert closest is not None
+    text = "\n".join(closest.diff)
+    assert 'kind |-> "read", val |-> 0' in text and 'kind |-> "read", val |-> 1' in text
+
+
+# ---- a known divergence ------------------------------------------------------------------------
+
+
+def test_tiny_fragments_diverges_at_the_anchor_read(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
+    """Known divergence (reported): once the LAC or a fragment start puts recovery's start point at
+    s >= 0, RecoveryOp first reads entry s itself (the "anchor", to learn the ledger length at s);
+    ledger.tla reads s+1 directly. When the spec or the core changes, make this a full replay."""
+    report = replay(graphs, "ledger-ci-tiny-fragments")
+    mismatch = report.mismatch
+    assert mismatch is not None
+    assert mismatch.action == "RecoveryReceivesReadLacResponse"
+    assert mismatch.differing == {"msgs", "rNext"}, str(mismatch)
+
+
+# ---- broken cores must be caught ---------------------------------------------------------------
+
+
+class HoleSkippingWriter(LedgerWriter):
+    """Broken: completes the highest acknowledged entry even if an earlier one is still pending."""
+
+    def _deliver_completed(self) -> list[WriterOutput]:
+        done = [e for e, p in self._pending.items() if len(p.acked) >= self.metadata.ack_quorum]
+        if not done:
+            return []
+        top = max(done)
+        for entry_id in [e for e in self._pending if e <= top]:
+            del self._pending[entry_id]
+        self.last_add_confirmed = top
+        return [AddCompleted(top)]
+
+
+class RecoveryWithoutFencing(RecoveryOp):
+    """Broken: the recovery read-LAC does not set the fence flag (BookKeeper issue 2614's cousin)."""
+
+    def _fence(self) -> list[RecoveryOutput]:
+        self.phase = RecoveryPhase.FENCING
+        self.read_lac = ReadLacOp(self.ledger_id, self.metadata, fence=False)
+        return [*self.read_lac.start()]
+
+
+class BookieIgnoringFence(BookieCore):
+    """Broken: stores a plain add on a fenced ledger."""
+
+    def _add(self, req: AddRequest, request_id: int) -> list[Output]:
+        ledger = self.ledgers.get(req.ledger_id)
+        if ledger is None or not ledger.fenced:
+            return super()._add(req, request_id)
+        ledger.fenced = False
+        try:
+            return super()._add(req, request_id)
+        finally:
+            ledger.fenced = True
+
+
+class BookieForgettingFenceOnRestart(BookieCore):
+    """Broken: journal replay skips fence records, so a restarted bookie accepts the old writer."""
+
+    def replay(self, record: JournalRecord) -> None:
+        if record.kind is not RecordKind.FENCE:
+            super().replay(record)
+
+
+@pytest.mark.parametrize(
+    ("name", "cores", "symptom"),
+    [
+        ("writer", CoreTypes(writer=HoleSkippingWriter), "wLac"),
+        ("ledger-ci-liveness", CoreTypes(recovery=RecoveryWithoutFencing), "fenced"),
+        ("ledger-ci-liveness", CoreTypes(bookie=BookieIgnoringFence), "wState"),
+        ("faults", CoreTypes(bookie=BookieForgettingFenceOnRestart), "fenced"),
+    ],
+    ids=["writer-lac-past-a-hole", "recovery-without-fence", "bookie-ignores-fence", "replay-forgets-fence"],
+)
+def test_a_broken_core_is_caught(
+    graphs: Callable[[str], tuple[StateGraph, str]], name: str, cores: CoreTypes, symptom: str
+) -> None:
+    report = replay(graphs, name, cores)
+    assert report.mismatch is not None, f"the replay did not catch {cores}"
+    assert symptom in report.mismatch.differing, str(report.mismatch)
+    assert report.edges_covered < report.edges
+    text = str(report.mismatch)
+    assert "behaviour so far:" in text and "spec state vs implementation state" in text
+
+
+def test_mismatch_report_shows_behaviour_step_action_and_diff(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
+    report = replay(graphs, "writer", CoreTypes(writer=HoleSkippingWriter))
+    assert report.mismatch is not None
+    text = str(report.mismatch)
+    assert f"refuses step {report.mismatch.step}, action WriterReceivesAddResponse" in text
+    assert "1. WriterSendsAdd: writer.add" in text
+    assert "wLac:\n      spec: -1\n      impl: 1" in text
+
+
+def test_the_cli_replays_and_reports(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from pulsar_ref.commands import conform
+
+    code = conform.main(["--model", "ledger-ci-liveness", "--model", "ledger-mutation3-negqa-ci"], "pulsar-ref conform")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "526/526" in out and "960/960" in out
+    assert "regression traces refused: 1/1" in out and "steps/s" in out
+    code = conform.main(["--spec", "fencing", "--spec", "metadata"], "pulsar-ref conform")
+    out = capsys.readouterr().out
+    assert code == conform.EXIT_UNSUPPORTED
+    assert "fencing.tla: NOT SUPPORTED" in out and "metadata.tla: NOT SUPPORTED" in out
