@@ -581,7 +581,12 @@ class ManagedLedger:
                 }
                 for i in core.ledgers
             ]
-            state, reason, pending, version = core.state.value, core.fence_reason, len(core.pending), core.version
+            state, reason, pending, version = (
+                core.state.value,
+                core.fence_reason,
+                len(core.pending) + len(core.queued),
+                core.version,
+            )
             current = core.current
         last = view.last_confirmed()
         return {

@@ -217,7 +217,8 @@ class ManagedLedgerCore:
     pushed_entries: int = 0  # adds sent to the current ledger
     pushed_bytes: int = 0
     confirmed: int = -1  # last confirmed entry id of the current ledger
-    pending: deque[PendingAdd] = field(default_factory=deque)
+    pending: deque[PendingAdd] = field(default_factory=deque)  # sent to the current ledger, in order
+    queued: deque[PendingAdd] = field(default_factory=deque)  # not sent yet (they follow `pending`)
     phase: Phase = Phase.IDLE
     next_ledger: int | None = None  # created, not yet on the list
     trimming: tuple[int, ...] = ()
@@ -358,7 +359,7 @@ class ManagedLedgerCore:
             self.check_usable()
         except ManagedLedgerError as e:
             return [FailAdd(token, e)]
-        self.pending.append(PendingAdd(token, data))
+        self.queued.append(PendingAdd(token, data))
         return self._send_queued(now)
 
     def _full(self, now: float | None) -> bool:
@@ -375,12 +376,12 @@ class ManagedLedgerCore:
         if self.write_failed:  # the writer failed while another list change was in flight
             return self._start_rollover()
         outputs: list[Output] = []
-        for p in self.pending:
-            if p.ledger_id is not None:
-                continue
+        while self.queued:
             if self.current is None or self._full(now):
                 outputs += self._start_rollover()
                 break
+            p = self.queued.popleft()
+            self.pending.append(p)
             p.ledger_id, p.entry_id = self.current, self.pushed_entries
             self.pushed_entries += 1
             self.pushed_bytes += len(p.data)
@@ -429,7 +430,7 @@ class ManagedLedgerCore:
         return []
 
     def _in_flight(self) -> bool:
-        return any(p.ledger_id is not None for p in self.pending)
+        return bool(self.pending)
 
     # ---- rollover (spec Rollover) ------------------------------------------------------------
 
@@ -455,13 +456,17 @@ class ManagedLedgerCore:
         # The closed end is the truth: adds sent to this ledger up to it are stored (a failed
         # writer's ledger is closed by recovery, which may keep adds the writer never saw
         # acknowledged); the ones after it are not, and go to the next ledger.
+        resend: list[PendingAdd] = []
         for p in self.pending:
-            if p.ledger_id == ledger_id:
-                if p.entry_id <= last_entry_id:
-                    p.completed = True
-                else:
-                    p.ledger_id, p.entry_id = None, -1
+            if p.entry_id <= last_entry_id:
+                p.completed = True
+            else:
+                p.ledger_id, p.entry_id = None, -1
+                resend.append(p)
         outputs = self._complete_head()
+        assert len(self.pending) == len(resend)  # the stored ones were a prefix
+        self.pending.clear()
+        self.queued.extendleft(reversed(resend))
         if self.write_failed:
             self.write_failed = False
             if self.retrying:
@@ -488,14 +493,14 @@ class ManagedLedgerCore:
             # the next add tries the close again.
             self.phase = Phase.IDLE
             outputs: list[Output] = []
-            for p in self.pending:
+            for p in self._all_pending():
                 error = ManagedLedgerNotReadyError(
                     self.name,
                     f"ledger {ledger_id} failed and could not be closed yet ({reason}); retry the add",
                     rejected=p.ledger_id is None,
                 )
                 outputs.append(FailAdd(p.token, error))
-            self.pending.clear()
+            self._clear_pending()
             return outputs
         # Fenced (someone recovered it), closed by someone else at another end (spec closeOk),
         # or the metadata session is gone: another broker may own the topic now, so stop.
@@ -568,14 +573,21 @@ class ManagedLedgerCore:
             outputs.append(TrimDone(()))
             self.trimming = ()
         # Adds in flight may have reached a bookie before the fence: their outcome is unknown.
-        for p in self.pending:
+        for p in self._all_pending():
             outputs.append(FailAdd(p.token, ManagedLedgerFencedError(self.name, reason, rejected=p.ledger_id is None)))
-        self.pending.clear()
+        self._clear_pending()
         return outputs
 
-    def _fail_pending(self, error: ManagedLedgerError) -> list[Output]:
-        outputs: list[Output] = [FailAdd(p.token, error) for p in self.pending]
+    def _all_pending(self) -> list[PendingAdd]:
+        return [*self.pending, *self.queued]
+
+    def _clear_pending(self) -> None:
         self.pending.clear()
+        self.queued.clear()
+
+    def _fail_pending(self, error: ManagedLedgerError) -> list[Output]:
+        outputs: list[Output] = [FailAdd(p.token, error) for p in self._all_pending()]
+        self._clear_pending()
         return outputs
 
     def close(self) -> list[Output]:
@@ -586,12 +598,12 @@ class ManagedLedgerCore:
         self.state = ManagedLedgerState.CLOSED
         self.phase = Phase.IDLE
         outputs: list[Output] = []
-        for p in self.pending:
+        for p in self._all_pending():
             error = ManagedLedgerClosedError(
                 self.name, "was closed while the add was pending; open it again", rejected=p.ledger_id is None
             )
             outputs.append(FailAdd(p.token, error))
-        self.pending.clear()
+        self._clear_pending()
         if was_open and self.current is not None:
             # The writer close records the end; the next owner's recovery finds it closed.
             outputs.append(CloseLedger(self.current))

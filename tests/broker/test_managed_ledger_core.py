@@ -283,7 +283,7 @@ def test_a_writer_failure_during_trimming_closes_the_ledger_afterwards() -> None
     b.feed(b.core.on_add_failed(send.ledger_id, send.entry_id, False, "no bookie"))
     b.settle()  # the trim finishes, then the failed ledger is closed and the add resent
     assert b.completed[-1][0] == token and b.completed[-1][1].ledger_id > send.ledger_id
-    assert b.core.state is ManagedLedgerState.OPEN and not b.core.pending
+    assert b.core.state is ManagedLedgerState.OPEN and not b.core.pending and not b.core.queued
     assert world.topic_log() == world.acked[2:]  # the two trimmed entries are gone
 
 
