@@ -66,7 +66,15 @@ from impl.broker.managed_ledger_errors import (
 )
 from impl.metadata.layout import MANAGED_LEDGERS_ROOT, parse_managed_ledger_path
 from impl.metadata.ledger_store import NoSuchLedger
-from impl.metadata.store import BadVersion, MetadataError, MetadataStore, NodeExists, NoNode, parent_of
+from impl.metadata.store import (
+    BadVersion,
+    MetadataError,
+    MetadataStore,
+    NodeExists,
+    NoNode,
+    SessionState,
+    parent_of,
+)
 
 __all__ = [
     "CursorFencedError",
@@ -127,6 +135,7 @@ class ManagedLedger:
         self._cursors_lock = threading.Lock()
         self._open_error: ManagedLedgerError | None = None
         self.cache = EntryCache(config.cache_bytes)
+        store.add_session_listener(self._on_session_state)
 
     # ---- open (takeover) ----------------------------------------------------------------------
 
@@ -167,6 +176,14 @@ class ManagedLedger:
         for child in children:
             cursor = ManagedCursor.recover(self, child)
             self._cursors[cursor.name] = cursor
+
+    def _on_session_state(self, state: SessionState) -> None:
+        # A broker whose metadata session expired must never write again (BookKeeper issue
+        # 4462): its ownership node is gone and another broker may be taking the topic over,
+        # while the bookies would still accept our adds until that broker's recovery fences them.
+        if state is SessionState.EXPIRED:
+            reason = "its metadata session expired: another broker may own the topic now"
+            self._queue(lambda: self._core.fence(reason))
 
     # ---- the core loop ----------------------------------------------------------------------
 

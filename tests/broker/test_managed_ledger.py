@@ -338,3 +338,12 @@ def test_positions_strictly_increase_across_rollovers_and_takeovers(
     assert ml.read(None, 1000) == written
     assert open_ml(cluster, config).read(None, 1000) == written
     cluster.close()
+
+
+def test_an_expired_session_fences_at_once(cluster: Cluster) -> None:
+    ml = open_ml(cluster)
+    ml.add(b"a")
+    ml.store.expire_session()
+    with pytest.raises(ManagedLedgerFencedError, match="metadata session expired"):
+        ml.add(b"b")
+    assert ml.state is ManagedLedgerState.FENCED
