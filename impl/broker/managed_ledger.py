@@ -64,7 +64,7 @@ from impl.broker.managed_ledger_errors import (
     ManagedLedgerNotReadyError,
     NoSuchCursorError,
 )
-from impl.metadata.layout import MANAGED_LEDGERS_ROOT, parse_managed_ledger_path
+from impl.metadata.layout import MANAGED_LEDGERS_ROOT, cursor_path, parse_managed_ledger_path
 from impl.metadata.ledger_store import NoSuchLedger
 from impl.metadata.store import (
     BadVersion,
@@ -516,8 +516,6 @@ class ManagedLedger:
 
     def cursor_path(self, cursor: str) -> str:
         tenant, namespace, topic = parse_managed_ledger_path(self.path)
-        from impl.metadata.layout import cursor_path
-
         return cursor_path(tenant, namespace, topic, cursor)
 
     def open_cursor(self, name: str, initial: Literal["earliest", "latest"] = "latest") -> ManagedCursor:
@@ -645,7 +643,8 @@ class ManagedLedger:
         except NoNode:
             pass
         self._delete_ledgers(tuple(ledger_ids))
-        self._core.state = ManagedLedgerState.DELETED
+        with self._state() as core:
+            core.deleted()
 
     def stored_list(self) -> LedgerList:
         """The list as stored in the metadata node now (for tools and tests)."""

@@ -590,6 +590,10 @@ class ManagedLedgerCore:
         self._clear_pending()
         return outputs
 
+    def deleted(self) -> None:
+        """The shell deleted the topic's ledgers, cursors and node (after close())."""
+        self.state = ManagedLedgerState.DELETED
+
     def close(self) -> list[Output]:
         """The broker unloads the topic (spec CloseFencedManagedLedger for a fenced one)."""
         if self.state is ManagedLedgerState.CLOSED:
