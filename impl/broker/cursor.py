@@ -231,11 +231,11 @@ class _CursorBase:
                 start = self.ml.next_position(self._state.mark_delete)
         if start is None:
             return []
-        entries = [(p, d) for p, d in self.ml.read(start, max_entries) if not self.is_acknowledged(p)]
+        batch = self.ml.read(start, max_entries)
         with self._lock:
-            if entries:
-                self.read_position = self.ml.next_position(entries[-1][0])
-        return entries
+            if batch:  # past the whole batch, even if every entry in it was acknowledged already
+                self.read_position = self.ml.next_position(batch[-1][0])
+            return [(p, d) for p, d in batch if not self._state.is_acknowledged(p)]
 
     def seek(self, position: Position | None) -> None:
         """Move the read position (None: back to right after the mark-delete position)."""

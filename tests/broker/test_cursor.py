@@ -211,6 +211,15 @@ def test_new_cursor_latest_and_earliest(cluster: Cluster) -> None:
     assert [q for q, _ in latest.read_entries(10)] == [p]
     assert [q for q, _ in earliest.read_entries(2)] == positions[:2]
     assert [q for q, _ in earliest.read_entries(10)] == [positions[2], p]
+    # a batch that is all acknowledged still moves the read position on
+    earliest.seek(None)
+    earliest.delete(positions[:2])
+    earliest.delete([positions[2]])
+    assert earliest.read_entries(0) == [] and earliest.read_entries(1) == [(p, b"3")]
+    skipping = ml.open_cursor("skipping", "earliest")
+    skipping.delete([positions[1], positions[2]])
+    reads = [[q for q, _ in skipping.read_entries(1)] for _ in range(4)]
+    assert reads == [[positions[0]], [], [], [p]]  # not stuck on the acknowledged ones
     with pytest.raises(ValueError, match="'earliest' or 'latest'"):
         ml.open_cursor("x", "middle")  # type: ignore[arg-type]
 
