@@ -22,8 +22,9 @@ from impl.broker.managed_ledger import (
     Position,
 )
 from impl.metadata.ledger_store import NoSuchLedger
+from impl.metadata.memory import MemoryServer
 
-from .conftest import Cluster, FakeClock
+from .conftest import Cluster, FakeClock, make_cluster
 
 TOPIC = "public/default/persistent/cursors"
 P = Position
@@ -328,3 +329,28 @@ def test_trim_without_cursors_keeps_only_retention(cluster: Cluster) -> None:
     positions = [ml.add(b"%d" % i) for i in range(3)]
     assert ml.trim() == [positions[0].ledger_id, positions[1].ledger_id]
     assert ml.read(None, 5) == [(positions[2], b"2")]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    acks=st.lists(st.tuples(st.booleans(), st.integers(min_value=0, max_value=11)), max_size=15),
+    cursor_max_entries=st.integers(min_value=1, max_value=4),
+)
+def test_durable_cursor_state_survives_a_takeover(acks: list[tuple[bool, int]], cursor_max_entries: int) -> None:
+    server = MemoryServer()
+    cluster = make_cluster(server.connect, "memory://")
+    config = ManagedLedgerConfig(max_entries_per_ledger=3, cursor_max_entries=cursor_max_entries)
+    old = open_ml(cluster, config)
+    positions = [old.add(b"%d" % i) for i in range(12)]
+    cursor = old.open_cursor("sub", "earliest")
+    for cumulative, index in acks:
+        if cumulative:
+            cursor.mark_delete(positions[index])
+        else:
+            cursor.delete([positions[index]])
+    new = open_ml(cluster, config)
+    recovered = new.cursors()["sub"]
+    assert recovered.mark_delete_position == cursor.mark_delete_position
+    assert recovered.individually_deleted == cursor.individually_deleted
+    assert recovered.backlog() == cursor.backlog() == sum(not cursor.is_acknowledged(p) for p in positions)
+    cluster.close()
