@@ -25,6 +25,7 @@ import io
 import itertools
 import pickle
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -183,12 +184,18 @@ def _restore_exception(cls: type[BaseException], args: tuple[Any, ...], attrs: d
     return error
 
 
+_LOCKS = (type(threading.Lock()), type(threading.RLock()))
+
+
 class _Pickler(pickle.Pickler):
     # The client's typed errors take (ledger_id, message) but store one formatted message in
-    # args, so default pickling cannot rebuild them; copy them field by field instead.
+    # args, so default pickling cannot rebuild them; copy them field by field instead. A lock
+    # (the in-memory store's) is copied as a new, free lock: the replay runs on one thread.
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, BaseException):
             return _restore_exception, (type(obj), obj.args, dict(obj.__dict__))
+        if isinstance(obj, _LOCKS):
+            return type(obj) if isinstance(obj, _LOCKS[1]) else threading.Lock, ()
         return NotImplemented
 
 

@@ -19,7 +19,7 @@ import time
 
 from conformance.replay import GraphReplay
 from conformance.suite import ModelResult, replay_model, supported
-from conformance.tlc import PROFILES, ManifestError, Model, TLCError, load_manifest
+from conformance.tlc import PROFILES, ManifestError, Model, Outcome, TLCError, load_manifest
 
 SPECS = ("ledger", "fencing", "metadata")
 EXIT_MISMATCH, EXIT_USAGE, EXIT_UNSUPPORTED = 1, 2, 3
@@ -55,13 +55,18 @@ def _row(result: ModelResult) -> list[str]:
     assert result.trace is not None
     t = result.trace
     mismatch = t.mismatch
-    if mismatch is None:
+    if result.follow:
+        source = "counterexample"
+        verdict = f"followed all {t.steps} steps" if result.ok else f"MISMATCH at step {t.steps + 1}"
+    elif mismatch is None:
+        source = "regression"
         verdict = f"MISMATCH (followed all {result.trace_states - 1} steps of the mutation)"
     else:
+        source = "regression"
         why = ", ".join(sorted(mismatch.differing)) or "the cores refused the input"
         verdict = f"refused at step {mismatch.step}/{result.trace_states - 1} {mismatch.action} ({why})"
     rate = result.steps / t.seconds if t.seconds else 0.0
-    return [m.name, "regression", verdict, "1", str(result.steps), "-", "-", f"{rate:,.0f}"]
+    return [m.name, source, verdict, "1", str(result.steps), "-", "-", f"{rate:,.0f}"]
 
 
 def main(argv: list[str], prog: str) -> int:
@@ -114,21 +119,23 @@ def main(argv: list[str], prog: str) -> int:
         print()
         print(_table(rows))
     graphs = [r.graph for r in results if r.graph is not None]
-    regressions = [r for r in results if r.trace is not None]
+    traces = [r for r in results if r.trace is not None]
+    regressions = [r for r in traces if not r.follow]
     steps = sum(r.steps for r in results)
-    replay_seconds = sum(g.seconds for g in graphs) + sum(r.trace.seconds for r in regressions if r.trace)
+    replay_seconds = sum(g.seconds for g in graphs) + sum(r.trace.seconds for r in traces if r.trace)
     print()
     print(
-        f"behaviours replayed: {sum(g.behaviours for g in graphs) + len(regressions):,}; steps: {steps:,}; "
+        f"behaviours replayed: {sum(g.behaviours for g in graphs) + len(traces):,}; steps: {steps:,}; "
         f"distinct spec states covered: {sum(g.states_covered for g in graphs):,}/{sum(g.states for g in graphs):,}; "
         f"edges covered: {sum(g.edges_covered for g in graphs):,}/{sum(g.edges for g in graphs):,}; "
         f"regression traces refused: {sum(1 for r in regressions if r.ok)}/{len(regressions)}; "
+        f"counterexamples followed: {sum(1 for r in traces if r.follow and r.ok)}/{len(traces) - len(regressions)}; "
         f"{steps / replay_seconds if replay_seconds else 0:,.0f} steps/s "
         f"(replay only; {elapsed:.1f}s in all, with TLC)"
     )
     failed = [r for r in results if not r.ok]
     for r in failed:
-        mismatch = r.graph.mismatch if r.graph is not None else None
+        mismatch = r.graph.mismatch if r.graph is not None else r.trace.mismatch if r.trace and r.follow else None
         if mismatch is not None:
             print(f"\n{mismatch}", file=sys.stderr)
         elif r.trace is not None and r.trace.mismatch is None:
@@ -147,7 +154,7 @@ def main(argv: list[str], prog: str) -> int:
 
 
 def _run(model: Model, index: int, total: int, seed: int) -> ModelResult | None:
-    kind = "state graph" if model.expect.value == "pass" else f"counterexample ({model.violates})"
+    kind = "state graph" if model.expect is Outcome.PASS else f"counterexample ({model.violates})"
     print(f"[{index}/{total}] {model.name}: TLC {kind} of {model.spec} with {model.config} ...", flush=True)
 
     def on_graph(states: int, edges: int) -> None:
