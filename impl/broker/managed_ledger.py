@@ -27,7 +27,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Literal
 
@@ -108,6 +108,7 @@ class ManagedLedger:
         config: ManagedLedgerConfig,
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
+        executor: Executor | None = None,
     ) -> None:
         self.path = f"{MANAGED_LEDGERS_ROOT}/{name}"
         parse_managed_ledger_path(self.path)  # InvalidName for anything but tenant/ns/persistent/topic
@@ -123,7 +124,10 @@ class ManagedLedger:
         self._inbox: deque[Step] = deque()
         self._deliveries: deque[Callable[[], None]] = deque()
         self._deliver_lock = threading.RLock()
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ml-{name}")
+        # Drains run one at a time whatever the executor (a try-lock), so a pool shared by
+        # many managed ledgers is fine; by default each has one thread of its own.
+        self._own_worker = executor is None
+        self._worker: Executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ml-{name}")
         self._writers: dict[int, WriteHandle] = {}
         self._readers: dict[int, ReadHandle] = {}
         self._handles_lock = threading.Lock()
@@ -149,17 +153,19 @@ class ManagedLedger:
         clock: Callable[[], float] = time.monotonic,
         *,
         wall_clock: Callable[[], float] = time.time,
+        executor: Executor | None = None,
     ) -> ManagedLedger:
         """Take the topic over: read the list, recover (fence) its last ledger, drop empty ledgers,
         create a new ledger, conditional-write the list, recover the durable cursors.
 
-        `clock` measures ledger age (rollover); `wall_clock` stamps closed ledgers (retention).
+        `clock` measures ledger age (rollover); `wall_clock` stamps closed ledgers (retention);
+        `executor` runs the steps that BookKeeper completions trigger (default: a thread of its own).
         Raises ManagedLedgerFencedError if another broker changed the list meanwhile.
         """
-        ml = cls(name, store, bookkeeper, config or ManagedLedgerConfig(), clock, wall_clock)
+        ml = cls(name, store, bookkeeper, config or ManagedLedgerConfig(), clock, wall_clock, executor)
         ml._run(ml._core.open)
         if ml._open_error is not None:
-            ml._worker.shutdown(wait=False)
+            ml._stop_worker()
             raise ml._open_error
         try:
             ml._recover_cursors()
@@ -624,7 +630,11 @@ class ManagedLedger:
         self._run(self._core.close)
         for cursor in self.cursors().values():
             cursor.close()
-        self._worker.shutdown(wait=False)
+        self._stop_worker()
+
+    def _stop_worker(self) -> None:
+        if self._own_worker:
+            self._worker.shutdown(wait=False)
 
     def delete(self) -> None:
         """Delete the topic's data: every ledger, every cursor, and the node."""

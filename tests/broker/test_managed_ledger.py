@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -159,8 +160,11 @@ def test_listener_is_told_of_confirmed_entries(cluster: Cluster) -> None:
         reads.extend(d for _, d in ml.read(p, 1))  # a tailing reader, served from the cache
 
     ml.add_listener(on_confirmed)
+    requests = cluster.transport.requests
     positions = [ml.add(b"t%d" % i) for i in range(3)]
     assert seen == positions and reads == [b"t0", b"t1", b"t2"]
+    # only the adds went to the bookies (3 bookies each), the tailing reads did not
+    assert cluster.transport.requests - requests == 3 * 3
     assert ml.stats()["cache"]["hits"] >= 3
 
 
@@ -265,12 +269,15 @@ def test_threaded_transport_adds_rollovers_and_a_takeover_mid_stream(cluster: Cl
             raise TimeoutError(f"{bookie} is silent")
         return answers[0]
 
+    shared = ThreadPoolExecutor(max_workers=2)  # one pool for both brokers' managed ledgers
+
     def threaded_broker(transport: ThreadedTransport) -> ManagedLedger:
         store = cluster.store()
         bk = BookKeeperClient(LedgerMetadataStore(store), BookieRegistry(store), transport, seed=7)
-        return ManagedLedger.open(TOPIC, store, bk, ManagedLedgerConfig(max_entries_per_ledger=10))
+        config = ManagedLedgerConfig(max_entries_per_ledger=10)
+        return ManagedLedger.open(TOPIC, store, bk, config, executor=shared)
 
-    with ThreadedTransport(call, timeout_s=2, max_workers=8) as transport:
+    with shared, ThreadedTransport(call, timeout_s=2, max_workers=8) as transport:
         old = threaded_broker(transport)
         order: list[Position] = []
         futures = [old.add_async(b"a%d" % i) for i in range(120)]
