@@ -272,7 +272,7 @@ class Cluster:
         command = pulsar_ref_command("standalone", "--data", str(d / "data"), "--port", str(p))
         state = {
             "topology": "standalone",
-            "metadata": f"embedded://{d / 'data'}",
+            "metadata": f"embedded://{d / 'data' / 'metadata'}",  # where impl.broker.standalone keeps it
             "service": f"pulsar://127.0.0.1:{p}",
             "zookeepers": [],
             "nodes": [{"name": "standalone-1", "role": "standalone", "port": p, "dir": str(d), "command": command}],
@@ -451,7 +451,19 @@ class Cluster:
                 node.start(timeout_s)
             else:
                 self._clear_stale_registration(node)
-                node.wait_listening(node.launch(), timeout_s)
+                deadline = time.monotonic() + timeout_s
+                while True:
+                    offset = node.launch()
+                    try:
+                        node.wait_listening(offset, max(1.0, deadline - time.monotonic()))
+                        break
+                    except NodeError:
+                        # A crashed standalone finds its own old registrations in the embedded store until
+                        # that session times out (~10 s) and refuses to start; we cannot end an embedded
+                        # session from outside, so try again until it has.
+                        if "already registered" not in node.log_since(offset) or time.monotonic() > deadline:
+                            raise
+                        time.sleep(1.0)
         except (NodeError, ZooKeeperError) as e:
             raise ClusterError(f"could not start {name}: {e}") from None
         finally:

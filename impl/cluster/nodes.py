@@ -128,7 +128,7 @@ class Node:
                     f"{self.name} exited during start-up (port {self.port} taken? metadata store down?). "
                     f"Log tail ({self.log_file}):\n{self.log_tail()}"
                 )
-            if "listening" in self._log_since(log_offset) and port_accepts(self.port):
+            if "listening" in self.log_since(log_offset) and port_accepts(self.port):
                 return
             time.sleep(0.1)
         raise NodeError(
@@ -136,7 +136,7 @@ class Node:
             f"Log tail ({self.log_file}):\n{self.log_tail()}"
         )
 
-    def _log_since(self, offset: int) -> str:
+    def log_since(self, offset: int) -> str:
         try:
             with open(self.log_file, "rb") as f:
                 f.seek(offset)

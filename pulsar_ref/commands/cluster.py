@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from impl.cluster.deployment import STATE_FILE, Cluster, ClusterError
+from impl.cluster.deployment import STATE_FILE, Cluster, ClusterError, InProcessNode
 
 
 def _progress(message: str) -> None:
@@ -189,6 +189,16 @@ def logs(args: argparse.Namespace) -> int:
 def verb(args: argparse.Namespace) -> int:
     cluster = Cluster.load(args.dir)
     name = args.node
+    node = cluster.node(name)
+    if isinstance(node, InProcessNode) and args.action in ("kill", "expire-session"):
+        # A bookie or the broker inside standalone: the verb acts in place, no process is signalled.
+        if args.action == "kill":
+            cluster.kill(name)
+            print(f"{name}: stopped without a clean shutdown, inside {node.host.name} (pid {node.host.pid()})")
+        else:
+            cluster.expire_session(name)
+            print(f"{name}: metadata session expired, inside {node.host.name}")
+        return 0
     if args.action == "kill":
         print(f"{name}: killed pid {cluster.kill(name)} (SIGKILL)")
     elif args.action == "pause":

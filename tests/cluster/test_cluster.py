@@ -166,3 +166,36 @@ def test_three_zookeepers_survive_a_member_restart(cluster_dir: Path) -> None:
     assert registered_bookies(metadata) == []
     assert pulsar_ref("cluster", "down", "--dir", str(cluster_dir)).returncode == 0
     assert processes_under(cluster_dir) == []
+
+
+def test_standalone_topology_faults_in_place_and_whole_process(cluster_dir: Path) -> None:
+    up = pulsar_ref("cluster", "up", "--dir", str(cluster_dir), "--standalone")
+    assert up.returncode == 0, up.stderr
+    assert up.stdout.strip().startswith("pulsar://127.0.0.1:")
+    code, rows = status_rows(cluster_dir)
+    assert code == 0 and rows["standalone-1"][1] == "up"
+    result = pulsar_ref("cluster", "status", "--dir", str(cluster_dir))
+    in_process = {line.split()[0]: line.split()[2] for line in result.stdout.splitlines()[1:] if line[:1] == "b"}
+    assert in_process == {"bookie-0": "up", "bookie-1": "up", "bookie-2": "up", "broker": "up"}, result.stdout
+    pid = state(cluster_dir)["nodes"][0]["pid"]
+
+    # a bookie and the broker are stopped and started in place: the process stays the same
+    for node in ("bookie-0", "broker"):
+        kill = pulsar_ref("cluster", "kill", "--dir", str(cluster_dir), node)
+        assert kill.returncode == 0 and "inside standalone-1" in kill.stdout, kill.stderr
+        down = pulsar_ref("cluster", "status", "--dir", str(cluster_dir))
+        assert down.returncode == 1 and any(line.split()[:3] == [node, line.split()[1], "down"] for line in
+                                            down.stdout.splitlines()), down.stdout  # fmt: skip
+        assert pulsar_ref("cluster", "restart", "--dir", str(cluster_dir), node).returncode == 0
+    assert pulsar_ref("cluster", "expire-session", "--dir", str(cluster_dir), "broker").returncode == 0
+    assert pulsar_ref("cluster", "pause", "--dir", str(cluster_dir), "bookie-1").returncode == 1  # not a process
+    assert state(cluster_dir)["nodes"][0]["pid"] == pid
+    assert pulsar_ref("cluster", "status", "--dir", str(cluster_dir)).returncode == 0
+
+    # the whole process: kill -9 and start again on the same data (waits out its stale registrations)
+    assert pulsar_ref("cluster", "kill", "--dir", str(cluster_dir), "standalone-1").returncode == 0
+    restart = pulsar_ref("cluster", "restart", "--dir", str(cluster_dir), "standalone-1")
+    assert restart.returncode == 0, restart.stderr
+    assert state(cluster_dir)["nodes"][0]["pid"] not in (None, pid)
+    assert pulsar_ref("cluster", "down", "--dir", str(cluster_dir)).returncode == 0
+    assert processes_under(cluster_dir) == []
