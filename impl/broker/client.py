@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,21 +168,33 @@ class Client:
     # ---- the API -----------------------------------------------------------------------------
 
     def create_producer(
-        self, topic: str, name: str = "", *, batching: bool = False, batch_max_messages: int = 100,
+        self,
+        topic: str,
+        name: str = "",
+        *,
+        batching: bool = False,
+        batch_max_messages: int = 100,
         batch_delay_s: float = 0.001,
     ) -> Producer:
         return Producer(self, topic, name, batching, batch_max_messages, batch_delay_s)
 
     def subscribe(
-        self, topic: str, subscription: str, *, subscription_type: str = "Exclusive",
-        initial_position: str = "latest", consumer_name: str = "", receiver_queue_size: int = 1000,
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        subscription_type: str = "Exclusive",
+        initial_position: str = "latest",
+        consumer_name: str = "",
+        receiver_queue_size: int = 1000,
     ) -> Consumer:
         if subscription_type not in _SUB_TYPES:
             raise ClientError(f"unknown subscription type {subscription_type!r}; use one of {', '.join(_SUB_TYPES)}")
         if initial_position not in ("earliest", "latest"):
             raise ClientError(f"initial position must be 'earliest' or 'latest', not {initial_position!r}")
-        return Consumer(self, topic, subscription, subscription_type, initial_position, consumer_name,
-                        receiver_queue_size)
+        return Consumer(
+            self, topic, subscription, subscription_type, initial_position, consumer_name, receiver_queue_size
+        )
 
     def create_reader(self, topic: str, start: MessageId | None = None) -> Reader:
         """A non-durable reader from `start` (inclusive; None = the earliest message)."""
@@ -258,32 +271,39 @@ class Producer:
         self.batch_delay_s = batch_delay_s
         self._batch: list[tuple[pb.Message, Future[MessageId]]] = []
         self._flusher: threading.Timer | None = None
+        # One sender thread sends entries strictly in sequence-id order, one at a time: the
+        # broker de-duplicates by sequence id, so an entry must never overtake an earlier one.
+        self._outbox: queue.Queue[list[tuple[pb.Message, Future[MessageId]]] | None] = queue.Queue()
+        self._sender = threading.Thread(target=self._send_loop, name=f"producer-{self.name}", daemon=True)
+        self._sender.start()
 
-    def send(self, data: bytes, key: str = "", properties: dict[str, str] | None = None,
-             timeout_s: float | None = None) -> MessageId:
+    def send(
+        self, data: bytes, key: str = "", properties: dict[str, str] | None = None, timeout_s: float | None = None
+    ) -> MessageId:
         future = self.send_async(data, key, properties)
         if self.batching:
             self.flush()
-        return future.result(timeout=(timeout_s or self.client.timeout_s) + 1)
+        wait_s = (timeout_s or self.client.timeout_s) + 1
+        try:
+            return future.result(timeout=wait_s)
+        except FutureTimeout:
+            raise SendUnknown(f"send to {self.topic} not answered within {wait_s}s: outcome unknown") from None
 
     def send_async(self, data: bytes, key: str = "", properties: dict[str, str] | None = None) -> Future[MessageId]:
         message = pb.Message(payload=data, key=key, properties=properties or {})
         future: Future[MessageId] = Future()
         if not self.batching:
-            threading.Thread(target=self._send, args=([(message, future)],), daemon=True).start()
+            self._outbox.put([(message, future)])
             return future
         with self._lock:
             self._batch.append((message, future))
             if len(self._batch) >= self.batch_max:
-                batch, self._batch = self._batch, []
-            else:
-                batch = []
-                if self._flusher is None:
-                    self._flusher = threading.Timer(self.batch_delay_s, self.flush)
-                    self._flusher.daemon = True
-                    self._flusher.start()
-        if batch:
-            self._send(batch)
+                self._outbox.put(self._batch)  # under the lock: batches leave in order
+                self._batch = []
+            elif self._flusher is None:
+                self._flusher = threading.Timer(self.batch_delay_s, self.flush)
+                self._flusher.daemon = True
+                self._flusher.start()
         return future
 
     def flush(self) -> None:
@@ -292,7 +312,14 @@ class Producer:
             if self._flusher is not None:
                 self._flusher.cancel()
                 self._flusher = None
-        if batch:
+            if batch:
+                self._outbox.put(batch)
+
+    def _send_loop(self) -> None:
+        while True:
+            batch = self._outbox.get()
+            if batch is None:
+                return
             self._send(batch)
 
     def _send(self, batch: list[tuple[pb.Message, Future[MessageId]]]) -> None:
@@ -322,8 +349,8 @@ class Producer:
                 resp = client.stub(address).Send(request, timeout=max(0.1, deadline - time.monotonic()))
             except grpc.RpcError as e:
                 client.forget(self.topic)
-                if e.code() == grpc.StatusCode.UNAVAILABLE and "connect" in (e.details() or "").lower() \
-                        and time.monotonic() < deadline:
+                never_sent = e.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect" in (e.details() or "")
+                if never_sent and time.monotonic() < deadline:
                     time.sleep(RETRY_PAUSE_S)  # never reached the broker: safe to try again
                     continue
                 raise SendUnknown(f"send to {self.topic} via {address}: {e.code().name}: outcome unknown") from e
@@ -341,15 +368,24 @@ class Producer:
             raise SendRejected(f"send to {self.topic} rejected: {resp.message}", resp.code)
 
     def close(self) -> None:
+        """Send what is batched, wait for every pending send, stop the sender."""
         self.flush()
+        self._outbox.put(None)
+        self._sender.join()
 
 
 class Consumer:
     """A subscription's consumer over a stream; resubscribes (after a lookup) when the stream breaks."""
 
     def __init__(
-        self, client: Client, topic: str, subscription: str, sub_type: str, initial_position: str,
-        name: str, receiver_queue_size: int,
+        self,
+        client: Client,
+        topic: str,
+        subscription: str,
+        sub_type: str,
+        initial_position: str,
+        name: str,
+        receiver_queue_size: int,
     ) -> None:
         self.client = client
         self.topic = topic
@@ -389,10 +425,17 @@ class Consumer:
     def _stream_once(self) -> None:
         address = self.client.lookup(self.topic)
         requests: queue.Queue[pb.ConsumeReq | None] = queue.Queue()
-        requests.put(pb.ConsumeReq(subscribe=pb.Subscribe(
-            topic=self.topic, subscription=self.subscription, type=_SUB_TYPES[self.sub_type],
-            initial_position=pb.EARLIEST if self.initial_position == "earliest" else pb.LATEST,
-            consumer_name=self.name)))
+        requests.put(
+            pb.ConsumeReq(
+                subscribe=pb.Subscribe(
+                    topic=self.topic,
+                    subscription=self.subscription,
+                    type=_SUB_TYPES[self.sub_type],
+                    initial_position=pb.EARLIEST if self.initial_position == "earliest" else pb.LATEST,
+                    consumer_name=self.name,
+                )
+            )
+        )
 
         def outgoing() -> Iterator[pb.ConsumeReq]:
             while True:
@@ -418,8 +461,11 @@ class Consumer:
                 if resp.active_changed:
                     self.active = resp.active
                 for d in resp.deliveries:
-                    self._received.put(ConsumerMessage(
-                        _id(d.id), d.message.payload, d.message.key, dict(d.message.properties), d.redelivery_count))
+                    self._received.put(
+                        ConsumerMessage(
+                            _id(d.id), d.message.payload, d.message.key, dict(d.message.properties), d.redelivery_count
+                        )
+                    )
                 if self._closed.is_set():
                     return
         finally:

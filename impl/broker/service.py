@@ -62,6 +62,7 @@ from impl.metadata.store import MetadataError, MetadataStore
 log = logging.getLogger(__name__)
 
 READ_LIMIT = 10_000  # entries one Read call returns at most
+READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
 
 
 @dataclass
@@ -133,7 +134,15 @@ class Subscription:
             self.topic.maybe_trim()
             return []
         assert isinstance(out, ReadEntries)
-        return self.dispatcher.entries_read(self._read(out.max_entries))
+        try:
+            messages = self._read(out.max_entries)
+        except Exception as e:  # bookies unavailable, topic fenced: try again shortly
+            log.warning("reading for subscription %s of %s: %s; retrying", self.name, self.topic.name, e)
+            retry = threading.Timer(READ_RETRY_S, self.topic.service.executor.submit, (Topic._wake, self))
+            retry.daemon = True
+            retry.start()
+            return self.dispatcher.read_failed()
+        return self.dispatcher.entries_read(messages)
 
     def _read(self, max_entries: int) -> list[Message]:
         ml = self.topic.ml
@@ -262,7 +271,7 @@ class Topic:
         end = self.ml.last_confirmed()
         if end is None:
             return None
-        (_, data), = self.ml.read(end, 1)
+        ((_, data),) = self.ml.read(end, 1)
         return MessageId(end.ledger_id, end.entry_id, len(decode_entry(end, data).messages) - 1)
 
     # ---- subscriptions -----------------------------------------------------------------------

@@ -155,6 +155,11 @@ class Dispatcher:
         self._caught_up = False
         return self._dispatch()
 
+    def read_failed(self) -> list[Output]:
+        """The ReadEntries could not be served (bookies unavailable): nothing read; the shell retries."""
+        self._reading = False
+        return []
+
     def entries_read(self, messages: list[Message]) -> list[Output]:
         """The answer to ReadEntries: the messages of the entries read (already-acked entries left out)."""
         self._reading = False

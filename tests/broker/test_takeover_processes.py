@@ -1,0 +1,197 @@
+"""Ownership transfer under load with real processes: a real ZooKeeper, three bookie processes and
+broker processes (`pulsar-ref broker`). The claim of the project, end to end: after a takeover
+the old owner cannot get a single write acknowledged, and nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from impl.broker import broker_pb2 as pb
+from impl.broker.client import Client, SendRejected, SendUnknown
+from impl.metadata.zkserver import ZooKeeperServer
+from tests.bookie.bookie_process import BookieProcess
+
+pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
+
+ROOT = Path(__file__).resolve().parents[2]
+SESSION_TIMEOUT_S = 4.0
+
+
+class BrokerProcess:
+    def __init__(self, metadata: str, log: Path) -> None:
+        self.log = log.open("w")  # a file, not a pipe: a pipe nobody reads would block the broker
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pulsar_ref.cli", "broker", "--metadata", metadata,
+             "--session-timeout", str(SESSION_TIMEOUT_S)],
+            stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=ROOT,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "listening" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"broker did not start: {line!r}; see {log}")
+        self.address = line.split()[1]
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.proc.pid, sig)
+
+    def ensure_stopped(self) -> None:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    metadata = f"zk://{zookeeper.connect_string}/takeover-{uuid.uuid4().hex[:8]}"
+    bookies: list[BookieProcess] = []
+    try:
+        for i in range(3):
+            bookies.append(BookieProcess(tmp_path / f"bookie-{i}", metadata))
+        yield metadata, tmp_path
+    finally:
+        for b in bookies:
+            b.ensure_stopped()
+
+
+class Producing:
+    """A producer sending unique values continuously, recording each outcome."""
+
+    def __init__(self, client: Client, topic: str) -> None:
+        self.client = client
+        self.topic = topic
+        self.acked: list[tuple[object, bytes]] = []
+        self.unknown: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        producer = None
+        while not self._stop.is_set():
+            try:
+                producer = producer or self.client.create_producer(self.topic)
+                value = b"v%d" % n
+                n += 1
+                try:
+                    self.acked.append((producer.send(value, timeout_s=5), value))
+                except SendRejected:
+                    raise
+                except SendUnknown:
+                    self.unknown.append(value)
+                    producer = None
+                except Exception:  # anything else is not a rejection: the outcome is unknown
+                    self.unknown.append(value)
+                    raise
+            except SendRejected:
+                time.sleep(0.05)
+            except Exception:
+                producer = None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def owner_of(brokers: list[BrokerProcess], client: Client, topic: str) -> BrokerProcess:
+    address = client.lookup(topic, refresh=True)
+    return next(b for b in brokers if b.address == address)
+
+
+def wait_for_acks(producing: Producing, more_than: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(producing.acked) <= more_than:
+        assert time.monotonic() < deadline, f"no acknowledged send past {more_than} within {timeout_s}s"
+        time.sleep(0.05)
+
+
+def test_takeover_after_sigkill_and_a_paused_owner_never_gets_a_write_acknowledged(
+    cluster: tuple[str, Path],
+) -> None:
+    metadata, logs = cluster
+    brokers = [BrokerProcess(metadata, logs / "broker-0.log"), BrokerProcess(metadata, logs / "broker-1.log")]
+    topic = f"persistent://public/default/takeover-{uuid.uuid4().hex[:6]}"
+    try:
+        client = Client(",".join(b.address for b in brokers), timeout_s=10)
+        consumer = client.subscribe(topic, "audit", initial_position="earliest")
+        consumer.close()  # the durable subscription exists from the start
+        producing = Producing(client, topic)
+        wait_for_acks(producing, 20)
+
+        # 1. The owner dies (SIGKILL): the other broker takes the topic over.
+        first = owner_of(brokers, client, topic)
+        first.signal(signal.SIGKILL)
+        first.ensure_stopped()
+        before = len(producing.acked)
+        wait_for_acks(producing, before + 20)
+        survivor = owner_of(brokers, client, topic)
+        assert survivor is not first
+
+        # 2. A third broker joins; the owner is paused (SIGSTOP) until its session expires and the
+        #    topic moves; resumed, it must not get a single write acknowledged.
+        brokers.append(BrokerProcess(metadata, logs / "broker-2.log"))
+        client.service.append(brokers[-1].address)
+        survivor.signal(signal.SIGSTOP)
+        try:
+            time.sleep(SESSION_TIMEOUT_S * 2)
+            before = len(producing.acked)
+            wait_for_acks(producing, before + 20)
+            assert owner_of(brokers, client, topic) is brokers[-1]
+        finally:
+            survivor.signal(signal.SIGCONT)
+        stale = client.stub(survivor.address)
+        codes = []
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                answer = stale.Send(
+                    pb.SendReq(topic=topic, producer_name="stale", sequence_id=len(codes),
+                               messages=[pb.Message(payload=b"stale")]),
+                    timeout=5,
+                )
+                codes.append(answer.code)
+            except Exception as e:  # the stale broker may also be busy noticing: not an ack
+                codes.append(repr(e))
+        assert codes and pb.OK not in codes, f"the stale owner acknowledged a write: {codes}"
+        producing.stop()
+
+        # 3. Every acknowledged message is consumed exactly once, in order; unknown ones at most once.
+        consumer = client.subscribe(topic, "audit")
+        seen: list[tuple[object, bytes]] = []
+        while True:
+            try:
+                msg = consumer.receive(timeout_s=3)
+            except TimeoutError:
+                break
+            seen.append((msg.id, msg.data))
+            consumer.acknowledge(msg)
+        consumer.close()
+        values = [v for _, v in seen]
+        assert len(values) == len(set(values)), "a message was consumed twice"
+        assert b"stale" not in values
+        acked_values = [v for _, v in producing.acked]
+        logs_text = "\n".join(f"{p.name}: {p.read_text()[-3000:]}" for p in sorted(logs.glob("broker-*.log")))
+        assert [v for v in values if v in set(acked_values)] == acked_values, (
+            f"acknowledged messages lost or reordered; {len(values)} consumed of {len(acked_values)} acked; "
+            f"read_topic has {len(client.read_topic(topic))}; broker logs:\n{logs_text}"
+        )
+        assert set(values) <= set(acked_values) | set(producing.unknown)
+        assert [mid for mid, _ in seen] == sorted(mid for mid, _ in seen)  # type: ignore[type-var]
+        client.close()
+    finally:
+        for b in brokers:
+            b.ensure_stopped()
