@@ -212,6 +212,12 @@ class Attempt:
     error: str = ""  # the cores refused (HarnessError or a core exception)
     state: dict[str, Value] | None = None  # the abstraction after the candidate ran
     diff: list[str] = field(default_factory=list)
+    system: Any = field(default=None, repr=False)  # the implementation after the candidate ran
+
+    @property
+    def differing(self) -> set[str]:
+        """The variables named in the diff."""
+        return {line.strip().rstrip(":") for line in self.diff if line.startswith("  ") and not line.startswith("   ")}
 
 
 @dataclass
@@ -245,11 +251,7 @@ class Mismatch(Exception):
     def differing(self) -> set[str]:
         """Variables that differ for the closest attempt (empty if every attempt errored)."""
         best = self.closest
-        return (
-            {line.strip().rstrip(":") for line in best.diff if line.startswith("  ") and not line.startswith("   ")}
-            if best
-            else set()
-        )
+        return best.differing if best else set()
 
     @property
     def closest(self) -> Attempt | None:
@@ -298,7 +300,7 @@ def step(
         perm = _match(state, target, perms)
         if perm is not None:
             return trial, {impl: perm.get(spec, spec) for impl, spec in names.items()}, candidate
-        attempts.append(Attempt(candidate, state=state, diff=differences(target, state)))
+        attempts.append(Attempt(candidate, state=state, diff=differences(target, state), system=trial))
     return attempts
 
 
@@ -310,6 +312,10 @@ class TraceReplay:
     steps: int  # steps the implementation followed
     mismatch: Mismatch | None
     seconds: float
+    # After a refusal the replay goes on, driving the implementation with the trace's inputs
+    # from its own (diverged) state: (step, action, variables that newly differ there). It
+    # shows where the refusal shows up, e.g. a late add rejected by a bookie the fenced read fenced.
+    consequences: list[tuple[int, str, frozenset[str]]] = field(default_factory=list)
 
 
 def replay_trace(mapping: Mapping_, model: str, states: Sequence[tuple[str, State]]) -> TraceReplay:
@@ -330,10 +336,44 @@ def replay_trace(mapping: Mapping_, model: str, states: Sequence[tuple[str, Stat
         result = step(mapping, system, names, action, state, identity, params)
         if isinstance(result, list):
             mismatch = Mismatch(mapping.spec, model, behaviour, number, action, params, result)
-            return TraceReplay(number - 1, mismatch, time.monotonic() - started)
+            after = _consequences(mapping, mismatch, names, states, number, identity)
+            return TraceReplay(number - 1, mismatch, time.monotonic() - started, after)
         system, names, candidate = result
         behaviour.append(f"{action}: {candidate.label}")
     return TraceReplay(len(states) - 1, None, time.monotonic() - started)
+
+
+def _consequences(
+    mapping: Mapping_,
+    mismatch: Mismatch,
+    names: Names,
+    states: Sequence[tuple[str, State]],
+    refused: int,
+    perms: Sequence[dict[ModelValue, ModelValue]],
+) -> list[tuple[int, str, frozenset[str]]]:
+    closest = mismatch.closest
+    if closest is None:
+        return []
+    system, differing = closest.system, closest.differing
+    out: list[tuple[int, str, frozenset[str]]] = []
+    for number in range(refused + 1, len(states)):
+        action, state = states[number]
+        last = state.get("lastAction")
+        params = last["params"] if isinstance(last, Record) else None
+        result = step(mapping, system, names, action, state, perms, params if isinstance(params, Record) else None)
+        if not isinstance(result, list):
+            system, names, _ = result
+            differing = set()
+            continue
+        scored = [a for a in result if a.system is not None]
+        if not scored:
+            out.append((number, action, frozenset({"(the cores refused the input)"})))
+            break
+        best = min(scored, key=lambda a: len(a.diff))
+        if best.differing - differing:
+            out.append((number, action, frozenset(best.differing - differing)))
+        system, differing = best.system, best.differing
+    return out
 
 
 # ---- the whole state graph ---------------------------------------------------------------------

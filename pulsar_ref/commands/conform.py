@@ -174,4 +174,7 @@ def _run(model: Model, index: int, total: int, seed: int) -> ModelResult | None:
         print(f"TLC could not run {model.name}: {exc}", file=sys.stderr)
         return None
     print(f"      {_row(result)[2]}", flush=True)
+    if result.trace is not None and not result.follow:
+        for number, action, variables in result.trace.consequences:
+            print(f"      then at step {number} {action}: {', '.join(sorted(variables))} differ too", flush=True)
     return result

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -125,10 +124,3 @@ def test_a_broken_store_is_caught(
     report = replay(request.getfixturevalue(model), server)
     assert report.mismatch is not None, f"the replay did not catch {server.__name__}"
     assert symptom in report.mismatch.differing, str(report.mismatch)
-
-
-def test_unsupported_spec_is_reported(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from pulsar_ref.commands import conform
-
-    assert conform.main(["--spec", "fencing"], "pulsar-ref conform") == conform.EXIT_UNSUPPORTED
-    assert "fencing.tla: NOT SUPPORTED" in capsys.readouterr().out
