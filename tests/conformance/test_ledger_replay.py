@@ -60,6 +60,15 @@ WRITER_CFG = WRITER_CFG.replace("MaxCrashes = 1", "MaxCrashes = 0").replace(
 )
 WRITER_CFG = WRITER_CFG.replace("SYMMETRY BookieSymmetry\n", "")
 
+# Two entries, an ensemble change, no recovery: a pending add is re-sent to the replacement.
+RESEND_CFG = (
+    FAULTS_CFG.replace("Recoverers = {r1}", "Recoverers = {}")
+    .replace("NumEntries = 1", "NumEntries = 2")
+    .replace("MaxLostMessages = 0", "MaxLostMessages = 1")
+    .replace("MaxCrashes = 1", "MaxCrashes = 0")
+    .replace("MaxPermanentFailures = 1", "MaxPermanentFailures = 0")
+)
+
 EVERY_ACTION = {
     "WriterSendsAdd",
     "WriterReceivesAddResponse",
@@ -85,7 +94,7 @@ EVERY_ACTION = {
 def graphs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[StateGraph, str]]:
     """TLC's state graph of a manifest model or of one of the configs above (dumped once per module)."""
     cache: dict[str, tuple[StateGraph, str]] = {}
-    extra = {"faults": FAULTS_CFG, "writer": WRITER_CFG}
+    extra = {"faults": FAULTS_CFG, "writer": WRITER_CFG, "resend": RESEND_CFG}
 
     def get(name: str) -> tuple[StateGraph, str]:
         if name not in cache:
@@ -197,6 +206,21 @@ def test_tiny_fragments_diverges_at_the_anchor_read(graphs: Callable[[str], tupl
     assert mismatch is not None
     assert mismatch.action == "RecoveryReceivesReadLacResponse"
     assert mismatch.differing == {"msgs", "rNext"}, str(mismatch)
+
+
+def test_resent_add_diverges_in_its_piggybacked_lac(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
+    """Known divergence (reported): after an ensemble change the writer re-sends a pending add
+    verbatim (as BookKeeper re-sends the same buffer), with the LAC it had when first sent;
+    ledger.tla's WriterChangesEnsemble re-sends it with the current wLac."""
+    report = replay(graphs, "resend")
+    mismatch = report.mismatch
+    assert mismatch is not None
+    assert (mismatch.action, mismatch.differing) == ("WriterChangesEnsemble", {"msgs"}), str(mismatch)
+    closest = mismatch.closest
+    assert closest is not None
+    text = "\n".join(closest.diff)
+    assert 'only in spec: [bookie |-> b2, client |-> w, entry |-> 1, kind |-> "add", val |-> 0]' in text
+    assert 'only in impl: [bookie |-> b2, client |-> w, entry |-> 1, kind |-> "add", val |-> -1]' in text
 
 
 # ---- broken cores must be caught ---------------------------------------------------------------
