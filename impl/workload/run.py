@@ -47,6 +47,7 @@ class WorkloadConfig:
     read_fraction: float = 0.4
     max_limit: int = 20
     seed: int | None = None
+    final_read_timeout_s: float = FINAL_READ_TIMEOUT_S  # how long the final reads may keep failing
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
 
     def plain_topics(self) -> list[str]:
@@ -254,7 +255,7 @@ class Workload:
         process = self._new_process()
         session: ClientSession | None = None
         counts: dict[str, int] = {}
-        deadline = time.monotonic() + FINAL_READ_TIMEOUT_S
+        deadline = time.monotonic() + self.config.final_read_timeout_s
         try:
             for topic in self.topics:
                 while True:
@@ -270,7 +271,7 @@ class Workload:
                         break
                     if time.monotonic() > deadline:
                         raise WorkloadError(
-                            f"the final read of {topic} kept failing for {FINAL_READ_TIMEOUT_S:.0f}s "
+                            f"the final read of {topic} kept failing for {self.config.final_read_timeout_s:.0f}s "
                             f"(last: {outcome.fields.get('error')}); the cluster did not recover"
                         )
                     session.close()

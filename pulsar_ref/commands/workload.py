@@ -71,6 +71,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--nemesis-max", type=int, default=0, help="inject at most this many faults (0 = no limit)")
     parser.add_argument("--cluster-dir", type=Path, help="the --dir of `pulsar-ref cluster up` (for the nemesis)")
+    parser.add_argument(
+        "--final-read-timeout",
+        type=float,
+        default=120.0,
+        help="seconds the final reads may keep failing before the run is declared unrecovered (120)",
+    )
     parser.add_argument("--seed", type=int, help="random seed for operation choice and fault schedule")
     return parser
 
@@ -106,6 +112,7 @@ def main(argv: list[str], prog: str) -> int:
         rate=args.rate,
         read_fraction=args.read_fraction,
         seed=args.seed,
+        final_read_timeout_s=args.final_read_timeout,
     )
     history = HistoryWriter(args.out)
     try:
