@@ -57,7 +57,7 @@ from conformance.ledger_cluster import LEDGER_ID, CoreTypes, InFlight, LedgerClu
 from conformance.replay import Candidate, Names
 from conformance.tla_values import Function, ModelValue, Record, Value
 from impl.bookie.client.failures import LedgerFencedError
-from impl.bookie.client.recovery import RecoveryOp, RecoveryPhase
+from impl.bookie.client.recovery import RecoveryPhase
 from impl.bookie.client.writer import LedgerWriter, WriterState
 from impl.bookie.entry_format import read_header
 from impl.bookie.protocol import LAST_ENTRY, AddRequest, ReadRequest
@@ -263,7 +263,8 @@ class LedgerMapping:
             kind = "recoveryAdd" if req.recovery else "add"
             entry, val = req.entry_id, read_header(req.body)[2]  # the piggybacked LAC
         elif isinstance(req, ReadRequest) and req.entry_id == LAST_ENTRY:
-            kind, entry, val = "readLac", NO_ENTRY, 0
+            # The spec's read-LAC always fences: an unfenced one gets a kind the spec never has.
+            kind, entry, val = ("readLac" if req.fence else "readLacWithoutFence"), NO_ENTRY, 0
         elif isinstance(req, ReadRequest):
             kind, entry, val = "read", req.entry_id, int(req.fence)
         else:
@@ -408,4 +409,4 @@ def _show(msg: Record) -> str:
     return f"{msg['kind']}({msg['client']} -> {msg['bookie']}, entry {msg['entry']}, val {msg['val']})"
 
 
-__all__ = ["LedgerMapping", "RecoveryOp", "SPEC"]
+__all__ = ["SPEC", "LedgerMapping"]

@@ -275,7 +275,7 @@ class BookieForgettingFenceOnRestart(BookieCore):
     ("name", "cores", "symptom"),
     [
         ("writer", CoreTypes(writer=HoleSkippingWriter), "wLac"),
-        ("ledger-ci-liveness", CoreTypes(recovery=RecoveryWithoutFencing), "fenced"),
+        ("ledger-ci-liveness", CoreTypes(recovery=RecoveryWithoutFencing), "msgs"),
         ("ledger-ci-liveness", CoreTypes(bookie=BookieIgnoringFence), "wState"),
         ("faults", CoreTypes(bookie=BookieForgettingFenceOnRestart), "fenced"),
     ],
