@@ -73,9 +73,11 @@ def main(argv: list[str], prog: str) -> int:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Replay TLC behaviours of the specs' models against the implementation's pure cores "
-        "(simulated network, disk and metadata store): every edge of each passing model's state graph, and "
-        "each mutation's counterexample, which the implementation must refuse. Exit 1 on any mismatch, "
-        "3 if a requested spec has no replay mapping yet.",
+        "(simulated network, disk and metadata store): every edge of each passing model's state graph; "
+        "each ledger.tla mutation's counterexample, which the implementation must refuse; each metadata.tla "
+        "violation (a configuration: blind writes, no fencing), which the store must follow. Exit 1 on any "
+        "mismatch, 3 if a requested spec has no replay mapping yet. Deep models need TLC's whole graph "
+        "in memory: those TLC itself does not finish (ledger-deep) cannot be replayed.",
     )
     parser.add_argument("--spec", choices=SPECS, action="append", help="spec to replay (repeatable; default: all)")
     parser.add_argument("--profile", choices=PROFILES, default="ci", help="which models (default: %(default)s)")
