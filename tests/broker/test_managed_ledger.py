@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.transport import ThreadedTransport
 from impl.bookie.protocol import Request, Response
+from impl.bookie.server import Bookie
 from impl.broker.ledger_list import LedgerList
 from impl.broker.managed_ledger import (
     ManagedLedger,
@@ -28,7 +30,7 @@ from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
 from impl.metadata.memory import MemoryServer
 from impl.metadata.registry import BookieRegistry
 
-from .conftest import Cluster, FakeClock, make_cluster
+from .conftest import BOOKIES, Cluster, FakeClock, make_cluster
 
 TOPIC = "public/default/persistent/t0"
 
@@ -354,3 +356,45 @@ def test_an_expired_session_fences_at_once(cluster: Cluster) -> None:
     with pytest.raises(ManagedLedgerFencedError, match="metadata session expired"):
         ml.add(b"b")
     assert ml.state is ManagedLedgerState.FENCED
+
+
+def test_over_journaled_bookies(tmp_path: Path) -> None:
+    """The same takeover over impl/bookie/server.py's Bookie: entries and fences go through the
+    journal (fdatasync before the answer), answers arrive on the journal's thread."""
+    bookies = {b: Bookie(tmp_path / b.replace(":", "_")) for b in BOOKIES}
+
+    def call(bookie: str, request: Request, timeout_s: float) -> Response:
+        # A real transport does not answer on the bookie's journal thread: block a pool thread.
+        answer: Future[Response] = Future()
+        bookies[bookie].submit(request, answer.set_result)
+        return answer.result(timeout=timeout_s)
+
+    transport = ThreadedTransport(call, timeout_s=10, max_workers=16)
+
+    server = MemoryServer()
+    registry = BookieRegistry(server.connect())
+    for b in BOOKIES:
+        registry.register(b)
+
+    def broker() -> ManagedLedger:
+        store = server.connect()
+        bk = BookKeeperClient(LedgerMetadataStore(store), BookieRegistry(store), transport, seed=3)
+        return ManagedLedger.open(TOPIC, store, bk, ManagedLedgerConfig(max_entries_per_ledger=4))
+
+    try:
+        old = broker()
+        futures = [old.add_async(b"j%d" % i) for i in range(10)]
+        positions = [f.result(timeout=30) for f in futures]
+        assert positions == sorted(positions) and len({p.ledger_id for p in positions}) == 3
+        cursor = old.open_cursor("sub", "earliest")
+        cursor.mark_delete(positions[5])
+        new = broker()
+        assert [d for _, d in new.read(None, 20)] == [b"j%d" % i for i in range(10)]
+        assert new.cursors()["sub"].mark_delete_position == positions[5]
+        with pytest.raises(ManagedLedgerFencedError):
+            old.add(b"late")
+        new.close()
+    finally:
+        transport.close()
+        for bookie in bookies.values():
+            bookie.close()
