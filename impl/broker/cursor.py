@@ -420,6 +420,13 @@ class ManagedCursor(_CursorBase):
         if old_ledger >= 0:
             self._drop_ledger(old_ledger)
 
+    def persist(self) -> None:
+        """Write the current state again (acks persist on their own; this is for callers that
+        want an explicit durability point, e.g. before handing the topic over)."""
+        self.ml.check_usable()
+        with self._lock:
+            self._persist(self._state)
+
     def _fenced(self, why: str) -> None:
         reason = f"cursor {self.name!r}: {why}"
         self.fenced_reason = reason

@@ -151,6 +151,7 @@ def test_durable_cursor_recovered_after_takeover(cluster: Cluster) -> None:
     node = json.loads(old.store.get(cursor.path)[0])
     assert node["cursor_ledger"] == cursor.stats()["cursor_ledger"]
 
+    cursor.persist()  # an explicit durability point: the same state once more
     new = open_ml(cluster)  # takeover: the cursor is recovered from its cursor ledger
     recovered = new.cursors()["sub"]
     assert recovered.mark_delete_position == positions[2]
