@@ -140,18 +140,20 @@ class ProducerResp(_message.Message):
     def __init__(self, code: _Optional[_Union[Code, str]] = ..., message: _Optional[str] = ..., producer_name: _Optional[str] = ..., last_sequence_id: _Optional[int] = ...) -> None: ...
 
 class SendReq(_message.Message):
-    __slots__ = ("topic", "producer_name", "sequence_id", "messages")
+    __slots__ = ("topic", "producer_name", "sequence_id", "messages", "entry_sizes")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_SIZES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     producer_name: str
     sequence_id: int
     messages: _containers.RepeatedCompositeFieldContainer[Message]
-    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., sequence_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+    entry_sizes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., sequence_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., entry_sizes: _Optional[_Iterable[int]] = ...) -> None: ...
 
-class SendResp(_message.Message):
+class EntryResult(_message.Message):
     __slots__ = ("code", "message", "ledger_id", "entry_id", "duplicate")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +166,22 @@ class SendResp(_message.Message):
     entry_id: int
     duplicate: bool
     def __init__(self, code: _Optional[_Union[Code, str]] = ..., message: _Optional[str] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class SendResp(_message.Message):
+    __slots__ = ("code", "message", "ledger_id", "entry_id", "duplicate", "results")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    code: Code
+    message: str
+    ledger_id: int
+    entry_id: int
+    duplicate: bool
+    results: _containers.RepeatedCompositeFieldContainer[EntryResult]
+    def __init__(self, code: _Optional[_Union[Code, str]] = ..., message: _Optional[str] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., duplicate: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[EntryResult, _Mapping]]] = ...) -> None: ...
 
 class ReadReq(_message.Message):
     __slots__ = ("topic", "has_start", "start", "limit")

@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 MAX_REDIRECTS = 8
+MAX_PIPELINED = 1000  # messages sent in one request at most (entries pipelined at the broker)
 RETRY_PAUSE_S = 0.1
 _SUB_TYPES = {"Exclusive": pb.EXCLUSIVE, "Shared": pb.SHARED, "Failover": pb.FAILOVER, "Key_Shared": pb.KEY_SHARED}
 
@@ -320,24 +321,56 @@ class Producer:
             batch = self._outbox.get()
             if batch is None:
                 return
-            self._send(batch)
+            # Entries queued meanwhile travel together: the broker appends them in order with their
+            # adds pipelined, one round trip for all of them rather than one each.
+            entries = [batch]
+            stop = False
+            while sum(map(len, entries)) < MAX_PIPELINED:
+                try:
+                    more = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                entries.append(more)
+            self._send(entries)
+            if stop:
+                return
 
-    def _send(self, batch: list[tuple[pb.Message, Future[MessageId]]]) -> None:
+    def _send(self, entries: list[list[tuple[pb.Message, Future[MessageId]]]]) -> None:
+        count = sum(map(len, entries))
         with self._lock:
             sequence_id = self._next_sequence
-            self._next_sequence += len(batch)
-        request = pb.SendReq(topic=self.topic, producer_name=self.name, sequence_id=sequence_id)
-        request.messages.extend(m for m, _ in batch)
+            self._next_sequence += count
+        request = pb.SendReq(topic=self.topic, producer_name=self.name, sequence_id=sequence_id,
+                             entry_sizes=[len(e) for e in entries])
+        for entry in entries:
+            request.messages.extend(m for m, _ in entry)
         try:
-            ledger_id, entry_id = self._send_one(request)
+            resp = self._send_one(request)
         except ClientError as e:
-            for _, f in batch:
-                f.set_exception(e)
+            for entry in entries:
+                for _, f in entry:
+                    f.set_exception(e)
             return
-        for i, (_, f) in enumerate(batch):
-            f.set_result(MessageId(ledger_id, entry_id, i if len(batch) > 1 else 0))
+        for entry, result in zip(entries, resp.results, strict=True):
+            for i, (_, f) in enumerate(entry):
+                try:
+                    f.set_result(self._outcome(result, i if len(entry) > 1 else 0))
+                except ClientError as e:
+                    f.set_exception(e)
 
-    def _send_one(self, request: pb.SendReq) -> tuple[int, int]:
+    def _outcome(self, result: pb.EntryResult, batch_index: int) -> MessageId:
+        if result.code == pb.OK and not result.duplicate:
+            return MessageId(result.ledger_id, result.entry_id, batch_index)
+        if result.code == pb.OK:
+            raise SendUnknown(f"send to {self.topic} duplicated an earlier send: its position is unknown")
+        if error_for(result.code, result.message).rejected:
+            raise SendRejected(f"send to {self.topic} rejected: {result.message}", result.code)
+        raise SendUnknown(f"send to {self.topic}: {result.message}", result.code)
+
+    def _send_one(self, request: pb.SendReq) -> pb.SendResp:
         client = self.client
         deadline = time.monotonic() + client.timeout_s
         while True:
@@ -357,7 +390,7 @@ class Producer:
             if resp.code == pb.OK:
                 if resp.duplicate:
                     raise SendUnknown(f"send to {self.topic} duplicated an earlier send: its position is unknown")
-                return resp.ledger_id, resp.entry_id
+                return resp
             error = error_for(resp.code, resp.message)
             if not error.rejected:
                 raise SendUnknown(f"send to {self.topic}: {resp.message}", resp.code)

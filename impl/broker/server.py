@@ -20,6 +20,7 @@ from impl.broker import broker_pb2 as pb
 from impl.broker import broker_pb2_grpc as pb_grpc
 from impl.broker.admin import Admin
 from impl.broker.errors import BrokerError, PersistenceError
+from impl.broker.managed_ledger import Position
 from impl.broker.service import BrokerService, ConsumerSink, Subscription, consumer_step
 from impl.broker.subscription import Message, MessageId, SubscriptionType
 
@@ -60,6 +61,22 @@ def _answer(make: Callable[..., R], body: Callable[[], R]) -> R:
         return make(code=pb.PERSISTENCE_ERROR, message=f"internal error: {type(e).__name__}: {e}")
 
 
+def _entry_result(added: futures.Future[tuple[Position | None, bool]] | BrokerError) -> pb.EntryResult:
+    """Wait for one append; its outcome as an EntryResult (a refusal stays a refusal)."""
+    if isinstance(added, BrokerError):
+        return pb.EntryResult(code=added.code, message=str(added))  # type: ignore[arg-type]
+    try:
+        position, duplicate = added.result(timeout=SEND_TIMEOUT_S)
+    except futures.TimeoutError:
+        error: BrokerError = PersistenceError(f"entry not confirmed within {SEND_TIMEOUT_S}s; are the bookies up?")
+        return pb.EntryResult(code=error.code, message=str(error))  # type: ignore[arg-type]
+    except BrokerError as e:
+        return pb.EntryResult(code=e.code, message=str(e))  # type: ignore[arg-type]
+    if position is None:
+        return pb.EntryResult(code=pb.OK, duplicate=duplicate, ledger_id=-1, entry_id=-1)
+    return pb.EntryResult(code=pb.OK, ledger_id=position.ledger_id, entry_id=position.entry_id)
+
+
 class _StreamSink(ConsumerSink):
     def __init__(self, out: queue.Queue[pb.ConsumeResp | None]) -> None:
         self.out = out
@@ -96,14 +113,33 @@ class _Servicer(pb_grpc.BrokerServicer):
     def Send(self, request: pb.SendReq, context: Any) -> pb.SendResp:
         def body() -> pb.SendResp:
             messages = list(request.messages)
-            future = self.service.send(request.topic, request.producer_name, request.sequence_id, messages)
-            try:
-                position, duplicate = future.result(timeout=SEND_TIMEOUT_S)
-            except futures.TimeoutError as e:
-                raise PersistenceError(f"entry not confirmed within {SEND_TIMEOUT_S}s; are the bookies up?") from e
-            if position is None:
-                return pb.SendResp(code=pb.OK, duplicate=duplicate, ledger_id=-1, entry_id=-1)
-            return pb.SendResp(code=pb.OK, ledger_id=position.ledger_id, entry_id=position.entry_id)
+            sizes = list(request.entry_sizes)
+            if not sizes:
+                result = _entry_result(
+                    self.service.send(request.topic, request.producer_name, request.sequence_id, messages)
+                )
+                if result.code != pb.OK:
+                    return pb.SendResp(code=result.code, message=result.message)
+                return pb.SendResp(code=pb.OK, ledger_id=result.ledger_id, entry_id=result.entry_id,
+                                   duplicate=result.duplicate)
+            topic = self.service.topic(request.topic)  # NOT_OWNER etc. here: nothing was written
+            pending: list[futures.Future[tuple[Position | None, bool]] | BrokerError] = []
+            if any(n < 1 for n in sizes) or sum(sizes) != len(messages):
+                raise BrokerError(f"entry_sizes {sizes} do not split the {len(messages)} messages; fix the client")
+            first = 0
+            for n in sizes:
+                if pending and isinstance(pending[-1], BrokerError):
+                    pending.append(pending[-1])  # after a refusal nothing later is appended
+                    continue
+                try:
+                    entry = messages[first : first + n]
+                    pending.append(topic.publish(request.producer_name, request.sequence_id + first, entry))
+                except BrokerError as e:
+                    pending.append(e)
+                first += n
+            resp = pb.SendResp(code=pb.OK)
+            resp.results.extend(_entry_result(p) for p in pending)
+            return resp
 
         return _answer(pb.SendResp, body)
 
