@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+from kazoo.exceptions import KazooException
+
 from impl.cluster.nodes import Node, NodeError, pulsar_ref_command
 from impl.cluster.sessions import SessionExpiryError, ZooKeeperAdmin, expire_node_session
 from impl.metadata.zkserver import ZooKeeperEnsemble, ZooKeeperError, ZooKeeperServer, free_port
@@ -42,6 +45,27 @@ class ClusterError(Exception):
 
 def _quiet(_: str) -> None:
     pass
+
+
+def wait_exec(server: ZooKeeperServer, timeout_s: float = 15.0) -> None:
+    """Wait until a just-launched server's process runs java (has exec'd).
+
+    ZooKeeperServer.pid() recognises its JVM by the command line; between fork and exec the child
+    still shows ours, so a health check at that moment would take a starting server for a dead one.
+    """
+    try:
+        pid = int(server.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            process = psutil.Process(pid)
+            if process.status() == psutil.STATUS_ZOMBIE or str(server.config_file) in process.cmdline():
+                return
+        except psutil.Error:
+            return
+        time.sleep(0.02)
 
 
 class ZooKeeperNode:
@@ -64,8 +88,6 @@ class ZooKeeperNode:
         return self.server.pid()
 
     def paused(self) -> bool:
-        import psutil
-
         pid = self.pid()
         try:
             return pid is not None and psutil.Process(pid).status() == psutil.STATUS_STOPPED
@@ -97,7 +119,9 @@ class ZooKeeperNode:
 
     def start(self, timeout_s: float) -> None:
         # A lone member of an ensemble only serves once it rejoined the quorum: wait for that.
-        self.server.start(timeout_s)
+        self.server.launch()
+        wait_exec(self.server)
+        self.server.wait_serving(timeout_s)
 
     def log_tail(self, lines: int = 30) -> str:
         return self.server.log_tail(lines)
@@ -386,7 +410,11 @@ class Cluster:
                 ensemble = ZooKeeperEnsemble.in_directory(self.directory / "zookeeper")
                 for server in ensemble.servers:
                     server.die_with_parent = self.die_with_parent
-                ensemble.start(timeout_s)
+                    server.launch()
+                deadline = time.monotonic() + timeout_s
+                for server in ensemble.servers:
+                    wait_exec(server)
+                    server.wait_serving(max(1.0, deadline - time.monotonic()))
                 progress(f"  ZooKeeper serving at {ensemble.connect_string}")
             for role in ("bookie", "broker", "standalone"):
                 group = [n for n in self.nodes(role) if isinstance(n, Node)]
@@ -486,7 +514,7 @@ class Cluster:
                 stale = zk.registration(node.role, node.address)
                 if stale is not None:
                     zk.expire(stale.owner)
-        except SessionExpiryError:
+        except (SessionExpiryError, KazooException):
             pass  # ZooKeeper unreachable: the node's own start-up will report it
 
     def restart(self, name: str, timeout_s: float = 60.0) -> None:
@@ -527,8 +555,8 @@ class Cluster:
         try:
             with ZooKeeperAdmin(self.metadata_url) as zk:
                 return zk.registration(node.role, node.address) is not None
-        except SessionExpiryError:
-            return False
+        except (SessionExpiryError, KazooException) as e:
+            raise ClusterError(f"cannot read {name}'s registration from ZooKeeper: {e}") from None
 
     # --- status ----------------------------------------------------------------------------
 

@@ -73,7 +73,7 @@ class ZooKeeperAdmin:
         self.client = KazooClient(hosts=self.hosts, timeout=timeout_s)
         try:
             self.client.start(timeout=timeout_s)
-        except KazooTimeoutError:
+        except (KazooTimeoutError, KazooException):
             self.client.close()
             raise SessionExpiryError(f"ZooKeeper at {self.hosts} did not answer within {timeout_s:.0f}s") from None
 
@@ -143,6 +143,13 @@ class ZooKeeperAdmin:
 
 def expire_node_session(metadata_url: str, role: str, address: str) -> int:
     """End the ZooKeeper session that registered the node at `address`; returns the session id."""
+    try:
+        return _expire_node_session(metadata_url, role, address)
+    except KazooException as e:
+        raise SessionExpiryError(f"ZooKeeper failed while expiring the session of {role} {address}: {e!r}") from None
+
+
+def _expire_node_session(metadata_url: str, role: str, address: str) -> int:
     with ZooKeeperAdmin(metadata_url) as zk:
         registration = zk.registration(role, address)
         if registration is None:

@@ -106,6 +106,12 @@ class Nemesis:
         return "none" if fault is None else f"{fault.kind} {fault.node} ({time.monotonic() - fault.since:.0f}s)"
 
     def _run(self) -> None:
+        try:
+            self._schedule()
+        except Exception as e:  # the schedule must not die silently: say so in the history, heal_all still runs
+            self.history.nemesis("stopped", "-", error=f"{type(e).__name__}: {e}")
+
+    def _schedule(self) -> None:
         while not self._stop.wait(self.interval_s):
             if self.max_faults and self.injected_or_tried >= self.max_faults:
                 with self._lock:
@@ -223,7 +229,12 @@ class Nemesis:
         node = self.cluster.node(name)
         if node.role not in ("bookie", "broker") or not self.cluster.metadata_url.startswith("zk://"):
             return False
-        return node.pid() is not None and not node.paused() and not self.cluster.registered(name)
+        if node.pid() is None or node.paused():
+            return False
+        try:
+            return not self.cluster.registered(name)
+        except ClusterError:
+            return False  # ZooKeeper unreachable: it is the sick one, and is healed on its own
 
     def heal_all(self, timeout_s: float = 120.0) -> list[str]:
         """Stop the schedule, undo the active fault, and bring every node that is down or paused back.
