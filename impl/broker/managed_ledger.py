@@ -400,6 +400,11 @@ class ManagedLedger:
             why = f"{type(e).__name__}: {e}"
             self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, False, why))
             return
+        # Read the closed ledger through its closed metadata from now on: a failed writer's LAC
+        # can be below the end its recovery found, and those entries are on the list too.
+        with self._handles_lock:
+            self._writers.pop(ledger_id, None)
+            self._readers[ledger_id] = ReadHandle(self.bookkeeper, ledger_id, md)
         wall = self.wall_clock()
         self._inbox.append(lambda: core.on_ledger_closed(ledger_id, md.last_entry_id, md.length, wall))
 
@@ -510,7 +515,7 @@ class ManagedLedger:
 
     def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[Any]:
         with self._handles_lock:
-            handle: WriteHandle | ReadHandle | None = self._writers.get(ledger_id) or self._readers.get(ledger_id)
+            handle: WriteHandle | ReadHandle | None = self._readers.get(ledger_id) or self._writers.get(ledger_id)
         if handle is None:
             opened = self.bookkeeper.open_ledger(ledger_id, self.config.password, recovery=False)
             with self._handles_lock:

@@ -78,10 +78,10 @@ class Cluster:
             s.close()
 
 
-def make_cluster(connect: Callable[[], MetadataStore], url: str) -> Cluster:
-    cluster = Cluster(url, CoreTransport(BOOKIES), connect)
+def make_cluster(connect: Callable[[], MetadataStore], url: str, bookies: list[str] = BOOKIES) -> Cluster:
+    cluster = Cluster(url, CoreTransport(bookies), connect)
     registry = BookieRegistry(cluster.store())
-    for bookie in BOOKIES:
+    for bookie in bookies:
         registry.register(bookie)
     return cluster
 

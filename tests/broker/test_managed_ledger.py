@@ -398,3 +398,25 @@ def test_over_journaled_bookies(tmp_path: Path) -> None:
         transport.close()
         for bookie in bookies.values():
             bookie.close()
+
+
+def test_a_ledger_that_failed_for_want_of_a_spare_bookie_stays_readable() -> None:
+    """E3/Qw3/Qa2 on exactly 3 bookies, two go silent: the add reaches one bookie only, the
+    writer finds no replacement and fails, and the ledger cannot be recovered yet (the add fails,
+    outcome unknown). Once the bookies are back the next add closes the ledger by recovery,
+    which keeps the stored entry. Reads must use that recovered end, not the failed writer's
+    LAC (found by the workload: 'entry 3 is beyond the last confirmed entry 2', for ever)."""
+    cluster = make_cluster(MemoryServer().connect, "memory://", BOOKIES[:3])
+    ml = open_ml(cluster, ManagedLedgerConfig(cache_bytes=0))  # every read goes to the bookies
+    acked = [ml.add(b"a%d" % i) for i in range(3)]
+    cluster.transport.silent |= set(BOOKIES[:2])
+    with pytest.raises(ManagedLedgerNotReadyError, match="could not be closed yet") as failed:
+        ml.add(b"b")
+    assert not failed.value.rejected  # it reached a bookie: a later recovery may keep it
+    assert [p for p, _ in ml.read(None, 10)] == acked
+    cluster.transport.silent.clear()
+    c = ml.add(b"c")
+    assert c.ledger_id > acked[-1].ledger_id
+    assert [d for _, d in ml.read(None, 10)] == [b"a0", b"a1", b"a2", b"b", b"c"]
+    again = open_ml(cluster)  # and after a takeover
+    assert [d for _, d in again.read(None, 10)] == [b"a0", b"a1", b"a2", b"b", b"c"]
