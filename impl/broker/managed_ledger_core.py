@@ -21,6 +21,15 @@ order (the BookKeeper writer completes in entry order and a rollover waits for t
 adds of the old ledger before closing it). Adds that arrive during a rollover are queued and
 sent to the new ledger. Only one metadata change of the list is in flight at a time
 (`phase`), so each conditional write uses the version the previous one returned.
+
+Beyond the spec (which abstracts BookKeeper failures away): an add that fails for another
+reason than fencing (no bookie to replace a failed one) stops the ledger's writer. The core
+then rolls over; the shell closes the failed ledger by recovery, and the closed end decides
+which of the failed adds were stored after all (they complete) and which go to the next
+ledger. If the next ledger fails too before storing anything, the adds fail (retriable)
+rather than creating ledgers in a loop; if the failed ledger cannot be recovered yet, the adds
+fail with an unknown outcome and the close is retried at the next add. A metadata session
+expiry fences the managed ledger at once (BookKeeper issue 4462).
 """
 
 from __future__ import annotations
