@@ -195,11 +195,13 @@ class ManagedLedger:
 
     def _run(self, step: Callable[[], list[Output]]) -> None:
         """Run one core step on this thread (exceptions propagate before anything is performed)."""
-        with self._lock:
-            for output in step():
-                self._perform(output)
-            self._process_inbox()
-        self._drain()
+        try:
+            with self._lock:
+                for output in step():
+                    self._perform(output)
+                self._process_inbox()
+        finally:
+            self._drain()  # steps queued by others while we held the lock (even if ours raised)
 
     def _queue(self, step: Step) -> None:
         """From a BookKeeper callback thread: queue the step; the worker performs it."""
@@ -241,9 +243,11 @@ class ManagedLedger:
     @contextlib.contextmanager
     def _state(self) -> Iterator[ManagedLedgerCore]:
         """The core, for a consistent look (no outputs)."""
-        with self._lock:
-            yield self._core
-        self._drain()
+        try:
+            with self._lock:
+                yield self._core
+        finally:
+            self._drain()
 
     def _wait(self, future: Future[Any], what: str) -> Any:
         deadline = time.monotonic() + self.timeout_s
