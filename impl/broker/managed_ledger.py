@@ -25,6 +25,7 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -139,7 +140,16 @@ class ManagedLedger:
         self._cursors_lock = threading.Lock()
         self._open_error: ManagedLedgerError | None = None
         self.cache = EntryCache(config.cache_bytes)
-        store.add_session_listener(self._on_session_state)
+        # The store has no way to remove a listener: hold this managed ledger weakly, so that a
+        # broker that loads and unloads many topics on one session does not keep them all alive.
+        me = weakref.ref(self)
+
+        def on_session_state(state: SessionState) -> None:
+            ml = me()
+            if ml is not None:
+                ml._on_session_state(state)
+
+        store.add_session_listener(on_session_state)
 
     # ---- open (takeover) ----------------------------------------------------------------------
 
