@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 READ_LIMIT = 10_000  # entries one Read call returns at most
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
+TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and trimming
 
 
 @dataclass
@@ -389,6 +390,19 @@ class BrokerService:
         self._lock = threading.Lock()
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dispatch")
         self._consumer_ids = 0
+        self._stopping = threading.Event()
+        self._ticker = threading.Thread(target=self._tick_loop, name="topic-ticker", daemon=True)
+        self._ticker.start()
+
+    def _tick_loop(self) -> None:
+        """Time passes for every topic: roll idle ledgers over by age (Pulsar's periodic check), trim."""
+        while not self._stopping.wait(TICK_INTERVAL_S):
+            for topic in list(self.topics.values()):
+                try:
+                    topic.ml.tick()
+                    topic.maybe_trim()
+                except Exception as e:  # a fenced or closing topic: its owner handles it
+                    log.debug("tick of %s: %s", topic.name, e)
 
     def next_consumer_id(self) -> int:
         with self._lock:
@@ -473,5 +487,6 @@ class BrokerService:
         return self.topic(topic).read(start, min(limit, READ_LIMIT) if limit > 0 else READ_LIMIT)
 
     def close(self) -> None:
+        self._stopping.set()
         self.unload_topics(lambda _n: True, graceful=True)
         self.executor.shutdown(wait=False, cancel_futures=True)

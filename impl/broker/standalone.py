@@ -141,7 +141,9 @@ class Standalone:
     def control(self, verb: str, node: str) -> Any:
         """A fault or status verb from the control endpoint (what `cluster VERB NODE` sends)."""
         actions = {
-            "kill": self.kill, "restart": self.restart, "start": self.start_node,
+            "kill": self.kill,
+            "restart": self.restart,
+            "start": self.start_node,
             "expire-session": self.expire_session,
         }
         if verb == "status":
@@ -217,10 +219,15 @@ class Standalone:
             for i, b in enumerate(self.bookies)
         ]
         broker = self.broker
-        nodes.append({
-            "node": "broker", "role": "broker", "up": broker is not None,
-            "address": f"127.0.0.1:{self.broker_port}", **({"stats": broker.stats()} if broker else {}),
-        })
+        nodes.append(
+            {
+                "node": "broker",
+                "role": "broker",
+                "up": broker is not None,
+                "address": f"127.0.0.1:{self.broker_port}",
+                **({"stats": broker.stats()} if broker else {}),
+            }
+        )
         return nodes
 
     def stop(self) -> None:
