@@ -12,6 +12,15 @@ cluster.json is written *before* anything is launched and every node is found ag
 pidfile, so `down` stops everything also after a failed or interrupted `up`, from any process.
 Nodes are started in dependency order (ZooKeeper, bookies, brokers) and `up` returns only when
 every node is healthy; if one fails, everything launched so far is stopped again.
+
+Fault verbs: kill (SIGKILL), pause/resume (SIGSTOP/SIGCONT), start, restart (kill -9, then start
+with the same data directory and port) and expire-session (impl.cluster.sessions). A killed bookie
+or broker still holds its ZooKeeper registration until its session times out, and our nodes refuse
+to start while it exists; `start` therefore ends a dead node's orphaned session first.
+
+The standalone topology is one `pulsar-ref standalone` process; the bookies and the broker inside
+it appear as `InProcessNode`s (bookie-0.., broker) whose kill/start/expire-session go through the
+standalone's control endpoint. Signals can only pause the whole process.
 """
 
 from __future__ import annotations
