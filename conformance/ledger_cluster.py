@@ -146,19 +146,19 @@ class LedgerCluster:
                     )
                 self._replacement = None  # one replacement per step, as in the spec
                 if choice == NO_REPLACEMENT:
-                    self.perform(name, core, core.on_no_replacement(output.failed, "the spec gives up (abort)"))
+                    self._feed(name, core, partial(core.on_no_replacement, output.failed, "the spec gives up (abort)"))
                 else:
-                    self.perform(name, core, core.on_replacement(output.failed, choice))
+                    self._feed(name, core, partial(core.on_replacement, output.failed, choice))
             elif isinstance(output, UpdateMetadata):
                 if isinstance(output.change, RecoveryClose):
                     self.held_close[name] = output  # until the spec's RecoveryCloses
                 else:
-                    self.perform(name, core, core.on_metadata_result(self._apply(output)))
+                    self._feed(name, core, partial(core.on_metadata_result, self._apply(output)))
             else:
                 self.events.append((name, output))
 
     def _feed(self, name: str, core: Client, call: Callable[[], list[Any]]) -> None:
-        """Give a core one input and perform its outputs.
+        """Give a core one input and perform its outputs (every input to a core goes through here).
 
         The writer's view as it was when it stopped writing is kept: ledger.tla leaves wAcks and
         wFragments unchanged when the writer is fenced, fails or closes, while the core drops its
@@ -294,7 +294,7 @@ class LedgerCluster:
         self.negatives.pop(name, None)
         op = self.cores.recovery(LEDGER_ID, self.metadata)
         self.recoveries[name] = op
-        self.perform(name, op, op.start())
+        self._feed(name, op, op.start)
 
     def _op(self, name: str) -> RecoveryOp:
         op = self.recoveries[name]
@@ -314,7 +314,7 @@ class LedgerCluster:
         if update is None:
             raise HarnessError(f"recovery client {name} has no close to write (its write-backs are not done)")
         op = self._op(name)
-        self.perform(name, op, op.on_metadata_result(self._apply(update)))
+        self._feed(name, op, partial(op.on_metadata_result, self._apply(update)))
 
     def abort_recovery(self, name: str) -> None:
         """Every timeout of the attempt fires: reads first, then write-backs with no replacement left."""
