@@ -132,6 +132,20 @@ class Broker:
             "topics": sorted(self.service.topics),
         }
 
+    def crash(self) -> None:
+        """Fault injection in one process (standalone): die as a killed broker does. Nothing more is
+        written; the session ends, so its ephemeral nodes go at once (a real crash waits for the timeout)."""
+        self._stopped.set()
+        self.server.stop(grace_s=0)
+        self.service.unload_topics(lambda _n: True, graceful=False)
+        try:
+            self.store.expire_session()
+        except Exception as e:  # already expired or closed: the ephemerals are gone either way
+            log.debug("expiring the crashed broker's session: %s", e)
+        self.service.close()
+        self.bookkeeper.close()
+        self.store.close()
+
     def stop(self) -> None:
         self._stopped.set()
         self.server.stop()

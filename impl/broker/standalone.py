@@ -169,11 +169,7 @@ class Standalone:
         if graceful:
             broker.stop()
         else:
-            # A crash: its session ends (ephemerals go) without closing any ledger.
-            broker.server.stop(grace_s=0)
-            broker.service.unload_topics(lambda _n: True, graceful=False)
-            broker.expire_session()
-            broker.stop()
+            broker.crash()
 
     # ---- fault verbs (the nemesis on standalone) ----------------------------------------------
 
