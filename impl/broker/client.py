@@ -19,6 +19,7 @@ import json
 import queue
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -44,6 +45,7 @@ __all__ = [
     "SendUnknown",
 ]
 
+PARTITION_SUFFIX = "-partition-"
 MAX_REDIRECTS = 8
 MAX_PIPELINED = 1000  # messages sent in one request at most (entries pipelined at the broker)
 RETRY_PAUSE_S = 0.1
@@ -73,6 +75,7 @@ class ConsumerMessage:
     key: str = ""
     properties: dict[str, str] = field(default_factory=dict)
     redelivery_count: int = 0
+    topic: str = ""  # the topic (partition) it came from: acknowledgements go back there
 
 
 def _service_addresses(url: str) -> list[str]:
@@ -176,8 +179,20 @@ class Client:
         batching: bool = False,
         batch_max_messages: int = 100,
         batch_delay_s: float = 0.001,
-    ) -> Producer:
+    ) -> Producer | PartitionedProducer:
+        partitions = self.partitions(topic)
+        if partitions:
+            return PartitionedProducer(
+                [
+                    Producer(self, self._partition(topic, i), name, batching, batch_max_messages, batch_delay_s)
+                    for i in range(partitions)
+                ]
+            )
         return Producer(self, topic, name, batching, batch_max_messages, batch_delay_s)
+
+    @staticmethod
+    def _partition(topic: str, index: int) -> str:
+        return f"{topic}{PARTITION_SUFFIX}{index}"
 
     def subscribe(
         self,
@@ -188,11 +203,20 @@ class Client:
         initial_position: str = "latest",
         consumer_name: str = "",
         receiver_queue_size: int = 1000,
-    ) -> Consumer:
+    ) -> Consumer | PartitionedConsumer:
         if subscription_type not in _SUB_TYPES:
             raise ClientError(f"unknown subscription type {subscription_type!r}; use one of {', '.join(_SUB_TYPES)}")
         if initial_position not in ("earliest", "latest"):
             raise ClientError(f"initial position must be 'earliest' or 'latest', not {initial_position!r}")
+        partitions = self.partitions(topic)
+        if partitions:
+            return PartitionedConsumer(
+                [
+                    Consumer(self, self._partition(topic, i), subscription, subscription_type, initial_position,
+                             consumer_name, receiver_queue_size)
+                    for i in range(partitions)
+                ]
+            )
         return Consumer(
             self, topic, subscription, subscription_type, initial_position, consumer_name, receiver_queue_size
         )
@@ -496,7 +520,12 @@ class Consumer:
                 for d in resp.deliveries:
                     self._received.put(
                         ConsumerMessage(
-                            _id(d.id), d.message.payload, d.message.key, dict(d.message.properties), d.redelivery_count
+                            _id(d.id),
+                            d.message.payload,
+                            d.message.key,
+                            dict(d.message.properties),
+                            d.redelivery_count,
+                            self.topic,
                         )
                     )
                 if self._closed.is_set():
@@ -577,3 +606,73 @@ class Reader:
     def has_message_available(self) -> bool:
         last = self.client.last_message_id(self.topic)
         return last is not None and (self._next is None or last >= self._next)
+
+
+class PartitionedProducer:
+    """A producer on a partitioned topic: a message with a key goes to the partition of the key's
+    hash (so one key stays in order), one without a key to the next partition in turn."""
+
+    def __init__(self, producers: list[Producer]) -> None:
+        self.producers = producers
+        self._next = itertools.count()
+
+    def _route(self, key: str) -> Producer:
+        index = zlib.crc32(key.encode()) if key else next(self._next)
+        return self.producers[index % len(self.producers)]
+
+    def send(self, data: bytes, key: str = "", properties: dict[str, str] | None = None,
+             timeout_s: float | None = None) -> MessageId:
+        return self._route(key).send(data, key, properties, timeout_s)
+
+    def send_async(self, data: bytes, key: str = "", properties: dict[str, str] | None = None) -> Future[MessageId]:
+        return self._route(key).send_async(data, key, properties)
+
+    def flush(self) -> None:
+        for p in self.producers:
+            p.flush()
+
+    def close(self) -> None:
+        for p in self.producers:
+            p.close()
+
+
+class PartitionedConsumer:
+    """One subscription over every partition of a partitioned topic; a message's `topic` says
+    which partition it came from, and acknowledgements go back to that partition."""
+
+    def __init__(self, consumers: list[Consumer]) -> None:
+        self.consumers = {c.topic: c for c in consumers}
+        self._turn = itertools.count()
+
+    def receive(self, timeout_s: float | None = None) -> ConsumerMessage:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        consumers = list(self.consumers.values())
+        while True:
+            start = next(self._turn)
+            for i in range(len(consumers)):
+                try:
+                    return consumers[(start + i) % len(consumers)].receive(timeout_s=0)
+                except TimeoutError:
+                    continue
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"no message on any partition within {timeout_s}s")
+            time.sleep(0.005)
+
+    def _owner(self, message: ConsumerMessage) -> Consumer:
+        consumer = self.consumers.get(message.topic)
+        if consumer is None:
+            raise ClientError(f"{message.topic!r} is not a partition of this consumer; pass the received message")
+        return consumer
+
+    def acknowledge(self, message: ConsumerMessage) -> None:
+        self._owner(message).acknowledge(message)
+
+    def acknowledge_cumulative(self, message: ConsumerMessage) -> None:
+        self._owner(message).acknowledge_cumulative(message)
+
+    def negative_acknowledge(self, message: ConsumerMessage) -> None:
+        self._owner(message).negative_acknowledge(message)
+
+    def close(self) -> None:
+        for c in self.consumers.values():
+            c.close()

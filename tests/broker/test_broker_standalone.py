@@ -198,6 +198,24 @@ def test_admin_tenants_namespaces_partitioned_topics_and_stats(client: Client) -
     assert err.value.code == pb.NOT_EMPTY
 
 
+def test_partitioned_topic_routes_keys_to_partitions_and_consumes_them_all(client: Client) -> None:
+    t = topic()
+    client.admin_create_partitioned_topic(t, 3)
+    consumer = client.subscribe(t, "all", initial_position="earliest")
+    producer = client.create_producer(t)
+    for i in range(12):
+        producer.send(b"%d" % i, key=f"k{i % 4}")
+    got = receive_all(consumer, 12)
+    assert sorted(m.data for m in got) == sorted(b"%d" % i for i in range(12))
+    partition_of: dict[str, str] = {}
+    for m in got:
+        assert partition_of.setdefault(m.key, m.topic) == m.topic  # one key, one partition
+    assert all("-partition-" in m.topic for m in got)
+    with pytest.raises(TimeoutError):
+        consumer.receive(timeout_s=0.3)
+    consumer.close()
+
+
 def test_rollover_and_trimming_delete_consumed_ledgers(tmp_path: Path) -> None:
     s = Standalone(tmp_path / "roll")
     s.config.managed_ledger = type(s.config.managed_ledger)(
