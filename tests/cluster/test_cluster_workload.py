@@ -30,7 +30,7 @@ def test_cluster_run_with_faults_is_valid_and_loses_no_acknowledged_write(cluste
     workload = subprocess.run(
         [
             sys.executable, "-m", "pulsar_ref.cli", "workload", "--cluster-dir", str(cluster_dir),
-            "--topics", "2", "--partitions", "2", "--processes", "4", "--ops", "700", "--rate", "40",
+            "--topics", "2", "--partitions", "2", "--processes", "4", "--ops", "1000", "--rate", "40",
             "--seed", "5", "--nemesis", FAULTS, "--nemesis-order", "cycle", "--nemesis-max", "4",
             "--nemesis-interval", "2", "--out", str(history),
         ],
