@@ -12,8 +12,11 @@ to them exactly as to remote bookies. Fault verbs (`kill_bookie`, `restart_booki
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
 import socket
 import threading
 from concurrent import futures
@@ -28,13 +31,33 @@ from impl.broker import broker_pb2_grpc as pb_grpc
 from impl.broker.broker import Broker
 from impl.broker.managed_ledger import ManagedLedgerConfig
 from impl.broker.service import BrokerConfig
+from impl.metadata import layout
 from impl.metadata.registry import BookieRegistry
-from impl.metadata.store import MetadataStore
+from impl.metadata.store import MetadataError, MetadataStore, NoNode
 from impl.metadata.url import connect
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "standalone.json"
+LOCK_FILE = "standalone.lock"
+
+
+class StandaloneAlreadyRunning(OSError):
+    """Another standalone holds the data directory."""
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Hold an exclusive lock on the data directory for the life of this process. With it, any
+    registration of our bookies or broker left in the store is certainly a dead run's."""
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StandaloneAlreadyRunning(
+            f"another standalone is running on {data_dir}; stop it or use another --data directory"
+        ) from None
+    return fd
 
 
 def free_port() -> int:
@@ -93,6 +116,7 @@ class Standalone:
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = lock_data_dir(self.data_dir)
         state = self._load_state()
         ports = state.get("bookie_ports", [])
         while len(ports) < bookies:
@@ -102,6 +126,7 @@ class Standalone:
         self._save_state({"bookie_ports": ports, "broker_port": broker_port, "control_port": self.control_port})
         self.metadata_url = f"embedded://{self.data_dir / 'metadata'}"
         self.store: MetadataStore = connect(self.metadata_url)
+        self._clear_stale_registrations(ports[:bookies], broker_port)
         registry = BookieRegistry(self.store)
         self.bookies = [
             _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry) for i, p in enumerate(ports[:bookies])
@@ -111,6 +136,28 @@ class Standalone:
         self.broker_port = broker_port
         self.broker: Broker | None = None
         self._lock = threading.Lock()
+
+    def _clear_stale_registrations(self, bookie_ports: list[int], broker_port: int) -> None:
+        """Delete ephemeral nodes a killed run of this standalone left behind (its session has not
+        timed out yet): what that session's expiry would delete. Safe because we hold the lock."""
+        broker = f"127.0.0.1:{broker_port}"
+        paths = [layout.bookie_path(f"127.0.0.1:{p}", ro) for p in bookie_ports for ro in (False, True)]
+        paths.append(layout.broker_path(broker))
+        with contextlib.suppress(NoNode):
+            for tenant in self.store.children(layout.NAMESPACE_ROOT):
+                for ns in self.store.children(f"{layout.NAMESPACE_ROOT}/{tenant}"):
+                    base = f"{layout.NAMESPACE_ROOT}/{tenant}/{ns}"
+                    for bundle in self.store.children(base):
+                        with contextlib.suppress(NoNode):
+                            data, _ = self.store.get(f"{base}/{bundle}")
+                            if data.decode(errors="replace") == broker:
+                                paths.append(f"{base}/{bundle}")
+        for path in paths:
+            stat = self.store.exists(path)
+            if stat is not None and stat.ephemeral_owner not in (0, self.store.session_id):
+                with contextlib.suppress(NoNode):
+                    self.store.delete(path)
+                log.warning("removed %s, left by a previous run of this standalone", path)
 
     def _load_state(self) -> dict[str, Any]:
         path = self.data_dir / STATE_FILE
@@ -234,6 +281,8 @@ class Standalone:
         for bookie in self.bookies:
             bookie.stop()
         self.store.close()
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
 
 
 class ControlServer:
@@ -249,6 +298,9 @@ class ControlServer:
                     result = standalone.control(verb, str(args.get("node", "")))
                 except (ValueError, TypeError, AttributeError) as e:
                     return pb.AdminResp(code=pb.INVALID_ARGUMENT, message=str(e))
+                except (MetadataError, OSError, RuntimeError) as e:  # the fault itself failed: say why
+                    log.exception("standalone %s %s failed", verb, request.args)
+                    return pb.AdminResp(code=pb.PERSISTENCE_ERROR, message=f"{type(e).__name__}: {e}")
                 return pb.AdminResp(code=pb.OK, result=json.dumps(result))
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))

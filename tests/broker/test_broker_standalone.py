@@ -4,6 +4,9 @@ in-process bookies behind gRPC, one broker) and the client library, as a user ru
 from __future__ import annotations
 
 import contextlib
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,7 +16,7 @@ import pytest
 
 from impl.broker import broker_pb2 as pb
 from impl.broker.client import Client, ClientError, ConsumerMessage, SendRejected
-from impl.broker.standalone import Standalone
+from impl.broker.standalone import Standalone, StandaloneAlreadyRunning
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
 
 
@@ -285,3 +288,41 @@ def test_cursor_survives_a_restart_and_unacked_messages_are_redelivered(tmp_path
             consumer.close()
     finally:
         s.stop()
+
+
+def start_standalone_process(data: Path) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pulsar_ref.cli", "standalone", "--data", str(data)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "listening" not in line:
+        proc.kill()
+        raise AssertionError(f"standalone did not start: {line!r}")
+    return proc, line.split()[1]
+
+
+@pytest.mark.processes
+def test_standalone_killed_with_sigkill_restarts_at_once_with_all_its_data(tmp_path: Path) -> None:
+    data = tmp_path / "killed"
+    proc, url = start_standalone_process(data)
+    try:
+        with Client(url) as client:
+            producer = client.create_producer("persistent://public/default/survivor")
+            acked = [producer.send(b"%d" % i) for i in range(5)]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc, url = start_standalone_process(data)  # at once: its old session has not expired yet
+        with Client(url) as client:
+            read = client.read_topic("persistent://public/default/survivor")
+            assert [mid for mid, _ in read] == acked
+            assert client.create_producer("persistent://public/default/survivor").send(b"after") > acked[-1]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_second_standalone_on_the_same_data_directory_is_refused(standalone: Standalone) -> None:
+    with pytest.raises(StandaloneAlreadyRunning, match="another standalone is running"):
+        Standalone(standalone.data_dir)
