@@ -3,19 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from impl.metadata.store import MetadataStore
 
 DEFAULTS: dict[str, Any] = {"port": 0, "journal_dir": None, "min_free_mb": 0, "max_inflight": 10_000}
+
+
+class _Session:
+    """The bookie's current metadata session and its registry (replaced after an expiry)."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        from impl.metadata.registry import BookieRegistry
+
+        self.store = store
+        self.registry = BookieRegistry(store)
 
 
 def run(args: argparse.Namespace) -> int:
     from impl.bookie.server import Bookie, BookieServer
     from impl.metadata.registry import BookieRegistry
+    from impl.metadata.store import MetadataError, SessionState
     from impl.metadata.url import connect
 
     config = dict(DEFAULTS)
@@ -28,13 +43,12 @@ def run(args: argparse.Namespace) -> int:
     for key in DEFAULTS:
         if getattr(args, key, None) is not None:
             config[key] = getattr(args, key)
-    store = connect(args.metadata)
-    registry = BookieRegistry(store)
+    session = _Session(connect(args.metadata))
     bookie_id: list[str] = []
 
     def on_readonly(readonly: bool) -> None:
         if bookie_id:
-            registry.set_readonly(bookie_id[0], readonly)
+            session.registry.set_readonly(bookie_id[0], readonly)
 
     bookie = Bookie(
         Path(args.data),
@@ -48,15 +62,42 @@ def run(args: argparse.Namespace) -> int:
     server = BookieServer(bookie, port=int(config["port"]))
     server.start()
     bookie_id.append(f"127.0.0.1:{server.port}")
-    registry.register(bookie_id[0], readonly=bookie.core.readonly)
-    print(f"bookie {bookie_id[0]} listening; replayed {bookie.replay_report.records} journal records", flush=True)
+    session.registry.register(bookie_id[0], readonly=bookie.core.readonly)
     stop = threading.Event()
+
+    def register_again() -> None:
+        """The session expired (its registration went with it): as a BookKeeper bookie does,
+        open a new session and register again, so clients can place ledgers here again."""
+        while not stop.is_set():
+            try:
+                store = connect(args.metadata)
+                registry = BookieRegistry(store)
+                registry.register(bookie_id[0], readonly=bookie.core.readonly)
+            except MetadataError as e:
+                print(f"bookie {bookie_id[0]}: registering again failed ({e}); retrying", file=sys.stderr, flush=True)
+                stop.wait(1.0)
+                continue
+            old = session.store
+            session.store, session.registry = store, registry
+            store.add_session_listener(on_session)
+            with contextlib.suppress(MetadataError):
+                old.close()
+            print(f"bookie {bookie_id[0]} registered again on a new metadata session", flush=True)
+            return
+
+    def on_session(state: SessionState) -> None:
+        if state is SessionState.EXPIRED and not stop.is_set():
+            threading.Thread(target=register_again, name="register-again", daemon=True).start()
+
+    session.store.add_session_listener(on_session)
+    print(f"bookie {bookie_id[0]} listening; replayed {bookie.replay_report.records} journal records", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
-    registry.unregister(bookie_id[0])
+    with contextlib.suppress(MetadataError):
+        session.registry.unregister(bookie_id[0])
     server.stop()
-    store.close()
+    session.store.close()
     print("bookie stopped", flush=True)
     return 0
 
