@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -266,9 +267,10 @@ class BookieIgnoringFence(BookieCore):
 class BookieForgettingFenceOnRestart(BookieCore):
     """Broken: journal replay skips fence records, so a restarted bookie accepts the old writer."""
 
-    def replay(self, record: JournalRecord) -> None:
-        if record.kind is not RecordKind.FENCE:
-            super().replay(record)
+    def replay(self, record: JournalRecord) -> Any:  # Any: the core's replay outputs changed shape over time
+        if record.kind is RecordKind.FENCE:
+            return []
+        return super().replay(record)
 
 
 @pytest.mark.parametrize(
