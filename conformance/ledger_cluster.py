@@ -13,7 +13,9 @@ the spec's environment, what the network and the disks do:
   (`timeout_writer`, `timeout_recovery_adds`, `abort_recovery`).
 - disk: each bookie's journal, the records the core asked to append (made durable at once:
   ledger.tla's journal write, fsync and reply are one step). A crash rebuilds the bookie core
-  from its journal with `BookieCore.replay`, so only journalled state survives.
+  from its journal with `BookieCore.replay`, so only journalled state survives. The journal
+  is also the bookie's ledger storage: a `ReadEntry` is answered with the entry's last
+  journalled body (a `StoreEntry` needs no other disk).
 - metadata: every `UpdateMetadata` is applied at once through the conditional-write loop,
   except a recovery close, held until the spec's `RecoveryCloses` step.
 
@@ -31,7 +33,7 @@ from typing import Any
 from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, UpdateMetadata, apply_change
 from impl.bookie.client.recovery import RecoveryFailed, RecoveryOp, RecoveryPhase
 from impl.bookie.client.writer import ChooseReplacement, LedgerWriter, Send, WriterState
-from impl.bookie.core import AppendJournal, BookieCore, JournalRecord, Reply
+from impl.bookie.core import AppendJournal, BookieCore, JournalRecord, ReadEntry, RecordKind, Reply, StoreEntry
 from impl.bookie.protocol import AddRequest, ErrorCode, ReadRequest, Request, Response
 from impl.metadata.ledger import BookieId, Fragment, LedgerMetadata
 from impl.metadata.ledger_store import LedgerMetadataStore
@@ -191,7 +193,9 @@ class LedgerCluster:
             if isinstance(output, AppendJournal):
                 node.journal.extend(output.records)
                 pending.extend(node.core.on_durable(output.token))
-            else:
+            elif isinstance(output, ReadEntry):
+                replies.append(output.reply(_journalled_body(node.journal, output.ledger_id, output.entry_id)))
+            elif not isinstance(output, StoreEntry):  # a StoreEntry's body is in the journal record that follows
                 replies.append(output)
         if len(replies) != 1 or replies[0].request_id != request_id:
             raise HarnessError(f"bookie {bookie} answered {replies} to one request")
@@ -338,6 +342,13 @@ def pending_acks(writer: LedgerWriter) -> dict[int, frozenset[BookieId]]:
         ensemble = writer.metadata.ensemble_for(entry_id)
         out[entry_id] = frozenset(ensemble[i] for i in pending.acked)
     return out
+
+
+def _journalled_body(journal: list[JournalRecord], ledger_id: int, entry_id: int) -> bytes | None:
+    for record in reversed(journal):
+        if record.kind is RecordKind.ENTRY and (record.ledger_id, record.entry_id) == (ledger_id, entry_id):
+            return record.body
+    return None
 
 
 def _new_store(metadata: LedgerMetadata) -> LedgerMetadataStore:

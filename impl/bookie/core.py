@@ -1,10 +1,15 @@
 """The pure bookie core: requests and journal results in, outputs to perform out.
 
 No I/O. The shells (journal, ledger storage, gRPC server) and the conformance harness
-drive it: `handle()` takes one request and returns the journal records to append and the
-replies to send; replies that depend on durability are held until `on_durable(token)`
-reports that the journal flushed the records of that token. `replay()` rebuilds the state
-from journal records after a restart. State is plain dataclasses, open for inspection.
+drive it: `handle()` takes one request and returns the journal records to append, the
+entries to put into ledger storage and the replies to send; replies that depend on
+durability are held until `on_durable(token)` reports that the journal flushed the records
+of that token. The core keeps each ledger's metadata (master key, fenced, LACs, which entry
+ids it stores) and decides every reply; entry *bodies* live in ledger storage: an accepted
+add outputs `StoreEntry`, a read of a stored entry outputs `ReadEntry`, which the shell
+answers from storage (`ReadEntry.reply(body)`). `restore()` loads a ledger's checkpointed
+metadata and `replay()` applies the journal tail after a restart; `forget()` drops a
+garbage-collected ledger. State is plain dataclasses, open for inspection.
 
 Check order follows BookKeeper: well-formedness (EBADREQ), read-only (EREADONLY, adds only),
 master key (EUA), then fenced (EFENCED, plain adds only; recovery adds skip it).
@@ -71,14 +76,39 @@ class Reply:
     response: Response
 
 
-Output = AppendJournal | Reply
+@dataclass(frozen=True)
+class StoreEntry:
+    """Put this entry into ledger storage. Output before the entry's journal append, so reads
+    see it at once (as BookKeeper writes ledger storage before the journal)."""
+
+    ledger_id: int
+    entry_id: int
+    body: bytes
+
+
+@dataclass(frozen=True)
+class ReadEntry:
+    """Read this entry, which the core knows is stored, from ledger storage; send `reply(body)`."""
+
+    request_id: int
+    ledger_id: int
+    entry_id: int
+
+    def reply(self, body: bytes | None) -> Reply:
+        """The reply once storage answered; None: storage lost or could not read it (EIO)."""
+        if body is None:
+            return Reply(self.request_id, ReadResponse(self.ledger_id, self.entry_id, ErrorCode.EIO))
+        return Reply(self.request_id, ReadResponse(self.ledger_id, self.entry_id, ErrorCode.EOK, body))
+
+
+Output = AppendJournal | Reply | StoreEntry | ReadEntry
 
 
 @dataclass
 class LedgerState:
     master_key: bytes
     fenced: bool = False
-    entries: dict[int, bytes] = field(default_factory=dict)
+    entries: set[int] = field(default_factory=set)  # ids stored; bodies are in ledger storage
     piggybacked_lac: int = -1
     explicit_lac: int = -1
 
@@ -92,7 +122,7 @@ class BookieCore:
     ledgers: dict[int, LedgerState] = field(default_factory=dict)
     readonly: bool = False
     next_token: int = 0
-    waiting: dict[int, list[Reply]] = field(default_factory=dict)  # token -> replies held until durable
+    waiting: dict[int, list[Output]] = field(default_factory=dict)  # token -> replies held until durable
 
     # --- requests ---------------------------------------------------------------------------
     def handle(self, request: Request, request_id: int) -> list[Output]:
@@ -109,7 +139,7 @@ class BookieCore:
     def on_durable(self, token: int) -> list[Output]:
         return list(self.waiting.pop(token, []))
 
-    def _journal(self, records: list[JournalRecord], reply: Reply) -> list[Output]:
+    def _journal(self, records: list[JournalRecord], reply: Reply | ReadEntry) -> list[Output]:
         token = self.next_token
         self.next_token += 1
         self.waiting[token] = [reply]
@@ -140,12 +170,13 @@ class BookieCore:
             return [reply(ErrorCode.EFENCED)]
         # Visible to reads at once (BookKeeper writes ledger storage before the journal);
         # the add is acknowledged only once durable.
-        ledger.entries[req.entry_id] = req.body
+        ledger.entries.add(req.entry_id)
         ledger.piggybacked_lac = max(ledger.piggybacked_lac, lac)
         records.append(
             JournalRecord(RecordKind.ENTRY, req.ledger_id, req.entry_id, master_key=req.master_key, body=req.body)
         )
-        return self._journal(records, reply(ErrorCode.EOK))
+        store = StoreEntry(req.ledger_id, req.entry_id, req.body)
+        return [store, *self._journal(records, reply(ErrorCode.EOK))]
 
     def _read(self, req: ReadRequest, request_id: int) -> list[Output]:
         def reply(code: ErrorCode, entry_id: int = req.entry_id, body: bytes = b"") -> Reply:
@@ -173,8 +204,11 @@ class BookieCore:
         entry_id = req.entry_id
         if entry_id == LAST_ENTRY:
             entry_id = max(ledger.entries, default=LAST_ENTRY)
-        body = ledger.entries.get(entry_id)
-        result = reply(ErrorCode.ENOENTRY) if body is None else reply(ErrorCode.EOK, entry_id, body)
+        result: Reply | ReadEntry
+        if entry_id in ledger.entries:
+            result = ReadEntry(request_id, req.ledger_id, entry_id)
+        else:
+            result = reply(ErrorCode.ENOENTRY)
         if req.fence:
             # The fence reply waits for the fence record to be durable (even if already fenced,
             # an earlier fence record may still be in flight: journal an idempotent one).
@@ -210,9 +244,13 @@ class BookieCore:
         records.append(JournalRecord(RecordKind.EXPLICIT_LAC, req.ledger_id, master_key=req.master_key, lac=req.lac))
         return self._journal(records, reply(ErrorCode.EOK))
 
-    # --- restart ----------------------------------------------------------------------------
-    def replay(self, record: JournalRecord) -> None:
-        """Apply one durable journal record (restart); idempotent."""
+    # --- restart and garbage collection ------------------------------------------------------
+    def restore(self, ledger_id: int, state: LedgerState) -> None:
+        """Load a ledger's metadata as ledger storage checkpointed it (before the journal tail)."""
+        self.ledgers[ledger_id] = state
+
+    def replay(self, record: JournalRecord) -> list[Output]:
+        """Apply one durable journal record (restart); idempotent. An entry goes back to storage."""
         ledger = self.ledgers.get(record.ledger_id)
         if ledger is None:
             ledger = self.ledgers[record.ledger_id] = LedgerState(master_key=record.master_key)
@@ -221,9 +259,15 @@ class BookieCore:
         elif record.kind is RecordKind.EXPLICIT_LAC:
             ledger.explicit_lac = max(ledger.explicit_lac, record.lac)
         elif record.kind is RecordKind.ENTRY:
-            ledger.entries[record.entry_id] = record.body
+            ledger.entries.add(record.entry_id)
             with contextlib.suppress(BadEntry):
                 ledger.piggybacked_lac = max(ledger.piggybacked_lac, read_header(record.body)[2])
+            return [StoreEntry(record.ledger_id, record.entry_id, record.body)]
+        return []
+
+    def forget(self, ledger_id: int) -> bool:
+        """Drop a ledger whose metadata is gone (garbage collection); False if unknown here."""
+        return self.ledgers.pop(ledger_id, None) is not None
 
 
 def _valid_id(value: int) -> bool:
@@ -236,6 +280,8 @@ __all__ = [
     "JournalRecord",
     "LedgerState",
     "Output",
+    "ReadEntry",
     "RecordKind",
     "Reply",
+    "StoreEntry",
 ]

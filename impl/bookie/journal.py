@@ -5,7 +5,10 @@ u8 kind | i64 ledger | i64 entry | i64 lac | u16 key length | key | body.
 One writer thread drains a queue and flushes (write + fdatasync) when the oldest queued
 record has waited `max_wait`, when `max_batch_bytes` are queued, or when the queue empties;
 each append's callback runs only after the fdatasync that covers it. Files roll at `roll_size`.
-Replay stops at the first torn or corrupt record and reports it (never raises).
+Replay stops at the first torn or corrupt record of a file and reports it (never raises).
+
+A checkpoint (impl/bookie/checkpoint.py) names a `JournalPosition`: every record before it is
+in ledger storage, so restart replays from there and files wholly before it are deleted.
 """
 
 from __future__ import annotations
@@ -45,6 +48,18 @@ def decode_payload(payload: bytes) -> JournalRecord:
     return JournalRecord(RecordKind(kind), ledger_id, entry_id, payload[FIXED.size : key_end], payload[key_end:], lac)
 
 
+@dataclass(frozen=True, order=True)
+class JournalPosition:
+    """A point in the journal: file number and byte offset in that file."""
+
+    file_no: int
+    offset: int
+
+
+class JournalMissing(Exception):
+    """A journal file the checkpoint needs is gone: replay cannot restore what it held."""
+
+
 @dataclass(frozen=True)
 class TornTail:
     """Where replay stopped: file, byte offset of the first bad record, why, and bytes ignored."""
@@ -62,9 +77,8 @@ class ReplayReport:
     torn: list[TornTail] = field(default_factory=list)
 
 
-def read_file(path: Path, report: ReplayReport) -> Iterator[JournalRecord]:
+def read_file(path: Path, report: ReplayReport, offset: int = 0) -> Iterator[JournalRecord]:
     data = path.read_bytes()
-    offset = 0
     while offset < len(data):
         reason = None
         if len(data) - offset < FRAME.size:
@@ -91,16 +105,40 @@ def read_file(path: Path, report: ReplayReport) -> Iterator[JournalRecord]:
         offset = start + length
 
 
+def file_no(path: Path) -> int:
+    return int(path.stem[len(FILE_PREFIX) :])
+
+
 def journal_files(directory: Path) -> list[Path]:
-    return sorted(directory.glob(f"{FILE_PREFIX}*.log"), key=lambda p: int(p.stem[len(FILE_PREFIX) :]))
+    return sorted(directory.glob(f"{FILE_PREFIX}*.log"), key=file_no)
 
 
-def replay(directory: Path, report: ReplayReport | None = None) -> Iterator[JournalRecord]:
-    """Every whole record of every journal file in order; damage is recorded in `report.torn`."""
+def replay(
+    directory: Path, report: ReplayReport | None = None, start: JournalPosition | None = None
+) -> Iterator[JournalRecord]:
+    """Every whole record from `start` (default: the beginning) on, in order; damage is recorded in
+    `report.torn`. Raises JournalMissing if the file `start` names is gone."""
     report = report if report is not None else ReplayReport()
-    for path in journal_files(directory):
+    files = journal_files(directory)
+    if start is not None and start.offset > 0 and start.file_no not in {file_no(p) for p in files}:
+        raise JournalMissing(
+            f"the checkpoint says replay starts in {directory / f'{FILE_PREFIX}{start.file_no}.log'} at offset "
+            f"{start.offset}, but that file is gone; restore it (entries acknowledged after the checkpoint are in it)"
+        )
+    for path in files:
+        number = file_no(path)
+        if start is not None and number < start.file_no:
+            continue  # wholly before the checkpoint (left behind by a crash before its deletion)
         report.files.append(path)
-        yield from read_file(path, report)
+        yield from read_file(path, report, start.offset if start is not None and number == start.file_no else 0)
+
+
+def delete_files_before(directory: Path, position: JournalPosition) -> list[Path]:
+    """Delete journal files wholly before `position` (a checkpoint covers them); returns them."""
+    deleted = [p for p in journal_files(directory) if file_no(p) < position.file_no]
+    for path in deleted:
+        path.unlink()
+    return deleted
 
 
 @dataclass
@@ -127,9 +165,11 @@ class Journal:
         self.max_batch_bytes = max_batch_bytes
         existing = journal_files(self.directory)
         # Always start a new file: a torn tail in the previous one stays behind the good records.
-        self._file_no = int(existing[-1].stem[len(FILE_PREFIX) :]) + 1 if existing else 0
+        self._file_no = file_no(existing[-1]) + 1 if existing else 0
         self._fd = self._open()
         self._written = 0
+        # Everything appended before this position is durable (a checkpoint may name it).
+        self.durable_position = JournalPosition(self._file_no, 0)
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self.flushes = 0
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
@@ -193,6 +233,7 @@ class Journal:
         os.fdatasync(self._fd)
         self.flushes += 1
         self._written += len(data)
+        self.durable_position = JournalPosition(self._file_no, self._written)
         for pending in batch:
             pending.callback()
         if self._written >= self.roll_size:
@@ -200,3 +241,4 @@ class Journal:
             self._file_no += 1
             self._fd = self._open()
             self._written = 0
+            self.durable_position = JournalPosition(self._file_no, 0)

@@ -1,18 +1,30 @@
-"""The bookie shell: drives BookieCore with the journal and serves it over gRPC.
+"""The bookie shell: drives BookieCore with the journal and ledger storage, serves it over gRPC.
 
 Requests go into the core under one lock; journal appends go to the group-committing
 journal, whose writer thread reports durability back into the core, which releases the
-held replies. Reads never touch the journal, so they never wait behind its fsync.
-On start the journal is replayed into the core; a torn tail is reported, not fatal.
+held replies. Entry bodies go to ledger storage (impl/bookie/ledger_storage.py) before
+their journal append, and reads are answered from it outside the core lock, so a read
+never waits behind the journal's fsync.
+
+A maintenance thread checkpoints (impl/bookie/checkpoint.py) every `checkpoint_interval`
+seconds and on close, so that a restart loads the ledger index and replays only the
+journal after the checkpoint mark; with a metadata store it also garbage-collects
+deleted ledgers every `gc_interval` seconds (impl/bookie/garbage_collector.py).
+A torn journal tail or damaged index file is reported, not fatal.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import queue
 import shutil
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +33,13 @@ import grpc
 from impl.bookie import bookie_pb2 as pb
 from impl.bookie import bookie_pb2_grpc as pb_grpc
 from impl.bookie import wire
-from impl.bookie.core import AppendJournal, BookieCore, Output, Reply
-from impl.bookie.journal import Journal, ReplayReport, replay
+from impl.bookie.checkpoint import read_mark, write_mark
+from impl.bookie.core import AppendJournal, BookieCore, LedgerState, Output, ReadEntry, Reply, StoreEntry
+from impl.bookie.entry_log import StorageError
+from impl.bookie.garbage_collector import GarbageCollector
+from impl.bookie.journal import Journal, JournalPosition, ReplayReport, delete_files_before, replay
+from impl.bookie.ledger_index import LedgerMeta
+from impl.bookie.ledger_storage import LedgerStorage
 from impl.bookie.protocol import (
     AddRequest,
     AddResponse,
@@ -35,8 +52,14 @@ from impl.bookie.protocol import (
     Response,
     WriteLacResponse,
 )
+from impl.metadata.store import MetadataError, MetadataStore
+
+log = logging.getLogger(__name__)
 
 Deliver = Callable[[Response], None]
+
+# Test-only fault point: SIGKILL the process after ledger storage is flushed, before the mark.
+CRASH_AFTER_STORAGE_FLUSH = "checkpoint-after-flush"
 
 
 def error_response(request: Request, code: ErrorCode) -> Response:
@@ -49,8 +72,14 @@ def error_response(request: Request, code: ErrorCode) -> Response:
     return WriteLacResponse(request.ledger_id, code)
 
 
+@dataclass(frozen=True)
+class GcRound:
+    ledgers_deleted: list[int]
+    entry_logs_deleted: list[int]
+
+
 class Bookie:
-    """Core + journal; `submit(request, deliver)` calls `deliver(response)` exactly once."""
+    """Core + journal + ledger storage; `submit(request, deliver)` calls `deliver(response)` exactly once."""
 
     def __init__(
         self,
@@ -59,55 +88,179 @@ class Bookie:
         max_inflight: int = 10_000,
         min_free_bytes: int = 0,
         on_readonly: Callable[[bool], None] | None = None,
+        *,
+        metadata: MetadataStore | Callable[[], MetadataStore] | None = None,
+        checkpoint_interval: float = 10.0,
+        gc_interval: float = 60.0,
+        entry_log_size: int = 64 * 1024 * 1024,
+        journal_roll_size: int = 256 * 1024 * 1024,
+        read_cache_bytes: int = 16 * 1024 * 1024,
+        crash_at: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.journal_dir = Path(journal_dir) if journal_dir else self.data_dir / "journal"
+        self.storage_dir = self.data_dir / "ledgers"
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.storage = LedgerStorage(self.storage_dir, entry_log_size, read_cache_bytes)
         self.core = BookieCore()
+        for ledger_id, indexed in self.storage.ledgers().items():
+            meta = indexed.meta
+            state = LedgerState(meta.master_key, meta.fenced, set(indexed.locations))
+            state.piggybacked_lac, state.explicit_lac = meta.piggybacked_lac, meta.explicit_lac
+            self.core.restore(ledger_id, state)
+        self.checkpoint_mark = read_mark(self.storage_dir) if self.storage_dir.is_dir() else None
         self.replay_report = ReplayReport()
-        for record in replay(self.journal_dir, self.replay_report):
-            self.core.replay(record)
-        self.journal = Journal(self.journal_dir)
+        for record in replay(self.journal_dir, self.replay_report, self.checkpoint_mark):
+            for out in self.core.replay(record):
+                if isinstance(out, StoreEntry):
+                    self.storage.put(out.ledger_id, out.entry_id, out.body)
+        self.journal = Journal(self.journal_dir, roll_size=journal_roll_size)
         self.max_inflight = max_inflight
         self.min_free_bytes = min_free_bytes
         self.on_readonly = on_readonly
+        self.checkpoint_interval = checkpoint_interval
+        self.gc_interval = gc_interval
+        self.garbage_collector = GarbageCollector(metadata) if metadata is not None else None
+        self.crash_at = crash_at
+        self.checkpoints = 0
         self._lock = threading.Lock()
+        self._maintenance_lock = threading.Lock()  # one checkpoint or GC round at a time
         self._deliveries: dict[int, Deliver] = {}
         self._next_id = 0
         self._stop = threading.Event()
         self._disk_thread = threading.Thread(target=self._watch_disk, name="disk-watch", daemon=True)
+        self._maintenance_thread = threading.Thread(target=self._maintain, name="bookie-sync", daemon=True)
         self.check_disk()
         self._disk_thread.start()
+        self._maintenance_thread.start()
 
+    # --- requests ---------------------------------------------------------------------------
     def submit(self, request: Request, deliver: Deliver) -> None:
         with self._lock:
             if len(self._deliveries) >= self.max_inflight:
-                replies: list[Output] = [Reply(-1, error_response(request, ErrorCode.ETOOMANYREQUESTS))]
-                self._deliveries[-1] = deliver
+                sends: list[tuple[Deliver, Reply | ReadEntry]] = []
+                overloaded = True
             else:
+                overloaded = False
                 rid = self._next_id
                 self._next_id += 1
                 self._deliveries[rid] = deliver
                 try:
-                    replies = self.core.handle(request, rid)
+                    outputs = self.core.handle(request, rid)
                 except Exception:  # a request the core cannot digest is malformed, never a crash
-                    replies = [Reply(rid, error_response(request, ErrorCode.EBADREQ))]
-            self._perform(replies)
+                    outputs = [Reply(rid, error_response(request, ErrorCode.EBADREQ))]
+                sends = self._perform(outputs, request)
+        if overloaded:
+            deliver(error_response(request, ErrorCode.ETOOMANYREQUESTS))
+        self._send(sends)
 
-    def _perform(self, outputs: list[Output]) -> None:
+    def _perform(
+        self, outputs: list[Output], request: Request | None = None
+    ) -> list[tuple[Deliver, Reply | ReadEntry]]:
+        """Under the core lock: journal appends and storage puts, in the core's order; returns what to send."""
+        sends: list[tuple[Deliver, Reply | ReadEntry]] = []
         for out in outputs:
-            if isinstance(out, AppendJournal):
+            if isinstance(out, StoreEntry):
+                try:
+                    self.storage.put(out.ledger_id, out.entry_id, out.body)
+                except (OSError, StorageError) as exc:
+                    # Refuse the add before it is journalled (its append is the next output) and stop
+                    # taking adds: an acknowledged entry that storage never got would be lost at the
+                    # next checkpoint. Replay at restart puts what was journalled before back.
+                    log.error("ledger storage cannot store %d:%d (%s); read-only", out.ledger_id, out.entry_id, exc)
+                    self.core.readonly = True
+                    token = next(o.token for o in outputs if isinstance(o, AppendJournal))
+                    for held in self.core.waiting.pop(token, []):
+                        assert isinstance(held, Reply) and request is not None
+                        failed = Reply(held.request_id, error_response(request, ErrorCode.EIO))
+                        sends.append((self._deliveries.pop(held.request_id), failed))
+                    return sends
+            elif isinstance(out, AppendJournal):
                 self.journal.append(out.records, self._durable_callback(out.token))
             else:
-                self._deliveries.pop(out.request_id)(out.response)
+                sends.append((self._deliveries.pop(out.request_id), out))
+        return sends
+
+    def _send(self, sends: list[tuple[Deliver, Reply | ReadEntry]]) -> None:
+        """Outside the core lock: read entries from storage and deliver the replies."""
+        for deliver, out in sends:
+            if isinstance(out, ReadEntry):
+                try:
+                    body: bytes | None = self.storage.read(out.ledger_id, out.entry_id)
+                except (OSError, StorageError) as exc:
+                    log.error("cannot read entry %d:%d: %s", out.ledger_id, out.entry_id, exc)
+                    body = None
+                out = out.reply(body)
+            deliver(out.response)
 
     def _durable_callback(self, token: int) -> Callable[[], None]:
         return lambda: self._durable(token)
 
     def _durable(self, token: int) -> None:
         with self._lock:
-            self._perform(self.core.on_durable(token))
+            sends = self._perform(self.core.on_durable(token))
+        self._send(sends)
 
+    # --- checkpoints and garbage collection ---------------------------------------------------
+    def checkpoint(self) -> JournalPosition:
+        """Make ledger storage hold everything before the journal's durable position, mark it,
+        delete the journal files wholly before it. Returns the mark."""
+        with self._maintenance_lock:
+            return self._checkpoint()
+
+    def _checkpoint(self) -> JournalPosition:
+        position = self.journal.durable_position
+        with self._lock:
+            ledgers = {
+                lid: LedgerMeta(lg.master_key, lg.fenced, lg.piggybacked_lac, lg.explicit_lac)
+                for lid, lg in self.core.ledgers.items()
+            }
+        self.storage.checkpoint(ledgers)
+        if self.crash_at == CRASH_AFTER_STORAGE_FLUSH:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if position != self.checkpoint_mark:
+            write_mark(self.storage_dir, position)
+            self.checkpoint_mark = position
+        for path in delete_files_before(self.journal_dir, position):
+            log.info("checkpoint %s: deleted journal file %s", position, path.name)
+        self.checkpoints += 1
+        return position
+
+    def collect_garbage(self) -> GcRound:
+        """Drop ledgers whose metadata is certainly gone, checkpoint, delete entry logs left empty."""
+        if self.garbage_collector is None:
+            raise RuntimeError("this bookie has no metadata store to compare its ledgers with; pass metadata=")
+        with self._maintenance_lock:
+            with self._lock:
+                on_bookie = list(self.core.ledgers)  # before the metadata listing (see garbage_collector.py)
+            deleted = self.garbage_collector.deleted_ledgers(on_bookie)
+            for ledger_id in deleted:
+                with self._lock:  # atomically for adds: a late add re-creates the ledger in both, or in neither
+                    self.core.forget(ledger_id)
+                    entries = self.storage.delete_ledger(ledger_id)
+                log.info(
+                    "garbage collection: ledger %d has no metadata any more; dropped %d entries", ledger_id, entries
+                )
+            self._checkpoint()  # the index no longer points into dead entry logs, durably
+            logs = self.storage.collect_entry_logs()
+            if logs:
+                log.info("garbage collection: deleted entry logs %s", logs)
+            return GcRound(deleted, logs)
+
+    def _maintain(self) -> None:
+        next_gc = time.monotonic() + self.gc_interval
+        while not self._stop.wait(self.checkpoint_interval):
+            try:
+                if self.garbage_collector is not None and self.gc_interval > 0 and time.monotonic() >= next_gc:
+                    next_gc = time.monotonic() + self.gc_interval
+                    self.collect_garbage()
+                else:
+                    self.checkpoint()
+            except (OSError, StorageError, MetadataError) as exc:
+                # Nothing is lost: the mark did not move, the journal stays; the next round retries.
+                log.error("bookie maintenance round failed, will retry: %s", exc)
+
+    # --- disk space and shutdown ----------------------------------------------------------------
     def check_disk(self) -> None:
         readonly = shutil.disk_usage(self.data_dir).free < self.min_free_bytes
         if readonly != self.core.readonly:
@@ -121,8 +274,12 @@ class Bookie:
             self.check_disk()
 
     def close(self) -> None:
+        """Graceful: drain the journal, checkpoint (the next start replays nothing), close files."""
         self._stop.set()
+        self._maintenance_thread.join()
         self.journal.close()
+        self.checkpoint()
+        self.storage.close()
 
 
 class _Servicer(pb_grpc.BookieServicer):

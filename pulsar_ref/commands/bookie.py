@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from impl.metadata.store import MetadataStore
 
-DEFAULTS: dict[str, Any] = {"port": 0, "journal_dir": None, "min_free_mb": 0, "max_inflight": 10_000}
+DEFAULTS: dict[str, Any] = {
+    "port": 0,
+    "journal_dir": None,
+    "min_free_mb": 0,
+    "max_inflight": 10_000,
+    "checkpoint_interval": 10.0,  # seconds between checkpoints (restart replays the journal after the last)
+    "gc_interval": 60.0,  # seconds between garbage collections of deleted ledgers (0: never)
+    "entry_log_size": 64 * 1024 * 1024,  # bytes: entry logs roll at this size (the unit of space reclaimed)
+    "journal_roll_size": 256 * 1024 * 1024,  # bytes: journal files roll at this size
+    "read_cache_mb": 16,
+}
 
 
 class _Session:
@@ -56,9 +66,30 @@ def run(args: argparse.Namespace) -> int:
         max_inflight=int(config["max_inflight"]),
         min_free_bytes=int(config["min_free_mb"]) * 1024 * 1024,
         on_readonly=on_readonly,
+        metadata=(lambda: session.store) if float(config["gc_interval"]) > 0 else None,
+        checkpoint_interval=float(config["checkpoint_interval"]),
+        gc_interval=float(config["gc_interval"]),
+        entry_log_size=int(config["entry_log_size"]),
+        journal_roll_size=int(config["journal_roll_size"]),
+        read_cache_bytes=int(config["read_cache_mb"]) * 1024 * 1024,
+        crash_at=args.crash_at,
     )
     for torn in bookie.replay_report.torn:
         print(f"journal: ignored torn tail of {torn.file} at offset {torn.offset}: {torn.reason}", file=sys.stderr)
+    for damage in bookie.storage.report.index_damage:
+        print(
+            f"ledger index: ignored {damage.ignored_bytes} bytes of {damage.file} from offset {damage.offset} "
+            f"({damage.reason}); kept a copy as {damage.file.name}.damaged",
+            file=sys.stderr,
+        )
+    missing = bookie.storage.missing_entries()
+    if missing:
+        ledger_id, entry_id, log_id = missing[0]
+        print(
+            f"ledger storage: {len(missing)} indexed entries are in entry logs that are gone "
+            f"(first {ledger_id}:{entry_id} in entry log {log_id}); reads of them answer EIO",
+            file=sys.stderr,
+        )
     server = BookieServer(bookie, port=int(config["port"]))
     server.start()
     bookie_id.append(f"127.0.0.1:{server.port}")
@@ -90,7 +121,11 @@ def run(args: argparse.Namespace) -> int:
             threading.Thread(target=register_again, name="register-again", daemon=True).start()
 
     session.store.add_session_listener(on_session)
-    print(f"bookie {bookie_id[0]} listening; replayed {bookie.replay_report.records} journal records", flush=True)
+    print(
+        f"bookie {bookie_id[0]} listening; replayed {bookie.replay_report.records} journal records "
+        f"from checkpoint {bookie.checkpoint_mark}",
+        flush=True,
+    )
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
@@ -103,21 +138,44 @@ def run(args: argparse.Namespace) -> int:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    from impl.bookie.core import BookieCore
-    from impl.bookie.journal import ReplayReport, replay
+    from impl.bookie.checkpoint import CorruptCheckpoint, read_mark
+    from impl.bookie.core import BookieCore, LedgerState
+    from impl.bookie.journal import JournalMissing, ReplayReport, replay
+    from impl.bookie.ledger_storage import LedgerStorage
 
     data = Path(args.data)
     journal_dir = Path(args.journal_dir) if args.journal_dir else data / "journal"
     if not journal_dir.is_dir():
         print(f"error: no journal under {journal_dir}; pass the bookie's --data (and --journal-dir)", file=sys.stderr)
         return 2
-    report = ReplayReport()
+    storage = LedgerStorage(data / "ledgers", readonly=True)  # creates, truncates and deletes nothing
     core = BookieCore()
-    for record in replay(journal_dir, report):
-        core.replay(record)
-    print(f"journal {journal_dir}: {len(report.files)} files, {report.records} records")
+    for ledger_id, indexed in storage.ledgers().items():
+        meta = indexed.meta
+        state = LedgerState(meta.master_key, meta.fenced, set(indexed.locations))
+        state.piggybacked_lac, state.explicit_lac = meta.piggybacked_lac, meta.explicit_lac
+        core.restore(ledger_id, state)
+    try:
+        mark = read_mark(data / "ledgers")
+        report = ReplayReport()
+        for record in replay(journal_dir, report, mark):
+            core.replay(record)
+    except (CorruptCheckpoint, JournalMissing) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"checkpoint: {f'journal file {mark.file_no} offset {mark.offset}' if mark else 'none yet'}")
+    print(f"journal {journal_dir}: {len(report.files)} files after the checkpoint, {report.records} records")
     for torn in report.torn:
         print(f"  torn tail: {torn.file.name} offset {torn.offset} ({torn.reason}, {torn.ignored_bytes} bytes)")
+    usage = storage.entry_log_usage()
+    print(f"entry logs {data / 'ledgers'}: {len(usage)} files, {sum(size for _, size, _ in usage)} bytes")
+    for log_id, size, live in usage:
+        print(f"  entrylog-{log_id}.log: {size} bytes, {live} live entries")
+    print(f"ledger index: {len(storage.index.files())} files")
+    for damage in storage.report.index_damage:
+        print(f"  damaged: {damage.file.name} offset {damage.offset} ({damage.reason}, {damage.ignored_bytes} bytes)")
+    for ledger_id, entry_id, log_id in storage.missing_entries()[:10]:
+        print(f"  missing: entry {ledger_id}:{entry_id} points into entry log {log_id}, which is gone")
     for ledger_id, ledger in sorted(core.ledgers.items()):
         ids = sorted(ledger.entries)
         span = f"{ids[0]}..{ids[-1]}" if ids else "-"
@@ -140,5 +198,11 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument("--journal-dir", help="journal directory (default DATA/journal)")
     parser.add_argument("--min-free-mb", type=int, help="go read-only below this much free disk (default 0)")
     parser.add_argument("--max-inflight", type=int, help="requests in flight before ETOOMANYREQUESTS (10000)")
-    parser.add_argument("--config", help="TOML file with port, journal_dir, min_free_mb, max_inflight")
+    parser.add_argument("--checkpoint-interval", type=float, help="seconds between checkpoints (10)")
+    parser.add_argument("--gc-interval", type=float, help="seconds between garbage collections, 0 = never (60)")
+    parser.add_argument("--entry-log-size", type=int, help="bytes at which entry logs roll (64 MiB)")
+    parser.add_argument("--journal-roll-size", type=int, help="bytes at which journal files roll (256 MiB)")
+    parser.add_argument("--read-cache-mb", type=int, help="read cache size in MiB (16)")
+    parser.add_argument("--crash-at", help=argparse.SUPPRESS)  # tests: SIGKILL itself at this fault point
+    parser.add_argument("--config", help="TOML file with any of the options above, in snake_case")
     return run(parser.parse_args(argv))

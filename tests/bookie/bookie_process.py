@@ -10,9 +10,10 @@ from pathlib import Path
 
 
 class BookieProcess:
-    def __init__(self, data: Path, metadata: str) -> None:
+    def __init__(self, data: Path, metadata: str, *options: str) -> None:
+        """`options`: more `pulsar-ref bookie` arguments (e.g. "--checkpoint-interval", "0.1")."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pulsar_ref.cli", "bookie", "--metadata", metadata, "--data", str(data)],
+            [sys.executable, "-m", "pulsar_ref.cli", "bookie", "--metadata", metadata, "--data", str(data), *options],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -24,6 +25,11 @@ class BookieProcess:
             self.proc.kill()
             raise RuntimeError(f"bookie did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
         self.address = line.split()[1]
+        self.banner = line  # "bookie ADDRESS listening; replayed N journal records from checkpoint ..."
+
+    @property
+    def replayed(self) -> int:
+        return int(self.banner.split("replayed ")[1].split()[0])
 
     def kill(self) -> None:
         os.kill(self.proc.pid, signal.SIGKILL)

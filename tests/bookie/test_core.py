@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from impl.bookie.core import AppendJournal, BookieCore, RecordKind, Reply
+from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, RecordKind, Reply, StoreEntry
 from impl.bookie.entry_format import encode_entry
 from impl.bookie.protocol import (
     LAST_ENTRY,
@@ -24,14 +24,21 @@ def entry(ledger: int, eid: int, lac: int = -1) -> bytes:
     return encode_entry(ledger, eid, lac, eid + 1, b"payload-%d" % eid)
 
 
+STORAGE: dict[tuple[int, int, int], bytes] = {}  # (core, ledger, entry) -> body: the cores' ledger storage
+
+
 def run(core: BookieCore, request, rid: int = 0, durable: bool = True) -> list[Reply]:
-    """Drive the core like a shell: perform journal appends (instantly durable) and collect replies."""
+    """Drive the core like a shell: journal appends are instantly durable, storage is a dict; collect replies."""
     replies: list[Reply] = []
     pending = core.handle(request, rid)
     while pending:
         out = pending.pop(0)
         if isinstance(out, Reply):
             replies.append(out)
+        elif isinstance(out, StoreEntry):
+            STORAGE[id(core), out.ledger_id, out.entry_id] = out.body
+        elif isinstance(out, ReadEntry):
+            replies.append(out.reply(STORAGE.get((id(core), out.ledger_id, out.entry_id))))
         elif durable:
             pending.extend(core.on_durable(out.token))
     return replies
@@ -44,14 +51,17 @@ def code(core: BookieCore, request) -> ErrorCode:
 
 def test_add_waits_for_durability_then_reads_back():
     core = BookieCore()
-    outs = core.handle(AddRequest(1, 0, KEY, entry(1, 0)), 7)
-    assert len(outs) == 1 and isinstance(outs[0], AppendJournal)
-    kinds = [r.kind for r in outs[0].records]
+    store, append = core.handle(AddRequest(1, 0, KEY, entry(1, 0)), 7)
+    # the body goes to ledger storage before the journal (reads see it), the ack waits for the journal
+    assert store == StoreEntry(1, 0, entry(1, 0))
+    assert isinstance(append, AppendJournal)
+    kinds = [r.kind for r in append.records]
     assert kinds == [RecordKind.MASTER_KEY, RecordKind.ENTRY]
-    (reply,) = core.on_durable(outs[0].token)
+    assert core.handle(ReadRequest(1, 0), 8) == [ReadEntry(8, 1, 0)]
+    (reply,) = core.on_durable(append.token)
     assert reply.request_id == 7 and reply.response.code is ErrorCode.EOK
-    (read,) = run(core, ReadRequest(1, 0))
-    assert read.response.body == entry(1, 0)
+    assert core.handle(ReadRequest(1, 0), 9) == [ReadEntry(9, 1, 0)]
+    assert ReadEntry(9, 1, 0).reply(None).response.code is ErrorCode.EIO  # storage lost it: an I/O error
 
 
 def test_master_key_checked_before_fence():
@@ -72,8 +82,8 @@ def test_fence_reply_only_after_fence_record_durable():
     assert [type(o) for o in outs] == [AppendJournal]
     assert [r.kind for r in outs[0].records] == [RecordKind.FENCE]
     assert core.ledgers[1].fenced
-    (reply,) = core.on_durable(outs[0].token)
-    assert reply.response.code is ErrorCode.EOK
+    (read,) = core.on_durable(outs[0].token)  # the read of entry 0, from storage, once the fence is durable
+    assert read == ReadEntry(3, 1, 0)
 
 
 def test_fence_wrong_key_fences_nothing():
@@ -136,9 +146,21 @@ def test_replay_rebuilds_state():
             if isinstance(out, AppendJournal):
                 journal.extend(out.records)
     restarted = BookieCore()
+    stored = []
     for record in journal:
-        restarted.replay(record)
+        stored += restarted.replay(record)
     assert restarted.ledgers == core.ledgers
+    assert stored == [StoreEntry(1, 0, entry(1, 0)), StoreEntry(1, 1, entry(1, 1, lac=0))]
+
+
+def test_forget_and_restore_ledger():
+    core = BookieCore()
+    run(core, AddRequest(1, 0, KEY, entry(1, 0)))
+    state = core.ledgers[1]
+    assert core.forget(1) and not core.forget(1)
+    assert code(core, ReadRequest(1, 0)) is ErrorCode.ENOLEDGER
+    core.restore(1, state)
+    assert code(core, ReadRequest(1, 0)) is ErrorCode.EOK
 
 
 @given(
@@ -151,4 +173,5 @@ def test_malformed_adds_get_ebadreq_never_crash(ledger, eid, body):
     (reply,) = run(core, AddRequest(ledger, eid, KEY, body))
     assert reply.response.code in (ErrorCode.EBADREQ, ErrorCode.EOK)
     if reply.response.code is ErrorCode.EOK:
-        assert body[:16] and core.ledgers[ledger].entries[eid] == body
+        assert body[:16] and eid in core.ledgers[ledger].entries
+        assert STORAGE[id(core), ledger, eid] == body

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from impl.bookie.client.api import BookKeeperClient
-from impl.bookie.core import AppendJournal, BookieCore, Reply
+from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, Reply, StoreEntry
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.memory import MemoryServer
 from impl.metadata.registry import BookieRegistry
@@ -27,6 +27,7 @@ BOOKIES = ["bk0:3181", "bk1:3181", "bk2:3181", "bk3:3181"]
 class CoreTransport:
     def __init__(self, bookies: list[str]) -> None:
         self.cores = {b: BookieCore() for b in bookies}
+        self.storage: dict[tuple[str, int, int], bytes] = {}  # each bookie's ledger storage (entry bodies)
         self.silent: set[str] = set()
         self.lock = threading.Lock()  # a real bookie serialises requests in its core the same way
         self.requests = 0
@@ -44,6 +45,10 @@ class CoreTransport:
                 out = pending.pop(0)
                 if isinstance(out, AppendJournal):
                     pending += core.on_durable(out.token)  # durable at once
+                elif isinstance(out, StoreEntry):
+                    self.storage[bookie, out.ledger_id, out.entry_id] = out.body
+                elif isinstance(out, ReadEntry):
+                    replies.append(out.reply(self.storage.get((bookie, out.ledger_id, out.entry_id))).response)
                 elif isinstance(out, Reply):
                     replies.append(out.response)
         for response in replies:
