@@ -5,11 +5,15 @@ tail reads with a limit of 5) and audits each in-process on local[*]: the valida
 
     .venv/bin/python bench/bench_audit.py --sizes 1000000 10000000 --topics 1 1000
     .venv/bin/python bench/bench_audit.py --sizes 20000 --topics 1 --processes 50   # 50 processes, 10,000 ops
+
+Histories are written before each measurement (not timed); the Spark session is started once, before the first
+measurement, so the first row does not pay the JVM start.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import resource
@@ -134,6 +138,14 @@ def main() -> None:
                     flush=True,
                 )
                 os.unlink(path)
+    # Growth with size: the time ratio between consecutive sizes next to the ratios of n and of n log n.
+    for topics in a.topics:
+        runs = [(n, v + s) for n, t, v, s in rows if t == topics]
+        for (n0, t0), (n1, t1) in zip(runs, runs[1:], strict=False):
+            print(
+                f"topics {topics}: {n0:,} -> {n1:,} events: time x{t1 / t0:.2f} "
+                f"(n x{n1 / n0:.2f}, n log n x{n1 * math.log(n1) / (n0 * math.log(n0)):.2f})"
+            )
     print(f"(python driver max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
 
 

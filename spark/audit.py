@@ -1,28 +1,30 @@
-"""The Spark audit job: the checks of spark/reference.py as sorts, joins, group-bys and one prefix-maximum scan.
+"""The Spark audit job: the checks of spark/reference.py as a few shuffles, aggregations and two-level scans.
 
 Run as `spark-submit spark/audit.py HISTORY... [--json OUT] [--html OUT]` or through `pulsar-ref audit`.
 Definitions of every anomaly are in spark/reference.py's docstring; this job computes the same cases (the same
 witness events) so the two can be compared on every test history.
 
 Several histories are audited in one job: every key carries the history number `h`. Positions are structs
-(l, e, b), which Spark orders lexicographically like HISTORY.md. Dataflow:
-- ops: invokes paired with their completions (lead over each process's events in index order);
-- obs: observations (acks and exploded read entries);
-- group-bys over obs for duplicate-position / duplicate-value / divergent-read (b);
-- joins of read entries with appends for divergent-read (a), phantom-read, failed-write-visible;
-- gap: the sorted known positions of a topic give each position's successor (lead), joined with consecutive
-  read entries;
-- lost-write: acks joined with the final reads of their topic, anti-joined with those reads' entries;
-- nonmonotonic-append: lag over each process's acks;
-- realtime-reorder, stale-read, nonmonotonic-read: one running maximum per topic over events in index order
-  (acks and read reaches contribute at their completion, appends and reads query at their invoke).
-
-Known limitation: the per-topic windows (successor, running maximum) partition by topic, so one topic's rows
-are sorted in one task; the reference two-pass range-partitioned scan is not implemented yet.
+(l, e, b), which Spark orders lexicographically like HISTORY.md. The job reads the JSON once with an explicit
+schema, uses no Python UDFs, and shuffles the big data four times:
+1. events by process: invokes paired with their completions (lead), cached as `ops`; read entries are parsed
+   there once; nonmonotonic-append (lag over each process's acks per topic) needs no further shuffle;
+2. observations (acks and read entries) by (topic, position bucket): one aggregate per position gives
+   duplicate-position, divergent-read (b) and the known positions whose successor (lead) decides gap;
+3. appends and read entries by value: one aggregate per value gives duplicate-value, phantom-read,
+   failed-write-visible, divergent-read (a) and lost-write (against the final reads of the topic, broadcast);
+4. acks, read reaches and queries by (topic, index bucket): the running maxima for realtime-reorder,
+   stale-read and nonmonotonic-read.
+Windows over a topic are two-level so that one topic is spread over all tasks: rows are cut into buckets of
+consecutive keys (a bucket is a monotone function of the order key), each bucket is scanned in its own window,
+and the few bucket boundaries are combined in a small table (the next bucket's first row for a lead, the maximum
+of all earlier buckets for a running maximum) joined back. Each anomaly comes out as a candidate row; only
+candidates reach the driver (none for a valid history).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +41,12 @@ SCHEMA = (
     "index long, time long, process string, type string, f string, topic string, value string, "
     "position array<long>, `from` array<long>, limit long, final boolean"
 )
+# Bucket widths of the two-level windows: entries per (ledger, entry // POS_BUCKET) and events per
+# index // INDEX_BUCKET. Large enough that the table of bucket boundaries stays small, small enough that a
+# one-topic history of a million events makes dozens of buckets for the tasks to share.
+POS_BUCKET = 4096
+INDEX_BUCKET = 16384
+POS_TYPE = "struct<l:long,e:long,b:long>"
 
 
 @dataclass
@@ -60,7 +68,9 @@ def load(spark: Any, paths: Sequence[str]) -> Any:
 
     frames = []
     jsonl = [(h, path) for h, path in enumerate(paths) if not is_parquet(path)]
-    if jsonl:
+    if len(jsonl) == 1:
+        frames.append(spark.read.schema(SCHEMA).json(jsonl[0][1]).withColumn("h", F.lit(jsonl[0][0])))
+    elif jsonl:
         # One read for all JSON Lines files (a union of many reads makes a huge plan); h from the file name.
         names = spark.createDataFrame([(Path(p).resolve().as_uri(), h) for h, p in jsonl], "fname string, h int")
         df = spark.read.schema(SCHEMA).json([p for _, p in jsonl]).withColumn("file", F.input_file_name())
@@ -78,14 +88,46 @@ def load(spark: Any, paths: Sequence[str]) -> Any:
     return out
 
 
-def run_checks(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Return (case rows, topic summary rows). Case rows: anomaly, h, topic, ops, detail fields."""
+def _later(a: Any, b: Any) -> Any:
+    """The greater of two nullable structs (null counts as absent)."""
+    from pyspark.sql import functions as F
+
+    return F.when(a.isNull() | (b > a), b).otherwise(a)
+
+
+def _candidate(name: str, topic: Any, ops: list[Any], detail: Any, gap_read: Any = None, rank: Any = None) -> Any:
+    """One anomaly case as a struct; gap candidates carry their read and rank (the first skip of a read wins)."""
+    from pyspark.sql import functions as F
+
+    return F.struct(
+        F.lit(name).alias("anomaly"),
+        topic.alias("topic"),
+        F.array(*[o.cast("long") for o in ops]).alias("ops"),
+        detail.alias("detail"),
+        (gap_read if gap_read is not None else F.lit(None)).cast("long").alias("gap_read"),
+        (rank if rank is not None else F.lit(None)).cast("long").alias("rank"),
+    )
+
+
+def _cases(df: Any, *candidates: Any) -> Any:
+    """Rows (h, candidate fields) for the candidates that are not null; `candidates` are structs or arrays."""
+    from pyspark.sql import functions as F
+
+    arrays = [c if is_array else F.array(c) for c, is_array in candidates]
+    found = F.filter(F.concat(*arrays), lambda c: c.isNotNull())
+    return df.select("h", F.explode(found).alias("c")).select("h", "c.*")
+
+
+def _pairs(spark: Any, events: Any) -> Any:
+    """Operations: each invoke with its completion, the next event of its process (HISTORY.md)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     ev = events.filter(F.col("process") != "nemesis")
     w_proc = Window.partitionBy("h", "process").orderBy("index")
     paired = ev.withColumn("nxt", F.lead(F.struct("index", "time", "type", "value", "position"), 1).over(w_proc))
+    ok_read = (F.col("f") == "read") & (F.col("nxt.type") == "ok")
+    entry_type = "array<array<string>>"
     ops = paired.filter(F.col("type") == "invoke").select(
         "h",
         "process",
@@ -94,270 +136,373 @@ def run_checks(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict
         F.col("index").alias("inv"),
         F.col("time").alias("inv_time"),
         F.when(F.col("f") == "append", F.col("value")).alias("val"),
-        F.col("from").alias("start"),
+        _pos(F.col("from")).alias("start"),
         "limit",
         F.coalesce("final", F.lit(False)).alias("final"),
         F.coalesce(F.col("nxt.type"), F.lit("info")).alias("outcome"),
         F.col("nxt.index").alias("cmp"),
         F.col("nxt.time").alias("cmp_time"),
         F.when(F.col("f") == "append", _pos(F.col("nxt.position"))).alias("pos"),
-        F.when((F.col("f") == "read") & (F.col("nxt.type") == "ok"), F.col("nxt.value")).alias("raw"),
+        # A read's entries parsed once: [(pos, val)] in delivery order.
+        F.when(
+            ok_read,
+            F.transform(
+                F.from_json(F.col("nxt.value"), entry_type),
+                # The position comes back as compact JSON text "[l,e,b]": split it (a JSON parser per entry is slow).
+                lambda x: F.struct(
+                    _pos(F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>")).alias("pos"), x[1].alias("val")
+                ),
+            ),
+        ).alias("entries"),
     )
-    ops = ops.cache()
-    appends = ops.filter(F.col("f") == "append").select("h", "topic", "process", "val", "outcome", "inv", "cmp", "pos")
-    acks = appends.filter(F.col("outcome") == "ok")
-    reads = ops.filter((F.col("f") == "read") & (F.col("outcome") == "ok")).withColumn(
-        "entries", F.from_json("raw", "array<array<string>>")
-    )
-    reads = reads.withColumn("n", F.size("entries")).withColumn(
-        "cut", F.col("limit").isNotNull() & (F.col("n") >= F.col("limit"))
-    )
-    robs = reads.select("h", "topic", F.col("cmp").alias("idx"), F.posexplode("entries").alias("ord", "entry")).select(
-        "h",
-        "topic",
-        "idx",
-        "ord",
-        _pos(F.from_json(F.col("entry")[0], "array<long>")).alias("pos"),
-        F.col("entry")[1].alias("val"),
-    )
-    robs = robs.cache()
-    obs = acks.select("h", "topic", F.col("cmp").alias("idx"), "pos", "val").unionByName(
-        robs.select("h", "topic", "idx", "pos", "val")
-    )
-    cases: list[Any] = []
-
-    def case(df: Any, name: str, *ops_cols: Any, detail: Any = None) -> None:
-        cols = [F.lit(name).alias("anomaly"), "h", "topic", F.array(*ops_cols).alias("ops")]
-        cols.append((detail if detail is not None else F.lit("")).alias("detail"))
-        cases.append(df.select(*cols))
-
-    def by_position(o: Any, name: str) -> None:
-        first = o.groupBy("h", "topic", "pos").agg(F.min(F.struct("idx", "val")).alias("first"))
-        second = (
-            o.join(first, ["h", "topic", "pos"])
-            .filter(F.col("val") != F.col("first.val"))
-            .groupBy("h", "topic", "pos", "first")
-            .agg(F.min(F.struct("idx", "val")).alias("second"))
-        )
-        detail = F.to_json(F.struct("pos", F.col("first.val").alias("v1"), F.col("second.val").alias("v2")))
-        case(second, name, F.col("first.idx"), F.col("second.idx"), detail=detail)
-
-    by_position(obs, "duplicate-position")
-    by_position(robs.select("h", "topic", "idx", "pos", "val"), "divergent-read")
-
-    firstv = obs.groupBy("h", "val").agg(F.min(F.struct("idx", "pos", "topic")).alias("first"))
-    secondv = (
-        obs.join(firstv, ["h", "val"])
-        .filter(F.col("pos") != F.col("first.pos"))
-        .groupBy("h", "val", "first")
-        .agg(F.min(F.struct("idx", "pos")).alias("second"))
-        .withColumn("topic", F.col("first.topic"))
-    )
-    case(
-        secondv,
-        "duplicate-value",
-        F.col("first.idx"),
-        F.col("second.idx"),
-        detail=F.to_json(F.struct("val", F.col("first.pos").alias("p1"), F.col("second.pos").alias("p2"))),
+    ops = ops.withColumn("start", F.when(F.col("start.l").isNotNull(), F.col("start")))
+    n = F.size("entries")
+    return ops.select(
+        "*",
+        (F.col("limit").isNotNull() & (n >= F.col("limit"))).alias("cut"),
+        F.array_max(F.transform("entries", lambda x: x["pos"])).alias("reach"),
     )
 
-    ap = appends.select(
-        "h", "val", F.col("outcome").alias("a_out"), F.col("cmp").alias("a_cmp"), F.col("pos").alias("a_pos")
-    )
-    joined = robs.join(ap, ["h", "val"], "left")
-    phantom = (
-        joined.filter(F.col("a_out").isNull())
-        .groupBy("h", "val")
-        .agg(F.min(F.struct("idx", "pos", "topic")).alias("r"))
-    )
-    case(
-        phantom.withColumn("topic", F.col("r.topic")),
-        "phantom-read",
-        F.col("r.idx"),
-        detail=F.to_json(F.struct("val", F.col("r.pos").alias("p"))),
-    )
-    failed = (
-        joined.filter(F.col("a_out") == "fail")
-        .groupBy("h", "val", "a_cmp")
-        .agg(F.min(F.struct("idx", "pos", "topic")).alias("r"))
-    )
-    case(
-        failed.withColumn("topic", F.col("r.topic")),
-        "failed-write-visible",
-        F.col("a_cmp"),
-        F.col("r.idx"),
-        detail=F.to_json(F.struct("val", F.col("r.pos").alias("p"))),
-    )
-    div = (
-        joined.filter((F.col("a_out") == "ok") & (F.col("pos") != F.col("a_pos")))
-        .groupBy("h", "val", "a_cmp", "a_pos")
-        .agg(F.min(F.struct("idx", "pos", "topic")).alias("r"))
-    )
-    case(
-        div.withColumn("topic", F.col("r.topic")),
-        "divergent-read",
-        F.col("a_cmp"),
-        F.col("r.idx"),
-        detail=F.to_json(F.struct("val", F.col("a_pos").alias("p1"), F.col("r.pos").alias("p2"))),
-    )
 
-    # gap: successor of each known position, joined with consecutive read entries.
-    known = obs.groupBy("h", "topic", "pos").agg(F.min("idx").alias("w"))
-    w_topic_pos = Window.partitionBy("h", "topic").orderBy("pos")
-    known = known.withColumn("succ", F.lead(F.struct("pos", "w"), 1).over(w_topic_pos))
-    w_read = Window.partitionBy("h", "idx").orderBy("ord")
-    pairs = robs.withColumn("b", F.lead("pos", 1).over(w_read)).filter(F.col("b").isNotNull())
-    gaps = (
-        pairs.join(known.select("h", "topic", "pos", "succ"), ["h", "topic", "pos"])
-        .filter(F.col("succ.pos") < F.col("b"))
-        .groupBy("h", "topic", "idx")
-        .agg(F.min(F.struct("ord", "pos", "b", "succ")).alias("g"))
-    )
-    case(
-        gaps,
-        "gap",
-        F.col("g.succ.w"),
-        F.col("idx"),
-        detail=F.to_json(F.struct(F.col("g.pos").alias("a"), F.col("g.b").alias("b"), F.col("g.succ.pos").alias("k"))),
-    )
+def _nonmonotonic_appends(acks: Any) -> Any:
+    """Consecutive acks of one process on one topic (ops are already partitioned by process: no shuffle)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
 
-    # lost-write: acks x final reads of their topic, minus what those reads show.
-    finals = reads.filter(F.col("final") & ~F.col("cut")).select("h", "topic", F.col("cmp").alias("idx"))
-    lost = (
-        acks.join(finals, ["h", "topic"])
-        .join(robs.select("h", "idx", "val"), ["h", "idx", "val"], "left_anti")
-        .groupBy("h", "topic", "val", "cmp", "pos")
-        .agg(F.min("idx").alias("idx"))
-    )
-    case(lost, "lost-write", F.col("cmp"), F.col("idx"), detail=F.to_json(F.struct("val", "pos")))
-
-    # nonmonotonic-append: consecutive acks of one process on one topic.
     w_pt = Window.partitionBy("h", "process", "topic").orderBy("cmp")
     nm = acks.withColumn("prev", F.lag(F.struct("cmp", "pos", "val"), 1).over(w_pt)).filter(
         F.col("prev").isNotNull() & (F.col("pos") <= F.col("prev.pos"))
     )
-    case(
-        nm,
-        "nonmonotonic-append",
-        F.col("prev.cmp"),
-        F.col("cmp"),
-        detail=F.to_json(
-            F.struct("process", F.col("prev.val").alias("v1"), F.col("prev.pos").alias("p1"), "val", "pos")
+    detail = F.to_json(F.struct("process", F.col("prev.val").alias("v1"), F.col("prev.pos").alias("p1"), "val", "pos"))
+    cand = _candidate("nonmonotonic-append", F.col("topic"), [F.col("prev.cmp"), F.col("cmp")], detail)
+    return _cases(nm, (cand, False))
+
+
+def _by_position(acks: Any, robs: Any) -> Any:
+    """duplicate-position, divergent-read (b) and gap from one aggregate per (topic, position)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    obs = acks.select(
+        "h",
+        "topic",
+        F.col("cmp").alias("idx"),
+        "pos",
+        "val",
+        F.lit(False).alias("rd"),
+        F.lit(None).cast("long").alias("ord"),
+        F.lit(None).cast(POS_TYPE).alias("nxt"),
+    ).unionByName(robs.select("h", "topic", "idx", "pos", "val", F.lit(True).alias("rd"), "ord", "nxt"))
+    # The bucket (ledger, entry // POS_BUCKET) is monotone in the position: buckets partition a topic in order.
+    obs = obs.withColumn("pb", F.struct(F.col("pos.l").alias("l"), F.floor(F.col("pos.e") / POS_BUCKET).alias("e")))
+    known = (
+        obs.repartition("h", "topic", "pb")
+        .groupBy("h", "topic", "pb", "pos")
+        .agg(F.min("idx").alias("w"), F.collect_list(F.struct("idx", "val", "rd", "ord", "nxt")).alias("seen"))
+    )
+    # Successor of each known position: lead within its bucket, else the first position of the next bucket.
+    w_bucket = Window.partitionBy("h", "topic", "pb").orderBy("pos")
+    known = known.withColumn("succ", F.lead(F.struct("pos", "w")).over(w_bucket)).withColumn(
+        "first", F.lag("pos").over(w_bucket).isNull()
+    )
+    firsts = known.filter("first").select("h", "topic", "pb", F.struct("pos", "w").alias("head"))
+    w_topic = Window.partitionBy("h", "topic").orderBy("pb")
+    nexts = firsts.select("h", "topic", "pb", F.lead("head").over(w_topic).alias("next_head"))
+    known = known.join(nexts, ["h", "topic", "pb"], "left").withColumn("succ", F.coalesce("succ", "next_head"))
+
+    def first_two(seen: Any) -> tuple[Any, Any]:
+        first = F.array_min(seen)
+        return first, F.array_min(F.filter(seen, lambda x: x["val"] != first["val"]))
+
+    o1, o2 = first_two(F.transform("seen", lambda x: F.struct(x["idx"].alias("idx"), x["val"].alias("val"))))
+    r1, r2 = first_two(
+        F.transform(
+            F.filter("seen", lambda x: x["rd"]), lambda x: F.struct(x["idx"].alias("idx"), x["val"].alias("val"))
+        )
+    )
+    topic = F.col("topic")
+
+    def dup(name: str, a: Any, b: Any) -> Any:
+        detail = F.to_json(F.struct("pos", a["val"].alias("v1"), b["val"].alias("v2")))
+        return F.when(b.isNotNull(), _candidate(name, topic, [a["idx"], b["idx"]], detail))
+
+    succ = F.col("succ")
+    gaps = F.transform(
+        F.filter("seen", lambda x: x["rd"] & x["nxt"].isNotNull() & succ.isNotNull() & (succ["pos"] < x["nxt"])),
+        lambda x: _candidate(
+            "gap",
+            topic,
+            [succ["w"], x["idx"]],
+            F.to_json(F.struct(F.col("pos").alias("a"), x["nxt"].alias("b"), succ["pos"].alias("k"))),
+            gap_read=x["idx"],
+            rank=x["ord"],
         ),
     )
+    return _cases(
+        known, (dup("duplicate-position", o1, o2), False), (dup("divergent-read", r1, r2), False), (gaps, True)
+    )
 
-    # One running maximum per topic: contributions at completions, queries at invokes.
-    reach = robs.groupBy("h", "idx").agg(F.max("pos").alias("reach"))
-    reads_r = reads.join(reach.withColumnRenamed("idx", "cmp"), ["h", "cmp"], "left")
-    null_pos = F.lit(None).cast("struct<l:long,e:long,b:long>")
-    contrib_cols = ["h", "topic", "idx", "ack", "rd", "q", "qpos", "start", "qreach", "cut", "qcmp"]
-    ack_rows = acks.select(
+
+def _by_value(appends: Any, robs: Any, finals: Any) -> Any:
+    """duplicate-value, phantom-read, failed-write-visible, divergent-read (a), lost-write: one aggregate per value."""
+    from pyspark.sql import functions as F
+
+    rows = appends.select(
         "h",
-        "topic",
-        F.col("cmp").alias("idx"),
-        F.struct(F.col("pos").alias("p"), (-F.col("cmp")).alias("ni"), F.col("val").alias("v")).alias("ack"),
-        F.lit(None).cast("struct<p:struct<l:long,e:long,b:long>,ni:long>").alias("rd"),
-        F.lit(None).cast("string").alias("q"),
-        null_pos.alias("qpos"),
-        null_pos.alias("start"),
-        null_pos.alias("qreach"),
-        F.lit(False).alias("cut"),
-        F.lit(None).cast("long").alias("qcmp"),
-    )
-    read_rows = reads_r.filter(F.col("reach").isNotNull()).select(
-        "h",
-        "topic",
-        F.col("cmp").alias("idx"),
-        F.lit(None).cast("struct<p:struct<l:long,e:long,b:long>,ni:long,v:string>").alias("ack"),
-        F.struct(F.col("reach").alias("p"), (-F.col("cmp")).alias("ni")).alias("rd"),
-        F.lit(None).cast("string").alias("q"),
-        null_pos.alias("qpos"),
-        null_pos.alias("start"),
-        null_pos.alias("qreach"),
-        F.lit(False).alias("cut"),
-        F.lit(None).cast("long").alias("qcmp"),
-    )
-    qa = acks.select(
-        "h",
-        "topic",
-        F.col("inv").alias("idx"),
-        F.lit(None).cast("struct<p:struct<l:long,e:long,b:long>,ni:long,v:string>").alias("ack"),
-        F.lit(None).cast("struct<p:struct<l:long,e:long,b:long>,ni:long>").alias("rd"),
-        F.col("val").alias("q"),
-        F.col("pos").alias("qpos"),
-        null_pos.alias("start"),
-        null_pos.alias("qreach"),
-        F.lit(False).alias("cut"),
-        F.col("cmp").alias("qcmp"),
-    )
-    qr = reads_r.select(
-        "h",
-        "topic",
-        F.col("inv").alias("idx"),
-        F.lit(None).cast("struct<p:struct<l:long,e:long,b:long>,ni:long,v:string>").alias("ack"),
-        F.lit(None).cast("struct<p:struct<l:long,e:long,b:long>,ni:long>").alias("rd"),
-        F.lit(None).cast("string").alias("q"),
-        null_pos.alias("qpos"),
-        F.coalesce(
-            _pos(F.col("start")),
+        "val",
+        F.struct(
+            F.lit(True).alias("app"), "outcome", F.col("cmp").alias("idx"), "pos", "topic", F.lit(False).alias("fin")
+        ).alias("row"),
+    ).unionByName(
+        robs.select(
+            "h",
+            "val",
             F.struct(
-                F.lit(0).cast("long").alias("l"), F.lit(0).cast("long").alias("e"), F.lit(0).cast("long").alias("b")
+                F.lit(False).alias("app"), F.lit(None).cast("string").alias("outcome"), "idx", "pos", "topic", "fin"
+            ).alias("row"),
+        )
+    )
+    per_value = rows.groupBy("h", "val").agg(F.collect_list("row").alias("rows"))
+    app = F.get(F.filter("rows", lambda x: x["app"]), 0)
+    # The final reads of the append's topic (few: broadcast), for lost-write.
+    per_value = per_value.withColumn("a", app).withColumn("ftopic", F.col("a.topic"))
+    per_value = per_value.join(F.broadcast(finals), ["h", "ftopic"], "left")
+    a = F.col("a")
+
+    def idx_pos_topic(x: Any) -> Any:
+        return F.struct(x["idx"].alias("idx"), x["pos"].alias("pos"), x["topic"].alias("topic"))
+
+    obs = F.transform(F.filter("rows", lambda x: ~x["app"] | (x["outcome"] == "ok")), idx_pos_topic)
+    v1 = F.array_min(obs)
+    v2 = F.array_min(F.filter(obs, lambda x: x["pos"] != v1["pos"]))
+    reads = F.transform(F.filter("rows", lambda x: ~x["app"]), idx_pos_topic)
+    r = F.array_min(reads)
+    rdiv = F.array_min(F.filter(reads, lambda x: x["pos"] != a["pos"]))
+    shown_in = F.transform(F.filter("rows", lambda x: x["fin"]), lambda x: x["idx"])
+    missing = F.array_min(F.array_except(F.coalesce("finals", F.array().cast("array<long>")), shown_in))
+    val = F.col("val")
+    ok = a["outcome"] == "ok"
+    return _cases(
+        per_value,
+        (
+            F.when(
+                v2.isNotNull(),
+                _candidate(
+                    "duplicate-value",
+                    v1["topic"],
+                    [v1["idx"], v2["idx"]],
+                    F.to_json(F.struct(val.alias("val"), v1["pos"].alias("p1"), v2["pos"].alias("p2"))),
+                ),
             ),
-        ).alias("start"),
-        F.col("reach").alias("qreach"),
-        "cut",
-        F.col("cmp").alias("qcmp"),
-    )
-    scan_in = ack_rows.unionByName(read_rows).unionByName(qa).unionByName(qr).select(*contrib_cols)
-    w_scan = Window.partitionBy("h", "topic").orderBy("idx").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    scan = scan_in.withColumn("mack", F.max("ack").over(w_scan)).withColumn("mrd", F.max("rd").over(w_scan))
-    queries = scan.filter(F.col("qcmp").isNotNull()).cache()
-    reorder = queries.filter(F.col("q").isNotNull() & (F.col("mack.p") > F.col("qpos")))
-    case(
-        reorder,
-        "realtime-reorder",
-        -F.col("mack.ni"),
-        F.col("idx"),
-        F.col("qcmp"),
-        detail=F.to_json(
-            F.struct(
-                F.col("mack.v").alias("v1"),
-                F.col("mack.p").alias("p1"),
-                F.col("q").alias("v2"),
-                F.col("qpos").alias("p2"),
-            )
+            False,
         ),
-    )
-    rq = queries.filter(F.col("q").isNull() & ~F.col("cut"))
-    stale = rq.filter(
-        (F.col("mack.p") >= F.col("start")) & (F.col("qreach").isNull() | (F.col("qreach") < F.col("mack.p")))
-    )
-    case(
-        stale,
-        "stale-read",
-        -F.col("mack.ni"),
-        F.col("idx"),
-        F.col("qcmp"),
-        detail=F.to_json(
-            F.struct(F.col("mack.v").alias("v1"), F.col("mack.p").alias("p1"), F.col("qreach").alias("reach"))
+        (
+            F.when(
+                a.isNull() & r.isNotNull(),
+                _candidate(
+                    "phantom-read", r["topic"], [r["idx"]], F.to_json(F.struct(val.alias("val"), r["pos"].alias("p")))
+                ),
+            ),
+            False,
         ),
-    )
-    nmr = rq.filter(
-        (F.col("mrd.p") >= F.col("start")) & (F.col("qreach").isNull() | (F.col("qreach") < F.col("mrd.p")))
-    )
-    case(
-        nmr,
-        "nonmonotonic-read",
-        -F.col("mrd.ni"),
-        F.col("idx"),
-        F.col("qcmp"),
-        detail=F.to_json(F.struct(F.col("mrd.p").alias("p1"), F.col("qreach").alias("reach"))),
+        (
+            F.when(
+                (a["outcome"] == "fail") & r.isNotNull(),
+                _candidate(
+                    "failed-write-visible",
+                    r["topic"],
+                    [a["idx"], r["idx"]],
+                    F.to_json(F.struct(val.alias("val"), r["pos"].alias("p"))),
+                ),
+            ),
+            False,
+        ),
+        (
+            F.when(
+                ok & rdiv.isNotNull(),
+                _candidate(
+                    "divergent-read",
+                    rdiv["topic"],
+                    [a["idx"], rdiv["idx"]],
+                    F.to_json(F.struct(val.alias("val"), a["pos"].alias("p1"), rdiv["pos"].alias("p2"))),
+                ),
+            ),
+            False,
+        ),
+        (
+            F.when(
+                ok & missing.isNotNull(),
+                _candidate(
+                    "lost-write",
+                    a["topic"],
+                    [a["idx"], missing],
+                    F.to_json(F.struct(val.alias("val"), a["pos"].alias("pos"))),
+                ),
+            ),
+            False,
+        ),
     )
 
-    all_cases = cases[0]
-    for c in cases[1:]:
-        all_cases = all_cases.unionByName(c)
-    case_rows = [r.asDict(recursive=True) for r in all_cases.collect()]
+
+def _running_maxima(acks: Any, reads: Any) -> Any:
+    """realtime-reorder, stale-read, nonmonotonic-read: running maxima per topic over events in index order.
+
+    Acks and read reaches contribute at their completion, appends and reads query at their invoke (ties on
+    position: the earliest event, hence the negated index). Two-level: a running maximum within each bucket of
+    INDEX_BUCKET events, plus the maximum of all earlier buckets of the topic.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    none = F.lit(None)
+    ack_t, rd_t = f"struct<p:{POS_TYPE},ni:long,v:string>", f"struct<p:{POS_TYPE},ni:long>"
+    cols = ["h", "topic", "idx", "ack", "rd", "q", "qpos", "start", "qreach", "cut", "qcmp"]
+
+    def row(
+        idx: Any,
+        ack: Any = none,
+        rd: Any = none,
+        q: Any = none,
+        qpos: Any = none,
+        start: Any = none,
+        qreach: Any = none,
+        cut: Any = None,
+        qcmp: Any = none,
+    ) -> list[Any]:
+        return [
+            "h",
+            "topic",
+            idx.alias("idx"),
+            ack.cast(ack_t).alias("ack"),
+            rd.cast(rd_t).alias("rd"),
+            q.cast("string").alias("q"),
+            qpos.cast(POS_TYPE).alias("qpos"),
+            start.cast(POS_TYPE).alias("start"),
+            qreach.cast(POS_TYPE).alias("qreach"),
+            (cut if cut is not None else F.lit(False)).alias("cut"),
+            qcmp.cast("long").alias("qcmp"),
+        ]
+
+    cmp, inv = F.col("cmp"), F.col("inv")
+    zero = F.struct(*[F.lit(0).cast("long").alias(k) for k in "leb"])
+    scan_in = (
+        acks.select(*row(cmp, ack=F.struct(F.col("pos").alias("p"), (-cmp).alias("ni"), F.col("val").alias("v"))))
+        .unionByName(
+            reads.filter(F.col("reach").isNotNull()).select(
+                *row(cmp, rd=F.struct(F.col("reach").alias("p"), (-cmp).alias("ni")))
+            )
+        )
+        .unionByName(acks.select(*row(inv, q=F.col("val"), qpos=F.col("pos"), qcmp=cmp)))
+        .unionByName(
+            reads.select(*row(inv, start=F.coalesce("start", zero), qreach=F.col("reach"), cut=F.col("cut"), qcmp=cmp))
+        )
+        .select(*cols)
+        .withColumn("ib", F.floor(F.col("idx") / INDEX_BUCKET))
+    )
+    w_bucket = Window.partitionBy("h", "topic", "ib").orderBy("idx")
+    upto = w_bucket.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    local = scan_in.select(
+        "*",
+        F.max("ack").over(upto).alias("lack"),
+        F.max("rd").over(upto).alias("lrd"),
+        F.lead("idx").over(w_bucket).isNull().alias("last"),
+    )
+    before = Window.partitionBy("h", "topic").orderBy("ib").rowsBetween(Window.unboundedPreceding, -1)
+    carry = local.filter("last").select(
+        "h", "topic", "ib", F.max("lack").over(before).alias("cack"), F.max("lrd").over(before).alias("crd")
+    )
+    queries = (
+        local.filter(F.col("qcmp").isNotNull())
+        .join(carry, ["h", "topic", "ib"], "left")
+        .withColumn("mack", _later(F.col("lack"), F.col("cack")))
+        .withColumn("mrd", _later(F.col("lrd"), F.col("crd")))
+    )
+    mack, mrd, qreach, topic = F.col("mack"), F.col("mrd"), F.col("qreach"), F.col("topic")
+    witness = [None, F.col("idx"), F.col("qcmp")]
+    misses = ~F.col("cut") & F.col("q").isNull()
+
+    def missed(m: Any) -> Any:
+        return misses & (m["p"] >= F.col("start")) & (qreach.isNull() | (qreach < m["p"]))
+
+    reorder = _candidate(
+        "realtime-reorder",
+        topic,
+        [-mack["ni"], *witness[1:]],
+        F.to_json(
+            F.struct(mack["v"].alias("v1"), mack["p"].alias("p1"), F.col("q").alias("v2"), F.col("qpos").alias("p2"))
+        ),
+    )
+    stale = _candidate(
+        "stale-read",
+        topic,
+        [-mack["ni"], *witness[1:]],
+        F.to_json(F.struct(mack["v"].alias("v1"), mack["p"].alias("p1"), qreach.alias("reach"))),
+    )
+    nmr = _candidate(
+        "nonmonotonic-read",
+        topic,
+        [-mrd["ni"], *witness[1:]],
+        F.to_json(F.struct(mrd["p"].alias("p1"), qreach.alias("reach"))),
+    )
+    return _cases(
+        queries,
+        (F.when(F.col("q").isNotNull() & (mack["p"] > F.col("qpos")), reorder), False),
+        (F.when(missed(mack), stale), False),
+        (F.when(missed(mrd), nmr), False),
+    )
+
+
+def run_checks(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Return (case rows, topic summary rows). Case rows: anomaly, h, topic, ops, times, detail."""
+    from pyspark.sql import functions as F
+
+    ops = _pairs(spark, events).cache()
+    # Topics become small integers for the shuffles and sorts (names are long and repeated); names come back at
+    # the end.
+    names = sorted((r["h"], r["topic"]) for r in ops.select("h", "topic").distinct().collect())
+    topic_ids = spark.createDataFrame([(h, t, i) for i, (h, t) in enumerate(names)], "h int, topic string, tid int")
+    ops_t = ops.join(F.broadcast(topic_ids), ["h", "topic"]).drop("topic").withColumnRenamed("tid", "topic")
+    appends = ops_t.filter(F.col("f") == "append")
+    acks = appends.filter(F.col("outcome") == "ok")
+    reads = ops_t.filter((F.col("f") == "read") & (F.col("outcome") == "ok"))
+    # Read entries with their order in the read and the next entry's position (for gap).
+    robs = reads.select(
+        "h",
+        "topic",
+        F.col("cmp").alias("idx"),
+        (F.col("final") & ~F.col("cut")).alias("fin"),
+        F.posexplode(
+            F.transform(
+                "entries",
+                lambda x, i: F.struct(
+                    x["pos"].alias("pos"), x["val"].alias("val"), F.get("entries", i + 1)["pos"].alias("nxt")
+                ),
+            )
+        ).alias("ord", "e"),
+    ).select("h", "topic", "idx", "fin", "ord", "e.*")
+    finals = (
+        reads.filter(F.col("final") & ~F.col("cut"))
+        .groupBy("h", F.col("topic").alias("ftopic"))
+        .agg(F.collect_list("cmp").alias("finals"))
+    )
+    candidates = (
+        _nonmonotonic_appends(acks)
+        .unionByName(_by_position(acks, robs))
+        .unionByName(_by_value(appends, robs, finals))
+        .unionByName(_running_maxima(acks, reads))
+    )
+    found = [r.asDict(recursive=True) for r in candidates.collect()]
+    for r in found:
+        r["topic"] = names[r["topic"]][1]
+    # A read's gap is reported once, at its first skip.
+    first_gap: dict[tuple[int, int], dict[str, Any]] = {}
+    case_rows = []
+    for r in found:
+        if r["gap_read"] is None:
+            case_rows.append(r)
+        elif (key := (r["h"], r["gap_read"])) not in first_gap or r["rank"] < first_gap[key]["rank"]:
+            first_gap[key] = r
+    case_rows.extend(first_gap.values())
 
     summary = ops.groupBy("h", "topic").agg(
         F.count("*").alias("ops"),
@@ -367,18 +512,21 @@ def run_checks(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict
         F.sum((F.col("f") == "read").cast("int")).alias("reads"),
     )
     summary_rows = [r.asDict() for r in summary.collect()]
-    # Times of the witness events, for the explanations.
+    # Times of the witness events, for the explanations (witnesses are invokes and completions of ops).
     wanted = sorted({(r["h"], i) for r in case_rows for i in r["ops"]})
     times: dict[tuple[int, int], int] = {}
     if wanted:
-        want_df = spark.createDataFrame(wanted, "h int, index long")
-        for r in events.join(F.broadcast(want_df), ["h", "index"]).select("h", "index", "time").collect():
+        want_df = F.broadcast(spark.createDataFrame(wanted, "h int, index long"))
+        stamps = ops.select("h", F.col("inv").alias("index"), F.col("inv_time").alias("time")).unionByName(
+            ops.filter(F.col("cmp").isNotNull()).select(
+                "h", F.col("cmp").alias("index"), F.col("cmp_time").alias("time")
+            )
+        )
+        for r in stamps.join(want_df, ["h", "index"]).collect():
             times[(r["h"], r["index"])] = r["time"]
     for r in case_rows:
         r["times"] = {i: times.get((r["h"], i)) for i in r["ops"]}
     ops.unpersist()
-    robs.unpersist()
-    queries.unpersist()
     return case_rows, summary_rows
 
 
@@ -387,7 +535,6 @@ def _p(d: Any) -> str:
 
 
 def explain(row: dict[str, Any]) -> str:
-    import json
 
     d = json.loads(row["detail"]) if row["detail"] else {}
     ops = row["ops"]
