@@ -25,6 +25,8 @@ from impl.bookie.client.writer import AddFailed, ChooseReplacement, LedgerWriter
 from impl.bookie.entry_format import BadEntry, DecodedEntry, decode_entry, master_key
 from impl.bookie.protocol import LAST_ENTRY, AddRequest, ErrorCode, ReadRequest, ReadResponse, Request, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, LedgerMetadata, LedgerState
+from impl.trace import active as tracing_active
+from impl.trace import emit
 
 
 @dataclass(frozen=True)
@@ -72,10 +74,14 @@ class RecoveryOp:
 
     def start(self) -> list[RecoveryOutput]:
         if self.metadata.state is LedgerState.CLOSED:
-            return self._done(self.metadata, adopted=True)
+            outputs = self._done(self.metadata, adopted=True)
+            self._trace("RecoveryStarts", outcome="CLOSED")
+            return outputs
         if self.metadata.state is LedgerState.OPEN:
-            return [UpdateMetadata(StartRecovery(self.ledger_id))]
-        return self._fence()  # already IN_RECOVERY (another recoverer, or a retry): go on
+            return [UpdateMetadata(StartRecovery(self.ledger_id))]  # the step is the CW's result
+        outputs = self._fence()  # already IN_RECOVERY (another recoverer, or a retry): go on
+        self._trace("RecoveryStarts", outcome="IN_RECOVERY")
+        return outputs
 
     def on_metadata_result(self, result: MetadataResult) -> list[RecoveryOutput]:
         current = result.metadata
@@ -83,31 +89,83 @@ class RecoveryOp:
             if current is None:
                 return self._fail(MetadataUpdateError(self.ledger_id, f"could not start recovery: {result.error}"))
             self.metadata = current
-            if current.state is LedgerState.CLOSED:
-                return self._done(current, adopted=True)
-            return self._fence()
+            outcome = "OPEN" if result.applied else current.state.value  # the state the CW found
+            outputs = self._done(current, adopted=True) if current.state is LedgerState.CLOSED else self._fence()
+            self._trace("RecoveryStarts", outcome=outcome)
+            return outputs
         if isinstance(result.change, RecoveryClose) and self.phase is RecoveryPhase.CLOSING:
             if result.applied and current is not None:
-                return self._done(current, adopted=False)
+                outputs = self._done(current, adopted=False)
+                self._trace("RecoveryCloses", lastEntry=result.change.last_entry_id, outcome="IN_RECOVERY")
+                return outputs
             if current is not None and current.state is LedgerState.CLOSED:
-                return self._done(current, adopted=True)
+                outputs = self._done(current, adopted=True)
+                self._trace("RecoveryCloses", lastEntry=result.change.last_entry_id, outcome="CLOSED")
+                return outputs
             return self._fail(MetadataUpdateError(self.ledger_id, f"recovery close refused: {result.error or current}"))
         return []
 
     def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[RecoveryOutput]:
         if isinstance(request, AddRequest):
             if self.writer is None or self.phase is not RecoveryPhase.READING:
+                if response is not None:  # a late write-back answer: no longer counted
+                    self._trace("RecoveryReceivesAddResponse", bookie=bookie, entry=request.entry_id, counted=False)
                 return []
             return self._from_writer(self.writer.receive(bookie, request, response))
         if not isinstance(request, ReadRequest):
             return []
         if request.entry_id == LAST_ENTRY:
             if self.phase is not RecoveryPhase.FENCING or self.read_lac is None:
+                if response is not None:
+                    self._trace("RecoveryReceivesReadLacResponse", bookie=bookie, stale=True)
                 return []
-            return self._from_read_lac(self.read_lac.receive(bookie, request, response))
+            outputs = self._from_read_lac(self.read_lac.receive(bookie, request, response))
+            if response is not None:
+                self._trace("RecoveryReceivesReadLacResponse", bookie=bookie, stale=False, start=self._start)
+            return outputs
+        if response is None or not tracing_active():
+            return self._receive_read(bookie, request.entry_id, response)
+        if request.entry_id == self._start != NO_ENTRY:
+            # The anchor read (entry `start`, for its length) has no ledger.tla counterpart.
+            outputs = self._receive_read(bookie, request.entry_id, response)
+            self._trace("RecoveryReadsAnchor", bookie=bookie, entry=request.entry_id)
+            return outputs
+        current = self._is_current(bookie, request.entry_id)  # on the state before the answer
+        outputs = self._receive_read(bookie, request.entry_id, response)
+        self._trace(
+            "RecoveryReceivesReadResponse",
+            bookie=bookie,
+            entry=request.entry_id,
+            found=isinstance(response, ReadResponse) and response.code is ErrorCode.EOK,
+            stale=not current,
+        )
+        return outputs
+
+    def _receive_read(self, bookie: BookieId, entry_id: int, response: Response | None) -> list[RecoveryOutput]:
         if self.phase is not RecoveryPhase.READING:
             return []
-        return self._read_answer(bookie, request.entry_id, response)
+        return self._read_answer(bookie, entry_id, response)
+
+    def _is_current(self, bookie: BookieId, entry_id: int) -> bool:
+        """A read answer that decides something: for the entry being decided, from its write set."""
+        if self.phase is not RecoveryPhase.READING or self._end_found or entry_id != self._next:
+            return False
+        m = self.metadata
+        ensemble = m.ensemble_for(entry_id)
+        return any(ensemble[i] == bookie for i in write_set(entry_id, m.ensemble_size, m.write_quorum))
+
+    def _trace(self, name: str, **params: object) -> None:
+        """Emit a trace event with the op's state after the step (ledger.tla's rPhase, rNext, rEnd)."""
+        if tracing_active():
+            writer = self.writer
+            emit(
+                name,
+                **params,
+                phase=self.phase.value,
+                end_found=self._end_found,
+                next=self._next,
+                written_back=writer.last_add_confirmed if writer is not None else NO_ENTRY,
+            )
 
     def on_replacement(self, failed: BookieId, replacement: BookieId) -> list[RecoveryOutput]:
         if self.writer is None or self.phase is not RecoveryPhase.READING:
@@ -258,5 +316,7 @@ class RecoveryOp:
         return [RecoveryDone(metadata, adopted)]
 
     def _fail(self, error: LedgerClientError) -> list[RecoveryOutput]:
+        before = "closing" if self._end_found else self.phase.value
         self.phase = RecoveryPhase.FAILED
+        self._trace("RecoveryAborts", before=before)
         return [RecoveryFailed(error)]

@@ -30,6 +30,8 @@ from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, Upd
 from impl.bookie.entry_format import encode_entry, master_key
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, Request, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, Fragment, LedgerMetadata, LedgerState
+from impl.trace import active as tracing_active
+from impl.trace import emit
 
 
 @dataclass(frozen=True)
@@ -148,12 +150,48 @@ class LedgerWriter:
         )
         pending = _PendingAdd(entry_id, self._pushed_length, body)
         self._pending[entry_id] = pending
+        if not self.recovery:  # a recovery write-back is part of the recovery's read step
+            emit("WriterSendsAdd", entry=entry_id, lac=self.last_add_confirmed)
         if self._changing is not None:
             return []  # held until the ensemble change settles
         return self._send_all(pending)
 
     def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[WriterOutput]:
         """A bookie's answer to one of our AddRequests; None means no answer (timeout)."""
+        if response is None or not isinstance(request, AddRequest) or not tracing_active():
+            return self._receive(bookie, request, response)
+        counted = self._counts(bookie, request, response)  # decided on the state before the answer
+        outputs = self._receive(bookie, request, response)
+        emit(
+            "RecoveryReceivesAddResponse" if self.recovery else "WriterReceivesAddResponse",
+            bookie=bookie,
+            entry=request.entry_id,
+            ok=isinstance(response, AddResponse) and response.code is ErrorCode.EOK,
+            counted=counted,
+            **self.trace_state(),
+        )
+        return outputs
+
+    def _counts(self, bookie: BookieId, request: AddRequest, response: Response) -> bool:
+        """Whether this answer adds an ack (ledger.tla's `counts`): OK, pending, from its write set."""
+        ok = isinstance(response, AddResponse) and response.code is ErrorCode.EOK
+        pending = self._pending.get(request.entry_id)
+        return (
+            ok
+            and self.state is WriterState.WRITING
+            and pending is not None
+            and bool(self._positions(pending.entry_id, bookie))
+        )
+
+    def trace_state(self) -> dict[str, object]:
+        """The writer's state as trace events report it (ledger.tla's wState and wLac)."""
+        return {
+            "state": self.state.value,
+            "fenced": isinstance(self._failure, LedgerFencedError),
+            "lac": self.last_add_confirmed,
+        }
+
+    def _receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[WriterOutput]:
         if not isinstance(request, AddRequest) or self.state is not WriterState.WRITING:
             return []
         if response is not None and not isinstance(response, AddResponse):
@@ -186,6 +224,7 @@ class LedgerWriter:
         self._changing = (failed, replacement)
         first_entry_id = self.last_add_confirmed + 1
         if self.recovery:
+            emit("RecoveryChangesEnsemble", failed=failed, replacement=replacement, first=first_entry_id)
             return self._ensemble_changed(replace_bookie(self.metadata, first_entry_id, failed, replacement))
         return [UpdateMetadata(EnsembleChange(self.ledger_id, first_entry_id, failed, replacement))]
 
@@ -200,6 +239,30 @@ class LedgerWriter:
         )
 
     def on_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
+        change = result.change
+        if not tracing_active():
+            return self._on_metadata_result(result)
+        # Only results the writer is waiting for are steps (ledger.tla's CW is atomic with them).
+        if isinstance(change, EnsembleChange) and self._changing is not None and self.state is WriterState.WRITING:
+            outputs = self._on_metadata_result(result)
+            current = result.metadata
+            outcome = "OPEN" if result.applied or current is None else current.state.value
+            emit(
+                "WriterChangesEnsemble",
+                failed=change.failed,
+                replacement=change.replacement,
+                first=change.first_entry_id,
+                outcome=outcome,
+                **self.trace_state(),
+            )
+            return outputs
+        if isinstance(change, WriterClose) and self.state is WriterState.CLOSING:
+            outputs = self._on_metadata_result(result)
+            emit("WriterCloses", **self.trace_state())  # lac: the LAC it closed with
+            return outputs
+        return self._on_metadata_result(result)
+
+    def _on_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
         change = result.change
         if isinstance(change, EnsembleChange):
             if self._changing is None or self.state is not WriterState.WRITING:
