@@ -638,3 +638,19 @@ def validate_traces(
                     on_verdict(v)
             verdicts += got
     return Report(verdicts, time.monotonic() - started, tlc_runs)
+
+
+def summary(report: Report) -> str:
+    """Per configuration: traces accepted, then every rejection with its first unmatched event."""
+    lines = []
+    for config in dict.fromkeys(v.run.config for v in report.verdicts):
+        mine = [v for v in report.verdicts if v.run.config == config]
+        steps = sum(len(v.steps) for v in mine)
+        accepted = sum(v.accepted for v in mine)
+        lines.append(f"{config.name}: {accepted}/{len(mine)} traces accepted ({steps:,} steps)")
+    lines += [v.describe() for v in report.rejected]
+    lines.append(
+        f"{report.accepted}/{len(report.verdicts)} traces accepted by ledger.tla in {report.seconds:.1f}s "
+        f"({report.tlc_runs} TLC runs)"
+    )
+    return "\n".join(lines)
