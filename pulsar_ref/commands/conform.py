@@ -20,6 +20,7 @@ import time
 from conformance.replay import GraphReplay
 from conformance.suite import ModelResult, replay_model, supported
 from conformance.tlc import PROFILES, ManifestError, Model, Outcome, TLCError, load_manifest
+from conformance.trace_validation import summary, validate_traces
 
 SPECS = ("ledger", "fencing", "metadata")
 EXIT_MISMATCH, EXIT_USAGE, EXIT_UNSUPPORTED = 1, 2, 3
@@ -85,7 +86,16 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument(
         "--seed", type=int, default=0, help="order of the graph walk: 0 = TLC's order, other = shuffled (default: 0)"
     )
+    parser.add_argument(
+        "--traces",
+        type=int,
+        metavar="N",
+        help="instead: trace validation, implementation -> spec: N seeded runs of the cores (seeds from --seed), "
+        "each trace checked by TLC against ledger.tla (conformance/trace_validation.py)",
+    )
     args = parser.parse_args(argv)
+    if args.traces is not None:
+        return _traces(args.traces, args.seed)
     try:
         manifest = load_manifest()
     except ManifestError as exc:
@@ -153,6 +163,17 @@ def main(argv: list[str], prog: str) -> int:
         return EXIT_UNSUPPORTED
     print(f"\nall {len(results)} models conform")
     return 0
+
+
+def _traces(count: int, seed: int) -> int:
+    """`--traces N`: every trace must be accepted (exit 1 names the first unmatched event of each)."""
+    try:
+        report = validate_traces(count, seed=seed)
+    except TLCError as exc:
+        print(f"TLC could not check the traces: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(summary(report))
+    return EXIT_MISMATCH if report.rejected else 0
 
 
 def _run(model: Model, index: int, total: int, seed: int) -> ModelResult | None:
