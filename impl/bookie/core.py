@@ -36,6 +36,8 @@ from impl.bookie.protocol import (
     WriteLacRequest,
     WriteLacResponse,
 )
+from impl.trace import active as tracing_active
+from impl.trace import emit
 
 MAX_ENTRY_SIZE = 5 * 1024 * 1024  # BookKeeper's default nettyMaxFrameSizeBytes
 MAX_ID = 2**63 - 1
@@ -126,6 +128,20 @@ class BookieCore:
 
     # --- requests ---------------------------------------------------------------------------
     def handle(self, request: Request, request_id: int) -> list[Output]:
+        outputs = self._handle(request, request_id)
+        if tracing_active() and isinstance(request, AddRequest | ReadRequest):
+            # What the bookie holds of the ledger after the request (ledger.tla's entries, fenced).
+            ledger = self.ledgers.get(request.ledger_id)
+            emit(
+                "BookieHandles",
+                ledger=request.ledger_id,
+                entry=request.entry_id,
+                entries=sorted(ledger.entries) if ledger is not None else [],
+                fenced=ledger is not None and ledger.fenced,
+            )
+        return outputs
+
+    def _handle(self, request: Request, request_id: int) -> list[Output]:
         if isinstance(request, AddRequest):
             return self._add(request, request_id)
         if isinstance(request, ReadRequest):
@@ -251,6 +267,7 @@ class BookieCore:
 
     def replay(self, record: JournalRecord) -> list[Output]:
         """Apply one durable journal record (restart); idempotent. An entry goes back to storage."""
+        emit("BookieReplays", ledger=record.ledger_id, kind=record.kind.name, entry=record.entry_id)
         ledger = self.ledgers.get(record.ledger_id)
         if ledger is None:
             ledger = self.ledgers[record.ledger_id] = LedgerState(master_key=record.master_key)
