@@ -108,9 +108,10 @@ class _Recorder:
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.client = ""
+        self.bookie = ""
 
     def __call__(self, name: str, params: dict[str, Any]) -> None:
-        self.events.append(Event(name, {"client": self.client, **params}))
+        self.events.append(Event(name, {"client": self.client, "bookie": self.bookie, **params}))
 
 
 def simulate(config: RunConfig, seed: int, cores: CoreTypes | None = None) -> Run:
@@ -217,34 +218,30 @@ def _merge_duplicates(c: LedgerCluster, m: InFlight) -> None:
     )
 
 
+# The bookie core's events (BookieHandles, BookieReplays) come before the event of the step they
+# belong to: the client's answer, or the environment's ReplyLost / BookieCrashes emitted after them.
+
+
 def _deliver(recorder: _Recorder, c: LedgerCluster, m: InFlight) -> None:
-    recorder.client = m.client
+    recorder.client, recorder.bookie = m.client, m.bookie
     _merge_duplicates(c, m)
     c.deliver([m])
-    _bookie_state(c, m.bookie)
 
 
 def _lose(recorder: _Recorder, c: LedgerCluster, m: InFlight, how: str) -> None:
-    trace.emit(how, kind=_kind(m), bookie=m.bookie, entry=_entry(m), client=m.client)
+    recorder.client, recorder.bookie = m.client, m.bookie
     _merge_duplicates(c, m)
     if how == "ReplyLost":
         c.lose_replies([m])
-        _bookie_state(c, m.bookie)
     else:
         c.lose_requests([m], counted=how == "MessageLost")
+    trace.emit(how, kind=_kind(m), bookie=m.bookie, entry=_entry(m), client=m.client)
 
 
 def _env(recorder: _Recorder, c: LedgerCluster, name: str, bookie: str, call: Callable[[str], object]) -> None:
-    trace.emit(name, bookie=bookie)
+    recorder.bookie = bookie
     call(bookie)
-    _bookie_state(c, bookie)
-
-
-def _bookie_state(c: LedgerCluster, bookie: str) -> None:
-    """What the bookie core stores after the step (its inspectable state), for the spec to match."""
-    ledger = c.bookies[bookie].core.ledgers.get(LEDGER_ID)
-    entries = sorted(ledger.entries) if ledger is not None else []
-    trace.emit("BookieState", bookie=bookie, entries=entries, fenced=ledger is not None and ledger.fenced)
+    trace.emit(name, bookie=bookie)
 
 
 def _kind(m: InFlight) -> str:
@@ -343,18 +340,33 @@ class TraceStep:
 def to_steps(events: Iterable[Event]) -> list[TraceStep]:
     """The events as trace steps: spec actions with their parameters and the state to match."""
     steps: list[TraceStep] = []
+    bookie: dict[str, Any] | None = None  # what the bookie core reported, for the next step
     for ev in events:
         p = ev.params
-        if ev.name == "BookieState":
-            if steps:  # what the bookie stores after the step just taken
-                steps[-1].state["bookie"] = {"id": p["bookie"], "entries": set(p["entries"]), "fenced": p["fenced"]}
+        if ev.name == "BookieHandles":
+            if p["ledger"] == LEDGER_ID:
+                bookie = {"id": p["bookie"], "entries": set(p["entries"]), "fenced": p["fenced"]}
             continue
+        if ev.name == "BookieReplays":  # a restart rebuilds the bookie from its journal
+            if bookie is None or bookie["id"] != p["bookie"]:
+                bookie = {"id": p["bookie"], "entries": set(), "fenced": False}
+            if p["ledger"] == LEDGER_ID and p["kind"] == "ENTRY":
+                bookie["entries"].add(p["entry"])
+            if p["ledger"] == LEDGER_ID and p["kind"] == "FENCE":
+                bookie["fenced"] = True
+            continue
+        if ev.name == "BookieCrashes" and bookie is None:  # an empty journal: nothing replayed
+            bookie = {"id": p["bookie"], "entries": set(), "fenced": False}
         if ev.name not in PARAMS:
             raise ValueError(f"event {ev.name!r} is no ledger.tla action")
         params = {k: p[k] for k in PARAMS[ev.name] if k != "phase"}
         if ev.name == "RecoveryAborts":
             params["phase"] = _SPEC_PHASE.get(p["before"], p["before"])
-        steps.append(TraceStep(ev.name, params, _state(ev)))
+        state = _state(ev)
+        if bookie is not None:
+            state["bookie"] = bookie
+            bookie = None
+        steps.append(TraceStep(ev.name, params, state))
     return steps
 
 
