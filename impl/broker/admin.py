@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from impl.broker import namespaces
-from impl.broker.errors import AlreadyExists, BrokerError, NotEmptyError, TopicNotFound
+from impl.broker.errors import AlreadyExists, BrokerError, NotEmptyError, ServiceNotReady, TopicNotFound
 from impl.broker.naming import InvalidNamespaceName, NamespaceName, TopicName
 from impl.broker.service import BrokerService, parse_topic
-from impl.metadata.store import MetadataStore, NoNode
+from impl.metadata.store import ConnectionLoss, MetadataStore, NoNode, SessionExpired
 
 # Which broker error each admin metadata error becomes on the wire.
 _ADMIN_ERRORS: dict[type[namespaces.AdminError], type[BrokerError]] = {
@@ -42,18 +42,16 @@ class Admin:
         self.service = service
         self.store = store
         self.verbs: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "tenants list": lambda a: namespaces.list_tenants(store),
-            "tenants create": lambda a: namespaces.create_tenant(store, _arg(a, "tenant")),
-            "tenants delete": lambda a: namespaces.delete_tenant(store, _arg(a, "tenant")),
-            "namespaces list": lambda a: [str(n) for n in namespaces.list_namespaces(store, _arg(a, "tenant"))],
+            "tenants list": lambda a: namespaces.list_tenants(self.store),
+            "tenants create": lambda a: namespaces.create_tenant(self.store, _arg(a, "tenant")),
+            "tenants delete": lambda a: namespaces.delete_tenant(self.store, _arg(a, "tenant")),
+            "namespaces list": lambda a: [str(n) for n in namespaces.list_namespaces(self.store, _arg(a, "tenant"))],
             "namespaces create": self._create_namespace,
-            "namespaces delete": lambda a: namespaces.delete_namespace(store, _arg(a, "namespace")),
+            "namespaces delete": lambda a: namespaces.delete_namespace(self.store, _arg(a, "namespace")),
             "topics list": self._list_topics,
             "topics create": self._create_topic,
-            "topics create-partitioned": lambda a: str(
-                namespaces.create_partitioned_topic(store, parse_topic(_arg(a, "topic")), _arg(a, "partitions", int))
-            ),
-            "topics partitions": lambda a: namespaces.get_partitions(store, parse_topic(_arg(a, "topic"))),
+            "topics create-partitioned": self._create_partitioned,
+            "topics partitions": lambda a: namespaces.get_partitions(self.store, parse_topic(_arg(a, "topic"))),
             "topics delete": self._delete_topic,
             "topics unload": self._unload_topic,
             "topics stats": lambda a: self.service.topic(_arg(a, "topic")).stats(),
@@ -72,6 +70,8 @@ class Admin:
             raise _ADMIN_ERRORS.get(type(e), AdminError)(str(e)) from e
         except InvalidNamespaceName as e:
             raise AdminError(str(e)) from e
+        except (SessionExpired, ConnectionLoss) as e:  # this broker's session is being renewed: retry
+            raise ServiceNotReady(f"admin {verb!r}: the metadata session is not usable now ({e}); retry") from e
 
     def _create_namespace(self, args: dict[str, Any]) -> str:
         bundles = args.get("bundles", 4)
@@ -79,6 +79,10 @@ class Admin:
             raise AdminError("argument 'bundles' must be a whole number")
         policies = namespaces.NamespacePolicies(bundles=bundles)
         return str(namespaces.create_namespace(self.store, _arg(args, "namespace"), policies))
+
+    def _create_partitioned(self, args: dict[str, Any]) -> str:
+        topic = parse_topic(_arg(args, "topic"))
+        return str(namespaces.create_partitioned_topic(self.store, topic, _arg(args, "partitions", int)))
 
     def _list_topics(self, args: dict[str, Any]) -> list[str]:
         ns = NamespaceName.parse(_arg(args, "namespace"))

@@ -246,18 +246,30 @@ class Client:
         request = pb.AdminReq(verb=verb, args=json.dumps(args or {}))
         if route_topic is not None:
             resp = self.call(route_topic, "Admin", request)
-        else:
+            return json.loads(resp.result) if resp.result else None
+        errors = []
+        for _ in range(len(self.service)):  # any live broker will do: try each in turn
+            address = self.service[next(self._rotation) % len(self.service)]
             try:
-                resp = _check(self.stub(self.service[0]).Admin(request, timeout=self.timeout_s))
+                resp = _check(self.stub(address).Admin(request, timeout=self.timeout_s))
             except BrokerError as e:
-                raise ClientError(str(e), e.code) from e
-        return json.loads(resp.result) if resp.result else None
+                if e.code != pb.SERVICE_NOT_READY:
+                    raise ClientError(str(e), e.code) from e
+                errors.append(f"{address}: {e}")
+                continue
+            except grpc.RpcError as e:
+                errors.append(f"{address}: {e.code().name}")
+                continue
+            return json.loads(resp.result) if resp.result else None
+        raise ClientError(f"admin {verb!r} failed on every broker ({'; '.join(errors)}); are the brokers up?")
 
     def admin_create_partitioned_topic(self, topic: str, partitions: int) -> None:
         self.admin("topics create-partitioned", {"topic": topic, "partitions": partitions})
 
     def partitions(self, topic: str) -> int:
         """The partition count of a partitioned topic, 0 for a plain topic."""
+        if PARTITION_SUFFIX in topic:
+            return 0  # a partition is a plain topic
         try:
             return int(self.admin("topics partitions", {"topic": topic}))
         except ClientError as e:
