@@ -22,7 +22,7 @@ from impl.bookie.client.failures import LedgerClientError, MetadataUpdateError, 
 from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, StartRecovery, UpdateMetadata
 from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
 from impl.bookie.client.writer import AddFailed, ChooseReplacement, LedgerWriter, Send, WriterOutput
-from impl.bookie.entry_format import BadEntry, DecodedEntry, decode_entry, master_key
+from impl.bookie.entry_format import BadEntry, DecodedEntry, decode_entry, master_key, read_header
 from impl.bookie.protocol import LAST_ENTRY, AddRequest, ErrorCode, ReadRequest, ReadResponse, Request, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, LedgerMetadata, LedgerState
 from impl.trace import active as tracing_active
@@ -116,12 +116,18 @@ class RecoveryOp:
             return []
         if request.entry_id == LAST_ENTRY:
             if self.phase is not RecoveryPhase.FENCING or self.read_lac is None:
-                if response is not None:
-                    self._trace("RecoveryReceivesReadLacResponse", bookie=bookie, stale=True)
+                if response is not None and tracing_active():
+                    self._trace("RecoveryReceivesReadLacResponse", bookie=bookie, stale=True, lac=_lac_in(response))
                 return []
             outputs = self._from_read_lac(self.read_lac.receive(bookie, request, response))
-            if response is not None:
-                self._trace("RecoveryReceivesReadLacResponse", bookie=bookie, stale=False, start=self._start)
+            if response is not None and tracing_active():
+                self._trace(
+                    "RecoveryReceivesReadLacResponse",
+                    bookie=bookie,
+                    stale=False,
+                    start=self._start,
+                    lac=_lac_in(response),
+                )
             return outputs
         if response is None or not tracing_active():
             return self._receive_read(bookie, request.entry_id, response)
@@ -320,3 +326,13 @@ class RecoveryOp:
         self.phase = RecoveryPhase.FAILED
         self._trace("RecoveryAborts", before=before)
         return [RecoveryFailed(error)]
+
+
+def _lac_in(response: Response) -> int | None:
+    """The LAC a read-LAC answer carries (in the header of the bookie's last entry); -1 without one."""
+    if not isinstance(response, ReadResponse) or response.code is not ErrorCode.EOK:
+        return NO_ENTRY
+    try:
+        return read_header(response.body)[2]
+    except BadEntry:
+        return None
