@@ -61,7 +61,7 @@ class WriterSkipsHoles(LedgerWriter):
         return outputs
 
 
-SEEDS = range(20)
+SEEDS = range(30)
 
 
 def _mutant_runs(cores: CoreTypes) -> list[Run]:
@@ -108,6 +108,11 @@ def test_tracer_records_only_while_installed() -> None:
     assert not trace.active()
 
 
+def test_a_seed_determines_the_run() -> None:
+    assert simulate(STRIPING, 5).events == simulate(STRIPING, 5).events
+    assert simulate(STRIPING, 5).events != simulate(STRIPING, 6).events
+
+
 def test_unknown_event_is_no_trace_step() -> None:
     with pytest.raises(ValueError, match="no ledger.tla action"):
         to_steps([Event("WriterDances", {})])
@@ -150,8 +155,8 @@ def test_writer_confirming_past_a_hole_is_rejected(e2_verdicts: dict[str, list[V
 @pytest.mark.tlc
 def test_randomized_runs_over_configurations_are_accepted() -> None:
     """E3/Qw3/Qa2 and striping E3/Qw2/Qa2 with losses, a crash, ensemble changes and two recoverers."""
-    report = validate_traces(60, seed=7, configs=(E3, STRIPING))
-    assert len(report.verdicts) == 60
+    report = validate_traces(90, seed=7, configs=(E3, STRIPING), batch=45)
+    assert len(report.verdicts) == 90
     assert not report.rejected, "\n".join(v.describe() for v in report.rejected)
     seen = Counter(s.name for v in report.verdicts for s in v.steps)
     for action in (
