@@ -1,6 +1,7 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -118,3 +119,15 @@ class StreamResp(_message.Message):
     write_lac: WriteLacResp
     code: int
     def __init__(self, tag: _Optional[int] = ..., add: _Optional[_Union[AddResp, _Mapping]] = ..., read: _Optional[_Union[ReadResp, _Mapping]] = ..., read_lac: _Optional[_Union[ReadLacResp, _Mapping]] = ..., write_lac: _Optional[_Union[WriteLacResp, _Mapping]] = ..., code: _Optional[int] = ...) -> None: ...
+
+class StreamReqBatch(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[StreamReq]
+    def __init__(self, requests: _Optional[_Iterable[_Union[StreamReq, _Mapping]]] = ...) -> None: ...
+
+class StreamRespBatch(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[StreamResp]
+    def __init__(self, responses: _Optional[_Iterable[_Union[StreamResp, _Mapping]]] = ...) -> None: ...

@@ -59,6 +59,11 @@ class BookieStub:
                 request_serializer=impl_dot_bookie_dot_bookie__pb2.StreamReq.SerializeToString,
                 response_deserializer=impl_dot_bookie_dot_bookie__pb2.StreamResp.FromString,
                 _registered_method=True)
+        self.Batches = channel.stream_stream(
+                '/pulsar_ref.bookie.Bookie/Batches',
+                request_serializer=impl_dot_bookie_dot_bookie__pb2.StreamReqBatch.SerializeToString,
+                response_deserializer=impl_dot_bookie_dot_bookie__pb2.StreamRespBatch.FromString,
+                _registered_method=True)
 
 
 class BookieServicer:
@@ -94,6 +99,12 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Batches(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BookieServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +132,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.Channel,
                     request_deserializer=impl_dot_bookie_dot_bookie__pb2.StreamReq.FromString,
                     response_serializer=impl_dot_bookie_dot_bookie__pb2.StreamResp.SerializeToString,
+            ),
+            'Batches': grpc.stream_stream_rpc_method_handler(
+                    servicer.Batches,
+                    request_deserializer=impl_dot_bookie_dot_bookie__pb2.StreamReqBatch.FromString,
+                    response_serializer=impl_dot_bookie_dot_bookie__pb2.StreamRespBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +274,33 @@ class Bookie:
             '/pulsar_ref.bookie.Bookie/Channel',
             impl_dot_bookie_dot_bookie__pb2.StreamReq.SerializeToString,
             impl_dot_bookie_dot_bookie__pb2.StreamResp.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Batches(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/pulsar_ref.bookie.Bookie/Batches',
+            impl_dot_bookie_dot_bookie__pb2.StreamReqBatch.SerializeToString,
+            impl_dot_bookie_dot_bookie__pb2.StreamRespBatch.FromString,
             options,
             channel_credentials,
             insecure,

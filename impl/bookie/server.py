@@ -22,7 +22,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +34,16 @@ from impl.bookie import bookie_pb2 as pb
 from impl.bookie import bookie_pb2_grpc as pb_grpc
 from impl.bookie import wire
 from impl.bookie.checkpoint import read_mark, write_mark
-from impl.bookie.core import AppendJournal, BookieCore, LedgerState, Output, ReadEntry, Reply, StoreEntry
+from impl.bookie.core import (
+    AppendJournal,
+    BookieCore,
+    JournalRecord,
+    LedgerState,
+    Output,
+    ReadEntry,
+    Reply,
+    StoreEntry,
+)
 from impl.bookie.entry_log import StorageError
 from impl.bookie.garbage_collector import GarbageCollector
 from impl.bookie.journal import Journal, JournalPosition, ReplayReport, delete_files_before, replay
@@ -57,6 +66,9 @@ from impl.metadata.store import MetadataError, MetadataStore
 log = logging.getLogger(__name__)
 
 Deliver = Callable[[Response], None]
+
+MAX_REPLY_BATCH = 512  # replies per stream message
+MAX_REPLY_BATCH_BYTES = 4 * 1024 * 1024  # of read replies per stream message (gRPC caps a message at 16 MiB)
 
 # Test-only fault point: SIGKILL the process after ledger storage is flushed, before the mark.
 CRASH_AFTER_STORAGE_FLUSH = "checkpoint-after-flush"
@@ -136,12 +148,20 @@ class Bookie:
 
     # --- requests ---------------------------------------------------------------------------
     def submit(self, request: Request, deliver: Deliver) -> None:
+        self.submit_many([(request, deliver)])
+
+    def submit_many(self, requests: Sequence[tuple[Request, Deliver]]) -> None:
+        """Handle requests in order under one lock; their journal records go out as one append
+        (one queue hand-off and one durability callback for a whole stream message)."""
+        overloaded: list[tuple[Request, Deliver]] = []
+        sends: list[tuple[Deliver, Reply | ReadEntry]] = []
+        records: list[JournalRecord] = []
+        tokens: list[int] = []
         with self._lock:
-            if len(self._deliveries) >= self.max_inflight:
-                sends: list[tuple[Deliver, Reply | ReadEntry]] = []
-                overloaded = True
-            else:
-                overloaded = False
+            for request, deliver in requests:
+                if len(self._deliveries) >= self.max_inflight:
+                    overloaded.append((request, deliver))
+                    continue
                 rid = self._next_id
                 self._next_id += 1
                 self._deliveries[rid] = deliver
@@ -149,15 +169,18 @@ class Bookie:
                     outputs = self.core.handle(request, rid)
                 except Exception:  # a request the core cannot digest is malformed, never a crash
                     outputs = [Reply(rid, error_response(request, ErrorCode.EBADREQ))]
-                sends = self._perform(outputs, request)
-        if overloaded:
+                sends += self._perform(outputs, records, tokens, request)
+            if tokens:
+                self.journal.append(records, self._durable_callback(tokens))
+        for request, deliver in overloaded:
             deliver(error_response(request, ErrorCode.ETOOMANYREQUESTS))
         self._send(sends)
 
     def _perform(
-        self, outputs: list[Output], request: Request | None = None
+        self, outputs: list[Output], records: list[JournalRecord], tokens: list[int], request: Request | None = None
     ) -> list[tuple[Deliver, Reply | ReadEntry]]:
-        """Under the core lock: journal appends and storage puts, in the core's order; returns what to send."""
+        """Under the core lock, in the core's order: storage puts now, journal records into
+        `records`/`tokens` (appended by the caller, still under the lock); returns what to send."""
         sends: list[tuple[Deliver, Reply | ReadEntry]] = []
         for out in outputs:
             if isinstance(out, StoreEntry):
@@ -176,7 +199,8 @@ class Bookie:
                         sends.append((self._deliveries.pop(held.request_id), failed))
                     return sends
             elif isinstance(out, AppendJournal):
-                self.journal.append(out.records, self._durable_callback(out.token))
+                records.extend(out.records)
+                tokens.append(out.token)
             else:
                 sends.append((self._deliveries.pop(out.request_id), out))
         return sends
@@ -193,12 +217,14 @@ class Bookie:
                 out = out.reply(body)
             deliver(out.response)
 
-    def _durable_callback(self, token: int) -> Callable[[], None]:
-        return lambda: self._durable(token)
+    def _durable_callback(self, tokens: list[int]) -> Callable[[], None]:
+        return lambda: self._durable(tokens)
 
-    def _durable(self, token: int) -> None:
+    def _durable(self, tokens: list[int]) -> None:
+        sends: list[tuple[Deliver, Reply | ReadEntry]] = []
         with self._lock:
-            sends = self._perform(self.core.on_durable(token))
+            for token in tokens:
+                sends += self._perform(self.core.on_durable(token), [], [])  # replies only
         self._send(sends)
 
     # --- checkpoints and garbage collection ---------------------------------------------------
@@ -312,7 +338,19 @@ class _Servicer(pb_grpc.BookieServicer):
         return wire.write_lac_resp_to_pb(response)
 
     def Channel(self, request_iterator: Iterator[pb.StreamReq], context: Any) -> Iterator[pb.StreamResp]:
-        out: queue.Queue[pb.StreamResp | None] = queue.Queue()
+        """One request per stream message (older clients); see `Batches`."""
+        for batch in self._stream(((msg,) for msg in request_iterator), max_batch=1):
+            yield batch[0]
+
+    def Batches(self, request_iterator: Iterator[pb.StreamReqBatch], context: Any) -> Iterator[pb.StreamRespBatch]:
+        """The pipelined channel: requests come in batches; replies ready together leave together."""
+        for batch in self._stream((msg.requests for msg in request_iterator), max_batch=MAX_REPLY_BATCH):
+            yield pb.StreamRespBatch(responses=batch)
+
+    def _stream(self, batches: Iterator[Sequence[pb.StreamReq]], max_batch: int) -> Iterator[list[pb.StreamResp]]:
+        """Submit every request as it arrives (a reader thread); yield replies as they complete, up to
+        `max_batch` at a time, until the client has closed its side and every reply went out."""
+        out: queue.SimpleQueue[pb.StreamResp | None] = queue.SimpleQueue()
         pending = [0]
         done = [False]
         lock = threading.Lock()
@@ -323,21 +361,26 @@ class _Servicer(pb_grpc.BookieServicer):
                 if done[0] and pending[0] == 0:
                     out.put(None)
 
+        def deliver_to(tag: int) -> Deliver:
+            def deliver(response: Response) -> None:
+                out.put(wire.response_to_pb(tag, response))
+                finish_one()
+
+            return deliver
+
         def read_requests() -> None:
             try:
-                for msg in request_iterator:
-                    request = wire.request_from_pb(msg)
-                    if request is None:
-                        out.put(pb.StreamResp(tag=msg.tag, code=ErrorCode.EBADREQ.value))
-                        continue
+                for batch in batches:
+                    requests: list[tuple[Request, Deliver]] = []
+                    for msg in batch:
+                        request = wire.request_from_pb(msg)
+                        if request is None:
+                            out.put(pb.StreamResp(tag=msg.tag, code=ErrorCode.EBADREQ.value))
+                        else:
+                            requests.append((request, deliver_to(msg.tag)))
                     with lock:
-                        pending[0] += 1
-
-                    def deliver(response: Response, tag: int = msg.tag) -> None:
-                        out.put(wire.response_to_pb(tag, response))
-                        finish_one()
-
-                    self.bookie.submit(request, deliver)
+                        pending[0] += len(requests)
+                    self.bookie.submit_many(requests)
             except Exception:  # client went away
                 pass
             with lock:
@@ -346,11 +389,25 @@ class _Servicer(pb_grpc.BookieServicer):
                     out.put(None)
 
         threading.Thread(target=read_requests, name="channel-reader", daemon=True).start()
-        while True:
+        finished = False
+        while not finished:
             item = out.get()
             if item is None:
                 return
-            yield item
+            replies = [item]
+            size = item.ByteSize() if item.HasField("read") else 0
+            while len(replies) < max_batch and size < MAX_REPLY_BATCH_BYTES:
+                try:
+                    item = out.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    finished = True
+                    break
+                replies.append(item)
+                if item.HasField("read"):
+                    size += item.ByteSize()
+            yield replies
 
 
 class BookieServer:

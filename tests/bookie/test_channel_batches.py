@@ -1,0 +1,42 @@
+"""The pipelined channel carries batches of requests; the one-request-per-message rpc still works."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+
+from impl.bookie import bookie_pb2 as pb
+from impl.bookie import bookie_pb2_grpc as pb_grpc
+from impl.bookie import wire
+from impl.bookie.channel import BookieChannel
+from impl.bookie.entry_format import encode_entry
+from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadRequest, ReadResponse
+from impl.bookie.server import Bookie, BookieServer
+
+KEY = b"k" * 20
+
+
+def body(eid: int) -> bytes:
+    return encode_entry(1, eid, eid - 1, eid + 1, b"x" * 300)
+
+
+def test_many_requests_in_flight_in_batches_and_the_unbatched_rpc(tmp_path: Path):
+    server = BookieServer(Bookie(tmp_path, checkpoint_interval=3600))
+    server.start()
+    try:
+        channel = BookieChannel(f"127.0.0.1:{server.port}")
+        futures = [channel.submit(AddRequest(1, eid, KEY, body(eid))) for eid in range(2000)]
+        assert [f.result(30) for f in futures] == [AddResponse(1, eid, ErrorCode.EOK) for eid in range(2000)]
+        reads = [channel.submit(ReadRequest(1, eid)) for eid in range(0, 2000, 7)]
+        assert all(f.result(30).body == body(eid) for f, eid in zip(reads, range(0, 2000, 7), strict=True))
+        channel.close()
+
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as raw:
+            stub = pb_grpc.BookieStub(raw)
+            requests = [wire.request_to_pb(7, ReadRequest(1, 5)), pb.StreamReq(tag=8)]  # the second is empty
+            answers = {msg.tag: wire.response_from_pb(msg) for msg in stub.Channel(iter(requests), timeout=10)}
+        assert answers[7] == ReadResponse(1, 5, ErrorCode.EOK, body(5))
+        assert answers[8] is ErrorCode.EBADREQ
+    finally:
+        server.stop()
