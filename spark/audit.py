@@ -179,7 +179,11 @@ def _nonmonotonic_appends(acks: Any) -> Any:
 
 
 def _by_position(acks: Any, robs: Any) -> Any:
-    """duplicate-position, divergent-read (b) and gap from one aggregate per (topic, position)."""
+    """duplicate-position, divergent-read (b) and gap from one aggregate per (topic, position).
+
+    Two aggregation levels over one shuffle: per (position, value) first, so that the lists compared per
+    position hold one entry per distinct value (a position shown by thousands of reads stays cheap).
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -195,10 +199,20 @@ def _by_position(acks: Any, robs: Any) -> Any:
     ).unionByName(robs.select("h", "topic", "idx", "pos", "val", F.lit(True).alias("rd"), "ord", "nxt"))
     # The bucket (ledger, entry // POS_BUCKET) is monotone in the position: buckets partition a topic in order.
     obs = obs.withColumn("pb", F.struct(F.col("pos.l").alias("l"), F.floor(F.col("pos.e") / POS_BUCKET).alias("e")))
-    known = (
+    per_value = (
         obs.repartition("h", "topic", "pb")
-        .groupBy("h", "topic", "pb", "pos")
-        .agg(F.min("idx").alias("w"), F.collect_list(F.struct("idx", "val", "rd", "ord", "nxt")).alias("seen"))
+        .groupBy("h", "topic", "pb", "pos", "val")
+        .agg(
+            F.min("idx").alias("m"),
+            F.min(F.when(F.col("rd"), F.col("idx"))).alias("mr"),
+            # Consecutive read entries (this one, the next) for gap.
+            F.collect_list(F.when(F.col("nxt").isNotNull(), F.struct("idx", "ord", "nxt"))).alias("pairs"),
+        )
+    )
+    known = per_value.groupBy("h", "topic", "pb", "pos").agg(
+        F.min("m").alias("w"),
+        F.collect_list(F.struct("m", "mr", "val")).alias("vals"),
+        F.flatten(F.collect_list("pairs")).alias("pairs"),
     )
     # Successor of each known position: lead within its bucket, else the first position of the next bucket.
     w_bucket = Window.partitionBy("h", "topic", "pb").orderBy("pos")
@@ -214,10 +228,11 @@ def _by_position(acks: Any, robs: Any) -> Any:
         first = F.array_min(seen)
         return first, F.array_min(F.filter(seen, lambda x: x["val"] != first["val"]))
 
-    o1, o2 = first_two(F.transform("seen", lambda x: F.struct(x["idx"].alias("idx"), x["val"].alias("val"))))
+    o1, o2 = first_two(F.transform("vals", lambda x: F.struct(x["m"].alias("idx"), x["val"].alias("val"))))
     r1, r2 = first_two(
         F.transform(
-            F.filter("seen", lambda x: x["rd"]), lambda x: F.struct(x["idx"].alias("idx"), x["val"].alias("val"))
+            F.filter("vals", lambda x: x["mr"].isNotNull()),
+            lambda x: F.struct(x["mr"].alias("idx"), x["val"].alias("val")),
         )
     )
     topic = F.col("topic")
@@ -228,7 +243,7 @@ def _by_position(acks: Any, robs: Any) -> Any:
 
     succ = F.col("succ")
     gaps = F.transform(
-        F.filter("seen", lambda x: x["rd"] & x["nxt"].isNotNull() & succ.isNotNull() & (succ["pos"] < x["nxt"])),
+        F.filter("pairs", lambda x: succ.isNotNull() & (succ["pos"] < x["nxt"])),
         lambda x: _candidate(
             "gap",
             topic,
@@ -244,42 +259,73 @@ def _by_position(acks: Any, robs: Any) -> Any:
 
 
 def _by_value(appends: Any, robs: Any, finals: Any) -> Any:
-    """duplicate-value, phantom-read, failed-write-visible, divergent-read (a), lost-write: one aggregate per value."""
+    """duplicate-value, phantom-read, failed-write-visible, divergent-read (a), lost-write: one aggregate per value.
+
+    As for positions, two levels: per (value, position), then per value over one entry per distinct position.
+    """
     from pyspark.sql import functions as F
 
     rows = appends.select(
         "h",
         "val",
-        F.struct(
-            F.lit(True).alias("app"), "outcome", F.col("cmp").alias("idx"), "pos", "topic", F.lit(False).alias("fin")
-        ).alias("row"),
+        "pos",
+        F.lit(True).alias("app"),
+        "outcome",
+        F.col("cmp").alias("idx"),
+        "topic",
+        F.lit(False).alias("fin"),
     ).unionByName(
         robs.select(
             "h",
             "val",
-            F.struct(
-                F.lit(False).alias("app"), F.lit(None).cast("string").alias("outcome"), "idx", "pos", "topic", "fin"
-            ).alias("row"),
+            "pos",
+            F.lit(False).alias("app"),
+            F.lit(None).cast("string").alias("outcome"),
+            "idx",
+            "topic",
+            "fin",
         )
     )
-    per_value = rows.groupBy("h", "val").agg(F.collect_list("row").alias("rows"))
-    app = F.get(F.filter("rows", lambda x: x["app"]), 0)
+    app, seen = F.col("app"), ~F.col("app") | (F.col("outcome") == "ok")
+    per_pos = (
+        rows.repartition("h", "val")
+        .groupBy("h", "val", "pos")
+        .agg(
+            F.max(F.when(app, F.struct("outcome", "idx", "topic"))).alias("a"),  # at most one append per value
+            F.min(F.when(seen, F.struct("idx", "topic"))).alias("m"),  # earliest observation here
+            F.min(F.when(~app, F.struct("idx", "topic"))).alias("r"),  # earliest read showing it here
+            F.collect_list(F.when(F.col("fin"), F.col("idx"))).alias("fins"),  # final reads showing it
+        )
+    )
+    a_pos = F.struct(F.col("a.outcome").alias("outcome"), F.col("a.idx").alias("idx"), F.col("a.topic").alias("topic"))
+    per_value = per_pos.groupBy("h", "val").agg(
+        F.max(F.when(F.col("a").isNotNull(), F.struct(a_pos.alias("x"), F.col("pos").alias("pos")))).alias("ap"),
+        F.collect_list(F.struct("m", "r", "pos")).alias("at"),
+        F.flatten(F.collect_list("fins")).alias("fins"),
+    )
     # The final reads of the append's topic (few: broadcast), for lost-write.
-    per_value = per_value.withColumn("a", app).withColumn("ftopic", F.col("a.topic"))
-    per_value = per_value.join(F.broadcast(finals), ["h", "ftopic"], "left")
+    per_value = per_value.withColumn(
+        "a",
+        F.struct(
+            F.col("ap.x.outcome").alias("outcome"),
+            F.col("ap.x.idx").alias("idx"),
+            F.col("ap.x.topic").alias("topic"),
+            F.col("ap.pos").alias("pos"),
+        ),
+    ).withColumn("a", F.when(F.col("ap").isNotNull(), F.col("a")))
+    per_value = per_value.withColumn("ftopic", F.col("a.topic")).join(F.broadcast(finals), ["h", "ftopic"], "left")
     a = F.col("a")
 
-    def idx_pos_topic(x: Any) -> Any:
-        return F.struct(x["idx"].alias("idx"), x["pos"].alias("pos"), x["topic"].alias("topic"))
+    def idx_pos_topic(o: str) -> Any:
+        return lambda x: F.struct(x[o]["idx"].alias("idx"), x["pos"].alias("pos"), x[o]["topic"].alias("topic"))
 
-    obs = F.transform(F.filter("rows", lambda x: ~x["app"] | (x["outcome"] == "ok")), idx_pos_topic)
+    obs = F.transform(F.filter("at", lambda x: x["m"].isNotNull()), idx_pos_topic("m"))
     v1 = F.array_min(obs)
     v2 = F.array_min(F.filter(obs, lambda x: x["pos"] != v1["pos"]))
-    reads = F.transform(F.filter("rows", lambda x: ~x["app"]), idx_pos_topic)
+    reads = F.transform(F.filter("at", lambda x: x["r"].isNotNull()), idx_pos_topic("r"))
     r = F.array_min(reads)
     rdiv = F.array_min(F.filter(reads, lambda x: x["pos"] != a["pos"]))
-    shown_in = F.transform(F.filter("rows", lambda x: x["fin"]), lambda x: x["idx"])
-    missing = F.array_min(F.array_except(F.coalesce("finals", F.array().cast("array<long>")), shown_in))
+    missing = F.array_min(F.array_except(F.coalesce("finals", F.array().cast("array<long>")), F.col("fins")))
     val = F.col("val")
     ok = a["outcome"] == "ok"
     return _cases(
