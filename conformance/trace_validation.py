@@ -53,7 +53,7 @@ from conformance.ledger_cluster import (
     LedgerCluster,
     pending_acks,
 )
-from conformance.tlc import SPEC_DIR, TLCResult, run_tlc
+from conformance.tlc import SPEC_DIR, Outcome, TLCError, TLCErrorKind, TLCResult, run_tlc
 from impl import trace
 from impl.bookie.client.recovery import RecoveryOp, RecoveryPhase
 from impl.bookie.client.writer import LedgerWriter, WriterState
@@ -603,7 +603,14 @@ def check_traces(config: RunConfig, runs: Sequence[Run], *, workers: int = 1) ->
         (d / "TraceSpec.tla").write_text(text)
         (d / "TraceSpec.cfg").write_text(cfg)
         dump = d / "states"
-        result = run_tlc(d / "TraceSpec.tla", d / "TraceSpec.cfg", workers=workers, extra_args=("-dump", str(dump)))
+        try:
+            result = run_tlc(d / "TraceSpec.tla", d / "TraceSpec.cfg", workers=workers, extra_args=("-dump", str(dump)))
+        except TLCError as exc:  # keep the module to look at
+            kept = Path(tempfile.mkdtemp(prefix="trace-failed-"))
+            shutil.copytree(d, kept, dirs_exist_ok=True)
+            raise TLCError(exc.kind, f"{exc} (trace module kept in {kept})", exc.detail) from exc
+        if result.outcome is not Outcome.PASS:
+            raise TLCError(TLCErrorKind.EVALUATION, f"TLC ended with {result.outcome.name} {result.violated}".strip())
         reached = _furthest(Path(str(dump) + ".dump"), len(runs))
     verdicts = [Verdict(r, to_steps(r.events), reached[i] - 1) for i, r in enumerate(runs)]
     return verdicts, result
