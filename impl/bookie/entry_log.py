@@ -153,12 +153,6 @@ class EntryLogger:
         if new_files:
             fsync_directory(self.directory)
 
-    def size(self, log_id: int) -> int:
-        if log_id == self.current:
-            return self._file_size + len(self._buffer)
-        fd = self._fds.get(log_id)
-        return os.fstat(fd).st_size if fd is not None else 0
-
     def logs(self) -> list[int]:
         return sorted(self._fds)
 

@@ -120,12 +120,16 @@ class Bookie:
             state = LedgerState(meta.master_key, meta.fenced, set(indexed.locations))
             state.piggybacked_lac, state.explicit_lac = meta.piggybacked_lac, meta.explicit_lac
             self.core.restore(ledger_id, state)
-        self.checkpoint_mark = read_mark(self.storage_dir) if self.storage_dir.is_dir() else None
         self.replay_report = ReplayReport()
-        for record in replay(self.journal_dir, self.replay_report, self.checkpoint_mark):
-            for out in self.core.replay(record):
-                if isinstance(out, StoreEntry):
-                    self.storage.put(out.ledger_id, out.entry_id, out.body)
+        try:
+            self.checkpoint_mark = read_mark(self.storage_dir)
+            for record in replay(self.journal_dir, self.replay_report, self.checkpoint_mark):
+                for out in self.core.replay(record):
+                    if isinstance(out, StoreEntry):
+                        self.storage.put(out.ledger_id, out.entry_id, out.body)
+        except BaseException:
+            self.storage.close()
+            raise
         self.journal = Journal(self.journal_dir, roll_size=journal_roll_size)
         self.max_inflight = max_inflight
         self.min_free_bytes = min_free_bytes
@@ -304,8 +308,10 @@ class Bookie:
         self._stop.set()
         self._maintenance_thread.join()
         self.journal.close()
-        self.checkpoint()
-        self.storage.close()
+        try:
+            self.checkpoint()
+        finally:
+            self.storage.close()
 
 
 class _Servicer(pb_grpc.BookieServicer):

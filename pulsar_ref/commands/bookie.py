@@ -38,6 +38,8 @@ class _Session:
 
 
 def run(args: argparse.Namespace) -> int:
+    from impl.bookie.checkpoint import CorruptCheckpoint
+    from impl.bookie.journal import JournalMissing
     from impl.bookie.server import Bookie, BookieServer
     from impl.metadata.registry import BookieRegistry
     from impl.metadata.store import MetadataError, SessionState
@@ -60,20 +62,25 @@ def run(args: argparse.Namespace) -> int:
         if bookie_id:
             session.registry.set_readonly(bookie_id[0], readonly)
 
-    bookie = Bookie(
-        Path(args.data),
-        Path(config["journal_dir"]) if config["journal_dir"] else None,
-        max_inflight=int(config["max_inflight"]),
-        min_free_bytes=int(config["min_free_mb"]) * 1024 * 1024,
-        on_readonly=on_readonly,
-        metadata=(lambda: session.store) if float(config["gc_interval"]) > 0 else None,
-        checkpoint_interval=float(config["checkpoint_interval"]),
-        gc_interval=float(config["gc_interval"]),
-        entry_log_size=int(config["entry_log_size"]),
-        journal_roll_size=int(config["journal_roll_size"]),
-        read_cache_bytes=int(config["read_cache_mb"]) * 1024 * 1024,
-        crash_at=args.crash_at,
-    )
+    try:
+        bookie = Bookie(
+            Path(args.data),
+            Path(config["journal_dir"]) if config["journal_dir"] else None,
+            max_inflight=int(config["max_inflight"]),
+            min_free_bytes=int(config["min_free_mb"]) * 1024 * 1024,
+            on_readonly=on_readonly,
+            metadata=(lambda: session.store) if float(config["gc_interval"]) > 0 else None,
+            checkpoint_interval=float(config["checkpoint_interval"]),
+            gc_interval=float(config["gc_interval"]),
+            entry_log_size=int(config["entry_log_size"]),
+            journal_roll_size=int(config["journal_roll_size"]),
+            read_cache_bytes=int(config["read_cache_mb"]) * 1024 * 1024,
+            crash_at=args.crash_at,
+        )
+    except (CorruptCheckpoint, JournalMissing) as exc:
+        session.store.close()
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     for torn in bookie.replay_report.torn:
         print(f"journal: ignored torn tail of {torn.file} at offset {torn.offset}: {torn.reason}", file=sys.stderr)
     for damage in bookie.storage.report.index_damage:

@@ -15,7 +15,7 @@ from impl.bookie.channel import BookieChannel
 from impl.bookie.checkpoint import CorruptCheckpoint, read_mark, write_mark
 from impl.bookie.entry_format import encode_entry, master_key
 from impl.bookie.entry_log import CorruptEntryLog, log_ids
-from impl.bookie.journal import JournalPosition, journal_files
+from impl.bookie.journal import JournalMissing, JournalPosition, journal_files
 from impl.bookie.ledger_index import LedgerMeta, index_path
 from impl.bookie.ledger_storage import LedgerStorage
 from impl.bookie.protocol import (
@@ -114,6 +114,16 @@ def test_checkpoint_mark_is_checked(tmp_path: Path):
     (tmp_path / "checkpoint").write_text((tmp_path / "checkpoint").read_text().replace("4096", "4097"))
     with pytest.raises(CorruptCheckpoint, match="restore the file"):
         read_mark(tmp_path)
+
+
+def test_a_lost_journal_file_after_the_checkpoint_refuses_to_start(tmp_path: Path):
+    bookie = Bookie(tmp_path, checkpoint_interval=SLOW)
+    add(bookie, 1, range(3))
+    crash(bookie)
+    write_mark(tmp_path / "ledgers", JournalPosition(0, 10))  # entries after offset 10 are only in journal-0
+    (tmp_path / "journal" / "journal-0.log").unlink()
+    with pytest.raises(JournalMissing, match="restore it"):
+        Bookie(tmp_path, checkpoint_interval=SLOW)
 
 
 def test_restart_after_checkpoint_replays_only_the_tail(tmp_path: Path):
