@@ -29,6 +29,7 @@ from impl.bookie.client.recovery import RecoveryOp, RecoveryOutput
 from impl.bookie.client.writer import AddCompleted, LedgerWriter, Send, WriterOutput
 from impl.bookie.protocol import ReadRequest
 from impl.metadata.ledger import Fragment, LedgerMetadata
+from pulsar_ref.commands import conform
 
 E2, E3, STRIPING = CONFIGS
 
@@ -174,3 +175,12 @@ def test_randomized_runs_over_configurations_are_accepted() -> None:
         "BookieRestarts",
     ):
         assert seen[action] > 0, f"no run took {action}: the runs cover less than they claim"
+
+
+@pytest.mark.tlc
+def test_conform_traces_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert conform.main(["--traces", "3", "--seed", "11"], "pulsar-ref conform") == 0
+    out = capsys.readouterr().out
+    assert "3/3 traces accepted by ledger.tla" in out
+    for config in CONFIGS:
+        assert f"{config.name}: 1/1 traces accepted" in out
