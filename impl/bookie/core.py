@@ -267,7 +267,8 @@ class BookieCore:
 
     def replay(self, record: JournalRecord) -> list[Output]:
         """Apply one durable journal record (restart); idempotent. An entry goes back to storage."""
-        emit("BookieReplays", ledger=record.ledger_id, kind=record.kind.name, entry=record.entry_id)
+        if tracing_active():
+            emit("BookieReplays", ledger=record.ledger_id, kind=record.kind.name, entry=record.entry_id)
         ledger = self.ledgers.get(record.ledger_id)
         if ledger is None:
             ledger = self.ledgers[record.ledger_id] = LedgerState(master_key=record.master_key)

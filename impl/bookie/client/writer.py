@@ -150,7 +150,7 @@ class LedgerWriter:
         )
         pending = _PendingAdd(entry_id, self._pushed_length, body)
         self._pending[entry_id] = pending
-        if not self.recovery:  # a recovery write-back is part of the recovery's read step
+        if not self.recovery and tracing_active():  # a write-back is part of the recovery read step
             emit("WriterSendsAdd", entry=entry_id, lac=self.last_add_confirmed)
         if self._changing is not None:
             return []  # held until the ensemble change settles
