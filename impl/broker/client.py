@@ -47,6 +47,7 @@ __all__ = [
 
 PARTITION_SUFFIX = "-partition-"
 MAX_REDIRECTS = 8
+RETRYABLE = (pb.NOT_OWNER, pb.SERVICE_NOT_READY, pb.TOPIC_FENCED)  # codes that a new lookup may cure
 MAX_PIPELINED = 1000  # messages sent in one request at most (entries pipelined at the broker)
 RETRY_PAUSE_S = 0.1
 _SUB_TYPES = {"Exclusive": pb.EXCLUSIVE, "Shared": pb.SHARED, "Failover": pb.FAILOVER, "Key_Shared": pb.KEY_SHARED}
@@ -145,6 +146,10 @@ class Client:
                 errors.append(f"{address}: more than {MAX_REDIRECTS} redirects")
             except grpc.RpcError as e:
                 errors.append(f"{address}: {e.code().name}")
+            except BrokerError as e:
+                if e.code != pb.SERVICE_NOT_READY:
+                    raise ClientError(f"lookup of {topic}: {e}", e.code) from e
+                errors.append(f"{address}: {e}")  # that broker is renewing its session: ask another
         raise ClientError(f"lookup of {topic} failed on every broker ({'; '.join(errors)}); are the brokers up?")
 
     def forget(self, topic: str) -> None:
@@ -160,10 +165,14 @@ class Client:
                 resp = getattr(self.stub(address), method)(request, timeout=max(0.1, deadline - time.monotonic()))
                 return _check(resp)
             except BrokerError as e:
-                if e.code not in (pb.NOT_OWNER, pb.SERVICE_NOT_READY, pb.TOPIC_FENCED):
+                if e.code not in RETRYABLE:
                     raise ClientError(str(e), e.code) from e
                 last = e
-            except (grpc.RpcError, ClientError) as e:
+            except ClientError as e:
+                if e.code is not None and e.code not in RETRYABLE:
+                    raise  # the lookup was answered with a refusal (an unknown namespace, a bad name)
+                last = e
+            except grpc.RpcError as e:
                 last = e
             self.forget(topic)
             time.sleep(RETRY_PAUSE_S)

@@ -23,6 +23,7 @@ from impl.broker.errors import BrokerError, PersistenceError
 from impl.broker.managed_ledger import Position
 from impl.broker.service import BrokerService, ConsumerSink, Subscription, consumer_step
 from impl.broker.subscription import Message, MessageId, SubscriptionType
+from impl.metadata.store import ConnectionLoss, SessionExpired
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ def _answer(make: Callable[..., R], body: Callable[[], R]) -> R:
         return body()
     except BrokerError as e:
         return make(code=e.code, message=str(e))
+    except (SessionExpired, ConnectionLoss) as e:  # the session is being renewed: the client retries
+        return make(code=pb.SERVICE_NOT_READY, message=f"metadata session not usable now: {e}; retry")
     except Exception as e:  # a bug must not kill the connection silently: log it and say so
         log.exception("broker handler failed")
         return make(code=pb.PERSISTENCE_ERROR, message=f"internal error: {type(e).__name__}: {e}")

@@ -185,10 +185,19 @@ def test_takeover_after_sigkill_and_a_paused_owner_never_gets_a_write_acknowledg
         assert b"stale" not in values
         acked_values = [v for _, v in producing.acked]
         logs_text = "\n".join(f"{p.name}: {p.read_text()[-3000:]}" for p in sorted(logs.glob("broker-*.log")))
-        assert [v for v in values if v in set(acked_values)] == acked_values, (
-            f"acknowledged messages lost or reordered; {len(values)} consumed of {len(acked_values)} acked; "
-            f"read_topic has {len(client.read_topic(topic))}; broker logs:\n{logs_text}"
-        )
+        if [v for v in values if v in set(acked_values)] != acked_values:
+            read = {v: mid for mid, v in client.read_topic(topic)}
+            missing: dict[int, list[int]] = {}
+            for mid, v in producing.acked:
+                if v not in read:
+                    missing.setdefault(mid.ledger_id, []).append(mid.entry_id)  # type: ignore[attr-defined]
+            stats = client.admin("topics internal-stats", {"topic": topic}, route_topic=topic)
+            raise AssertionError(
+                f"acknowledged messages lost or reordered; {len(values)} consumed of {len(acked_values)} acked; "
+                f"read_topic has {len(read)}; missing by ledger: "
+                f"{ {k: (min(v), max(v), len(v)) for k, v in missing.items()} }; ledgers {stats['ledgers']}; "
+                f"cursors {stats['cursors']}; broker logs:\n{logs_text}"
+            )
         assert set(values) <= set(acked_values) | set(producing.unknown)
         assert [mid for mid, _ in seen] == sorted(mid for mid, _ in seen)  # type: ignore[type-var]
         client.close()
