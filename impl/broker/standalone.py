@@ -78,7 +78,9 @@ class _InProcessBookie:
         self.paused = False
 
     def start(self) -> None:
-        bookie = Bookie(self.data_dir)
+        # The metadata store lets the bookie garbage-collect ledgers whose metadata was deleted
+        # (topics trimmed by the broker).
+        bookie = Bookie(self.data_dir, metadata=self.registry.store)
         for torn in bookie.replay_report.torn:
             log.warning("bookie %s: ignored torn journal tail %s at %d", self.bookie_id, torn.file, torn.offset)
         server = BookieServer(bookie, port=self.port)
