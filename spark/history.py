@@ -63,7 +63,12 @@ class Op:
 
 
 def _position(raw: Any) -> Position | None:
-    if isinstance(raw, list | tuple) and len(raw) == 3 and all(type(x) is int and x >= 0 for x in raw):
+    # Spelled out rather than all(...): this runs for every position of every event of the validation pass.
+    if type(raw) is list and len(raw) == 3:
+        a, b, c = raw
+        if type(a) is int and type(b) is int and type(c) is int and a >= 0 and b >= 0 and c >= 0:
+            return (a, b, c)
+    elif isinstance(raw, tuple) and len(raw) == 3 and all(type(x) is int and x >= 0 for x in raw):
         return (raw[0], raw[1], raw[2])
     return None
 
@@ -125,9 +130,13 @@ def iter_events(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def validate(path: str, events: Iterable[tuple[int, dict[str, Any]]], keep_ops: bool = True) -> list[Op]:
-    """Check the format; return the operations (in invoke order) if `keep_ops`, else just validate."""
+    """Check the format; return the operations (in invoke order) if `keep_ops`, else just validate.
+
+    This pass reads every event in Python before Spark starts, so it is written for speed: a pending invoke is
+    a plain tuple (f, topic, invoke index, value, Op or None), and an Op is built only if `keep_ops`.
+    """
     ops: list[Op] = []
-    pending: dict[int, Op] = {}
+    pending: dict[int, tuple[str, str, int, str | None, Op | None]] = {}
     crashed: set[int] = set()
     appended: set[str] = set()
     count = 0
@@ -137,17 +146,20 @@ def validate(path: str, events: Iterable[tuple[int, dict[str, Any]]], keep_ops: 
 
     for line, ev in events:
         count += 1
-        if ev.get("index") != line - 1 or type(ev.get("index")) is not int:
-            raise fail(line, f"index is {ev.get('index')!r}, expected {line - 1} (the 0-based line position)")
-        if type(ev.get("time")) is not int:
-            raise fail(line, f"time must be an integer (nanoseconds), got {ev.get('time')!r}")
-        process = ev.get("process")
+        get = ev.get
+        index = get("index")
+        if index != line - 1 or type(index) is not int:
+            raise fail(line, f"index is {index!r}, expected {line - 1} (the 0-based line position)")
+        time = get("time")
+        if type(time) is not int:
+            raise fail(line, f"time must be an integer (nanoseconds), got {time!r}")
+        process = get("process")
         if process == NEMESIS:
             continue
         if type(process) is not int:
             raise fail(line, f'process must be an integer or "nemesis", got {process!r}')
-        kind, f, topic = ev.get("type"), ev.get("f"), ev.get("topic")
-        if f not in ("append", "read"):
+        kind, f, topic = get("type"), get("f"), get("topic")
+        if f != "append" and f != "read":
             raise fail(line, f'f must be "append" or "read", got {f!r}')
         if not isinstance(topic, str):
             raise fail(line, f"topic must be a string, got {topic!r}")
@@ -155,70 +167,74 @@ def validate(path: str, events: Iterable[tuple[int, dict[str, Any]]], keep_ops: 
             if process in pending:
                 raise fail(
                     line,
-                    f"process {process} invokes again before completing its invoke at "
-                    f"line {pending[process].inv_index + 1}",
+                    f"process {process} invokes again before completing its invoke at line {pending[process][2] + 1}",
                 )
             if process in crashed:
                 raise fail(line, f"process {process} invokes again after an info completion (use a fresh process)")
-            op = Op(process, f, topic, ev["index"], ev["time"])
+            op = Op(process, f, topic, index, time) if keep_ops else None
+            value = None
             if f == "append":
-                value = ev.get("value")
+                value = get("value")
                 if not isinstance(value, str):
                     raise fail(line, f"an append's value must be a string, got {value!r}")
                 if value in appended:
                     raise fail(line, f"value {value!r} is appended twice (values must be unique)")
                 appended.add(value)
-                op.value = value
+                if op is not None:
+                    op.value = value
             else:
-                raw_from = ev.get("from")
+                raw_from = get("from")
+                start = None
                 if raw_from is not None:
-                    op.start = _position(raw_from)
-                    if op.start is None:
+                    start = _position(raw_from)
+                    if start is None:
                         raise fail(line, f"a read's from must be null or [ledger, entry, batch], got {raw_from!r}")
-                limit = ev.get("limit")
+                limit = get("limit")
                 if limit is not None and (type(limit) is not int or limit <= 0):
                     raise fail(line, f"limit must be a positive integer, got {limit!r}")
-                op.limit = limit
-                final = ev.get("final", False)
+                final = get("final", False)
                 if final is not None and not isinstance(final, bool):
                     raise fail(line, f"final must be true or false, got {final!r}")
-                op.final = bool(final)
-            pending[process] = op
-            if keep_ops:
+                if op is not None:
+                    op.start, op.limit, op.final = start, limit, bool(final)
+            pending[process] = (f, topic, index, value, op)
+            if op is not None:
                 ops.append(op)
-        elif kind in COMPLETIONS:
-            op_or_none = pending.pop(process, None)
-            if op_or_none is None:
+        elif kind == "ok" or kind == "fail" or kind == "info":
+            waiting = pending.pop(process, None)
+            if waiting is None:
                 raise fail(line, f"a {kind} completion of process {process} with no pending invoke")
-            op = op_or_none
-            if op.f != f or op.topic != topic:
+            inv_f, inv_topic, inv_index, inv_value, op = waiting
+            if inv_f != f or inv_topic != topic:
                 raise fail(
                     line,
                     f"the completion ({f} on {topic}) does not match its invoke at line "
-                    f"{op.inv_index + 1} ({op.f} on {op.topic})",
+                    f"{inv_index + 1} ({inv_f} on {inv_topic})",
                 )
-            op.type, op.cmp_index, op.cmp_time = kind, ev["index"], ev["time"]
+            if op is not None:
+                op.type, op.cmp_index, op.cmp_time = kind, index, time
             if kind == "info":
                 crashed.add(process)
             if f == "append":
-                if "value" in ev and ev["value"] != op.value:
-                    raise fail(line, f"the completion's value {ev['value']!r} differs from the invoke's {op.value!r}")
+                if "value" in ev and ev["value"] != inv_value:
+                    raise fail(line, f"the completion's value {ev['value']!r} differs from the invoke's {inv_value!r}")
                 if kind == "ok":
-                    op.position = _position(ev.get("position"))
-                    if op.position is None:
-                        raise fail(
-                            line, f"an ok append needs position [ledger, entry, batch], got {ev.get('position')!r}"
-                        )
+                    position = _position(get("position"))
+                    if position is None:
+                        raise fail(line, f"an ok append needs position [ledger, entry, batch], got {get('position')!r}")
+                    if op is not None:
+                        op.position = position
             elif kind == "ok":
-                value = ev.get("value")
+                value = get("value")
                 if not isinstance(value, list):
                     raise fail(line, f"an ok read's value must be a list of [position, value] pairs, got {value!r}")
+                entries = op.entries if op is not None else None
                 for i, pair in enumerate(value):
-                    pos = _position(pair[0]) if isinstance(pair, list) and len(pair) == 2 else None
+                    pos = _position(pair[0]) if type(pair) is list and len(pair) == 2 else None
                     if pos is None or not isinstance(pair[1], str):
                         raise fail(line, f"entry {i} of the read is not a [position, string value] pair: {pair!r}")
-                    if keep_ops:
-                        op.entries.append((pos, pair[1]))
+                    if entries is not None:
+                        entries.append((pos, pair[1]))
         else:
             raise fail(line, f'type must be "invoke", "ok", "fail" or "info", got {kind!r}')
     if count == 0:
