@@ -216,10 +216,10 @@ def _by_position(acks: Any, robs: Any) -> Any:
     )
     # Successor of each known position: lead within its bucket, else the first position of the next bucket.
     w_bucket = Window.partitionBy("h", "topic", "pb").orderBy("pos")
-    known = known.withColumn("succ", F.lead(F.struct("pos", "w")).over(w_bucket)).withColumn(
-        "first", F.lag("pos").over(w_bucket).isNull()
-    )
-    firsts = known.filter("first").select("h", "topic", "pb", F.struct("pos", "w").alias("head"))
+    known = known.withColumn("succ", F.lead(F.struct("pos", "w")).over(w_bucket))
+    # The first position of each bucket (and its earliest observation), aggregated before any shuffle: a small
+    # table. (Taking it from `known` would shuffle the observations a second time, pruned to fewer columns.)
+    firsts = obs.groupBy("h", "topic", "pb").agg(F.min(F.struct("pos", F.col("idx").alias("w"))).alias("head"))
     w_topic = Window.partitionBy("h", "topic").orderBy("pb")
     nexts = firsts.select("h", "topic", "pb", F.lead("head").over(w_topic).alias("next_head"))
     known = known.join(nexts, ["h", "topic", "pb"], "left").withColumn("succ", F.coalesce("succ", "next_head"))
@@ -447,15 +447,12 @@ def _running_maxima(acks: Any, reads: Any) -> Any:
     )
     w_bucket = Window.partitionBy("h", "topic", "ib").orderBy("idx")
     upto = w_bucket.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    local = scan_in.select(
-        "*",
-        F.max("ack").over(upto).alias("lack"),
-        F.max("rd").over(upto).alias("lrd"),
-        F.lead("idx").over(w_bucket).isNull().alias("last"),
-    )
+    local = scan_in.select("*", F.max("ack").over(upto).alias("lack"), F.max("rd").over(upto).alias("lrd"))
+    # Bucket maxima aggregated before any shuffle (a small table), then the maximum of all earlier buckets.
+    ends = scan_in.groupBy("h", "topic", "ib").agg(F.max("ack").alias("back"), F.max("rd").alias("brd"))
     before = Window.partitionBy("h", "topic").orderBy("ib").rowsBetween(Window.unboundedPreceding, -1)
-    carry = local.filter("last").select(
-        "h", "topic", "ib", F.max("lack").over(before).alias("cack"), F.max("lrd").over(before).alias("crd")
+    carry = ends.select(
+        "h", "topic", "ib", F.max("back").over(before).alias("cack"), F.max("brd").over(before).alias("crd")
     )
     queries = (
         local.filter(F.col("qcmp").isNotNull())
