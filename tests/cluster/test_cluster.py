@@ -25,6 +25,30 @@ def status_rows(directory: Path) -> tuple[int, dict[str, list[str]]]:
     return result.returncode, rows
 
 
+def registration_session(metadata: str, bookie: str) -> int | None:
+    """The session holding the bookie's registration node (None: not registered)."""
+    hosts, chroot = metadata[len("zk://") :].split("/", 1)
+    zk = KazooClient(hosts=hosts)
+    zk.start(timeout=15)
+    try:
+        stat = zk.exists(f"/{chroot}/ledgers/available/{bookie}")
+        return None if stat is None else int(stat.ephemeralOwner)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def registers_again(metadata: str, bookie: str, old_session: int | None, timeout_s: float = 30) -> bool:
+    """The bookie registered again on a session other than `old_session` (as BookKeeper's bookie does)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        session = registration_session(metadata, bookie)
+        if session is not None and session != old_session:
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def registered_bookies(metadata: str) -> list[str]:
     hosts, chroot = metadata[len("zk://") :].split("/", 1)
     zk = KazooClient(hosts=hosts)
@@ -75,11 +99,15 @@ def test_up_status_faults_and_down_with_zookeeper_and_bookies(cluster_dir: Path)
     assert pulsar_ref("cluster", "resume", "--dir", str(cluster_dir), "bookie-2").returncode == 0
     assert psutil.Process(pid2).status() != psutil.STATUS_STOPPED
 
-    # expire-session: ZooKeeper ends the bookie's session, its registration disappears, the process lives on
+    # expire-session: ZooKeeper ends the bookie's session and its registration with it; the process
+    # lives on and registers again on a new session
+    bookie3 = f"127.0.0.1:{cluster['nodes'][2]['port']}"
+    before = registration_session(metadata, bookie3)
+    assert before is not None
     expire = pulsar_ref("cluster", "expire-session", "--dir", str(cluster_dir), "bookie-3")
     assert expire.returncode == 0, expire.stderr
     assert "expired" in expire.stdout
-    assert f"127.0.0.1:{cluster['nodes'][2]['port']}" not in registered_bookies(metadata)
+    assert registers_again(metadata, bookie3, before)
     assert psutil.pid_exists(cluster["nodes"][2]["pid"])
     # ... and a ZooKeeper server cannot have its session expired
     assert pulsar_ref("cluster", "expire-session", "--dir", str(cluster_dir), "zk-1").returncode == 1
@@ -161,9 +189,11 @@ def test_three_zookeepers_survive_a_member_restart(cluster_dir: Path) -> None:
     code, rows = status_rows(cluster_dir)
     assert code == 0 and rows["zk-2"][-1] in ("follower", "leader")
     # the bookie kept its registration through the member restart; its session can still be ended by force
-    assert registered_bookies(metadata) == [f"127.0.0.1:{state(cluster_dir)['nodes'][0]['port']}"]
+    bookie1 = f"127.0.0.1:{state(cluster_dir)['nodes'][0]['port']}"
+    assert registered_bookies(metadata) == [bookie1]
+    before = registration_session(metadata, bookie1)
     assert pulsar_ref("cluster", "expire-session", "--dir", str(cluster_dir), "bookie-1").returncode == 0
-    assert registered_bookies(metadata) == []
+    assert registers_again(metadata, bookie1, before)
     assert pulsar_ref("cluster", "down", "--dir", str(cluster_dir)).returncode == 0
     assert processes_under(cluster_dir) == []
 
