@@ -17,7 +17,6 @@ import fcntl
 import json
 import logging
 import os
-import socket
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -35,6 +34,7 @@ from impl.metadata import layout
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import MetadataError, MetadataStore, NoNode
 from impl.metadata.url import connect
+from impl.metadata.zkserver import free_port
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,6 @@ def lock_data_dir(data_dir: Path) -> int:
             f"another standalone is running on {data_dir}; stop it or use another --data directory"
         ) from None
     return fd
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _InProcessBookie:
