@@ -258,7 +258,10 @@ class ZooKeeperServer:
 
     def pid(self) -> int | None:
         """The running JVM's pid (found through the pidfile, checked against its command line)."""
-        if self._process is not None and self._process.poll() is not None:
+        if self._process is not None:
+            if self._process.poll() is None:
+                # Our own child: trust the handle. Just after fork its command line may not be java's yet.
+                return self._process.pid
             self._process = None
         try:
             pid = int(self.pid_file.read_text().strip())
