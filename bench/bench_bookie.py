@@ -52,12 +52,14 @@ def raw_loop(directory: Path, batch: int, seconds: float) -> str:
     return row(f"raw write+fdatasync, batch {batch}", n, time.monotonic() - start, lat)
 
 
-def journal_alone(directory: Path, seconds: float) -> str:
-    journal = Journal(directory / "journal-bench")
+def journal_alone(directory: Path, seconds: float, per_append: int) -> str:
+    """Appends of `per_append` records each (1: one client add; 64: what one Batches message
+    hands the journal), 4096 records in flight."""
+    journal = Journal(directory / f"journal-bench-{per_append}")
     body = b"x" * ENTRY
     lat: list[float] = []
     done = [0]
-    window = threading.Semaphore(4096)
+    window = threading.Semaphore(4096 // per_append)
     start = time.monotonic()
     n = 0
     while time.monotonic() - start < seconds:
@@ -65,14 +67,15 @@ def journal_alone(directory: Path, seconds: float) -> str:
         t = time.monotonic()
 
         def cb(t: float = t) -> None:
-            lat.append(time.monotonic() - t)
-            done[0] += 1
+            lat.extend([time.monotonic() - t] * per_append)
+            done[0] += per_append
             window.release()
 
-        journal.append([JournalRecord(RecordKind.ENTRY, 1, n, KEY, body)], cb)
-        n += 1
+        journal.append([JournalRecord(RecordKind.ENTRY, 1, n + i, KEY, body) for i in range(per_append)], cb)
+        n += per_append
     journal.close()
-    return row("journal alone (4096 in flight)", done[0], time.monotonic() - start, lat) + f" flushes={journal.flushes}"
+    name = f"journal alone, {per_append}-record appends (4096 in flight, {journal.flushes} flushes)"
+    return row(name, done[0], time.monotonic() - start, lat)
 
 
 def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int) -> str:
@@ -116,7 +119,8 @@ def main() -> int:
         print("|---|---|---|---|---|")
         for batch in (1, 16, 128, 512):
             print(raw_loop(directory, batch, args.seconds), flush=True)
-        print(journal_alone(directory, args.seconds), flush=True)
+        for per_append in (1, 64):
+            print(journal_alone(directory, args.seconds, per_append), flush=True)
         proc = subprocess.Popen(
             [sys.executable, "-m", "pulsar_ref.cli", "bookie", "--metadata", f"embedded://{directory / 'meta'}"]
             + ["--data", str(directory / "data")],

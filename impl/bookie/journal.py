@@ -32,12 +32,11 @@ MAX_RECORD = 64 * 1024 * 1024
 
 
 def encode_record(record: JournalRecord) -> bytes:
-    payload = (
-        FIXED.pack(record.kind.value, record.ledger_id, record.entry_id, record.lac, len(record.master_key))
-        + record.master_key
-        + record.body
-    )
-    return FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+    fixed = FIXED.pack(record.kind.value, record.ledger_id, record.entry_id, record.lac, len(record.master_key))
+    key, body = record.master_key, record.body
+    # The CRC runs over the three parts in turn: no joined payload copy just to checksum it.
+    crc = zlib.crc32(body, zlib.crc32(key, zlib.crc32(fixed)))
+    return b"".join((FRAME.pack(len(fixed) + len(key) + len(body), crc), fixed, key, body))
 
 
 def decode_payload(payload: bytes) -> JournalRecord:
