@@ -97,6 +97,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Step = Callable[[], list[Output]]
+AddCallback = Callable[["Position | ManagedLedgerError"], None]  # where the entry is, or why it is not
 DEFAULT_TIMEOUT_S = 60.0
 
 
@@ -129,11 +130,15 @@ class ManagedLedger:
         # many managed ledgers is fine; by default each has one thread of its own.
         self._own_worker = executor is None
         self._worker: Executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ml-{name}")
+        # At most one drain waits on the worker: completions arrive by the thousand per second, and
+        # a submit each (a work item, a future, a wake-up) cost more than the step they carry.
+        self._drain_scheduled = False
+        self._schedule_lock = threading.Lock()
         self._writers: dict[int, WriteHandle] = {}
         self._readers: dict[int, ReadHandle] = {}
         self._handles_lock = threading.Lock()
         self._tokens = itertools.count()
-        self._adds: dict[int, Future[Position]] = {}
+        self._adds: dict[int, AddCallback] = {}  # token -> whom to tell the add's outcome
         self._trims: deque[Future[list[int]]] = deque()
         self._listeners: list[Callable[[Position], None]] = []
         self._cursors: dict[str, ManagedCursor] = {}
@@ -216,8 +221,20 @@ class ManagedLedger:
     def _queue(self, step: Step) -> None:
         """From a BookKeeper callback thread: queue the step; the worker performs it."""
         self._inbox.append(step)
-        with contextlib.suppress(RuntimeError):  # the worker is shut down: the ledger is closed
-            self._worker.submit(self._drain)
+        with self._schedule_lock:
+            if self._drain_scheduled:
+                return  # the scheduled drain has not started yet: it will see this step
+            self._drain_scheduled = True
+        try:
+            self._worker.submit(self._scheduled_drain)
+        except RuntimeError:  # the worker is shut down: the ledger is closed
+            with self._schedule_lock:
+                self._drain_scheduled = False
+
+    def _scheduled_drain(self) -> None:
+        with self._schedule_lock:
+            self._drain_scheduled = False  # before looking at the inbox: a step queued from now on schedules again
+        self._drain()
 
     def _drain(self) -> None:
         while self._inbox:
@@ -280,11 +297,9 @@ class ManagedLedger:
             self._send_add(output)
         elif isinstance(output, CompleteAdd):
             self.cache.put(output.position, output.data)
-            add = self._adds.pop(output.token)
-            self._deliveries.append(lambda: add.set_result(output.position))
+            self._deliveries.append(functools.partial(self._adds.pop(output.token), output.position))
         elif isinstance(output, FailAdd):
-            failed = self._adds.pop(output.token)
-            self._deliveries.append(lambda: failed.set_exception(output.error))
+            self._deliveries.append(functools.partial(self._adds.pop(output.token), output.error))
         elif isinstance(output, NotifyConfirmed):
             for listener in list(self._listeners):
                 self._deliveries.append(functools.partial(listener, output.position))
@@ -322,17 +337,16 @@ class ManagedLedger:
     def _send_add(self, output: SendAdd) -> None:
         ledger_id, entry_id = output.ledger_id, output.entry_id
         handle = self._writers[ledger_id]
-        future = handle.add_async(output.data)
+        core = self._core
 
-        def done(f: Future[int]) -> None:
-            error = f.exception()
-            if error is None:
-                self._queue(lambda: self._core.on_add_completed(ledger_id, f.result()))
+        def done(outcome: int | LedgerClientError) -> None:
+            if isinstance(outcome, LedgerClientError):
+                fenced = isinstance(outcome, LedgerFencedError)
+                self._queue(lambda: core.on_add_failed(ledger_id, entry_id, fenced, str(outcome)))
             else:
-                fenced = isinstance(error, LedgerFencedError)
-                self._queue(lambda: self._core.on_add_failed(ledger_id, entry_id, fenced, str(error)))
+                self._queue(lambda: core.on_add_completed(ledger_id, outcome))
 
-        future.add_done_callback(done)
+        handle.add_with_callback(output.data, done)
 
     def _recover_last_ledger(self, ledger_id: int) -> None:
         core = self._core
@@ -452,14 +466,26 @@ class ManagedLedger:
         Fails with ManagedLedgerFencedError once another broker took the topic over (for good),
         ManagedLedgerClosedError after close().
         """
+        future: Future[Position] = Future()
+
+        def done(outcome: Position | ManagedLedgerError) -> None:
+            if isinstance(outcome, ManagedLedgerError):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+        self.add_with_callback(data, done)
+        return future
+
+    def add_with_callback(self, data: bytes, callback: AddCallback) -> None:
+        """`add_async` without a future (the broker publishes thousands a second): `callback(position)`
+        or `callback(error)`, in add order, after the lock is released; it must not block."""
         if not isinstance(data, bytes | bytearray | memoryview):
             raise TypeError(f"an entry is bytes, not {type(data).__name__}")
-        future: Future[Position] = Future()
         token = next(self._tokens)
-        self._adds[token] = future
+        self._adds[token] = callback
         payload = bytes(data)
         self._run(lambda: self._core.add(token, payload, self.clock()))
-        return future
 
     def add(self, data: bytes) -> Position:
         position: Position = self._wait(self.add_async(data), "an add")

@@ -39,6 +39,7 @@ from impl.broker.managed_ledger import (
     ManagedCursor,
     ManagedLedger,
     ManagedLedgerConfig,
+    ManagedLedgerError,
     ManagedLedgerFencedError,
     Position,
 )
@@ -224,26 +225,24 @@ class Topic:
                 done.set_result((None, True))
                 return done
             data = encode_entry(producer, sequence_id, int(time.time() * 1000), messages)
+            result: Future[tuple[Position | None, bool]] = Future()
+
+            def finish(outcome: Position | ManagedLedgerError) -> None:
+                if isinstance(outcome, ManagedLedgerFencedError):
+                    self.service.topic_fenced(self)
+                    result.set_exception(TopicFenced(str(outcome)))
+                elif isinstance(outcome, ManagedLedgerError):
+                    result.set_exception(PersistenceError(f"entry not confirmed on {self.name}: {outcome}"))
+                else:
+                    result.set_result((outcome, False))
+
             try:
-                added = self.ml.add_async(data)
+                self.ml.add_with_callback(data, finish)
             except ManagedLedgerFencedError as e:
                 self.service.topic_fenced(self)
                 raise TopicFenced(str(e)) from e
             if dedup:
                 self.last_sequence[producer] = sequence_id + len(messages) - 1
-        result: Future[tuple[Position | None, bool]] = Future()
-
-        def finish(f: Future[Position]) -> None:
-            error = f.exception()
-            if error is None:
-                result.set_result((f.result(), False))
-            elif isinstance(error, ManagedLedgerFencedError):
-                self.service.topic_fenced(self)
-                result.set_exception(TopicFenced(str(error)))
-            else:
-                result.set_exception(PersistenceError(f"entry not confirmed on {self.name}: {error}"))
-
-        added.add_done_callback(finish)
         return result
 
     # ---- readers -----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from impl.bookie.client.failures import NoSuchEntryError, PlacementError, UnauthorizedError
+from impl.bookie.client.failures import LedgerClientError, NoSuchEntryError, PlacementError, UnauthorizedError
 from impl.bookie.client.ledger_update import MetadataResult, UpdateMetadata, apply_change
 from impl.bookie.client.placement import BookieInfo, choose_ensemble, choose_replacement
 from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
@@ -45,6 +45,8 @@ from impl.metadata.store import MetadataError
 __all__ = ["BookKeeperClient", "BookieTransport", "LedgerEntry", "ReadHandle", "WriteHandle"]
 
 DEFAULT_TIMEOUT_S = 30.0
+
+AddCallback = Callable[[int | LedgerClientError], None]  # the confirmed entry id, or why the add failed
 
 
 class BookieTransport(Protocol):
@@ -262,7 +264,7 @@ class WriteHandle:
         self.client = client
         self.ledger_id = ledger_id
         self.writer = LedgerWriter(ledger_id, metadata)
-        self._futures: dict[int, Future[int]] = {}
+        self._waiters: dict[int, AddCallback] = {}  # entry id -> whom to tell its outcome
         self._close: Future[LedgerMetadata | None] | None = None
         self._driver = _Driver(client, self.writer, self._on_event)
 
@@ -277,17 +279,31 @@ class WriteHandle:
     def add_async(self, data: bytes) -> Future[int]:
         future: Future[int] = Future()
 
+        def done(outcome: int | LedgerClientError) -> None:
+            if isinstance(outcome, LedgerClientError):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+        self.add_with_callback(data, done)
+        return future
+
+    def add_with_callback(self, data: bytes, callback: AddCallback) -> None:
+        """`add_async` without a future, for callers with thousands of adds a second: `callback(entry_id)`
+        once the add is confirmed (in entry order) or `callback(error)`; it runs on a transport thread
+        (inline when the writer refuses the add), so it must not block."""
+        payload = bytes(data)
+
         def step() -> list[Any]:
-            outputs = self.writer.add(bytes(data))
+            outputs = self.writer.add(payload)
             first = outputs[0] if outputs else None
             if isinstance(first, AddFailed) and first.entry_id is None:
-                future.set_exception(first.error)  # refused: the writer is fenced, failed or closed
+                callback(first.error)  # refused: the writer is fenced, failed or closed
                 return []
-            self._futures[self.writer.last_add_pushed] = future
+            self._waiters[self.writer.last_add_pushed] = callback
             return outputs
 
         self._driver.feed(step)
-        return future
 
     def add(self, data: bytes) -> int:
         return _wait(self.add_async(data), self.client.timeout_s, f"add to ledger {self.ledger_id}")
@@ -310,11 +326,11 @@ class WriteHandle:
 
     def _on_event(self, event: Any) -> None:
         if isinstance(event, AddCompleted):
-            self._futures.pop(event.entry_id).set_result(event.entry_id)
+            self._waiters.pop(event.entry_id)(event.entry_id)
         elif isinstance(event, AddFailed) and event.entry_id is not None:
-            future = self._futures.pop(event.entry_id, None)
-            if future is not None:
-                future.set_exception(event.error)
+            waiter = self._waiters.pop(event.entry_id, None)
+            if waiter is not None:
+                waiter(event.error)
         elif isinstance(event, WriterClosed) and self._close is not None:
             self._close.set_result(event.metadata)
         elif isinstance(event, CloseFailed) and self._close is not None:
