@@ -1,38 +1,56 @@
-"""Broker benchmark: publish throughput, end-to-end latency at a fixed rate, catch-up reads.
+"""Broker benchmark: publish throughput, latency at a fixed rate, catch-up reads from the bookies.
 
-Runs `pulsar-ref standalone` as its own process (embedded metadata, three in-process bookies,
-one broker; E2/Qw2/Qa2) and drives it from this process with the client library:
-  publish      N messages of 100 B and 1 KiB, with and without client-side batching
-  latency      a fixed rate of 1 KiB messages for S seconds from a batching producer (1 ms
-               delay, Pulsar's default); a consumer on the same clock measures send -> receive
-  catch-up     the standalone is restarted (empty entry cache) and a reader reads the whole
-               topic back from the bookies
+Deployments (E2/Qw2/Qa2 in both, driven from this process with the client library):
+  standalone   `pulsar-ref standalone` as one process (embedded metadata, three in-process bookies, one broker)
+  cluster      separate processes: a real ZooKeeper, three `pulsar-ref bookie`, one `pulsar-ref broker`
+               (impl/cluster/deployment.py, as `pulsar-ref cluster up` lays them out)
 
-    .venv/bin/python bench/bench_broker.py [--messages 5000] [--seconds 5] [--rate 1000]
+Runs, per deployment:
+  publish      N messages of 100 B and 1 KiB sent as fast as possible, with and without client-side
+               batching; the latencies of such a run are those of a backlog, not of a light load
+  fixed rate   1 KiB messages at R msg/s for S seconds, without batching and with batching (1 ms delay,
+               Pulsar's default); publish latency is from the scheduled send time to the acknowledgement,
+               end-to-end latency to the receipt by a consumer on the same clock (so a sender falling
+               behind its schedule shows up as latency)
+  catch-up     the broker is restarted (its entry cache is empty) and the unbatched 1 KiB topic is read back
+               from the bookies: by a reader (Read calls of 1,000) and by a durable subscription from earliest
+
+    .venv/bin/python bench/bench_broker.py [--deployment standalone|cluster|both] [--messages 5000]
+                                           [--seconds 5] [--rate 1000]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import math
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from impl.broker.client import Client  # noqa: E402
+from impl.broker.client import Client, MessageId  # noqa: E402
+from impl.cluster.deployment import Cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+QUORUMS = ("--ensemble", "2", "--write-quorum", "2", "--ack-quorum", "2")  # the standalone's default
 
 
-class StandaloneProcess:
+class StandaloneDeployment:
+    name = "standalone"
+
     def __init__(self, data: Path) -> None:
+        self.data = data
+        self._start()
+
+    def _start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pulsar_ref.cli", "standalone", "--data", str(data)],
+            [sys.executable, "-m", "pulsar_ref.cli", "standalone", "--data", str(self.data), *QUORUMS],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
         )
         assert self.proc.stdout is not None
@@ -42,22 +60,55 @@ class StandaloneProcess:
             raise RuntimeError(f"standalone did not start: {line!r}")
         self.url = line.split()[1]
 
+    def restart_broker(self) -> None:
+        self.stop()
+        self._start()
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(60)
 
 
+class ClusterDeployment:
+    name = "cluster"
+
+    def __init__(self, data: Path) -> None:
+        self.cluster = Cluster.plan(data, zookeepers=1, bookies=3, brokers=1, die_with_parent=True,
+                                    broker_options=QUORUMS)
+        self.cluster.up()
+        assert self.cluster.service_url is not None
+        self.url = self.cluster.service_url
+
+    def restart_broker(self) -> None:
+        self.cluster.node("broker-1").stop()  # graceful: it closes its ledgers
+        self.cluster.start("broker-1")
+
+    def stop(self) -> None:
+        self.cluster.down()
+
+
+@dataclass
+class Row:
+    run: str
+    messages: int
+    rate: float
+    p50: float = math.nan  # publish latency (ms)
+    p99: float = math.nan
+    e2e_p50: float = math.nan  # end-to-end latency (ms)
+    e2e_p99: float = math.nan
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else float("nan")
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000 if ordered else math.nan
 
 
-def publish(client: Client, topic: str, n: int, size: int, batching: bool) -> tuple[float, float, float]:
+def publish(client: Client, topic: str, n: int, size: int, batching: bool) -> Row:
     producer = client.create_producer(topic, batching=batching, batch_max_messages=100, batch_delay_s=0.002)
     payload = b"x" * size
     latencies: list[float] = []
-    start = time.perf_counter()
     sent = []
+    start = time.perf_counter()
     for _ in range(n):
         t0 = time.perf_counter()
         f = producer.send_async(payload)
@@ -68,86 +119,125 @@ def publish(client: Client, topic: str, n: int, size: int, batching: bool) -> tu
         f.result(120)
     elapsed = time.perf_counter() - start
     producer.close()
-    return n / elapsed, percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000
+    name = f"publish {size} B, {'batching' if batching else 'no batching'}, as fast as possible"
+    return Row(name, n, n / elapsed, percentile(latencies, 50), percentile(latencies, 99))
 
 
-def end_to_end(client: Client, topic: str, seconds: float, rate: int) -> tuple[int, float, float]:
+def fixed_rate(client: Client, topic: str, seconds: float, rate: int, batching: bool) -> Row:
+    """1 KiB messages at `rate`/s; latencies from each message's scheduled send time."""
     consumer = client.subscribe(topic, "bench", initial_position="latest")
-    producer = client.create_producer(topic, batching=True, batch_delay_s=0.001)  # Pulsar's default producer
-    sent_at: dict[bytes, float] = {}
-    latencies: list[float] = []
+    producer = client.create_producer(topic, batching=batching, batch_delay_s=0.001)
     total = int(seconds * rate)
+    scheduled = [0.0] * total
+    acked: list[float] = []
+    received: list[float] = []
 
     def consume() -> None:
-        while len(latencies) < total:
+        while len(received) < total:
             try:
-                msg = consumer.receive(timeout_s=10)
+                msg = consumer.receive(timeout_s=30)
             except TimeoutError:
                 return
-            latencies.append(time.perf_counter() - sent_at[msg.data])
+            received.append(time.perf_counter() - scheduled[int(msg.data[:8])])
             consumer.acknowledge(msg)
 
     reader = threading.Thread(target=consume)
     reader.start()
-    start = time.perf_counter()
+    start = time.perf_counter() + 0.05
     for i in range(total):
-        wait = start + i / rate - time.perf_counter()
+        scheduled[i] = at = start + i / rate
+        wait = at - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
-        key = b"%08d" % i + b"x" * 1016
-        sent_at[key] = time.perf_counter()
-        producer.send_async(key)
+        f = producer.send_async(b"%08d" % i + b"x" * 1016)
+        f.add_done_callback(lambda _f, at=at: acked.append(time.perf_counter() - at))
     producer.close()
+    sent_in = time.perf_counter() - start
     reader.join()
     consumer.close()
-    return len(latencies), percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000
+    if len(received) < total:
+        print(f"  only {len(received)} of {total} messages were received", flush=True)
+    name = f"fixed rate, 1 KiB at {rate:,} msg/s, {'batching (1 ms)' if batching else 'no batching'}"
+    return Row(name, len(received), total / sent_in, percentile(acked, 50), percentile(acked, 99),
+               percentile(received, 50), percentile(received, 99))
+
+
+def catch_up_reader(client: Client, topic: str) -> Row:
+    start = time.perf_counter()
+    count, nxt = 0, None
+    while True:
+        batch = client.read_topic(topic, nxt, limit=1000)
+        if not batch:
+            break
+        count += len(batch)
+        last = batch[-1][0]
+        nxt = MessageId(last.ledger_id, last.entry_id, last.batch_index + 1)
+    return Row("catch-up read from bookies, 1 KiB entries, reader", count, count / (time.perf_counter() - start))
+
+
+def catch_up_subscription(client: Client, topic: str, n: int) -> Row:
+    start = time.perf_counter()
+    consumer = client.subscribe(topic, "catch-up", initial_position="earliest")
+    count = 0
+    try:
+        while count < n:
+            consumer.acknowledge(consumer.receive(timeout_s=30))
+            count += 1
+    except TimeoutError:
+        print(f"  the subscription received {count} of {n}", flush=True)
+    consumer.close()
+    return Row("catch-up read from bookies, 1 KiB entries, subscription", count, count / (time.perf_counter() - start))
+
+
+def run(deploy: Callable[[Path], StandaloneDeployment | ClusterDeployment], args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    deployment = deploy(Path(tempfile.mkdtemp(prefix="bench-broker-")))
+    try:
+        with Client(deployment.url, timeout_s=60) as client:
+            for size in (100, 1024):
+                for batching in (False, True):
+                    rows.append(publish(client, f"bench-{size}-{'batch' if batching else 'plain'}",
+                                        args.messages, size, batching))
+                    print(f"  {rows[-1]}", flush=True)
+            for batching in (False, True):
+                topic = f"bench-rate-{'batch' if batching else 'plain'}"
+                rows.append(fixed_rate(client, topic, args.seconds, args.rate, batching))
+                print(f"  {rows[-1]}", flush=True)
+        deployment.restart_broker()  # an empty entry cache: the reads go to the bookies
+        with Client(deployment.url, timeout_s=60) as client:
+            rows.append(catch_up_reader(client, "bench-1024-plain"))
+            print(f"  {rows[-1]}", flush=True)
+            rows.append(catch_up_subscription(client, "bench-1024-plain", args.messages))
+            print(f"  {rows[-1]}", flush=True)
+    finally:
+        deployment.stop()
+    return rows
+
+
+def ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.1f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=5000)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--deployment", choices=("standalone", "cluster", "both"), default="both")
+    parser.add_argument("--messages", type=int, default=5000, help="messages per publish run (default 5000)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of a fixed-rate run (default 5)")
+    parser.add_argument("--rate", type=int, default=1000, help="messages/s of a fixed-rate run (default 1000)")
     args = parser.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="bench-broker-"))
-    rows = []
-    standalone = StandaloneProcess(data)
-    try:
-        with Client(standalone.url, timeout_s=60) as client:
-            for size in (100, 1024):
-                for batching in (False, True):
-                    topic = f"bench-{size}-{'batch' if batching else 'plain'}"
-                    rate, p50, p99 = publish(client, topic, args.messages, size, batching)
-                    rows.append((f"publish {size} B, {'batching' if batching else 'no batching'}",
-                                 args.messages, rate, p50, p99))
-                    print(rows[-1], flush=True)
-            n, p50, p99 = end_to_end(client, "bench-e2e", args.seconds, args.rate)
-            rows.append((f"end to end, 1 KiB at {args.rate} msg/s, batching (1 ms)", n, n / args.seconds, p50, p99))
-            print(rows[-1], flush=True)
-    finally:
-        standalone.stop()
-    standalone = StandaloneProcess(data)  # restarted: the entry cache is empty, reads go to the bookies
-    try:
-        with Client(standalone.url, timeout_s=60) as client:
-            start = time.perf_counter()
-            count, nxt = 0, None
-            while True:
-                batch = client.read_topic("bench-1024-plain", nxt, limit=1000)
-                if not batch:
-                    break
-                count += len(batch)
-                last = batch[-1][0]
-                nxt = type(last)(last.ledger_id, last.entry_id, last.batch_index + 1)
-            elapsed = time.perf_counter() - start
-            rows.append(("catch-up read from bookies, 1 KiB", count, count / elapsed, float("nan"), float("nan")))
-    finally:
-        standalone.stop()
-    print()
-    print("| run | messages | msg/s | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|---:|")
-    for name, n, rate, p50, p99 in rows:
-        print(f"| {name} | {n:,} | {rate:,.0f} | {p50:.1f} | {p99:.1f} |")
-    print(f"\nmedian of the publish rates: {statistics.median(r[2] for r in rows[:4]):,.0f} msg/s")
+    deployments = {"standalone": StandaloneDeployment, "cluster": ClusterDeployment}
+    chosen = list(deployments) if args.deployment == "both" else [args.deployment]
+    tables = []
+    for name in chosen:
+        print(f"{name}:", flush=True)
+        tables.append((name, run(deployments[name], args)))
+    for name, rows in tables:
+        print(f"\n{name}\n")
+        print("| run | messages | msg/s | publish p50 ms | publish p99 ms | end-to-end p50 ms | end-to-end p99 ms |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r.run} | {r.messages:,} | {r.rate:,.0f} | {ms(r.p50)} | {ms(r.p99)} | {ms(r.e2e_p50)} "
+                  f"| {ms(r.e2e_p99)} |")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import grpc
 from impl.broker import broker_pb2 as pb
 from impl.broker import broker_pb2_grpc as pb_grpc
 from impl.broker.admin import Admin
-from impl.broker.errors import BrokerError, PersistenceError
+from impl.broker.errors import BrokerError, PersistenceError, UnknownMessageIdError
 from impl.broker.managed_ledger import Position
 from impl.broker.service import BrokerService, ConsumerSink, Subscription, consumer_step
 from impl.broker.subscription import Message, MessageId, SubscriptionType
@@ -37,6 +37,7 @@ SUB_TYPES = {
 }
 
 R = TypeVar("R")
+_NOTHING = object()  # no request held back
 
 
 def id_to_pb(mid: MessageId) -> pb.MessageId:
@@ -225,19 +226,68 @@ class _Servicer(pb_grpc.BrokerServicer):
                 consumer_step(sub, lambda: sub.dispatcher.nack(consumer, ids))
             return True
 
-        def read_requests() -> None:
+        inbox: queue.SimpleQueue[pb.ConsumeReq | None] = queue.SimpleQueue()
+
+        def receive() -> None:
             try:
                 for req in request_iterator:
+                    inbox.put(req)
+            except grpc.RpcError:
+                pass  # the consumer went away
+            finally:
+                inbox.put(None)
+
+        def acks_together(first: pb.ConsumeReq) -> tuple[list[pb.ConsumeReq], pb.ConsumeReq | None | object]:
+            """`first` (an individual ack) and the individual acks queued right behind it; the next
+            request (or _NOTHING)."""
+            acks = [first]
+            while True:
+                try:
+                    nxt = inbox.get_nowait()
+                except queue.Empty:
+                    return acks, _NOTHING
+                if nxt is None or nxt.WhichOneof("op") != "ack" or nxt.ack.cumulative:
+                    return acks, nxt
+                acks.append(nxt)
+
+        def handle_acks(acks: list[pb.ConsumeReq]) -> None:
+            # One persist of the cursor for acks that waited together (each one is a cursor-ledger add,
+            # and a consumer acks every message), in their order; nothing is acknowledged later than
+            # it would have been one by one.
+            sub = state.get("sub")
+            if sub is not None and len(acks) > 1:
+                ids = [id_from_pb(i) for a in acks for i in a.ack.ids]
+                try:
+                    consumer_step(sub, lambda: sub.dispatcher.ack(consumer, ids, False))
+                    return
+                except UnknownMessageIdError:
+                    pass  # one of them is unknown (so none counted): one by one, each refusal reported
+            for a in acks:
+                try:
+                    handle(a)
+                except BrokerError as e:
+                    out.put(pb.ConsumeResp(code=pb.OK, message=f"{type(e).__name__}: {e}"))
+
+        def read_requests() -> None:
+            held: pb.ConsumeReq | None | object = _NOTHING
+            try:
+                while True:
+                    req = inbox.get() if held is _NOTHING else held
+                    held = _NOTHING
+                    if req is None:
+                        return
+                    assert isinstance(req, pb.ConsumeReq)
                     try:
-                        if not handle(req):
+                        if req.WhichOneof("op") == "ack" and not req.ack.cumulative and "sub" in state:
+                            acks, held = acks_together(req)
+                            handle_acks(acks)
+                        elif not handle(req):
                             return
                     except BrokerError as e:
                         if "sub" not in state:
                             fail(e.code, str(e))  # the subscribe failed: end the stream
                             return
                         out.put(pb.ConsumeResp(code=pb.OK, message=f"{type(e).__name__}: {e}"))
-            except grpc.RpcError:
-                pass  # the consumer went away
             finally:
                 sub = state.get("sub")
                 if sub is not None:
@@ -245,6 +295,7 @@ class _Servicer(pb_grpc.BrokerServicer):
                     sub.run(lambda: sub.dispatcher.remove_consumer(consumer))
                 out.put(None)
 
+        threading.Thread(target=receive, name=f"consumer-{consumer}-receive", daemon=True).start()
         threading.Thread(target=read_requests, name=f"consumer-{consumer}", daemon=True).start()
         while True:
             item = out.get()

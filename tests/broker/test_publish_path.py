@@ -1,0 +1,137 @@
+"""The broker's hot paths under pipelining: many entries in one Send, acks that queue up behind each
+other on a consume stream. Each shortcut must give exactly the outcomes the one-at-a-time path gives."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from impl.broker import broker_pb2 as pb
+from impl.broker.client import Client, MessageId
+from impl.broker.service import Subscription
+from impl.broker.standalone import Standalone
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    s = Standalone(tmp_path_factory.mktemp("standalone"))
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def client(standalone: Standalone) -> Iterator[Client]:
+    with Client(standalone.service_url, timeout_s=10) as c:
+        yield c
+
+
+def topic() -> str:
+    return f"persistent://public/default/p-{uuid.uuid4().hex[:8]}"
+
+
+def subscription(standalone: Standalone, t: str, name: str) -> Subscription:
+    assert standalone.broker is not None
+    return standalone.broker.service.topics[t].subscriptions[name]
+
+
+def wait_for(condition, what: str, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_pipelined_send_acknowledges_every_entry_in_order_and_stops_at_a_refusal(client: Client) -> None:
+    t = topic()
+    client.create_producer(t, name="pipelined")
+    stub = client.stub(client.lookup(t))
+    messages = [pb.Message(payload=b"m%d" % i) for i in range(50)]
+    resp = stub.Send(pb.SendReq(topic=t, producer_name="pipelined", sequence_id=0, messages=messages,
+                                entry_sizes=[1] * 50))
+    assert resp.code == pb.OK and len(resp.results) == 50
+    positions = [(r.ledger_id, r.entry_id) for r in resp.results]
+    assert all(r.code == pb.OK for r in resp.results)
+    assert positions == sorted(positions) and len(set(positions)) == 50
+    # An oversize entry in the middle: it and everything after it are refused, nothing after it written.
+    big = pb.Message(payload=b"x" * (6 * 1024 * 1024))
+    resp = stub.Send(pb.SendReq(topic=t, producer_name="pipelined", sequence_id=50,
+                                messages=[pb.Message(payload=b"a"), big, pb.Message(payload=b"b")],
+                                entry_sizes=[1, 1, 1]))
+    assert [r.code for r in resp.results][0] == pb.OK
+    assert all(r.code != pb.OK for r in resp.results[1:])
+    assert [m for _, m in client.read_topic(t)] == [b"m%d" % i for i in range(50)] + [b"a"]
+
+
+def test_acks_that_queue_up_are_persisted_together(standalone: Standalone, client: Client) -> None:
+    t = topic()
+    producer = client.create_producer(t)
+    for i in range(8):
+        producer.send(b"m%d" % i)
+    consumer = client.subscribe(t, "together", initial_position="earliest")
+    got = [consumer.receive(timeout_s=10) for _ in range(8)]
+    sub = subscription(standalone, t, "together")
+    persisted = sub.cursor.ledger_entries
+    with sub.lock:  # the stream's handler waits on this lock: the acks sent meanwhile queue up
+        for msg in got:
+            consumer.acknowledge(msg)
+        time.sleep(0.3)
+    wait_for(lambda: sub.cursor.backlog() == 0, "every ack to count")
+    assert sub.cursor.mark_delete_position == got[-1].id.position
+    # The first ack was taken before the lock was let go, the other seven waited together.
+    assert sub.cursor.ledger_entries - persisted <= 2
+    consumer.close()
+
+
+def test_an_unknown_id_among_queued_acks_spoils_none_of_the_others(standalone: Standalone, client: Client) -> None:
+    t = topic()
+    producer = client.create_producer(t)
+    first = producer.send(b"m0")
+    for i in range(1, 6):
+        producer.send(b"m%d" % i)
+    consumer = client.subscribe(t, "unknown", initial_position="earliest")
+    got = [consumer.receive(timeout_s=10) for _ in range(6)]
+    sub = subscription(standalone, t, "unknown")
+    with sub.lock:
+        for msg in got[:3]:
+            consumer.acknowledge(msg)
+        consumer.acknowledge(MessageId(first.ledger_id + 100, 0, 0))  # never delivered: refused alone
+        for msg in got[3:]:
+            consumer.acknowledge(msg)
+        time.sleep(0.3)
+    wait_for(lambda: sub.cursor.backlog() == 0, "the known acks to count")
+    assert sub.cursor.mark_delete_position == got[-1].id.position
+    producer.send(b"after")  # the stream lives on
+    assert consumer.receive(timeout_s=10).data == b"after"
+    consumer.close()
+
+
+def test_restart_keeps_what_the_pipelined_path_acknowledged(tmp_path: Path) -> None:
+    s = Standalone(tmp_path / "sa")
+    s.start()
+    t = topic()
+    try:
+        with Client(s.service_url, timeout_s=10) as c:
+            producer = c.create_producer(t)
+            futures = [producer.send_async(b"v%d" % i) for i in range(300)]
+            producer.flush()
+            ids = [f.result(30) for f in futures]
+            producer.close()
+    finally:
+        s.stop()
+    assert ids == sorted(ids) and len(set(ids)) == 300
+    s = Standalone(tmp_path / "sa")
+    s.start()
+    try:
+        with Client(s.service_url, timeout_s=10) as c:
+            read = c.read_topic(t)
+            assert [m for _, m in read] == [b"v%d" % i for i in range(300)]
+            assert [mid for mid, _ in read] == ids
+    finally:
+        s.stop()
