@@ -13,18 +13,24 @@ Specs without a mapping in conformance/ are reported as not supported, never pas
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from conformance.fencing_spec import FencingMapping
 from conformance.ledger_spec import LedgerMapping
 from conformance.metadata_spec import MetadataMapping
 from conformance.replay import GraphReplay, TraceReplay, has_symmetry, read_constants, replay_graph, replay_trace
-from conformance.statespace import dump_state_graph
+from conformance.statespace import StateGraph, dump_state_graph
+from conformance.tla_values import Value
 from conformance.tlc import SPEC_DIR, Model, Outcome, run_tlc
 
 # spec module -> mapping class (constants of a model, core types) -> the mapping
-MAPPINGS: dict[str, Callable[..., Any]] = {"ledger.tla": LedgerMapping, "metadata.tla": MetadataMapping}
+MAPPINGS: dict[str, Callable[..., Any]] = {
+    "fencing.tla": FencingMapping,
+    "ledger.tla": LedgerMapping,
+    "metadata.tla": MetadataMapping,
+}
 
 
 def supported(spec: str) -> bool:
@@ -65,6 +71,50 @@ class ModelResult:
         return self.trace.steps + (self.trace.mismatch is not None) if self.trace else 0
 
 
+@dataclass
+class Behaviours:
+    """What TLC produced for one model: its state graph (expect = pass) or its counterexample."""
+
+    model: Model
+    graph: StateGraph | None = None
+    trace: list[tuple[str, Mapping[str, Value]]] | None = None
+    tlc_outcome: str = ""  # what TLC said when the model was not what the manifest expects
+
+
+def behaviours_of(model: Model) -> Behaviours:
+    """Run TLC once for `model` (the slow part; the mutation runs replay the same behaviours again)."""
+    spec_file, config_file = SPEC_DIR / model.spec, SPEC_DIR / model.config
+    if model.expect is Outcome.PASS:
+        return Behaviours(model, graph=dump_state_graph(spec_file, config_file))
+    result = run_tlc(spec_file, config_file, workers=1)
+    if result.outcome is not Outcome.VIOLATION or not result.trace:
+        return Behaviours(model, tlc_outcome=f"TLC: {result.outcome.value} {result.violated}".strip())
+    return Behaviours(model, trace=[(s.action, s.values()) for s in result.trace])
+
+
+def replay_behaviours(
+    behaviours: Behaviours,
+    *,
+    seed: int = 0,
+    cores: Any = None,
+    on_progress: Callable[[GraphReplay], None] | None = None,
+) -> ModelResult:
+    """Replay what TLC produced for a model against the cores (the current ones: a mutant is patched in)."""
+    model = behaviours.model
+    if behaviours.tlc_outcome:
+        return ModelResult(model, tlc_outcome=behaviours.tlc_outcome)
+    mapping = mapping_for(model, cores)
+    if behaviours.graph is not None:
+        symmetry = has_symmetry((SPEC_DIR / model.config).read_text())
+        report = replay_graph(
+            mapping, model.name, behaviours.graph, symmetry=symmetry, seed=seed, on_progress=on_progress
+        )
+        return ModelResult(model, graph=report)
+    states = behaviours.trace or []
+    follow = getattr(mapping, "counterexamples_are_followed", False)
+    return ModelResult(model, trace=replay_trace(mapping, model.name, states), trace_states=len(states), follow=follow)
+
+
 def replay_model(
     model: Model,
     *,
@@ -72,20 +122,15 @@ def replay_model(
     cores: Any = None,
     on_graph: Callable[[int, int], None] | None = None,
     on_progress: Callable[[GraphReplay], None] | None = None,
+    keep: dict[str, Behaviours] | None = None,
 ) -> ModelResult:
-    """Replay one model: its state graph (expect = pass) or its counterexample (expect = violation)."""
-    spec_file, config_file = SPEC_DIR / model.spec, SPEC_DIR / model.config
-    mapping = mapping_for(model, cores)
-    if model.expect is Outcome.PASS:
-        graph = dump_state_graph(spec_file, config_file)
-        if on_graph is not None:
-            on_graph(len(graph.labels), len(graph.edges))
-        symmetry = has_symmetry(config_file.read_text())
-        report = replay_graph(mapping, model.name, graph, symmetry=symmetry, seed=seed, on_progress=on_progress)
-        return ModelResult(model, graph=report)
-    result = run_tlc(spec_file, config_file, workers=1)
-    if result.outcome is not Outcome.VIOLATION or not result.trace:
-        return ModelResult(model, tlc_outcome=f"TLC: {result.outcome.value} {result.violated}".strip())
-    states = [(s.action, s.values()) for s in result.trace]
-    follow = getattr(mapping, "counterexamples_are_followed", False)
-    return ModelResult(model, trace=replay_trace(mapping, model.name, states), trace_states=len(states), follow=follow)
+    """Replay one model: its state graph (expect = pass) or its counterexample (expect = violation).
+
+    `keep`: TLC's behaviours are stored there by model name (for the mutation runs).
+    """
+    behaviours = behaviours_of(model)
+    if keep is not None:
+        keep[model.name] = behaviours
+    if behaviours.graph is not None and on_graph is not None:
+        on_graph(len(behaviours.graph.labels), len(behaviours.graph.edges))
+    return replay_behaviours(behaviours, seed=seed, cores=cores, on_progress=on_progress)

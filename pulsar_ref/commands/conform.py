@@ -4,11 +4,13 @@ For each model of spec/models.toml in the profile: a model TLC passes has its wh
 graph replayed (every edge once, each spec state compared with the implementation's
 abstraction); a mutation model's counterexample is replayed as a regression trace, which the
 fixed implementation must refuse. See conformance/replay.py and conformance/suite.py.
+Then the mutation score (conformance/mutants.py): each deliberately broken core of the catalogue
+is patched in and the checks it names are run again; every one must fail (the mutant is killed).
 
-Exit status: 0 all replayed models conform and every requested spec is supported; 1 a
-mismatch (a behaviour the implementation does not follow, a mutation trace it follows to the
-end, or a graph not fully covered); 2 bad arguments or TLC unavailable; 3 no mismatch, but
-some requested specs have no replay mapping yet (reported, not passed).
+Exit status: 0 all replayed models conform, every mutant run is killed and every requested spec
+is supported; 1 a mismatch (a behaviour the implementation does not follow, a mutation trace it
+follows to the end, a graph not fully covered) or a surviving mutant; 2 bad arguments or TLC
+unavailable; 3 no mismatch, but some requested specs have no replay mapping yet (reported, not passed).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import argparse
 import sys
 import time
 
+from conformance import mutants as mutation
 from conformance.replay import GraphReplay
-from conformance.suite import ModelResult, replay_model, supported
+from conformance.suite import Behaviours, ModelResult, behaviours_of, replay_model, supported
 from conformance.tlc import PROFILES, ManifestError, Model, Outcome, TLCError, load_manifest
 from conformance.trace_validation import summary, validate_traces
 
@@ -93,6 +96,16 @@ def main(argv: list[str], prog: str) -> int:
         help="instead: trace validation, implementation -> spec: N seeded runs of the cores (seeds from --seed), "
         "each trace checked by TLC against ledger.tla (conformance/trace_validation.py)",
     )
+    runs = parser.add_mutually_exclusive_group()
+    runs.add_argument(
+        "--mutants",
+        action="store_true",
+        help="instead: only the mutation score (each mutant of conformance/mutants.py against the checks it "
+        "names, each check also run once without mutants)",
+    )
+    runs.add_argument(
+        "--no-mutants", action="store_true", help="skip the mutation score (run by default with the ci profile)"
+    )
     args = parser.parse_args(argv)
     if args.traces is not None:
         return _traces(args.traces, args.seed)
@@ -101,6 +114,8 @@ def main(argv: list[str], prog: str) -> int:
     except ManifestError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.mutants:
+        return _mutants({m.name: m for m in manifest}, {}, {}, args.seed, [f"{s}.tla" for s in (args.spec or SPECS)])
     specs = [f"{s}.tla" for s in (args.spec or SPECS)]
     models = [m for m in manifest if m.spec in specs and m.profile == args.profile]
     if args.model:
@@ -118,9 +133,10 @@ def main(argv: list[str], prog: str) -> int:
         )
     todo = [m for m in models if supported(m.spec)]
     results: list[ModelResult] = []
+    kept: dict[str, Behaviours] = {}
     started = time.monotonic()
     for i, model in enumerate(todo, start=1):
-        result = _run(model, i, len(todo), args.seed)
+        result = _run(model, i, len(todo), args.seed, kept)
         if result is None:
             return EXIT_USAGE
         results.append(result)
@@ -145,6 +161,13 @@ def main(argv: list[str], prog: str) -> int:
         f"{steps / replay_seconds if replay_seconds else 0:,.0f} steps/s "
         f"(replay only; {elapsed:.1f}s in all, with TLC)"
     )
+    mutants_code = 0
+    if args.no_mutants or args.model or args.profile != "ci":
+        print("mutants killed: not run (--no-mutants, --model or a profile other than ci; see --mutants)")
+    else:
+        baseline = {r.model.name: r.ok for r in results}
+        replayed = [s for s in specs if supported(s)]
+        mutants_code = _mutants({m.name: m for m in manifest}, kept, baseline, args.seed, replayed)
     failed = [r for r in results if not r.ok]
     for r in failed:
         mismatch = r.graph.mismatch if r.graph is not None else r.trace.mismatch if r.trace and r.follow else None
@@ -158,6 +181,8 @@ def main(argv: list[str], prog: str) -> int:
     if failed:
         print(f"\nMISMATCH in {len(failed)} of {len(results)} models: {', '.join(r.model.name for r in failed)}")
         return EXIT_MISMATCH
+    if mutants_code:
+        return mutants_code
     if unsupported:
         print(f"\nno mismatch; not supported yet: {', '.join(unsupported)}")
         return EXIT_UNSUPPORTED
@@ -176,7 +201,42 @@ def _traces(count: int, seed: int) -> int:
     return EXIT_MISMATCH if report.rejected else 0
 
 
-def _run(model: Model, index: int, total: int, seed: int) -> ModelResult | None:
+def _mutants(
+    models: dict[str, Model], kept: dict[str, Behaviours], baseline: dict[str, bool], seed: int, specs: list[str]
+) -> int:
+    """The mutation score over the catalogue's mutants whose checks are all of `specs`; 1 if one survives."""
+    chosen = [m for m in mutation.CATALOGUE if m.specs <= set(specs)]
+    if not chosen:
+        print("mutants killed: 0/0 (no mutant of these specs)")
+        return 0
+
+    def behaviours(name: str) -> Behaviours:
+        if name not in kept:
+            kept[name] = behaviours_of(models[name])
+        return kept[name]
+
+    print(f"\nmutation score: {len(chosen)} mutants (conformance/mutants.py) ...", flush=True)
+
+    def show(v: mutation.Verdict) -> None:
+        if v.killed:
+            print(f"  {v.mutant.name}: killed by {v.killed_by}: {v.how} ({v.seconds:.1f}s)", flush=True)
+        else:
+            print(f"  {v.mutant.name}: SURVIVED {v.error or ''}".rstrip(), flush=True)
+            for line in v.tried:
+                print(f"      {line}", flush=True)
+
+    checks = mutation.Checks(behaviours, seed=seed, baseline=baseline)
+    try:
+        verdicts = mutation.run_mutants(checks, chosen, on_verdict=show)
+    except TLCError as exc:
+        print(f"TLC could not run a mutant's check: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(mutation.score(verdicts))
+    survivors = [v for v in verdicts if not v.killed]
+    return EXIT_MISMATCH if survivors else 0
+
+
+def _run(model: Model, index: int, total: int, seed: int, kept: dict[str, Behaviours]) -> ModelResult | None:
     kind = "state graph" if model.expect is Outcome.PASS else f"counterexample ({model.violates})"
     print(f"[{index}/{total}] {model.name}: TLC {kind} of {model.spec} with {model.config} ...", flush=True)
 
@@ -192,7 +252,7 @@ def _run(model: Model, index: int, total: int, seed: int) -> ModelResult | None:
             )
 
     try:
-        result = replay_model(model, seed=seed, on_graph=on_graph, on_progress=on_progress)
+        result = replay_model(model, seed=seed, on_graph=on_graph, on_progress=on_progress, keep=kept)
     except TLCError as exc:
         print(f"TLC could not run {model.name}: {exc}", file=sys.stderr)
         return None

@@ -311,8 +311,3 @@ def test_the_cli_replays_and_reports(capsys: pytest.CaptureFixture[str], tmp_pat
     assert code == 0, out
     assert "526/526" in out and "960/960" in out
     assert "regression traces refused: 1/1" in out and "steps/s" in out
-    # Specs without a mapping are reported, and the exit status says so.
-    code = conform.main(["--spec", "fencing"], "pulsar-ref conform")
-    out = capsys.readouterr().out
-    assert code == conform.EXIT_UNSUPPORTED
-    assert "fencing.tla: NOT SUPPORTED" in out

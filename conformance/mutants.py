@@ -1,0 +1,429 @@
+"""The mutation score: deliberately broken variants of the pure cores, which the conformance suite must kill.
+
+A mutant is a named, documented, small runtime patch of one core (a method or a module-level
+function replaced in-process by `applied(mutant)`, undone on exit; no source is edited). The
+patch is on the class or module itself, so every core the harness builds while it is applied
+(including copies the replay makes by pickling) runs the broken code.
+
+A mutant is *killed* when one of its checks fails with the patch applied, and that check
+passes without it (otherwise the check says nothing about the mutant). A check is the
+conformance machinery itself, never an assertion about the mutant:
+
+  - a model of spec/models.toml: its state graph replayed (killed = a mismatch), or its
+    counterexample (killed = a ledger.tla/fencing.tla regression trace the mutant *follows*
+    to the end, or a metadata.tla counterexample it no longer follows);
+  - `traces:<config>:<runs>`: trace validation of seeded runs of the cores (killed = TLC
+    refuses a trace: the spec has no behaviour for what the mutant did).
+
+Each mutant lists its checks in the order tried (the cheapest first); the run stops at the
+first kill. A mutant none of its checks kills *survives*: `pulsar-ref conform` names it and
+exits non-zero. The catalogue is documented in spec/README.md ("Mutation score").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.suite import Behaviours, ModelResult, replay_behaviours
+from conformance.tlc import TLCError
+from conformance.trace_validation import CONFIGS, validate_traces
+
+# ---- patches -------------------------------------------------------------------------------------
+
+
+class MutantError(Exception):
+    """A mutant cannot be applied: the core it patches no longer has the named attribute."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Replace `owner.name` (owner: "module" or "module:Class") by `make(original)`."""
+
+    owner: str
+    name: str
+    make: Callable[[Any], Any]
+
+    def target(self) -> Any:
+        module, _, cls = self.owner.partition(":")
+        obj: Any = importlib.import_module(module)
+        if cls:
+            obj = getattr(obj, cls, None)
+            if obj is None:
+                raise MutantError(f"{self.owner}: no class {cls} in {module}")
+        if self.name not in vars(obj):
+            raise MutantError(f"{self.owner} has no attribute {self.name} any more: update the mutant")
+        return obj
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    core: str  # the file of the core it breaks
+    bug: str  # what is broken, in words (the catalogue's text)
+    patches: tuple[Patch, ...]
+    checks: tuple[str, ...]  # model names or "traces:<config>:<runs>", tried in this order
+
+    @property
+    def specs(self) -> frozenset[str]:
+        """The specs whose checks it needs (a mutant runs when all of them are replayed)."""
+        return frozenset("ledger.tla" if c.startswith("traces:") else _SPEC_OF.get(c, "?") for c in self.checks)
+
+
+@contextlib.contextmanager
+def applied(mutant: Mutant) -> Iterator[None]:
+    """The mutant's patches, in place for the duration of the block."""
+    done: list[tuple[Any, str, Any]] = []
+    try:
+        for patch in mutant.patches:
+            obj = patch.target()
+            original = vars(obj)[patch.name]
+            done.append((obj, patch.name, original))
+            setattr(obj, patch.name, patch.make(original))
+        yield
+    finally:
+        for obj, name, original in reversed(done):
+            setattr(obj, name, original)
+
+
+def _method(wrapper: Callable[..., Any]) -> Callable[[Any], Any]:
+    """make() for a method: `wrapper(original, self, *args)` is the new method."""
+
+    def make(original: Any) -> Any:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return wrapper(original, self, *args, **kwargs)
+
+        return method
+
+    return make
+
+
+def _function(wrapper: Callable[..., Any]) -> Callable[[Any], Any]:
+    def make(original: Any) -> Any:
+        def function(*args: Any, **kwargs: Any) -> Any:
+            return wrapper(original, *args, **kwargs)
+
+        return function
+
+    return make
+
+
+# ---- the broken variants ---------------------------------------------------------------------------
+
+
+def _reads_without_fence(original: Any, op: Any) -> Any:
+    from impl.bookie.client.writer import Send
+    from impl.bookie.protocol import ReadRequest
+
+    return [
+        Send(o.bookie, dataclasses.replace(o.request, fence=False))
+        if isinstance(o, Send) and isinstance(o.request, ReadRequest)
+        else o
+        for o in original(op)
+    ]
+
+
+def _absent_after_qa_negatives(
+    original: Any, answers: Any, entry_id: int, ensemble_size: int, write_quorum: int, ack_quorum: int
+) -> bool:
+    from impl.bookie.client.distribution import write_set
+
+    negatives = sum(
+        1 for i in write_set(entry_id, ensemble_size, write_quorum) if i in answers and answers[i].is_negative
+    )
+    return negatives >= ack_quorum  # the bug: Qa negatives instead of Qw - Qa + 1
+
+
+def _complete_past_a_hole(original: Any, writer: Any) -> Any:
+    from impl.bookie.client.writer import AddCompleted
+
+    done = [e for e, p in writer._pending.items() if len(p.acked) >= writer.metadata.ack_quorum]
+    if not done:
+        return []
+    top = max(done)  # the bug: the highest acknowledged entry, even with an earlier one pending
+    writer.length = writer._pending[top].length
+    for entry_id in [e for e in writer._pending if e <= top]:
+        del writer._pending[entry_id]
+    writer.last_add_confirmed = top
+    return [AddCompleted(top)]
+
+
+def _as_if_open(original: Any, current: Any, *args: Any) -> Any:
+    """The writer's own view (OPEN) written over whatever is stored: a write without the CW's re-check."""
+    from impl.metadata.ledger import LedgerState
+
+    return original(dataclasses.replace(current, state=LedgerState.OPEN), *args)
+
+
+def _close_over_closed(original: Any, current: Any, last_entry_id: int, length: int) -> Any:
+    from impl.metadata.ledger import LedgerState
+
+    if current.state is LedgerState.CLOSED:  # the bug: a conflicting CLOSED is overwritten
+        current = dataclasses.replace(current, state=LedgerState.OPEN)
+    return original(current, last_entry_id, length)
+
+
+def _add_ignoring_fence(original: Any, core: Any, req: Any, request_id: int) -> Any:
+    ledger = core.ledgers.get(req.ledger_id)
+    if ledger is None or not ledger.fenced:
+        return original(core, req, request_id)
+    ledger.fenced = False
+    try:
+        return original(core, req, request_id)
+    finally:
+        ledger.fenced = True
+
+
+def _replay_without_fence(original: Any, core: Any, record: Any) -> Any:
+    from impl.bookie.core import RecordKind
+
+    if record.kind is RecordKind.FENCE:
+        return []  # the bug: a restarted bookie forgets it was fenced
+    return original(core, record)
+
+
+def _efenced_as_io_error(original: Any, writer: Any, bookie: Any, request: Any, response: Any) -> Any:
+    from impl.bookie.protocol import AddResponse, ErrorCode
+
+    if isinstance(response, AddResponse) and response.code is ErrorCode.EFENCED:
+        response = dataclasses.replace(response, code=ErrorCode.EIO)  # the bug: replace the bookie, go on
+    return original(writer, bookie, request, response)
+
+
+def _coverage_after_one_answer(original: Any, answers: Any, *args: Any) -> bool:
+    return any(a.is_known for a in answers.values())
+
+
+def _expire_keeping_ephemerals(original: Any, server: Any, session_id: int, expired: bool) -> None:
+    session = server.sessions.get(session_id)
+    if session is not None:
+        session.alive = False  # the bug: its ephemeral nodes stay
+
+
+def _blind_set(original: Any, server: Any, session_id: int, ops: Sequence[Any]) -> Any:
+    from impl.metadata.store import ANY_VERSION, SetData
+
+    return original(
+        server,
+        session_id,
+        [dataclasses.replace(op, version=ANY_VERSION) if isinstance(op, SetData) else op for op in ops],
+    )
+
+
+_CLIENT = "impl.bookie.client"
+_LIVENESS, _STRIPING, _TINY = "ledger-ci-liveness", "ledger-ci-striping", "ledger-ci-tiny-fragments"
+_TRACES = "traces:e2-qw2-qa2:20"
+
+CATALOGUE: tuple[Mutant, ...] = (
+    Mutant(
+        "recovery-reads-without-fence",
+        "impl/bookie/client/recovery.py",
+        "recovery's entry reads go without the fence flag (BookKeeper issue 2614)",
+        (Patch(f"{_CLIENT}.recovery:RecoveryOp", "_issue", _method(_reads_without_fence)),),
+        ("ledger-mutation1-nofence-ci", _LIVENESS),
+    ),
+    Mutant(
+        "negative-threshold-qa",
+        "impl/bookie/client/recovery.py",
+        "recovery ends at Qa negative answers for an entry instead of Qw-Qa+1",
+        (Patch(f"{_CLIENT}.recovery", "entry_absent", _function(_absent_after_qa_negatives)),),
+        ("ledger-mutation3-negqa-ci", _STRIPING),
+    ),
+    Mutant(
+        "lac-past-a-hole",
+        "impl/bookie/client/writer.py",
+        "the writer's LAC jumps to the highest acknowledged entry while an earlier one is still pending",
+        (Patch(f"{_CLIENT}.writer:LedgerWriter", "_deliver_completed", _method(_complete_past_a_hole)),),
+        (_TINY, _TRACES),
+    ),
+    Mutant(
+        "ensemble-change-without-cw",
+        "impl/metadata/transitions.py",
+        "an ensemble change writes the writer's view (OPEN) without re-checking the stored state: "
+        "it reopens a ledger IN_RECOVERY or CLOSED",
+        (Patch("impl.metadata.transitions", "ensemble_change", _function(_as_if_open)),),
+        (_TINY, _TRACES),
+    ),
+    Mutant(
+        "writer-close-over-closed",
+        "impl/metadata/transitions.py",
+        "a writer close overwrites a conflicting CLOSED (another end, written by a recovery)",
+        (Patch("impl.metadata.transitions", "writer_close", _function(_close_over_closed)),),
+        (_LIVENESS, _TRACES),
+    ),
+    Mutant(
+        "bookie-ignores-fence",
+        "impl/bookie/core.py",
+        "a bookie stores a plain (non-recovery) add on a fenced ledger",
+        (Patch("impl.bookie.core:BookieCore", "_add", _method(_add_ignoring_fence)),),
+        (_LIVENESS,),
+    ),
+    Mutant(
+        "bookie-forgets-fence-on-restart",
+        "impl/bookie/core.py",
+        "journal replay skips fence records: a restarted bookie accepts the old writer again",
+        (Patch("impl.bookie.core:BookieCore", "replay", _method(_replay_without_fence)),),
+        ("traces:e3-qw3-qa2:20",),  # a crash after a fence, then the old writer: 4 of these 20 runs
+    ),
+    Mutant(
+        "writer-ignores-efenced",
+        "impl/bookie/client/writer.py",
+        "the writer takes EFENCED for a failed bookie (ensemble change) instead of stopping",
+        (Patch(f"{_CLIENT}.writer:LedgerWriter", "_receive", _method(_efenced_as_io_error)),),
+        (_LIVENESS,),
+    ),
+    Mutant(
+        "read-lac-without-coverage",
+        "impl/bookie/client/read_lac.py",
+        "the fencing read-LAC is done after one answer, before every write set is covered",
+        (Patch(f"{_CLIENT}.read_lac", "lac_coverage_reached", _function(_coverage_after_one_answer)),),
+        (_STRIPING,),
+    ),
+    Mutant(
+        "expiry-keeps-ephemerals",
+        "impl/metadata/memory.py",
+        "an expired session's ephemeral nodes survive (a stale owner node blocks takeover)",
+        (Patch("impl.metadata.memory:MemoryServer", "end_session", _method(_expire_keeping_ephemerals)),),
+        ("metadata-ci",),
+    ),
+    Mutant(
+        "set-ignores-version",
+        "impl/metadata/memory.py",
+        "setData ignores the expected version: every write is blind",
+        (Patch("impl.metadata.memory:MemoryServer", "transact", _method(_blind_set)),),
+        ("metadata-ci",),
+    ),
+)
+
+_SPEC_OF = {
+    _LIVENESS: "ledger.tla",
+    _STRIPING: "ledger.tla",
+    _TINY: "ledger.tla",
+    "ledger-mutation1-nofence-ci": "ledger.tla",
+    "ledger-mutation2-startfromlac-ci": "ledger.tla",
+    "ledger-mutation3-negqa-ci": "ledger.tla",
+    "metadata-ci": "metadata.tla",
+    "fencing-ci": "fencing.tla",
+    "fencing-mutation4-nofence-ci": "fencing.tla",
+    "fencing-mutation5-badversion-ci": "fencing.tla",
+}
+
+
+# ---- running them --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    mutant: Mutant
+    killed_by: str = ""  # the check that killed it ("" = survived)
+    how: str = ""  # what the check reported (the mismatch's step and action, the refused trace)
+    tried: list[str] = field(default_factory=list)  # checks run, with why they did not kill
+    error: str = ""  # the mutant could not be applied
+    seconds: float = 0.0
+
+    @property
+    def killed(self) -> bool:
+        return bool(self.killed_by)
+
+
+class Checks:
+    """Runs the checks (with or without a mutant applied), TLC's behaviours fetched once per model."""
+
+    def __init__(
+        self,
+        behaviours: Callable[[str], Behaviours],
+        *,
+        seed: int = 0,
+        baseline: dict[str, bool] | None = None,
+    ) -> None:
+        self._behaviours = behaviours
+        self.seed = seed
+        self.baseline: dict[str, bool] = dict(baseline or {})  # check -> passes unmutated
+
+    def run(self, check: str) -> tuple[bool, str]:
+        """(passes, what it reported) with the code as it is now (a mutant applied or not)."""
+        if check.startswith("traces:"):
+            _, config_name, runs = check.split(":")
+            configs = [c for c in CONFIGS if c.name == config_name]
+            if not configs:
+                raise MutantError(f"no trace validation configuration {config_name}")
+            report = validate_traces(int(runs), seed=self.seed, configs=configs)
+            if report.rejected:
+                return False, f"trace refused: {report.rejected[0].describe()}"
+            return True, f"{report.accepted} traces accepted"
+        result = replay_behaviours(self._behaviours(check), seed=self.seed)
+        return result.ok, describe(result)
+
+    def passes_unmutated(self, check: str) -> bool:
+        if check not in self.baseline:
+            self.baseline[check] = self.run(check)[0]
+        return self.baseline[check]
+
+
+def describe(result: ModelResult) -> str:
+    """What a replay reported, in a line (for a kill: where the mutant was caught)."""
+    if result.tlc_outcome:
+        return result.tlc_outcome
+    if result.graph is not None:
+        m = result.graph.mismatch
+        if m is None:
+            return f"conforms ({result.graph.edges_covered}/{result.graph.edges} edges)"
+        return f"mismatch at step {m.step} {m.action} ({', '.join(sorted(m.differing)) or 'the cores refused'})"
+    assert result.trace is not None
+    t, m = result.trace, result.trace.mismatch
+    if result.follow:
+        return f"counterexample followed ({t.steps} steps)" if m is None else f"counterexample refused at step {m.step}"
+    if m is None:
+        return f"the mutation's counterexample followed to the end ({t.steps} steps)"
+    return f"regression trace refused at step {m.step} {m.action}"
+
+
+def run_mutant(mutant: Mutant, checks: Checks) -> Verdict:
+    started = time.monotonic()
+    verdict = Verdict(mutant)
+    try:
+        for check in mutant.checks:
+            if not checks.passes_unmutated(check):
+                verdict.tried.append(f"{check}: fails without the mutant (no verdict)")
+                continue
+            with applied(mutant):
+                passes, how = checks.run(check)
+            if not passes:
+                verdict.killed_by, verdict.how = check, how
+                break
+            verdict.tried.append(f"{check}: {how}")
+    except (MutantError, TLCError) as exc:
+        verdict.error = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a core crashed outside the replay's steps: not a kill by the machinery
+        verdict.error = f"the cores raised {type(exc).__name__}: {exc}"
+    verdict.seconds = time.monotonic() - started
+    return verdict
+
+
+def run_mutants(
+    checks: Checks,
+    mutants: Sequence[Mutant] = CATALOGUE,
+    on_verdict: Callable[[Verdict], None] | None = None,
+) -> list[Verdict]:
+    verdicts = []
+    for mutant in mutants:
+        verdict = run_mutant(mutant, checks)
+        if on_verdict is not None:
+            on_verdict(verdict)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def score(verdicts: Sequence[Verdict]) -> str:
+    killed = sum(v.killed for v in verdicts)
+    survivors = [v.mutant.name for v in verdicts if not v.killed]
+    text = f"mutants killed: {killed}/{len(verdicts)}"
+    return text + (f" (SURVIVED: {', '.join(survivors)})" if survivors else "")
+
+
+__all__ = ["CATALOGUE", "Checks", "Mutant", "MutantError", "Patch", "Verdict", "applied", "run_mutants", "score"]
