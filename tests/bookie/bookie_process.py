@@ -5,27 +5,18 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.processes import start_listening
 
 
 class BookieProcess:
     def __init__(self, data: Path, metadata: str, *options: str) -> None:
-        """`options`: more `pulsar-ref bookie` arguments (e.g. "--checkpoint-interval", "0.1")."""
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pulsar_ref.cli", "bookie", "--metadata", metadata, "--data", str(data), *options],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).resolve().parents[2],
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if "listening" not in line:
-            self.proc.kill()
-            raise RuntimeError(f"bookie did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
-        self.address = line.split()[1]
-        self.banner = line  # "bookie ADDRESS listening; replayed N journal records from checkpoint ..."
+        """`options`: more `pulsar-ref bookie` arguments (e.g. "--checkpoint-interval", "0.1", "--port", "P")."""
+        args = ["bookie", "--metadata", metadata, "--data", str(data), *options]
+        self.proc, self.address, self.banner = start_listening(args, stderr=subprocess.PIPE)
+        # banner: "bookie ADDRESS listening; replayed N journal records from checkpoint ..."
+        self.port = int(self.address.rsplit(":", 1)[1])
 
     @property
     def replayed(self) -> int:

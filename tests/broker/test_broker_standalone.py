@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from impl.broker import broker_pb2 as pb
 from impl.broker.client import Client, ClientError, ConsumerMessage, SendRejected
 from impl.broker.standalone import Standalone, StandaloneAlreadyRunning
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
+from tests.processes import start_listening
 
 
 @pytest.fixture(scope="module")
@@ -291,16 +291,8 @@ def test_cursor_survives_a_restart_and_unacked_messages_are_redelivered(tmp_path
 
 
 def start_standalone_process(data: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pulsar_ref.cli", "standalone", "--data", str(data)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening" not in line:
-        proc.kill()
-        raise AssertionError(f"standalone did not start: {line!r}")
-    return proc, line.split()[1]
+    proc, url, _ = start_listening(["standalone", "--data", str(data)])
+    return proc, url
 
 
 @pytest.mark.processes

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -20,6 +18,7 @@ from impl.broker import broker_pb2 as pb
 from impl.broker.client import Client, SendRejected, SendUnknown
 from impl.metadata.zkserver import ZooKeeperServer
 from tests.bookie.bookie_process import BookieProcess
+from tests.processes import start_listening
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
 
@@ -30,17 +29,8 @@ SESSION_TIMEOUT_S = 4.0
 class BrokerProcess:
     def __init__(self, metadata: str, log: Path) -> None:
         self.log = log.open("w")  # a file, not a pipe: a pipe nobody reads would block the broker
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pulsar_ref.cli", "broker", "--metadata", metadata,
-             "--session-timeout", str(SESSION_TIMEOUT_S)],
-            stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=ROOT,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if "listening" not in line:
-            self.proc.kill()
-            raise RuntimeError(f"broker did not start: {line!r}; see {log}")
-        self.address = line.split()[1]
+        args = ["broker", "--metadata", metadata, "--session-timeout", str(SESSION_TIMEOUT_S)]
+        self.proc, self.address, _ = start_listening(args, stderr=self.log)
 
     def signal(self, sig: int) -> None:
         os.kill(self.proc.pid, sig)
@@ -154,7 +144,7 @@ def test_takeover_after_sigkill_and_a_paused_owner_never_gets_a_write_acknowledg
         finally:
             survivor.signal(signal.SIGCONT)
         stale = client.stub(survivor.address)
-        codes = []
+        codes: list[object] = []
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             try:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -86,27 +84,8 @@ def bookie_cluster(directory: Path, url: str, size: int) -> Iterator[BookieClust
         cluster.stop()
 
 
-class BookieOnPort:
+class BookieOnPort(BookieProcess):
     """A `pulsar-ref bookie` on a chosen port (to restart a bookie where its clients expect it)."""
 
     def __init__(self, data: Path, url: str, port: int = 0) -> None:
-        command = [sys.executable, "-m", "pulsar_ref.cli", "bookie", "--metadata", url, "--data", str(data)]
-        self.proc = subprocess.Popen(
-            [*command, "--port", str(port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            cwd=ROOT,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if "listening" not in line:
-            self.ensure_stopped()
-            raise RuntimeError(f"bookie on port {port} did not start: {line!r}")
-        self.address = line.split()[1]
-        self.port = int(self.address.rsplit(":", 1)[1])
-
-    def ensure_stopped(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        super().__init__(data, url, "--port", str(port))
