@@ -48,7 +48,9 @@ __all__ = [
 PARTITION_SUFFIX = "-partition-"
 MAX_REDIRECTS = 8
 RETRYABLE = (pb.NOT_OWNER, pb.SERVICE_NOT_READY, pb.TOPIC_FENCED)  # codes that a new lookup may cure
-MAX_PIPELINED = 1000  # messages sent in one request at most (entries pipelined at the broker)
+MAX_PIPELINED = 1000  # entries sent in one request at most (their adds are pipelined at the broker)
+MAX_REQUEST_BYTES = 8 * 1024 * 1024  # of payload in one request, well under gRPC's 16 MiB message limit
+MAX_BATCH_BYTES = 128 * 1024  # a batch entry closes at this size (Pulsar's batchingMaxBytes)
 RETRY_PAUSE_S = 0.1
 _SUB_TYPES = {"Exclusive": pb.EXCLUSIVE, "Shared": pb.SHARED, "Failover": pb.FAILOVER, "Key_Shared": pb.KEY_SHARED}
 
@@ -311,17 +313,24 @@ class Producer:
         resp = client.call(topic, "CreateProducer", pb.ProducerReq(topic=topic, producer_name=name))
         self.name: str = resp.producer_name
         self._next_sequence = resp.last_sequence_id + 1
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self.batching = batching
         self.batch_max = batch_max
         self.batch_delay_s = batch_delay_s
         self._batch: list[tuple[pb.Message, Future[MessageId]]] = []
-        self._flusher: threading.Timer | None = None
-        # One sender thread sends entries strictly in sequence-id order, one at a time: the
+        self._batch_bytes = 0
+        self._batch_started: float | None = None  # when the open batch got its first message
+        self._closing = False
+        # One sender thread sends entries strictly in sequence-id order, one request at a time: the
         # broker de-duplicates by sequence id, so an entry must never overtake an earlier one.
-        self._outbox: queue.Queue[list[tuple[pb.Message, Future[MessageId]]] | None] = queue.Queue()
+        self._outbox: queue.SimpleQueue[list[tuple[pb.Message, Future[MessageId]]] | None] = queue.SimpleQueue()
         self._sender = threading.Thread(target=self._send_loop, name=f"producer-{self.name}", daemon=True)
         self._sender.start()
+        if batching:
+            # One thread closes batches when their delay is up (a timer thread per batch would cost
+            # a thread start per entry at low rates).
+            self._batcher = threading.Thread(target=self._batch_loop, name=f"batcher-{self.name}", daemon=True)
+            self._batcher.start()
 
     def send(
         self, data: bytes, key: str = "", properties: dict[str, str] | None = None, timeout_s: float | None = None
@@ -343,23 +352,34 @@ class Producer:
             return future
         with self._lock:
             self._batch.append((message, future))
-            if len(self._batch) >= self.batch_max:
-                self._outbox.put(self._batch)  # under the lock: batches leave in order
-                self._batch = []
-            elif self._flusher is None:
-                self._flusher = threading.Timer(self.batch_delay_s, self.flush)
-                self._flusher.daemon = True
-                self._flusher.start()
+            self._batch_bytes += len(data)
+            if len(self._batch) >= self.batch_max or self._batch_bytes >= MAX_BATCH_BYTES:
+                self._close_batch()  # under the lock: batches leave in order
+            elif self._batch_started is None:
+                self._batch_started = time.monotonic()
+                self._lock.notify()
         return future
+
+    def _close_batch(self) -> None:
+        batch, self._batch, self._batch_bytes, self._batch_started = self._batch, [], 0, None
+        if batch:
+            self._outbox.put(batch)
 
     def flush(self) -> None:
         with self._lock:
-            batch, self._batch = self._batch, []
-            if self._flusher is not None:
-                self._flusher.cancel()
-                self._flusher = None
-            if batch:
-                self._outbox.put(batch)
+            self._close_batch()
+
+    def _batch_loop(self) -> None:
+        with self._lock:
+            while not self._closing:
+                if self._batch_started is None:
+                    self._lock.wait()
+                    continue
+                left = self._batch_started + self.batch_delay_s - time.monotonic()
+                if left > 0:
+                    self._lock.wait(left)
+                else:
+                    self._close_batch()
 
     def _send_loop(self) -> None:
         while True:
@@ -369,8 +389,9 @@ class Producer:
             # Entries queued meanwhile travel together: the broker appends them in order with their
             # adds pipelined, one round trip for all of them rather than one each.
             entries = [batch]
+            size = sum(len(m.payload) for m, _ in batch)
             stop = False
-            while sum(map(len, entries)) < MAX_PIPELINED:
+            while len(entries) < MAX_PIPELINED and size < MAX_REQUEST_BYTES:
                 try:
                     more = self._outbox.get_nowait()
                 except queue.Empty:
@@ -379,6 +400,7 @@ class Producer:
                     stop = True
                     break
                 entries.append(more)
+                size += sum(len(m.payload) for m, _ in more)
             self._send(entries)
             if stop:
                 return
@@ -447,7 +469,10 @@ class Producer:
 
     def close(self) -> None:
         """Send what is batched, wait for every pending send, stop the sender."""
-        self.flush()
+        with self._lock:
+            self._close_batch()
+            self._closing = True
+            self._lock.notify()
         self._outbox.put(None)
         self._sender.join()
 

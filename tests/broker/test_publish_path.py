@@ -135,3 +135,20 @@ def test_restart_keeps_what_the_pipelined_path_acknowledged(tmp_path: Path) -> N
             assert [mid for mid, _ in read] == ids
     finally:
         s.stop()
+
+
+def test_batches_close_by_size_and_by_delay_without_a_flush(client: Client) -> None:
+    t = topic()
+    producer = client.create_producer(t, batching=True, batch_max_messages=100, batch_delay_s=0.05)
+    chunk = b"x" * (60 * 1024)
+    by_size = [producer.send_async(chunk) for _ in range(3)]  # 180 KiB crosses the 128 KiB batch limit
+    ids = [f.result(10) for f in by_size]
+    assert {(i.ledger_id, i.entry_id) for i in ids} == {(ids[0].ledger_id, ids[0].entry_id)}
+    assert [i.batch_index for i in ids] == [0, 1, 2]
+    start = time.monotonic()
+    late = [producer.send_async(b"late-%d" % i) for i in range(2)]
+    late_ids = [f.result(10) for f in late]  # no flush: the delay closes the batch
+    assert time.monotonic() - start >= 0.05
+    assert late_ids[0].entry_id == late_ids[1].entry_id != ids[0].entry_id
+    producer.close()
+    assert [m for _, m in client.read_topic(t)] == [chunk] * 3 + [b"late-0", b"late-1"]
