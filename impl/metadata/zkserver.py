@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -49,8 +50,26 @@ class ZooKeeperNotInstalled(ZooKeeperError):
     """Java or Debian's zookeeper package is missing."""
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
 def free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    """A port on 127.0.0.1 that was free a moment ago, for a server started a little later.
+
+    Picked below the ephemeral range when there is room: ports the OS hands out itself (to
+    every outgoing connection) could be taken in the gap before the server binds.
+    """
+    low, _ = _ephemeral_range()
+    if low > 11000:
+        for _ in range(200):
+            port = random.randrange(10000, low)
+            if port_is_free(port):
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
