@@ -212,8 +212,7 @@ class ManagedLedger:
         """Run one core step on this thread (exceptions propagate before anything is performed)."""
         try:
             with self._lock:
-                for output in step():
-                    self._perform(output)
+                self._perform_all(step())
                 self._process_inbox()
         finally:
             self._drain()  # steps queued by others while we held the lock (even if ours raised)
@@ -249,8 +248,7 @@ class ManagedLedger:
     def _process_inbox(self) -> None:
         while self._inbox:
             step = self._inbox.popleft()
-            for output in step():
-                self._perform(output)
+            self._perform_all(step())
 
     def _deliver(self) -> None:
         # Re-entrant: a callback that waits for another completion delivers it itself, in order.
@@ -291,10 +289,25 @@ class ManagedLedger:
 
     # ---- performing the core's outputs -------------------------------------------------------
 
+    def _perform_all(self, outputs: list[Output]) -> None:
+        """In the core's order; a run of adds to one ledger goes to its writer in one hand-over."""
+        i = 0
+        while i < len(outputs):
+            output = outputs[i]
+            if not isinstance(output, SendAdd):
+                self._perform(output)
+                i += 1
+                continue
+            j = i + 1
+            while j < len(outputs) and isinstance(nxt := outputs[j], SendAdd) and nxt.ledger_id == output.ledger_id:
+                j += 1
+            self._send_adds([a for a in outputs[i:j] if isinstance(a, SendAdd)])
+            i = j
+
     def _perform(self, output: Output) -> None:
         core = self._core
         if isinstance(output, SendAdd):
-            self._send_add(output)
+            self._send_adds([output])
         elif isinstance(output, CompleteAdd):
             self.cache.put(output.position, output.data)
             self._deliveries.append(functools.partial(self._adds.pop(output.token), output.position))
@@ -334,9 +347,12 @@ class ManagedLedger:
         else:  # pragma: no cover - a new output kind without a performer is a bug
             raise TypeError(f"no performer for {output!r}")
 
-    def _send_add(self, output: SendAdd) -> None:
-        ledger_id, entry_id = output.ledger_id, output.entry_id
-        handle = self._writers[ledger_id]
+    def _send_adds(self, adds: list[SendAdd]) -> None:
+        """Adds to one ledger; each completion (or failure) comes back as a step of the core."""
+        handle = self._writers[adds[0].ledger_id]
+        handle.add_many_with_callback([(add.data, self._on_add_outcome(add.ledger_id, add.entry_id)) for add in adds])
+
+    def _on_add_outcome(self, ledger_id: int, entry_id: int) -> Callable[[int | LedgerClientError], None]:
         core = self._core
 
         def done(outcome: int | LedgerClientError) -> None:
@@ -346,7 +362,7 @@ class ManagedLedger:
             else:
                 self._queue(lambda: core.on_add_completed(ledger_id, outcome))
 
-        handle.add_with_callback(output.data, done)
+        return done
 
     def _recover_last_ledger(self, ledger_id: int) -> None:
         core = self._core
@@ -480,12 +496,27 @@ class ManagedLedger:
     def add_with_callback(self, data: bytes, callback: AddCallback) -> None:
         """`add_async` without a future (the broker publishes thousands a second): `callback(position)`
         or `callback(error)`, in add order, after the lock is released; it must not block."""
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"an entry is bytes, not {type(data).__name__}")
-        token = next(self._tokens)
-        self._adds[token] = callback
-        payload = bytes(data)
-        self._run(lambda: self._core.add(token, payload, self.clock()))
+        self.add_many_with_callback([(data, callback)])
+
+    def add_many_with_callback(self, adds: list[tuple[bytes, AddCallback]]) -> None:
+        """`add_with_callback` for each, in order, in one step of the core (one lock round, and one
+        hand-over to the ledger writer for the adds it sends)."""
+        entries = []
+        for data, callback in adds:
+            if not isinstance(data, bytes | bytearray | memoryview):
+                raise TypeError(f"an entry is bytes, not {type(data).__name__}")
+            entries.append((next(self._tokens), bytes(data), callback))
+        for token, _, callback in entries:
+            self._adds[token] = callback
+
+        def step() -> list[Output]:
+            now = self.clock()
+            outputs: list[Output] = []
+            for token, payload, _ in entries:
+                outputs += self._core.add(token, payload, now)
+            return outputs
+
+        self._run(step)
 
     def add(self, data: bytes) -> Position:
         position: Position = self._wait(self.add_async(data), "an add")

@@ -127,20 +127,13 @@ class _Servicer(pb_grpc.BrokerServicer):
                 return pb.SendResp(code=pb.OK, ledger_id=result.ledger_id, entry_id=result.entry_id,
                                    duplicate=result.duplicate)
             topic = self.service.topic(request.topic)  # NOT_OWNER etc. here: nothing was written
-            pending: list[futures.Future[tuple[Position | None, bool]] | BrokerError] = []
             if any(n < 1 for n in sizes) or sum(sizes) != len(messages):
                 raise BrokerError(f"entry_sizes {sizes} do not split the {len(messages)} messages; fix the client")
-            first = 0
+            entries, first = [], 0
             for n in sizes:
-                if pending and isinstance(pending[-1], BrokerError):
-                    pending.append(pending[-1])  # after a refusal nothing later is appended
-                    continue
-                try:
-                    entry = messages[first : first + n]
-                    pending.append(topic.publish(request.producer_name, request.sequence_id + first, entry))
-                except BrokerError as e:
-                    pending.append(e)
+                entries.append(messages[first : first + n])
                 first += n
+            pending = topic.publish_entries(request.producer_name, request.sequence_id, entries)
             # The managed ledger completes adds in order: once the last one is done, so is every
             # earlier one, and the handler wakes once instead of once per entry.
             last = next((p for p in reversed(pending) if not isinstance(p, BrokerError)), None)

@@ -62,6 +62,8 @@ from impl.metadata.store import MetadataError, MetadataStore
 
 log = logging.getLogger(__name__)
 
+Published = Future[tuple[Position | None, bool]] | BrokerError  # an appended entry's outcome, or its refusal
+
 READ_LIMIT = 10_000  # entries one Read call returns at most
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
 TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and trimming
@@ -106,6 +108,30 @@ class Subscription:
         # The last entry handed to the dispatcher; reading resumes after it. Starts at the
         # mark-delete position, so unacknowledged entries after it are delivered again.
         self.read_after: Position | None = cursor.mark_delete_position
+        # At most one wake waits on the executor: entries are confirmed by the thousand per second,
+        # and one read after the wake-up takes all that arrived meanwhile.
+        self._wake_scheduled = False
+        self._wake_lock = threading.Lock()
+
+    def wake(self) -> None:
+        """New entries (or a retry): the dispatcher reads them, on the service's executor."""
+        with self._wake_lock:
+            if self._wake_scheduled:
+                return
+            self._wake_scheduled = True
+        try:
+            self.topic.service.executor.submit(self._woken)
+        except RuntimeError:  # the service is closing
+            with self._wake_lock:
+                self._wake_scheduled = False
+
+    def _woken(self) -> None:
+        with self._wake_lock:
+            self._wake_scheduled = False  # before reading: entries confirmed from now on wake again
+        try:
+            self.run(self.dispatcher.new_entries)
+        except Exception:
+            log.exception("dispatch of subscription %s failed", self.name)
 
     @property
     def type(self) -> SubscriptionType:
@@ -140,7 +166,7 @@ class Subscription:
             messages = self._read(out.max_entries)
         except Exception as e:  # bookies unavailable, topic fenced: try again shortly
             log.warning("reading for subscription %s of %s: %s; retrying", self.name, self.topic.name, e)
-            retry = threading.Timer(READ_RETRY_S, self.topic.service.executor.submit, (Topic._wake, self))
+            retry = threading.Timer(READ_RETRY_S, self.wake)
             retry.daemon = True
             retry.start()
             return self.dispatcher.read_failed()
@@ -209,6 +235,50 @@ class Topic:
         self, producer: str, sequence_id: int, messages: list[pb.Message]
     ) -> Future[tuple[Position | None, bool]]:
         """Append one entry; the future gives its position once durable on Qa bookies (None, True: duplicate)."""
+        (result,) = self.publish_entries(producer, sequence_id, [messages])
+        if isinstance(result, BrokerError):
+            raise result
+        return result
+
+    def publish_entries(self, producer: str, sequence_id: int, entries: list[list[pb.Message]]) -> list[Published]:
+        """Append entries in order, as `publish` each (entry i's first sequence id follows entry i-1's
+        last), in one step of the managed ledger. An entry refused gets its error, and so does every
+        later one: nothing after a refusal is appended."""
+        results: list[Published] = []
+        adds: list[tuple[bytes, Callable[[Position | ManagedLedgerError], None]]] = []
+        refusal: BrokerError | None = None
+        first = sequence_id
+        with self.lock:
+            dedup = self.service.config.deduplication and producer
+            for messages in entries:
+                if refusal is None:
+                    try:
+                        self._check_entry(messages)
+                    except BrokerError as e:
+                        refusal = e
+                if refusal is not None:
+                    results.append(refusal)
+                elif dedup and first <= self.last_sequence.get(producer, -1):
+                    done: Future[tuple[Position | None, bool]] = Future()
+                    done.set_result((None, True))
+                    results.append(done)
+                else:
+                    result: Future[tuple[Position | None, bool]] = Future()
+                    adds.append((encode_entry(producer, first, int(time.time() * 1000), messages),
+                                 self._finisher(result)))
+                    results.append(result)
+                    if dedup:
+                        self.last_sequence[producer] = first + len(messages) - 1
+                first += len(messages)
+            if adds:
+                try:
+                    self.ml.add_many_with_callback(adds)
+                except ManagedLedgerFencedError as e:
+                    self.service.topic_fenced(self)
+                    raise TopicFenced(str(e)) from e
+        return results
+
+    def _check_entry(self, messages: list[pb.Message]) -> None:
         if not messages:
             raise BrokerError("a send needs at least one message")
         size = sum(len(m.payload) for m in messages)
@@ -216,34 +286,22 @@ class Topic:
             raise MessageTooLarge(
                 f"{size} bytes is over the broker's limit of {self.service.config.max_message_size}; split the message"
             )
-        with self.lock:
-            if self.closed:
-                raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
-            dedup = self.service.config.deduplication and producer
-            if dedup and sequence_id <= self.last_sequence.get(producer, -1):
-                done: Future[tuple[Position | None, bool]] = Future()
-                done.set_result((None, True))
-                return done
-            data = encode_entry(producer, sequence_id, int(time.time() * 1000), messages)
-            result: Future[tuple[Position | None, bool]] = Future()
+        if self.closed:
+            raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
 
-            def finish(outcome: Position | ManagedLedgerError) -> None:
-                if isinstance(outcome, ManagedLedgerFencedError):
-                    self.service.topic_fenced(self)
-                    result.set_exception(TopicFenced(str(outcome)))
-                elif isinstance(outcome, ManagedLedgerError):
-                    result.set_exception(PersistenceError(f"entry not confirmed on {self.name}: {outcome}"))
-                else:
-                    result.set_result((outcome, False))
-
-            try:
-                self.ml.add_with_callback(data, finish)
-            except ManagedLedgerFencedError as e:
+    def _finisher(
+        self, result: Future[tuple[Position | None, bool]]
+    ) -> Callable[[Position | ManagedLedgerError], None]:
+        def finish(outcome: Position | ManagedLedgerError) -> None:
+            if isinstance(outcome, ManagedLedgerFencedError):
                 self.service.topic_fenced(self)
-                raise TopicFenced(str(e)) from e
-            if dedup:
-                self.last_sequence[producer] = sequence_id + len(messages) - 1
-        return result
+                result.set_exception(TopicFenced(str(outcome)))
+            elif isinstance(outcome, ManagedLedgerError):
+                result.set_exception(PersistenceError(f"entry not confirmed on {self.name}: {outcome}"))
+            else:
+                result.set_result((outcome, False))
+
+        return finish
 
     # ---- readers -----------------------------------------------------------------------------
 
@@ -336,14 +394,7 @@ class Topic:
 
     def _on_new_entry(self, _position: Position) -> None:
         for sub in list(self.subscriptions.values()):
-            self.service.executor.submit(self._wake, sub)
-
-    @staticmethod
-    def _wake(sub: Subscription) -> None:
-        try:
-            sub.run(sub.dispatcher.new_entries)
-        except Exception:
-            log.exception("dispatch of subscription %s failed", sub.name)
+            sub.wake()
 
     def stats(self) -> dict[str, Any]:
         ml_stats = self.ml.stats()

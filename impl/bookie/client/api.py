@@ -292,15 +292,22 @@ class WriteHandle:
         """`add_async` without a future, for callers with thousands of adds a second: `callback(entry_id)`
         once the add is confirmed (in entry order) or `callback(error)`; it runs on a transport thread
         (inline when the writer refuses the add), so it must not block."""
-        payload = bytes(data)
+        self.add_many_with_callback([(data, callback)])
+
+    def add_many_with_callback(self, adds: list[tuple[bytes, AddCallback]]) -> None:
+        """`add_with_callback` for each, in order, in one step of the writer (one hand-over, not one each)."""
+        payloads = [(bytes(data), callback) for data, callback in adds]
 
         def step() -> list[Any]:
-            outputs = self.writer.add(payload)
-            first = outputs[0] if outputs else None
-            if isinstance(first, AddFailed) and first.entry_id is None:
-                callback(first.error)  # refused: the writer is fenced, failed or closed
-                return []
-            self._waiters[self.writer.last_add_pushed] = callback
+            outputs: list[Any] = []
+            for payload, callback in payloads:
+                added = self.writer.add(payload)
+                first = added[0] if added else None
+                if isinstance(first, AddFailed) and first.entry_id is None:
+                    callback(first.error)  # refused: the writer is fenced, failed or closed
+                    continue
+                self._waiters[self.writer.last_add_pushed] = callback
+                outputs += added
             return outputs
 
         self._driver.feed(step)
