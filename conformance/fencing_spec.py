@@ -271,12 +271,13 @@ class FencingWorld:
         except NoSuchLedger as e:  # deleted by a trim meanwhile
             return broker.ml.on_ledger_close_failed(ledger_id, False, str(e))
         for result in results:
-            if isinstance(result, WriterClosed) and result.metadata is not None:
+            if isinstance(result, WriterClosed):
                 md = result.metadata
+                if md is None:  # the writer had failed: the shell closes the ledger by recovering it
+                    md = self.recover(ledger_id)
                 return broker.ml.on_ledger_closed(ledger_id, md.last_entry_id, md.length, self.now)
-            if isinstance(result, CloseFailed | WriterClosed):
-                fenced = isinstance(writer._failure, LedgerFencedError)
-                return broker.ml.on_ledger_close_failed(ledger_id, fenced, "the writer close failed")
+            if isinstance(result, CloseFailed):
+                return broker.ml.on_ledger_close_failed(ledger_id, False, str(result.error))
         raise FencingHarnessError(f"the writer close of ledger {ledger_id} reported nothing")
 
     def _delete(self, ledger_ids: tuple[int, ...], *, orphans: bool) -> None:

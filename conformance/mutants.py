@@ -215,7 +215,47 @@ def _blind_set(original: Any, server: Any, session_id: int, ops: Sequence[Any]) 
     )
 
 
+def _keep_writing_after_bad_version(original: Any, core: Any, detail: str) -> Any:
+    from impl.broker.managed_ledger_core import ManagedLedgerState, Phase
+
+    if core.state is ManagedLedgerState.OPEN and core.phase is Phase.WRITING_LIST and core.next_ledger is not None:
+        # The bug (Pulsar issue 17736): the rollover's list write failed, the new ledger is used anyway.
+        core.current, core.next_ledger = core.next_ledger, None
+        core.pushed_entries = core.pushed_bytes = 0
+        core.confirmed = -1
+        core.phase = Phase.IDLE
+        return core._send_queued()
+    return original(core, detail)
+
+
+def _open_without_recovery(original: Any, core: Any, data: Any, version: Any) -> Any:
+    from impl.broker.managed_ledger_core import CreateLedger, ManagedLedgerState, Phase, RecoverLastLedger
+
+    outputs = original(core, data, version)
+    if any(isinstance(o, RecoverLastLedger) for o in outputs):  # the bug: the last ledger is not fenced
+        core.state, core.phase = ManagedLedgerState.RECOVERED, Phase.CREATING
+        return [CreateLedger()]
+    return outputs
+
+
+def _fenced_add_as_failure(original: Any, core: Any, ledger_id: int, entry_id: int, fenced: bool, reason: str) -> Any:
+    return original(core, ledger_id, entry_id, False, reason)  # the bug: roll over instead of stopping
+
+
+def _trim_blindly(original: Any, core: Any, *args: Any, **kwargs: Any) -> Any:
+    from impl.broker.managed_ledger_core import WriteLedgerList
+    from impl.metadata.store import ANY_VERSION
+
+    return [
+        dataclasses.replace(o, expected_version=ANY_VERSION) if isinstance(o, WriteLedgerList) else o
+        for o in original(core, *args, **kwargs)
+    ]
+
+
 _CLIENT = "impl.bookie.client"
+_ML = "impl.broker.managed_ledger_core:ManagedLedgerCore"
+_FENCING, _BAD_VERSION = "fencing-ci", "fencing-mutation5-badversion-ci"
+_WITNESS_FENCED_ADD = "fencing-witness-fencedadd-ci"
 _LIVENESS, _STRIPING, _TINY = "ledger-ci-liveness", "ledger-ci-striping", "ledger-ci-tiny-fragments"
 _TRACES = "traces:e2-qw2-qa2:20"
 
@@ -285,6 +325,35 @@ CATALOGUE: tuple[Mutant, ...] = (
         (_STRIPING,),
     ),
     Mutant(
+        "ml-writes-after-bad-version",
+        "impl/broker/managed_ledger_core.py",
+        "the managed ledger keeps writing to the rollover's new ledger after the list write got a bad "
+        "version (Pulsar issue 17736)",
+        (Patch(_ML, "on_list_bad_version", _method(_keep_writing_after_bad_version)),),
+        (_BAD_VERSION, _FENCING),
+    ),
+    Mutant(
+        "ml-open-without-recovery",
+        "impl/broker/managed_ledger_core.py",
+        "a takeover creates the next ledger without recovering (fencing and closing) the last one",
+        (Patch(_ML, "on_ledger_list", _method(_open_without_recovery)),),
+        (_FENCING, _WITNESS_FENCED_ADD),
+    ),
+    Mutant(
+        "ml-fenced-add-rolls-over",
+        "impl/broker/managed_ledger_core.py",
+        "an add that failed fenced is taken for a failed writer (roll over to a new ledger) instead of FENCED",
+        (Patch(_ML, "on_add_failed", _method(_fenced_add_as_failure)),),
+        (_FENCING, _WITNESS_FENCED_ADD),
+    ),
+    Mutant(
+        "ml-trim-without-cw",
+        "impl/broker/managed_ledger_core.py",
+        "trimming writes the ledger list without the expected version (a blind write over a takeover's list)",
+        (Patch(_ML, "trim", _method(_trim_blindly)),),
+        (_FENCING,),
+    ),
+    Mutant(
         "expiry-keeps-ephemerals",
         "impl/metadata/memory.py",
         "an expired session's ephemeral nodes survive (a stale owner node blocks takeover)",
@@ -309,6 +378,8 @@ _SPEC_OF = {
     "ledger-mutation3-negqa-ci": "ledger.tla",
     "metadata-ci": "metadata.tla",
     "fencing-ci": "fencing.tla",
+    "fencing-witness-fencedadd-ci": "fencing.tla",
+    "fencing-witness-deletedledger-ci": "fencing.tla",
     "fencing-mutation4-nofence-ci": "fencing.tla",
     "fencing-mutation5-badversion-ci": "fencing.tla",
 }
