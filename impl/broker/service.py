@@ -67,6 +67,9 @@ Published = Future[tuple[Position | None, bool]] | BrokerError  # an appended en
 READ_LIMIT = 10_000  # entries one Read call returns at most
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
 TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and trimming
+# Entries of one Send handed to the managed ledger together: enough to share the steps, few enough
+# that the bookies start on the first ones while the broker encodes the rest.
+PUBLISH_CHUNK = 64
 
 
 @dataclass
@@ -270,13 +273,19 @@ class Topic:
                     if dedup:
                         self.last_sequence[producer] = first + len(messages) - 1
                 first += len(messages)
+                if len(adds) >= PUBLISH_CHUNK:
+                    self._add(adds)
+                    adds = []
             if adds:
-                try:
-                    self.ml.add_many_with_callback(adds)
-                except ManagedLedgerFencedError as e:
-                    self.service.topic_fenced(self)
-                    raise TopicFenced(str(e)) from e
+                self._add(adds)
         return results
+
+    def _add(self, adds: list[tuple[bytes, Callable[[Position | ManagedLedgerError], None]]]) -> None:
+        try:
+            self.ml.add_many_with_callback(adds)
+        except ManagedLedgerFencedError as e:
+            self.service.topic_fenced(self)
+            raise TopicFenced(str(e)) from e
 
     def _check_entry(self, messages: list[pb.Message]) -> None:
         if not messages:
