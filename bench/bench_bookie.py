@@ -78,7 +78,9 @@ def journal_alone(directory: Path, seconds: float, per_append: int) -> str:
     return row(name, done[0], time.monotonic() - start, lat)
 
 
-def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int) -> str:
+def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int, rate: float = 0.0) -> str:
+    """Adds over one gRPC stream with at most `concurrency` in flight; `rate` > 0 paces the
+    sends at that many adds per second (latency at a fixed load) instead of as fast as possible."""
     channel = BookieChannel(address)
     window = threading.Semaphore(concurrency)
     lat: list[float] = []
@@ -86,6 +88,10 @@ def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int) -> 
     start = time.monotonic()
     eid = 0
     while time.monotonic() - start < seconds:
+        if rate > 0:
+            due = start + eid / rate
+            if due > time.monotonic():
+                time.sleep(due - time.monotonic())
         window.acquire()
         t = time.monotonic()
         fut = channel.submit(AddRequest(ledger, eid, KEY, encode_entry(ledger, eid, eid - 1, eid, b"x" * (ENTRY - 40))))
@@ -103,7 +109,8 @@ def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int) -> 
         window.acquire()
     elapsed = time.monotonic() - start
     channel.close()
-    return row(f"bookie gRPC stream, {concurrency} in flight", len(lat), elapsed, lat) + f" errors={errors[0]}"
+    name = f"bookie gRPC stream, {concurrency} in flight" + (f", paced at {rate:,.0f} adds/s" if rate else "")
+    return row(name, len(lat), elapsed, lat) + f" errors={errors[0]}"
 
 
 def main() -> int:
@@ -133,6 +140,7 @@ def main() -> int:
             address = proc.stdout.readline().split()[1]
             for ledger, concurrency in enumerate((1, 16, 128, 1024), start=1):
                 print(bookie_grpc(address, concurrency, args.seconds, ledger), flush=True)
+            print(bookie_grpc(address, 1024, args.seconds, 5, rate=2000), flush=True)
         finally:
             proc.terminate()
             proc.wait(30)
