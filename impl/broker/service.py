@@ -141,13 +141,22 @@ class Subscription:
         return self.dispatcher.type
 
     def run(self, step: Callable[[], list[Output]]) -> None:
+        acked: list[Position] = []
         with self.lock:
             outputs = step()
             while outputs:
                 more: list[Output] = []
                 for out in outputs:
-                    more += self._perform(out)
+                    if isinstance(out, AckEntries):
+                        acked += out.positions
+                    else:
+                        more += self._perform(out)
                 outputs = more
+        if acked:
+            # Persisted after the lock is let go: a cursor-ledger add takes milliseconds, and the
+            # dispatcher's state does not wait for it (the cursor orders its own updates).
+            self.cursor.delete(acked)
+            self.topic.maybe_trim()
 
     def _perform(self, out: Output) -> list[Output]:
         if isinstance(out, Deliver):
@@ -159,10 +168,6 @@ class Subscription:
             sink = self.sinks.get(out.consumer)
             if sink is not None:
                 sink.set_active(out.active)
-            return []
-        if isinstance(out, AckEntries):
-            self.cursor.delete(list(out.positions))
-            self.topic.maybe_trim()
             return []
         assert isinstance(out, ReadEntries)
         try:
