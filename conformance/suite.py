@@ -13,10 +13,12 @@ Specs without a mapping in conformance/ are reported as not supported, never pas
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.divergences import explained, replay_graph_around
 from conformance.fencing_spec import FencingMapping
 from conformance.ledger_spec import LedgerMapping
 from conformance.metadata_spec import MetadataMapping
@@ -50,6 +52,16 @@ class ModelResult:
     trace_states: int = 0  # states in the counterexample
     follow: bool = False  # the trace must be followed to the end (else: refused)
     tlc_outcome: str = ""  # what TLC said when the model was not what the manifest expects
+    diverged: Counter[str] = field(default_factory=Counter)  # edges refused at a known divergence, by name
+    known: str = ""  # the known divergence a trace was refused at, if that is why
+
+    @property
+    def conforms_up_to_known(self) -> bool:
+        """ok, or a graph whose only refusals are the mapping's known divergences (the mutation
+        score's baseline: a mutant is killed by a refusal they do not explain)."""
+        if self.graph is not None and self.diverged:
+            return self.graph.mismatch is None
+        return self.ok
 
     @property
     def ok(self) -> bool:
@@ -106,13 +118,22 @@ def replay_behaviours(
     mapping = mapping_for(model, cores)
     if behaviours.graph is not None:
         symmetry = has_symmetry((SPEC_DIR / model.config).read_text())
+        if hasattr(mapping, "known_divergence"):  # walk on past the edges it explains
+            report, diverged = replay_graph_around(
+                mapping, model.name, behaviours.graph, symmetry=symmetry, seed=seed, on_progress=on_progress
+            )
+            return ModelResult(model, graph=report, diverged=diverged)
         report = replay_graph(
             mapping, model.name, behaviours.graph, symmetry=symmetry, seed=seed, on_progress=on_progress
         )
         return ModelResult(model, graph=report)
     states = behaviours.trace or []
     follow = getattr(mapping, "counterexamples_are_followed", False)
-    return ModelResult(model, trace=replay_trace(mapping, model.name, states), trace_states=len(states), follow=follow)
+    trace = replay_trace(mapping, model.name, states)
+    known = ""
+    if trace.mismatch is not None and trace.mismatch.step > 0:
+        known = explained(mapping, states[trace.mismatch.step][1], trace.mismatch.attempts) or ""
+    return ModelResult(model, trace=trace, trace_states=len(states), follow=follow, known=known)
 
 
 def replay_model(

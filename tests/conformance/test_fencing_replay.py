@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.fencing_spec import OWNER_PATH, FencingMapping, FencingWorld
+from conformance.divergences import replay_graph_around
+from conformance.fencing_spec import EMPTY_LAST_LEDGER, OWNER_PATH, FencingMapping, FencingWorld
 from conformance.replay import GraphReplay, read_constants, replay_graph, replay_trace
 from conformance.statespace import StateGraph, dump_state_graph
 from conformance.suite import behaviours_of, replay_model
@@ -69,6 +70,37 @@ def test_the_graph_replays_up_to_the_known_divergence(small: tuple[StateGraph, s
     assert {"CreateLedgerAndWriteList", "AddEntry", "Rollover", "RevalidateOwnership"} <= done
 
 
+def test_the_walk_goes_on_around_the_known_divergence(small: tuple[StateGraph, str]) -> None:
+    graph, config = small
+    report, diverged = replay_graph_around(FencingMapping(read_constants(config)), "small", graph, symmetry=False)
+    assert report.mismatch is None, str(report.mismatch)  # no refusal but the known one
+    assert set(diverged) == {EMPTY_LAST_LEDGER} and diverged[EMPTY_LAST_LEDGER] > 0
+    # About half the graph lies before a takeover of an empty ledger.
+    assert 1000 < report.edges_covered < report.edges and 500 < report.states_covered < report.states
+
+
+def test_the_known_divergence_is_recognised_precisely(small: tuple[StateGraph, str]) -> None:
+    mismatch = replay(small).mismatch
+    assert mismatch is not None and mismatch.step > 0
+    mapping = FencingMapping(read_constants(SMALL_CFG))
+    closest = mismatch.closest
+    assert closest is not None and closest.state is not None
+    graph = small[0]
+    # The target of the refused edge: the spec state whose ml differs from the implementation's.
+    targets = [graph.state(e.target) for e in graph.edges if e.action == "RecoverLastLedger"]
+    target = next(t for t in targets if mapping.known_divergence(t, closest.state))
+    assert mapping.known_divergence(target, closest.state) == EMPTY_LAST_LEDGER
+    assert mapping.known_divergence(target, {**closest.state, "nextLedger": 99}) is None  # anything else differs
+    assert mapping.known_divergence(target, {**target}) is None  # nothing differs: nothing to explain
+
+
+def test_a_broken_core_is_caught_around_the_divergence(small: tuple[StateGraph, str]) -> None:
+    mapping = FencingMapping(read_constants(SMALL_CFG), cores=CoreFencingOnEveryAdd)
+    report, _ = replay_graph_around(mapping, "small", small[0], symmetry=False)
+    mismatch = report.mismatch
+    assert mismatch is not None and mismatch.action == "AddEntry", str(mismatch)
+
+
 @pytest.mark.parametrize(
     ("name", "action", "differing"),
     [
@@ -106,6 +138,7 @@ def test_witnesses_stop_at_the_known_divergence() -> None:
         assert result.trace is not None and result.follow
         mismatch = result.trace.mismatch
         assert mismatch is not None and (mismatch.action, mismatch.differing) == ("RecoverLastLedger", {"ml"})
+        assert result.known == EMPTY_LAST_LEDGER
 
 
 # ---- broken cores and wrong mappings must be caught ----------------------------------------------
@@ -131,6 +164,13 @@ class CoreForgettingTheVersion(ManagedLedgerCore):
         outputs = super().on_list_written(new_version)
         self.version = old
         return outputs
+
+
+class CoreFencingOnEveryAdd(ManagedLedgerCore):
+    """Broken: takes every completed add for a fenced one."""
+
+    def on_add_completed(self, ledger_id: int, entry_id: int) -> list[Output]:
+        return self.on_add_failed(ledger_id, entry_id, True, "broken")
 
 
 class MappingWithoutOwnershipNode(FencingMapping):
