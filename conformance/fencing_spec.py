@@ -166,16 +166,16 @@ class FencingWorld:
         return replies[0].response
 
     # ---- BookKeeper client cores, run to completion --------------------------------------------------
-    def _writer_outputs(self, writer: LedgerWriter, outputs: list[Any]) -> list[Any]:
-        """Perform a writer's sends and metadata updates until it has nothing left; return its results."""
+    def _run_client(self, client: LedgerWriter | RecoveryOp, outputs: list[Any]) -> list[Any]:
+        """Perform a client core's sends and metadata updates until it has none left; return its other outputs."""
         results: list[Any] = []
         queue = list(outputs)
         while queue:
             out = queue.pop(0)
             if isinstance(out, Send):
-                queue += writer.receive(out.bookie, out.request, self.bookie_handles(out.request))
+                queue += client.receive(out.bookie, out.request, self.bookie_handles(out.request))
             elif isinstance(out, UpdateMetadata):
-                queue += writer.on_metadata_result(apply_change(self.bookkeeper, out.change))
+                queue += client.on_metadata_result(apply_change(self.bookkeeper, out.change))
             else:
                 results.append(out)
         return results
@@ -183,19 +183,11 @@ class FencingWorld:
     def recover(self, ledger_id: int) -> LedgerMetadata:
         metadata, _ = self.bookkeeper.read(ledger_id)
         op = RecoveryOp(ledger_id, metadata)
-        queue: list[Any] = list(op.start())
-        while queue:
-            out = queue.pop(0)
-            if isinstance(out, Send):
-                queue += op.receive(out.bookie, out.request, self.bookie_handles(out.request))
-            elif isinstance(out, UpdateMetadata):
-                queue += op.on_metadata_result(apply_change(self.bookkeeper, out.change))
-            elif isinstance(out, RecoveryDone):
+        for out in self._run_client(op, op.start()):
+            if isinstance(out, RecoveryDone):
                 return out.metadata
-            elif isinstance(out, RecoveryFailed):
+            if isinstance(out, RecoveryFailed):
                 raise FencingHarnessError(f"recovery of ledger {ledger_id} failed: {out.error}")
-            else:
-                raise FencingHarnessError(f"recovery of ledger {ledger_id} asked for {out!r}")
         raise FencingHarnessError(f"recovery of ledger {ledger_id} did not finish")
 
     # ---- performing a managed ledger's outputs (its shell) -------------------------------------------
@@ -260,7 +252,7 @@ class FencingWorld:
 
     def _send_add(self, broker: Broker, out: SendAdd) -> list[Output]:
         writer = broker.writers[out.ledger_id]
-        for result in self._writer_outputs(writer, writer.add(out.data)):
+        for result in self._run_client(writer, writer.add(out.data)):
             if isinstance(result, AddCompleted):
                 return broker.ml.on_add_completed(out.ledger_id, result.entry_id)
             if isinstance(result, AddFailed):
@@ -271,7 +263,7 @@ class FencingWorld:
     def _close_ledger(self, broker: Broker, ledger_id: int) -> list[Output]:
         writer = broker.writers.pop(ledger_id)
         try:
-            results = self._writer_outputs(writer, writer.close())
+            results = self._run_client(writer, writer.close())
         except NoSuchLedger as e:  # deleted by a trim meanwhile
             return broker.ml.on_ledger_close_failed(ledger_id, False, str(e))
         for result in results:
