@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -49,6 +50,7 @@ PARTITION_SUFFIX = "-partition-"
 MAX_REDIRECTS = 8
 RETRYABLE = (pb.NOT_OWNER, pb.SERVICE_NOT_READY, pb.TOPIC_FENCED)  # codes that a new lookup may cure
 MAX_PIPELINED = 1000  # entries sent in one request at most (their adds are pipelined at the broker)
+MAX_IN_FLIGHT = 4  # requests of one producer on their way at once
 MAX_REQUEST_BYTES = 1024 * 1024  # of payload in one request (bigger ones take longer than their share)
 MAX_BATCH_BYTES = 128 * 1024  # a batch entry closes at this size (Pulsar's batchingMaxBytes)
 RETRY_PAUSE_S = 0.1
@@ -301,6 +303,10 @@ class Client:
         self.close()
 
 
+Entry = list[tuple[pb.Message, "Future[MessageId]"]]  # the messages of one entry, with their futures
+_Attempt = tuple[str, Any] | ClientError  # a request under way (broker address, gRPC call), or why not sent
+
+
 class Producer:
     """Sends messages to one topic. With `batching`, messages sent within `batch_delay_s` (up to
     `batch_max_messages`) travel as one entry; each gets its own id (ledger, entry, batch index)."""
@@ -321,6 +327,7 @@ class Producer:
         self._batch_bytes = 0
         self._batch_started: float | None = None  # when the open batch got its first message
         self._closing = False
+        self._stopped = False  # the sender took the end marker
         # One sender thread sends entries strictly in sequence-id order, one request at a time: the
         # broker de-duplicates by sequence id, so an entry must never overtake an earlier one.
         self._outbox: queue.SimpleQueue[list[tuple[pb.Message, Future[MessageId]]] | None] = queue.SimpleQueue()
@@ -382,30 +389,55 @@ class Producer:
                     self._close_batch()
 
     def _send_loop(self) -> None:
+        # Up to MAX_IN_FLIGHT requests at once, completed strictly in order. The broker appends a
+        # producer's requests in sequence-id order whatever order they arrive in (Topic._wait_turn),
+        # and a rejected request is sent again before any later one is looked at.
+        in_flight: deque[tuple[list[Entry], pb.SendReq, float, _Attempt]] = deque()
+        stopping = False
         while True:
-            batch = self._outbox.get()
-            if batch is None:
+            while not stopping and len(in_flight) < MAX_IN_FLIGHT:
+                entries = self._take_entries(block=not in_flight)
+                if entries is None:
+                    stopping = True
+                elif entries:
+                    request = self._request(entries)
+                    deadline = time.monotonic() + self.client.timeout_s
+                    in_flight.append((entries, request, deadline, self._start(request, deadline)))
+                else:
+                    break  # nothing queued now: see to the oldest request in flight
+            if not in_flight:
                 return
-            # Entries queued meanwhile travel together: the broker appends them in order with their
-            # adds pipelined, one round trip for all of them rather than one each.
-            entries = [batch]
-            size = sum(len(m.payload) for m, _ in batch)
-            stop = False
-            while len(entries) < MAX_PIPELINED and size < MAX_REQUEST_BYTES:
-                try:
-                    more = self._outbox.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                entries.append(more)
-                size += sum(len(m.payload) for m, _ in more)
-            self._send(entries)
-            if stop:
-                return
+            entries, request, deadline, attempt = in_flight.popleft()
+            self._complete(entries, request, deadline, attempt)
 
-    def _send(self, entries: list[list[tuple[pb.Message, Future[MessageId]]]]) -> None:
+    def _take_entries(self, block: bool) -> list[Entry] | None:
+        """The entries queued now (waiting for one if `block`), up to a request's worth; None: closed."""
+        if self._stopped:
+            return None
+        try:
+            batch = self._outbox.get() if block else self._outbox.get_nowait()
+        except queue.Empty:
+            return []
+        if batch is None:
+            self._stopped = True
+            return None
+        # Entries queued meanwhile travel together: the broker appends them in order with their
+        # adds pipelined, one round trip for all of them rather than one each.
+        entries = [batch]
+        size = sum(len(m.payload) for m, _ in batch)
+        while len(entries) < MAX_PIPELINED and size < MAX_REQUEST_BYTES:
+            try:
+                more = self._outbox.get_nowait()
+            except queue.Empty:
+                break
+            if more is None:
+                self._stopped = True
+                break
+            entries.append(more)
+            size += sum(len(m.payload) for m, _ in more)
+        return entries
+
+    def _request(self, entries: list[Entry]) -> pb.SendReq:
         count = sum(map(len, entries))
         with self._lock:
             sequence_id = self._next_sequence
@@ -414,8 +446,22 @@ class Producer:
                              entry_sizes=[len(e) for e in entries])
         for entry in entries:
             request.messages.extend(m for m, _ in entry)
+        return request
+
+    def _start(self, request: pb.SendReq, deadline: float) -> _Attempt:
+        """Send without waiting: (address, call), or the refusal of the lookup (nothing sent)."""
         try:
-            resp = self._send_one(request)
+            address = self.client.lookup(self.topic)
+        except ClientError as e:
+            return SendRejected(f"send to {self.topic} not attempted: {e}")
+        timeout = max(0.1, deadline - time.monotonic())
+        return address, self.client.stub(address).Send.future(request, timeout=timeout)
+
+    def _complete(self, entries: list[Entry], request: pb.SendReq, deadline: float, attempt: _Attempt) -> None:
+        try:
+            if isinstance(attempt, ClientError):
+                raise attempt
+            resp = self._send_one(request, deadline, attempt)
         except ClientError as e:
             for entry in entries:
                 for _, f in entry:
@@ -437,16 +483,24 @@ class Producer:
             raise SendRejected(f"send to {self.topic} rejected: {result.message}", result.code)
         raise SendUnknown(f"send to {self.topic}: {result.message}", result.code)
 
-    def _send_one(self, request: pb.SendReq) -> pb.SendResp:
+    def _send_one(
+        self, request: pb.SendReq, deadline: float, started: tuple[str, grpc.Future] | None = None
+    ) -> pb.SendResp:
+        """The request's answer; sent again while it is certainly not written (until `deadline`).
+        `started`: a first attempt already under way (address, call)."""
         client = self.client
-        deadline = time.monotonic() + client.timeout_s
         while True:
+            if started is not None:
+                address, call = started
+                started = None
+            else:
+                try:
+                    address = client.lookup(self.topic)
+                except ClientError as e:
+                    raise SendRejected(f"send to {self.topic} not attempted: {e}") from e
+                call = client.stub(address).Send.future(request, timeout=max(0.1, deadline - time.monotonic()))
             try:
-                address = client.lookup(self.topic)
-            except ClientError as e:
-                raise SendRejected(f"send to {self.topic} not attempted: {e}") from e
-            try:
-                resp = client.stub(address).Send(request, timeout=max(0.1, deadline - time.monotonic()))
+                resp = call.result()
             except grpc.RpcError as e:
                 client.forget(self.topic)
                 never_sent = e.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect" in (e.details() or "")

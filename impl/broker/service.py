@@ -70,6 +70,8 @@ TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and
 # Entries of one Send handed to the managed ledger together: enough to share the steps, few enough
 # that the bookies start on the first ones while the broker encodes the rest.
 PUBLISH_CHUNK = 64
+# How long a producer's request waits for its earlier requests to arrive (they are in flight together).
+REORDER_WAIT_S = 2.0
 
 
 @dataclass
@@ -206,6 +208,10 @@ class Topic:
         self.lock = threading.RLock()
         self.closed = False
         self.last_sequence: dict[str, int] = {}  # producer -> highest sequence id persisted or in flight
+        # producer -> the sequence id its next request starts at: a client keeps several requests in
+        # flight, and they may reach us out of order; entries are appended in sequence-id order.
+        self.next_request: dict[str, int] = {}
+        self.sequenced = threading.Condition(self.lock)
         self._producer_seq = 0
         self._trim_scheduled = False
         if service.config.deduplication:
@@ -237,7 +243,9 @@ class Topic:
             if not name:
                 self._producer_seq += 1
                 name = f"{self.service.address}-{int(time.time() * 1000)}-{self._producer_seq}"
-            return name, self.last_sequence.get(name, -1)
+            last = self.last_sequence.get(name, -1)
+            self.next_request[name] = last + 1  # where the (re)connected client numbers from
+            return name, last
 
     def publish(
         self, producer: str, sequence_id: int, messages: list[pb.Message]
@@ -257,6 +265,7 @@ class Topic:
         refusal: BrokerError | None = None
         first = sequence_id
         with self.lock:
+            self._wait_turn(producer, sequence_id)
             dedup = self.service.config.deduplication and producer
             for messages in entries:
                 if refusal is None:
@@ -283,7 +292,28 @@ class Topic:
                     adds = []
             if adds:
                 self._add(adds)
+            if producer:
+                # Past the whole request, refused entries too: the client never sends those again.
+                self.next_request[producer] = max(self.next_request.get(producer, 0), first)
+                self.sequenced.notify_all()
         return results
+
+    def _wait_turn(self, producer: str, sequence_id: int) -> None:
+        """Hold a request until the producer's earlier requests are appended (caller holds the lock).
+        An earlier one may never come (the client gave up on it, or it was lost with a connection):
+        after REORDER_WAIT_S the request goes ahead, as it would have without pipelining."""
+        if not producer:
+            return
+        if producer not in self.next_request and producer in self.last_sequence:
+            self.next_request[producer] = self.last_sequence[producer] + 1  # its producer connected elsewhere
+        deadline = time.monotonic() + REORDER_WAIT_S
+        while sequence_id > self.next_request.get(producer, sequence_id) and not self.closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("%s: producer %s sent sequence id %d, expected %d; appending it without the gap",
+                            self.name, producer, sequence_id, self.next_request[producer])
+                return
+            self.sequenced.wait(left)
 
     def _add(self, adds: list[tuple[bytes, Callable[[Position | ManagedLedgerError], None]]]) -> None:
         try:
@@ -520,6 +550,7 @@ class BrokerService:
             if topic.closed:
                 return
             topic.closed = True
+            topic.sequenced.notify_all()  # requests waiting for their turn are refused now
         self.topics.pop(str(topic.name), None)
         log.warning("topic %s fenced: another broker took it over; closed", topic.name)
 
@@ -531,6 +562,7 @@ class BrokerService:
                 continue
             with topic.lock:
                 topic.closed = True
+                topic.sequenced.notify_all()
             self.topics.pop(key, None)
             if graceful:
                 try:

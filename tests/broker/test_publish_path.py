@@ -152,3 +152,48 @@ def test_batches_close_by_size_and_by_delay_without_a_flush(client: Client) -> N
     assert late_ids[0].entry_id == late_ids[1].entry_id != ids[0].entry_id
     producer.close()
     assert [m for _, m in client.read_topic(t)] == [chunk] * 3 + [b"late-0", b"late-1"]
+
+
+def test_a_producers_requests_are_appended_in_sequence_order_whatever_order_they_arrive_in(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import impl.broker.service as service
+
+    monkeypatch.setattr(service, "REORDER_WAIT_S", 1.0)
+    t = topic()
+    client.create_producer(t, name="reordered")  # the broker expects sequence id 0 next
+    stub = client.stub(client.lookup(t))
+
+    def request(first: int, count: int) -> pb.SendReq:
+        messages = [pb.Message(payload=b"s%d" % (first + i)) for i in range(count)]
+        return pb.SendReq(topic=t, producer_name="reordered", sequence_id=first, messages=messages,
+                          entry_sizes=[1] * count)
+
+    later = stub.Send.future(request(3, 2))  # arrives first: waits for 0..2
+    time.sleep(0.2)
+    assert not later.done()
+    earlier = stub.Send(request(0, 3))
+    assert [r.code for r in earlier.results] == [pb.OK] * 3
+    assert [r.code for r in later.result(10).results] == [pb.OK] * 2
+    assert [m for _, m in client.read_topic(t)] == [b"s%d" % i for i in range(5)]
+    # A gap that never fills (the client gave up on a request that never arrived) holds the next
+    # request only for the reorder wait, then it is appended.
+    start = time.monotonic()
+    assert [r.code for r in stub.Send(request(7, 1)).results] == [pb.OK]
+    assert 0.9 <= time.monotonic() - start < 5
+    assert [m for _, m in client.read_topic(t)][-1] == b"s7"
+
+
+def test_many_requests_in_flight_keep_every_message_in_order(client: Client) -> None:
+    t = topic()
+    producer = client.create_producer(t, name="pipelined-client")
+    futures = []
+    for i in range(3000):
+        futures.append(producer.send_async(b"%d" % i))
+        if i % 250 == 0:
+            time.sleep(0.01)  # several requests, not one
+    producer.flush()
+    ids = [f.result(60) for f in futures]
+    producer.close()
+    assert ids == sorted(ids) and len(set(ids)) == 3000
+    assert [m for _, m in client.read_topic(t)] == [b"%d" % i for i in range(3000)]
