@@ -463,6 +463,13 @@ class Producer:
                 raise attempt
             resp = self._send_one(request, deadline, attempt)
         except ClientError as e:
+            if isinstance(e, SendRejected):
+                count = sum(map(len, entries))
+                with self._lock:
+                    if self._next_sequence == request.sequence_id + count:
+                        # Certainly not written and nothing numbered after it: the next request reuses
+                        # its sequence ids, so the broker sees no gap to wait for (Topic._wait_turn).
+                        self._next_sequence = request.sequence_id
             for entry in entries:
                 for _, f in entry:
                     f.set_exception(e)

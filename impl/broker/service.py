@@ -71,7 +71,7 @@ TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and
 # that the bookies start on the first ones while the broker encodes the rest.
 PUBLISH_CHUNK = 64
 # How long a producer's request waits for its earlier requests to arrive (they are in flight together).
-REORDER_WAIT_S = 2.0
+REORDER_WAIT_S = 1.0
 
 
 @dataclass

@@ -197,3 +197,56 @@ def test_many_requests_in_flight_keep_every_message_in_order(client: Client) -> 
     producer.close()
     assert ids == sorted(ids) and len(set(ids)) == 3000
     assert [m for _, m in client.read_topic(t)] == [b"%d" % i for i in range(3000)]
+
+
+class _Done:
+    def __init__(self, resp: pb.SendResp) -> None:
+        self.resp = resp
+
+    def result(self) -> pb.SendResp:
+        return self.resp
+
+
+class _ScriptedBroker:
+    """A client stand-in whose broker answers Send from a script and records the requests."""
+
+    def __init__(self, answers: list[pb.SendResp]) -> None:
+        self.timeout_s = 0.3
+        self.answers = answers
+        self.requests: list[pb.SendReq] = []
+
+    def call(self, topic: str, method: str, request: object) -> pb.ProducerResp:
+        return pb.ProducerResp(code=pb.OK, producer_name="scripted", last_sequence_id=-1)
+
+    def lookup(self, topic: str) -> str:
+        return "broker"
+
+    def forget(self, topic: str) -> None:
+        pass
+
+    def stub(self, address: str) -> _ScriptedBroker:
+        return self
+
+    @property
+    def Send(self) -> _ScriptedBroker:  # noqa: N802 - the stub's method name
+        return self
+
+    def future(self, request: pb.SendReq, timeout: float) -> _Done:
+        self.requests.append(request)
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return _Done(answer)
+
+
+def test_a_rejected_request_leaves_no_gap_in_the_sequence_ids() -> None:
+    from impl.broker.client import Producer, SendRejected
+
+    ok = pb.SendResp(code=pb.OK, results=[pb.EntryResult(code=pb.OK, ledger_id=1, entry_id=0)])
+    broker = _ScriptedBroker([pb.SendResp(code=pb.NOT_OWNER, message="moved")])
+    producer = Producer(broker, "t", "scripted", False, 100, 0.001)  # type: ignore[arg-type]
+    with pytest.raises(SendRejected):
+        producer.send(b"first", timeout_s=0.3)
+    broker.answers = [ok]
+    assert producer.send(b"second") == MessageId(1, 0, 0)
+    producer.close()
+    # The rejected request was tried until its deadline; the next one reuses its sequence id.
+    assert {r.sequence_id for r in broker.requests} == {0}
