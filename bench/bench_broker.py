@@ -16,13 +16,15 @@ Runs, per deployment:
                from the bookies: by a reader (Read calls of 1,000) and by a durable subscription from earliest
 
     .venv/bin/python bench/bench_broker.py [--deployment standalone|cluster|both] [--messages 5000]
-                                           [--seconds 5] [--rate 1000]
+                                           [--seconds 5] [--rate 1000] [--repeat 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -103,6 +105,10 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000 if ordered else math.nan
 
 
+def record_since(into: list[float], start: float, _done: object) -> None:
+    into.append(time.perf_counter() - start)
+
+
 def publish(client: Client, topic: str, n: int, size: int, batching: bool) -> Row:
     producer = client.create_producer(topic, batching=batching, batch_max_messages=100, batch_delay_s=0.002)
     payload = b"x" * size
@@ -112,7 +118,7 @@ def publish(client: Client, topic: str, n: int, size: int, batching: bool) -> Ro
     for _ in range(n):
         t0 = time.perf_counter()
         f = producer.send_async(payload)
-        f.add_done_callback(lambda _f, t0=t0: latencies.append(time.perf_counter() - t0))
+        f.add_done_callback(functools.partial(record_since, latencies, t0))
         sent.append(f)
     producer.flush()
     for f in sent:
@@ -150,7 +156,7 @@ def fixed_rate(client: Client, topic: str, seconds: float, rate: int, batching: 
         if wait > 0:
             time.sleep(wait)
         f = producer.send_async(b"%08d" % i + b"x" * 1016)
-        f.add_done_callback(lambda _f, at=at: acked.append(time.perf_counter() - at))
+        f.add_done_callback(functools.partial(record_since, acked, at))
     producer.close()
     sent_in = time.perf_counter() - start
     reader.join()
@@ -214,6 +220,15 @@ def run(deploy: Callable[[Path], StandaloneDeployment | ClusterDeployment], args
     return rows
 
 
+def median_row(rows: tuple[Row, ...]) -> Row:
+    def med(values: list[float]) -> float:
+        values = [v for v in values if not math.isnan(v)]
+        return statistics.median(values) if values else math.nan
+
+    return Row(rows[0].run, min(r.messages for r in rows), med([r.rate for r in rows]), med([r.p50 for r in rows]),
+               med([r.p99 for r in rows]), med([r.e2e_p50 for r in rows]), med([r.e2e_p99 for r in rows]))
+
+
 def ms(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.1f}"
 
@@ -224,15 +239,20 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=5000, help="messages per publish run (default 5000)")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of a fixed-rate run (default 5)")
     parser.add_argument("--rate", type=int, default=1000, help="messages/s of a fixed-rate run (default 1000)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run each deployment this many times, alternating, and report each cell's median")
     args = parser.parse_args()
-    deployments = {"standalone": StandaloneDeployment, "cluster": ClusterDeployment}
+    deployments: dict[str, Callable[[Path], StandaloneDeployment | ClusterDeployment]] = {
+        "standalone": StandaloneDeployment, "cluster": ClusterDeployment}
     chosen = list(deployments) if args.deployment == "both" else [args.deployment]
-    tables = []
-    for name in chosen:
-        print(f"{name}:", flush=True)
-        tables.append((name, run(deployments[name], args)))
-    for name, rows in tables:
-        print(f"\n{name}\n")
+    runs: dict[str, list[list[Row]]] = {name: [] for name in chosen}
+    for i in range(args.repeat):
+        for name in chosen:
+            print(f"{name} ({i + 1} of {args.repeat}):", flush=True)
+            runs[name].append(run(deployments[name], args))
+    for name, repeats in runs.items():
+        rows = [median_row(same) for same in zip(*repeats, strict=True)]
+        print(f"\n{name}" + (f" (median of {args.repeat} runs)" if args.repeat > 1 else "") + "\n")
         print("| run | messages | msg/s | publish p50 ms | publish p99 ms | end-to-end p50 ms | end-to-end p99 ms |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for r in rows:
