@@ -7,10 +7,12 @@
 (* the broker learns that only later, and in the meantime it keeps acting  *)
 (* on what it last read.  The managed ledger's list of ledgers lives in a  *)
 (* versioned node and changes only by conditional write.  A takeover       *)
-(* recovers (fences and closes) the last ledger on the list, creates a new *)
-(* ledger and conditional-writes the list.  The old owner's adds then fail *)
-(* as fenced and its list updates fail with a bad version, after which its *)
-(* managed ledger is FENCED for good (Pulsar issue 17736).                 *)
+(* recovers (fences and closes) the last ledger on the list, drops it if   *)
+(* it is empty (as Pulsar does; it is deleted once the new list is         *)
+(* written), creates a new ledger and conditional-writes the list.  The    *)
+(* old owner's adds then fail as fenced and its list updates fail with a   *)
+(* bad version, after which its managed ledger is FENCED for good (Pulsar  *)
+(* issue 17736).                                                           *)
 (*                                                                         *)
 (* Two CONSTANT switches mark where the two classic bugs live:             *)
 (*   FenceOnRecovery = FALSE : ownership by conditional writes alone, the  *)
@@ -181,6 +183,12 @@ ReadLedgerList(b) ==
     /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, ledger, nextLedger, acked, nextMsg,
                    consumed, trimmed>>
 
+\* The number of entries a recovery of l finds: all of an open ledger's, a closed one's end; none
+\* of a deleted one (a stale snapshot can list a ledger trimmed since: it opens as empty).
+RecoveredEnd(l) == CASE ledger[l].state = "open"   -> Len(ledger[l].entries)
+                     [] ledger[l].state = "closed" -> ledger[l].lastEntry
+                     [] OTHER                      -> 0
+
 \* Open the last ledger of the snapshot with recovery: one atomic fence-and-close (see the header).
 \* A ledger closed (or deleted) already is left as it is.
 RecoverLastLedger(b) ==
@@ -194,7 +202,11 @@ RecoverLastLedger(b) ==
                                            ![l].fenced = FenceOnRecovery]
              ELSE UNCHANGED ledger
           /\ lastAction' = [name |-> "RecoverLastLedger", params |-> [broker |-> b, ledger |-> l]]
-    /\ ml' = [ml EXCEPT ![b].state = "recovered"]
+          \* An empty last ledger is dropped from the snapshot (Pulsar drops it on open and deletes it
+          \* once the new list is written).
+          /\ ml' = [ml EXCEPT ![b].state = "recovered",
+                              ![b].ledgers = IF l # NoLedger /\ RecoveredEnd(l) = 0
+                                             THEN SubSeq(snap, 1, Len(snap) - 1) ELSE snap]
     /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, nextLedger, acked, nextMsg,
                    consumed, trimmed>>
 
@@ -206,7 +218,11 @@ CreateLedgerAndWriteList(b) ==
     /\ nextLedger \in LedgerIds
     /\ LET l == nextLedger
            ok == list.version = ml[b].version
-       IN /\ ledger' = [ledger EXCEPT ![l].state = "open"]
+           dropped == IF ok THEN Range(list.ledgers) \ Range(ml[b].ledgers) ELSE {}
+       IN /\ ledger' = [k \in LedgerIds |->
+                          IF k = l THEN [ledger[k] EXCEPT !.state = "open"]
+                          ELSE IF k \in dropped THEN [ledger[k] EXCEPT !.state = "deleted", !.entries = <<>>]
+                          ELSE ledger[k]]
           /\ nextLedger' = nextLedger + 1
           /\ IF ok
              THEN /\ list' = [version |-> list.version + 1, ledgers |-> Append(ml[b].ledgers, l)]
@@ -366,6 +382,9 @@ NoDeletedLedgerOnList == \A l \in Range(list.ledgers) : ledger[l].state # "delet
 ListGrowsOnlyAtEnd ==
     [][ /\ list'.version = list.version + 1
         /\ \/ \E l \in LedgerIds : list'.ledgers = Append(list.ledgers, l)
+           \/ /\ list.ledgers # <<>>                            \* an empty last ledger replaced
+              /\ ledger[Last(list.ledgers)].state = "closed" /\ ledger[Last(list.ledgers)].lastEntry = 0
+              /\ \E l \in LedgerIds : list'.ledgers = Append(SubSeq(list.ledgers, 1, Len(list.ledgers) - 1), l)
            \/ /\ list.ledgers # <<>>
               /\ list'.ledgers = Tail(list.ledgers)
               /\ ledger[Head(list.ledgers)].state = "closed"
