@@ -51,6 +51,9 @@ MAX_REDIRECTS = 8
 RETRYABLE = (pb.NOT_OWNER, pb.SERVICE_NOT_READY, pb.TOPIC_FENCED)  # codes that a new lookup may cure
 MAX_PIPELINED = 1000  # entries sent in one request at most (their adds are pipelined at the broker)
 MAX_IN_FLIGHT = 4  # requests of one producer on their way at once
+# Entries waiting before a second request goes out while one is under way: a request costs the broker
+# about as much as a few dozen entries, so pipelining pays only with a backlog.
+PIPELINE_BACKLOG = 32
 MAX_REQUEST_BYTES = 1024 * 1024  # of payload in one request (bigger ones take longer than their share)
 MAX_BATCH_BYTES = 128 * 1024  # a batch entry closes at this size (Pulsar's batchingMaxBytes)
 RETRY_PAUSE_S = 0.1
@@ -396,6 +399,8 @@ class Producer:
         stopping = False
         while True:
             while not stopping and len(in_flight) < MAX_IN_FLIGHT:
+                if in_flight and self._outbox.qsize() < PIPELINE_BACKLOG:
+                    break  # a light load: let entries gather for one request rather than pay one each
                 entries = self._take_entries(block=not in_flight)
                 if entries is None:
                     stopping = True
