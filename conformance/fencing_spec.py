@@ -104,10 +104,6 @@ PASSWORD = b"fencing"
 CONFIG = ManagedLedgerConfig(ensemble=1, write_quorum=1, ack_quorum=1, max_ledger_age_s=1.0, password=PASSWORD)
 
 
-# The known divergence (spec/README.md): Pulsar and the core drop an empty last ledger at open.
-EMPTY_LAST_LEDGER = "an empty last ledger is dropped from the list at open (fencing.tla keeps it)"
-
-
 class FencingHarnessError(Exception):
     """The cores did something the spec step has no room for (reported as a refusal of the step)."""
 
@@ -475,38 +471,6 @@ class FencingMapping:
             raise FencingHarnessError(f"{name}'s managed ledger is not fenced")
         self._unload(world, name)
 
-    # ---- the known divergence ------------------------------------------------------------------------
-    def known_divergence(self, target: Mapping[str, Value], impl: Mapping[str, Value]) -> str | None:
-        """EMPTY_LAST_LEDGER if that alone is why `impl` is not `target` (conformance/divergences.py).
-
-        fencing.tla's RecoverLastLedger keeps the recovered last ledger in the broker's snapshot;
-        the core drops it when it is empty (a closed end of 0 entries, or deleted since the snapshot
-        was read). Every other variable must be equal, and each differing ml[b] must be the spec's
-        with exactly that ledger removed.
-        """
-        if any(impl.get(var) != value for var, value in target.items() if var not in ("ml", "lastAction")):
-            return None
-        want_ml, got_ml, ledgers = target["ml"], impl.get("ml"), target["ledger"]
-        if not isinstance(want_ml, Function) or not isinstance(got_ml, Function) or not isinstance(ledgers, tuple):
-            return None
-        dropped = False
-        for broker in self.brokers:
-            want, got = want_ml.get(broker), got_ml.get(broker)
-            if want == got:
-                continue
-            if not isinstance(want, Record) or want["state"] != "recovered":
-                return None
-            snapshot = want["ledgers"]
-            if not isinstance(snapshot, tuple) or not snapshot or not isinstance(snapshot[-1], int):
-                return None
-            last = ledgers[snapshot[-1] - 1]
-            assert isinstance(last, Record)
-            empty = last["state"] == "deleted" or (last["state"] == "closed" and last["lastEntry"] == 0)
-            if not empty or got != Record.of({**dict(want), "ledgers": snapshot[:-1]}):
-                return None
-            dropped = True
-        return EMPTY_LAST_LEDGER if dropped else None
-
     # ---- the abstraction --------------------------------------------------------------------------------
     def abstract(self, world: FencingWorld, names: Names) -> dict[str, Value]:
         server = world.server
@@ -577,4 +541,4 @@ class FencingMapping:
         )
 
 
-__all__ = ["EMPTY_LAST_LEDGER", "SPEC", "FencingMapping", "FencingWorld"]
+__all__ = ["SPEC", "FencingMapping", "FencingWorld"]

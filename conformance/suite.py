@@ -7,18 +7,21 @@
     (e.g. it sends fenced reads where the mutation does not), before the violation.
   - metadata.tla's are configurations (blind writes, no fencing) whose anomaly the spec
     predicts: the store must *follow* them to the end (it loses the blind write's update).
+  - fencing.tla's: a mutation's (no fencing, writing on after a bad version) must be refused;
+    a witness's (the protocol's own configuration, a situation that must be reachable) followed.
+
+The behaviours TLC produced can be kept (`keep`) and replayed again: the mutation score
+(conformance/mutants.py) replays them with each broken core patched in.
 
 Specs without a mapping in conformance/ are reported as not supported, never passed.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from conformance.divergences import explained, replay_graph_around
 from conformance.fencing_spec import FencingMapping
 from conformance.ledger_spec import LedgerMapping
 from conformance.metadata_spec import MetadataMapping
@@ -52,16 +55,6 @@ class ModelResult:
     trace_states: int = 0  # states in the counterexample
     follow: bool = False  # the trace must be followed to the end (else: refused)
     tlc_outcome: str = ""  # what TLC said when the model was not what the manifest expects
-    diverged: Counter[str] = field(default_factory=Counter)  # edges refused at a known divergence, by name
-    known: str = ""  # the known divergence a trace was refused at, if that is why
-
-    @property
-    def conforms_up_to_known(self) -> bool:
-        """ok, or a graph whose only refusals are the mapping's known divergences (the mutation
-        score's baseline: a mutant is killed by a refusal they do not explain)."""
-        if self.graph is not None and self.diverged:
-            return self.graph.mismatch is None
-        return self.ok
 
     @property
     def ok(self) -> bool:
@@ -118,22 +111,13 @@ def replay_behaviours(
     mapping = mapping_for(model, cores)
     if behaviours.graph is not None:
         symmetry = has_symmetry((SPEC_DIR / model.config).read_text())
-        if hasattr(mapping, "known_divergence"):  # walk on past the edges it explains
-            report, diverged = replay_graph_around(
-                mapping, model.name, behaviours.graph, symmetry=symmetry, seed=seed, on_progress=on_progress
-            )
-            return ModelResult(model, graph=report, diverged=diverged)
         report = replay_graph(
             mapping, model.name, behaviours.graph, symmetry=symmetry, seed=seed, on_progress=on_progress
         )
         return ModelResult(model, graph=report)
     states = behaviours.trace or []
     follow = getattr(mapping, "counterexamples_are_followed", False)
-    trace = replay_trace(mapping, model.name, states)
-    known = ""
-    if trace.mismatch is not None and trace.mismatch.step > 0:
-        known = explained(mapping, states[trace.mismatch.step][1], trace.mismatch.attempts) or ""
-    return ModelResult(model, trace=trace, trace_states=len(states), follow=follow, known=known)
+    return ModelResult(model, trace=replay_trace(mapping, model.name, states), trace_states=len(states), follow=follow)
 
 
 def replay_model(
