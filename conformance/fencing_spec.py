@@ -25,7 +25,9 @@ Mapping (spec action [lastAction params] -> what the harness does):
   RecoverLastLedger [broker, ledger]
                                    the held RecoverLastLedger: a RecoveryOp run to its end (StartRecovery
                                    CW, fencing read-LAC, reads, write-back, RecoveryClose CW) ->
-                                   on_ledger_recovered; an empty snapshot: nothing (see below)
+                                   on_ledger_recovered (an empty last ledger leaves the core's list; its
+                                   DeleteLedgers follows the list write, as in fencing.tla); an empty
+                                   snapshot: nothing (see below)
   CreateLedgerAndWriteList [broker, ledger, expectedVersion, badVersion]
                                    the held CreateLedger: the next ledger id created (metadata OPEN,
                                    a LedgerWriter) -> on_ledger_created -> WriteLedgerList, the
@@ -276,6 +278,8 @@ class FencingWorld:
         if orphans:
             return  # an orphan's deletion: fencing.tla keeps the orphan (see the module's header)
         for ledger_id in ledger_ids:
+            if ledger_id in self.deleted_end:
+                continue  # deleted already (a stale snapshot listed it)
             metadata, _ = self.bookkeeper.read(ledger_id)
             self.bookkeeper.delete(ledger_id)
             end = metadata.last_entry_id + 1 if metadata.state is LedgerState.CLOSED else 0
