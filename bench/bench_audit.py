@@ -4,7 +4,7 @@ Generates valid histories quickly (batches of P concurrent operations: all invok
 tail reads with a limit of 5) and audits each in-process on local[*]: the validation pass, then the Spark job.
 
     .venv/bin/python bench/bench_audit.py --sizes 1000000 10000000 --topics 1 1000
-    .venv/bin/python bench/bench_audit.py --sizes 20000 --topics 1 --processes 50   # 50 processes, 10,000 ops
+    .venv/bin/python bench/bench_audit.py --sizes 20000 --topics 1 --processes 50 --reference  # 10,000 ops
 
 Histories are written before each measurement (not timed); the Spark session is started once, before the first
 measurement, so the first row does not pay the JVM start.
@@ -118,6 +118,11 @@ def main() -> None:
     p.add_argument("--topics", type=int, nargs="+", default=[1])
     p.add_argument("--processes", type=int, default=50)
     p.add_argument("--master", default="local[*]")
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="also time the plain-Python reference checker (spark/reference.py) on each history, for comparison",
+    )
     a = p.parse_args()
     from spark.audit import audit
     from spark.history import read_history
@@ -142,6 +147,16 @@ def main() -> None:
                     (result,) = audit([path])
                     t2, c2 = time.perf_counter(), cpu_seconds()
                 verdict = "valid" if result.report.valid else "INVALID"
+                if a.reference:
+                    from spark.reference import check
+
+                    r0 = time.perf_counter()
+                    ref = check(read_history(path))
+                    print(
+                        f"reference checker (validate + check, plain Python): {time.perf_counter() - r0:.1f} s, "
+                        f"{'valid' if ref.valid else 'INVALID'}",
+                        flush=True,
+                    )
                 rows.append((n, topics, t1 - t0, t2 - t1))
                 print(
                     f"{n:>10} {topics:>6} {a.processes:>5} {t1 - t0:>10.1f} {t2 - t1:>8.1f} {t2 - t0:>8.1f} "
