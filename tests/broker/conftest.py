@@ -16,6 +16,8 @@ import pytest
 
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, Reply, StoreEntry
+from impl.broker.client import Client
+from impl.broker.standalone import Standalone
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.memory import MemoryServer
 from impl.metadata.registry import BookieRegistry
@@ -110,3 +112,20 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """One `Standalone` (embedded metadata, three bookies, a broker) per test module."""
+    s = Standalone(tmp_path_factory.mktemp("standalone"))
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def client(standalone: Standalone) -> Iterator[Client]:
+    with Client(standalone.service_url, timeout_s=10) as c:
+        yield c

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,22 +17,6 @@ from impl.broker.client import Client, ClientError, ConsumerMessage, SendRejecte
 from impl.broker.standalone import Standalone, StandaloneAlreadyRunning
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
 from tests.processes import start_listening
-
-
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    s = Standalone(tmp_path_factory.mktemp("standalone"))
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def client(standalone: Standalone) -> Iterator[Client]:
-    with Client(standalone.service_url, timeout_s=10) as c:
-        yield c
 
 
 def topic() -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,22 +13,6 @@ from impl.broker import broker_pb2 as pb
 from impl.broker.client import Client, MessageId
 from impl.broker.service import Subscription
 from impl.broker.standalone import Standalone
-
-
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    s = Standalone(tmp_path_factory.mktemp("standalone"))
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def client(standalone: Standalone) -> Iterator[Client]:
-    with Client(standalone.service_url, timeout_s=10) as c:
-        yield c
 
 
 def topic() -> str:
