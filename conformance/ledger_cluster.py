@@ -34,8 +34,9 @@ from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, Upda
 from impl.bookie.client.recovery import RecoveryFailed, RecoveryOp, RecoveryPhase
 from impl.bookie.client.writer import ChooseReplacement, LedgerWriter, Send, WriterState
 from impl.bookie.core import AppendJournal, BookieCore, JournalRecord, ReadEntry, RecordKind, Reply, StoreEntry
+from impl.bookie.entry_format import read_header
 from impl.bookie.protocol import AddRequest, ErrorCode, ReadRequest, Request, Response
-from impl.metadata.ledger import BookieId, Fragment, LedgerMetadata
+from impl.metadata.ledger import NO_ENTRY, BookieId, Fragment, LedgerMetadata
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.memory import MemoryServer
 
@@ -49,9 +50,12 @@ class HarnessError(Exception):
     """The cores did something the current spec step has no room for (a divergence, reported as such)."""
 
 
+PAYLOAD_SIZE = 10  # every entry's payload has this size: ledger.tla counts lengths in entries
+
+
 def payload(entry_id: int) -> bytes:
-    """Entry e's content: fixed by its id (ledger.tla's messages carry no payload)."""
-    return f"entry-{entry_id}".encode()
+    """Entry e's content: fixed by its id (ledger.tla's messages carry no payload), always PAYLOAD_SIZE bytes."""
+    return f"entry-{entry_id:04d}".encode()
 
 
 Client = LedgerWriter | RecoveryOp
@@ -111,6 +115,7 @@ class LedgerCluster:
         self.crashes = 0
         self.events: list[Any] = []  # completions and failures the cores reported
         self.stopped: tuple[dict[int, frozenset[BookieId]], LedgerMetadata] | None = None
+        self.stopped_lacs: dict[int, int] = {}  # the LACs its pending adds carried when it stopped
         self._replacement: BookieId | None = None  # the spec step's choice for a ChooseReplacement
         self._next_request_id = 0
 
@@ -169,9 +174,11 @@ class LedgerCluster:
         """
         writer = self.writer
         before = (pending_acks(writer), writer.metadata) if writer.state is WriterState.WRITING else None
+        lacs = pending_lacs(writer) if before is not None else {}
         outputs = call()
         if before is not None and writer.state is not WriterState.WRITING and self.stopped is None:
             self.stopped = before
+            self.stopped_lacs = lacs
         self.perform(name, core, outputs)
 
     def writer_view(self) -> tuple[dict[int, frozenset[BookieId]], LedgerMetadata]:
@@ -179,6 +186,24 @@ class LedgerCluster:
         if self.writer.state is WriterState.WRITING or self.stopped is None:
             return pending_acks(self.writer), self.writer.metadata
         return self.stopped
+
+    def writer_sent_lacs(self) -> dict[int, int]:
+        """The LAC each pending add carries (ledger.tla's wSentLac), as the writer's view above."""
+        if self.writer.state is WriterState.WRITING or self.stopped is None:
+            return pending_lacs(self.writer)
+        return self.stopped_lacs
+
+    def last_entry_lac(self, bookie: BookieId) -> int:
+        """The LAC in the header of the bookie's last (highest) entry, as ledger storage holds it:
+        what its fencing read-LAC answer carries (ledger.tla's bookieLac); -1 without entries."""
+        node = self.bookies[bookie]
+        ledger = node.core.ledgers.get(LEDGER_ID)
+        if ledger is None or not ledger.entries:
+            return NO_ENTRY
+        body = _journalled_body(node.journal, LEDGER_ID, max(ledger.entries))
+        if body is None:
+            raise HarnessError(f"bookie {bookie} lists entry {max(ledger.entries)} but never journalled it")
+        return read_header(body)[2]
 
     # ---- bookies --------------------------------------------------------------------------------
     def bookie_handles(self, bookie: BookieId, request: Request) -> Response:
@@ -342,6 +367,11 @@ def pending_acks(writer: LedgerWriter) -> dict[int, frozenset[BookieId]]:
         ensemble = writer.metadata.ensemble_for(entry_id)
         out[entry_id] = frozenset(ensemble[i] for i in pending.acked)
     return out
+
+
+def pending_lacs(writer: LedgerWriter) -> dict[int, int]:
+    """The LAC in each pending add's encoded entry (fixed when first sent; re-sent verbatim)."""
+    return {entry_id: read_header(pending.body)[2] for entry_id, pending in writer._pending.items()}
 
 
 def _journalled_body(journal: list[JournalRecord], ledger_id: int, entry_id: int) -> bytes | None:

@@ -53,7 +53,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
-from conformance.ledger_cluster import LEDGER_ID, CoreTypes, InFlight, LedgerCluster, pending_acks
+from conformance.ledger_cluster import (
+    LEDGER_ID,
+    PAYLOAD_SIZE,
+    CoreTypes,
+    HarnessError,
+    InFlight,
+    LedgerCluster,
+    pending_acks,
+    pending_lacs,
+)
 from conformance.replay import Candidate, Names
 from conformance.tla_values import Function, ModelValue, Record, Value
 from impl.bookie.client.failures import LedgerFencedError
@@ -284,6 +293,10 @@ class LedgerMapping:
     def _acks(self, acked: Mapping[int, frozenset[BookieId]], names: Names) -> Function:
         return Function.of({e: frozenset(names[b] for b in acked.get(e, frozenset())) for e in self.entries})
 
+    def _lacs(self, sent: Mapping[int, int]) -> Function:
+        """The LAC each pending add carries; NoEntry for the others (ledger.tla clears confirmed ones)."""
+        return Function.of({e: sent.get(e, NO_ENTRY) for e in self.entries})
+
     def abstract(self, cluster: LedgerCluster, names: Names) -> dict[str, Value]:
         meta = cluster.metadata
         ledgers = {b: node.core.ledgers.get(LEDGER_ID) for b, node in cluster.bookies.items()}
@@ -294,6 +307,7 @@ class LedgerMapping:
                 {
                     "state": meta.state.value,
                     "lastEntry": meta.last_entry_id,
+                    "length": length_units(meta.length),
                     "fragments": self._fragments(meta, names),
                 }
             ),
@@ -301,7 +315,8 @@ class LedgerMapping:
                 {names[b]: frozenset(lg.entries) if lg else frozenset() for b, lg in ledgers.items()}
             ),
             "fenced": Function.of({names[b]: bool(lg and lg.fenced) for b, lg in ledgers.items()}),
-            "bookieLac": Function.of({names[b]: lg.lac if lg else NO_ENTRY for b, lg in ledgers.items()}),
+            # the LAC in the header of each bookie's last entry (what its read-LAC answer carries)
+            "bookieLac": Function.of({names[b]: cluster.last_entry_lac(b) for b in ledgers}),
             "up": Function.of({names[b]: node.up for b, node in cluster.bookies.items()}),
             "failed": frozenset(names[b] for b, node in cluster.bookies.items() if node.failed),
             "msgs": frozenset(self.message(m, names) for m in cluster.inflight),
@@ -309,6 +324,7 @@ class LedgerMapping:
             "wPushed": writer.last_add_pushed,
             "wLac": writer.last_add_confirmed,
             "wAcks": self._acks(writer_acks, names),
+            "wSentLac": self._lacs(cluster.writer_sent_lacs()),
             "wFragments": self._fragments(writer_metadata, names),
             "lost": cluster.lost,
             "crashes": cluster.crashes,
@@ -330,8 +346,10 @@ class LedgerMapping:
             "rNext": 0,
             "rNegatives": frozenset(),
             "rWbAcks": self._acks({}, names),
+            "rWbSentLac": self._lacs({}),
             "rWbLac": NO_ENTRY,
             "rEnd": NO_ENTRY,
+            "rLength": 0,
         }
         if op is None:
             return values
@@ -348,6 +366,8 @@ class LedgerMapping:
         values["rAnswered"] = frozenset(names[ensemble[i]] for i, a in read_lac.answers.items() if a.is_known)
         values["rMaxLac"] = read_lac.lac
         values["rReadFragments"] = self._fragments(read_lac.metadata, names)
+        # the length it will close with: the read-LAC's, then the last entry read (its write-back's header)
+        values["rLength"] = length_units(op.writer._pushed_length if op.writer else read_lac.length)
         values["rFragments"] = self._fragments(op.writer.metadata if op.writer else read_lac.metadata, names)
         end_found = op._end_found or op.phase in (RecoveryPhase.CLOSING, RecoveryPhase.DONE)
         if op.phase is RecoveryPhase.FENCING:
@@ -362,16 +382,23 @@ class LedgerMapping:
         else:
             answers = op._window.get(op._next, {})
             values["rNegatives"] = frozenset(names[read_at[i]] for i, a in answers.items() if a.is_negative)
-        if op.writer is not None:
+        if op.writer is not None:  # made when the read-LAC finished, with its LAC at the start point
             values["rWbAcks"] = self._acks(pending_acks(op.writer), names)
+            values["rWbSentLac"] = self._lacs(pending_lacs(op.writer))
             values["rWbLac"] = op.writer.last_add_confirmed
-        else:  # reading the anchor entry `start` before the write-back writer exists
-            values["rWbLac"] = op._start
         if op.phase is RecoveryPhase.DONE:
             values["rEnd"] = op.metadata.last_entry_id
         elif end_found:
             values["rEnd"] = op._next - 1
         return values
+
+
+def length_units(length: int) -> int:
+    """A ledger length in bytes as ledger.tla counts it: in entries (every payload has one size)."""
+    units, rest = divmod(length, PAYLOAD_SIZE)
+    if rest:
+        raise HarnessError(f"ledger length {length} is not a whole number of {PAYLOAD_SIZE}-byte payloads")
+    return units
 
 
 _RECOVERY_VARS = (
@@ -383,8 +410,10 @@ _RECOVERY_VARS = (
     "rNext",
     "rNegatives",
     "rWbAcks",
+    "rWbSentLac",
     "rWbLac",
     "rEnd",
+    "rLength",
 )
 
 

@@ -20,16 +20,13 @@ rWbLac, and the entries and fenced flag of the bookie involved). TLC explores ev
 match; `-dump` lists the states reached (run_tlc keeps no PrintT output), and the furthest `l`
 of each trace gives the verdict: accepted, or the first event no behaviour can match.
 
-Two steps have no ledger.tla counterpart and are admitted as such (spec/README.md):
-- the recovery's anchor read (a fenced read of entry `start` itself, to learn the ledger's
-  length there), which only fences the bookie it reads from;
-- the writer ignoring an EFENCED answer that is not for a pending add from its write set
-  (ledger.tla's writer stops on any EFENCED answer; found by this validation).
-To keep the runs inside ledger.tla's reductions, the scheduler never loses an anchor read and
-crashes no bookie while one is in flight or undecided (the spec sent its reads of start+1
-already), merges identical requests in flight (the spec's messages are a set), times a
-request out only when nothing else is in flight about it, and starts a recovery attempt only
-when nothing of the previous one is in flight.
+Every event is a ledger.tla action: no step is admitted outside the spec. (Until the spec and
+the cores were made to agree on BookKeeper's behaviour, three were: recovery's "anchor read" of
+its start entry, the writer ignoring a stale EFENCED answer, and a read-LAC answer below the
+spec's bookieLac; spec/README.md, "Decisions".) To keep the runs inside ledger.tla's
+reductions, the scheduler merges identical requests in flight (the spec's messages are a
+set), times a request out only when nothing else is in flight about it, and starts a
+recovery attempt only when nothing of the previous one is in flight.
 """
 
 from __future__ import annotations
@@ -160,20 +157,18 @@ def _choices(c: LedgerCluster, config: RunConfig, *, late: bool) -> list[Step]:
         out += [partial(_as, client=WRITER, call=c.writer_add)] * 3
     for m in list(c.inflight):
         up = c.bookies[m.bookie].up
-        anchor = _is_anchor(m)
         if up:
             out += [partial(_deliver, c=c, m=m)] * 4
-        if up and not anchor and c.lost < config.max_lost:
+        if up and c.lost < config.max_lost:
             out.append(partial(_lose, c=c, m=m, how="MessageLost"))
             out.append(partial(_lose, c=c, m=m, how="ReplyLost"))
-        if not up and not anchor:
+        if not up:
             out.append(partial(_lose, c=c, m=m, how="RequestToDownBookieLost"))
-    anchors = any(_is_anchor(m) for m in c.inflight) or _anchor_open(c)
     for b, node in c.bookies.items():
-        if node.up and c.crashes < config.max_crashes and not anchors:
+        if node.up and c.crashes < config.max_crashes:
             out.append(partial(_env, c=c, name="BookieCrashes", bookie=b, call=c.crash))
         failures = sum(n.failed for n in c.bookies.values())
-        if node.up and failures < config.max_failures and not anchors:
+        if node.up and failures < config.max_failures:
             out.append(partial(_env, c=c, name="BookieFailsPermanently", bookie=b, call=c.fail_permanently))
         if not node.up and not node.failed:
             out += [partial(_env, c=c, name="BookieRestarts", bookie=b, call=c.restart)] * 2
@@ -269,24 +264,6 @@ def _entry(m: InFlight) -> int:
     return -1 if isinstance(request, ReadRequest) and request.entry_id == LAST_ENTRY else request.entry_id
 
 
-def _is_anchor(m: InFlight) -> bool:
-    op, request = m.core, m.request
-    return (
-        isinstance(op, RecoveryOp)
-        and isinstance(request, ReadRequest)
-        and request.entry_id >= 0
-        and request.entry_id == op._start
-    )
-
-
-def _anchor_open(c: LedgerCluster) -> bool:
-    """A recovery reading its anchor: ledger.tla already sent the reads of start+1."""
-    return any(
-        op is not None and op.phase is RecoveryPhase.READING and op.writer is None and op._start >= 0
-        for op in c.recoveries.values()
-    )
-
-
 def _spares(c: LedgerCluster, ensemble: Sequence[str]) -> list[str]:
     return [b for b, node in c.bookies.items() if node.up and b not in ensemble]
 
@@ -330,7 +307,6 @@ PARAMS = {
     "RecoveryChangesEnsemble": ("client", "failed", "replacement", "first"),
     "RecoveryCloses": ("client", "lastEntry", "outcome"),
     "RecoveryAborts": ("client", "phase"),
-    "RecoveryReadsAnchor": ("client", "bookie"),
     "MessageLost": ("kind", "client", "bookie", "entry"),
     "ReplyLost": ("kind", "client", "bookie", "entry"),
     "RequestToDownBookieLost": ("kind", "client", "bookie", "entry"),
@@ -452,47 +428,18 @@ Traces == <<
 
 VARIABLES l, t   \\* position in the trace, which trace
 
-\\* The recovery's anchor read: a fenced read of entry `start` that ledger.tla does not model.
-AnchorRead(c, b) ==
-    /\\ up[b]
-    /\\ fenced' = [fenced EXCEPT ![b] = TRUE]
-    /\\ lastAction' = [name |-> "RecoveryReadsAnchor", params |-> [client |-> c, bookie |-> b]]
-    /\\ UNCHANGED <<meta, entries, bookieLac, up, failed, msgs, writerVars, recVars, lost, crashes>>
-
-\\* The writer ignores an EFENCED answer that is not for a pending add from its write set (ledger.tla's
-\\* writer stops on any EFENCED answer). Admitted as a second known divergence.
-WriterIgnoresStaleFencedReply ==
-    \\E m \\in msgs :
-        /\\ m.kind = "add" /\\ m.client = Writer /\\ Delivered(m)
-        /\\ wState = "WRITING" /\\ Reply(m).val = 0
-        /\\ (m.entry <= wLac \\/ m.bookie \\notin WriteSet(wFragments, m.entry))
-        /\\ msgs' = msgs \\ {{m}}
-        /\\ lastAction' = [name |-> "WriterReceivesAddResponse",
-                          params |-> [bookie |-> m.bookie, entry |-> m.entry, ok |-> FALSE, counted |-> FALSE]]
-        /\\ UNCHANGED <<meta, up, failed, writerVars, recVars, lost, crashes>>
-
-\\* The fencing read-LAC answers with the LAC in the bookie's last entry, which may be below the
-\\* largest LAC it has seen (ledger.tla's bookieLac). Admitted as a third known divergence.
-ReadLacOfLastEntry(lac) ==
-    \\E req \\in msgs :
-        /\\ req.kind = "readLac" /\\ Delivered(req)
-        /\\ lac <= bookieLac[req.bookie]
-        /\\ RecoveryHandlesReadLacReply([Reply(req) EXCEPT !.val = lac], req)
-
 Do(ev) ==
     \\/ ev.name = "WriterSendsAdd" /\\ WriterSendsAdd
-    \\/ ev.name = "WriterReceivesAddResponse" /\\ (WriterReceivesAddResponse \\/ WriterIgnoresStaleFencedReply)
+    \\/ ev.name = "WriterReceivesAddResponse" /\\ WriterReceivesAddResponse
     \\/ ev.name = "WriterChangesEnsemble" /\\ WriterChangesEnsemble(ev.p.failed, ev.p.replacement)
     \\/ ev.name = "WriterCloses" /\\ WriterCloses
     \\/ ev.name = "RecoveryStarts" /\\ RecoveryStarts(ev.p.client)
-    \\/ ev.name = "RecoveryReceivesReadLacResponse"
-       /\\ (RecoveryReceivesReadLacResponse \\/ ReadLacOfLastEntry(ev.p.lac))
+    \\/ ev.name = "RecoveryReceivesReadLacResponse" /\\ RecoveryReceivesReadLacResponse
     \\/ ev.name = "RecoveryReceivesReadResponse" /\\ RecoveryReceivesReadResponse
     \\/ ev.name = "RecoveryReceivesAddResponse" /\\ RecoveryReceivesAddResponse
     \\/ ev.name = "RecoveryChangesEnsemble" /\\ RecoveryChangesEnsemble(ev.p.client, ev.p.failed, ev.p.replacement)
     \\/ ev.name = "RecoveryCloses" /\\ RecoveryCloses(ev.p.client)
     \\/ ev.name = "RecoveryAborts" /\\ RecoveryAborts(ev.p.client)
-    \\/ ev.name = "RecoveryReadsAnchor" /\\ AnchorRead(ev.p.client, ev.p.bookie)
     \\/ ev.name = "MessageLost" /\\ MessageLost
     \\/ ev.name = "ReplyLost" /\\ ReplyLost
     \\/ ev.name = "RequestToDownBookieLost" /\\ RequestToDownBookieLost

@@ -35,6 +35,11 @@ ASSUME /\ E >= Qw /\ Qw >= Qa /\ Qa >= 1 /\ Cardinality(Bookies) >= E
 Clients == {Writer} \cup Recoverers
 Entries == 0 .. NumEntries - 1
 NoEntry == -1
+\* Ledger lengths. Every entry's header carries the ledger length up to and including it, fixed by
+\* the writer (a recovery write-back copies it), so the length at entry e is a function of e that
+\* grows with e (payloads are not empty). The spec counts it in entries: the length at e is e + 1,
+\* an empty ledger's 0 (the conformance harness's payloads all have one size).
+LengthAt(e) == e + 1
 Max(a, b) == IF a >= b THEN a ELSE b
 Range(f) == { f[i] : i \in DOMAIN f }
 
@@ -76,11 +81,12 @@ ConfirmedUpTo(acks, lac, pushed) ==
         /\ (l < pushed => Cardinality(acks[l + 1]) < Qa)
 
 VARIABLES
-    meta,           \* ledger metadata: [state, lastEntry, fragments] (the metadata store's node)
+    meta,           \* ledger metadata: [state, lastEntry, length, fragments] (the metadata store's node)
     \* bookies
     entries,        \* entries[b]: entry ids bookie b stores durably (journalled and fsynced)
     fenced,         \* fenced[b]: the durable, irreversible fenced flag of the ledger on b
-    bookieLac,      \* bookieLac[b]: the largest LAC b has seen piggybacked (durable: it rides in entries)
+    bookieLac,      \* bookieLac[b]: the LAC in the header of b's last (highest) entry, which a read-LAC
+                    \* answer carries (durable: it rides in the entry); NoEntry while b stores none
     up,             \* up[b]: b is running (FALSE while crashed or after a permanent failure)
     failed,         \* bookies that failed for good (their disks are gone)
     \* the network
@@ -90,6 +96,8 @@ VARIABLES
     wPushed,        \* last_add_pushed: the highest entry id sent
     wLac,           \* the writer's last add confirmed (every entry <= wLac acknowledged to the application)
     wAcks,          \* wAcks[e]: bookies that acknowledged pending entry e (cleared once confirmed)
+    wSentLac,       \* wSentLac[e]: the LAC pending entry e carries: wLac when it was first sent; a re-send
+                    \* carries the same encoded entry (cleared to NoEntry once confirmed)
     wFragments,     \* the writer's view of the fragment list
     \* recovery clients (functions over Recoverers)
     rPhase,         \* "idle" | "fencing" | "reading" | "closing" | "done" | "aborted"
@@ -100,17 +108,20 @@ VARIABLES
     rNext,          \* the entry id being read
     rNegatives,     \* bookies that answered "no such entry" for rNext
     rWbAcks,        \* rWbAcks[e]: bookies that acknowledged the recovery add of e (cleared once confirmed)
+    rWbSentLac,     \* rWbSentLac[e]: the LAC the recovery add of e carries (as wSentLac; cleared once confirmed)
     rWbLac,         \* every entry <= rWbLac is recovered (written back to Qa bookies or known confirmed)
     rEnd,           \* the recovered last entry (meaningful in "closing" and "done")
+    rLength,        \* the length recovery will close with: the read-LAC's (the header that carried the
+                    \* largest LAC), then each entry read brings its own
     \* fault budgets
     lost, crashes,
     \* auxiliary, for conformance only: [name, params] of the last action; not in the VIEW
     lastAction
 
 bookieVars == <<entries, fenced, bookieLac, up, failed>>
-writerVars == <<wState, wPushed, wLac, wAcks, wFragments>>
+writerVars == <<wState, wPushed, wLac, wAcks, wSentLac, wFragments>>
 recVars == <<rPhase, rAnswered, rMaxLac, rReadFragments, rFragments, rNext, rNegatives,
-             rWbAcks, rWbLac, rEnd>>
+             rWbAcks, rWbSentLac, rWbLac, rEnd, rLength>>
 vars == <<meta, bookieVars, msgs, writerVars, recVars, lost, crashes, lastAction>>
 
 \* Fingerprint without lastAction: states that differ only in how they were reached are one.
@@ -124,7 +135,7 @@ view == <<meta, bookieVars, msgs, writerVars, recVars, lost, crashes>>
 (*   "recoveryAdd" recovery -> bookie (skips the fence check), val = LAC  *)
 (*   "addResp"     bookie -> client, val = 1 OK, 0 EFENCED                *)
 (*   "readLac"     recovery -> bookie, read-LAC with the fence flag       *)
-(*   "readLacResp" bookie -> recovery, val = the bookie's LAC             *)
+(*   "readLacResp" bookie -> recovery, val = its last entry's LAC header  *)
 (*   "read"        recovery -> bookie, val = 1 with the fence flag, 0 not *)
 (*   "readResp"    bookie -> recovery, val = 1 OK, 0 ENOENTRY/ENOLEDGER   *)
 (* Messages form a set: two identical messages in flight act as one,      *)
@@ -138,7 +149,8 @@ NoMessagesOf(c) == \A m \in msgs : m.client # c
 Init ==
     \E ens \in [1 .. E -> Bookies] :
         /\ \A i, j \in 1 .. E : i # j => ens[i] # ens[j]
-        /\ meta = [state |-> "OPEN", lastEntry |-> NoEntry, fragments |-> <<[first |-> 0, ens |-> ens]>>]
+        /\ meta = [state |-> "OPEN", lastEntry |-> NoEntry, length |-> 0,
+                   fragments |-> <<[first |-> 0, ens |-> ens]>>]
         /\ wFragments = meta.fragments
     /\ entries = [b \in Bookies |-> {}]
     /\ fenced = [b \in Bookies |-> FALSE]
@@ -150,6 +162,7 @@ Init ==
     /\ wPushed = NoEntry
     /\ wLac = NoEntry
     /\ wAcks = [e \in Entries |-> {}]
+    /\ wSentLac = [e \in Entries |-> NoEntry]
     /\ rPhase = [c \in Recoverers |-> "idle"]
     /\ rAnswered = [c \in Recoverers |-> {}]
     /\ rMaxLac = [c \in Recoverers |-> NoEntry]
@@ -158,8 +171,10 @@ Init ==
     /\ rNext = [c \in Recoverers |-> 0]
     /\ rNegatives = [c \in Recoverers |-> {}]
     /\ rWbAcks = [c \in Recoverers |-> [e \in Entries |-> {}]]
+    /\ rWbSentLac = [c \in Recoverers |-> [e \in Entries |-> NoEntry]]
     /\ rWbLac = [c \in Recoverers |-> NoEntry]
     /\ rEnd = [c \in Recoverers |-> NoEntry]
+    /\ rLength = [c \in Recoverers |-> 0]
     /\ lost = 0
     /\ crashes = 0
     /\ lastAction = [name |-> "Init", params |-> [none |-> 0]]
@@ -175,28 +190,34 @@ WriterSendsAdd ==
     /\ wPushed < NumEntries - 1
     /\ LET e == wPushed + 1 IN
        /\ wPushed' = e
+       /\ wSentLac' = [wSentLac EXCEPT ![e] = wLac]
        /\ msgs' = msgs \cup {Msg("add", Writer, b, e, wLac) : b \in WriteSet(wFragments, e)}
        /\ lastAction' = [name |-> "WriterSendsAdd", params |-> [entry |-> e, lac |-> wLac]]
     /\ UNCHANGED <<meta, bookieVars, wState, wLac, wAcks, wFragments, recVars, lost, crashes>>
 
-\* An add response. EFENCED is unrecoverable: pending adds fail, the handle stops.
-\* An OK counts only while the entry is pending and b is still in its write set (a response
-\* from a replaced bookie is ignored). Completion is in order: LAC = the longest confirmed prefix.
+\* An add response, as BookKeeper's PendingAddOp.writeComplete takes it. An answer counts only
+\* while the entry is pending and b is still in its write set (an answer from a replaced bookie
+\* is ignored). An OK is an ack; completion is in order: LAC = the longest confirmed prefix.
+\* EFENCED is unrecoverable (pending adds fail, the handle stops), unless the add already has Qa
+\* acks: PendingAddOp ignores any error once it "completed" (an under-replicated entry, not a
+\* failure); an entry already confirmed completed long ago.
 WriterHandlesAddReply(m, req) ==
     /\ m.kind = "addResp" /\ m.client = Writer
     /\ msgs' = msgs \ {req}
     /\ LET e == m.entry
-           counts == wState = "WRITING" /\ m.val = 1 /\ wLac < e /\ e <= wPushed
-                     /\ m.bookie \in WriteSet(wFragments, e)
+           current == wState = "WRITING" /\ wLac < e /\ e <= wPushed /\ m.bookie \in WriteSet(wFragments, e)
+           counts == current /\ m.val = 1
+           fencedNow == current /\ m.val = 0 /\ Cardinality(wAcks[e]) < Qa
            acks == [wAcks EXCEPT ![e] = @ \cup {m.bookie}]
            lac == ConfirmedUpTo(acks, wLac, wPushed)
        IN /\ IF counts
              THEN /\ wLac' = lac
-                  \* confirmed entries' acks are never looked at again: forget them (smaller state)
+                  \* confirmed entries' acks and LACs are never looked at again: forget them (smaller state)
                   /\ wAcks' = [x \in Entries |-> IF x <= lac THEN {} ELSE acks[x]]
+                  /\ wSentLac' = [x \in Entries |-> IF x <= lac THEN NoEntry ELSE wSentLac[x]]
                   /\ UNCHANGED wState
-             ELSE /\ wState' = IF wState = "WRITING" /\ m.val = 0 THEN "FENCED" ELSE wState
-                  /\ UNCHANGED <<wLac, wAcks>>
+             ELSE /\ wState' = IF fencedNow THEN "FENCED" ELSE wState
+                  /\ UNCHANGED <<wLac, wAcks, wSentLac>>
           /\ lastAction' = [name |-> "WriterReceivesAddResponse",
                             params |-> [bookie |-> m.bookie, entry |-> e, ok |-> m.val = 1, counted |-> counts]]
     /\ UNCHANGED <<meta, up, failed, wPushed, wFragments, recVars, lost, crashes>>
@@ -213,7 +234,8 @@ WriterTimedOut(b, e) ==
 
 \* Ensemble change by CW: a new fragment at LAC+1 with b replaced by nb (a registered, i.e. up,
 \* bookie not in the ensemble), only while OPEN and b still in place. Then unacknowledged adds are
-\* re-sent to nb (and b's acks of them forgotten). Re-read metadata IN_RECOVERY = fenced,
+\* re-sent to nb (and b's acks of them forgotten), each with the LAC it was first sent with
+\* (PendingAddOp re-sends the entry it encoded once). Re-read metadata IN_RECOVERY = fenced,
 \* CLOSED = failed.
 WriterChangesEnsemble(b, nb) ==
     /\ wState = "WRITING"
@@ -226,7 +248,7 @@ WriterChangesEnsemble(b, nb) ==
                  /\ meta' = [meta EXCEPT !.fragments = frags]
                  /\ wFragments' = frags
                  /\ wAcks' = [e \in Entries |-> wAcks[e] \ {b}]
-                 /\ msgs' = msgs \cup {Msg("add", Writer, nb, e, wLac) :
+                 /\ msgs' = msgs \cup {Msg("add", Writer, nb, e, wSentLac[e]) :
                                        e \in {x \in wLac + 1 .. wPushed : nb \in WriteSet(frags, x)}}
                  /\ UNCHANGED wState
             [] meta.state = "IN_RECOVERY" ->
@@ -236,21 +258,22 @@ WriterChangesEnsemble(b, nb) ==
        /\ lastAction' = [name |-> "WriterChangesEnsemble",
                          params |-> [failed |-> b, replacement |-> nb, first |-> wLac + 1,
                                      outcome |-> meta.state]]
-    /\ UNCHANGED <<bookieVars, wPushed, wLac, recVars, lost, crashes>>
+    /\ UNCHANGED <<bookieVars, wPushed, wLac, wSentLac, recVars, lost, crashes>>
 
 \* Writer close by CW, with the code's semantics: if not CLOSED (also when IN_RECOVERY) write
-\* CLOSED with the writer's LAC; if CLOSED with the same end succeed; otherwise fail. Pending adds fail.
+\* CLOSED with the writer's LAC and its length there; if CLOSED with the same last entry AND length
+\* succeed (BookKeeper's LedgerHandle close compares both); otherwise fail. Pending adds fail.
 WriterCloses ==
     /\ wState = "WRITING"
     /\ CASE meta.state # "CLOSED" ->
-              /\ meta' = [meta EXCEPT !.state = "CLOSED", !.lastEntry = wLac]
+              /\ meta' = [meta EXCEPT !.state = "CLOSED", !.lastEntry = wLac, !.length = LengthAt(wLac)]
               /\ wState' = "CLOSED"
-         [] meta.lastEntry = wLac ->
+         [] meta.lastEntry = wLac /\ meta.length = LengthAt(wLac) ->
               /\ wState' = "CLOSED" /\ UNCHANGED meta
          [] OTHER ->
               /\ wState' = "FAILED" /\ UNCHANGED meta
     /\ lastAction' = [name |-> "WriterCloses", params |-> [lac |-> wLac, outcome |-> meta.state]]
-    /\ UNCHANGED <<bookieVars, msgs, wPushed, wLac, wAcks, wFragments, recVars, lost, crashes>>
+    /\ UNCHANGED <<bookieVars, msgs, wPushed, wLac, wAcks, wSentLac, wFragments, recVars, lost, crashes>>
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -261,18 +284,25 @@ WriterCloses ==
 (***************************************************************************)
 
 \* Add: a fenced bookie rejects a writer's add with EFENCED; a recovery add skips the fence check.
+\* An accepted add of an id at or above every stored one becomes b's last entry (a later copy of
+\* the last entry replaces it: ledger storage keeps the latest write), so its LAC is bookieLac.
 AddAccepted(m) == m.kind = "recoveryAdd" \/ ~fenced[m.bookie]
 BookieReceivesAdd(m) ==
     /\ entries' = IF AddAccepted(m) THEN [entries EXCEPT ![m.bookie] = @ \cup {m.entry}] ELSE entries
-    /\ bookieLac' = IF AddAccepted(m) THEN [bookieLac EXCEPT ![m.bookie] = Max(@, m.val)] ELSE bookieLac
+    /\ bookieLac' = IF AddAccepted(m) /\ \A x \in entries[m.bookie] : x <= m.entry
+                    THEN [bookieLac EXCEPT ![m.bookie] = m.val] ELSE bookieLac
     /\ UNCHANGED fenced
 AddReply(m) == Msg("addResp", m.client, m.bookie, m.entry, IF AddAccepted(m) THEN 1 ELSE 0)
 
-\* Read-LAC with the fence flag: fence (durably, creating the ledger if unknown), reply the LAC.
+\* Read-LAC with the fence flag (BookKeeper: a fenced read of entry -1, "your last entry"): fence
+\* (durably, creating the ledger if unknown), reply with the last entry, i.e. with the LAC in its
+\* header (which can be below a LAC the bookie saw on an earlier entry).
 BookieReceivesReadLac(m) ==
     /\ fenced' = [fenced EXCEPT ![m.bookie] = TRUE]
     /\ UNCHANGED <<entries, bookieLac>>
-ReadLacReply(m) == Msg("readLacResp", m.client, m.bookie, NoEntry, bookieLac[m.bookie])
+LastEntryOf(b) == IF entries[b] = {} THEN NoEntry ELSE CHOOSE e \in entries[b] : \A x \in entries[b] : x <= e
+\* entry = the id of that last entry (its header's length is LengthAt(entry)), val = its LAC.
+ReadLacReply(m) == Msg("readLacResp", m.client, m.bookie, LastEntryOf(m.bookie), bookieLac[m.bookie])
 
 \* Read of one entry, fencing first when the flag is set; reads work on fenced ledgers.
 BookieReceivesRead(m) ==
@@ -328,11 +358,13 @@ RecoveryStarts(c) ==
             /\ msgs' = msgs \cup {Msg("readLac", c, b, NoEntry, 0) : b \in Range(LastEnsemble(meta.fragments))}
             /\ UNCHANGED rEnd
     /\ lastAction' = [name |-> "RecoveryStarts", params |-> [client |-> c, outcome |-> meta.state]]
-    /\ UNCHANGED <<bookieVars, writerVars, rAnswered, rMaxLac, rNext, rNegatives, rWbAcks, rWbLac,
-                   lost, crashes>>
+    /\ UNCHANGED <<bookieVars, writerVars, rAnswered, rMaxLac, rNext, rNegatives, rWbAcks, rWbSentLac,
+                   rWbLac, rLength, lost, crashes>>
 
-\* A fencing read-LAC answer (OK, ENOENTRY, ENOLEDGER all count). Once covered, take the max LAC,
-\* and read the first entry after the start point.
+\* A fencing read-LAC answer (OK, ENOENTRY, ENOLEDGER all count). As ReadLastConfirmedOp, keep the
+\* header (LAC and length) of the first answer with the largest LAC. Once covered, read the first
+\* entry after the start point: LedgerRecoveryOp does not read the start entry itself (its LAC
+\* starts there, its length is the read-LAC's).
 RecoveryHandlesReadLacReply(m, req) ==
     /\ m.kind = "readLacResp" /\ m.client \in Recoverers
     /\ LET c == m.client
@@ -344,6 +376,7 @@ RecoveryHandlesReadLacReply(m, req) ==
        IN /\ IF rPhase[c] = "fencing"
              THEN /\ rAnswered' = [rAnswered EXCEPT ![c] = answered]
                   /\ rMaxLac' = [rMaxLac EXCEPT ![c] = maxLac]
+                  /\ rLength' = IF m.val > rMaxLac[c] THEN [rLength EXCEPT ![c] = LengthAt(m.entry)] ELSE rLength
                   /\ IF covered
                      THEN /\ rPhase' = [rPhase EXCEPT ![c] = "reading"]
                           /\ rNext' = [rNext EXCEPT ![c] = start + 1]
@@ -352,12 +385,12 @@ RecoveryHandlesReadLacReply(m, req) ==
                      ELSE /\ msgs' = msgs \ {req}
                           /\ UNCHANGED <<rPhase, rNext, rWbLac>>
              ELSE /\ msgs' = msgs \ {req}
-                  /\ UNCHANGED <<rPhase, rAnswered, rMaxLac, rNext, rWbLac>>
+                  /\ UNCHANGED <<rPhase, rAnswered, rMaxLac, rNext, rWbLac, rLength>>
           /\ lastAction' = [name |-> "RecoveryReceivesReadLacResponse",
                             params |-> [client |-> c, bookie |-> m.bookie, lac |-> m.val,
                                         stale |-> rPhase[c] # "fencing"]]
-    /\ UNCHANGED <<meta, up, failed, writerVars, rReadFragments, rFragments, rNegatives, rWbAcks, rEnd,
-                   lost, crashes>>
+    /\ UNCHANGED <<meta, up, failed, writerVars, rReadFragments, rFragments, rNegatives, rWbAcks,
+                   rWbSentLac, rEnd, lost, crashes>>
 
 \* A recovery read answer for the entry being read. One OK: the entry exists: write it back to its
 \* write set in the local (current) ensemble as a recovery add, go on with the next id. Enough
@@ -370,6 +403,8 @@ RecoveryHandlesReadReply(m, req) ==
        IN /\ IF current /\ m.val = 1
              THEN /\ rNext' = [rNext EXCEPT ![c] = e + 1]
                   /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]
+                  /\ rWbSentLac' = [rWbSentLac EXCEPT ![c][e] = rWbLac[c]]
+                  /\ rLength' = [rLength EXCEPT ![c] = LengthAt(e)]   \* the entry's own header
                   /\ msgs' = (msgs \ {req})
                              \cup {Msg("recoveryAdd", c, b, e, rWbLac[c]) : b \in WriteSetIn(LastEnsemble(rFragments[c]), e)}
                              \cup ReadRequests(c, e + 1)
@@ -382,9 +417,9 @@ RecoveryHandlesReadReply(m, req) ==
                           /\ rEnd' = [rEnd EXCEPT ![c] = e - 1]
                      ELSE UNCHANGED <<rPhase, rEnd>>
                   /\ msgs' = msgs \ {req}
-                  /\ UNCHANGED rNext
+                  /\ UNCHANGED <<rNext, rWbSentLac, rLength>>
              ELSE /\ msgs' = msgs \ {req}
-                  /\ UNCHANGED <<rPhase, rEnd, rNext, rNegatives>>
+                  /\ UNCHANGED <<rPhase, rEnd, rNext, rNegatives, rWbSentLac, rLength>>
           /\ lastAction' = [name |-> "RecoveryReceivesReadResponse",
                             params |-> [client |-> c, bookie |-> m.bookie, entry |-> e, found |-> m.val = 1,
                                         stale |-> ~current]]
@@ -407,11 +442,13 @@ RecoveryHandlesAddReply(m, req) ==
        IN /\ IF counts
              THEN /\ rWbLac' = [rWbLac EXCEPT ![c] = lac]
                   /\ rWbAcks' = [rWbAcks EXCEPT ![c] = [x \in Entries |-> IF x <= lac THEN {} ELSE acks[x]]]
-             ELSE UNCHANGED <<rWbLac, rWbAcks>>
+                  /\ rWbSentLac' = [rWbSentLac EXCEPT ![c] = [x \in Entries |-> IF x <= lac THEN NoEntry
+                                                                                  ELSE rWbSentLac[c][x]]]
+             ELSE UNCHANGED <<rWbLac, rWbAcks, rWbSentLac>>
           /\ lastAction' = [name |-> "RecoveryReceivesAddResponse",
                             params |-> [client |-> c, bookie |-> m.bookie, entry |-> e, counted |-> counts]]
     /\ UNCHANGED <<meta, up, failed, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rFragments,
-                   rNext, rNegatives, rEnd, lost, crashes>>
+                   rNext, rNegatives, rEnd, rLength, lost, crashes>>
 
 RecoveryAddTimedOut(c, b, e) ==
     /\ rPhase[c] \in {"reading", "closing"}
@@ -420,7 +457,8 @@ RecoveryAddTimedOut(c, b, e) ==
     /\ Cardinality(rWbAcks[c][e]) < Qa
     /\ ~InFlight("recoveryAdd", c, b, e) /\ ~InFlight("addResp", c, b, e)
 
-\* A local ensemble change during write-back: kept in rFragments until the final close.
+\* A local ensemble change during write-back: kept in rFragments until the final close. Pending
+\* recovery adds are re-sent to nb with the LAC they were first sent with (as the writer's).
 RecoveryChangesEnsemble(c, b, nb) ==
     /\ \E e \in Entries : RecoveryAddTimedOut(c, b, e)
     /\ b \in Range(LastEnsemble(rFragments[c]))
@@ -429,20 +467,23 @@ RecoveryChangesEnsemble(c, b, nb) ==
        /\ Len(frags) <= MaxFragments
        /\ rFragments' = [rFragments EXCEPT ![c] = frags]
        /\ rWbAcks' = [rWbAcks EXCEPT ![c] = [e \in Entries |-> @[e] \ {b}]]
-       /\ msgs' = msgs \cup {Msg("recoveryAdd", c, nb, e, rWbLac[c]) :
+       /\ msgs' = msgs \cup {Msg("recoveryAdd", c, nb, e, rWbSentLac[c][e]) :
                              e \in {x \in rWbLac[c] + 1 .. WbPushed(c) : nb \in WriteSetIn(LastEnsemble(frags), x)}}
     /\ lastAction' = [name |-> "RecoveryChangesEnsemble",
                       params |-> [client |-> c, failed |-> b, replacement |-> nb, first |-> rWbLac[c] + 1]]
     /\ UNCHANGED <<meta, bookieVars, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rNext,
-                   rNegatives, rWbLac, rEnd, lost, crashes>>
+                   rNegatives, rWbSentLac, rWbLac, rEnd, rLength, lost, crashes>>
 
 \* Recovery close by CW once every write-back finished: IN_RECOVERY -> CLOSED with the recovered
-\* end and the local fragments; if someone else CLOSED it, adopt that.
+\* end, its length and the local fragments; if someone else CLOSED it, adopt that (closeRecovered:
+\* no comparison). Note: when no entry past the start point was read, the length is the read-LAC's,
+\* which need not be the length at the end (BookKeeper's own behaviour, kept; see spec/README.md).
 RecoveryCloses(c) ==
     /\ rPhase[c] = "closing"
     /\ rWbLac[c] >= rEnd[c]
     /\ IF meta.state = "IN_RECOVERY"
-       THEN /\ meta' = [state |-> "CLOSED", lastEntry |-> rEnd[c], fragments |-> rFragments[c]]
+       THEN /\ meta' = [state |-> "CLOSED", lastEntry |-> rEnd[c], length |-> rLength[c],
+                         fragments |-> rFragments[c]]
             /\ UNCHANGED rEnd
        ELSE /\ rEnd' = [rEnd EXCEPT ![c] = meta.lastEntry]   \* adopt (state is CLOSED)
             /\ UNCHANGED meta
@@ -450,7 +491,7 @@ RecoveryCloses(c) ==
     /\ lastAction' = [name |-> "RecoveryCloses",
                       params |-> [client |-> c, lastEntry |-> rEnd[c], outcome |-> meta.state]]
     /\ UNCHANGED <<bookieVars, msgs, writerVars, rAnswered, rMaxLac, rReadFragments, rFragments, rNext,
-                   rNegatives, rWbAcks, rWbLac, lost, crashes>>
+                   rNegatives, rWbAcks, rWbSentLac, rWbLac, rLength, lost, crashes>>
 
 \* Recovery fails (and may be retried): fencing cannot be covered, the entry being read has
 \* neither an OK nor enough negatives, or a write-back timed out; with nothing more in flight.
@@ -468,8 +509,10 @@ RecoveryAborts(c) ==
     /\ rNext' = [rNext EXCEPT ![c] = 0]
     /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]
     /\ rWbAcks' = [rWbAcks EXCEPT ![c] = [e \in Entries |-> {}]]
+    /\ rWbSentLac' = [rWbSentLac EXCEPT ![c] = [e \in Entries |-> NoEntry]]
     /\ rWbLac' = [rWbLac EXCEPT ![c] = NoEntry]
     /\ rEnd' = [rEnd EXCEPT ![c] = NoEntry]
+    /\ rLength' = [rLength EXCEPT ![c] = 0]
     /\ lastAction' = [name |-> "RecoveryAborts", params |-> [client |-> c, phase |-> rPhase[c]]]
     /\ UNCHANGED <<meta, bookieVars, msgs, writerVars, lost, crashes>>
 
@@ -604,6 +647,7 @@ FairSpec ==
 TypeOK ==
     /\ meta.state \in {"OPEN", "IN_RECOVERY", "CLOSED"}
     /\ meta.lastEntry \in Entries \cup {NoEntry}
+    /\ meta.length \in 0 .. NumEntries
     /\ entries \in [Bookies -> SUBSET Entries]
     /\ fenced \in [Bookies -> BOOLEAN]
     /\ bookieLac \in [Bookies -> Entries \cup {NoEntry}]
@@ -611,8 +655,11 @@ TypeOK ==
     /\ wState \in {"WRITING", "CLOSED", "FENCED", "FAILED"}
     /\ wPushed \in Entries \cup {NoEntry} /\ wLac \in Entries \cup {NoEntry} /\ wLac <= wPushed
     /\ wAcks \in [Entries -> SUBSET Bookies]
+    /\ wSentLac \in [Entries -> Entries \cup {NoEntry}]
+    /\ rWbSentLac \in [Recoverers -> [Entries -> Entries \cup {NoEntry}]]
     /\ rPhase \in [Recoverers -> {"idle", "fencing", "reading", "closing", "done", "aborted"}]
     /\ rNext \in [Recoverers -> 0 .. NumEntries]
+    /\ rLength \in [Recoverers -> 0 .. NumEntries]
     /\ \A m \in msgs : m.kind \in Requests \cup {"addResp", "readLacResp", "readResp"}
                        /\ m.client \in Clients /\ m.bookie \in Bookies
     /\ lost \in 0 .. MaxLostMessages /\ crashes \in 0 .. MaxCrashes

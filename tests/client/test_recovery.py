@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,7 +13,7 @@ from impl.bookie.client.ledger_update import StartRecovery, UpdateMetadata
 from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
 from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp, RecoveryPhase
 from impl.bookie.client.writer import AddCompleted, AddFailed, LedgerWriter, Send
-from impl.bookie.entry_format import encode_entry, master_key
+from impl.bookie.entry_format import encode_entry, master_key, read_header
 from impl.bookie.protocol import AddRequest, ErrorCode, ReadRequest, ReadResponse
 from impl.metadata.ledger import Fragment, LedgerMetadata, LedgerState
 
@@ -58,8 +60,8 @@ def acknowledged(cluster: SimCluster, writer: LedgerWriter) -> list[int]:
 # ---- read-LAC against recorded answers ------------------------------------------------------------
 
 
-def lac_answer(entry_id: int, lac: int) -> ReadResponse:
-    body = encode_entry(LEDGER, entry_id, lac, 10, b"p", password=b"secret")
+def lac_answer(entry_id: int, lac: int, length: int = 10) -> ReadResponse:
+    body = encode_entry(LEDGER, entry_id, lac, length, b"p", password=b"secret")
     return ReadResponse(LEDGER, entry_id, ErrorCode.EOK, body)
 
 
@@ -70,8 +72,9 @@ def test_read_lac_fences_every_bookie_and_takes_the_max_lac() -> None:
     assert [s.bookie for s in sent] == ["a", "b", "c"]
     request = sent[0].request
     assert isinstance(request, ReadRequest) and request.fence and request.master_key == master_key(b"secret")
-    assert op.receive("a", request, lac_answer(5, 3)) == []  # one answer covers no write set of E3/Qw3/Qa2
-    assert op.receive("b", request, lac_answer(6, 4)) == [ReadLacDone(4)]
+    assert op.receive("a", request, lac_answer(5, 3, 50)) == []  # one answer covers no write set of E3/Qw3/Qa2
+    # The LAC and the length come from one header (BookKeeper's RecoveryData): the max-LAC answer's.
+    assert op.receive("b", request, lac_answer(6, 4, 60)) == [ReadLacDone(4, 60)]
     assert op.receive("c", request, lac_answer(9, 8)) == []  # done already
 
 
@@ -87,7 +90,18 @@ def test_read_lac_counts_no_entry_as_an_answer_and_fails_without_coverage() -> N
 
     op = ReadLacOp(LEDGER, meta)
     assert op.receive("a", request, ReadResponse(LEDGER, -1, ErrorCode.ENOLEDGER)) == []
-    assert op.receive("b", request, ReadResponse(LEDGER, -1, ErrorCode.ENOENTRY)) == [ReadLacDone(-1)]
+    assert op.receive("b", request, ReadResponse(LEDGER, -1, ErrorCode.ENOENTRY)) == [ReadLacDone(-1, 0)]
+
+
+def test_read_lac_keeps_the_first_header_with_the_largest_lac() -> None:
+    # ReadLastConfirmedOp replaces its RecoveryData only on a strictly larger LAC; (-1, 0) to begin with.
+    meta = LedgerMetadata(3, 3, 1, (Fragment(0, ("a", "b", "c")),), password=b"secret")
+    op = ReadLacOp(LEDGER, meta, fence=False)
+    request = op.start()[0].request
+    assert op.receive("a", request, lac_answer(3, -1, 30)) == []
+    assert (op.lac, op.length) == (-1, 0)  # a LAC of -1 replaces nothing
+    assert op.receive("b", request, lac_answer(4, 2, 40)) == []
+    assert op.receive("c", request, lac_answer(5, 2, 50)) == [ReadLacDone(2, 40)]  # equal LAC: the first stays
 
 
 def test_read_lac_treats_a_corrupt_entry_as_an_error() -> None:
@@ -97,7 +111,7 @@ def test_read_lac_treats_a_corrupt_entry_as_an_error() -> None:
     good = lac_answer(4, 3)
     corrupt = ReadResponse(LEDGER, 4, ErrorCode.EOK, good.body[:-1] + b"X")
     assert op.receive("a", request, corrupt) == []
-    assert op.receive("b", request, good) == [ReadLacDone(3)]
+    assert op.receive("b", request, good) == [ReadLacDone(3, 10)]
 
 
 # ---- recovery over the simulated cluster ------------------------------------------------------------
@@ -130,6 +144,69 @@ def test_recovery_fences_the_writer_and_keeps_every_acknowledged_entry() -> None
     failures = [e for e in cluster.events_of(writer) if isinstance(e, AddFailed)]
     assert failures and all(isinstance(f.error, LedgerFencedError) for f in failures)
     assert all(b.ledgers[LEDGER].fenced for b in cluster.bookies.values() if LEDGER in b.ledgers)
+
+
+def recover_recording(cluster: SimCluster, read_ahead: int = 1) -> tuple[RecoveryOp, list[Send]]:
+    """Run a recovery to its end; every request it sent, in order."""
+    op = RecoveryOp(LEDGER, cluster.store.metadata, read_ahead=read_ahead)
+    seen: list[Send] = []
+    perform = cluster.perform
+
+    def recording(client: Any, outputs: list[Any]) -> None:
+        if client is op:
+            seen.extend(o for o in outputs if isinstance(o, Send))
+        perform(client, outputs)
+
+    cluster.perform = recording  # type: ignore[method-assign]
+    cluster.perform(op, op.start())
+    cluster.run()
+    return op, seen
+
+
+def entries_read(seen: list[Send]) -> list[int]:
+    return [s.request.entry_id for s in seen if isinstance(s.request, ReadRequest)]
+
+
+@pytest.mark.parametrize("read_ahead", [1, 2])
+def test_recovery_reads_from_the_start_point_plus_one_and_never_the_start_entry(read_ahead: int) -> None:
+    """BookKeeper's LedgerRecoveryOp reads LAC+1, LAC+2, ... straight after the fencing read-LAC:
+    the start entry itself is not read (ledger.tla reads start+1 directly)."""
+    cluster = new_cluster()
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    for i in range(3):  # one at a time: entry 2 carries LAC 1
+        cluster.perform(writer, writer.add(f"entry-{i}".encode()))
+        cluster.run()
+    op, seen = recover_recording(cluster, read_ahead)
+    done = outcome(cluster, op)
+    assert op._start == 1
+    assert sorted(set(entries_read(seen))) == [-1, 2, *range(3, 3 + read_ahead)]  # -1: the read-LAC
+    assert (done.metadata.last_entry_id, done.metadata.length) == (2, sum(len(f"entry-{i}") for i in range(3)))
+    # the write-back of entry 2 carries its own header length and the recovery's LAC (the start point)
+    (add, *_) = [s for s in seen if isinstance(s.request, AddRequest)]
+    assert isinstance(add.request, AddRequest) and add.request.recovery
+    assert read_header(add.request.body)[1:] == (2, 1, done.metadata.length)
+
+
+def test_recovery_finding_nothing_past_the_start_closes_with_the_read_lac_length() -> None:
+    """The start point is the last fragment's first entry - 1 (entries before it were confirmed when the
+    writer changed the ensemble); nothing follows it. The closed length is the read-LAC's: the header
+    of the answer with the largest LAC (BookKeeper's RecoveryData), here entry 1's."""
+    key = master_key(b"secret")
+    fragments = (Fragment(0, tuple(BOOKIES)), Fragment(2, ("b0:1", "b1:1", "s0:1")))
+    meta = LedgerMetadata(3, 3, 2, fragments, password=b"secret")
+    cluster = SimCluster(LEDGER, BOOKIES, meta, spares=SPARES)
+    lengths = {0: 7, 1: 14}
+    for bookie in BOOKIES:
+        for entry_id, lac in ((0, -1), (1, 0)):
+            body = encode_entry(
+                LEDGER, entry_id, lac, lengths[entry_id], f"entry-{entry_id}".encode(), password=b"secret"
+            )
+            cluster.bookies[bookie].handle(AddRequest(LEDGER, entry_id, key, body))
+    op, seen = recover_recording(cluster)
+    done = outcome(cluster, op)
+    assert op._start == 1  # max(LAC 0, first entry 2 - 1)
+    assert sorted(set(entries_read(seen))) == [-1, 2]  # no read of entry 1
+    assert (done.metadata.last_entry_id, done.metadata.length) == (1, 14)
 
 
 @pytest.mark.parametrize("read_ahead", [1, 3])

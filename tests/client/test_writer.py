@@ -103,6 +103,72 @@ def test_fenced_or_unauthorised_stops_the_writer(code: ErrorCode, why: str) -> N
     assert answer(writer, first[0]) == []  # a late ack changes nothing
 
 
+@pytest.mark.parametrize("code", [ErrorCode.EFENCED, ErrorCode.EUA])
+def test_an_error_for_an_add_with_qa_acks_is_ignored(code: ErrorCode) -> None:
+    """BookKeeper's PendingAddOp.writeComplete ignores errors once the add has Qa acks ("completed"):
+    an under-replicated entry, not a failure (ledger.tla: `fencedNow` needs fewer than Qa acks)."""
+    writer = LedgerWriter(LEDGER, metadata())  # E=Qw=3, Qa=2
+    e0 = sends(writer.add(b"a"))
+    e1 = sends(writer.add(b"b"))
+    answer(writer, e1[0])
+    assert answer(writer, e1[1]) == []  # entry 1 has Qa acks; entry 0 still pending: not confirmed
+    assert answer(writer, e1[2], code) == []  # ignored: entry 1 completed
+    assert writer.state.value == "writing"
+    answer(writer, e0[0])
+    assert completed(answer(writer, e0[1])) == [0, 1]
+    assert answer(writer, e0[2], code) == []  # an error for a confirmed entry: ignored too
+    assert writer.state.value == "writing" and writer.last_add_confirmed == 1
+
+
+def test_efenced_for_an_add_short_of_qa_from_its_write_set_stops_the_writer() -> None:
+    writer = LedgerWriter(LEDGER, metadata())
+    e0 = sends(writer.add(b"a"))
+    answer(writer, e0[0])  # one ack of Qa = 2
+    failed = [o for o in answer(writer, e0[1], ErrorCode.EFENCED) if isinstance(o, AddFailed)]
+    assert [f.entry_id for f in failed] == [0] and isinstance(failed[0].error, LedgerFencedError)
+
+
+def test_efenced_from_a_replaced_bookie_is_ignored() -> None:
+    meta = metadata()
+    writer = LedgerWriter(LEDGER, meta)
+    e0 = sends(writer.add(b"a"))
+    answer(writer, e0[0], ErrorCode.EIO)  # b0 failed: ensemble change
+    (update,) = writer.on_replacement("b0:1", "b3:1")
+    assert isinstance(update, UpdateMetadata)
+    writer.on_metadata_result(MetadataResult(update.change, True, changed_ensemble(meta, 0, "b0:1", "b3:1")))
+    assert answer(writer, e0[0], ErrorCode.EFENCED) == []  # b0 is no longer in entry 0's write set
+    assert writer.state.value == "writing"
+
+
+def test_a_resent_add_carries_the_lac_it_was_first_sent_with() -> None:
+    """PendingAddOp encodes an entry once (with the LAC of that moment) and re-sends that buffer to a
+    replacement; ledger.tla re-sends with wSentLac[e], not the current wLac."""
+    meta = metadata()
+    writer = LedgerWriter(LEDGER, meta)
+    e0 = sends(writer.add(b"a"))
+    e1 = sends(writer.add(b"b"))  # sent with LAC -1
+    for s in e0[:2]:
+        answer(writer, s)
+    assert writer.last_add_confirmed == 0
+    answer(writer, e1[0])
+    answer(writer, e1[1], ErrorCode.EIO)  # b2 failed
+    (update,) = writer.on_replacement(e1[1].bookie, "b3:1")
+    assert isinstance(update, UpdateMetadata)
+    new_meta = changed_ensemble(meta, 1, e1[1].bookie, "b3:1")
+    (resent,) = sends(writer.on_metadata_result(MetadataResult(update.change, True, new_meta)))
+    assert resent.bookie == "b3:1" and isinstance(resent.request, AddRequest)
+    assert resent.request == e1[1].request  # the same encoded entry
+    assert decode_entry(resent.request.body, DigestType.CRC32C, b"pw", LEDGER, 1).lac == -1  # not the current 0
+
+
+def test_a_recovery_add_carries_the_length_it_is_given() -> None:
+    writer = LedgerWriter(LEDGER, metadata(), last_add_confirmed=4, length=40, recovery=True)
+    (first, *_) = sends(writer.add(b"abc", length=77))
+    assert isinstance(first.request, AddRequest) and first.request.recovery
+    entry = decode_entry(first.request.body, DigestType.CRC32C, b"pw", LEDGER, 5)
+    assert (entry.lac, entry.length) == (4, 77)
+
+
 def changed_ensemble(meta: LedgerMetadata, first: int, failed: str, replacement: str) -> LedgerMetadata:
     ensemble = tuple(replacement if b == failed else b for b in meta.last_ensemble)
     return LedgerMetadata(

@@ -50,3 +50,45 @@ def test_a_crash_keeps_only_the_journal_and_a_clone_is_independent() -> None:
     assert copy.bookies[A].up and copy.crashes == 0  # the copy did not crash
     copy.writer_add()
     assert [type(m.request) for m in copy.inflight] == [AddRequest] and cluster.inflight == []
+
+
+def test_the_read_lac_answer_is_the_last_entrys_lac_even_below_a_lac_seen_before() -> None:
+    """Decision (spec/README.md): a fencing read-LAC answer is the bookie's last entry, so its LAC is
+    that entry's header's (BookKeeper's ledger storage returns the last entry for entry -1), which
+    can be below a LAC piggybacked on an earlier entry. ledger.tla's bookieLac is that LAC."""
+    from conformance.ledger_spec import LedgerMapping
+    from conformance.tla_values import Function, ModelValue
+    from impl.bookie.client.recovery import RecoveryPhase
+
+    cluster = LedgerCluster([A], (A,), (1, 1, 1), "w", ["r1", "r2"])
+    for _ in range(3):  # entries 0, 1, 2 all sent with LAC -1
+        cluster.writer_add()
+    cluster.deliver(list(cluster.inflight))
+    assert cluster.writer.last_add_confirmed == 2
+    cluster.start_recovery("r1")  # read-LAC -1: start -1, read 0
+    for _ in range(4):  # read 0 -> write back 0 (LAC -1); read 1 -> write back 1 with LAC 0
+        (first, *_) = [m for m in cluster.inflight if m.client == "r1"]
+        cluster.deliver([first])
+    op = cluster.recoveries["r1"]
+    assert op is not None and op.writer is not None and op.writer.last_add_confirmed == 0
+    cluster.deliver([m for m in cluster.inflight if isinstance(m.request, AddRequest)])  # entry 1, LAC 0
+    core = cluster.bookies[A].core.ledgers[7]
+    assert core.piggybacked_lac == 0  # the largest LAC the bookie saw...
+    assert cluster.last_entry_lac(A) == -1  # ...but its last entry (2) carries -1
+    mapping = LedgerMapping(
+        {
+            "Bookies": frozenset({ModelValue("b1")}),
+            "Recoverers": frozenset({ModelValue("r1"), ModelValue("r2")}),
+            "Writer": ModelValue("w"),
+            "E": 1,
+            "Qw": 1,
+            "Qa": 1,
+            "NumEntries": 3,
+        }
+    )
+    assert mapping.abstract(cluster, {A: ModelValue("b1")})["bookieLac"] == Function.of({ModelValue("b1"): -1})
+    cluster.start_recovery("r2")  # the ledger is IN_RECOVERY: r2 fences and reads the LAC at once
+    (read_lac,) = [m for m in cluster.inflight if m.client == "r2"]
+    cluster.deliver([read_lac])
+    r2 = cluster.recoveries["r2"]
+    assert r2 is not None and r2.phase is RecoveryPhase.READING and r2._start == -1  # not 0

@@ -11,22 +11,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conformance.ledger_cluster import CoreTypes
+from conformance.ledger_cluster import LEDGER_ID, CoreTypes, InFlight, LedgerCluster
 from conformance.ledger_spec import LedgerMapping
 from conformance.replay import GraphReplay, has_symmetry, read_constants, replay_graph
 from conformance.statespace import StateGraph, dump_state_graph
 from conformance.suite import replay_model
+from conformance.tla_values import Record
 from conformance.tlc import SPEC_DIR, Model, load_manifest
+from conformance.trace_validation import WRITER, Run, RunConfig, _as, _deliver, _Recorder, check_traces
+from impl import trace
 from impl.bookie.client.read_lac import ReadLacOp
 from impl.bookie.client.recovery import RecoveryOp, RecoveryOutput, RecoveryPhase
-from impl.bookie.client.writer import AddCompleted, LedgerWriter, WriterOutput
+from impl.bookie.client.writer import AddCompleted, LedgerWriter, WriterOutput, WriterState
 from impl.bookie.core import BookieCore, JournalRecord, Output, RecordKind
-from impl.bookie.protocol import AddRequest
+from impl.bookie.protocol import LAST_ENTRY, AddRequest, ReadRequest
 
 pytestmark = pytest.mark.tlc
 
@@ -60,6 +64,10 @@ WRITER_CFG = WRITER_CFG.replace("MaxCrashes = 1", "MaxCrashes = 0").replace(
     "MaxPermanentFailures = 1", "MaxPermanentFailures = 0"
 )
 WRITER_CFG = WRITER_CFG.replace("SYMMETRY BookieSymmetry\n", "")
+
+# One bookie, two entries, a recovery: the writer's entry 1 carries LAC 0, so recovery's start
+# point can be entry 0 (it reads entry 1 first, never entry 0; decision 1 in spec/README.md).
+START_CFG = WRITER_CFG.replace("Recoverers = {}", "Recoverers = {r1}")
 
 # Two entries, an ensemble change, no recovery: a pending add is re-sent to the replacement.
 RESEND_CFG = (
@@ -95,7 +103,7 @@ EVERY_ACTION = {
 def graphs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[StateGraph, str]]:
     """TLC's state graph of a manifest model or of one of the configs above (dumped once per module)."""
     cache: dict[str, tuple[StateGraph, str]] = {}
-    extra = {"faults": FAULTS_CFG, "writer": WRITER_CFG, "resend": RESEND_CFG}
+    extra = {"faults": FAULTS_CFG, "writer": WRITER_CFG, "resend": RESEND_CFG, "start": START_CFG}
 
     def get(name: str) -> tuple[StateGraph, str]:
         if name not in cache:
@@ -165,7 +173,8 @@ def test_another_walk_order_reaches_the_states_along_other_paths(
         # 2614: the implementation's recovery reads carry the fence flag; the mutation's do not.
         ("ledger-mutation1-nofence-ci", "RecoveryReceivesReadLacResponse", {"msgs"}),
         # 2615: the implementation starts at max(LAC, first entry of the last fragment - 1) = 0, not LAC = -1.
-        ("ledger-mutation2-startfromlac-ci", "RecoveryReceivesReadLacResponse", {"rWbLac"}),
+        # (It reads entry 1 where the mutation reads entry 0, hence msgs and rNext too.)
+        ("ledger-mutation2-startfromlac-ci", "RecoveryReceivesReadLacResponse", {"msgs", "rNext", "rWbLac"}),
         # One negative of Qw=2, Qa=1 does not end the implementation's recovery (it needs Qw-Qa+1 = 2).
         ("ledger-mutation3-negqa-ci", "RecoveryReceivesReadResponse", {"rPhase"}),
     ],
@@ -195,33 +204,125 @@ def test_mutation1_fenced_reads_then_the_late_add_is_rejected() -> None:
     assert {"wLac", "wState", "entries"} <= later["WriterReceivesAddResponse"]
 
 
-# ---- a known divergence ------------------------------------------------------------------------
+# ---- the decisions that made ledger.tla and the cores agree (spec/README.md, "Decisions") ----------
 
 
-def test_tiny_fragments_diverges_at_the_anchor_read(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
-    """Known divergence (reported): once the LAC or a fragment start puts recovery's start point at
-    s >= 0, RecoveryOp first reads entry s itself (the "anchor", to learn the ledger length at s);
-    ledger.tla reads s+1 directly. When the spec or the core changes, make this a full replay."""
+def _msgs(graph: StateGraph, node: str) -> list[Record]:
+    msgs = graph.state(node)["msgs"]
+    assert isinstance(msgs, frozenset)
+    return [m for m in msgs if isinstance(m, Record)]
+
+
+def test_recovery_reads_the_entry_after_its_start_point_first(
+    graphs: Callable[[str], tuple[StateGraph, str]],
+) -> None:
+    """Decision 1: as BookKeeper's LedgerRecoveryOp, recovery reads start+1 straight after the fencing
+    read-LAC; the start entry itself is not read (the cores used to read it first, for its length)."""
+    report = replay(graphs, "start")
+    assert report.mismatch is None, str(report.mismatch)
+    assert report.edges_covered == report.edges
+    graph, _ = graphs("start")
+    started = [e for e in graph.edges if e.action == "RecoveryReceivesReadLacResponse"]
+    reads = {m["entry"] for e in started for m in _msgs(graph, e.target) if m["kind"] == "read"}
+    assert reads == {0, 1}  # start -1 reads entry 0, start 0 reads entry 1 (and never entry 0)
+
+
+def test_tiny_fragments_is_replayed_in_full(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
+    """Decision 1 again, with ensemble changes (a start point at a fragment's first entry - 1) and the
+    ledger length of decision 4 (recovery closing with the read-LAC's length)."""
     report = replay(graphs, "ledger-ci-tiny-fragments")
-    mismatch = report.mismatch
-    assert mismatch is not None
-    assert mismatch.action == "RecoveryReceivesReadLacResponse"
-    assert mismatch.differing == {"msgs", "rNext"}, str(mismatch)
+    assert report.mismatch is None, str(report.mismatch)
+    assert report.edges_covered == report.edges and report.states_covered == report.states
 
 
-def test_resent_add_diverges_in_its_piggybacked_lac(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
-    """Known divergence (reported): after an ensemble change the writer re-sends a pending add
-    verbatim (as BookKeeper re-sends the same buffer), with the LAC it had when first sent;
-    ledger.tla's WriterChangesEnsemble re-sends it with the current wLac."""
+def test_a_resent_add_carries_the_lac_it_was_first_sent_with(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
+    """Decision 3: after an ensemble change the writer re-sends a pending add verbatim (BookKeeper's
+    PendingAddOp re-sends its buffer), so with the LAC it had when first sent (ledger.tla's wSentLac)."""
     report = replay(graphs, "resend")
-    mismatch = report.mismatch
-    assert mismatch is not None
-    assert (mismatch.action, mismatch.differing) == ("WriterChangesEnsemble", {"msgs"}), str(mismatch)
-    closest = mismatch.closest
-    assert closest is not None
-    text = "\n".join(closest.diff)
-    assert 'only in spec: [bookie |-> b2, client |-> w, entry |-> 1, kind |-> "add", val |-> 0]' in text
-    assert 'only in impl: [bookie |-> b2, client |-> w, entry |-> 1, kind |-> "add", val |-> -1]' in text
+    assert report.mismatch is None, str(report.mismatch)
+    assert report.edges_covered == report.edges
+    graph, _ = graphs("resend")
+    stale = [
+        e
+        for e in graph.edges
+        if e.action == "WriterChangesEnsemble"
+        and any(m["kind"] == "add" and m["entry"] == 1 and m["val"] == -1 for m in _msgs(graph, e.target))
+        and graph.state(e.target)["wLac"] == 0
+    ]
+    assert stale, "no re-send of entry 1 with its first LAC (-1) while the writer's LAC is 0"
+
+
+def _hand_run(config: RunConfig, ensemble: tuple[str, ...], script: Callable[[LedgerCluster, _Recorder], None]) -> Run:
+    """A scripted (not random) run of the cores, recorded as trace_validation records its runs."""
+    cluster = LedgerCluster(config.bookie_ids, ensemble, config.quorums, WRITER, config.recoverer_names)
+    recorder = _Recorder()
+    run = Run(config, 0, ensemble)
+    with trace.tracing(recorder):
+        script(cluster, recorder)
+    run.events = recorder.events
+    return run
+
+
+def _deliver_where(c: LedgerCluster, r: _Recorder, keep: Callable[[InFlight], bool]) -> None:
+    (m,) = [m for m in c.inflight if keep(m)]
+    _deliver(r, c, m)
+
+
+def _entry_of(m: InFlight) -> int:
+    request = m.request
+    assert isinstance(request, AddRequest | ReadRequest)
+    return request.entry_id
+
+
+def _is(kind: type, client: str, bookie: str, entry: int) -> Callable[[InFlight], bool]:
+    return lambda m: isinstance(m.request, kind) and (m.client, m.bookie, _entry_of(m)) == (client, bookie, entry)
+
+
+HAND = RunConfig("hand-e2-qw2-qa1", 2, (2, 2, 1), entries=3, recoverers=2)
+
+
+def _efenced_after_qa(c: LedgerCluster, r: _Recorder) -> None:
+    # Entry 1 reaches Qa = 1 ack while entry 0 waits; a recovery fences b2; b2's EFENCED for entry 1
+    # is ignored (PendingAddOp: completed), its EFENCED for entry 0 (no ack) stops the writer.
+    for _ in range(2):
+        _as(r, WRITER, c.writer_add)
+    _deliver_where(c, r, _is(AddRequest, WRITER, "b1", 1))
+    _as(r, "r1", partial(c.start_recovery, "r1"))
+    _deliver_where(c, r, _is(ReadRequest, "r1", "b2", LAST_ENTRY))
+    _deliver_where(c, r, _is(AddRequest, WRITER, "b2", 1))
+    assert c.writer.state is WriterState.WRITING  # ignored
+    _deliver_where(c, r, _is(AddRequest, WRITER, "b2", 0))
+    assert c.writer.state is WriterState.FAILED  # fenced
+
+
+def _read_lac_below_a_lac_seen(c: LedgerCluster, r: _Recorder) -> None:
+    # b1 ends up with entry 1 carrying LAC 0 (r1's write-back) while its last entry, 2, carries -1:
+    # r2's fencing read-LAC answer from b1 is -1 (ledger.tla's bookieLac), not 0.
+    for _ in range(3):
+        _as(r, WRITER, c.writer_add)
+    for m in list(c.inflight):
+        _deliver(r, c, m)
+    _as(r, "r1", partial(c.start_recovery, "r1"))
+    for b in ("b1", "b2"):
+        _deliver_where(c, r, _is(ReadRequest, "r1", b, LAST_ENTRY))
+    _deliver_where(c, r, _is(ReadRequest, "r1", "b1", 0))
+    _deliver_where(c, r, _is(AddRequest, "r1", "b1", 0))
+    _deliver_where(c, r, _is(ReadRequest, "r1", "b1", 1))
+    _deliver_where(c, r, _is(AddRequest, "r1", "b1", 1))
+    assert c.bookies["b1"].core.ledgers[LEDGER_ID].piggybacked_lac == 0 and c.last_entry_lac("b1") == -1
+    _as(r, "r2", partial(c.start_recovery, "r2"))
+    _deliver_where(c, r, _is(ReadRequest, "r2", "b1", LAST_ENTRY))
+    (answer,) = [e for e in r.events if e.name == "RecoveryReceivesReadLacResponse" and e.params["client"] == "r2"]
+    assert answer.params["lac"] == -1
+
+
+def test_ledger_tla_admits_the_efenced_and_read_lac_decisions() -> None:
+    """Decisions 2 and 3: TLC checks that ledger.tla admits both scripted runs, with no step admitted
+    outside the spec (trace_validation.py). The spec before the decisions rejected each of them:
+    its writer stopped on any EFENCED answer, and its read-LAC answered the largest LAC seen (0)."""
+    runs = [_hand_run(HAND, ("b1", "b2"), script) for script in (_efenced_after_qa, _read_lac_below_a_lac_seen)]
+    verdicts, _ = check_traces(HAND, runs)
+    assert all(v.accepted for v in verdicts), "\n".join(v.describe() for v in verdicts)
 
 
 # ---- broken cores must be caught ---------------------------------------------------------------
@@ -235,6 +336,7 @@ class HoleSkippingWriter(LedgerWriter):
         if not done:
             return []
         top = max(done)
+        self.length = self._pending[top].length  # the length is right: only the hole is the bug
         for entry_id in [e for e in self._pending if e <= top]:
             del self._pending[entry_id]
         self.last_add_confirmed = top

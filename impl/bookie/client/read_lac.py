@@ -2,9 +2,12 @@
 
 Read entry -1 ("the last entry you store") from every bookie of the last fragment;
 in the recovery variant with the fence flag, so that each answering bookie refuses the
-old writer from then on. The LAC is the maximum LAC piggybacked in the answered
-entries' headers. Done by the per-write-set coverage rule: once every write set has
-fewer than Qa bookies still unknown, the old writer can reach Qa on no write set.
+old writer from then on. Each answer is the bookie's last (highest) entry; its header
+carries the LAC piggybacked on it and the ledger length up to it. As BookKeeper's
+ReadLastConfirmedOp, the result is the header of the answer with the largest LAC (the first
+one seen; `(-1, 0)` when no answer carries a LAC above -1). Done by the per-write-set
+coverage rule: once every write set has fewer than Qa bookies still unknown, the old writer
+can reach Qa on no write set.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from impl.metadata.ledger import NO_ENTRY, BookieId, LedgerMetadata
 @dataclass(frozen=True)
 class ReadLacDone:
     lac: int
+    length: int = 0  # the ledger length in the same header (BookKeeper's RecoveryData): recovery's start length
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class ReadLacOp:
         self.ensemble = metadata.last_ensemble
         self.answers: dict[int, Answer] = {}
         self.lac = NO_ENTRY
+        self.length = 0  # the length in the header that carried `lac`
         self.finished = False
 
     def start(self) -> list[Send]:
@@ -59,7 +64,7 @@ class ReadLacOp:
         m = self.metadata
         if lac_coverage_reached(self.answers, m.ensemble_size, m.write_quorum, m.ack_quorum):
             self.finished = True
-            return [ReadLacDone(self.lac)]
+            return [ReadLacDone(self.lac, self.length)]
         if len(self.answers) == len(self.ensemble):
             self.finished = True
             unknown = sorted(self.ensemble[i] for i, a in self.answers.items() if not a.is_known)
@@ -86,5 +91,6 @@ class ReadLacOp:
             )
         except BadEntry:
             return Answer.ERROR
-        self.lac = max(self.lac, entry.lac)
+        if entry.lac > self.lac:  # strictly larger: the first answer with the largest LAC is kept
+            self.lac, self.length = entry.lac, entry.length
         return Answer.OK

@@ -1,13 +1,16 @@
 """The recovery op: opening a ledger for recovery (../shared/PROTOCOL.md, "Recovery", steps 1-6).
 
 1. CLOSED: nothing to do.                2. StartRecovery: OPEN -> IN_RECOVERY.
-3. Fencing read-LAC over the last fragment (coverage rule), max LAC.
+3. Fencing read-LAC over the last fragment (coverage rule): the max LAC, and the ledger
+   length in the same entry header (BookKeeper's RecoveryData).
 4. From start = max(LAC, first entry of the last fragment - 1), fenced reads of
    start+1, start+2, ... (`read_ahead` in flight, decided strictly in order): one OK =
    the entry exists, write it back to its whole write set as a recovery add; Qw-Qa+1
    negatives = the end (stop once write-backs finish); neither = fail (retryable).
-   Entry `start` itself is read (not written back) only to learn the length there.
-5. Write-back runs through a recovery-mode LedgerWriter: its ensemble changes stay local.
+   As in BookKeeper's LedgerRecoveryOp, entry `start` itself is not read: the length
+   starts as the read-LAC's and each entry read brings its own (its header's).
+5. Write-back runs through a recovery-mode LedgerWriter (its LAC starts at `start`): its
+   ensemble changes stay local.
 6. RecoveryClose IN_RECOVERY -> CLOSED with last entry, length and fragments; if someone
    else closed the ledger first, adopt their close.
 """
@@ -131,11 +134,6 @@ class RecoveryOp:
             return outputs
         if response is None or not tracing_active():
             return self._receive_read(bookie, request.entry_id, response)
-        if request.entry_id == self._start != NO_ENTRY:
-            # The anchor read (entry `start`, for its length) has no ledger.tla counterpart.
-            outputs = self._receive_read(bookie, request.entry_id, response)
-            self._trace("RecoveryReadsAnchor", bookie=bookie, entry=request.entry_id)
-            return outputs
         current = self._is_current(bookie, request.entry_id)  # on the state before the answer
         outputs = self._receive_read(bookie, request.entry_id, response)
         self._trace(
@@ -198,10 +196,15 @@ class RecoveryOp:
                 self.phase = RecoveryPhase.READING
                 # Never start inside the last fragment's predecessor (BookKeeper issue 2615).
                 self._start = max(output.lac, self.metadata.fragments[-1].first_entry_id - 1)
-                if self._start == NO_ENTRY:
-                    self.writer = LedgerWriter(self.ledger_id, self.metadata, recovery=True)
-                    return self._begin_reading(0)
-                return self._begin_reading(self._start)  # the anchor: its header gives the length at start
+                # LedgerRecoveryOp: lastAddConfirmed = start, length = the read-LAC's (RecoveryData).
+                self.writer = LedgerWriter(
+                    self.ledger_id,
+                    self.metadata,
+                    last_add_confirmed=self._start,
+                    length=output.length,
+                    recovery=True,
+                )
+                return self._begin_reading(self._start + 1)
         return []
 
     def _begin_reading(self, first: int) -> list[RecoveryOutput]:
@@ -254,9 +257,7 @@ class RecoveryOp:
                 self._next += 1
                 outputs += self._entry_exists(found)
                 outputs += self._issue()
-            elif entry_id != self._start and entry_absent(
-                answers, entry_id, m.ensemble_size, m.write_quorum, m.ack_quorum
-            ):
+            elif entry_absent(answers, entry_id, m.ensemble_size, m.write_quorum, m.ack_quorum):
                 self._end_found = True
                 self._window.clear()
                 self._found.clear()
@@ -289,13 +290,9 @@ class RecoveryOp:
         return Answer.OK, entry
 
     def _entry_exists(self, entry: DecodedEntry) -> list[RecoveryOutput]:
-        if entry.entry_id == self._start and self.writer is None:
-            self.writer = LedgerWriter(
-                self.ledger_id, self.metadata, last_add_confirmed=self._start, length=entry.length, recovery=True
-            )
-            return []
         assert self.writer is not None and self.writer.last_add_pushed + 1 == entry.entry_id
-        return self._from_writer(self.writer.add(entry.payload))
+        # Written back with its own header length (LedgerRecoveryOp sets the length from each entry read).
+        return self._from_writer(self.writer.add(entry.payload, length=entry.length))
 
     def _from_writer(self, outputs: list[WriterOutput]) -> list[RecoveryOutput]:
         passed: list[RecoveryOutput] = []

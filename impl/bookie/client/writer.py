@@ -3,9 +3,13 @@
 `entry_id = ++last_add_pushed`; each entry goes to its write set with the writer's
 current LAC piggybacked; it completes once Qa bookies of its write set acknowledged
 it; completions are delivered strictly in entry order and LAC is the highest id such
-that it and every earlier entry completed. EFENCED or EUA from any bookie stops the
-writer for good; any other failure (error code, or no answer) replaces that bookie by
-an ensemble change at LAC+1 and re-sends the unacknowledged adds to the replacement.
+that it and every earlier entry completed. Each entry is encoded once, with the LAC of
+the moment it was added, and re-sent verbatim (as BookKeeper's PendingAddOp re-sends its
+buffer). EFENCED or EUA for a pending add short of Qa acks, from a bookie of its write
+set, stops the writer for good; once an add has Qa acks, PendingAddOp ignores errors for
+it (an under-replicated entry, not a failure), and an answer from a replaced bookie is
+ignored. Any other failure (error code, or no answer) replaces that bookie by an
+ensemble change at LAC+1 and re-sends the unacknowledged adds to the replacement.
 
 Pure: `add`, `receive`, `on_replacement`, `on_metadata_result` and `close` return the
 outputs the shell must perform. In recovery mode (used by the recovery op for
@@ -133,12 +137,15 @@ class LedgerWriter:
 
     # ---- inputs ---------------------------------------------------------------------------------
 
-    def add(self, payload: bytes) -> list[WriterOutput]:
+    def add(self, payload: bytes, *, length: int | None = None) -> list[WriterOutput]:
+        """Add the next entry. `length`: the ledger length its header carries; by default the
+        pushed length plus the payload. A recovery write-back passes the recovered entry's own
+        (BookKeeper's recovery sets the handle's length from each entry it read)."""
         if self.state is not WriterState.WRITING:
             return [AddFailed(None, self._refusal())]
         self.last_add_pushed += 1
         entry_id = self.last_add_pushed
-        self._pushed_length += len(payload)
+        self._pushed_length = self._pushed_length + len(payload) if length is None else length
         body = encode_entry(
             self.ledger_id,
             entry_id,
@@ -207,6 +214,10 @@ class LedgerWriter:
             pending.acked.update(positions)
             return self._deliver_completed()
         if code in (ErrorCode.EFENCED, ErrorCode.EUA):
+            if len(pending.acked) >= self.metadata.ack_quorum:
+                # PendingAddOp.writeComplete: once "completed" (Qa acks) an add ignores errors; the
+                # fence shows on an earlier entry still short of Qa, or at the next ensemble change.
+                return []
             why = (
                 "fenced by a recovery (another client opened it)"
                 if code is ErrorCode.EFENCED
