@@ -170,3 +170,25 @@ def test_every_mutant_of_the_catalogue_is_killed(checks: Checks) -> None:
     survivors = {v.mutant.name: (v.error, v.tried) for v in verdicts if not v.killed}
     assert not survivors, survivors
     assert mutation.score(verdicts) == f"mutants killed: {len(CATALOGUE)}/{len(CATALOGUE)}"
+
+
+@pytest.mark.tlc
+def test_the_default_run_scores_the_mutants_after_the_models(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pulsar_ref.commands import conform
+
+    # A manifest of one model, and a catalogue of a lethal mutant and a harmless one: the models'
+    # own replay is the baseline, the summary says the score, and the survivor fails the run.
+    monkeypatch.setattr(conform, "load_manifest", lambda: [MODELS["ledger-ci-liveness"]])
+    lethal = next(m for m in CATALOGUE if m.name == "bookie-ignores-fence")
+    monkeypatch.setattr(mutation, "CATALOGUE", (lethal, HARMLESS))
+    code = conform.main(["--spec", "ledger"], "pulsar-ref conform")
+    out = capsys.readouterr().out
+    assert "960/960" in out and "mutants killed: 1/2 (SURVIVED: harmless)" in out, out
+    assert code == conform.EXIT_MISMATCH
+    monkeypatch.setattr(mutation, "CATALOGUE", (lethal,))
+    assert conform.main(["--spec", "ledger"], "pulsar-ref conform") == 0
+    assert "mutants killed: 1/1" in capsys.readouterr().out
+    assert conform.main(["--spec", "ledger", "--no-mutants"], "pulsar-ref conform") == 0
+    assert "mutants killed: not run" in capsys.readouterr().out
