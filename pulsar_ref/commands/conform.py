@@ -114,6 +114,12 @@ def main(argv: list[str], prog: str) -> int:
     except ManifestError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.mutants and (args.model or args.profile != "ci"):
+        print(
+            f"{prog}: --mutants runs the catalogue's checks (ci models); --model and --profile do not apply",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if args.mutants:
         return _mutants({m.name: m for m in manifest}, {}, {}, args.seed, [f"{s}.tla" for s in (args.spec or SPECS)])
     specs = [f"{s}.tla" for s in (args.spec or SPECS)]

@@ -162,6 +162,7 @@ def test_the_cli_names_a_survivor_and_exits_1(
     assert code == conform.EXIT_MISMATCH, out
     assert "bookie-ignores-fence: killed by ledger-ci-liveness" in out
     assert "harmless: SURVIVED" in out and "mutants killed: 1/2 (SURVIVED: harmless)" in out
+    assert conform.main(["--mutants", "--model", "ledger-ci-liveness"], "pulsar-ref conform") == conform.EXIT_USAGE
 
 
 @pytest.mark.tlc
