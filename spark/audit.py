@@ -47,9 +47,6 @@ SCHEMA = (
 POS_BUCKET = 4096
 INDEX_BUCKET = 16384
 POS_TYPE = "struct<l:long,e:long,b:long>"
-# Shuffle width: one partition per 32 MB of input history (JSON Lines: ~160 MB per million events).
-SHUFFLE_BYTES = 32 * 2**20
-MAX_PARTITIONS = 400
 
 
 @dataclass
@@ -146,19 +143,15 @@ def _pairs(spark: Any, events: Any) -> Any:
         F.col("nxt.index").alias("cmp"),
         F.col("nxt.time").alias("cmp_time"),
         F.when(F.col("f") == "append", _pos(F.col("nxt.position"))).alias("pos"),
-        # A read's entries parsed once: [(pos, val)] in delivery order. The position comes back as compact JSON
-        # text "[l,e,b]": split it (a JSON parser per entry is slow), once per entry (the inner transform), not
-        # once per field.
+        # A read's entries parsed once: [(pos, val)] in delivery order.
         F.when(
             ok_read,
             F.transform(
-                F.transform(
-                    F.from_json(F.col("nxt.value"), entry_type),
-                    lambda x: F.struct(
-                        F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>").alias("p"), x[1].alias("val")
-                    ),
+                F.from_json(F.col("nxt.value"), entry_type),
+                # The position comes back as compact JSON text "[l,e,b]": split it (a JSON parser per entry is slow).
+                lambda x: F.struct(
+                    _pos(F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>")).alias("pos"), x[1].alias("val")
                 ),
-                lambda x: F.struct(_pos(x["p"]).alias("pos"), x["val"].alias("val")),
             ),
         ).alias("entries"),
     )
@@ -640,25 +633,11 @@ def explain(row: dict[str, Any]) -> str:
     )
 
 
-def shuffle_partitions(paths: Sequence[str]) -> int:
-    """Shuffle width from the input size: one partition per SHUFFLE_BYTES of history, at least 2.
-
-    A fixed width either makes tiny histories pay dozens of near-empty tasks per stage (a 20,000-event history
-    ran 8-32 tasks in each of ~20 stages) or makes the sorts of large ones spill.
-    """
-    size = 0
-    for p in paths:
-        path = Path(p)
-        size += sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
-    return max(2, min(MAX_PARTITIONS, -(-size // SHUFFLE_BYTES)))
-
-
 def audit(paths: Sequence[str], master: str | None = None) -> list[Audited]:
     """Audit already-validated histories in one Spark job; one Report per path."""
     from spark.session import spark_session
 
     spark = spark_session(master)
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(paths)))
     case_rows, summary_rows = run_checks(spark, load(spark, paths))
     out = []
     for h, path in enumerate(paths):
