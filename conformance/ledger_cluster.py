@@ -35,7 +35,7 @@ from impl.bookie.client.recovery import RecoveryFailed, RecoveryOp, RecoveryPhas
 from impl.bookie.client.writer import ChooseReplacement, LedgerWriter, Send, WriterState
 from impl.bookie.core import AppendJournal, BookieCore, JournalRecord, ReadEntry, RecordKind, Reply, StoreEntry
 from impl.bookie.entry_format import read_header
-from impl.bookie.protocol import AddRequest, ErrorCode, ReadRequest, Request, Response
+from impl.bookie.protocol import AddRequest, ReadRequest, Request, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, Fragment, LedgerMetadata
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.memory import MemoryServer
@@ -43,7 +43,6 @@ from impl.metadata.memory import MemoryServer
 LEDGER_ID = 7
 PASSWORD = b"conformance"
 NO_REPLACEMENT = "<none>"  # answer a ChooseReplacement with on_no_replacement
-_NEGATIVE = (ErrorCode.ENOENTRY, ErrorCode.ENOLEDGER)
 
 
 class HarnessError(Exception):
@@ -108,14 +107,10 @@ class LedgerCluster:
         self.held_close: dict[str, UpdateMetadata] = {}
         self.inflight: list[InFlight] = []
         self.timed_out: list[InFlight] = []  # requests whose answer will never come; sender not told yet
-        # Negative recovery-read answers (entry, bookie) each attempt received while still reading:
-        # RecoveryOp forgets them once they decided the end, and ledger.tla keeps them (rNegatives).
-        self.negatives: dict[str, set[tuple[int, BookieId]]] = {}
         self.lost = 0  # the spec's fault budgets, counted by the environment
         self.crashes = 0
         self.events: list[Any] = []  # completions and failures the cores reported
         self.stopped: tuple[dict[int, frozenset[BookieId]], LedgerMetadata] | None = None
-        self.stopped_lacs: dict[int, int] = {}  # the LACs its pending adds carried when it stopped
         self._replacement: BookieId | None = None  # the spec step's choice for a ChooseReplacement
         self._next_request_id = 0
 
@@ -167,18 +162,16 @@ class LedgerCluster:
     def _feed(self, name: str, core: Client, call: Callable[[], list[Any]]) -> None:
         """Give a core one input and perform its outputs (every input to a core goes through here).
 
-        The writer's view as it was when it stopped writing is kept: ledger.tla leaves wAcks and
-        wFragments unchanged when the writer is fenced, fails or closes, while the core drops its
-        pending adds and, closing a ledger someone else closed at the same end, takes the stored
-        metadata (with the recoverer's fragments). Nothing reads a stopped writer's view.
+        The writer's view as it was when it stopped writing is kept: ledger.tla leaves wFragments
+        unchanged when the writer is fenced, fails or closes (and resets wAcks and wSentLac, dead
+        from then on), while the core drops its pending adds and, closing a ledger someone else
+        closed at the same end, takes the stored metadata (with the recoverer's fragments).
         """
         writer = self.writer
         before = (pending_acks(writer), writer.metadata) if writer.state is WriterState.WRITING else None
-        lacs = pending_lacs(writer) if before is not None else {}
         outputs = call()
         if before is not None and writer.state is not WriterState.WRITING and self.stopped is None:
             self.stopped = before
-            self.stopped_lacs = lacs
         self.perform(name, core, outputs)
 
     def writer_view(self) -> tuple[dict[int, frozenset[BookieId]], LedgerMetadata]:
@@ -188,10 +181,8 @@ class LedgerCluster:
         return self.stopped
 
     def writer_sent_lacs(self) -> dict[int, int]:
-        """The LAC each pending add carries (ledger.tla's wSentLac), as the writer's view above."""
-        if self.writer.state is WriterState.WRITING or self.stopped is None:
-            return pending_lacs(self.writer)
-        return self.stopped_lacs
+        """The LAC each pending add of the writer carries (ledger.tla's wSentLac)."""
+        return pending_lacs(self.writer)
 
     def last_entry_lac(self, bookie: BookieId) -> int:
         """The LAC in the header of the bookie's last (highest) entry, as ledger storage holds it:
@@ -262,23 +253,8 @@ class LedgerCluster:
                 raise HarnessError(f"cannot deliver to bookie {m.bookie}: it is down")
             response = self.bookie_handles(m.bookie, m.request)
             responses.append(response)
-            request = m.request
-            if isinstance(request, ReadRequest) and self._deciding_read(m) and response.code in _NEGATIVE:
-                self.negatives.setdefault(m.client, set()).add((request.entry_id, m.bookie))
             self._feed(m.client, m.core, partial(m.core.receive, m.bookie, m.request, response))
         return responses
-
-    @staticmethod
-    def _deciding_read(m: InFlight) -> bool:
-        """A recovery read of an entry while the attempt is still looking for the end."""
-        core, request = m.core, m.request
-        return (
-            isinstance(core, RecoveryOp)
-            and isinstance(request, ReadRequest)
-            and request.entry_id >= 0
-            and core.phase is RecoveryPhase.READING
-            and not core._end_found
-        )
 
     def lose_requests(self, chosen: list[InFlight], *, counted: bool = True) -> None:
         self.take(chosen)
@@ -320,7 +296,6 @@ class LedgerCluster:
         # A new attempt: the previous one's unanswered requests are forgotten (its replies are stale).
         self.timed_out = [m for m in self.timed_out if m.client != name]
         self.held_close.pop(name, None)
-        self.negatives.pop(name, None)
         op = self.cores.recovery(LEDGER_ID, self.metadata)
         self.recoveries[name] = op
         self._feed(name, op, op.start)

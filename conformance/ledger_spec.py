@@ -302,6 +302,7 @@ class LedgerMapping:
         ledgers = {b: node.core.ledgers.get(LEDGER_ID) for b, node in cluster.bookies.items()}
         writer = cluster.writer
         writer_acks, writer_metadata = cluster.writer_view()
+        writing = _writer_state(writer) == "WRITING"
         state: dict[str, Value] = {
             "meta": Record.of(
                 {
@@ -323,8 +324,9 @@ class LedgerMapping:
             "wState": _writer_state(writer),
             "wPushed": writer.last_add_pushed,
             "wLac": writer.last_add_confirmed,
-            "wAcks": self._acks(writer_acks, names),
-            "wSentLac": self._lacs(cluster.writer_sent_lacs()),
+            # a stopped writer's acks and sent LACs are dead: ledger.tla resets them
+            "wAcks": self._acks(writer_acks if writing else {}, names),
+            "wSentLac": self._lacs(cluster.writer_sent_lacs() if writing else {}),
             "wFragments": self._fragments(writer_metadata, names),
             "lost": cluster.lost,
             "crashes": cluster.crashes,
@@ -363,23 +365,21 @@ class LedgerMapping:
                 values["rEnd"] = op.metadata.last_entry_id
             return values
         ensemble = read_lac.ensemble
-        values["rAnswered"] = frozenset(names[ensemble[i]] for i, a in read_lac.answers.items() if a.is_known)
-        values["rMaxLac"] = read_lac.lac
         values["rReadFragments"] = self._fragments(read_lac.metadata, names)
         # the length it will close with: the read-LAC's, then the last entry read (its write-back's header)
         values["rLength"] = length_units(op.writer._pushed_length if op.writer else read_lac.length)
         values["rFragments"] = self._fragments(op.writer.metadata if op.writer else read_lac.metadata, names)
         end_found = op._end_found or op.phase in (RecoveryPhase.CLOSING, RecoveryPhase.DONE)
         if op.phase is RecoveryPhase.FENCING:
+            # (ledger.tla resets rAnswered and rMaxLac once fencing is covered: dead from then on)
+            values["rAnswered"] = frozenset(names[ensemble[i]] for i, a in read_lac.answers.items() if a.is_known)
+            values["rMaxLac"] = read_lac.lac
             values["rPhase"] = "fencing"
             return values
         values["rPhase"] = {RecoveryPhase.DONE: "done"}.get(op.phase, "closing" if end_found else "reading")
         values["rNext"] = op._next
         read_at = read_lac.metadata.ensemble_for(op._next)
-        if end_found:
-            decided = cluster.negatives.get(name, set())
-            values["rNegatives"] = frozenset(names[b] for e, b in decided if e == op._next)
-        else:
+        if not end_found:  # (ledger.tla resets rNegatives once the end is found: dead from then on)
             answers = op._window.get(op._next, {})
             values["rNegatives"] = frozenset(names[read_at[i]] for i, a in answers.items() if a.is_negative)
         if op.writer is not None:  # made when the read-LAC finished, with its LAC at the start point

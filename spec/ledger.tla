@@ -74,6 +74,14 @@ ReplaceBookie(frags, b, nb, from) ==
        THEN [frags EXCEPT ![Len(frags)] = frag]
        ELSE Append(frags, frag)
 
+\* Dead-variable reduction ("Stopped"): a variable no action, invariant or property reads again
+\* is reset to its initial value, so states that differ only in it are one. Once the writer stopped
+\* (wState # "WRITING", for good), wAcks and wSentLac are dead (every reader requires WRITING); once
+\* a recovery attempt's fencing is covered, rAnswered and rMaxLac are (read only while "fencing");
+\* once it found the end, rNegatives is (read only while "reading").
+NoAcks == [e \in Entries |-> {}]
+NoLacs == [e \in Entries |-> NoEntry]
+
 \* The highest l >= lac such that every entry in lac+1..l has Qa acks (in-order completion).
 ConfirmedUpTo(acks, lac, pushed) ==
     CHOOSE l \in lac .. pushed :
@@ -216,8 +224,11 @@ WriterHandlesAddReply(m, req) ==
                   /\ wAcks' = [x \in Entries |-> IF x <= lac THEN {} ELSE acks[x]]
                   /\ wSentLac' = [x \in Entries |-> IF x <= lac THEN NoEntry ELSE wSentLac[x]]
                   /\ UNCHANGED wState
-             ELSE /\ wState' = IF fencedNow THEN "FENCED" ELSE wState
-                  /\ UNCHANGED <<wLac, wAcks, wSentLac>>
+             ELSE IF fencedNow
+             THEN /\ wState' = "FENCED"
+                  /\ wAcks' = NoAcks /\ wSentLac' = NoLacs   \* dead from now on (see Stopped)
+                  /\ UNCHANGED wLac
+             ELSE UNCHANGED <<wState, wLac, wAcks, wSentLac>>
           /\ lastAction' = [name |-> "WriterReceivesAddResponse",
                             params |-> [bookie |-> m.bookie, entry |-> e, ok |-> m.val = 1, counted |-> counts]]
     /\ UNCHANGED <<meta, up, failed, wPushed, wFragments, recVars, lost, crashes>>
@@ -252,13 +263,14 @@ WriterChangesEnsemble(b, nb) ==
                                        e \in {x \in wLac + 1 .. wPushed : nb \in WriteSet(frags, x)}}
                  /\ UNCHANGED wState
             [] meta.state = "IN_RECOVERY" ->
-                 /\ wState' = "FENCED" /\ UNCHANGED <<meta, wFragments, wAcks, msgs>>
+                 /\ wState' = "FENCED" /\ wAcks' = NoAcks /\ UNCHANGED <<meta, wFragments, msgs>>
             [] OTHER ->
-                 /\ wState' = "FAILED" /\ UNCHANGED <<meta, wFragments, wAcks, msgs>>
+                 /\ wState' = "FAILED" /\ wAcks' = NoAcks /\ UNCHANGED <<meta, wFragments, msgs>>
        /\ lastAction' = [name |-> "WriterChangesEnsemble",
                          params |-> [failed |-> b, replacement |-> nb, first |-> wLac + 1,
                                      outcome |-> meta.state]]
-    /\ UNCHANGED <<bookieVars, wPushed, wLac, wSentLac, recVars, lost, crashes>>
+    /\ wSentLac' = IF wState' = "WRITING" THEN wSentLac ELSE NoLacs
+    /\ UNCHANGED <<bookieVars, wPushed, wLac, recVars, lost, crashes>>
 
 \* Writer close by CW, with the code's semantics: if not CLOSED (also when IN_RECOVERY) write
 \* CLOSED with the writer's LAC and its length there; if CLOSED with the same last entry AND length
@@ -273,7 +285,8 @@ WriterCloses ==
          [] OTHER ->
               /\ wState' = "FAILED" /\ UNCHANGED meta
     /\ lastAction' = [name |-> "WriterCloses", params |-> [lac |-> wLac, outcome |-> meta.state]]
-    /\ UNCHANGED <<bookieVars, msgs, wPushed, wLac, wAcks, wSentLac, wFragments, recVars, lost, crashes>>
+    /\ wAcks' = NoAcks /\ wSentLac' = NoLacs
+    /\ UNCHANGED <<bookieVars, msgs, wPushed, wLac, wFragments, recVars, lost, crashes>>
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -374,15 +387,18 @@ RecoveryHandlesReadLacReply(m, req) ==
            start == IF Mutation = "recovery_start_from_lac" THEN maxLac
                     ELSE Max(maxLac, rReadFragments[c][Len(rReadFragments[c])].first - 1)
        IN /\ IF rPhase[c] = "fencing"
-             THEN /\ rAnswered' = [rAnswered EXCEPT ![c] = answered]
-                  /\ rMaxLac' = [rMaxLac EXCEPT ![c] = maxLac]
-                  /\ rLength' = IF m.val > rMaxLac[c] THEN [rLength EXCEPT ![c] = LengthAt(m.entry)] ELSE rLength
+             THEN /\ rLength' = IF m.val > rMaxLac[c] THEN [rLength EXCEPT ![c] = LengthAt(m.entry)] ELSE rLength
                   /\ IF covered
                      THEN /\ rPhase' = [rPhase EXCEPT ![c] = "reading"]
+                          \* fencing's answers are dead from now on (see Stopped)
+                          /\ rAnswered' = [rAnswered EXCEPT ![c] = {}]
+                          /\ rMaxLac' = [rMaxLac EXCEPT ![c] = NoEntry]
                           /\ rNext' = [rNext EXCEPT ![c] = start + 1]
                           /\ rWbLac' = [rWbLac EXCEPT ![c] = start]
                           /\ msgs' = (msgs \ {req}) \cup ReadRequests(c, start + 1)
-                     ELSE /\ msgs' = msgs \ {req}
+                     ELSE /\ rAnswered' = [rAnswered EXCEPT ![c] = answered]
+                          /\ rMaxLac' = [rMaxLac EXCEPT ![c] = maxLac]
+                          /\ msgs' = msgs \ {req}
                           /\ UNCHANGED <<rPhase, rNext, rWbLac>>
              ELSE /\ msgs' = msgs \ {req}
                   /\ UNCHANGED <<rPhase, rAnswered, rMaxLac, rNext, rWbLac, rLength>>
@@ -411,11 +427,12 @@ RecoveryHandlesReadReply(m, req) ==
                   /\ UNCHANGED <<rPhase, rEnd>>
              ELSE IF current
              THEN LET negs == rNegatives[c] \cup {m.bookie} IN
-                  /\ rNegatives' = [rNegatives EXCEPT ![c] = negs]
                   /\ IF Cardinality(negs) >= NegativeThreshold
                      THEN /\ rPhase' = [rPhase EXCEPT ![c] = "closing"]
                           /\ rEnd' = [rEnd EXCEPT ![c] = e - 1]
-                     ELSE UNCHANGED <<rPhase, rEnd>>
+                          /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]   \* dead from now on
+                     ELSE /\ rNegatives' = [rNegatives EXCEPT ![c] = negs]
+                          /\ UNCHANGED <<rPhase, rEnd>>
                   /\ msgs' = msgs \ {req}
                   /\ UNCHANGED <<rNext, rWbSentLac, rLength>>
              ELSE /\ msgs' = msgs \ {req}
