@@ -6,13 +6,19 @@ needs. By default nothing listens and `emit` returns at once (one global read), 
 stay fast and pure: the hook only hands the event to a recorder, it never feeds anything
 back. A driver that wants a trace (conformance/trace_validation.py) installs a recorder
 with `tracing(recorder)` around a deterministic run and checks the sequence against the spec.
+A real process (`pulsar-ref bookie --trace FILE`, the clients of conformance/process_traces.py)
+installs a `TraceFile`, which appends each event as one JSON line, numbered in emit order.
 """
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 Tracer = Callable[[str, dict[str, Any]], None]
 
@@ -41,3 +47,37 @@ def tracing(tracer: Tracer) -> Iterator[None]:
         yield
     finally:
         _tracer = None
+
+
+class TraceFile:
+    """A recorder that appends `{"seq", "ns", "name", "params"}` JSON lines to a file, in emit order
+    (`ns`: the wall clock, shared by the processes of one machine; a merger may use it to choose
+    among orders its constraints allow, never as a constraint).
+
+    Thread-safe: a core emits under its own lock (the bookie's core lock, a client driver's), so
+    within one core the line order is the order of its steps. Each line is flushed at once, so a
+    SIGKILLed process leaves every event it emitted. Opened for appending: a restarted process
+    continues the same file (`seq` starts again at 0 after a `TraceFileOpened` line).
+    """
+
+    def __init__(self, path: str | Path, **context: Any) -> None:
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self.write("TraceFileOpened", dict(context))
+
+    def __call__(self, name: str, params: dict[str, Any]) -> None:
+        self.write(name, params)
+
+    def write(self, name: str, params: dict[str, Any]) -> None:
+        """One line (also for records of the driver itself, e.g. which ledger a client created)."""
+        with self._lock:
+            record = {"seq": self._seq, "ns": time.time_ns(), "name": name, "params": params}
+            line = json.dumps(record, default=str)
+            self._seq += 1
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()

@@ -136,6 +136,7 @@ class BookieCore:
                 "BookieHandles",
                 ledger=request.ledger_id,
                 entry=request.entry_id,
+                kind=_kind(request),
                 entries=sorted(ledger.entries) if ledger is not None else [],
                 fenced=ledger is not None and ledger.fenced,
             )
@@ -286,6 +287,13 @@ class BookieCore:
     def forget(self, ledger_id: int) -> bool:
         """Drop a ledger whose metadata is gone (garbage collection); False if unknown here."""
         return self.ledgers.pop(ledger_id, None) is not None
+
+
+def _kind(request: AddRequest | ReadRequest) -> str:
+    """ledger.tla's name for the request (`msgs` kinds): add, recoveryAdd, readLac (entry -1), read."""
+    if isinstance(request, AddRequest):
+        return "recoveryAdd" if request.recovery else "add"
+    return "readLac" if request.entry_id == LAST_ENTRY else "read"
 
 
 def _valid_id(value: int) -> bool:
