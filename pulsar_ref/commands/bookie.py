@@ -212,4 +212,21 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument("--read-cache-mb", type=int, help="read cache size in MiB (16)")
     parser.add_argument("--crash-at", help=argparse.SUPPRESS)  # tests: SIGKILL itself at this fault point
     parser.add_argument("--config", help="TOML file with any of the options above, in snake_case")
-    return run(parser.parse_args(argv))
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="append the bookie core's protocol events (impl/trace.py: each request handled, each journal "
+        "record replayed) to FILE as JSON lines, for trace validation (conformance/process_traces.py); "
+        "slower, off by default",
+    )
+    args = parser.parse_args(argv)
+    if not args.trace:
+        return run(args)
+    from impl.trace import TraceFile, tracing
+
+    recorder = TraceFile(args.trace, role="bookie")
+    try:
+        with tracing(recorder):
+            return run(args)
+    finally:
+        recorder.close()
