@@ -1,0 +1,778 @@
+"""Trace validation of real-process runs: does ledger.tla admit what real bookies and clients did?
+
+conformance/trace_validation.py checks deterministic runs, where one scheduler orders every
+step. Here the run is real: three `pulsar-ref bookie` processes on 127.0.0.1, a writer process
+that creates a ledger and adds a few entries through the BookKeeper client (gRPC), and a
+recovery process, a second client, that opens the ledger with recovery while the writer may
+still be adding. No process sees a global order, so each records its own, through impl/trace.py's
+hook into a `TraceFile` (JSON lines, numbered in emit order):
+
+- each bookie (`pulsar-ref bookie --trace FILE`): `BookieHandles` for every add and read it
+  handles, under its core lock, so in its handling order, with the request's identity
+  (ledger, ledger.tla's `kind`, entry) and the ledger's entries and fenced flag after it;
+- each client: its cores' events (`WriterSendsAdd`, `WriterReceivesAddResponse`,
+  `RecoveryStarts`, `RecoveryReceives*Response`, `RecoveryCloses`, ...), in the core's order
+  (a core emits under its driver's lock), each reply with the bookie that answered.
+
+In ledger.tla a delivery is one atomic step: the bookie handles the request and the client
+handles the reply. `linearize` merges the logs into one sequence of such steps: a client's
+reply event is matched with the handling it answers (the first unmatched one of the same bookie,
+kind and entry; the kind names the client: `add` is the writer's, the others the one recovery
+client's), a handling no client event answers becomes `ReplyLost` (the bookie handled it, the
+reply never reached a core), and the steps are topologically sorted so that each bookie's steps
+keep its handling order and each client's steps keep the client's order (a send precedes its
+delivery, being earlier in the same client's order). When those orders contradict each other
+(a cycle: e.g. bookie b1 handled X before Y, but the clients saw Y's reply before X's through
+other steps), the run cannot be linearized from its logs and `linearize` says so with the
+cycle. The sequence then goes through trace_validation's `to_steps` / `to_tla` / `check_traces`.
+
+What the ordering assumes: the metadata store is written by one client only (the writer never
+changes its ensemble or closes: cross-client metadata steps would need the store's version
+order, which is not recorded); one recovery client; no request is sent twice to one bookie
+(FIFO matching otherwise); no bookie restarts during a run (its replayed journal would have to be
+ordered too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import heapq
+import json
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from conformance.ledger_cluster import LEDGER_ID
+from conformance.trace_validation import Event, Run, RunConfig, Verdict, check_traces
+
+ROOT = Path(__file__).resolve().parents[1]
+PASSWORD = b"process-traces"
+WRITER, RECOVERER = "w", "r1"
+
+CONFIGS = (
+    RunConfig("process-e3-qw3-qa2", 3, (3, 3, 2), entries=3, recoverers=1),
+    RunConfig("process-e2-qw2-qa2", 3, (2, 2, 2), entries=3, recoverers=1),
+)
+
+# client event -> ledger.tla's kind of the request it answers
+DELIVERIES = {
+    "WriterReceivesAddResponse": "add",
+    "RecoveryReceivesAddResponse": "recoveryAdd",
+    "RecoveryReceivesReadLacResponse": "readLac",
+    "RecoveryReceivesReadResponse": "read",
+}
+KIND_CLIENT = {"add": WRITER, "recoveryAdd": RECOVERER, "readLac": RECOVERER, "read": RECOVERER}
+_BOOKIE_PARAMS = ("bookie", "failed", "replacement")  # client event params that name a bookie
+_NOT_STEPS = {"TraceFileOpened", "LedgerCreated"}  # records of the drivers, not protocol steps
+
+Record = dict[str, Any]  # one JSON line of a TraceFile: seq, name, params
+
+
+class MergeError(Exception):
+    """The logs of a run cannot be merged into one sequence of ledger.tla steps."""
+
+
+class CycleError(MergeError):
+    """The per-process orders contradict each other: no linearization with atomic deliveries."""
+
+
+# ---- the merger -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Step:
+    """One step of the merged trace: a client event, a bookie handling, or both (a delivery)."""
+
+    order: tuple[int, int, int]  # tie-break among ready steps: (clock, source rank, position)
+    client: Record | None = None
+    client_name: str = ""
+    handling: Record | None = None
+    bookie: str = ""
+    group: int = -1  # deliveries: the run of consecutive answers to one fan-out in its client's order
+
+    def describe(self) -> str:
+        parts = []
+        if self.handling is not None:
+            h = self.handling["params"]
+            parts.append(
+                f"bookie {self.bookie} handles {h['kind']} of entry {h['entry']} (its line {self.handling['seq']})"
+            )
+        if self.client is not None:
+            parts.append(f"client {self.client_name} {self.client['name']} (its line {self.client['seq']})")
+        return " + ".join(parts)
+
+
+@dataclass
+class Linearization:
+    events: list[Event]  # for trace_validation.to_steps
+    reordered: list[str] = field(default_factory=list)  # fan-outs whose answers were let go out of order
+
+
+def linearize(
+    bookie_logs: Mapping[str, Sequence[Record]],
+    client_logs: Mapping[str, Sequence[Record]],
+    ledger_id: int,
+    names: dict[str, str] | None = None,
+) -> Linearization:
+    """The run's steps in one order that keeps every bookie's handling order and every client's order.
+
+    `bookie_logs`: spec bookie name -> its TraceFile records; `client_logs`: spec client name
+    ("w", "r1") -> its records; `names`: real bookie id (host:port) -> spec name, for the bookie
+    parameters of client events. The events use ledger id LEDGER_ID. Raises CycleError when the
+    orders contradict each other, MergeError when a client event answers a request no bookie
+    logged or a bookie handled a request no client step sent."""
+    graph = _Graph(bookie_logs, client_logs, ledger_id, names or {})
+    order = graph.order(set())
+    if isinstance(order, tuple):
+        raise graph.cycle_error(order)
+    return Linearization(graph.events(order))
+
+
+def reordered_linearizations(
+    bookie_logs: Mapping[str, Sequence[Record]],
+    client_logs: Mapping[str, Sequence[Record]],
+    ledger_id: int,
+    names: dict[str, str] | None = None,
+) -> list[Linearization]:
+    """For a run whose orders form a cycle: linearizations that let the answers of one fan-out
+    (consecutive answers of one client to the same kind and entry, from different bookies) go in
+    another order among themselves, where a client-order edge between two of them is on the cycle.
+    One candidate per such fan-out on the first cycle (more fan-outs are let go, first on the cycle
+    first, while a cycle remains); the answers keep their client's order wherever the constraints
+    allow. TLC then checks every answer's logged outcome and state at the position it gets. Raises
+    CycleError if a cycle runs through no fan-out."""
+    graph = _Graph(bookie_logs, client_logs, ledger_id, names or {})
+    first = graph.order(set())
+    if isinstance(first, list):
+        return [Linearization(graph.events(first))]
+    out: list[Linearization] = []
+    for start in graph.fan_outs_on(first):
+        relaxed = {start}
+        order = graph.order(relaxed)
+        while isinstance(order, tuple) and (more := graph.fan_outs_on(order)):
+            relaxed.add(more[0])
+            order = graph.order(relaxed)
+        if isinstance(order, list):
+            events = graph.events(order)
+            if all(events != o.events for o in out):
+                out.append(Linearization(events, [graph.describe_fan_out(g) for g in sorted(relaxed)]))
+    if not out:
+        raise graph.cycle_error(first)
+    return out
+
+
+class _Graph:
+    """The steps of a run and the order constraints among them."""
+
+    def __init__(
+        self,
+        bookie_logs: Mapping[str, Sequence[Record]],
+        client_logs: Mapping[str, Sequence[Record]],
+        ledger_id: int,
+        names: dict[str, str],
+    ) -> None:
+        self.ledger_id, self.names = ledger_id, names
+        steps: list[_Step] = []
+        waiting: dict[tuple[str, str, int], deque[int]] = {}  # (bookie, kind, entry) -> unmatched handlings
+        bookie_chains: list[list[int]] = []
+        for rank, (bookie, records) in enumerate(sorted(bookie_logs.items())):
+            chain: list[int] = []
+            for r in records:
+                p = r["params"]
+                if r["name"] == "BookieReplays" and p["ledger"] == ledger_id:
+                    raise MergeError(f"bookie {bookie} replayed its journal for the ledger: restarts are not ordered")
+                if r["name"] != "BookieHandles" or p["ledger"] != ledger_id:
+                    continue
+                steps.append(_Step((r.get("ns", 0), rank, len(chain)), handling=r, bookie=bookie))
+                chain.append(len(steps) - 1)
+                waiting.setdefault((bookie, p["kind"], p["entry"]), deque()).append(len(steps) - 1)
+            bookie_chains.append(chain)
+        self.client_chains: list[list[int]] = []
+        groups = 0
+        for rank, (client, records) in enumerate(sorted(client_logs.items()), start=len(bookie_logs)):
+            chain = []
+            previous: tuple[str, int] | None = None
+            for r in records:
+                if r["name"] in _NOT_STEPS:
+                    continue
+                kind = DELIVERIES.get(r["name"])
+                if kind is None:
+                    steps.append(_Step((r.get("ns", 0), rank, len(chain)), client=r, client_name=client))
+                    chain.append(len(steps) - 1)
+                    previous = None
+                    continue
+                p = r["params"]
+                bookie = names.get(p["bookie"], p["bookie"])
+                entry = -1 if kind == "readLac" else p["entry"]
+                pending = waiting.get((bookie, kind, entry))
+                if not pending:
+                    raise MergeError(
+                        f"client {client} line {r['seq']} {r['name']} answers a {kind} of entry {entry} "
+                        f"that bookie {bookie} never logged handling"
+                    )
+                i = pending.popleft()
+                s = steps[i]
+                # A delivery is ordered like the client saw it (the clock of the answer), where free.
+                s.client, s.client_name, s.order = r, client, (r.get("ns", 0), rank, len(chain))
+                if previous != (kind, entry):
+                    groups += 1
+                    previous = (kind, entry)
+                s.group = groups
+                chain.append(i)
+            self.client_chains.append(chain)
+        self.steps = steps
+        self.edges = [(a, b) for chain in bookie_chains for a, b in zip(chain, chain[1:], strict=False)]
+        # A handling no client event answers still comes after the client step that sent its request
+        # (a delivery is after it already: later in the same client's order).
+        for left in waiting.values():
+            for i in left:
+                p = steps[i].handling["params"]  # type: ignore[index]
+                client = KIND_CLIENT[p["kind"]]
+                chain = self.client_chains[sorted(client_logs).index(client)] if client in client_logs else []
+                sender = _sender(steps, chain, p["kind"], p["entry"])
+                if sender is None:
+                    raise MergeError(
+                        f"bookie {steps[i].bookie} handled a {p['kind']} of entry {p['entry']} that no step of "
+                        f"client {client} sent"
+                    )
+                self.edges.append((sender, i))
+
+    def order(self, relaxed: set[int]) -> list[int] | tuple[int, ...]:
+        return _topological(self.steps, self.edges + _client_edges(self.steps, self.client_chains, relaxed))
+
+    def events(self, order: list[int]) -> list[Event]:
+        return [ev for i in order for ev in _events(self.steps[i], self.ledger_id, self.names)]
+
+    def fan_outs_on(self, cycle: tuple[int, ...]) -> list[int]:
+        """The fan-out groups with a client-order edge on the cycle, in the cycle's order."""
+        steps = self.steps
+        pairs = zip(cycle, cycle[1:] + cycle[:1], strict=True)
+        return list(
+            dict.fromkeys(steps[a].group for a, b in pairs if steps[a].group >= 0 and steps[a].group == steps[b].group)
+        )
+
+    def describe_fan_out(self, group: int) -> str:
+        members = sorted((s for s in self.steps if s.group == group), key=lambda s: s.client["seq"])  # type: ignore[index]
+        h = members[0].handling["params"]  # type: ignore[index]
+        seen = ", ".join(s.bookie for s in members)
+        return f"client {members[0].client_name}'s answers to {h['kind']} of entry {h['entry']} (seen from {seen})"
+
+    def cycle_error(self, cycle: tuple[int, ...]) -> CycleError:
+        return CycleError(
+            "the run cannot be linearized from its logs: the bookies' handling orders and the clients' "
+            "orders form a cycle (each step must come before the next): "
+            + " -> ".join(self.steps[i].describe() for i in [*cycle, cycle[0]])
+        )
+
+
+def _client_edges(steps: list[_Step], chains: list[list[int]], relaxed: set[int]) -> list[tuple[int, int]]:
+    """Each client's order; the members of a relaxed fan-out group are unordered among themselves
+    (each comes after what precedes the group and before what follows it)."""
+    edges = []
+    for chain in chains:
+        blocks: list[list[int]] = []
+        for i in chain:
+            g = steps[i].group
+            if g in relaxed and blocks and steps[blocks[-1][0]].group == g:
+                blocks[-1].append(i)
+            else:
+                blocks.append([i])
+        for before, after in zip(blocks, blocks[1:], strict=False):
+            edges += [(a, b) for a in before for b in after]
+    return edges
+
+
+def _sender(steps: list[_Step], chain: list[int], kind: str, entry: int) -> int | None:
+    """The client step that sent a request (ledger.tla: the action that puts it into `msgs`): an add
+    by `WriterSendsAdd`; the fencing read-LAC by `RecoveryStarts`; a read of e by the step after
+    which the recovery's next entry is e (the covering read-LAC answer, or the read that found
+    e-1); a write-back of e by the read answer that found e."""
+    for i in chain:
+        ev = steps[i].client
+        assert ev is not None
+        name, p = ev["name"], ev["params"]
+        if kind == "add" and name == "WriterSendsAdd" and p["entry"] == entry:
+            return i
+        if kind == "readLac" and name == "RecoveryStarts":
+            return i
+        if kind == "read" and name in DELIVERIES and p.get("phase") == "reading" and p.get("next") == entry:
+            return i
+        found = name == "RecoveryReceivesReadResponse" and p["found"] and not p["stale"]
+        if kind == "recoveryAdd" and found and p["entry"] == entry:
+            return i
+    return None
+
+
+def _topological(steps: list[_Step], edges: list[tuple[int, int]]) -> list[int] | tuple[int, ...]:
+    """Kahn's algorithm; among ready steps the earliest by the clock (then by log and position).
+    A list: the order; a tuple: a cycle (each step must precede the next, the last the first)."""
+    after: list[list[int]] = [[] for _ in steps]
+    before = [0] * len(steps)
+    for a, b in edges:
+        after[a].append(b)
+        before[b] += 1
+    ready = [(s.order, i) for i, s in enumerate(steps) if before[i] == 0]
+    heapq.heapify(ready)
+    out: list[int] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        out.append(i)
+        for j in after[i]:
+            before[j] -= 1
+            if before[j] == 0:
+                heapq.heappush(ready, (steps[j].order, j))
+    if len(out) == len(steps):
+        return out
+    left = set(range(len(steps))) - set(out)
+    back: dict[int, int] = {}  # every step left has a predecessor left
+    for a in sorted(left):
+        for b in after[a]:
+            if b in left:
+                back.setdefault(b, a)
+    path: list[int] = []
+    seen: dict[int, int] = {}
+    i = min(left)
+    while i not in seen:
+        seen[i] = len(path)
+        path.append(i)
+        i = back[i]
+    return tuple(reversed(path[seen[i] :]))
+
+
+def _events(step: _Step, ledger_id: int, names: dict[str, str]) -> list[Event]:
+    out = []
+    if step.handling is not None:
+        p = step.handling["params"]
+        out.append(
+            Event(
+                "BookieHandles",
+                {
+                    "bookie": step.bookie,
+                    "ledger": LEDGER_ID if p["ledger"] == ledger_id else p["ledger"],
+                    "kind": p["kind"],
+                    "entry": p["entry"],
+                    "entries": p["entries"],
+                    "fenced": p["fenced"],
+                },
+            )
+        )
+    if step.client is not None:
+        params = dict(step.client["params"])
+        for key in _BOOKIE_PARAMS:
+            if key in params:
+                params[key] = names.get(params[key], params[key])
+        out.append(Event(step.client["name"], {"client": step.client_name, **params}))
+    elif step.handling is not None:  # handled, but no core ever saw the reply
+        p = step.handling["params"]
+        client = KIND_CLIENT[p["kind"]]
+        out.append(
+            Event("ReplyLost", {"kind": p["kind"], "client": client, "bookie": step.bookie, "entry": p["entry"]})
+        )
+    return out
+
+
+# ---- real-process runs ----------------------------------------------------------------------------
+
+
+@dataclass
+class ProcessRun:
+    """One run's logs: which ledger, its ensemble (spec names), every process's records."""
+
+    config: RunConfig
+    seed: int
+    ledger_id: int
+    ensemble: tuple[str, ...]
+    bookie_logs: dict[str, list[Record]]
+    client_logs: dict[str, list[Record]]
+    names: dict[str, str]  # real bookie id -> spec name
+    writer_output: str = ""
+    recovery_output: str = ""
+
+    def linearize(self) -> Linearization:
+        return linearize(self.bookie_logs, self.client_logs, self.ledger_id, self.names)
+
+    def reordered_linearizations(self) -> list[Linearization]:
+        return reordered_linearizations(self.bookie_logs, self.client_logs, self.ledger_id, self.names)
+
+    def as_run(self, events: list[Event]) -> Run:
+        return Run(self.config, self.seed, self.ensemble, events)
+
+
+def read_log(path: Path) -> list[Record]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class _Process:
+    """A child process spoken to by lines on stdin/stdout, always stopped by `stop`."""
+
+    def __init__(self, args: list[str], stderr: Path) -> None:
+        self._stderr: IO[str] = open(stderr, "w")  # noqa: SIM115 (closed by stop())
+        self.stderr_path = stderr
+        self.proc = subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+        )  # fmt: skip
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, name="process-stdout", daemon=True).start()
+
+    def line(self, timeout: float, what: str) -> str:
+        """The next stdout line; the process's stderr in the error if it ends or stalls first."""
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            line = None
+        if line is None:
+            self.stop()
+            raise RuntimeError(f"{what}: no answer; stderr: {self.stderr_path.read_text()[-2000:]}")
+        return line.strip()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with contextlib.suppress(OSError, ValueError):
+            for line in self.proc.stdout:
+                self._lines.put(line)
+        self._lines.put(None)
+
+    def tell(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.stop()
+
+    def stop(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self._stderr.close()
+
+
+class ProcessCluster:
+    """Three `pulsar-ref bookie --trace` processes over an embedded metadata store in `directory`."""
+
+    def __init__(self, directory: Path, bookies: int = 3) -> None:
+        self.directory = directory
+        self.metadata = f"embedded://{directory / 'meta'}"
+        self.bookies: dict[str, _Process] = {}
+        self.names: dict[str, str] = {}  # address -> spec name
+        try:
+            for i in range(1, bookies + 1):
+                name = f"b{i}"
+                args = [
+                    "-m", "pulsar_ref.cli", "bookie", "--metadata", self.metadata,
+                    "--data", str(directory / name), "--trace", str(self.log(name)),
+                    "--gc-interval", "0", "--checkpoint-interval", "3600",
+                ]  # fmt: skip
+                proc = _Process(args, directory / f"{name}.stderr")
+                self.bookies[name] = proc
+                banner = proc.line(60, f"bookie {name} start")
+                if "listening" not in banner:
+                    raise RuntimeError(f"bookie {name} did not start: {banner!r}")
+                self.names[banner.split()[1]] = name
+        except BaseException:
+            self.stop()
+            raise
+
+    def log(self, bookie: str) -> Path:
+        return self.directory / f"{bookie}.trace.jsonl"
+
+    def stop(self) -> None:
+        """SIGTERM (graceful) every bookie, SIGKILL any that does not stop."""
+        for proc in self.bookies.values():
+            proc.stop(signal.SIGTERM)
+
+    def __enter__(self) -> ProcessCluster:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _client(cluster: ProcessCluster, role: str, trace: Path, *options: str) -> _Process:
+    args = ["-m", "conformance.process_traces", role, "--metadata", cluster.metadata, "--trace", str(trace), *options]
+    return _Process(args, trace.with_suffix(".stderr"))
+
+
+def run_once(cluster: ProcessCluster, config: RunConfig, seed: int, *, fence_after: int | None = None) -> ProcessRun:
+    """One run on `cluster`: a writer adds `config.entries` entries, a recovery client opens the ledger.
+
+    Random (by `seed`): the writer and the recovery start together; the writer pauses up to 40 ms
+    between adds, the recovery waits up to 60 ms before opening, so the fence lands anywhere among
+    the adds. `fence_after=k`: the writer adds k entries and waits for them, the recovery runs to the
+    end, then the writer adds the rest (which the fenced bookies refuse). Bookie logs are read by
+    `collect` once the bookies stopped (a request may be handled after its client exited)."""
+    rng = random.Random(seed)
+    d = cluster.directory / f"run-{config.name}-{seed}"
+    d.mkdir()
+    e, qw, qa = config.quorums
+    writer = _client(
+        cluster, "writer", d / "w.trace.jsonl",
+        "--quorums", f"{e},{qw},{qa}", "--entries", str(config.entries), "--seed", str(seed),
+        "--fence-after", str(-1 if fence_after is None else fence_after),
+    )  # fmt: skip
+    recovery = _client(cluster, "recover", d / "r1.trace.jsonl", "--seed", str(seed))
+    try:
+        created = writer.line(60, "writer: create the ledger")
+        ledger_id = int(created.split()[1])
+        recovery.line(60, "recovery client: start")  # "ready": both processes have imported everything
+        if fence_after is None:
+            recovery.tell(f"{ledger_id} {rng.uniform(0, 0.06):.3f}")
+            writer.tell("go")
+        else:
+            writer.tell("go")
+            writer.line(60, "writer: first adds")  # "paused"
+            recovery.tell(f"{ledger_id} 0")
+            recovery_out = recovery.line(60, "recovery client: recover")
+            writer.tell("go")
+        writer_out = writer.line(60, "writer: adds")
+        if fence_after is None:
+            recovery_out = recovery.line(60, "recovery client: recover")
+        if writer.wait(30) != 0 or recovery.wait(30) != 0:
+            raise RuntimeError(f"a client failed: see {d}/*.stderr")
+    finally:
+        writer.stop()
+        recovery.stop()
+    clients = {WRITER: read_log(d / "w.trace.jsonl"), RECOVERER: read_log(d / "r1.trace.jsonl")}
+    return ProcessRun(config, seed, ledger_id, (), {}, clients, dict(cluster.names), writer_out, recovery_out)
+
+
+def collect(cluster: ProcessCluster, runs: Sequence[ProcessRun]) -> None:
+    """After `cluster.stop()`: give each run the bookie logs and its ensemble in spec names."""
+    logs = {name: read_log(cluster.log(name)) for name in cluster.bookies}
+    for run in runs:
+        run.bookie_logs = logs
+        created = next(r for r in run.client_logs[WRITER] if r["name"] == "LedgerCreated")
+        run.ensemble = tuple(cluster.names[b] for b in created["params"]["ensemble"])
+
+
+@dataclass
+class ProcessVerdict:
+    run: ProcessRun
+    verdict: Verdict | None  # None: the logs could not be merged (see error)
+    error: str = ""  # why the logs could not be merged, or (with `reordered`) the cycle in client order
+    reordered: list[str] = field(default_factory=list)  # fan-outs linearized out of their client's order
+
+    @property
+    def accepted(self) -> bool:
+        """TLC matched every step (in the clients' order, or with `reordered` fan-outs)."""
+        return self.verdict is not None and self.verdict.accepted
+
+    @property
+    def in_order(self) -> bool:
+        return self.accepted and not self.reordered
+
+    def describe(self) -> str:
+        head = f"{self.run.config.name} seed {self.run.seed} (ledger {self.run.ledger_id})"
+        if self.verdict is None:
+            return f"{head}: {self.error}"
+        text = self.verdict.describe().replace(f"{self.run.config.name} seed {self.run.seed}", head, 1)
+        if self.reordered:
+            text += (
+                "; NOT in the clients' order (their orders and the bookies' form a cycle; see spec/README.md, "
+                "trace validation): linearized with " + "; ".join(self.reordered) + " in another order"
+            )
+        return text
+
+
+def check_runs(runs: Sequence[ProcessRun], *, reorder_fan_outs: bool = True) -> list[ProcessVerdict]:
+    """Merge each run's logs and check the merged traces with TLC (one TLC run per configuration).
+
+    A run whose logs form a cycle is reported as such; with `reorder_fan_outs` it is also checked
+    in each of its `reordered_linearizations` (accepted if TLC accepts one), and the verdict says so."""
+    out: list[ProcessVerdict] = []
+    todo: dict[RunConfig, list[tuple[ProcessRun, Run, str, list[str]]]] = {}
+    for r in runs:
+        try:
+            try:
+                candidates, cycle = [r.linearize()], ""
+            except CycleError as exc:
+                if not reorder_fan_outs:
+                    raise
+                candidates, cycle = r.reordered_linearizations(), str(exc)
+        except MergeError as exc:
+            out.append(ProcessVerdict(r, None, str(exc)))
+            continue
+        todo.setdefault(r.config, []).extend((r, r.as_run(c.events), cycle, c.reordered) for c in candidates)
+    for config, group in todo.items():
+        verdicts, _ = check_traces(config, [run for _, run, _, _ in group])
+        best: dict[int, ProcessVerdict] = {}
+        for (r, _, cycle, reordered), v in zip(group, verdicts, strict=True):
+            if id(r) not in best or (v.accepted and not best[id(r)].accepted):
+                best[id(r)] = ProcessVerdict(r, v, cycle, reordered)
+        out += best.values()
+    order = {id(r): i for i, r in enumerate(runs)}
+    return sorted(out, key=lambda v: order[id(v.run)])
+
+
+def summary(verdicts: Sequence[ProcessVerdict], seconds: float) -> str:
+    """One line per run, then the totals."""
+    lines = [v.describe() for v in verdicts]
+    in_order = sum(v.in_order for v in verdicts)
+    reordered = sum(v.accepted and not v.in_order for v in verdicts)
+    rejected = sum(v.verdict is not None and not v.accepted for v in verdicts)
+    unmerged = sum(v.verdict is None for v in verdicts)
+    steps = sum(len(v.verdict.steps) for v in verdicts if v.verdict is not None)
+    lines.append(
+        f"{in_order}/{len(verdicts)} real-process runs accepted by ledger.tla in the processes' own orders, "
+        f"{reordered} only with a fan-out's answers reordered, {rejected} rejected, {unmerged} not mergeable "
+        f"({steps:,} steps; {seconds:.1f}s)"
+    )
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def process_cluster(directory: Path | None = None) -> Iterator[ProcessCluster]:
+    """A ProcessCluster in `directory` (default: a temporary one, removed afterwards)."""
+    with contextlib.ExitStack() as stack:
+        if directory is None:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="process-traces-")))
+        cluster = stack.enter_context(ProcessCluster(directory))
+        yield cluster
+
+
+def validate_process_runs(
+    count: int,
+    *,
+    seed: int = 0,
+    configs: Sequence[RunConfig] = CONFIGS,
+    directory: Path | None = None,
+    on_run: Callable[[ProcessRun], None] | None = None,
+) -> list[ProcessVerdict]:
+    """`count` real-process runs (configurations alternate, seeds seed, seed+1, ...) on one set of
+    bookie processes, each on its own ledger; then every run's logs merged and checked by TLC."""
+    runs: list[ProcessRun] = []
+    with process_cluster(directory) as cluster:
+        for k in range(count):
+            run = run_once(cluster, configs[k % len(configs)], seed + k)
+            runs.append(run)
+            if on_run is not None:
+                on_run(run)
+        cluster.stop()
+        collect(cluster, runs)
+    return check_runs(runs)
+
+
+# ---- the client processes (python -m conformance.process_traces writer|recover) -------------------
+
+
+def _writer(args: argparse.Namespace) -> int:
+    from impl.bookie.client.connect import connect_bookkeeper
+    from impl.bookie.client.failures import LedgerClientError
+    from impl.metadata.url import connect
+    from impl.trace import TraceFile, tracing
+
+    e, qw, qa = (int(x) for x in args.quorums.split(","))
+    rng = random.Random(args.seed)
+    store = connect(args.metadata)
+    client = connect_bookkeeper(store, seed=args.seed)
+    recorder = TraceFile(args.trace, role="writer")
+    outcomes: list[str] = []
+    try:
+        with tracing(recorder):
+            handle = client.create_ledger(e, qw, qa, password=PASSWORD)
+            recorder.write(
+                "LedgerCreated", {"ledger": handle.ledger_id, "ensemble": list(handle.metadata.last_ensemble)}
+            )
+            print(f"ledger {handle.ledger_id}", flush=True)
+            sys.stdin.readline()  # go
+            futures: list[Any] = []
+            for i in range(args.entries):
+                if i == args.fence_after:
+                    _settle(futures, outcomes, LedgerClientError)
+                    print("paused", flush=True)
+                    sys.stdin.readline()  # go on, after the recovery
+                futures.append(handle.add_async(b"entry %d" % i))
+                if args.fence_after < 0:
+                    time.sleep(rng.uniform(0, 0.04))
+            _settle(futures, outcomes, LedgerClientError)
+    finally:
+        client.close()
+        store.close()
+        recorder.close()
+    print("adds " + " ".join(outcomes), flush=True)
+    return 0
+
+
+def _settle(futures: list[Any], outcomes: list[str], errors: type[Exception]) -> None:
+    for f in futures:
+        try:
+            outcomes.append(str(f.result(timeout=30)))
+        except errors as exc:
+            outcomes.append(type(exc).__name__)
+    futures.clear()
+
+
+def _recover(args: argparse.Namespace) -> int:
+    from impl.bookie.client.connect import connect_bookkeeper
+    from impl.bookie.client.failures import LedgerClientError
+    from impl.metadata.url import connect
+    from impl.trace import TraceFile, tracing
+
+    store = connect(args.metadata)
+    client = connect_bookkeeper(store, seed=args.seed)
+    recorder = TraceFile(args.trace, role="recovery")
+    try:
+        print("ready", flush=True)
+        ledger, delay = sys.stdin.readline().split()
+        time.sleep(float(delay))
+        with tracing(recorder):
+            try:
+                handle = client.open_ledger(int(ledger), PASSWORD, recovery=True)
+                outcome = f"closed last entry {handle.metadata.last_entry_id}"
+            except LedgerClientError as exc:
+                outcome = f"failed: {exc}"
+    finally:
+        client.close()
+        store.close()
+        recorder.close()
+    print(f"recovery {outcome}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.process_traces",
+        description="A client process of a real-process trace-validation run (started by validate_process_runs).",
+    )
+    sub = parser.add_subparsers(dest="role", required=True)
+    for role in ("writer", "recover"):
+        p = sub.add_parser(role)
+        p.add_argument("--metadata", required=True)
+        p.add_argument("--trace", required=True, help="the TraceFile to append to")
+        p.add_argument("--seed", type=int, default=0)
+        if role == "writer":
+            p.add_argument("--quorums", default="3,3,2", help="E,Qw,Qa")
+            p.add_argument("--entries", type=int, default=3)
+            p.add_argument("--fence-after", type=int, default=-1, help="pause after this many adds (-1: never)")
+    args = parser.parse_args(argv)
+    return _writer(args) if args.role == "writer" else _recover(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Trace validation of real-process runs (conformance/process_traces.py).
+
+Three real bookie processes, a writer process and a recovery process race on one ledger per
+run; each process logs its own events, the merger orders them (each bookie's handling order,
+each client's order) and TLC checks the merged trace against ledger.tla. A doctored log (an add
+acknowledged after the bookie was fenced) must be rejected at that event, and logs whose orders
+contradict each other must be reported as a cycle.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import process_traces as pt
+from conformance.trace_validation import check_traces, to_steps
+
+pytestmark = [pytest.mark.processes, pytest.mark.tlc]
+
+E3, E2 = pt.CONFIGS
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[pt.ProcessRun]]:
+    """Four racing runs (two per configuration) and one where the writer adds after the recovery."""
+    directory: Path = tmp_path_factory.mktemp("process-traces")
+    done: list[pt.ProcessRun] = []
+    with pt.process_cluster(directory) as cluster:
+        for k in range(4):
+            done.append(pt.run_once(cluster, pt.CONFIGS[k % 2], 500 + k))
+        done.append(pt.run_once(cluster, E3, 600, fence_after=1))
+        cluster.stop()
+        pt.collect(cluster, done)
+    yield done
+
+
+def test_real_process_runs_are_accepted_by_ledger_tla(runs: list[pt.ProcessRun]) -> None:
+    verdicts = pt.check_runs(runs)
+    assert all(v.accepted for v in verdicts), pt.summary(verdicts, 0)
+    names = [s.name for v in verdicts if v.verdict is not None for s in v.verdict.steps]
+    # every run fenced the ledger and closed it through the recovery client
+    assert names.count("RecoveryStarts") == len(runs)
+    assert names.count("RecoveryCloses") == len(runs)
+    assert names.count("RecoveryReceivesReadLacResponse") >= 2 * len(runs)
+    assert "WriterReceivesAddResponse" in names
+
+
+def _fenced_add(run: pt.ProcessRun) -> tuple[dict[str, Any], str]:
+    """The writer's first add refused as fenced, and the spec name of the bookie that refused it."""
+    for record in run.client_logs[pt.WRITER]:
+        p = record["params"]
+        if record["name"] == "WriterReceivesAddResponse" and not p["ok"]:
+            return record, run.names[p["bookie"]]
+    raise AssertionError(f"no fenced add in {run.client_logs[pt.WRITER]}")
+
+
+def test_an_add_acknowledged_after_the_fence_is_rejected_at_that_event(runs: list[pt.ProcessRun]) -> None:
+    run = copy.deepcopy(runs[-1])  # the writer's later adds came after the recovery fenced every bookie
+    # (deep: the runs share the bookie logs)
+    assert run.writer_output.endswith("LedgerFencedError LedgerFencedError"), run.writer_output
+    answer, bookie = _fenced_add(run)
+    entry = answer["params"]["entry"]
+    # Doctor both logs: the bookie stored the add although fenced, and the writer counted its OK.
+    answer["params"].update(ok=True, counted=True, state="writing", fenced=False)
+    handling = next(
+        r
+        for r in run.bookie_logs[bookie]
+        if r["name"] == "BookieHandles"
+        and r["params"]["ledger"] == run.ledger_id
+        and (r["params"]["kind"], r["params"]["entry"]) == ("add", entry)
+    )
+    handling["params"]["entries"] = sorted({*handling["params"]["entries"], entry})
+    assert handling["params"]["fenced"]
+    events = run.linearize().events
+    steps = to_steps(events)
+    doctored = next(
+        i
+        for i, s in enumerate(steps)
+        if s.name == "WriterReceivesAddResponse" and s.params["ok"] and s.params["entry"] == entry
+    )
+    (verdict,), _ = check_traces(run.config, [run.as_run(events)])
+    assert not verdict.accepted
+    assert verdict.reached == doctored, verdict.describe()
+    assert "WriterReceivesAddResponse" in verdict.describe() and f"'bookie': '{bookie}'" in verdict.describe()
+
+
+def _record(seq: int, name: str, **params: Any) -> dict[str, Any]:
+    return {"seq": seq, "name": name, "params": params}
+
+
+def _handles(seq: int, kind: str, entry: int, entries: list[int], fenced: bool = False) -> dict[str, Any]:
+    return _record(seq, "BookieHandles", ledger=7, kind=kind, entry=entry, entries=entries, fenced=fenced)
+
+
+def _add_answer(seq: int, bookie: str, entry: int, lac: int) -> dict[str, Any]:
+    return _record(
+        seq, "WriterReceivesAddResponse", bookie=bookie, entry=entry, ok=True, counted=True,
+        state="writing", fenced=False, lac=lac,
+    )  # fmt: skip
+
+
+def test_contradictory_logs_are_reported_as_a_cycle() -> None:
+    # The writer saw b1's answer for entry 0 before the one for entry 1; b1 says it handled 1 first.
+    writer = [
+        _record(0, "WriterSendsAdd", entry=0, lac=-1),
+        _record(1, "WriterSendsAdd", entry=1, lac=-1),
+        _add_answer(2, "b1", 0, -1),
+        _add_answer(3, "b1", 1, -1),
+    ]
+    b1 = [_handles(0, "add", 1, [1]), _handles(1, "add", 0, [0, 1])]
+    with pytest.raises(pt.CycleError, match="cycle") as info:
+        pt.linearize({"b1": b1}, {"w": writer}, 7)
+    assert "bookie b1 handles add of entry 1 (its line 0)" in str(info.value)
+    # not answers to one fan-out: no reordering makes it linear either
+    with pytest.raises(pt.CycleError):
+        pt.reordered_linearizations({"b1": b1}, {"w": writer}, 7)
+    # in the right order the same logs merge into one delivery step per answer
+    events = pt.linearize({"b1": list(reversed(b1))}, {"w": writer}, 7).events
+    assert [e.name for e in events] == [
+        "WriterSendsAdd", "WriterSendsAdd", "BookieHandles", "WriterReceivesAddResponse",
+        "BookieHandles", "WriterReceivesAddResponse",
+    ]  # fmt: skip
+
+
+def test_a_cycle_through_one_fan_out_is_linearized_with_its_answers_reordered() -> None:
+    # b1 handled the writer's add before the recovery's fencing read-LAC, b2 after it; the writer saw
+    # b2's answer first, the recovery b1's before b2's: a cycle through either client's two answers.
+    writer = [
+        _record(0, "WriterSendsAdd", entry=0, lac=-1),
+        _add_answer(1, "b2", 0, -1),
+        _add_answer(2, "b1", 0, 0),
+    ]
+    recovery = [
+        _record(0, "RecoveryStarts", outcome="OPEN", phase="fencing", end_found=False, next=-1, written_back=-1),
+        _record(1, "RecoveryReceivesReadLacResponse", bookie="b1", stale=False, start=-1, lac=-1, phase="fencing"),
+        _record(2, "RecoveryReceivesReadLacResponse", bookie="b2", stale=False, start=-1, lac=-1, phase="fencing"),
+    ]
+    b1 = [_handles(0, "add", 0, [0]), _handles(1, "readLac", -1, [0], fenced=True)]
+    b2 = [_handles(0, "readLac", -1, [], fenced=True), _handles(1, "add", 0, [0], fenced=True)]
+    logs = {"b1": b1, "b2": b2}
+    with pytest.raises(pt.CycleError):
+        pt.linearize(logs, {"w": writer, "r1": recovery}, 7)
+    candidates = pt.reordered_linearizations(logs, {"w": writer, "r1": recovery}, 7)
+    assert candidates and all(c.reordered for c in candidates)
+    assert sorted(c.reordered for c in candidates) == [
+        ["client r1's answers to readLac of entry -1 (seen from b1, b2)"],
+        ["client w's answers to add of entry 0 (seen from b2, b1)"],
+    ]
+    for c in candidates:  # each keeps both bookies' handling orders
+        handled = [(e.params["bookie"], e.params["kind"]) for e in c.events if e.name == "BookieHandles"]
+        assert handled.index(("b1", "add")) < handled.index(("b1", "readLac"))
+        assert handled.index(("b2", "readLac")) < handled.index(("b2", "add"))
