@@ -1,16 +1,21 @@
-"""A client connection to one bookie: blocking calls and a pipelined stream returning futures.
+"""A client connection to one bookie: blocking calls and a pipelined stream (futures or callbacks).
 
 The stream carries batches (`Batches` rpc): the sender thread packs every request queued
 meanwhile into one message, because grpcio's Python streaming costs far more per message
-than per byte; a lone request still leaves at once.
+than per byte; a lone request still leaves at once. `send_many` hands over many requests
+at once with a callback each (no future per request): their replies are matched by tag and
+each callback gets the reply, a stream-level error code, or the ConnectionError that ended
+the stream, exactly once.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 
 import grpc
@@ -23,18 +28,31 @@ from impl.bookie.protocol import ErrorCode, Request, Response
 MAX_BATCH = 512  # requests per stream message
 MAX_BATCH_BYTES = 4 * 1024 * 1024  # of entry bodies per stream message (gRPC caps a message at 16 MiB)
 
+Result = Response | ErrorCode | ConnectionError  # the reply, a stream-level error code, or the stream's end
+Callback = Callable[[Result], None]
+
+log = logging.getLogger(__name__)
+
+
+def _settle(callback: Callback, result: Result) -> None:
+    """Run a request's callback; a failing one is a caller's bug, logged, and must not end the stream."""
+    try:
+        callback(result)
+    except Exception:
+        log.exception("callback for a bookie reply failed")
+
 
 class BookieChannel:
-    """`call(request)` blocks; `submit(request)` pipelines over one bidirectional stream."""
+    """`call(request)` blocks; `submit(request)` and `send_many(requests)` pipeline over one bidirectional stream."""
 
     def __init__(self, address: str) -> None:
         self.address = address
         self._grpc = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 16 * 1024 * 1024)])
         self._stub = pb_grpc.BookieStub(self._grpc)
         self._tags = itertools.count(1)
-        self._futures: dict[int, Future[Response | ErrorCode]] = {}
+        self._callbacks: dict[int, Callback] = {}
         self._lock = threading.Lock()
-        self._outgoing: queue.SimpleQueue[pb.StreamReq | None] = queue.SimpleQueue()
+        self._outgoing: queue.SimpleQueue[list[pb.StreamReq] | None] = queue.SimpleQueue()
         self._stream_thread: threading.Thread | None = None
 
     def call(self, request: Request, timeout: float = 10.0) -> Response | ErrorCode:
@@ -42,55 +60,81 @@ class BookieChannel:
 
     def submit(self, request: Request) -> Future[Response | ErrorCode]:
         future: Future[Response | ErrorCode] = Future()
-        tag = next(self._tags)
+
+        def settle(result: Result) -> None:
+            if isinstance(result, ConnectionError):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+        self.send_many([(request, settle)])
+        return future
+
+    def send_many(self, requests: Sequence[tuple[Request, Callback]]) -> None:
+        """Queue requests in order, as one hand-over to the sender thread; each callback runs once,
+        on the stream thread, with the request's reply (or error code), or with a ConnectionError."""
+        if not requests:
+            return
+        tagged = [(next(self._tags), request, callback) for request, callback in requests]
+        messages = [wire.request_to_pb(tag, request) for tag, request, _ in tagged]
         with self._lock:
-            self._futures[tag] = future
+            for tag, _, callback in tagged:
+                self._callbacks[tag] = callback
             if self._stream_thread is None:
                 self._stream_thread = threading.Thread(target=self._run_stream, name="bookie-stream", daemon=True)
                 self._stream_thread.start()
-        self._outgoing.put(wire.request_to_pb(tag, request))
-        return future
+        self._outgoing.put(messages)
 
     def _requests(self) -> Iterator[pb.StreamReqBatch]:
-        while True:
-            item = self._outgoing.get()
-            if item is None:
-                return
-            batch = [item]
-            size = item.add.ByteSize() if item.HasField("add") else 0
-            closing = False
-            while len(batch) < MAX_BATCH and size < MAX_BATCH_BYTES:
-                try:
-                    item = self._outgoing.get_nowait()
-                except queue.Empty:
-                    break
+        """Batches of at most MAX_BATCH requests (and about MAX_BATCH_BYTES of bodies) in queue order:
+        whatever was queued meanwhile leaves together; a larger hand-over is split."""
+        waiting: deque[pb.StreamReq] = deque()
+        closing = False
+        while waiting or not closing:
+            if not waiting:
+                item = self._outgoing.get()
                 if item is None:
-                    closing = True
-                    break
-                batch.append(item)
-                if item.HasField("add"):
-                    size += item.add.ByteSize()
+                    return
+                waiting.extend(item)
+            batch: list[pb.StreamReq] = []
+            size = 0
+            while len(batch) < MAX_BATCH and size < MAX_BATCH_BYTES:
+                if not waiting:
+                    if closing:
+                        break
+                    try:
+                        item = self._outgoing.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        closing = True
+                        break
+                    waiting.extend(item)
+                    continue
+                message = waiting.popleft()
+                batch.append(message)
+                if message.HasField("add"):
+                    size += message.add.ByteSize()
             yield pb.StreamReqBatch(requests=batch)
-            if closing:
-                return
 
     def _run_stream(self) -> None:
-        error: BaseException = ConnectionError(f"stream to bookie {self.address} closed")
+        error = ConnectionError(f"stream to bookie {self.address} closed")
         try:
             for batch in self._stub.Batches(self._requests()):
-                for msg in batch.responses:
-                    with self._lock:
-                        future = self._futures.pop(msg.tag, None)
-                    if future is not None:
-                        future.set_result(wire.response_from_pb(msg))
+                with self._lock:
+                    callbacks = [self._callbacks.pop(msg.tag, None) for msg in batch.responses]
+                for msg, callback in zip(batch.responses, callbacks, strict=True):
+                    if callback is not None:
+                        _settle(callback, wire.response_from_pb(msg))
         except grpc.RpcError as exc:
             error = ConnectionError(f"bookie {self.address}: {exc.code()}")
         with self._lock:
-            failed, self._futures = self._futures, {}
+            failed, self._callbacks = self._callbacks, {}
             self._stream_thread = None
-        for future in failed.values():
-            future.set_exception(error)
+        for callback in failed.values():
+            _settle(callback, error)
 
     def close(self) -> None:
         self._outgoing.put(None)
         self._grpc.close()
+

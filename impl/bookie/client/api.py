@@ -6,8 +6,9 @@ production; anything that answers requests in tests), metadata through
 impl.metadata.ledger_store, bookie choice through the registry and `placement`, with
 randomness from a seeded random.Random owned here, never by a core.
 
-Each running core has a `_Driver`: one input at a time under a lock, so transport
-callbacks from any thread (or inline) are serialised.
+Each running core has a `_Driver`: one input at a time, in order, so transport
+callbacks from any thread (or inline) are serialised; a thread finding another one
+running the core's steps leaves its input to that thread instead of waiting.
 """
 
 from __future__ import annotations
@@ -47,20 +48,32 @@ __all__ = ["BookKeeperClient", "BookieTransport", "LedgerEntry", "ReadHandle", "
 DEFAULT_TIMEOUT_S = 30.0
 
 AddCallback = Callable[[int | LedgerClientError], None]  # the confirmed entry id, or why the add failed
+_Sent = tuple[BookieId, Any, Callable[[Any], None]]  # a request to send: bookie, request, whom to tell its answer
 
 
 class BookieTransport(Protocol):
+    """May also offer `send_many(sends)`, `send` for each (bookie, request, on_answer) in one call
+    (the gRPC transport does: many requests per stream message); the drivers use it when present."""
+
     def send(self, bookie: BookieId, request: Any, on_answer: Callable[[Any], None]) -> None:
         """Send `request`; call `on_answer(response)` exactly once, or `on_answer(None)` when the
         bookie did not answer in time (the transport owns the timeout). May call back inline."""
 
 
 class _Driver:
+    """Runs one core's steps one at a time, in the order they were fed, from any thread.
+
+    A thread that feeds while another thread runs steps only queues its step and returns:
+    the running thread takes it (no thread waits for another's steps, so bookie stream
+    threads delivering answers never queue up behind each other). The Sends of all the steps
+    taken in one round leave together, through the transport's `send_many` when it has one
+    (one hand-over per bookie, many requests per stream message)."""
+
     def __init__(self, client: BookKeeperClient, core: Any, on_event: Callable[[Any], None]) -> None:
         self.client = client
         self.core = core
         self.on_event = on_event
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # guards the queue and the draining flag only, never held in a step
         self._queue: deque[Callable[[], list[Any]]] = deque()
         self._draining = False
 
@@ -68,25 +81,53 @@ class _Driver:
         with self._lock:
             self._queue.append(step)
             if self._draining:
-                return  # an outer frame on this thread is draining; it will run this step
+                return  # a running frame (this thread's or another's) will run this step
             self._draining = True
-            try:
-                while self._queue:
-                    for output in self._queue.popleft()():
-                        self._perform(output)
-            finally:
-                self._draining = False
+        steps: deque[Callable[[], list[Any]]] = deque()
+        try:
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        self._draining = False
+                        return
+                    steps, self._queue = self._queue, steps
+                sends: list[_Sent] = []
+                try:
+                    while steps:
+                        for output in steps.popleft()():
+                            if isinstance(output, Send):
+                                sends.append((output.bookie, output.request, self._answered(output)))
+                            else:
+                                self._perform(output)
+                finally:
+                    if sends:
+                        self._send(sends)  # an inline answer only queues its step: taken next round
+        except BaseException:
+            with self._lock:
+                self._queue.extendleft(reversed(steps))  # the steps after a failed one stay queued
+                self._draining = False  # the next feed runs them
+            raise
+
+    def _send(self, sends: list[_Sent]) -> None:
+        transport = self.client.transport
+        send_many = getattr(transport, "send_many", None)
+        if send_many is not None:
+            send_many(sends)
+        else:
+            for bookie, request, on_answer in sends:
+                transport.send(bookie, request, on_answer)
+
+    def _answered(self, output: Send) -> Callable[[Any], None]:
+        core, bookie, request = self.core, output.bookie, output.request
+
+        def answered(response: Any) -> None:
+            self.feed(lambda: core.receive(bookie, request, response))
+
+        return answered
 
     def _perform(self, output: Any) -> None:
         core = self.core
-        if isinstance(output, Send):
-            bookie, request = output.bookie, output.request
-
-            def answered(response: Any) -> None:
-                self.feed(lambda: core.receive(bookie, request, response))
-
-            self.client.transport.send(bookie, request, answered)
-        elif isinstance(output, ChooseReplacement):
+        if isinstance(output, ChooseReplacement):
             try:
                 replacement = self.client.choose_replacement(output.exclude, output.failed)
             except (PlacementError, MetadataError) as e:
@@ -291,7 +332,7 @@ class WriteHandle:
     def add_with_callback(self, data: bytes, callback: AddCallback) -> None:
         """`add_async` without a future, for callers with thousands of adds a second: `callback(entry_id)`
         once the add is confirmed (in entry order) or `callback(error)`; it runs on a transport thread
-        (inline when the writer refuses the add), so it must not block."""
+        (or the caller's, e.g. when the writer refuses the add), so it must not block."""
         self.add_many_with_callback([(data, callback)])
 
     def add_many_with_callback(self, adds: list[tuple[bytes, AddCallback]]) -> None:

@@ -22,11 +22,10 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from impl.bookie.channel import BookieChannel
+from impl.bookie.channel import BookieChannel, Callback, Result
 from impl.bookie.protocol import (
     AddRequest,
     AddResponse,
@@ -116,21 +115,33 @@ class GrpcTransport:
     # ---- sending ----------------------------------------------------------------------------------
 
     def send(self, bookie: BookieId, request: Any, on_answer: Answer) -> None:
-        pending = _Pending(bookie, request, on_answer, time.monotonic() + self.timeout_s)
+        self.send_many([(bookie, request, on_answer)])
+
+    def send_many(self, sends: Sequence[tuple[BookieId, Any, Answer]]) -> None:
+        """`send` for each, with one lock round for all and one hand-over per bookie's channel
+        (the requests of one call to a bookie leave in as few stream messages as fit)."""
+        deadline = time.monotonic() + self.timeout_s
+        pendings = [_Pending(bookie, request, on_answer, deadline) for bookie, request, on_answer in sends]
+        by_channel: dict[BookieId, tuple[BookieChannel, list[tuple[Request, Callback]]]] = {}
         with self._lock:
-            if self._closed:
-                channel = None
-            else:
-                channel = self._channel(bookie)
-                self._deadlines.append(pending)
-                if len(self._deadlines) == 1:
+            closed = self._closed
+            if not closed:
+                was_empty = not self._deadlines
+                self._deadlines.extend(pendings)
+                if was_empty and self._deadlines:
                     self._wakeup.notify()
-        if channel is None:
-            log.debug("transport closed: no answer to %s for bookie %s", type(request).__name__, bookie)
-            self._answer(pending, None)
+                for pending in pendings:
+                    entry = by_channel.get(pending.bookie)
+                    if entry is None:
+                        entry = by_channel[pending.bookie] = (self._channel(pending.bookie), [])
+                    entry[1].append((pending.request, self._on_result(pending, entry[0])))
+        if closed:
+            for pending in pendings:
+                log.debug("transport closed: no answer to %s for bookie %s", _name(pending), pending.bookie)
+                self._answer(pending, None)
             return
-        future = channel.submit(request)
-        future.add_done_callback(lambda f: self._on_done(pending, channel, f))
+        for channel, requests in by_channel.values():
+            channel.send_many(requests)
 
     def _channel(self, bookie: BookieId) -> BookieChannel:
         """The bookie's channel, opened on first use (caller holds the lock)."""
@@ -142,16 +153,18 @@ class GrpcTransport:
 
     # ---- answering ---------------------------------------------------------------------------------
 
-    def _on_done(self, pending: _Pending, channel: BookieChannel, future: Future[Response | ErrorCode]) -> None:
-        error = future.exception()
-        if error is not None:
-            log.debug("bookie %s: no answer to %s: %s", pending.bookie, _name(pending), error)
-            self._drop_channel(pending.bookie, channel)
-            self._answer(pending, None)
-            return
-        result = future.result()
-        response = _typed_error(pending.request, result) if isinstance(result, ErrorCode) else result
-        self._answer(pending, response)
+    def _on_result(self, pending: _Pending, channel: BookieChannel) -> Callback:
+        def on_result(result: Result) -> None:
+            if isinstance(result, ConnectionError):
+                log.debug("bookie %s: no answer to %s: %s", pending.bookie, _name(pending), result)
+                self._drop_channel(pending.bookie, channel)
+                self._answer(pending, None)
+            elif isinstance(result, ErrorCode):
+                self._answer(pending, _typed_error(pending.request, result))
+            else:
+                self._answer(pending, result)
+
+        return on_result
 
     def _answer(self, pending: _Pending, response: Response | None) -> None:
         if not pending.claim():
@@ -169,7 +182,7 @@ class GrpcTransport:
             if self._channels.get(bookie) is not channel:
                 return  # already replaced
             del self._channels[bookie]
-        # Closing fails whatever was submitted to it meanwhile (answered None by _on_done).
+        # Closing fails whatever was submitted to it meanwhile (answered None by _on_result).
         channel.close()
 
     def _expire_deadlines(self) -> None:
