@@ -126,8 +126,11 @@ class GrpcTransport:
         with self._lock:
             closed = self._closed
             if not closed:
-                was_empty = not self._deadlines
-                self._deadlines.extend(pendings)
+                deadlines = self._deadlines
+                while deadlines and deadlines[0].answered:
+                    deadlines.popleft()  # answered before their deadline: forget them now, not when it passes
+                was_empty = not deadlines
+                deadlines.extend(pendings)
                 if was_empty and self._deadlines:
                     self._wakeup.notify()
                 for pending in pendings:
