@@ -1,21 +1,27 @@
 """BookKeeper client benchmark over three real bookie processes (E3 Qw3 Qa2, 1 KiB entries).
 
-Usage: .venv/bin/python bench/bench_client.py [--seconds S] [--outstanding 1 16 64 256]
+Usage: .venv/bin/python bench/bench_client.py [--seconds S] [--outstanding 1 16 64 256] [--rate 1000]
                                                [--recovery-entries 10000 [100000]] [--read-ahead 1 16]
 
 (a) Adds: one writer keeps N adds outstanding for S seconds; adds/s and p50/p99 add latency.
-(b) Recovery time (a recovering open, timed) of a ledger left OPEN by its writer:
+(b) Adds at a fixed rate (--rate R): one writer issues R adds a second for S seconds on a
+    fixed schedule (open loop: a late add is not skipped), p50/p99 latency measured from each
+    add's scheduled time, so a client falling behind shows in the latency.
+(c) Recovery time (a recovering open, timed) of a ledger left OPEN by its writer:
     - "tail": written by the client with 64 adds outstanding, so the bookies know a LAC
       close to the end and recovery reads only the unconfirmed tail;
     - "all unconfirmed": every entry was sent with LAC -1 (as by a writer that crashed
       before any add completed), so recovery must fence-read and write back every entry;
       this is the worst case, at BookKeeper's default of 1 read in flight and with more.
+    Each row also gives the CPU seconds the client process and the three bookies spent in it.
 Prints markdown tables. Bookies, metadata (embedded store) and data live in a temp dir.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -30,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from impl.bookie.channel import BookieChannel  # noqa: E402
 from impl.bookie.client.api import BookKeeperClient  # noqa: E402
 from impl.bookie.client.connect import connect_bookkeeper  # noqa: E402
+from impl.bookie.client.failures import LedgerClientError  # noqa: E402
 from impl.bookie.entry_format import encode_entry, master_key  # noqa: E402
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, Response  # noqa: E402
 from impl.metadata.ledger import DigestType  # noqa: E402
@@ -67,7 +74,7 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000 if ordered else float("nan")
 
 
-# ---- (a) adds ------------------------------------------------------------------------------------------------
+# ---- (a), (b) adds ------------------------------------------------------------------------------------------------
 
 
 def adds(client: BookKeeperClient, outstanding: int, seconds: float) -> str:
@@ -100,7 +107,38 @@ def adds(client: BookKeeperClient, outstanding: int, seconds: float) -> str:
     return f"| {outstanding} | {len(latencies):,} | {rate:,.0f} | {rate * 1024 / 1e6:.2f} | {p50:.1f} | {p99:.1f} |"
 
 
-# ---- (b) recovery ----------------------------------------------------------------------------------------------
+def adds_at_rate(client: BookKeeperClient, rate: float, seconds: float) -> str:
+    handle = client.create_ledger(3, 3, 2, password=PASSWORD)
+    latencies: list[float] = []
+    errors: list[LedgerClientError] = []
+    done = threading.Semaphore(0)
+    total = int(rate * seconds)
+    start = time.monotonic()
+    for i in range(total):
+        scheduled = start + i / rate
+        delay = scheduled - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+        def completed(outcome: int | LedgerClientError, scheduled: float = scheduled) -> None:
+            if isinstance(outcome, LedgerClientError):
+                errors.append(outcome)
+            else:
+                latencies.append(time.monotonic() - scheduled)
+            done.release()
+
+        handle.add_with_callback(ENTRY, completed)
+    for _ in range(total):
+        done.acquire()
+    elapsed = time.monotonic() - start
+    handle.close()
+    if errors:
+        raise RuntimeError(f"adds failed at {rate}/s: {errors[0]}") from errors[0]
+    p50, p99, top = pct(latencies, 0.5), pct(latencies, 0.99), max(latencies) * 1000
+    return f"| {rate:,.0f} | {total:,} | {total / elapsed:,.0f} | {p50:.1f} | {p99:.1f} | {top:.1f} |"
+
+
+# ---- (c) recovery ----------------------------------------------------------------------------------------------
 
 
 def ledger_written_by_client(client: BookKeeperClient, entries: int) -> int:
@@ -146,12 +184,31 @@ def ledger_all_unconfirmed(client: BookKeeperClient, entries: int) -> int:
     return ledger_id
 
 
-def recovery(store: MetadataStore, ledger_id: int, read_ahead: int) -> tuple[float, int]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def recovery(
+    store: MetadataStore, ledger_id: int, read_ahead: int, bookies: list[int]
+) -> tuple[float, int, float, float]:
+    """Seconds, recovered last entry, client CPU seconds, bookie CPU seconds (all three) of a recovering open."""
     client = connect_bookkeeper(store, timeout_s=3600, request_timeout_s=30, recovery_read_ahead=read_ahead)
     try:
+        cpu_before, bookies_before = own_cpu_seconds(), sum(cpu_seconds(pid) for pid in bookies)
         start = time.monotonic()
         reader = client.open_ledger(ledger_id, PASSWORD, recovery=True)
-        return time.monotonic() - start, reader.last_add_confirmed
+        seconds = time.monotonic() - start
+        cpu = own_cpu_seconds() - cpu_before
+        bookies_cpu = sum(cpu_seconds(pid) for pid in bookies) - bookies_before
+        return seconds, reader.last_add_confirmed, cpu, bookies_cpu
     finally:
         client.close()
 
@@ -159,7 +216,8 @@ def recovery(store: MetadataStore, ledger_id: int, read_ahead: int) -> tuple[flo
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per outstanding level (default 3)")
-    parser.add_argument("--outstanding", type=int, nargs="+", default=[1, 16, 64, 256])
+    parser.add_argument("--outstanding", type=int, nargs="*", default=[1, 16, 64, 256])
+    parser.add_argument("--rate", type=float, nargs="*", default=[], help="fixed add rates per second (table b)")
     parser.add_argument("--recovery-entries", type=int, nargs="*", default=[10_000])
     parser.add_argument("--read-ahead", type=int, nargs="+", default=[1, 16], help="recovery reads in flight")
     parser.add_argument("--dir", help="working directory (default: a temp dir under the current directory)")
@@ -172,25 +230,37 @@ def main() -> int:
     try:
         client = connect_bookkeeper(store, timeout_s=120, request_timeout_s=30, seed=1)
         try:
-            print("| outstanding adds | adds | adds/s | MB/s | p50 ms | p99 ms |")
-            print("|---|---|---|---|---|---|")
-            for outstanding in args.outstanding:
-                print(adds(client, outstanding, args.seconds), flush=True)
-            print()
-            print("| ledger | entries | entries to recover | reads in flight | recovery s | entries/s |")
-            print("|---|---|---|---|---|---|")
+            if args.outstanding:
+                print("| outstanding adds | adds | adds/s | MB/s | p50 ms | p99 ms |")
+                print("|---|---|---|---|---|---|")
+                for outstanding in args.outstanding:
+                    print(adds(client, outstanding, args.seconds), flush=True)
+                print()
+            if args.rate:
+                print("| fixed rate adds/s | adds | achieved adds/s | p50 ms | p99 ms | max ms |")
+                print("|---|---|---|---|---|---|")
+                for rate in args.rate:
+                    print(adds_at_rate(client, rate, args.seconds), flush=True)
+                print()
+            if args.recovery_entries:
+                print(
+                    "| ledger | entries | entries to recover | reads in flight | recovery s | entries/s "
+                    "| client CPU s | bookies CPU s |"
+                )
+                print("|---|---|---|---|---|---|---|---|")
             for entries in args.recovery_entries:
                 runs = [("tail", ledger_written_by_client, args.read_ahead[0])]
                 runs += [("all unconfirmed", ledger_all_unconfirmed, n) for n in args.read_ahead]
                 for kind, make, read_ahead in runs:
                     ledger_id = make(client, entries)
                     from_lac = client.open_ledger(ledger_id, PASSWORD, recovery=False).read_last_confirmed()
-                    seconds, last = recovery(store, ledger_id, read_ahead)
+                    seconds, last, cpu, bookies_cpu = recovery(store, ledger_id, read_ahead, [p.pid for p in procs])
                     if last != entries - 1:
                         raise RuntimeError(f"ledger {ledger_id} recovered up to {last}, expected {entries - 1}")
                     todo = entries - 1 - from_lac
                     print(
-                        f"| {kind} | {entries:,} | {todo:,} | {read_ahead} | {seconds:.2f} | {todo / seconds:,.0f} |",
+                        f"| {kind} | {entries:,} | {todo:,} | {read_ahead} | {seconds:.2f} | {todo / seconds:,.0f} "
+                        f"| {cpu:.1f} | {bookies_cpu:.1f} |",
                         flush=True,
                     )
         finally:
