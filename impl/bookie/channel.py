@@ -137,4 +137,3 @@ class BookieChannel:
     def close(self) -> None:
         self._outgoing.put(None)
         self._grpc.close()
-
