@@ -100,7 +100,7 @@ class _Step:
     client_name: str = ""
     handling: Record | None = None
     bookie: str = ""
-    group: int = -1  # deliveries: the run of consecutive answers to one fan-out in its client's order
+    ignored: bool = False  # a delivery whose answer left the client's logged state unchanged
 
     def describe(self) -> str:
         parts = []
@@ -117,7 +117,7 @@ class _Step:
 @dataclass
 class Linearization:
     events: list[Event]  # for trace_validation.to_steps
-    reordered: list[str] = field(default_factory=list)  # fan-outs whose answers were let go out of order
+    lost: list[str] = field(default_factory=list)  # ignored answers taken as lost replies (see `relaxed`)
 
 
 def linearize(
@@ -125,6 +125,8 @@ def linearize(
     client_logs: Mapping[str, Sequence[Record]],
     ledger_id: int,
     names: dict[str, str] | None = None,
+    *,
+    relaxed: bool = False,
 ) -> Linearization:
     """The run's steps in one order that keeps every bookie's handling order and every client's order.
 
@@ -132,45 +134,25 @@ def linearize(
     ("w", "r1") -> its records; `names`: real bookie id (host:port) -> spec name, for the bookie
     parameters of client events. The events use ledger id LEDGER_ID. Raises CycleError when the
     orders contradict each other, MergeError when a client event answers a request no bookie
-    logged or a bookie handled a request no client step sent."""
-    graph = _Graph(bookie_logs, client_logs, ledger_id, names or {})
-    order = graph.order(set())
-    if isinstance(order, tuple):
-        raise graph.cycle_error(order)
-    return Linearization(graph.events(order))
+    logged or a bookie handled a request no client step sent.
 
-
-def reordered_linearizations(
-    bookie_logs: Mapping[str, Sequence[Record]],
-    client_logs: Mapping[str, Sequence[Record]],
-    ledger_id: int,
-    names: dict[str, str] | None = None,
-) -> list[Linearization]:
-    """For a run whose orders form a cycle: linearizations that let the answers of one fan-out
-    (consecutive answers of one client to the same kind and entry, from different bookies) go in
-    another order among themselves, where a client-order edge between two of them is on the cycle.
-    One candidate per such fan-out on the first cycle (more fan-outs are let go, first on the cycle
-    first, while a cycle remains); the answers keep their client's order wherever the constraints
-    allow. TLC then checks every answer's logged outcome and state at the position it gets. Raises
-    CycleError if a cycle runs through no fan-out."""
+    `relaxed`: while the orders form a cycle, take an *ignored* answer on it (one its client's
+    logged state did not change at: an add answer not counted, a stale recovery answer; first one
+    at an edge only its client's order imposes, the later of the two) as a lost reply instead: ledger.tla's
+    `ReplyLost` at its handling, out of the client's order, the client event dropped. Each is
+    listed in `lost`. A cycle through no ignored answer is still a CycleError."""
     graph = _Graph(bookie_logs, client_logs, ledger_id, names or {})
-    first = graph.order(set())
-    if isinstance(first, list):
-        return [Linearization(graph.events(first))]
-    out: list[Linearization] = []
-    for start in graph.fan_outs_on(first):
-        relaxed = {start}
-        order = graph.order(relaxed)
-        while isinstance(order, tuple) and (more := graph.fan_outs_on(order)):
-            relaxed.add(more[0])
-            order = graph.order(relaxed)
-        if isinstance(order, list):
-            events = graph.events(order)
-            if all(events != o.events for o in out):
-                out.append(Linearization(events, [graph.describe_fan_out(g) for g in sorted(relaxed)]))
-    if not out:
-        raise graph.cycle_error(first)
-    return out
+    order = graph.order()
+    lost: list[str] = []
+    while isinstance(order, tuple):
+        candidates = graph.late_answers(order) if relaxed else []
+        if not candidates:
+            raise graph.cycle_error(order)
+        i = candidates[0]
+        graph.detach(i)
+        lost.append(graph.steps[i].describe())
+        order = graph.order()
+    return Linearization(graph.events(order), lost)
 
 
 class _Graph:
@@ -184,7 +166,9 @@ class _Graph:
         names: dict[str, str],
     ) -> None:
         self.ledger_id, self.names = ledger_id, names
-        steps: list[_Step] = []
+        self.steps: list[_Step] = []
+        self.detached: set[int] = set()
+        steps = self.steps
         waiting: dict[tuple[str, str, int], deque[int]] = {}  # (bookie, kind, entry) -> unmatched handlings
         bookie_chains: list[list[int]] = []
         for rank, (bookie, records) in enumerate(sorted(bookie_logs.items())):
@@ -199,21 +183,20 @@ class _Graph:
                 chain.append(len(steps) - 1)
                 waiting.setdefault((bookie, p["kind"], p["entry"]), deque()).append(len(steps) - 1)
             bookie_chains.append(chain)
-        self.client_chains: list[list[int]] = []
-        groups = 0
+        self.client_chains: dict[str, list[int]] = {}
         for rank, (client, records) in enumerate(sorted(client_logs.items()), start=len(bookie_logs)):
             chain = []
-            previous: tuple[str, int] | None = None
+            state: tuple[Any, ...] = ("writing", False, -1)  # the writer's logged (state, fenced, lac)
             for r in records:
                 if r["name"] in _NOT_STEPS:
                     continue
+                p = r["params"]
                 kind = DELIVERIES.get(r["name"])
                 if kind is None:
                     steps.append(_Step((r.get("ns", 0), rank, len(chain)), client=r, client_name=client))
                     chain.append(len(steps) - 1)
-                    previous = None
+                    state = (p["state"], p["fenced"], p["lac"]) if "state" in p and "fenced" in p else state
                     continue
-                p = r["params"]
                 bookie = names.get(p["bookie"], p["bookie"])
                 entry = -1 if kind == "readLac" else p["entry"]
                 pending = waiting.get((bookie, kind, entry))
@@ -226,48 +209,61 @@ class _Graph:
                 s = steps[i]
                 # A delivery is ordered like the client saw it (the clock of the answer), where free.
                 s.client, s.client_name, s.order = r, client, (r.get("ns", 0), rank, len(chain))
-                if previous != (kind, entry):
-                    groups += 1
-                    previous = (kind, entry)
-                s.group = groups
+                if r["name"] == "WriterReceivesAddResponse":
+                    after = (p["state"], p["fenced"], p["lac"])
+                    s.ignored = not p["counted"] and after == state
+                    state = after
+                elif r["name"] == "RecoveryReceivesAddResponse":
+                    s.ignored = not p["counted"]
+                else:
+                    s.ignored = bool(p["stale"])
                 chain.append(i)
-            self.client_chains.append(chain)
-        self.steps = steps
-        self.edges = [(a, b) for chain in bookie_chains for a, b in zip(chain, chain[1:], strict=False)]
-        # A handling no client event answers still comes after the client step that sent its request
-        # (a delivery is after it already: later in the same client's order).
+            self.client_chains[client] = chain
+        self.bookie_edges = [(a, b) for chain in bookie_chains for a, b in zip(chain, chain[1:], strict=False)]
+        self.sender_edges: list[tuple[int, int]] = []
         for left in waiting.values():
             for i in left:
-                p = steps[i].handling["params"]  # type: ignore[index]
-                client = KIND_CLIENT[p["kind"]]
-                chain = self.client_chains[sorted(client_logs).index(client)] if client in client_logs else []
-                sender = _sender(steps, chain, p["kind"], p["entry"])
-                if sender is None:
-                    raise MergeError(
-                        f"bookie {steps[i].bookie} handled a {p['kind']} of entry {p['entry']} that no step of "
-                        f"client {client} sent"
-                    )
-                self.edges.append((sender, i))
+                self.sender_edges.append((self._sender_of(i), i))
 
-    def order(self, relaxed: set[int]) -> list[int] | tuple[int, ...]:
-        return _topological(self.steps, self.edges + _client_edges(self.steps, self.client_chains, relaxed))
+    def _sender_of(self, i: int) -> int:
+        """A handling no client event answers still comes after the client step that sent its request
+        (a delivery is after it already: later in the same client's order)."""
+        p = self.steps[i].handling["params"]  # type: ignore[index]
+        client = KIND_CLIENT[p["kind"]]
+        chain = [j for j in self.client_chains.get(client, []) if j not in self.detached]
+        sender = _sender(self.steps, chain, p["kind"], p["entry"])
+        if sender is None:
+            raise MergeError(
+                f"bookie {self.steps[i].bookie} handled a {p['kind']} of entry {p['entry']} that no step of "
+                f"client {client} sent"
+            )
+        return sender
+
+    def late_answers(self, cycle: tuple[int, ...]) -> list[int]:
+        """The ignored answers on the cycle, best first: those at an edge only their client's order
+        imposes (the later one of the pair first: the answer that came late), then the others."""
+        imposed = set(self.bookie_edges) | set(self.sender_edges)
+        out: list[int] = []
+        for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True):
+            if (a, b) not in imposed:
+                out += [i for i in (b, a) if self.steps[i].ignored and i not in self.detached]
+        out += [i for i in cycle if self.steps[i].ignored and i not in self.detached]
+        return list(dict.fromkeys(out))
+
+    def detach(self, i: int) -> None:
+        """Take delivery `i` as a lost reply: out of its client's order, after the request's sender."""
+        self.detached.add(i)
+        self.sender_edges.append((self._sender_of(i), i))
+
+    def order(self) -> list[int] | tuple[int, ...]:
+        client_edges = []
+        for chain in self.client_chains.values():
+            kept = [i for i in chain if i not in self.detached]
+            client_edges += list(zip(kept, kept[1:], strict=False))
+        return _topological(self.steps, self.bookie_edges + self.sender_edges + client_edges)
 
     def events(self, order: list[int]) -> list[Event]:
-        return [ev for i in order for ev in _events(self.steps[i], self.ledger_id, self.names)]
-
-    def fan_outs_on(self, cycle: tuple[int, ...]) -> list[int]:
-        """The fan-out groups with a client-order edge on the cycle, in the cycle's order."""
-        steps = self.steps
-        pairs = zip(cycle, cycle[1:] + cycle[:1], strict=True)
-        return list(
-            dict.fromkeys(steps[a].group for a, b in pairs if steps[a].group >= 0 and steps[a].group == steps[b].group)
-        )
-
-    def describe_fan_out(self, group: int) -> str:
-        members = sorted((s for s in self.steps if s.group == group), key=lambda s: s.client["seq"])  # type: ignore[index]
-        h = members[0].handling["params"]  # type: ignore[index]
-        seen = ", ".join(s.bookie for s in members)
-        return f"client {members[0].client_name}'s answers to {h['kind']} of entry {h['entry']} (seen from {seen})"
+        return [ev for i in order for ev in _events(self.steps[i], self.ledger_id, self.names, i in self.detached)]
 
     def cycle_error(self, cycle: tuple[int, ...]) -> CycleError:
         return CycleError(
@@ -275,23 +271,6 @@ class _Graph:
             "orders form a cycle (each step must come before the next): "
             + " -> ".join(self.steps[i].describe() for i in [*cycle, cycle[0]])
         )
-
-
-def _client_edges(steps: list[_Step], chains: list[list[int]], relaxed: set[int]) -> list[tuple[int, int]]:
-    """Each client's order; the members of a relaxed fan-out group are unordered among themselves
-    (each comes after what precedes the group and before what follows it)."""
-    edges = []
-    for chain in chains:
-        blocks: list[list[int]] = []
-        for i in chain:
-            g = steps[i].group
-            if g in relaxed and blocks and steps[blocks[-1][0]].group == g:
-                blocks[-1].append(i)
-            else:
-                blocks.append([i])
-        for before, after in zip(blocks, blocks[1:], strict=False):
-            edges += [(a, b) for a in before for b in after]
-    return edges
 
 
 def _sender(steps: list[_Step], chain: list[int], kind: str, entry: int) -> int | None:
@@ -351,7 +330,7 @@ def _topological(steps: list[_Step], edges: list[tuple[int, int]]) -> list[int] 
     return tuple(reversed(path[seen[i] :]))
 
 
-def _events(step: _Step, ledger_id: int, names: dict[str, str]) -> list[Event]:
+def _events(step: _Step, ledger_id: int, names: dict[str, str], lost: bool = False) -> list[Event]:
     out = []
     if step.handling is not None:
         p = step.handling["params"]
@@ -368,13 +347,13 @@ def _events(step: _Step, ledger_id: int, names: dict[str, str]) -> list[Event]:
                 },
             )
         )
-    if step.client is not None:
+    if step.client is not None and not lost:
         params = dict(step.client["params"])
         for key in _BOOKIE_PARAMS:
             if key in params:
                 params[key] = names.get(params[key], params[key])
         out.append(Event(step.client["name"], {"client": step.client_name, **params}))
-    elif step.handling is not None:  # handled, but no core ever saw the reply
+    elif step.handling is not None:  # handled, but no core saw (or heeded) the reply
         p = step.handling["params"]
         client = KIND_CLIENT[p["kind"]]
         out.append(
@@ -400,11 +379,8 @@ class ProcessRun:
     writer_output: str = ""
     recovery_output: str = ""
 
-    def linearize(self) -> Linearization:
-        return linearize(self.bookie_logs, self.client_logs, self.ledger_id, self.names)
-
-    def reordered_linearizations(self) -> list[Linearization]:
-        return reordered_linearizations(self.bookie_logs, self.client_logs, self.ledger_id, self.names)
+    def linearize(self, *, relaxed: bool = False) -> Linearization:
+        return linearize(self.bookie_logs, self.client_logs, self.ledger_id, self.names, relaxed=relaxed)
 
     def as_run(self, events: list[Event]) -> Run:
         return Run(self.config, self.seed, self.ensemble, events)
@@ -575,57 +551,54 @@ def collect(cluster: ProcessCluster, runs: Sequence[ProcessRun]) -> None:
 class ProcessVerdict:
     run: ProcessRun
     verdict: Verdict | None  # None: the logs could not be merged (see error)
-    error: str = ""  # why the logs could not be merged, or (with `reordered`) the cycle in client order
-    reordered: list[str] = field(default_factory=list)  # fan-outs linearized out of their client's order
+    error: str = ""  # why the logs could not be merged, or (with `lost`) the cycle in the processes' orders
+    lost: list[str] = field(default_factory=list)  # ignored answers taken as lost replies to break the cycle
 
     @property
     def accepted(self) -> bool:
-        """TLC matched every step (in the clients' order, or with `reordered` fan-outs)."""
+        """TLC matched every step (in the processes' orders, or with `lost` replies)."""
         return self.verdict is not None and self.verdict.accepted
 
     @property
     def in_order(self) -> bool:
-        return self.accepted and not self.reordered
+        return self.accepted and not self.lost
 
     def describe(self) -> str:
         head = f"{self.run.config.name} seed {self.run.seed} (ledger {self.run.ledger_id})"
         if self.verdict is None:
             return f"{head}: {self.error}"
         text = self.verdict.describe().replace(f"{self.run.config.name} seed {self.run.seed}", head, 1)
-        if self.reordered:
+        if self.lost:
             text += (
-                "; NOT in the clients' order (their orders and the bookies' form a cycle; see spec/README.md, "
-                "trace validation): linearized with " + "; ".join(self.reordered) + " in another order"
+                "; NOT in the processes' orders, which form a cycle (atomic delivery cannot order them; "
+                "spec/README.md, trace validation): answers the client ignored taken as lost replies: "
+                + "; ".join(self.lost)
             )
         return text
 
 
-def check_runs(runs: Sequence[ProcessRun], *, reorder_fan_outs: bool = True) -> list[ProcessVerdict]:
+def check_runs(runs: Sequence[ProcessRun], *, relaxed: bool = True) -> list[ProcessVerdict]:
     """Merge each run's logs and check the merged traces with TLC (one TLC run per configuration).
 
-    A run whose logs form a cycle is reported as such; with `reorder_fan_outs` it is also checked
-    in each of its `reordered_linearizations` (accepted if TLC accepts one), and the verdict says so."""
+    A run whose logs form a cycle is reported as such; with `relaxed` it is checked with the ignored
+    answers on the cycle taken as lost replies (`linearize`), and its verdict says so."""
     out: list[ProcessVerdict] = []
     todo: dict[RunConfig, list[tuple[ProcessRun, Run, str, list[str]]]] = {}
     for r in runs:
         try:
             try:
-                candidates, cycle = [r.linearize()], ""
+                lin, cycle = r.linearize(), ""
             except CycleError as exc:
-                if not reorder_fan_outs:
+                if not relaxed:
                     raise
-                candidates, cycle = r.reordered_linearizations(), str(exc)
+                lin, cycle = r.linearize(relaxed=True), str(exc)
         except MergeError as exc:
             out.append(ProcessVerdict(r, None, str(exc)))
             continue
-        todo.setdefault(r.config, []).extend((r, r.as_run(c.events), cycle, c.reordered) for c in candidates)
+        todo.setdefault(r.config, []).append((r, r.as_run(lin.events), cycle, lin.lost))
     for config, group in todo.items():
         verdicts, _ = check_traces(config, [run for _, run, _, _ in group])
-        best: dict[int, ProcessVerdict] = {}
-        for (r, _, cycle, reordered), v in zip(group, verdicts, strict=True):
-            if id(r) not in best or (v.accepted and not best[id(r)].accepted):
-                best[id(r)] = ProcessVerdict(r, v, cycle, reordered)
-        out += best.values()
+        out += [ProcessVerdict(r, v, c, lost) for (r, _, c, lost), v in zip(group, verdicts, strict=True)]
     order = {id(r): i for i, r in enumerate(runs)}
     return sorted(out, key=lambda v: order[id(v.run)])
 
@@ -634,13 +607,13 @@ def summary(verdicts: Sequence[ProcessVerdict], seconds: float) -> str:
     """One line per run, then the totals."""
     lines = [v.describe() for v in verdicts]
     in_order = sum(v.in_order for v in verdicts)
-    reordered = sum(v.accepted and not v.in_order for v in verdicts)
+    relaxed = sum(v.accepted and not v.in_order for v in verdicts)
     rejected = sum(v.verdict is not None and not v.accepted for v in verdicts)
     unmerged = sum(v.verdict is None for v in verdicts)
     steps = sum(len(v.verdict.steps) for v in verdicts if v.verdict is not None)
     lines.append(
         f"{in_order}/{len(verdicts)} real-process runs accepted by ledger.tla in the processes' own orders, "
-        f"{reordered} only with a fan-out's answers reordered, {rejected} rejected, {unmerged} not mergeable "
+        f"{relaxed} only with ignored answers taken as lost replies, {rejected} rejected, {unmerged} not mergeable "
         f"({steps:,} steps; {seconds:.1f}s)"
     )
     return "\n".join(lines)

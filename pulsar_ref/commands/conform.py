@@ -96,6 +96,16 @@ def main(argv: list[str], prog: str) -> int:
         help="instead: trace validation, implementation -> spec: N seeded runs of the cores (seeds from --seed), "
         "each trace checked by TLC against ledger.tla (conformance/trace_validation.py)",
     )
+    parser.add_argument(
+        "--real-processes",
+        type=int,
+        metavar="N",
+        help="instead: trace validation of N real-process runs (3 `pulsar-ref bookie --trace` processes, a writer "
+        "and a recovery client process racing on one ledger each; seeds from --seed): each process logs its own "
+        "events, the logs are merged in each bookie's handling order and each client's order, and TLC checks the "
+        "merged trace against ledger.tla (conformance/process_traces.py); per run: accepted, or the first event "
+        "the spec cannot match",
+    )
     runs = parser.add_mutually_exclusive_group()
     runs.add_argument(
         "--mutants",
@@ -109,6 +119,8 @@ def main(argv: list[str], prog: str) -> int:
     args = parser.parse_args(argv)
     if args.traces is not None:
         return _traces(args.traces, args.seed)
+    if args.real_processes is not None:
+        return _real_processes(args.real_processes, args.seed)
     try:
         manifest = load_manifest()
     except ManifestError as exc:
@@ -205,6 +217,27 @@ def _traces(count: int, seed: int) -> int:
         return EXIT_USAGE
     print(summary(report))
     return EXIT_MISMATCH if report.rejected else 0
+
+
+def _real_processes(count: int, seed: int) -> int:
+    """`--real-processes N`: exit 1 if a run is rejected or its logs cannot be merged."""
+    from conformance import process_traces
+
+    if count < 1:
+        print("--real-processes needs at least 1 run", file=sys.stderr)
+        return EXIT_USAGE
+    started = time.monotonic()
+
+    def progress(run: process_traces.ProcessRun) -> None:
+        print(f"run {run.config.name} seed {run.seed}: {run.writer_output}; {run.recovery_output}", flush=True)
+
+    try:
+        verdicts = process_traces.validate_process_runs(count, seed=seed, on_run=progress)
+    except TLCError as exc:
+        print(f"TLC could not check the traces: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(process_traces.summary(verdicts, time.monotonic() - started))
+    return 0 if all(v.accepted for v in verdicts) else EXIT_MISMATCH
 
 
 def _mutants(
