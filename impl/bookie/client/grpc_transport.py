@@ -49,27 +49,26 @@ DEFAULT_REQUEST_TIMEOUT_S = 5.0
 class _Pending:
     """One request awaiting its single answer."""
 
-    __slots__ = ("bookie", "request", "on_answer", "deadline", "_claimed", "_lock")
+    __slots__ = ("bookie", "request", "on_answer", "deadline", "_unclaimed")
 
     def __init__(self, bookie: BookieId, request: Request, on_answer: Answer, deadline: float) -> None:
         self.bookie = bookie
         self.request = request
         self.on_answer = on_answer
         self.deadline = deadline
-        self._claimed = False
-        self._lock = threading.Lock()
+        self._unclaimed = [True]  # one token; list.pop is atomic, so exactly one claimer gets it (no lock each)
 
     def claim(self) -> bool:
         """True exactly once: for whoever answers first (response, deadline, failure or close)."""
-        with self._lock:
-            if self._claimed:
-                return False
-            self._claimed = True
-            return True
+        try:
+            self._unclaimed.pop()
+        except IndexError:
+            return False
+        return True
 
     @property
     def answered(self) -> bool:
-        return self._claimed
+        return not self._unclaimed
 
 
 def _name(pending: _Pending) -> str:
