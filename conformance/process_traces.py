@@ -24,7 +24,11 @@ keep its handling order and each client's steps keep the client's order (a send 
 delivery, being earlier in the same client's order). When those orders contradict each other
 (a cycle: e.g. bookie b1 handled X before Y, but the clients saw Y's reply before X's through
 other steps), the run cannot be linearized from its logs and `linearize` says so with the
-cycle. The sequence then goes through trace_validation's `to_steps` / `to_tla` / `check_traces`.
+cycle. Real runs do that: a bookie answers EFENCED at once while an earlier add's OK waits for
+its journal, so the writer sees the later answer first. When the cycle runs through an answer
+the client ignored (its logged state unchanged), `linearize(relaxed=True)` takes that answer as
+a lost reply (`ReplyLost` at its handling), which `check_runs` does and reports for such runs.
+The sequence then goes through trace_validation's `to_steps` / `to_tla` / `check_traces`.
 
 What the ordering assumes: the metadata store is written by one client only (the writer never
 changes its ensemble or closes: cross-client metadata steps would need the store's version
