@@ -33,8 +33,9 @@ The sequence then goes through trace_validation's `to_steps` / `to_tla` / `check
 What the ordering assumes: the metadata store is written by one client only (the writer never
 changes its ensemble or closes: cross-client metadata steps would need the store's version
 order, which is not recorded); one recovery client; no request is sent twice to one bookie
-(FIFO matching otherwise); no bookie restarts during a run (its replayed journal would have to be
-ordered too).
+(FIFO matching otherwise); a bookie restarts only where the run says (`run_once(restart=True)`:
+SIGKILL between the writer's phases, nothing in flight), which becomes ledger.tla's
+`BookieCrashes` (checked against the journal the new process replayed) and `BookieRestarts`.
 """
 
 from __future__ import annotations
@@ -105,9 +106,12 @@ class _Step:
     handling: Record | None = None
     bookie: str = ""
     ignored: bool = False  # a delivery whose answer left the client's logged state unchanged
+    env: list[Event] | None = None  # a bookie's crash (with its replayed journal) or restart
 
     def describe(self) -> str:
         parts = []
+        if self.env:
+            parts.append(f"bookie {self.bookie} {self.env[-1].name}")
         if self.handling is not None:
             h = self.handling["params"]
             parts.append(
@@ -131,6 +135,7 @@ def linearize(
     names: dict[str, str] | None = None,
     *,
     relaxed: bool = False,
+    restarts: Mapping[str, Sequence[int]] | None = None,
 ) -> Linearization:
     """The run's steps in one order that keeps every bookie's handling order and every client's order.
 
@@ -144,8 +149,13 @@ def linearize(
     logged state did not change at: an add answer not counted, a stale recovery answer; first one
     at an edge only its client's order imposes, the later of the two) as a lost reply instead: ledger.tla's
     `ReplyLost` at its handling, out of the client's order, the client event dropped. Each is
-    listed in `lost`. A cycle through no ignored answer is still a CycleError."""
-    graph = _Graph(bookie_logs, client_logs, ledger_id, names or {})
+    listed in `lost`. A cycle through no ignored answer is still a CycleError.
+
+    `restarts`: bookie -> indexes of its records where a restarted process of this run begins (its
+    `TraceFileOpened`): there the bookie's order gets `BookieCrashes` (with the records the new
+    process replayed from its journal, the state the crash must have kept) and `BookieRestarts`,
+    and every request it handles afterwards was sent after the crash."""
+    graph = _Graph(bookie_logs, client_logs, ledger_id, names or {}, restarts or {})
     order = graph.order()
     lost: list[str] = []
     while isinstance(order, tuple):
@@ -168,6 +178,7 @@ class _Graph:
         client_logs: Mapping[str, Sequence[Record]],
         ledger_id: int,
         names: dict[str, str],
+        restarts: Mapping[str, Sequence[int]],
     ) -> None:
         self.ledger_id, self.names = ledger_id, names
         self.steps: list[_Step] = []
@@ -175,17 +186,48 @@ class _Graph:
         steps = self.steps
         waiting: dict[tuple[str, str, int], deque[int]] = {}  # (bookie, kind, entry) -> unmatched handlings
         bookie_chains: list[list[int]] = []
+        after_crash: list[tuple[int, int]] = []  # (crash step, a handling after it)
         for rank, (bookie, records) in enumerate(sorted(bookie_logs.items())):
             chain: list[int] = []
-            for r in records:
+            crash: int | None = None
+            replaying: list[Event] | None = None  # the replayed records of a restart, until its first request
+            foreign = False  # restarted (not by this run) after handling requests of the ledger
+            for k, r in enumerate(records):
                 p = r["params"]
+                if k > 0 and r["name"] == "TraceFileOpened" and k not in restarts.get(bookie, ()):
+                    foreign = foreign or bool(chain)  # another run's restart: before the ledger, harmless
+                    replaying = None
+                    continue
+                if k in restarts.get(bookie, ()):
+                    if r["name"] != "TraceFileOpened":
+                        raise MergeError(f"bookie {bookie}'s line {k} is no process start: {r['name']}")
+                    replaying = []
+                    steps.append(_Step((r.get("ns", 0), rank, len(chain)), bookie=bookie, env=replaying))
+                    crash = len(steps) - 1
+                    steps.append(_Step((r.get("ns", 0), rank, len(chain) + 1), bookie=bookie))
+                    steps[-1].env = [Event("BookieRestarts", {"bookie": bookie})]
+                    chain += [crash, crash + 1]
+                    continue
                 if r["name"] == "BookieReplays" and p["ledger"] == ledger_id:
-                    raise MergeError(f"bookie {bookie} replayed its journal for the ledger: restarts are not ordered")
+                    if replaying is not None:
+                        replaying.append(Event("BookieReplays", {**p, "bookie": bookie, "ledger": LEDGER_ID}))
+                    continue
                 if r["name"] != "BookieHandles" or p["ledger"] != ledger_id:
                     continue
+                if foreign:
+                    raise MergeError(
+                        f"bookie {bookie} restarted during the run (its line {k}) but the run names no restart"
+                    )
+                if replaying is not None:
+                    replaying.append(Event("BookieCrashes", {"bookie": bookie}))
+                    replaying = None
+                if crash is not None:
+                    after_crash.append((crash, len(steps)))
                 steps.append(_Step((r.get("ns", 0), rank, len(chain)), handling=r, bookie=bookie))
                 chain.append(len(steps) - 1)
                 waiting.setdefault((bookie, p["kind"], p["entry"]), deque()).append(len(steps) - 1)
+            if replaying is not None:  # restarted, then handled nothing of the ledger
+                replaying.append(Event("BookieCrashes", {"bookie": bookie}))
             bookie_chains.append(chain)
         self.client_chains: dict[str, list[int]] = {}
         for rank, (client, records) in enumerate(sorted(client_logs.items()), start=len(bookie_logs)):
@@ -228,6 +270,9 @@ class _Graph:
         for left in waiting.values():
             for i in left:
                 self.sender_edges.append((self._sender_of(i), i))
+        # A request a restarted bookie handles was sent after the crash (one sent before went down with
+        # the connection): else ledger.tla's BookieCrashes would drop it.
+        self.sender_edges += [(crash, self._sender_of(i)) for crash, i in after_crash]
 
     def _sender_of(self, i: int) -> int:
         """A handling no client event answers still comes after the client step that sent its request
@@ -335,6 +380,8 @@ def _topological(steps: list[_Step], edges: list[tuple[int, int]]) -> list[int] 
 
 
 def _events(step: _Step, ledger_id: int, names: dict[str, str], lost: bool = False) -> list[Event]:
+    if step.env is not None:
+        return list(step.env)
     out = []
     if step.handling is not None:
         p = step.handling["params"]
@@ -382,9 +429,12 @@ class ProcessRun:
     names: dict[str, str]  # real bookie id -> spec name
     writer_output: str = ""
     recovery_output: str = ""
+    restarts: dict[str, list[int]] = field(default_factory=dict)  # bookie -> lines where a restart began
 
     def linearize(self, *, relaxed: bool = False) -> Linearization:
-        return linearize(self.bookie_logs, self.client_logs, self.ledger_id, self.names, relaxed=relaxed)
+        return linearize(
+            self.bookie_logs, self.client_logs, self.ledger_id, self.names, relaxed=relaxed, restarts=self.restarts
+        )
 
     def as_run(self, events: list[Event]) -> Run:
         return Run(self.config, self.seed, self.ensemble, events)
@@ -463,21 +513,46 @@ class ProcessCluster:
         self.names: dict[str, str] = {}  # address -> spec name
         try:
             for i in range(1, bookies + 1):
-                name = f"b{i}"
-                args = [
-                    "-m", "pulsar_ref.cli", "bookie", "--metadata", self.metadata,
-                    "--data", str(directory / name), "--trace", str(self.log(name)),
-                    "--gc-interval", "0", "--checkpoint-interval", "3600",
-                ]  # fmt: skip
-                proc = _Process(args, directory / f"{name}.stderr")
-                self.bookies[name] = proc
-                banner = proc.line(60, f"bookie {name} start")
-                if "listening" not in banner:
-                    raise RuntimeError(f"bookie {name} did not start: {banner!r}")
-                self.names[banner.split()[1]] = name
+                self._start(f"b{i}")
         except BaseException:
             self.stop()
             raise
+
+    def _start(self, name: str, port: int = 0) -> None:
+        args = [
+            "-m", "pulsar_ref.cli", "bookie", "--metadata", self.metadata,
+            "--data", str(self.directory / name), "--trace", str(self.log(name)), "--port", str(port),
+            "--gc-interval", "0", "--checkpoint-interval", "3600",
+        ]  # fmt: skip
+        proc = _Process(args, self.directory / f"{name}.stderr")
+        self.bookies[name] = proc
+        banner = proc.line(60, f"bookie {name} start")
+        if "listening" not in banner:
+            raise RuntimeError(f"bookie {name} did not start: {banner!r}")
+        self.names[banner.split()[1]] = name
+
+    def restart(self, name: str) -> int:
+        """SIGKILL bookie `name` and start it again on its address and data; returns the line of its
+        trace file where the new process begins (its `TraceFileOpened`). The restart waits for the
+        killed process's metadata session to expire (about 10 s), which holds its registration."""
+        from impl.metadata.registry import BookieRegistry
+        from impl.metadata.url import connect
+
+        address = next(a for a, n in self.names.items() if n == name)
+        self.bookies[name].stop(signal.SIGKILL)
+        boundary = len(read_log(self.log(name)))
+        store = connect(self.metadata)
+        try:
+            registry = BookieRegistry(store)
+            deadline = time.monotonic() + 60
+            while address in registry.membership().writable:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"bookie {name}'s registration outlived its session by a minute")
+                time.sleep(0.5)
+        finally:
+            store.close()
+        self._start(name, int(address.rsplit(":", 1)[1]))
+        return boundary
 
     def log(self, bookie: str) -> Path:
         return self.directory / f"{bookie}.trace.jsonl"
@@ -499,14 +574,20 @@ def _client(cluster: ProcessCluster, role: str, trace: Path, *options: str) -> _
     return _Process(args, trace.with_suffix(".stderr"))
 
 
-def run_once(cluster: ProcessCluster, config: RunConfig, seed: int, *, fence_after: int | None = None) -> ProcessRun:
+def run_once(
+    cluster: ProcessCluster, config: RunConfig, seed: int, *, fence_after: int | None = None, restart: bool = False
+) -> ProcessRun:
     """One run on `cluster`: a writer adds `config.entries` entries, a recovery client opens the ledger.
 
     Random (by `seed`): the writer and the recovery start together; the writer pauses up to 40 ms
     between adds, the recovery waits up to 60 ms before opening, so the fence lands anywhere among
     the adds. `fence_after=k`: the writer adds k entries and waits for them, the recovery runs to the
-    end, then the writer adds the rest (which the fenced bookies refuse). Bookie logs are read by
-    `collect` once the bookies stopped (a request may be handled after its client exited)."""
+    end, then the writer adds the rest (which the fenced bookies refuse). `restart` (with
+    `fence_after`): once the first adds are answered, a bookie of the ensemble (by `seed`) is SIGKILLed
+    and started again before the recovery. Bookie logs are read by `collect` once the bookies stopped
+    (a request may be handled after its client exited)."""
+    if restart and fence_after is None:
+        raise ValueError("a restart needs fence_after: the bookie is killed between the writer's phases")
     rng = random.Random(seed)
     d = cluster.directory / f"run-{config.name}-{seed}"
     d.mkdir()
@@ -517,6 +598,7 @@ def run_once(cluster: ProcessCluster, config: RunConfig, seed: int, *, fence_aft
         "--fence-after", str(-1 if fence_after is None else fence_after),
     )  # fmt: skip
     recovery = _client(cluster, "recover", d / "r1.trace.jsonl", "--seed", str(seed))
+    restarts: dict[str, list[int]] = {}
     try:
         created = writer.line(60, "writer: create the ledger")
         ledger_id = int(created.split()[1])
@@ -527,6 +609,11 @@ def run_once(cluster: ProcessCluster, config: RunConfig, seed: int, *, fence_aft
         else:
             writer.tell("go")
             writer.line(60, "writer: first adds")  # "paused"
+            if restart:
+                time.sleep(0.3)  # the answers beyond Qa too: nothing in flight when the bookie dies
+                ensemble = next(r for r in read_log(d / "w.trace.jsonl") if r["name"] == "LedgerCreated")
+                victim = cluster.names[rng.choice(ensemble["params"]["ensemble"])]
+                restarts[victim] = [cluster.restart(victim)]
             recovery.tell(f"{ledger_id} 0")
             recovery_out = recovery.line(60, "recovery client: recover")
             writer.tell("go")
@@ -539,7 +626,9 @@ def run_once(cluster: ProcessCluster, config: RunConfig, seed: int, *, fence_aft
         writer.stop()
         recovery.stop()
     clients = {WRITER: read_log(d / "w.trace.jsonl"), RECOVERER: read_log(d / "r1.trace.jsonl")}
-    return ProcessRun(config, seed, ledger_id, (), {}, clients, dict(cluster.names), writer_out, recovery_out)
+    run = ProcessRun(config, seed, ledger_id, (), {}, clients, dict(cluster.names), writer_out, recovery_out)
+    run.restarts = restarts
+    return run
 
 
 def collect(cluster: ProcessCluster, runs: Sequence[ProcessRun]) -> None:
@@ -640,13 +729,17 @@ def validate_process_runs(
     configs: Sequence[RunConfig] = CONFIGS,
     directory: Path | None = None,
     on_run: Callable[[ProcessRun], None] | None = None,
+    restart_every: int = 0,
 ) -> list[ProcessVerdict]:
     """`count` real-process runs (configurations alternate, seeds seed, seed+1, ...) on one set of
-    bookie processes, each on its own ledger; then every run's logs merged and checked by TLC."""
+    bookie processes, each on its own ledger; then every run's logs merged and checked by TLC.
+    `restart_every=k`: every k-th run is phased with a bookie SIGKILL and restart (`run_once`)."""
     runs: list[ProcessRun] = []
     with process_cluster(directory) as cluster:
         for k in range(count):
-            run = run_once(cluster, configs[k % len(configs)], seed + k)
+            restart = restart_every > 0 and k % restart_every == restart_every - 1
+            config = configs[k % len(configs)]
+            run = run_once(cluster, config, seed + k, fence_after=1 if restart else None, restart=restart)
             runs.append(run)
             if on_run is not None:
                 on_run(run)

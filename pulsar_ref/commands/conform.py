@@ -106,6 +106,15 @@ def main(argv: list[str], prog: str) -> int:
         "merged trace against ledger.tla (conformance/process_traces.py); per run: accepted, or the first event "
         "the spec cannot match",
     )
+    parser.add_argument(
+        "--restart-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="with --real-processes: every K-th run is phased instead: the writer adds 1 entry, a bookie of the "
+        "ensemble is SIGKILLed and restarted (about 20 s: its metadata session must expire first), the recovery "
+        "runs, then the writer adds the rest (default 0: no restarts)",
+    )
     runs = parser.add_mutually_exclusive_group()
     runs.add_argument(
         "--mutants",
@@ -120,7 +129,7 @@ def main(argv: list[str], prog: str) -> int:
     if args.traces is not None:
         return _traces(args.traces, args.seed)
     if args.real_processes is not None:
-        return _real_processes(args.real_processes, args.seed)
+        return _real_processes(args.real_processes, args.seed, args.restart_every)
     try:
         manifest = load_manifest()
     except ManifestError as exc:
@@ -219,20 +228,21 @@ def _traces(count: int, seed: int) -> int:
     return EXIT_MISMATCH if report.rejected else 0
 
 
-def _real_processes(count: int, seed: int) -> int:
+def _real_processes(count: int, seed: int, restart_every: int) -> int:
     """`--real-processes N`: exit 1 if a run is rejected or its logs cannot be merged."""
     from conformance import process_traces
 
-    if count < 1:
-        print("--real-processes needs at least 1 run", file=sys.stderr)
+    if count < 1 or restart_every < 0:
+        print("--real-processes needs at least 1 run, --restart-every 0 or more", file=sys.stderr)
         return EXIT_USAGE
     started = time.monotonic()
 
     def progress(run: process_traces.ProcessRun) -> None:
-        print(f"run {run.config.name} seed {run.seed}: {run.writer_output}; {run.recovery_output}", flush=True)
+        killed = "".join(f"; {b} SIGKILLed and restarted" for b in run.restarts)
+        print(f"run {run.config.name} seed {run.seed}: {run.writer_output}{killed}; {run.recovery_output}", flush=True)
 
     try:
-        verdicts = process_traces.validate_process_runs(count, seed=seed, on_run=progress)
+        verdicts = process_traces.validate_process_runs(count, seed=seed, on_run=progress, restart_every=restart_every)
     except TLCError as exc:
         print(f"TLC could not check the traces: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from conformance import process_traces as pt
-from conformance.trace_validation import check_traces, to_steps
 
 pytestmark = [pytest.mark.processes, pytest.mark.tlc]
 
@@ -26,27 +25,17 @@ E3, E2 = pt.CONFIGS
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[pt.ProcessRun]]:
-    """Four racing runs (two per configuration) and one where the writer adds after the recovery."""
+    """Three racing runs, and one where the writer adds 1 entry, a bookie is SIGKILLed and restarted,
+    the recovery runs, and then the writer adds the rest."""
     directory: Path = tmp_path_factory.mktemp("process-traces")
     done: list[pt.ProcessRun] = []
     with pt.process_cluster(directory) as cluster:
-        for k in range(4):
+        for k in range(3):
             done.append(pt.run_once(cluster, pt.CONFIGS[k % 2], 500 + k))
-        done.append(pt.run_once(cluster, E3, 600, fence_after=1))
+        done.append(pt.run_once(cluster, E3, 600, fence_after=1, restart=True))
         cluster.stop()
         pt.collect(cluster, done)
     yield done
-
-
-def test_real_process_runs_are_accepted_by_ledger_tla(runs: list[pt.ProcessRun]) -> None:
-    verdicts = pt.check_runs(runs)
-    assert all(v.accepted for v in verdicts), pt.summary(verdicts, 0)
-    names = [s.name for v in verdicts if v.verdict is not None for s in v.verdict.steps]
-    # every run fenced the ledger and closed it through the recovery client
-    assert names.count("RecoveryStarts") == len(runs)
-    assert names.count("RecoveryCloses") == len(runs)
-    assert names.count("RecoveryReceivesReadLacResponse") >= 2 * len(runs)
-    assert "WriterReceivesAddResponse" in names
 
 
 def _fenced_add(run: pt.ProcessRun) -> tuple[dict[str, Any], str]:
@@ -58,13 +47,13 @@ def _fenced_add(run: pt.ProcessRun) -> tuple[dict[str, Any], str]:
     raise AssertionError(f"no fenced add in {run.client_logs[pt.WRITER]}")
 
 
-def test_an_add_acknowledged_after_the_fence_is_rejected_at_that_event(runs: list[pt.ProcessRun]) -> None:
-    run = copy.deepcopy(runs[-1])  # the writer's later adds came after the recovery fenced every bookie
-    # (deep: the runs share the bookie logs)
+def _doctored(run: pt.ProcessRun) -> tuple[pt.ProcessRun, int, str]:
+    """A copy of a run whose writer added after the recovery, with the first refused add doctored in
+    both logs: the fenced bookie stored it, and the writer counted its OK. Returns (run, entry, bookie)."""
+    run = copy.deepcopy(run)  # deep: the runs share the bookie logs
     assert run.writer_output.endswith("LedgerFencedError LedgerFencedError"), run.writer_output
     answer, bookie = _fenced_add(run)
     entry = answer["params"]["entry"]
-    # Doctor both logs: the bookie stored the add although fenced, and the writer counted its OK.
     answer["params"].update(ok=True, counted=True, state="writing", fenced=False)
     handling = next(
         r
@@ -73,19 +62,53 @@ def test_an_add_acknowledged_after_the_fence_is_rejected_at_that_event(runs: lis
         and r["params"]["ledger"] == run.ledger_id
         and (r["params"]["kind"], r["params"]["entry"]) == ("add", entry)
     )
-    handling["params"]["entries"] = sorted({*handling["params"]["entries"], entry})
     assert handling["params"]["fenced"]
-    events = run.linearize().events
-    steps = to_steps(events)
+    handling["params"]["entries"] = sorted({*handling["params"]["entries"], entry})
+    return run, entry, bookie
+
+
+@pytest.fixture(scope="module")
+def checked(runs: list[pt.ProcessRun]) -> tuple[list[pt.ProcessVerdict], pt.ProcessVerdict, int, str]:
+    """The real runs and the doctored one, checked together (one TLC run per configuration)."""
+    doctored, entry, bookie = _doctored(runs[-1])
+    *verdicts, verdict = pt.check_runs([*runs, doctored])
+    return verdicts, verdict, entry, bookie
+
+
+def test_real_process_runs_are_accepted_by_ledger_tla(
+    runs: list[pt.ProcessRun], checked: tuple[list[pt.ProcessVerdict], pt.ProcessVerdict, int, str]
+) -> None:
+    verdicts = checked[0]
+    assert all(v.accepted for v in verdicts), pt.summary(verdicts, 0)
+    names = [s.name for v in verdicts if v.verdict is not None for s in v.verdict.steps]
+    # every run fenced the ledger and closed it through the recovery client
+    assert names.count("RecoveryStarts") == len(runs)
+    assert names.count("RecoveryCloses") == len(runs)
+    assert names.count("RecoveryReceivesReadLacResponse") >= 2 * len(runs)
+    assert "WriterReceivesAddResponse" in names
+    # the restarted bookie: its crash step carries what it replayed from its journal (entry 0 durable)
+    (bookie,) = runs[-1].restarts
+    restarted = verdicts[-1].verdict
+    assert restarted is not None
+    crash = next(s for s in restarted.steps if s.name == "BookieCrashes")
+    assert crash.params == {"bookie": bookie} and crash.state["bookie"]["entries"] == {0}
+    assert [s.name for s in restarted.steps].count("BookieRestarts") == 1
+
+
+def test_an_add_acknowledged_after_the_fence_is_rejected_at_that_event(
+    checked: tuple[list[pt.ProcessVerdict], pt.ProcessVerdict, int, str],
+) -> None:
+    _, verdict, entry, bookie = checked
+    assert verdict.verdict is not None and not verdict.accepted
+    steps = verdict.verdict.steps
     doctored = next(
         i
         for i, s in enumerate(steps)
         if s.name == "WriterReceivesAddResponse" and s.params["ok"] and s.params["entry"] == entry
     )
-    (verdict,), _ = check_traces(run.config, [run.as_run(events)])
-    assert not verdict.accepted
-    assert verdict.reached == doctored, verdict.describe()
-    assert "WriterReceivesAddResponse" in verdict.describe() and f"'bookie': '{bookie}'" in verdict.describe()
+    assert verdict.verdict.reached == doctored, verdict.describe()
+    assert steps[doctored].params["bookie"] == bookie and steps[doctored].state["bookie"]["fenced"]
+    assert f"rejected at step {doctored + 1}/" in verdict.describe()
 
 
 def _record(seq: int, name: str, **params: Any) -> dict[str, Any]:
@@ -156,11 +179,27 @@ def test_an_ignored_late_answer_on_a_cycle_is_taken_as_a_lost_reply() -> None:
     assert names.index(("WriterReceivesAddResponse", None, 1)) > names.index(("BookieHandles", "add", 1))
 
 
-def test_conform_real_processes_prints_a_verdict_per_run(capsys: pytest.CaptureFixture[str]) -> None:
+def test_conform_real_processes_prints_a_verdict_per_run(
+    checked: tuple[list[pt.ProcessVerdict], pt.ProcessVerdict, int, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from pulsar_ref.commands import conform
 
-    assert conform.main(["--real-processes", "1", "--seed", "3"], "pulsar-ref conform") == 0
+    verdicts, rejected, _, _ = checked
+    calls = []
+
+    def fake(count: int, **kwargs: Any) -> list[pt.ProcessVerdict]:
+        calls.append((count, kwargs["seed"], kwargs["restart_every"]))
+        return verdicts if count == len(verdicts) else [*verdicts, rejected]
+
+    monkeypatch.setattr(pt, "validate_process_runs", fake)  # the runs above, not new processes
+    argv = ["--real-processes", str(len(verdicts)), "--seed", "500", "--restart-every", "4"]
+    assert conform.main(argv, "pulsar-ref conform") == 0
     out = capsys.readouterr().out
-    assert "process-e3-qw3-qa2 seed 3 (ledger 0): accepted" in out
-    assert "1/1 real-process runs accepted by ledger.tla in the processes' own orders" in out or "1 only with" in out
+    assert "process-e3-qw3-qa2 seed 500 (ledger 0): accepted" in out
+    assert f"/{len(verdicts)} real-process runs accepted by ledger.tla in the processes' own orders" in out
+    assert conform.main(["--real-processes", "9"], "pulsar-ref conform") == conform.EXIT_MISMATCH
+    assert "rejected at step" in capsys.readouterr().out
+    assert calls == [(len(verdicts), 500, 4), (9, 0, 0)]
     assert conform.main(["--real-processes", "0"], "pulsar-ref conform") == conform.EXIT_USAGE
