@@ -10,7 +10,9 @@ contradict each other must be reported as a cycle.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +69,39 @@ def _doctored(run: pt.ProcessRun) -> tuple[pt.ProcessRun, int, str]:
     return run, entry, bookie
 
 
+RECORDED = Path(__file__).with_name("process_trace_cycle.json")
+
+
+def _recorded() -> pt.ProcessRun:
+    """A real run kept from `pulsar-ref conform --real-processes` whose logs form a cycle (see its "about")."""
+    data = json.loads(RECORDED.read_text())
+    config = next(c for c in pt.CONFIGS if c.name == data["config"])
+    run = pt.ProcessRun(
+        config, data["seed"], data["ledger_id"], tuple(data["ensemble"]), data["bookie_logs"],
+        data["client_logs"], data["names"], data["writer_output"], data["recovery_output"],
+    )  # fmt: skip
+    return run
+
+
+@dataclass
+class Checked:
+    verdicts: list[pt.ProcessVerdict]  # of the real runs
+    doctored: pt.ProcessVerdict
+    entry: int  # the doctored answer's entry and bookie
+    bookie: str
+    recorded: pt.ProcessVerdict
+
+
 @pytest.fixture(scope="module")
-def checked(runs: list[pt.ProcessRun]) -> tuple[list[pt.ProcessVerdict], pt.ProcessVerdict, int, str]:
-    """The real runs and the doctored one, checked together (one TLC run per configuration)."""
+def checked(runs: list[pt.ProcessRun]) -> Checked:
+    """The real runs, the doctored one and the recorded one, checked together (one TLC run per configuration)."""
     doctored, entry, bookie = _doctored(runs[-1])
-    *verdicts, verdict = pt.check_runs([*runs, doctored])
-    return verdicts, verdict, entry, bookie
+    *verdicts, verdict, recorded = pt.check_runs([*runs, doctored, _recorded()])
+    return Checked(verdicts, verdict, entry, bookie, recorded)
 
 
-def test_real_process_runs_are_accepted_by_ledger_tla(
-    runs: list[pt.ProcessRun], checked: tuple[list[pt.ProcessVerdict], pt.ProcessVerdict, int, str]
-) -> None:
-    verdicts = checked[0]
+def test_real_process_runs_are_accepted_by_ledger_tla(runs: list[pt.ProcessRun], checked: Checked) -> None:
+    verdicts = checked.verdicts
     assert all(v.accepted for v in verdicts), pt.summary(verdicts, 0)
     names = [s.name for v in verdicts if v.verdict is not None for s in v.verdict.steps]
     # every run fenced the ledger and closed it through the recovery client
@@ -96,9 +119,9 @@ def test_real_process_runs_are_accepted_by_ledger_tla(
 
 
 def test_an_add_acknowledged_after_the_fence_is_rejected_at_that_event(
-    checked: tuple[list[pt.ProcessVerdict], pt.ProcessVerdict, int, str],
+    checked: Checked,
 ) -> None:
-    _, verdict, entry, bookie = checked
+    verdict, entry, bookie = checked.doctored, checked.entry, checked.bookie
     assert verdict.verdict is not None and not verdict.accepted
     steps = verdict.verdict.steps
     doctored = next(
@@ -180,13 +203,13 @@ def test_an_ignored_late_answer_on_a_cycle_is_taken_as_a_lost_reply() -> None:
 
 
 def test_conform_real_processes_prints_a_verdict_per_run(
-    checked: tuple[list[pt.ProcessVerdict], pt.ProcessVerdict, int, str],
+    checked: Checked,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from pulsar_ref.commands import conform
 
-    verdicts, rejected, _, _ = checked
+    verdicts, rejected = checked.verdicts, checked.doctored
     calls = []
 
     def fake(count: int, **kwargs: Any) -> list[pt.ProcessVerdict]:
@@ -203,3 +226,20 @@ def test_conform_real_processes_prints_a_verdict_per_run(
     assert "rejected at step" in capsys.readouterr().out
     assert calls == [(len(verdicts), 500, 4), (9, 0, 0)]
     assert conform.main(["--real-processes", "0"], "pulsar-ref conform") == conform.EXIT_USAGE
+
+
+def test_a_recorded_real_run_with_a_cycle_is_reported_then_accepted_with_a_lost_reply(
+    checked: Checked,
+) -> None:
+    run = _recorded()
+    with pytest.raises(pt.CycleError) as info:
+        run.linearize()
+    assert "bookie b1 handles add of entry 0 (its line 196) + client w WriterReceivesAddResponse (its line 10)" in str(
+        info.value
+    )
+    verdict = checked.recorded
+    assert verdict.accepted and not verdict.in_order, verdict.describe()
+    assert verdict.lost == [
+        "bookie b1 handles add of entry 0 (its line 196) + client w WriterReceivesAddResponse (its line 10)"
+    ]
+    assert "the run cannot be linearized from its logs" in verdict.error
