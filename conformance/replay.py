@@ -21,13 +21,17 @@ every distinct state of the model.
 
 from __future__ import annotations
 
+import collections.abc
+import enum
 import io
 import itertools
 import pickle
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,6 +48,10 @@ class Candidate:
     label: str  # what the harness does, in words
     params: dict[str, Value]  # the spec-level parameters it realises (checked against lastAction)
     run: Callable[[Any], None]
+    # Optional: the refusal `run` would meet before changing anything, checked without changing
+    # anything (raises the very exception `run` would raise first). The replay asks it before
+    # copying the state: a candidate it refuses costs no copy.
+    ready: Callable[[Any], None] | None = None
 
 
 class Mapping_(Protocol):
@@ -186,24 +194,120 @@ def _restore_exception(cls: type[BaseException], args: tuple[Any, ...], attrs: d
 
 _LOCKS = (type(threading.Lock()), type(threading.RLock()))
 
+# ---- values the copies share ----
+# An object nothing can change need not be copied: a copy may refer to the original. Such a
+# *value* is an enum member, or an instance of a frozen dataclass whose fields' declared types
+# are values too: int, str, bytes, bool, float, None, literals, enums, tuples and frozensets of
+# values, read-only `Mapping`s and `Sequence`s of values (mypy, which the project runs clean,
+# rejects writes through them), and frozen dataclasses of the same kind. Anything else (a dict,
+# a list, an exception, a class the rule does not know) makes the dataclass a plain object,
+# copied. The cores' messages, journal records, ledger metadata and outputs are values.
+
+_VALUE_TYPES = (int, str, bytes, bool, float, type(None))
+_READ_ONLY = (tuple, frozenset, collections.abc.Mapping, collections.abc.Sequence)
+_shareable: dict[type, bool] = {}
+
+
+def _is_value_type(hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return True
+    if origin in (typing.Union, types.UnionType) or origin in _READ_ONLY:
+        return all(_is_value_type(arg) for arg in typing.get_args(hint) if arg is not Ellipsis)
+    if not isinstance(hint, type):
+        return False
+    return hint in _VALUE_TYPES or issubclass(hint, enum.Enum) or is_value_class(hint)
+
+
+def is_value_class(cls: type) -> bool:
+    """Whether the instances of `cls` are values (shared by the copies, never copied)."""
+    verdict = _shareable.get(cls)
+    if verdict is None:
+        _shareable[cls] = False  # while deciding: a class that contains itself is not a value
+        verdict = issubclass(cls, enum.Enum)
+        params = getattr(cls, "__dataclass_params__", None)
+        if not verdict and params is not None and params.frozen and "__dataclass_fields__" in vars(cls):
+            try:
+                hints = typing.get_type_hints(cls)
+            except (NameError, TypeError):
+                hints = None
+            fields = getattr(cls, "__dataclass_fields__", {})
+            verdict = hints is not None and all(_is_value_type(hints.get(name)) for name in fields)
+        _shareable[cls] = verdict
+    return verdict
+
+
+_shared = threading.local()  # the values of the copy being unpickled
+
+
+def _value(index: int) -> Any:
+    values: list[Any] = _shared.values
+    return values[index]
+
 
 class _Pickler(pickle.Pickler):
     # The client's typed errors take (ledger_id, message) but store one formatted message in
     # args, so default pickling cannot rebuild them; copy them field by field instead. A lock
     # (the in-memory store's) is copied as a new, free lock: the replay runs on one thread.
+    # A value is not pickled: the copy refers to it (its index in `values`).
+    def __init__(self, file: io.BytesIO, values: list[Any]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.values = values
+
     def reducer_override(self, obj: Any) -> Any:
+        cls = type(obj)
+        if _shareable.get(cls) or (cls not in _shareable and is_value_class(cls)):
+            self.values.append(obj)
+            return _value, (len(self.values) - 1,)
         if isinstance(obj, BaseException):
-            return _restore_exception, (type(obj), obj.args, dict(obj.__dict__))
+            return _restore_exception, (cls, obj.args, dict(obj.__dict__))
         if isinstance(obj, _LOCKS):
-            return type(obj) if isinstance(obj, _LOCKS[1]) else threading.Lock, ()
+            return cls if isinstance(obj, _LOCKS[1]) else threading.Lock, ()
         return NotImplemented
 
 
+class _Frozen:
+    """A state as bytes plus the values they refer to: each `thaw()` is a new, independent copy."""
+
+    def __init__(self, system: Any) -> None:
+        buffer = io.BytesIO()
+        self.values: list[Any] = []
+        _Pickler(buffer, self.values).dump(system)
+        self.data = buffer.getvalue()
+
+    def thaw(self) -> Any:
+        _shared.values = self.values
+        try:
+            return pickle.loads(self.data)
+        finally:
+            _shared.values = None
+
+
 def clone(system: Any) -> Any:
-    """A deep copy of the implementation's state (the cores are plain data)."""
-    buffer = io.BytesIO()
-    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(system)
-    return pickle.loads(buffer.getvalue())
+    """A deep copy of the implementation's state (the cores are plain data; values are shared)."""
+    return _Frozen(system).thaw()
+
+
+class Source:
+    """The implementation's state an edge starts from: each candidate runs on a copy of it.
+
+    The state is pickled once (on the first copy), and every copy is an unpickling of those
+    bytes: one walk node's edges and candidates share one pickling. `take()` hands out the state
+    itself, for the last candidate of the node's last edge: nothing needs the original after it.
+    """
+
+    def __init__(self, system: Any) -> None:
+        self.system = system
+        self._frozen: _Frozen | None = None
+
+    def copy(self) -> Any:
+        if self._frozen is None:
+            self._frozen = _Frozen(self.system)
+        return self._frozen.thaw()
+
+    def take(self) -> Any:
+        system, self.system = self.system, None
+        return system
 
 
 @dataclass
@@ -283,14 +387,27 @@ def step(
     perms: Sequence[dict[ModelValue, ModelValue]],
     params: Record | None = None,
     errors: tuple[type[BaseException], ...] = (Exception,),
+    *,
+    last_use: bool = False,
 ) -> tuple[Any, Names, Candidate] | list[Attempt]:
-    """Run the action's candidates until one lands on `target`: (system, names, candidate), or the attempts."""
+    """Run the action's candidates until one lands on `target`: (system, names, candidate), or the attempts.
+
+    `system` is the state itself or its `Source`; each candidate runs on a copy, except with
+    `last_use` (the caller needs the source no more) the last candidate, which runs on the source.
+    """
     attempts: list[Attempt] = []
-    candidates = mapping.candidates(system, names, action)
+    source = system if isinstance(system, Source) else Source(system)
+    candidates = mapping.candidates(source.system, names, action)
     if params is not None:
         candidates = [c for c in candidates if all(params.get(k, v) == v for k, v in c.params.items())]
-    for candidate in candidates:
-        trial = clone(system)
+    for number, candidate in enumerate(candidates, start=1):
+        if candidate.ready is not None:
+            try:
+                candidate.ready(source.system)
+            except errors as e:
+                attempts.append(Attempt(candidate, error=f"{type(e).__name__}: {e}"))
+                continue
+        trial = source.take() if last_use and number == len(candidates) else source.copy()
         try:
             candidate.run(trial)
             state = mapping.abstract(trial, names)
@@ -397,6 +514,17 @@ class GraphReplay:
         return self.steps / self.seconds if self.seconds else 0.0
 
 
+@dataclass
+class _Visit:
+    """A node on the walk's path: its implementation state, and which of its edges comes next."""
+
+    node: str
+    source: Source
+    names: Names
+    edges: list[Edge]
+    next: int = 0
+
+
 def replay_graph(
     mapping: Mapping_,
     model: str,
@@ -443,16 +571,18 @@ def replay_graph(
             break
         visited.add(init)
         parent[init] = (None, "")
-        stack: list[tuple[str, Any, Names, Iterator[Edge]]] = [(init, system, names, iter(out[init]))]
+        stack = [_Visit(init, Source(system), names, out[init])]
         report.behaviours += not out[init]
         while stack and report.mismatch is None:
-            node, system, names, edges = stack[-1]
-            edge = next(edges, None)
-            if edge is None:
+            top = stack[-1]
+            if top.next == len(top.edges):
                 stack.pop()
                 continue
+            node, names, edge = top.node, top.names, top.edges[top.next]
+            top.next += 1
             target = graph.state(edge.target)
-            result = step(mapping, system, names, edge.action, target, perms)
+            # the node's last edge may use its state itself: the walk leaves the node after it
+            result = step(mapping, top.source, names, edge.action, target, perms, last_use=top.next == len(top.edges))
             report.steps += 1
             if isinstance(result, list):
                 report.mismatch = Mismatch(
@@ -465,7 +595,7 @@ def replay_graph(
                 visited.add(edge.target)
                 parent[edge.target] = (node, f"{edge.action}: {candidate.label}")
                 if out[edge.target]:
-                    stack.append((edge.target, new_system, new_names, iter(out[edge.target])))
+                    stack.append(_Visit(edge.target, Source(new_system), new_names, out[edge.target]))
                 else:
                     report.behaviours += 1  # a tree leaf ends a behaviour
             else:
