@@ -64,6 +64,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from conformance.replay import Candidate, Names
@@ -92,9 +93,11 @@ from impl.broker.managed_ledger_core import (
     TrimDone,
     WriteLedgerList,
 )
+from impl.metadata.layout import ledger_path
 from impl.metadata.ledger import Fragment, LedgerMetadata, LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
 from impl.metadata.memory import MemoryServer, MemoryStore
+from impl.metadata.serde import deserialize
 from impl.metadata.store import BadVersion, MetadataError, NodeExists, NoNode
 
 SPEC = "fencing.tla"
@@ -296,14 +299,31 @@ class FencingWorld:
         state = self.bookie.ledgers.get(ledger_id)
         if state is None:
             return ()
-        out = []
-        for entry_id in sorted(state.entries):
-            entry = decode_entry(self.bodies[(ledger_id, entry_id)], CONFIG_DIGEST, PASSWORD, ledger_id, entry_id)
-            out.append(int(entry.payload.decode().rsplit("-", 1)[1]))
-        return tuple(out)
+        return tuple(_message(self.bodies[(ledger_id, e)], ledger_id, e) for e in sorted(state.entries))
 
 
 CONFIG_DIGEST = LedgerMetadata(1, 1, 1, (Fragment(0, (BOOKIE,)),)).digest_type
+
+
+# The abstraction decodes the same stored bytes again and again (each state is abstracted after
+# every step): each decoding below is a function of its bytes alone, so it is done once per value.
+@lru_cache(maxsize=4096)
+def _message(body: bytes, ledger_id: int, entry_id: int) -> int:
+    """The message an entry's body carries (digest and ids verified as a reader does)."""
+    entry = decode_entry(body, CONFIG_DIGEST, PASSWORD, ledger_id, entry_id)
+    return int(entry.payload.decode().rsplit("-", 1)[1])
+
+
+_metadata = lru_cache(maxsize=4096)(deserialize)
+
+
+@lru_cache(maxsize=4096)
+def _listed(data: bytes) -> tuple[int, ...]:
+    """The ledger ids of a stored ledger list."""
+    return tuple(i.ledger_id for i in LedgerList.decode(data).ledgers)
+
+
+_ledger_path = lru_cache(maxsize=None)(ledger_path)
 
 
 class FencingMapping:
@@ -347,13 +367,17 @@ class FencingMapping:
         run = getattr(self, f"_{action}", None)
         if run is None:
             raise KeyError(f"fencing.tla action {action} has no mapping")
+        ready = getattr(self, f"_ready_{action}", None)  # the action's read-only precondition
         if action == "Consume":
-            return [Candidate("Consume", {}, run)]
+            return [Candidate("Consume", {}, run, ready)]
 
-        def bind(name: str) -> Callable[[FencingWorld], None]:
-            return lambda w: run(w, name)
+        def bind(step: Callable[[FencingWorld, str], None], name: str) -> Callable[[FencingWorld], None]:
+            return lambda w: step(w, name)
 
-        return [Candidate(f"{action} {b}", {"broker": b}, bind(b.name)) for b in self.brokers]
+        return [
+            Candidate(f"{action} {b}", {"broker": b}, bind(run, b.name), bind(ready, b.name) if ready else None)
+            for b in self.brokers
+        ]
 
     # ---- sessions and ownership ----------------------------------------------------------------------
     @staticmethod
@@ -361,27 +385,40 @@ class FencingMapping:
         world.brokers[name].store.expire_session()
         world.expiries += 1
 
+    # (an action's `_ready_` check is its precondition, read-only; the action runs it first)
     @staticmethod
-    def _Reconnect(world: FencingWorld, name: str) -> None:
+    def _ready_Reconnect(world: FencingWorld, name: str) -> None:
         if world.alive(name):
             raise FencingHarnessError(f"{name}'s session is alive: nothing to reconnect")
+
+    def _Reconnect(self, world: FencingWorld, name: str) -> None:
+        self._ready_Reconnect(world, name)
         world.brokers[name].store = world.server.connect()
 
     @staticmethod
-    def _AcquireOwnership(world: FencingWorld, name: str) -> None:
-        broker = world.brokers[name]
-        if broker.believes:
+    def _ready_AcquireOwnership(world: FencingWorld, name: str) -> None:
+        if world.brokers[name].believes:
             raise FencingHarnessError(f"{name} already believes it owns the bundle")
+
+    def _AcquireOwnership(self, world: FencingWorld, name: str) -> None:
+        self._ready_AcquireOwnership(world, name)
+        broker = world.brokers[name]
         broker.store.create(OWNER_PATH, name.encode(), ephemeral=True)  # NodeExists: refused
         broker.believes = True
 
-    def _RevalidateOwnership(self, world: FencingWorld, name: str) -> None:
+    @staticmethod
+    def _ready_RevalidateOwnership(world: FencingWorld, name: str) -> None:
         broker = world.brokers[name]
         if not broker.believes or not world.alive(name):
             raise FencingHarnessError(f"{name} has nothing to revalidate")
         node = world.server.nodes.get(OWNER_PATH)
         if node is not None and node.ephemeral_owner == broker.store.session_id:
             raise FencingHarnessError(f"{name} holds the ownership node")
+
+    def _RevalidateOwnership(self, world: FencingWorld, name: str) -> None:
+        self._ready_RevalidateOwnership(world, name)
+        broker = world.brokers[name]
+        node = world.server.nodes.get(OWNER_PATH)
         if node is None:
             broker.store.create(OWNER_PATH, name.encode(), ephemeral=True)
             return
@@ -397,25 +434,42 @@ class FencingMapping:
 
     # ---- the managed ledger ---------------------------------------------------------------------------
     @staticmethod
-    def _ReadLedgerList(world: FencingWorld, name: str) -> None:
-        broker = world.brokers[name]
-        if not broker.believes or not world.alive(name):
+    def _ready_ReadLedgerList(world: FencingWorld, name: str) -> None:
+        if not world.brokers[name].believes or not world.alive(name):
             raise FencingHarnessError(f"{name} does not own the topic or has no session")
+
+    def _ReadLedgerList(self, world: FencingWorld, name: str) -> None:
+        self._ready_ReadLedgerList(world, name)
+        broker = world.brokers[name]
         world.perform(name, broker.ml.open())
         broker.recover_step_due = broker.ml.state is ManagedLedgerState.RECOVERED
 
     @staticmethod
-    def _take(broker: Broker, kind: type) -> Any:
+    def _held(broker: Broker, kind: type) -> Any:
         for out in broker.held:
             if isinstance(out, kind):
-                broker.held.remove(out)
                 return out
         raise FencingHarnessError(f"the managed ledger has no {kind.__name__} to perform")
 
-    def _RecoverLastLedger(self, world: FencingWorld, name: str) -> None:
-        broker = world.brokers[name]
+    def _take(self, broker: Broker, kind: type) -> Any:
+        out = self._held(broker, kind)
+        broker.held.remove(out)
+        return out
+
+    @staticmethod
+    def _ready_session(world: FencingWorld, name: str) -> None:
         if not world.alive(name):
             raise FencingHarnessError(f"{name} has no session")
+
+    def _ready_RecoverLastLedger(self, world: FencingWorld, name: str) -> None:
+        self._ready_session(world, name)
+        broker = world.brokers[name]
+        if not broker.recover_step_due:
+            self._held(broker, RecoverLastLedger)
+
+    def _RecoverLastLedger(self, world: FencingWorld, name: str) -> None:
+        self._ready_RecoverLastLedger(world, name)
+        broker = world.brokers[name]
         if broker.recover_step_due:  # an empty list: nothing to recover
             broker.recover_step_due = False
             return
@@ -427,24 +481,33 @@ class FencingMapping:
             return
         world.perform(name, broker.ml.on_ledger_recovered(out.ledger_id, md.last_entry_id, md.length))
 
-    def _CreateLedgerAndWriteList(self, world: FencingWorld, name: str) -> None:
+    def _ready_CreateLedgerAndWriteList(self, world: FencingWorld, name: str) -> None:
         broker = world.brokers[name]
         if not world.alive(name) or broker.recover_step_due:
             raise FencingHarnessError(f"{name} cannot create a ledger now")
+        self._held(broker, CreateLedger)
+
+    def _CreateLedgerAndWriteList(self, world: FencingWorld, name: str) -> None:
+        self._ready_CreateLedgerAndWriteList(world, name)
+        broker = world.brokers[name]
         self._take(broker, CreateLedger)
         world.perform(name, world.create_ledger(broker))
 
     @staticmethod
-    def _AddEntry(world: FencingWorld, name: str) -> None:
-        broker = world.brokers[name]
+    def _ready_AddEntry(world: FencingWorld, name: str) -> None:
         if world.next_msg > world.max_messages:
             raise FencingHarnessError("no message left to publish")
+
+    def _AddEntry(self, world: FencingWorld, name: str) -> None:
+        self._ready_AddEntry(world, name)
+        broker = world.brokers[name]
         world.perform(name, broker.ml.add(world.next_msg, payload(world.next_msg), world.now))
 
+    _ready_Rollover = _ready_session
+
     def _Rollover(self, world: FencingWorld, name: str) -> None:
+        self._ready_Rollover(world, name)
         broker = world.brokers[name]
-        if not world.alive(name):
-            raise FencingHarnessError(f"{name} has no session")
         world.now += CONFIG.max_ledger_age_s
         world.perform(name, broker.ml.tick(world.now))
         if broker.held:  # the rollover's CreateLedger: in the same step
@@ -452,16 +515,19 @@ class FencingMapping:
             world.perform(name, world.create_ledger(broker))
 
     @staticmethod
-    def _Consume(world: FencingWorld) -> None:
+    def _ready_Consume(world: FencingWorld) -> None:
         if world.consumed >= len(world.acked):
             raise FencingHarnessError("nothing to consume")
+
+    def _Consume(self, world: FencingWorld) -> None:
+        self._ready_Consume(world)
         world.consumed += 1
 
-    @staticmethod
-    def _TrimConsumedLedger(world: FencingWorld, name: str) -> None:
+    _ready_TrimConsumedLedger = _ready_session
+
+    def _TrimConsumedLedger(self, world: FencingWorld, name: str) -> None:
+        self._ready_TrimConsumedLedger(world, name)
         broker = world.brokers[name]
-        if not world.alive(name):
-            raise FencingHarnessError(f"{name} has no session")
         ml = broker.ml
         slowest = world.acked[world.consumed - 1][3] if world.consumed else None
         if slowest is not None and ml.ledgers:
@@ -470,9 +536,13 @@ class FencingMapping:
                 slowest = Position(head.ledger_id, head.entries - 1)
         world.perform(name, ml.trim(world.now, slowest, cursors=True))
 
-    def _CloseFencedManagedLedger(self, world: FencingWorld, name: str) -> None:
+    @staticmethod
+    def _ready_CloseFencedManagedLedger(world: FencingWorld, name: str) -> None:
         if world.brokers[name].ml.state is not ManagedLedgerState.FENCED:
             raise FencingHarnessError(f"{name}'s managed ledger is not fenced")
+
+    def _CloseFencedManagedLedger(self, world: FencingWorld, name: str) -> None:
+        self._ready_CloseFencedManagedLedger(world, name)
         self._unload(world, name)
 
     # ---- the abstraction --------------------------------------------------------------------------------
@@ -487,7 +557,7 @@ class FencingMapping:
         if node is None:
             listed: Value = Record.of({"version": 0, "ledgers": ()})
         else:
-            ids = tuple(i.ledger_id for i in LedgerList.decode(node.data).ledgers)
+            ids = _listed(node.data)
             listed = Record.of({"version": node.version + 1, "ledgers": ids})
 
         def per_broker(value: Callable[[str], Value]) -> Function:
@@ -520,7 +590,8 @@ class FencingMapping:
         if ledger_id in world.deleted_end:
             end = world.deleted_end[ledger_id]
             return Record.of({"state": "deleted", "entries": (), "lastEntry": end, "fenced": fenced})
-        metadata, _ = world.bookkeeper.read(ledger_id)
+        # the stored metadata, read from the store's tree as the ownership and list nodes are
+        metadata = _metadata(world.server.nodes[_ledger_path(ledger_id)].data)
         closed = metadata.state is LedgerState.CLOSED
         return Record.of(
             {
