@@ -65,6 +65,7 @@ from impl.broker.managed_ledger_errors import (
     ManagedLedgerNotReadyError,
     NoSuchCursorError,
 )
+from impl.futures import settle
 from impl.metadata.layout import MANAGED_LEDGERS_ROOT, cursor_path, parse_managed_ledger_path
 from impl.metadata.ledger_store import NoSuchLedger
 from impl.metadata.store import (
@@ -483,14 +484,7 @@ class ManagedLedger:
         ManagedLedgerClosedError after close().
         """
         future: Future[Position] = Future()
-
-        def done(outcome: Position | ManagedLedgerError) -> None:
-            if isinstance(outcome, ManagedLedgerError):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
-
-        self.add_with_callback(data, done)
+        self.add_with_callback(data, functools.partial(settle, future))
         return future
 
     def add_with_callback(self, data: bytes, callback: AddCallback) -> None:

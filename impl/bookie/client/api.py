@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Protocol
 
 from impl.bookie.client.failures import LedgerClientError, NoSuchEntryError, PlacementError, UnauthorizedError
@@ -37,6 +38,7 @@ from impl.bookie.client.writer import (
     WriterClosed,
     WriterState,
 )
+from impl.futures import settle
 from impl.metadata import transitions
 from impl.metadata.ledger import BookieId, DigestType, LedgerMetadata, LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore
@@ -319,14 +321,7 @@ class WriteHandle:
 
     def add_async(self, data: bytes) -> Future[int]:
         future: Future[int] = Future()
-
-        def done(outcome: int | LedgerClientError) -> None:
-            if isinstance(outcome, LedgerClientError):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
-
-        self.add_with_callback(data, done)
+        self.add_with_callback(data, partial(settle, future))
         return future
 
     def add_with_callback(self, data: bytes, callback: AddCallback) -> None:
