@@ -53,7 +53,10 @@ class StandaloneDeployment:
     def _start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pulsar_ref.cli", "standalone", "--data", str(self.data), *QUORUMS],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -75,8 +78,9 @@ class ClusterDeployment:
     name = "cluster"
 
     def __init__(self, data: Path) -> None:
-        self.cluster = Cluster.plan(data, zookeepers=1, bookies=3, brokers=1, die_with_parent=True,
-                                    broker_options=QUORUMS)
+        self.cluster = Cluster.plan(
+            data, zookeepers=1, bookies=3, brokers=1, die_with_parent=True, broker_options=QUORUMS
+        )
         self.cluster.up()
         assert self.cluster.service_url is not None
         self.url = self.cluster.service_url
@@ -164,8 +168,15 @@ def fixed_rate(client: Client, topic: str, seconds: float, rate: int, batching: 
     if len(received) < total:
         print(f"  only {len(received)} of {total} messages were received", flush=True)
     name = f"fixed rate, 1 KiB at {rate:,} msg/s, {'batching (1 ms)' if batching else 'no batching'}"
-    return Row(name, len(received), total / sent_in, percentile(acked, 50), percentile(acked, 99),
-               percentile(received, 50), percentile(received, 99))
+    return Row(
+        name,
+        len(received),
+        total / sent_in,
+        percentile(acked, 50),
+        percentile(acked, 99),
+        percentile(received, 50),
+        percentile(received, 99),
+    )
 
 
 def catch_up_reader(client: Client, topic: str) -> Row:
@@ -202,8 +213,11 @@ def run(deploy: Callable[[Path], StandaloneDeployment | ClusterDeployment], args
         with Client(deployment.url, timeout_s=60) as client:
             for size in (100, 1024):
                 for batching in (False, True):
-                    rows.append(publish(client, f"bench-{size}-{'batch' if batching else 'plain'}",
-                                        args.messages, size, batching))
+                    rows.append(
+                        publish(
+                            client, f"bench-{size}-{'batch' if batching else 'plain'}", args.messages, size, batching
+                        )
+                    )
                     print(f"  {rows[-1]}", flush=True)
             for batching in (False, True):
                 topic = f"bench-rate-{'batch' if batching else 'plain'}"
@@ -225,8 +239,15 @@ def median_row(rows: tuple[Row, ...]) -> Row:
         values = [v for v in values if not math.isnan(v)]
         return statistics.median(values) if values else math.nan
 
-    return Row(rows[0].run, min(r.messages for r in rows), med([r.rate for r in rows]), med([r.p50 for r in rows]),
-               med([r.p99 for r in rows]), med([r.e2e_p50 for r in rows]), med([r.e2e_p99 for r in rows]))
+    return Row(
+        rows[0].run,
+        min(r.messages for r in rows),
+        med([r.rate for r in rows]),
+        med([r.p50 for r in rows]),
+        med([r.p99 for r in rows]),
+        med([r.e2e_p50 for r in rows]),
+        med([r.e2e_p99 for r in rows]),
+    )
 
 
 def ms(value: float) -> str:
@@ -239,11 +260,17 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=5000, help="messages per publish run (default 5000)")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of a fixed-rate run (default 5)")
     parser.add_argument("--rate", type=int, default=1000, help="messages/s of a fixed-rate run (default 1000)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="run each deployment this many times, alternating, and report each cell's median")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each deployment this many times, alternating, and report each cell's median",
+    )
     args = parser.parse_args()
     deployments: dict[str, Callable[[Path], StandaloneDeployment | ClusterDeployment]] = {
-        "standalone": StandaloneDeployment, "cluster": ClusterDeployment}
+        "standalone": StandaloneDeployment,
+        "cluster": ClusterDeployment,
+    }
     chosen = list(deployments) if args.deployment == "both" else [args.deployment]
     runs: dict[str, list[list[Row]]] = {name: [] for name in chosen}
     for i in range(args.repeat):
@@ -256,8 +283,10 @@ def main() -> None:
         print("| run | messages | msg/s | publish p50 ms | publish p99 ms | end-to-end p50 ms | end-to-end p99 ms |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for r in rows:
-            print(f"| {r.run} | {r.messages:,} | {r.rate:,.0f} | {ms(r.p50)} | {ms(r.p99)} | {ms(r.e2e_p50)} "
-                  f"| {ms(r.e2e_p99)} |")
+            print(
+                f"| {r.run} | {r.messages:,} | {r.rate:,.0f} | {ms(r.p50)} | {ms(r.p99)} | {ms(r.e2e_p50)} "
+                f"| {ms(r.e2e_p99)} |"
+            )
 
 
 if __name__ == "__main__":

@@ -228,8 +228,15 @@ class Client:
         if partitions:
             return PartitionedConsumer(
                 [
-                    Consumer(self, self._partition(topic, i), subscription, subscription_type, initial_position,
-                             consumer_name, receiver_queue_size)
+                    Consumer(
+                        self,
+                        self._partition(topic, i),
+                        subscription,
+                        subscription_type,
+                        initial_position,
+                        consumer_name,
+                        receiver_queue_size,
+                    )
                     for i in range(partitions)
                 ]
             )
@@ -447,8 +454,9 @@ class Producer:
         with self._lock:
             sequence_id = self._next_sequence
             self._next_sequence += count
-        request = pb.SendReq(topic=self.topic, producer_name=self.name, sequence_id=sequence_id,
-                             entry_sizes=[len(e) for e in entries])
+        request = pb.SendReq(
+            topic=self.topic, producer_name=self.name, sequence_id=sequence_id, entry_sizes=[len(e) for e in entries]
+        )
         for entry in entries:
             request.messages.extend(m for m, _ in entry)
         return request
@@ -732,8 +740,9 @@ class PartitionedProducer:
         index = zlib.crc32(key.encode()) if key else next(self._next)
         return self.producers[index % len(self.producers)]
 
-    def send(self, data: bytes, key: str = "", properties: dict[str, str] | None = None,
-             timeout_s: float | None = None) -> MessageId:
+    def send(
+        self, data: bytes, key: str = "", properties: dict[str, str] | None = None, timeout_s: float | None = None
+    ) -> MessageId:
         return self._route(key).send(data, key, properties, timeout_s)
 
     def send_async(self, data: bytes, key: str = "", properties: dict[str, str] | None = None) -> Future[MessageId]:

@@ -124,8 +124,9 @@ class _Servicer(pb_grpc.BrokerServicer):
                 )
                 if result.code != pb.OK:
                     return pb.SendResp(code=result.code, message=result.message)
-                return pb.SendResp(code=pb.OK, ledger_id=result.ledger_id, entry_id=result.entry_id,
-                                   duplicate=result.duplicate)
+                return pb.SendResp(
+                    code=pb.OK, ledger_id=result.ledger_id, entry_id=result.entry_id, duplicate=result.duplicate
+                )
             topic = self.service.topic(request.topic)  # NOT_OWNER etc. here: nothing was written
             if any(n < 1 for n in sizes) or sum(sizes) != len(messages):
                 raise BrokerError(f"entry_sizes {sizes} do not split the {len(messages)} messages; fix the client")

@@ -281,8 +281,9 @@ class Topic:
                     results.append(done)
                 else:
                     result: Future[tuple[Position | None, bool]] = Future()
-                    adds.append((encode_entry(producer, first, int(time.time() * 1000), messages),
-                                 self._finisher(result)))
+                    adds.append(
+                        (encode_entry(producer, first, int(time.time() * 1000), messages), self._finisher(result))
+                    )
                     results.append(result)
                     if dedup:
                         self.last_sequence[producer] = first + len(messages) - 1
@@ -310,8 +311,13 @@ class Topic:
         while sequence_id > self.next_request.get(producer, sequence_id) and not self.closed:
             left = deadline - time.monotonic()
             if left <= 0:
-                log.warning("%s: producer %s sent sequence id %d, expected %d; appending it without the gap",
-                            self.name, producer, sequence_id, self.next_request[producer])
+                log.warning(
+                    "%s: producer %s sent sequence id %d, expected %d; appending it without the gap",
+                    self.name,
+                    producer,
+                    sequence_id,
+                    self.next_request[producer],
+                )
                 return
             self.sequenced.wait(left)
 

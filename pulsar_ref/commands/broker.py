@@ -13,8 +13,12 @@ def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quo
     parser.add_argument("--ensemble", type=int, default=ensemble, help=f"bookies per ledger, E (default {ensemble})")
     parser.add_argument("--write-quorum", type=int, default=write_quorum, help=f"Qw (default {write_quorum})")
     parser.add_argument("--ack-quorum", type=int, default=ack_quorum, help=f"Qa (default {ack_quorum})")
-    parser.add_argument("--max-entries-per-ledger", type=int, default=50_000,
-                        help="roll the topic's ledger over after this many entries (default 50000)")
+    parser.add_argument(
+        "--max-entries-per-ledger",
+        type=int,
+        default=50_000,
+        help="roll the topic's ledger over after this many entries (default 50000)",
+    )
 
 
 def check_quorums(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -24,16 +28,21 @@ def check_quorums(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 def main(argv: list[str], prog: str) -> int:
     parser = argparse.ArgumentParser(prog=prog, description="Run one broker (SIGTERM or Ctrl-C stops it gracefully).")
-    parser.add_argument("--metadata", required=True, help="metadata store URL (zk://127.0.0.1:2181/x or embedded:///dir)")
+    parser.add_argument(
+        "--metadata", required=True, help="metadata store URL (zk://127.0.0.1:2181/x or embedded:///dir)"
+    )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0 = any free port)")
     add_ledger_options(parser, 3, 3, 2)
-    parser.add_argument("--session-timeout", type=float, default=10.0,
-                        help="metadata session timeout in seconds (default 10)")
+    parser.add_argument(
+        "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     args = parser.parse_args(argv)
     check_quorums(parser, args)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
     from impl.broker.broker import Broker
     from impl.broker.managed_ledger import ManagedLedgerConfig
@@ -41,9 +50,14 @@ def main(argv: list[str], prog: str) -> int:
     from impl.metadata.store import MetadataError
     from impl.metadata.url import connect
 
-    config = BrokerConfig(managed_ledger=ManagedLedgerConfig(
-        ensemble=args.ensemble, write_quorum=args.write_quorum, ack_quorum=args.ack_quorum,
-        max_entries_per_ledger=args.max_entries_per_ledger))
+    config = BrokerConfig(
+        managed_ledger=ManagedLedgerConfig(
+            ensemble=args.ensemble,
+            write_quorum=args.write_quorum,
+            ack_quorum=args.ack_quorum,
+            max_entries_per_ledger=args.max_entries_per_ledger,
+        )
+    )
     try:
         broker = Broker(lambda: connect(args.metadata, session_timeout_s=args.session_timeout), config, port=args.port)
         broker.start()

@@ -18,8 +18,13 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument(
         "-t", "--subscription-type", default="Exclusive", choices=["Exclusive", "Shared", "Failover", "Key_Shared"]
     )
-    parser.add_argument("-p", "--position", default="latest", choices=["earliest", "latest"],
-                        help="where a new subscription starts (default latest)")
+    parser.add_argument(
+        "-p",
+        "--position",
+        default="latest",
+        choices=["earliest", "latest"],
+        help="where a new subscription starts (default latest)",
+    )
     parser.add_argument("--timeout", type=float, default=30.0, help="give up after this many seconds without a message")
     parser.add_argument("--service-url", default=DEFAULT_SERVICE, help=f"broker(s) to ask (default {DEFAULT_SERVICE})")
     args = parser.parse_args(argv)
@@ -30,7 +35,9 @@ def main(argv: list[str], prog: str) -> int:
     try:
         with Client(args.service_url) as client:
             consumer = client.subscribe(
-                args.topic, args.subscription, subscription_type=args.subscription_type,
+                args.topic,
+                args.subscription,
+                subscription_type=args.subscription_type,
                 initial_position=args.position,
             )
             try:

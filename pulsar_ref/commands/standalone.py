@@ -26,8 +26,10 @@ def main(argv: list[str], prog: str) -> int:
     check_quorums(parser, args)
     if args.bookies < args.ensemble:
         parser.error(f"--bookies {args.bookies} is fewer than the ensemble size {args.ensemble}")
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
     from pathlib import Path
 
@@ -35,14 +37,23 @@ def main(argv: list[str], prog: str) -> int:
     from impl.metadata.store import MetadataError
 
     try:
-        standalone = Standalone(Path(args.data), port=args.port, bookies=args.bookies, ensemble=args.ensemble,
-                                write_quorum=args.write_quorum, ack_quorum=args.ack_quorum)
+        standalone = Standalone(
+            Path(args.data),
+            port=args.port,
+            bookies=args.bookies,
+            ensemble=args.ensemble,
+            write_quorum=args.write_quorum,
+            ack_quorum=args.ack_quorum,
+        )
         standalone.start()
     except (MetadataError, OSError, ValueError) as e:
         print(f"error: cannot start standalone: {e}", file=sys.stderr)
         return 2
-    print(f"standalone {standalone.service_url} listening; control 127.0.0.1:{standalone.control_port}; "
-          f"bookies {', '.join(b.bookie_id for b in standalone.bookies)}; data {standalone.data_dir}", flush=True)
+    print(
+        f"standalone {standalone.service_url} listening; control 127.0.0.1:{standalone.control_port}; "
+        f"bookies {', '.join(b.bookie_id for b in standalone.bookies)}; data {standalone.data_dir}",
+        flush=True,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

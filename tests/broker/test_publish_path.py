@@ -36,17 +36,24 @@ def test_a_pipelined_send_acknowledges_every_entry_in_order_and_stops_at_a_refus
     client.create_producer(t, name="pipelined")
     stub = client.stub(client.lookup(t))
     messages = [pb.Message(payload=b"m%d" % i) for i in range(50)]
-    resp = stub.Send(pb.SendReq(topic=t, producer_name="pipelined", sequence_id=0, messages=messages,
-                                entry_sizes=[1] * 50))
+    resp = stub.Send(
+        pb.SendReq(topic=t, producer_name="pipelined", sequence_id=0, messages=messages, entry_sizes=[1] * 50)
+    )
     assert resp.code == pb.OK and len(resp.results) == 50
     positions = [(r.ledger_id, r.entry_id) for r in resp.results]
     assert all(r.code == pb.OK for r in resp.results)
     assert positions == sorted(positions) and len(set(positions)) == 50
     # An oversize entry in the middle: it and everything after it are refused, nothing after it written.
     big = pb.Message(payload=b"x" * (6 * 1024 * 1024))
-    resp = stub.Send(pb.SendReq(topic=t, producer_name="pipelined", sequence_id=50,
-                                messages=[pb.Message(payload=b"a"), big, pb.Message(payload=b"b")],
-                                entry_sizes=[1, 1, 1]))
+    resp = stub.Send(
+        pb.SendReq(
+            topic=t,
+            producer_name="pipelined",
+            sequence_id=50,
+            messages=[pb.Message(payload=b"a"), big, pb.Message(payload=b"b")],
+            entry_sizes=[1, 1, 1],
+        )
+    )
     assert [r.code for r in resp.results][0] == pb.OK
     assert all(r.code != pb.OK for r in resp.results[1:])
     assert [m for _, m in client.read_topic(t)] == [b"m%d" % i for i in range(50)] + [b"a"]
@@ -149,8 +156,9 @@ def test_a_producers_requests_are_appended_in_sequence_order_whatever_order_they
 
     def request(first: int, count: int) -> pb.SendReq:
         messages = [pb.Message(payload=b"s%d" % (first + i)) for i in range(count)]
-        return pb.SendReq(topic=t, producer_name="reordered", sequence_id=first, messages=messages,
-                          entry_sizes=[1] * count)
+        return pb.SendReq(
+            topic=t, producer_name="reordered", sequence_id=first, messages=messages, entry_sizes=[1] * count
+        )
 
     later = stub.Send.future(request(3, 2))  # arrives first: waits for 0..2
     time.sleep(0.2)

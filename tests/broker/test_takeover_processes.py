@@ -149,8 +149,12 @@ def test_takeover_after_sigkill_and_a_paused_owner_never_gets_a_write_acknowledg
         while time.monotonic() < deadline:
             try:
                 answer = stale.Send(
-                    pb.SendReq(topic=topic, producer_name="stale", sequence_id=len(codes),
-                               messages=[pb.Message(payload=b"stale")]),
+                    pb.SendReq(
+                        topic=topic,
+                        producer_name="stale",
+                        sequence_id=len(codes),
+                        messages=[pb.Message(payload=b"stale")],
+                    ),
                     timeout=5,
                 )
                 codes.append(answer.code)
