@@ -137,6 +137,7 @@ class BookieCore:
                 ledger=request.ledger_id,
                 entry=request.entry_id,
                 kind=_kind(request),
+                fence=isinstance(request, ReadRequest) and request.fence,  # unfenced reads are no spec step
                 entries=sorted(ledger.entries) if ledger is not None else [],
                 fenced=ledger is not None and ledger.fenced,
             )

@@ -17,7 +17,7 @@ from impl.metadata.idgen import LedgerIdGenerator
 from impl.metadata.ledger import LedgerMetadata
 from impl.metadata.serde import deserialize, serialize
 from impl.metadata.store import BadVersion, MetadataError, MetadataStore, NodeExists, NoNode
-from impl.metadata.transitions import Adopt, NoWrite, Transition, Write
+from impl.metadata.transitions import Adopt, NoWrite, Transition, TransitionError, Write
 
 MAX_CREATE_ATTEMPTS = 10
 
@@ -94,7 +94,11 @@ class LedgerMetadataStore:
         while True:
             current, version = self.read(ledger_id)
             attempts += 1
-            result = transition(current)
+            try:
+                result = transition(current)
+            except TransitionError as e:
+                e.version = version  # which version refused it: orders the refusal among the writes
+                raise
             if isinstance(result, NoWrite):
                 return UpdateOutcome(current, version, written=False, adopted=False, attempts=attempts)
             if isinstance(result, Adopt):

@@ -61,6 +61,7 @@ class TransitionError(Exception):
     def __init__(self, message: str, metadata: LedgerMetadata | None = None) -> None:
         super().__init__(message)
         self.metadata = metadata  # the metadata the precondition was checked on, if any
+        self.version: int | None = None  # its store version, when a conditional-write loop checked it
 
 
 class LedgerClosed(TransitionError):

@@ -105,7 +105,7 @@ def test_tracer_records_only_while_installed() -> None:
     with trace.tracing(lambda name, params: seen.append((name, params))):
         writer.add(b"traced")
     writer.add(b"untraced again")
-    assert seen == [("WriterSendsAdd", {"entry": 1, "lac": -1})]
+    assert seen == [("WriterSendsAdd", {"ledger": 7, "entry": 1, "lac": -1})]
     assert not trace.active()
 
 

@@ -44,6 +44,7 @@ from impl.metadata.ledger import BookieId, DigestType, LedgerMetadata, LedgerSta
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import MetadataError
+from impl.trace import emit
 
 __all__ = ["BookKeeperClient", "BookieTransport", "LedgerEntry", "ReadHandle", "WriteHandle"]
 
@@ -240,6 +241,13 @@ class BookKeeperClient:
             custom_metadata=custom_metadata,
         )
         ledger_id = self.ledgers.create(metadata)
+        # For trace validation of processes writing many ledgers: which ledger, its first ensemble.
+        emit(
+            "LedgerCreated",
+            ledger=ledger_id,
+            ensemble=list(placement.ensemble),
+            quorums=[ensemble, write_quorum, ack_quorum],
+        )
         return WriteHandle(self, ledger_id, metadata)
 
     def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> ReadHandle:

@@ -69,12 +69,16 @@ class MetadataResult:
     applied: the change was written; `metadata` is what is stored now.
     Not applied: its precondition failed on the re-read `metadata` (e.g. CLOSED or
     IN_RECOVERY), or, with metadata None, the store failed (`error` says how).
+    `version`: the store version of `metadata` (-1: unknown); `written`: this update wrote it.
+    Trace events carry both: across clients, the store's version order is the metadata's order.
     """
 
     change: LedgerChange
     applied: bool
     metadata: LedgerMetadata | None
     error: str = ""
+    version: int = -1
+    written: bool = False
 
 
 def transition_for(change: LedgerChange) -> transitions.Transition:
@@ -96,8 +100,9 @@ def result_of(change: LedgerChange, outcome: UpdateOutcome | transitions.Transit
     it was checked on, so the writer can tell CLOSED (closed) from IN_RECOVERY (fenced).
     """
     if isinstance(outcome, transitions.TransitionError):
-        return MetadataResult(change, False, outcome.metadata, f"{outcome.code}: {outcome}")
-    return MetadataResult(change, not outcome.adopted, outcome.metadata)
+        version = -1 if outcome.version is None else outcome.version
+        return MetadataResult(change, False, outcome.metadata, f"{outcome.code}: {outcome}", version)
+    return MetadataResult(change, not outcome.adopted, outcome.metadata, "", outcome.version, outcome.written)
 
 
 def apply_change(store: LedgerMetadataStore, change: LedgerChange) -> MetadataResult:

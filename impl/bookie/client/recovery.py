@@ -94,16 +94,28 @@ class RecoveryOp:
             self.metadata = current
             outcome = "OPEN" if result.applied else current.state.value  # the state the CW found
             outputs = self._done(current, adopted=True) if current.state is LedgerState.CLOSED else self._fence()
-            self._trace("RecoveryStarts", outcome=outcome)
+            self._trace("RecoveryStarts", outcome=outcome, version=result.version, written=result.written)
             return outputs
         if isinstance(result.change, RecoveryClose) and self.phase is RecoveryPhase.CLOSING:
             if result.applied and current is not None:
                 outputs = self._done(current, adopted=False)
-                self._trace("RecoveryCloses", lastEntry=result.change.last_entry_id, outcome="IN_RECOVERY")
+                self._trace(
+                    "RecoveryCloses",
+                    lastEntry=result.change.last_entry_id,
+                    outcome="IN_RECOVERY",
+                    version=result.version,
+                    written=result.written,
+                )
                 return outputs
             if current is not None and current.state is LedgerState.CLOSED:
                 outputs = self._done(current, adopted=True)
-                self._trace("RecoveryCloses", lastEntry=result.change.last_entry_id, outcome="CLOSED")
+                self._trace(
+                    "RecoveryCloses",
+                    lastEntry=result.change.last_entry_id,
+                    outcome="CLOSED",
+                    version=result.version,
+                    written=result.written,
+                )
                 return outputs
             return self._fail(MetadataUpdateError(self.ledger_id, f"recovery close refused: {result.error or current}"))
         return []
@@ -164,6 +176,7 @@ class RecoveryOp:
             writer = self.writer
             emit(
                 name,
+                ledger=self.ledger_id,
                 **params,
                 phase=self.phase.value,
                 end_found=self._end_found,

@@ -158,7 +158,7 @@ class LedgerWriter:
         pending = _PendingAdd(entry_id, self._pushed_length, body)
         self._pending[entry_id] = pending
         if not self.recovery and tracing_active():  # a write-back is part of the recovery read step
-            emit("WriterSendsAdd", entry=entry_id, lac=self.last_add_confirmed)
+            emit("WriterSendsAdd", ledger=self.ledger_id, entry=entry_id, lac=self.last_add_confirmed)
         if self._changing is not None:
             return []  # held until the ensemble change settles
         return self._send_all(pending)
@@ -171,6 +171,7 @@ class LedgerWriter:
         outputs = self._receive(bookie, request, response)
         emit(
             "RecoveryReceivesAddResponse" if self.recovery else "WriterReceivesAddResponse",
+            ledger=self.ledger_id,
             bookie=bookie,
             entry=request.entry_id,
             ok=isinstance(response, AddResponse) and response.code is ErrorCode.EOK,
@@ -235,7 +236,13 @@ class LedgerWriter:
         self._changing = (failed, replacement)
         first_entry_id = self.last_add_confirmed + 1
         if self.recovery:
-            emit("RecoveryChangesEnsemble", failed=failed, replacement=replacement, first=first_entry_id)
+            emit(
+                "RecoveryChangesEnsemble",
+                ledger=self.ledger_id,
+                failed=failed,
+                replacement=replacement,
+                first=first_entry_id,
+            )
             return self._ensemble_changed(replace_bookie(self.metadata, first_entry_id, failed, replacement))
         return [UpdateMetadata(EnsembleChange(self.ledger_id, first_entry_id, failed, replacement))]
 
@@ -260,16 +267,26 @@ class LedgerWriter:
             outcome = "OPEN" if result.applied or current is None else current.state.value
             emit(
                 "WriterChangesEnsemble",
+                ledger=self.ledger_id,
                 failed=change.failed,
                 replacement=change.replacement,
                 first=change.first_entry_id,
                 outcome=outcome,
+                version=result.version,  # the metadata's store version after the CW (or that refused it)
+                written=result.written,
                 **self.trace_state(),
             )
             return outputs
         if isinstance(change, WriterClose) and self.state is WriterState.CLOSING:
             outputs = self._on_metadata_result(result)
-            emit("WriterCloses", **self.trace_state())  # lac: the LAC it closed with
+            # lac: the LAC it closed with; version, written: as for WriterChangesEnsemble
+            emit(
+                "WriterCloses",
+                ledger=self.ledger_id,
+                version=result.version,
+                written=result.written,
+                **self.trace_state(),
+            )
             return outputs
         return self._on_metadata_result(result)
 
