@@ -252,8 +252,13 @@ class Cluster:
         base_port: int = 0,
         die_with_parent: bool = False,
         broker_options: tuple[str, ...] = (),
+        trace_dir: str | Path | None = None,
     ) -> Cluster:
-        """Lay out a new multi-process cluster in `directory` (ports chosen now, fixed for its lifetime)."""
+        """Lay out a new multi-process cluster in `directory` (ports chosen now, fixed for its lifetime).
+
+        `trace_dir`: every bookie and broker appends its protocol events (`--trace`) to
+        TRACE_DIR/<node>.trace.jsonl (a restart continues its file), and TRACE_DIR/nodes.json names
+        each node's address, for trace validation (conformance/cluster_traces.py)."""
         directory = Path(directory).resolve()
         cls._refuse_reuse(directory)
         if zookeepers not in (1, 3):
@@ -271,13 +276,20 @@ class Cluster:
                 next(ports)
         metadata = f"zk://{ensemble.connect_string}{CHROOT}"
         nodes: list[dict[str, Any]] = []
+        traces = Path(trace_dir).resolve() if trace_dir is not None else None
+
+        def traced(name: str) -> list[str]:
+            return ["--trace", str(traces / f"{name}.trace.jsonl")] if traces is not None else []
+
         for i in range(1, bookies + 1):
             p, d = port(), directory / f"bookie-{i}"
             command = pulsar_ref_command("bookie", "--metadata", metadata, "--data", str(d / "data"), "--port", str(p))
+            command += traced(f"bookie-{i}")
             nodes.append({"name": f"bookie-{i}", "role": "bookie", "port": p, "dir": str(d), "command": command})
         for i in range(1, brokers + 1):
             p, d = port(), directory / f"broker-{i}"
             command = pulsar_ref_command("broker", "--metadata", metadata, "--port", str(p), *broker_options)
+            command += traced(f"broker-{i}")
             nodes.append({"name": f"broker-{i}", "role": "broker", "port": p, "dir": str(d), "command": command})
         broker_ports = [n["port"] for n in nodes if n["role"] == "broker"]
         state = {
@@ -290,6 +302,11 @@ class Cluster:
             ],
             "nodes": nodes,
         }
+        if traces is not None:
+            traces.mkdir(parents=True, exist_ok=True)
+            addresses = {n["name"]: f"127.0.0.1:{n['port']}" for n in nodes}
+            (traces / "nodes.json").write_text(json.dumps(addresses, indent=2) + "\n")
+            state["trace_dir"] = str(traces)
         cluster = cls(directory, state, die_with_parent)
         for server in ensemble.servers:
             server.write_config()  # so that `down` finds the servers even if `up` never got to launch them

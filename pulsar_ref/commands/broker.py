@@ -37,8 +37,28 @@ def main(argv: list[str], prog: str) -> int:
         "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="append the protocol events of the broker's BookKeeper client cores (impl/trace.py: each ledger "
+        "created, add sent and answered, ensemble change, close, recovery step) to FILE as JSON lines, for "
+        "trace validation (conformance/cluster_traces.py); slower, off by default",
+    )
     args = parser.parse_args(argv)
     check_quorums(parser, args)
+    if not args.trace:
+        return _run(args)
+    from impl.trace import TraceFile, tracing
+
+    recorder = TraceFile(args.trace, role="broker")
+    try:
+        with tracing(recorder):
+            return _run(args)
+    finally:
+        recorder.close()
+
+
+def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -66,6 +66,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=0,
         help="first port: ZooKeeper, then bookies, then brokers on consecutive ports (default 0 = free ports)",
     )
+    up.add_argument(
+        "--trace-dir",
+        type=Path,
+        help="every bookie and broker appends its protocol events to TRACE_DIR/<node>.trace.jsonl, for "
+        "`pulsar-ref conform --check-cluster-traces TRACE_DIR` (slower; off by default)",
+    )
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
     up.add_argument(
         "--foreground", action="store_true", help="stay attached; Ctrl-C (or SIGTERM) stops the cluster and exits"
@@ -134,6 +140,7 @@ def up(args: argparse.Namespace) -> int:
             args.base_port,
             die_with_parent=args.foreground,
             broker_options=tuple(broker_options),
+            trace_dir=args.trace_dir,
         )
     cluster.up(args.timeout, _progress)
     _progress(f"cluster up; state in {directory / STATE_FILE}; metadata {cluster.metadata_url}")
