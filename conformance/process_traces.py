@@ -81,6 +81,7 @@ DELIVERIES = {
 KIND_CLIENT = {"add": WRITER, "recoveryAdd": RECOVERER, "readLac": RECOVERER, "read": RECOVERER}
 _BOOKIE_PARAMS = ("bookie", "failed", "replacement")  # client event params that name a bookie
 _NOT_STEPS = {"TraceFileOpened", "LedgerCreated"}  # records of the drivers, not protocol steps
+METADATA_STEPS = {"WriterChangesEnsemble", "WriterCloses", "RecoveryStarts", "RecoveryCloses"}  # the CW steps
 
 Record = dict[str, Any]  # one JSON line of a TraceFile: seq, name, params
 
@@ -214,6 +215,8 @@ class _Graph:
                     continue
                 if r["name"] != "BookieHandles" or p["ledger"] != ledger_id:
                     continue
+                if p.get("fence") is False and p["kind"] in ("read", "readLac"):
+                    continue  # an unfenced read (a reader, not recovery) changes nothing: no ledger.tla step
                 if foreign:
                     raise MergeError(
                         f"bookie {bookie} restarted during the run (its line {k}) but the run names no restart"
@@ -266,6 +269,7 @@ class _Graph:
                 chain.append(i)
             self.client_chains[client] = chain
         self.bookie_edges = [(a, b) for chain in bookie_chains for a, b in zip(chain, chain[1:], strict=False)]
+        self.metadata_edges = self._metadata_order()
         self.sender_edges: list[tuple[int, int]] = []
         for left in waiting.values():
             for i in left:
@@ -273,6 +277,43 @@ class _Graph:
         # A request a restarted bookie handles was sent after the crash (one sent before went down with
         # the connection): else ledger.tla's BookieCrashes would drop it.
         self.sender_edges += [(crash, self._sender_of(i)) for crash, i in after_crash]
+
+    def _metadata_order(self) -> list[tuple[int, int]]:
+        """Edges that put the metadata steps of different clients in the store's version order.
+
+        Each metadata step's event carries `version` (the ledger metadata's store version after
+        the step: the one it wrote when `written`, else the one its check read) . Written
+        versions are totally ordered by the store; a step that wrote nothing read version v, so it
+        comes after v's writer and before v+1's. One client's steps are ordered by its own log."""
+        found: list[tuple[int, bool, int, str]] = []  # (version, written, step, client)
+        for client, chain in self.client_chains.items():
+            for i in chain:
+                r = self.steps[i].client
+                if r is not None and r["name"] in METADATA_STEPS:
+                    found.append((r["params"].get("version", -1), bool(r["params"].get("written")), i, client))
+        if len({client for *_, client in found}) < 2:
+            return []
+        unknown = [self.steps[i].describe() for v, _, i, _ in found if v < 0]
+        if unknown:
+            raise MergeError(f"metadata steps of two clients, and no store version logged for: {'; '.join(unknown)}")
+        writes: dict[int, int] = {}
+        for v, written, i, _ in found:
+            if written:
+                if v in writes:
+                    raise MergeError(
+                        f"two steps wrote metadata version {v}: {self.steps[writes[v]].describe()}, "
+                        f"{self.steps[i].describe()}"
+                    )
+                writes[v] = i
+        missing = [v for v in range(1, max(v for v, *_ in found) + 1) if v not in writes]
+        if missing:
+            raise MergeError(f"metadata version(s) {missing} written by no logged step")
+        edges = [(writes[v], writes[v + 1]) for v in writes if v + 1 in writes]
+        for v, written, i, _ in found:
+            if not written:
+                edges += [(writes[v], i)] if v in writes else []
+                edges += [(i, writes[v + 1])] if v + 1 in writes else []
+        return edges
 
     def _sender_of(self, i: int) -> int:
         """A handling no client event answers still comes after the client step that sent its request
@@ -291,7 +332,7 @@ class _Graph:
     def late_answers(self, cycle: tuple[int, ...]) -> list[int]:
         """The ignored answers on the cycle, best first: those at an edge only their client's order
         imposes (the later one of the pair first: the answer that came late), then the others."""
-        imposed = set(self.bookie_edges) | set(self.sender_edges)
+        imposed = set(self.bookie_edges) | set(self.sender_edges) | set(self.metadata_edges)
         out: list[int] = []
         for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True):
             if (a, b) not in imposed:
@@ -309,7 +350,7 @@ class _Graph:
         for chain in self.client_chains.values():
             kept = [i for i in chain if i not in self.detached]
             client_edges += list(zip(kept, kept[1:], strict=False))
-        return _topological(self.steps, self.bookie_edges + self.sender_edges + client_edges)
+        return _topological(self.steps, self.bookie_edges + self.sender_edges + self.metadata_edges + client_edges)
 
     def events(self, order: list[int]) -> list[Event]:
         return [ev for i in order for ev in _events(self.steps[i], self.ledger_id, self.names, i in self.detached)]

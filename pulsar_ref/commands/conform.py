@@ -115,6 +115,29 @@ def main(argv: list[str], prog: str) -> int:
         "ensemble is SIGKILLed and restarted (about 20 s: its metadata session must expire first), the recovery "
         "runs, then the writer adds the rest (default 0: no restarts)",
     )
+    parser.add_argument(
+        "--cluster-run",
+        action="store_true",
+        help="instead: trace validation of a broker cluster run: `cluster up` with every bookie and broker tracing "
+        "(real ZooKeeper; 3 bookies, 2 brokers, E=Qw=Qa=2, ledgers of 8 entries), `workload` for --duration "
+        "seconds with a nemesis killing brokers and expiring their sessions (topics move, the new owner recovers "
+        "the last ledger), `cluster down`; then each ledger's logs merged and checked by TLC "
+        "(conformance/cluster_traces.py): accepted, rejected (first unmatched event) or not checkable (why)",
+    )
+    parser.add_argument("--duration", type=float, default=30.0, help="with --cluster-run: workload seconds (30)")
+    parser.add_argument(
+        "--nemesis",
+        default="kill-broker,expire-session",
+        help="with --cluster-run: faults, comma-separated ('' = none; default %(default)s)",
+    )
+    parser.add_argument(
+        "--keep", metavar="DIR", help="with --cluster-run: run in DIR and keep it (default: a temporary directory)"
+    )
+    parser.add_argument(
+        "--check-cluster-traces",
+        metavar="TRACE_DIR",
+        help="instead: check the logs of a cluster started with `cluster up --trace-dir TRACE_DIR` (after `down`)",
+    )
     runs = parser.add_mutually_exclusive_group()
     runs.add_argument(
         "--mutants",
@@ -130,6 +153,8 @@ def main(argv: list[str], prog: str) -> int:
         return _traces(args.traces, args.seed)
     if args.real_processes is not None:
         return _real_processes(args.real_processes, args.seed, args.restart_every)
+    if args.cluster_run or args.check_cluster_traces:
+        return _cluster_traces(args)
     try:
         manifest = load_manifest()
     except ManifestError as exc:
@@ -248,6 +273,45 @@ def _real_processes(count: int, seed: int, restart_every: int) -> int:
         return EXIT_USAGE
     print(process_traces.summary(verdicts, time.monotonic() - started))
     return 0 if all(v.accepted for v in verdicts) else EXIT_MISMATCH
+
+
+def _cluster_traces(args: argparse.Namespace) -> int:
+    """`--cluster-run` / `--check-cluster-traces DIR`: exit 1 if a ledger is rejected."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from conformance import cluster_traces
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    def show(v: cluster_traces.LedgerVerdict) -> None:
+        say(f"  {v.describe()}")
+
+    tmp: str | None = None
+    try:
+        if args.check_cluster_traces:
+            trace_dir = Path(args.check_cluster_traces)
+        else:
+            directory = Path(args.keep) if args.keep else Path(tmp := tempfile.mkdtemp(prefix="cluster-traces-"))
+            say(f"cluster run in {directory}: {args.duration:.0f} s of workload, nemesis {args.nemesis or 'none'}")
+            run = cluster_traces.run_cluster(
+                directory, duration_s=args.duration, seed=args.seed, nemesis=args.nemesis, progress=say
+            )
+            s = run.summary
+            say(f"workload: ok {s.ok}, fail {s.fail}, info {s.info}, {s.faults} faults injected ({run.seconds:.0f} s)")
+            trace_dir = run.trace_dir
+        say(f"checking the ledgers of {trace_dir} ...")
+        verdicts, seconds = cluster_traces.check_dir(trace_dir, on_verdict=show)
+    except TLCError as exc:
+        print(f"TLC could not check the traces: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    say(cluster_traces.summary(verdicts, seconds))
+    return EXIT_MISMATCH if any(v.rejected for v in verdicts) else 0
 
 
 def _mutants(
