@@ -16,12 +16,20 @@ whose `Recovery*` events name it. Each ledger then goes through process_traces' 
 the conditional writes of different clients) and trace_validation's `check_traces` (one TLC run
 per batch of ledgers with the same quorums).
 
+Beyond the real-process runs' merge: a writer's ensemble change (a bookie died or stopped
+answering) needs the requests it timed out on out of flight; those no bookie logged become
+ledger.tla's `MessageLost` before the change (process_traces' `_lost_requests`), and the
+replacement's copies count as sent by the change. A bookie restart after the ledger's creation
+becomes `BookieCrashes` (its state: what the new process replayed of the ledger; traced bookies
+never checkpoint, so that is their whole journal) and `BookieRestarts`; an add it handled but had
+not made durable, and never answered, is ledger.tla's lost request (a crash before the fsync) and
+its handling is dropped.
+
 Classified "not checkable", with the reason, neither accepted nor rejected: what the merge cannot
 order or ledger.tla's reductions exclude: recovery by more than one process or more than one
-attempt (retries), ensemble changes (the requests the client timed out on are in no log: which
-were lost, and when, is not recorded), a request handled twice by one bookie, a bookie restarted
-while it held requests of the ledger, and logs that cannot be merged for another reason (the
-message says which).
+attempt (retries), a recovery write-back's ensemble change, a request handled twice by one bookie,
+a fence handled but not replayed after a crash, and logs that cannot be merged for another reason
+(the message says which).
 """
 
 from __future__ import annotations
@@ -49,10 +57,7 @@ from conformance.process_traces import (
 from conformance.trace_validation import Run, RunConfig, Verdict, check_traces
 
 BATCH = 40  # ledgers per TLC run (the JVM's start dominates)
-_UNORDERED = {
-    "WriterChangesEnsemble": "writer ensemble change",
-    "RecoveryChangesEnsemble": "recovery write-back ensemble change",
-}
+_UNORDERED = {"RecoveryChangesEnsemble": "recovery write-back ensemble change"}
 
 
 @dataclass
@@ -67,6 +72,7 @@ class LedgerTrace:
     client_logs: dict[str, list[Record]]  # "w" / "r1" -> that process's records of this ledger
     names: dict[str, str]  # bookie address -> spec name
     recoverers: list[str] = field(default_factory=list)  # broker processes with recovery events of it
+    restarts: dict[str, list[int]] = field(default_factory=dict)  # bookie -> lines of its log where it restarted
     reason: str = ""  # why it is not checkable ("" = checkable)
 
     def events_of(self, client: str) -> list[Record]:
@@ -158,7 +164,7 @@ def split(trace_dir: Path) -> list[LedgerTrace]:
         trace = LedgerTrace(ledger, process, quorums, ensemble, mine, {WRITER: writer}, names, recoverers)
         if len(recoverers) == 1:
             trace.client_logs[RECOVERER] = [r for r in logs[recoverers[0]] if r["name"].startswith("Recovery")]
-        trace.reason = _unchecked(trace, logs)
+        trace.reason = _unchecked(trace, logs) or _crashes(trace, record["ns"])
         out.append(trace)
     return out
 
@@ -173,6 +179,66 @@ def _by_ledger(log: list[Record]) -> Callable[[int], list[Record]]:
         if ledger is not None:
             per.setdefault(ledger, []).append((k, r))
     return lambda ledger: [r for _, r in heapq.merge(opened, per.get(ledger, []), key=lambda kr: kr[0])]
+
+
+def _crashes(trace: LedgerTrace, created_ns: int) -> str:
+    """Name the bookies' restarts after the ledger was created (`LedgerTrace.restarts`: the merger
+    puts ledger.tla's BookieCrashes and BookieRestarts there, the crash's state being what the new
+    process replayed of the ledger). A SIGKILL loses what the bookie handled but had not yet made
+    durable, and no reply went out for it: ledger.tla's reduction takes such an add as a lost request,
+    so its handling is dropped from the log (and the entry from what the bookie held after it until
+    the crash). One that was answered stays: TLC then rejects the crash. Returns why the ledger is not
+    checkable ("" if it is): a fence handled but not replayed (not modelled as a lost request here)."""
+    answered = {
+        (trace.names.get(r["params"]["bookie"], r["params"]["bookie"]), r["params"]["entry"])
+        for client in (WRITER, RECOVERER)
+        for r in trace.events_of(client)
+        if r["name"] in ("WriterReceivesAddResponse", "RecoveryReceivesAddResponse")
+    }
+    for bookie, log in trace.bookie_logs.items():
+        starts = [k for k, r in enumerate(log) if k > 0 and r["name"] == "TraceFileOpened" and r["ns"] > created_ns]
+        if not starts:
+            continue
+        kept: list[Record] = []
+        since = 0  # where the current process's records begin in `kept`
+        for k, r in enumerate(log):
+            if k not in starts:
+                kept.append(r)
+                continue
+            fence = any(x["params"]["kind"] == "FENCE" for x in _replays(log, k))
+            entries = {x["params"]["entry"] for x in _replays(log, k) if x["params"]["kind"] == "ENTRY"}
+            lost: set[int] = set()
+            for n in range(since, len(kept)):
+                h = kept[n]
+                if h["name"] != "BookieHandles":
+                    continue
+                p = h["params"]
+                durable = p["entry"] in entries or p["entry"] in lost
+                if p["kind"] in ("add", "recoveryAdd") and not durable and (bookie, p["entry"]) not in answered:
+                    lost.add(p["entry"])
+                    kept[n] = {}  # dropped below
+                    continue
+                if p["fenced"] and not fence:
+                    return f"bookie {bookie} handled a fence of the ledger that its restart did not replay"
+                if lost & set(p["entries"]):
+                    kept[n] = {**h, "params": {**p, "entries": [x for x in p["entries"] if x not in lost]}}
+            kept = [x for x in kept if x]
+            trace.restarts.setdefault(bookie, []).append(len(kept))
+            kept.append(r)
+            since = len(kept)
+        trace.bookie_logs[bookie] = kept
+    return ""
+
+
+def _replays(log: list[Record], start: int) -> list[Record]:
+    """The journal records a process replayed of the ledger: from its start to its next process start."""
+    out = []
+    for r in log[start + 1 :]:
+        if r["name"] == "TraceFileOpened":
+            break
+        if r["name"] == "BookieReplays":
+            out.append(r)
+    return out
 
 
 def _unchecked(trace: LedgerTrace, logs: dict[str, list[Record]]) -> str:
@@ -248,9 +314,9 @@ def check_ledgers(
             continue
         try:
             try:
-                lin = linearize(t.bookie_logs, t.client_logs, t.ledger_id, t.names)
+                lin = linearize(t.bookie_logs, t.client_logs, t.ledger_id, t.names, restarts=t.restarts)
             except CycleError:
-                lin = linearize(t.bookie_logs, t.client_logs, t.ledger_id, t.names, relaxed=True)
+                lin = linearize(t.bookie_logs, t.client_logs, t.ledger_id, t.names, relaxed=True, restarts=t.restarts)
         except MergeError as exc:
             done(LedgerVerdict(t, not_checkable=f"logs not mergeable: {exc}"))
             continue
@@ -322,13 +388,14 @@ def run_cluster(
     brokers: int = 2,
     quorums: tuple[int, int, int] = (2, 2, 2),
     entries_per_ledger: int = 8,
-    nemesis: str = "kill-broker,expire-session",
+    nemesis: str = "kill-bookie,kill-broker,expire-session",
     nemesis_interval_s: float = 5.0,
     progress: Callable[[str], None] = lambda _: None,
 ) -> ClusterRun:
     """`pulsar-ref cluster up` with every bookie and broker tracing, a workload of `duration_s` seconds
-    (a nemesis that moves topics between brokers: each move makes the new owner recover a ledger),
-    then `cluster down`. Small ledgers (`entries_per_ledger`) so brokers roll over often."""
+    with a nemesis (a killed bookie makes writers change ensembles; a killed broker or an expired
+    session moves topics, and the new owner recovers their last ledgers), then `cluster down`. Small
+    ledgers (`entries_per_ledger`) so brokers roll over often."""
     from impl.cluster.deployment import Cluster
     from impl.workload.history import HistoryWriter
     from impl.workload.nemesis import Nemesis

@@ -53,7 +53,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +61,7 @@ from typing import IO, Any
 
 from conformance.ledger_cluster import LEDGER_ID
 from conformance.trace_validation import Event, Run, RunConfig, Verdict, check_traces
+from impl.bookie.client.distribution import write_set
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = b"process-traces"
@@ -188,6 +189,7 @@ class _Graph:
         waiting: dict[tuple[str, str, int], deque[int]] = {}  # (bookie, kind, entry) -> unmatched handlings
         bookie_chains: list[list[int]] = []
         after_crash: list[tuple[int, int]] = []  # (crash step, a handling after it)
+        crashes: dict[str, list[int]] = {}  # bookie -> its crash steps
         for rank, (bookie, records) in enumerate(sorted(bookie_logs.items())):
             chain: list[int] = []
             crash: int | None = None
@@ -202,9 +204,12 @@ class _Graph:
                 if k in restarts.get(bookie, ()):
                     if r["name"] != "TraceFileOpened":
                         raise MergeError(f"bookie {bookie}'s line {k} is no process start: {r['name']}")
+                    if replaying is not None:  # the previous process handled nothing (e.g. a failed start)
+                        replaying.append(Event("BookieCrashes", {"bookie": bookie}))
                     replaying = []
                     steps.append(_Step((r.get("ns", 0), rank, len(chain)), bookie=bookie, env=replaying))
                     crash = len(steps) - 1
+                    crashes.setdefault(bookie, []).append(crash)
                     steps.append(_Step((r.get("ns", 0), rank, len(chain) + 1), bookie=bookie))
                     steps[-1].env = [Event("BookieRestarts", {"bookie": bookie})]
                     chain += [crash, crash + 1]
@@ -277,6 +282,77 @@ class _Graph:
         # A request a restarted bookie handles was sent after the crash (one sent before went down with
         # the connection): else ledger.tla's BookieCrashes would drop it.
         self.sender_edges += [(crash, self._sender_of(i)) for crash, i in after_crash]
+        self._lost_requests(client_logs.get(WRITER, []), waiting, crashes)
+
+    def _lost_requests(
+        self,
+        writer_log: Sequence[Record],
+        unanswered: dict[tuple[str, str, int], deque[int]],
+        crashes: dict[str, list[int]],
+    ) -> None:
+        """ledger.tla's writer changes its ensemble only once the request that timed out is no longer in
+        flight. A real writer times out on a bookie that died or never answered: its adds to that bookie
+        either were handled with the answer lost (`ReplyLost` at the handling, which must then come
+        before the change) or reached no bookie log at all: those become `MessageLost` steps, after the
+        send and before the change, and before the bookie's crash when it restarted later (a crash
+        drops the requests queued at it). Which adds the writer sent where follows from its log:
+        `WriterSendsAdd` goes to the entry's write set in the current ensemble, a change re-sends the
+        pending entries to the replacement (ledger.tla's WriterChangesEnsemble)."""
+        created = next((r for r in writer_log if r["name"] == "LedgerCreated" and "quorums" in r["params"]), None)
+        chain = self.client_chains.get(WRITER, [])
+        if created is None or not any(self.steps[i].client["name"] == "WriterChangesEnsemble" for i in chain):  # type: ignore[index]
+            return
+        e, qw = created["params"]["quorums"][:2]
+        ensemble = [self.names.get(b, b) for b in created["params"]["ensemble"]]
+        sends: list[tuple[str, int, int]] = []  # (bookie, entry, sending step)
+        changes: list[tuple[int, str]] = []  # (step, failed bookie)
+        pushed = -1
+        for i in chain:
+            r = self.steps[i].client
+            assert r is not None
+            p = r["params"]
+            if r["name"] == "WriterSendsAdd":
+                pushed = p["entry"]
+                sends += [(ensemble[k], pushed, i) for k in write_set(pushed, e, qw)]
+            elif r["name"] == "WriterChangesEnsemble":
+                failed, replacement = (
+                    self.names.get(p["failed"], p["failed"]),
+                    self.names.get(p["replacement"], p["replacement"]),
+                )
+                changes.append((i, failed))
+                if p["outcome"] == "OPEN" and failed in ensemble:
+                    ensemble = [replacement if b == failed else b for b in ensemble]
+                    sends += [
+                        (replacement, x, i)
+                        for x in range(p["first"], pushed + 1)
+                        if replacement in [ensemble[k] for k in write_set(x, e, qw)]
+                    ]
+        handled = Counter(
+            (s.bookie, s.handling["params"]["entry"])
+            for s in self.steps
+            if s.handling is not None and s.handling["params"]["kind"] == "add"
+        )
+        position = {i: n for n, i in enumerate(chain)}
+        for bookie, entry, i in reversed(sends):  # the later sends of a key are the unhandled ones
+            if handled[(bookie, entry)] > 0:
+                handled[(bookie, entry)] -= 1
+                continue
+            change = next((c for c, b in changes if b == bookie and position[c] > position[i]), None)
+            if change is None:
+                continue  # still in flight when the trace ends (or dropped by a crash): no step
+            sent = self.steps[i]
+            event = Event("MessageLost", {"kind": "add", "client": WRITER, "bookie": bookie, "entry": entry})
+            self.steps.append(_Step((sent.order[0], sent.order[1], sent.order[2]), bookie=bookie, env=[event]))
+            lost = len(self.steps) - 1
+            self.sender_edges += [(i, lost), (lost, change)]
+            later = [c for c in crashes.get(bookie, []) if self.steps[c].order[0] > sent.order[0]]
+            self.sender_edges += [(lost, later[0])] if later else []
+        for (bookie, kind, _), left in unanswered.items():
+            for h in left if kind == "add" else ():
+                sender = position.get(self._sender_of(h), -1)
+                change = next((c for c, b in changes if b == bookie and position[c] > sender), None)
+                if change is not None:
+                    self.sender_edges.append((h, change))  # its reply lost before the writer gave up on it
 
     def _metadata_order(self) -> list[tuple[int, int]]:
         """Edges that put the metadata steps of different clients in the store's version order.
@@ -321,7 +397,7 @@ class _Graph:
         p = self.steps[i].handling["params"]  # type: ignore[index]
         client = KIND_CLIENT[p["kind"]]
         chain = [j for j in self.client_chains.get(client, []) if j not in self.detached]
-        sender = _sender(self.steps, chain, p["kind"], p["entry"])
+        sender = _sender(self.steps, chain, p["kind"], p["entry"], self.steps[i].bookie, self.names)
         if sender is None:
             raise MergeError(
                 f"bookie {self.steps[i].bookie} handled a {p['kind']} of entry {p['entry']} that no step of "
@@ -363,17 +439,26 @@ class _Graph:
         )
 
 
-def _sender(steps: list[_Step], chain: list[int], kind: str, entry: int) -> int | None:
+def _sender(
+    steps: list[_Step], chain: list[int], kind: str, entry: int, bookie: str, names: dict[str, str]
+) -> int | None:
     """The client step that sent a request (ledger.tla: the action that puts it into `msgs`): an add
-    by `WriterSendsAdd`; the fencing read-LAC by `RecoveryStarts`; a read of e by the step after
-    which the recovery's next entry is e (the covering read-LAC answer, or the read that found
+    by `WriterSendsAdd`, or by the writer's ensemble change after it that made `bookie` the
+    replacement; the fencing read-LAC by `RecoveryStarts`; a read of e by the step after which the
+    recovery's next entry is e (the covering read-LAC answer, or the read that found
     e-1); a write-back of e by the read answer that found e."""
+    sent: int | None = None  # an add: its send, or the ensemble change that re-sent it to `bookie`
     for i in chain:
         ev = steps[i].client
         assert ev is not None
         name, p = ev["name"], ev["params"]
         if kind == "add" and name == "WriterSendsAdd" and p["entry"] == entry:
-            return i
+            sent = i
+            continue
+        if kind == "add" and sent is not None and name == "WriterChangesEnsemble" and p["outcome"] == "OPEN":
+            if names.get(p["replacement"], p["replacement"]) == bookie and p["first"] <= entry:
+                sent = i  # re-sent to the replacement
+            continue
         if kind == "readLac" and name == "RecoveryStarts":
             return i
         if kind == "read" and name in DELIVERIES and p.get("phase") == "reading" and p.get("next") == entry:
@@ -381,7 +466,7 @@ def _sender(steps: list[_Step], chain: list[int], kind: str, entry: int) -> int 
         found = name == "RecoveryReceivesReadResponse" and p["found"] and not p["stale"]
         if kind == "recoveryAdd" and found and p["entry"] == entry:
             return i
-    return None
+    return sent
 
 
 def _topological(steps: list[_Step], edges: list[tuple[int, int]]) -> list[int] | tuple[int, ...]:

@@ -120,14 +120,14 @@ def main(argv: list[str], prog: str) -> int:
         action="store_true",
         help="instead: trace validation of a broker cluster run: `cluster up` with every bookie and broker tracing "
         "(real ZooKeeper; 3 bookies, 2 brokers, E=Qw=Qa=2, ledgers of 8 entries), `workload` for --duration "
-        "seconds with a nemesis killing brokers and expiring their sessions (topics move, the new owner recovers "
-        "the last ledger), `cluster down`; then each ledger's logs merged and checked by TLC "
+        "seconds with a nemesis (killed bookies: ensemble changes; killed brokers, expired sessions: topics move, "
+        "the new owner recovers the last ledger), `cluster down`; then each ledger's logs merged and checked by TLC "
         "(conformance/cluster_traces.py): accepted, rejected (first unmatched event) or not checkable (why)",
     )
     parser.add_argument("--duration", type=float, default=30.0, help="with --cluster-run: workload seconds (30)")
     parser.add_argument(
         "--nemesis",
-        default="kill-broker,expire-session",
+        default="kill-bookie,kill-broker,expire-session",
         help="with --cluster-run: faults, comma-separated ('' = none; default %(default)s)",
     )
     parser.add_argument(

@@ -1,10 +1,11 @@
 """Trace validation of a broker cluster run (conformance/cluster_traces.py).
 
 One short run of `pulsar-ref workload` on a real cluster (ZooKeeper, 3 bookies, 2 brokers, every
-bookie and broker tracing; a broker is killed, so its topics move and the new owner recovers their
-last ledgers); each ledger's logs are merged and checked by TLC against ledger.tla. Doctored copies
-of real ledgers must be rejected at the doctored event: an acknowledged entry missing from the
-bookie's log, a writer's close whose metadata version puts it before the recovery's start.
+bookie and broker tracing; a bookie is killed, so writers change ensembles, and a broker, so its
+topics move and the new owner recovers their last ledgers); each ledger's logs are merged and
+checked by TLC against ledger.tla. Doctored copies of real ledgers must be rejected at the doctored
+event: an acknowledged entry missing from the bookie's log, a writer's close whose metadata version
+puts it before the recovery's start.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ class Checked:
 
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Checked]:
-    """A 12-second workload with one broker killed (3 s in), then every ledger checked."""
+    """A 15-second workload, a bookie killed 3 s in and restarted 3 s later, then a broker killed; then
+    every ledger checked."""
     directory = tmp_path_factory.mktemp("cluster-traces")
-    run = ct.run_cluster(directory, duration_s=12, seed=7, nemesis="kill-broker", nemesis_interval_s=3)
+    run = ct.run_cluster(directory, duration_s=15, seed=7, nemesis="kill-bookie,kill-broker", nemesis_interval_s=3)
     verdicts, _ = ct.check_dir(run.trace_dir)
     yield Checked(run, verdicts)
 
@@ -71,6 +73,12 @@ def test_every_ledger_of_the_cluster_run_is_checked_and_none_rejected(checked: C
     # rolled over by their writer (its close is a step), and taken over: recovered by the new owner
     assert any(any(r["name"] == "WriterCloses" for r in v.ledger.events_of(WRITER)) for v in accepted), text
     assert _recovered(checked).events_of(RECOVERER)
+    # writers changed ensembles when the bookie died: the adds it never logged were lost before the change
+    changed = [v for v in accepted if any(r["name"] == "WriterChangesEnsemble" for r in v.ledger.events_of(WRITER))]
+    assert changed, text
+    names = [s.name for s in changed[0].verdict.steps]  # type: ignore[union-attr]
+    assert names.index("MessageLost") < names.index("WriterChangesEnsemble"), names
+    assert any("BookieCrashes" in [s.name for s in v.verdict.steps] for v in accepted), text  # type: ignore[union-attr]
     assert checked.run.summary.ok > 100 and checked.run.summary.faults >= 1
     assert text.splitlines()[-1].startswith(f"{len(checked.verdicts)} ledgers seen: {len(accepted)} accepted")
 
