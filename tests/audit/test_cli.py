@@ -150,3 +150,21 @@ def test_cli_reports_anomalies_json_and_html(tmp_path: Path) -> None:
     assert any(set(touched) <= set(c["ops"]) for c in doc["anomalies"]["lost-write"])
     page = out_html.read_text()
     assert "<svg" in page and "lost-write" in page and "http://" not in page.replace("http://www.w3.org", "")
+
+
+def test_lines_the_fast_parser_rejects_fall_back_to_json(tmp_path: Path) -> None:
+    """orjson rejects NaN and integers beyond 64 bits, which json accepts: the verdict must not depend on that."""
+    first = json.dumps(GOOD[0])[:-1] + ', "note": NaN, "big": 123456789012345678901234567890}'
+    path = _write(tmp_path, [first] + [json.dumps(e) for e in GOOD[1:]])
+    assert main([path, "--reference"], prog="pulsar-ref audit") == 0
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"), [(b"", "empty line"), (b'{"index": 1, "note": "\xff"}', "not valid UTF-8"), (b"[1]", "object")]
+)
+def test_unparsable_line_exits_2(line: bytes, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_bytes(json.dumps(GOOD[0]).encode() + b"\n" + line + b"\n" + json.dumps(GOOD[2]).encode() + b"\n")
+    assert main([str(path), "--reference"], prog="pulsar-ref audit") == 2
+    err = capsys.readouterr().err
+    assert "h.jsonl:2:" in err and reason in err, err
