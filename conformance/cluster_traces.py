@@ -353,10 +353,12 @@ def summary(verdicts: Sequence[LedgerVerdict], seconds: float) -> str:
     steps = sum(len(v.verdict.steps) for v in verdicts if v.verdict is not None)
     recovered = [v.ledger for v in accepted if v.ledger.recoverers]
     moved = sum(t.recoverers != [t.writer] for t in recovered)
+    changed = sum(any(s.name == "WriterChangesEnsemble" for s in v.verdict.steps) for v in accepted)  # type: ignore[union-attr]
+    crashed = sum(any(s.name == "BookieCrashes" for s in v.verdict.steps) for v in accepted)  # type: ignore[union-attr]
     lines.append(
         f"{len(verdicts)} ledgers seen: {len(accepted)} accepted by ledger.tla ({len(recovered)} of them recovered, "
-        f"{moved} by another broker process than their writer; {relaxed} only with ignored answers taken as lost "
-        f"replies), {rejected} rejected, "
+        f"{moved} by another broker process than their writer; {changed} with a writer ensemble change; {crashed} "
+        f"with a bookie crash; {relaxed} only with ignored answers taken as lost replies), {rejected} rejected, "
         f"{sum(unchecked.values())} not checkable ({steps:,} steps; {seconds:.1f}s)"
     )
     lines += [f"  not checkable, {n}: {reason}" for reason, n in unchecked.most_common()]

@@ -30,9 +30,11 @@ the client ignored (its logged state unchanged), `linearize(relaxed=True)` takes
 a lost reply (`ReplyLost` at its handling), which `check_runs` does and reports for such runs.
 The sequence then goes through trace_validation's `to_steps` / `to_tla` / `check_traces`.
 
-What the ordering assumes: the metadata store is written by one client only (the writer never
-changes its ensemble or closes: cross-client metadata steps would need the store's version
-order, which is not recorded); one recovery client; no request is sent twice to one bookie
+What the ordering assumes: the metadata store is written by one client only in these runs (the
+writer never changes its ensemble or closes); cross-client metadata steps are ordered by the
+store's version, which their events carry (`version`, `written`; conformance/cluster_traces.py's
+broker runs need it), and a writer's ensemble change by `MessageLost` steps for the adds no bookie
+logged (`_lost_requests`); one recovery client; no request is sent twice to one bookie
 (FIFO matching otherwise); a bookie restarts only where the run says (`run_once(restart=True)`:
 SIGKILL between the writer's phases, nothing in flight), which becomes ledger.tla's
 `BookieCrashes` (checked against the journal the new process replayed) and `BookieRestarts`.

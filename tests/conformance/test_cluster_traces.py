@@ -80,7 +80,8 @@ def test_every_ledger_of_the_cluster_run_is_checked_and_none_rejected(checked: C
     assert names.index("MessageLost") < names.index("WriterChangesEnsemble"), names
     assert any("BookieCrashes" in [s.name for s in v.verdict.steps] for v in accepted), text  # type: ignore[union-attr]
     assert checked.run.summary.ok > 100 and checked.run.summary.faults >= 1
-    assert text.splitlines()[-1].startswith(f"{len(checked.verdicts)} ledgers seen: {len(accepted)} accepted")
+    total = next(line for line in text.splitlines() if " ledgers seen: " in line)
+    assert total.startswith(f"{len(checked.verdicts)} ledgers seen: {len(accepted)} accepted"), total
 
 
 def _without_acknowledged_entry(t: ct.LedgerTrace) -> tuple[ct.LedgerTrace, str, int]:
