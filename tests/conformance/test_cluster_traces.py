@@ -16,13 +16,14 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from conformance import cluster_traces as ct
-from conformance.process_traces import RECOVERER, WRITER
+from conformance.process_traces import RECOVERER, WRITER, linearize
+from conformance.trace_validation import Run, check_traces
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper, pytest.mark.tlc]
 
@@ -178,3 +179,63 @@ def test_cli_checks_a_trace_dir_and_exits_1_on_a_rejected_ledger(checked: Checke
     total = len(checked.verdicts)
     last = next(line for line in out.stdout.splitlines() if " ledgers seen: " in line)
     assert last.startswith(f"{total} ledgers seen: ") and ", 1 rejected, " in last, last
+
+
+def test_without_its_lost_requests_or_with_a_forgotten_entry_a_ledger_is_rejected(checked: Checked) -> None:
+    """The merger's additions are checked, not assumed: without the `MessageLost` steps the writer's
+    ensemble change is rejected (ledger.tla's writer times out only on a request no longer in flight),
+    and a restarted bookie whose replayed journal lacks an entry it acknowledged is rejected at its
+    crash."""
+    runs: list[Run] = []
+    config = None
+    for v in checked.verdicts:
+        t = v.ledger
+        if not v.accepted:
+            continue
+        lin = linearize(t.bookie_logs, t.client_logs, t.ledger_id, t.names, restarts=t.restarts)
+        events = lin.events
+        change = next((k for k, e in enumerate(events) if e.name == "WriterChangesEnsemble"), None)
+        if change is None or not any(e.name == "MessageLost" for e in events[:change]):
+            continue
+        failed = events[change].params["failed"]
+        if any(e.name == "ReplyLost" and e.params["bookie"] == failed for e in events[:change]):
+            continue  # a lost reply would let the change time out on its own
+        config = ct.config_for([t], len(t.bookie_logs))
+        runs.append(Run(config, t.ledger_id, t.ensemble, [e for e in events if e.name != "MessageLost"]))
+        break
+    assert runs, "no ensemble change with lost requests: " + ct.summary(checked.verdicts, 0)
+    forgotten = _forgotten_entry(checked)
+    assert forgotten is not None, "no crash after an acknowledged add: " + ct.summary(checked.verdicts, 0)
+    t, bookie = forgotten
+    lin = linearize(t.bookie_logs, t.client_logs, t.ledger_id, t.names, restarts=t.restarts)
+    assert config is not None and t.quorums == config.quorums
+    runs.append(Run(config, t.ledger_id, t.ensemble, lin.events))
+    config = replace(config, entries=max(config.entries, ct.config_for([t], len(t.bookie_logs)).entries))
+    verdicts, _ = check_traces(config, [replace(r, config=config) for r in runs])
+    no_loss, crash = verdicts
+    assert not no_loss.accepted and no_loss.steps[no_loss.reached].name == "WriterChangesEnsemble", no_loss.describe()
+    assert not crash.accepted, crash.describe()
+    step = crash.steps[crash.reached]
+    assert (step.name, step.params["bookie"]) == ("BookieCrashes", bookie), crash.describe()
+
+
+def _forgotten_entry(checked: Checked) -> tuple[ct.LedgerTrace, str] | None:
+    """An accepted ledger with a bookie crash, one entry it acknowledged dropped from what the restarted
+    process replayed; and that bookie."""
+    for v in checked.verdicts:
+        t = v.ledger
+        if not v.accepted or not t.restarts:
+            continue
+        acked = {
+            (t.names[r["params"]["bookie"]], r["params"]["entry"])
+            for r in t.events_of(WRITER)
+            if r["name"] == "WriterReceivesAddResponse" and r["params"]["ok"]
+        }
+        for bookie, log in t.bookie_logs.items():
+            for k, r in enumerate(log):
+                p = r["params"]
+                if r["name"] == "BookieReplays" and p["kind"] == "ENTRY" and (bookie, p["entry"]) in acked:
+                    doctored = copy.deepcopy(t)  # the record stays (restarts are indexes into the log)
+                    doctored.bookie_logs[bookie][k]["params"]["kind"] = "MASTER_KEY"  # no longer an entry
+                    return doctored, bookie
+    return None
