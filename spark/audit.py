@@ -635,9 +635,9 @@ def explain(row: dict[str, Any]) -> str:
 
 def audit(paths: Sequence[str], master: str | None = None) -> list[Audited]:
     """Audit already-validated histories in one Spark job; one Report per path."""
-    from spark.session import spark_session
+    from spark.session import input_bytes, spark_session
 
-    spark = spark_session(master)
+    spark = spark_session(master, input_size=input_bytes(paths))
     case_rows, summary_rows = run_checks(spark, load(spark, paths))
     out = []
     for h, path in enumerate(paths):

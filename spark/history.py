@@ -18,6 +18,7 @@ at the end of the history counts as `info`.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,3 +258,18 @@ def validate(path: str, events: Iterable[tuple[int, dict[str, Any]]], keep_ops: 
 
 def read_history(path: str, keep_ops: bool = True) -> list[Op]:
     return validate(path, iter_events(path), keep_ops)
+
+
+def main(paths: list[str]) -> int:
+    """`python -m spark.history HISTORY...`: check the format only; print the first error and exit 2, else 0."""
+    for path in paths:
+        try:
+            read_history(path, keep_ops=False)
+        except HistoryError as e:
+            print(e)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
-from spark.history import HistoryError, Op, read_history
+from spark.history import HistoryError, Op, is_parquet, read_history
 from spark.report import Report
 
 EXIT_VALID, EXIT_ANOMALIES, EXIT_UNUSABLE = 0, 1, 2
@@ -38,6 +42,56 @@ def _out_path(base: str, path: str, many: bool) -> Path:
     return b.with_name(f"{b.stem}.{Path(path).stem}{b.suffix}")
 
 
+def _validate_while_auditing(paths: list[str], master: str | None, reports: dict[str, Report]) -> str | None:
+    """Check the format in a child process while Spark audits (JSON Lines only: Parquet is read through Spark).
+
+    The Python check is single-threaded and Spark leaves a core idle for part of its run (JVM start, planning,
+    one-task stages), so the check costs little wall time there. Only a history that passes it gets a verdict:
+    on a format error the Spark job is cancelled and the error returned.
+    """
+    import spark
+    from spark.audit import audit
+
+    print(f"validating and auditing {len(paths)} histories with Spark ...", file=sys.stderr, flush=True)
+    # A plain child interpreter (not multiprocessing, which re-imports the caller's __main__), able to import
+    # this repository's spark package however this process found it.
+    root = str(Path(spark.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    check = subprocess.Popen(
+        [sys.executable, "-m", "spark.history", *paths],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["audited"] = audit(paths, master=master)
+        except BaseException as e:  # re-raised below unless the format check explains it
+            outcome["error"] = e
+
+    worker = threading.Thread(target=run, name="spark-audit", daemon=True)
+    worker.start()
+    out, err = check.communicate()
+    if check.returncode == EXIT_UNUSABLE:
+        from spark.session import cancel_jobs
+
+        while worker.is_alive():  # until its next action fails (the session may still be starting)
+            cancel_jobs()
+            worker.join(0.5)
+        return out.strip()
+    if check.returncode != 0:
+        raise RuntimeError(f"the format check failed: {err.strip()}")
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    for audited in outcome["audited"]:
+        reports[audited.path] = audited.report
+    return None
+
+
 def main(argv: list[str], prog: str) -> int:
     p = argparse.ArgumentParser(
         prog=prog,
@@ -54,25 +108,31 @@ def main(argv: list[str], prog: str) -> int:
     many = len(args.histories) > 1
     need_ops = args.reference or bool(args.html)
     ops_of: dict[str, list[Op]] = {}
-    for path in args.histories:
-        print(f"validating {path} ...", file=sys.stderr, flush=True)
-        try:
-            ops_of[path] = read_history(path, keep_ops=need_ops)
-        except HistoryError as e:
-            print(f"{prog}: unusable history: {e}. Fix the line (see HISTORY.md) and rerun.", file=sys.stderr)
-            return EXIT_UNUSABLE
     reports: dict[str, Report] = {}
-    if args.reference:
-        from spark.reference import check
-
-        for path in args.histories:
-            reports[path] = check(ops_of[path])
+    if not need_ops and not any(is_parquet(p) for p in args.histories if Path(p).exists()):
+        error = _validate_while_auditing(args.histories, args.master, reports)
+        if error is not None:
+            print(f"{prog}: unusable history: {error}. Fix the line (see HISTORY.md) and rerun.", file=sys.stderr)
+            return EXIT_UNUSABLE
     else:
-        from spark.audit import audit
+        for path in args.histories:
+            print(f"validating {path} ...", file=sys.stderr, flush=True)
+            try:
+                ops_of[path] = read_history(path, keep_ops=need_ops)
+            except HistoryError as e:
+                print(f"{prog}: unusable history: {e}. Fix the line (see HISTORY.md) and rerun.", file=sys.stderr)
+                return EXIT_UNUSABLE
+        if args.reference:
+            from spark.reference import check
 
-        print(f"auditing {len(args.histories)} histories with Spark ...", file=sys.stderr, flush=True)
-        for audited in audit(args.histories, master=args.master):
-            reports[audited.path] = audited.report
+            for path in args.histories:
+                reports[path] = check(ops_of[path])
+        else:
+            from spark.audit import audit
+
+            print(f"auditing {len(args.histories)} histories with Spark ...", file=sys.stderr, flush=True)
+            for audited in audit(args.histories, master=args.master):
+                reports[audited.path] = audited.report
     for path in args.histories:
         report = reports[path]
         _print_summary(path, report)

@@ -92,3 +92,22 @@ def test_two_level_scans_agree_with_reference_across_buckets(
         assert result.report.valid == (anomaly is None)
         if anomaly is not None:
             assert any(c.anomaly == anomaly and set(touched) <= set(c.ops) for c in result.report.cases)
+
+
+def test_malformed_history_exits_2_on_the_spark_path(spark: Any, tmp_path: Path, capsys: Any) -> None:
+    """Without --reference the format is checked while Spark audits: a bad line still means exit 2, no verdict."""
+    events = fixed_corpus(1)[0][1]
+    path = tmp_path / "h.jsonl"
+    write_jsonl(events, str(path))
+    lines = path.read_text().splitlines()
+    lines[7] = lines[7].replace('"index":7,', '"index":70,')
+    path.write_text("\n".join(lines) + "\n")
+    assert main([str(path)], prog="pulsar-ref audit") == 2
+    captured = capsys.readouterr()
+    assert "h.jsonl:8: index is 70" in captured.err and "VALID" not in captured.out
+    assert main([str(path.with_name("missing.jsonl"))], prog="pulsar-ref audit") == 2
+    assert "no such file" in capsys.readouterr().err
+    # The session is still usable after the cancelled job.
+    good = tmp_path / "g.jsonl"
+    write_jsonl(events, str(good))
+    assert main([str(good)], prog="pulsar-ref audit") == 0
