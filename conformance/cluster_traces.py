@@ -259,6 +259,16 @@ def _unchecked(trace: LedgerTrace, logs: dict[str, list[Record]]) -> str:
                 f"{what}: the requests the client timed out on are in no log (which were lost, and when, "
                 "is not recorded), so the spec's lost-request steps cannot be placed"
             )
+    pushed = -1
+    for r in trace.events_of(WRITER):
+        if r["name"] == "WriterSendsAdd":
+            pushed = r["params"]["entry"]
+        if r["name"] == "WriterChangesEnsemble" and pushed < r["params"]["first"]:
+            return (
+                "an ensemble change with no entry pending (ledger.tla's writer times out only entries short of "
+                f"Qa acks, its delayed-ensemble-change reduction): bookie {trace.names.get(r['params']['failed'])} "
+                f"failed on an add that already had Qa acks, the change starts at {r['params']['first']}"
+            )
     handled: Counter[tuple[str, str, int]] = Counter()
     for bookie, records in trace.bookie_logs.items():
         for r in records:

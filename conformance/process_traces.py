@@ -274,7 +274,7 @@ class _Graph:
                 else:
                     s.ignored = bool(p["stale"])
                 chain.append(i)
-            self.client_chains[client] = chain
+            self.client_chains[client] = _changes_at_decision(steps, chain) if client == WRITER else chain
         self.bookie_edges = [(a, b) for chain in bookie_chains for a, b in zip(chain, chain[1:], strict=False)]
         self.metadata_edges = self._metadata_order()
         self.sender_edges: list[tuple[int, int]] = []
@@ -439,6 +439,53 @@ class _Graph:
             "orders form a cycle (each step must come before the next): "
             + " -> ".join(self.steps[i].describe() for i in [*cycle, cycle[0]])
         )
+
+
+def _changes_at_decision(steps: list[_Step], chain: list[int]) -> list[int]:
+    """The writer's chain with each ensemble change (and its close) moved back to where it was decided.
+
+    The core decides a change (its new fragment starts at its LAC + 1, the `first` its event
+    carries) and goes on taking answers and adds while the conditional write is in flight; its event
+    comes when the write's result does. ledger.tla's change is one step at the decision, so the
+    change goes back over the answers and sends logged during the write that moved the LAC to
+    `first` or past it (an add held during the write is then sent to the new ensemble, as the core
+    does once the write succeeds), with the LAC it had then."""
+    out = list(chain)
+    for n in range(len(out)):
+        r = steps[out[n]].client
+        if r is not None and r["name"] == "WriterCloses":
+            _close_at_decision(steps, out, n)
+        if r is None or r["name"] != "WriterChangesEnsemble":
+            continue
+        q = n
+        while q > 0:
+            prev = steps[out[q - 1]].client
+            if prev is None or prev["name"] not in ("WriterReceivesAddResponse", "WriterSendsAdd"):
+                break
+            if prev["params"]["lac"] < r["params"]["first"]:
+                break  # the LAC was still below the fragment's start: the change came after this
+            q -= 1
+        if q < n:  # its logged LAC is the one after the write's result; at the decision it was first - 1
+            steps[out[n]].client = {**r, "params": {**r["params"], "lac": r["params"]["first"] - 1}}
+            out.insert(q, out.pop(n))
+    return out
+
+
+def _close_at_decision(steps: list[_Step], out: list[int], n: int) -> None:
+    """Move the writer's close (at `out[n]`) back to its decision, as `_changes_at_decision` does for
+    changes: answers taken while the close's write was in flight (logged in the core's transient
+    "closing" state, none counted) come after ledger.tla's atomic close, in its outcome's state."""
+    r = steps[out[n]].client
+    assert r is not None
+    q = n
+    while q > 0:
+        prev = steps[out[q - 1]].client
+        if prev is None or prev["name"] != "WriterReceivesAddResponse" or prev["params"]["state"] != "closing":
+            break
+        after = {"state": r["params"]["state"], "fenced": r["params"]["fenced"]}
+        steps[out[q - 1]].client = {**prev, "params": {**prev["params"], **after}}
+        q -= 1
+    out.insert(q, out.pop(n))
 
 
 def _sender(

@@ -125,6 +125,13 @@ def main(argv: list[str], prog: str) -> int:
         "(conformance/cluster_traces.py): accepted, rejected (first unmatched event) or not checkable (why)",
     )
     parser.add_argument("--duration", type=float, default=30.0, help="with --cluster-run: workload seconds (30)")
+    parser.add_argument("--bookies", type=int, default=3, help="with --cluster-run: bookie processes (3)")
+    parser.add_argument(
+        "--quorums",
+        default="2,2,2",
+        metavar="E,QW,QA",
+        help="with --cluster-run: the brokers' ledgers' quorums (2,2,2)",
+    )
     parser.add_argument(
         "--nemesis",
         default="kill-bookie,kill-broker,expire-session",
@@ -295,9 +302,26 @@ def _cluster_traces(args: argparse.Namespace) -> int:
             trace_dir = Path(args.check_cluster_traces)
         else:
             directory = Path(args.keep) if args.keep else Path(tmp := tempfile.mkdtemp(prefix="cluster-traces-"))
-            say(f"cluster run in {directory}: {args.duration:.0f} s of workload, nemesis {args.nemesis or 'none'}")
+            say(
+                f"cluster run in {directory}: {args.bookies} bookies, quorums {args.quorums}, "
+                f"{args.duration:.0f} s of workload, nemesis {args.nemesis or 'none'}"
+            )
+            try:
+                e, qw, qa = (int(x) for x in args.quorums.split(","))
+            except ValueError:
+                print(f"--quorums needs E,QW,QA (three integers), not {args.quorums!r}", file=sys.stderr)
+                return EXIT_USAGE
+            if not args.bookies >= e >= qw >= qa >= 1:
+                print("--cluster-run needs bookies >= E >= QW >= QA >= 1", file=sys.stderr)
+                return EXIT_USAGE
             run = cluster_traces.run_cluster(
-                directory, duration_s=args.duration, seed=args.seed, nemesis=args.nemesis, progress=say
+                directory,
+                duration_s=args.duration,
+                seed=args.seed,
+                bookies=args.bookies,
+                quorums=(e, qw, qa),
+                nemesis=args.nemesis,
+                progress=say,
             )
             s = run.summary
             say(f"workload: ok {s.ok}, fail {s.fail}, info {s.info}, {s.faults} faults injected ({run.seconds:.0f} s)")
