@@ -267,7 +267,8 @@ def _unchecked(trace: LedgerTrace, logs: dict[str, list[Record]]) -> str:
             return (
                 "an ensemble change with no entry pending (ledger.tla's writer times out only entries short of "
                 f"Qa acks, its delayed-ensemble-change reduction): bookie {trace.names.get(r['params']['failed'])} "
-                f"failed on an add that already had Qa acks, the change starts at {r['params']['first']}"
+                "failed on an add that reached Qa acks from the others before the replacement was chosen; the "
+                f"change, decided already, still went ahead, at entry {r['params']['first']}"
             )
     handled: Counter[tuple[str, str, int]] = Counter()
     for bookie, records in trace.bookie_logs.items():
