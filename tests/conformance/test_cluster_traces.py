@@ -239,3 +239,29 @@ def _forgotten_entry(checked: Checked) -> tuple[ct.LedgerTrace, str] | None:
                     doctored.bookie_logs[bookie][k]["params"]["kind"] = "MASTER_KEY"  # no longer an entry
                     return doctored, bookie
     return None
+
+
+E3_LEDGERS = Path(__file__).with_name("cluster_trace_e3.json")
+
+
+def test_writer_steps_at_their_decision_kept_real_e3_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three ledgers' logs kept from an E=Qw=3 Qa=2 cluster run (4 bookies, seed 31): 114, where an
+    entry reached Qa while the writer's ensemble change was being written; 22, where answers came while
+    the writer's close was being written; 112, a change decided when nothing was pending any more.
+    Taken at their decisions, the first two are accepted; in the order the core logged them (results
+    of the writes), TLC rejects them. 112 is not checkable."""
+    traces = [ct.LedgerTrace(**t) for t in json.loads(E3_LEDGERS.read_text())]
+    for t in traces:
+        t.quorums, t.ensemble = tuple(t.quorums), tuple(t.ensemble)  # type: ignore[assignment]  # JSON lists
+        t.reason = ct._unchecked(t, {t.writer: t.events_of(WRITER)})
+    moved, closed, undecidable = ct.check_ledgers(traces)
+    assert moved.accepted and closed.accepted, (moved.describe(), closed.describe())
+    assert undecidable.not_checkable.startswith("an ensemble change with no entry pending")
+
+    from conformance import process_traces
+
+    monkeypatch.setattr(process_traces, "_changes_at_decision", lambda steps, chain: chain)
+    logged = ct.check_ledgers(traces[:2])
+    assert [v.rejected for v in logged] == [True, True], [v.describe() for v in logged]
+    step = logged[0].verdict.steps[logged[0].verdict.reached]  # type: ignore[union-attr]
+    assert step.name == "WriterChangesEnsemble" and step.params["first"] == 0
