@@ -51,10 +51,12 @@ def spark_session(master: str | None = None, shuffle_partitions: int = 8, input_
     return _session
 
 
-def cancel_jobs() -> None:
-    """Cancel what the session runs (an audit whose input turned out unusable)."""
-    if _session is not None:
-        _session.sparkContext.cancelAllJobs()
+def cancel_jobs() -> bool:
+    """Cancel what the session runs (an audit whose input turned out unusable); False if there is no session."""
+    if _session is None:
+        return False
+    _session.sparkContext.cancelAllJobs()
+    return True
 
 
 def stop_session() -> None:

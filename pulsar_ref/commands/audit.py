@@ -78,8 +78,9 @@ def _validate_while_auditing(paths: list[str], master: str | None, reports: dict
     if check.returncode == EXIT_UNUSABLE:
         from spark.session import cancel_jobs
 
-        while worker.is_alive():  # until its next action fails (the session may still be starting)
-            cancel_jobs()
+        # Cancel until the job's next action fails. If the session is still starting, leave the daemon thread:
+        # the command exits now rather than after the JVM start (the JVM exits with this process).
+        while worker.is_alive() and cancel_jobs():
             worker.join(0.5)
         return out.strip()
     if check.returncode != 0:
