@@ -762,16 +762,23 @@ WriterStopped == wState # "WRITING"
 \* CLOSED ledger no client is fencing and one idle or aborted can only adopt the close.
 LacDead == meta.state = "CLOSED" /\ \A c \in Recoverers : rPhase[c] \in {"idle", "aborted", "done"}
 \* A request whose delivery changes nothing that is read again, whose reply is ignored, and whose
-\* presence in msgs nothing reads (NoMessagesOf needs idle/aborted, the InFlight tests a running
-\* client; losing it only spends budget, which leaves fewer behaviours). Each case stays dead:
-\* fenced flags, "done", a stopped writer, a CLOSED ledger and stored entries are all final.
-\*   read/readLac of a done client to a fenced bookie: fencing again is a no-op;
+\* presence in msgs blocks no step its twin without it could take: NoMessagesOf is read only in
+\* idle/aborted and the InFlight tests only for a fencing client's read-LACs, a reading client's
+\* current entry and pending adds. (Blocking matters: TLC never expands the twin, so the first state
+\* of a fingerprint must be able to take every step of the others. Losing such a request only
+\* spends budget, which leaves fewer behaviours.) Each case stays dead while it is one: fenced flags,
+\* a stopped writer, "done", a CLOSED ledger, stored entries and a higher rNext are final; a client
+\* that aborts makes its stale reads live again (they block its retry), and then they count again.
+\*   read/readLac of a client reading (another entry), closing or done, to a fenced bookie:
+\*     fencing again is a no-op and the answer is stale;
 \*   a stopped writer's add to a fenced bookie: rejected, no change;
-\*   an add (writer's, stopped, or a done client's) of an entry the bookie stores, once the LAC
-\*   header is dead: entries unchanged, only bookieLac moves.
+\*   an add (a stopped writer's, or a done client's) of an entry the bookie stores, once the LAC
+\*     header is dead: entries unchanged, only bookieLac moves.
 DeadRequest(m) ==
     CASE m.kind \in {"read", "readLac"} ->
-              rPhase[m.client] = "done" /\ fenced[m.bookie]
+              /\ fenced[m.bookie]
+              /\ rPhase[m.client] \in {"reading", "closing", "done"}
+              /\ ~(m.kind = "read" /\ rPhase[m.client] = "reading" /\ m.entry = rNext[m.client])
       [] m.kind = "add" ->
               WriterStopped /\ (fenced[m.bookie] \/ (m.entry \in entries[m.bookie] /\ LacDead))
       [] m.kind = "recoveryAdd" ->
@@ -782,17 +789,29 @@ DeadRequest(m) ==
 FencedDead == WriterStopped /\ \A m \in msgs : m.kind = "add" => DeadRequest(m)
 \* A done client's locals other than rEnd are read by nothing (every handler tests the phase first);
 \* a stopped writer's wPushed likewise (wLac and wFragments stay: invariants read them).
+\* With no bookie outside the ensemble (E = all bookies) no ensemble change can happen, since a
+\* replacement must be outside it. Then a pending entry's ack set is read only through "fewer than
+\* Qa?" and "is b in it?" while it is short of Qa (completion, EFENCED, timeouts), so a set that
+\* reached Qa is as good as any other such set; and the LAC a pending add was first sent with is
+\* read only by the re-send of an ensemble change, so it is dead.
+NoSpareBookie == Cardinality(Bookies) = E
+AcksView(acks) == IF NoSpareBookie
+                  THEN [e \in Entries |-> IF Cardinality(acks[e]) >= Qa THEN {"Qa reached"} ELSE acks[e]]
+                  ELSE acks
+SentLacView(sent) == IF NoSpareBookie THEN NoLacs ELSE sent
 deadView ==
     << meta, entries,
        IF FencedDead THEN [b \in Bookies |-> FALSE] ELSE fenced,
        IF LacDead THEN [b \in Bookies |-> NoEntry] ELSE bookieLac,
        up, failed,
        {m \in msgs : ~DeadRequest(m)},
-       wState, IF WriterStopped THEN NoEntry ELSE wPushed, wLac, wAcks, wSentLac, wFragments,
+       wState, IF WriterStopped THEN NoEntry ELSE wPushed, wLac, AcksView(wAcks), SentLacView(wSentLac),
+       wFragments,
        [c \in Recoverers |->
            IF rPhase[c] = "done" THEN <<rEnd[c]>>
            ELSE <<rPhase[c], rAnswered[c], rMaxLac[c], rReadFragments[c], rFragments[c], rNext[c],
-                  rNegatives[c], rWbAcks[c], rWbSentLac[c], rWbLac[c], rEnd[c], rLength[c]>>],
+                  rNegatives[c], AcksView(rWbAcks[c]), SentLacView(rWbSentLac[c]), rWbLac[c], rEnd[c],
+                  rLength[c]>>],
        lost, crashes >>
 
 deepView == IF SafeForever THEN <<"safe forever">> ELSE deadView
