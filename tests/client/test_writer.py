@@ -140,6 +140,32 @@ def test_efenced_from_a_replaced_bookie_is_ignored() -> None:
     assert writer.state.value == "writing"
 
 
+def test_a_change_no_add_needs_any_more_is_dropped_when_the_replacement_comes() -> None:
+    """ledger.tla changes the ensemble only for an add still short of Qa (delayed ensemble change);
+    a real cluster run showed the add reaching Qa from the others while the replacement was chosen."""
+    meta = metadata()
+    writer = LedgerWriter(LEDGER, meta)
+    e0 = sends(writer.add(b"a"))
+    answer(writer, e0[0])
+    choose = answer(writer, e0[1], ErrorCode.EIO)  # short of Qa: a replacement is asked for
+    assert [type(o) for o in choose] == [ChooseReplacement]
+    assert completed(answer(writer, e0[2])) == [0]  # Qa from b0 and b2 meanwhile
+    assert writer.add(b"b") == []  # held while the change is pending
+    outputs = writer.on_replacement(e0[1].bookie, "b3:1")
+    assert not [o for o in outputs if isinstance(o, UpdateMetadata)]
+    assert writer.metadata == meta and writer.state.value == "writing"
+    assert sorted(s.bookie for s in sends(outputs)) == list(BOOKIES)  # the held add goes to the ensemble
+
+
+def test_a_change_still_needed_goes_ahead_when_the_replacement_comes() -> None:
+    writer = LedgerWriter(LEDGER, metadata())
+    e0 = sends(writer.add(b"a"))
+    answer(writer, e0[0])
+    answer(writer, e0[1], ErrorCode.EIO)
+    (update,) = writer.on_replacement(e0[1].bookie, "b3:1")  # entry 0 still has one ack of Qa = 2
+    assert isinstance(update, UpdateMetadata) and isinstance(update.change, EnsembleChange)
+
+
 def test_a_resent_add_carries_the_lac_it_was_first_sent_with() -> None:
     """PendingAddOp encodes an entry once (with the LAC of that moment) and re-sends that buffer to a
     replacement; ledger.tla re-sends with wSentLac[e], not the current wLac."""

@@ -233,6 +233,12 @@ class LedgerWriter:
             return []
         if replacement in self.metadata.last_ensemble:
             raise ValueError(f"replacement {replacement} is already in the ensemble {self.metadata.last_ensemble}")
+        if not self._needs_replacing(failed):
+            # Delayed ensemble change (ledger.tla's WriterTimedOut): while the replacement was being
+            # chosen, every add that waited on `failed` reached Qa from the others. The fragment
+            # would start past everything sent, for nothing; the next failure asks again.
+            self._changing = None
+            return self._after_change()
         self._changing = (failed, replacement)
         first_entry_id = self.last_add_confirmed + 1
         if self.recovery:
@@ -420,13 +426,25 @@ class LedgerWriter:
                     pending.acked.discard(i)  # the old bookie's copy is outside the new fragment
                     outputs.append(Send(after[i], self._request(pending)))
         outputs += self._deliver_completed()
+        return outputs + self._after_change()
+
+    def _after_change(self) -> list[WriterOutput]:
+        """The next queued ensemble change, or else the adds held while changing go out."""
         change = self._next_change()
         if change:
-            return outputs + change
+            return change
+        outputs: list[WriterOutput] = []
         for entry_id in sorted(self._pending):
             if not self._pending[entry_id].sent:
                 outputs += self._send_all(self._pending[entry_id])
         return outputs
+
+    def _needs_replacing(self, failed: BookieId) -> bool:
+        """Whether a sent add still waits on `failed` and is short of Qa (ledger.tla's WriterTimedOut)."""
+        return any(
+            p.sent and len(p.acked) < self.metadata.ack_quorum and set(self._positions(p.entry_id, failed)) - p.acked
+            for p in self._pending.values()
+        )
 
     def _fail_pending(self, error: LedgerClientError) -> list[WriterOutput]:
         outputs: list[WriterOutput] = [AddFailed(entry_id, error) for entry_id in sorted(self._pending)]
