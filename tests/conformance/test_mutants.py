@@ -57,6 +57,10 @@ def test_catalogue_is_documented_and_its_checks_exist() -> None:
                 assert check in MODELS and MODELS[check].profile == "ci", check
         for patch in m.patches:
             assert patch.target() is not None  # MutantError if the core lost the attribute
+        assert m.specs == {MODELS[c].spec if c in MODELS else "ledger.tla" for c in m.checks}, m.name
+    # A check that is no model is an error, not a check silently skipped by `conform --spec`.
+    with pytest.raises(MutantError, match="no-such-model"):
+        mutation.spec_of("no-such-model")
     # The examples are all in the catalogue.
     assert {
         "recovery-reads-without-fence",
