@@ -89,9 +89,9 @@ def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int, rat
     eid = 0
     while time.monotonic() - start < seconds:
         if rate > 0:
-            due = start + eid / rate
-            if due > time.monotonic():
-                time.sleep(due - time.monotonic())
+            wait = start + eid / rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
         window.acquire()
         t = time.monotonic()
         fut = channel.submit(AddRequest(ledger, eid, KEY, encode_entry(ledger, eid, eid - 1, eid, b"x" * (ENTRY - 40))))
