@@ -81,3 +81,15 @@ class TraceFile:
     def close(self) -> None:
         with self._lock:
             self._file.close()
+
+
+def run_traced(path: str | Path | None, role: str, run: Callable[[], int]) -> int:
+    """`run()`, with every event emitted meanwhile appended to `path` (a `--trace FILE` option); untraced if None."""
+    if not path:
+        return run()
+    recorder = TraceFile(path, role=role)
+    try:
+        with tracing(recorder):
+            return run()
+    finally:
+        recorder.close()

@@ -220,13 +220,6 @@ def main(argv: list[str], prog: str) -> int:
         "slower, off by default",
     )
     args = parser.parse_args(argv)
-    if not args.trace:
-        return run(args)
-    from impl.trace import TraceFile, tracing
+    from impl.trace import run_traced
 
-    recorder = TraceFile(args.trace, role="bookie")
-    try:
-        with tracing(recorder):
-            return run(args)
-    finally:
-        recorder.close()
+    return run_traced(args.trace, "bookie", lambda: run(args))

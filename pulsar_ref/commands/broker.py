@@ -46,16 +46,9 @@ def main(argv: list[str], prog: str) -> int:
     )
     args = parser.parse_args(argv)
     check_quorums(parser, args)
-    if not args.trace:
-        return _run(args)
-    from impl.trace import TraceFile, tracing
+    from impl.trace import run_traced
 
-    recorder = TraceFile(args.trace, role="broker")
-    try:
-        with tracing(recorder):
-            return _run(args)
-    finally:
-        recorder.close()
+    return run_traced(args.trace, "broker", lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -98,26 +98,21 @@ class RecoveryOp:
             return outputs
         if isinstance(result.change, RecoveryClose) and self.phase is RecoveryPhase.CLOSING:
             if result.applied and current is not None:
-                outputs = self._done(current, adopted=False)
-                self._trace(
-                    "RecoveryCloses",
-                    lastEntry=result.change.last_entry_id,
-                    outcome="IN_RECOVERY",
-                    version=result.version,
-                    written=result.written,
+                outputs, outcome = self._done(current, adopted=False), "IN_RECOVERY"  # the state the CW found
+            elif current is not None and current.state is LedgerState.CLOSED:
+                outputs, outcome = self._done(current, adopted=True), "CLOSED"
+            else:
+                return self._fail(
+                    MetadataUpdateError(self.ledger_id, f"recovery close refused: {result.error or current}")
                 )
-                return outputs
-            if current is not None and current.state is LedgerState.CLOSED:
-                outputs = self._done(current, adopted=True)
-                self._trace(
-                    "RecoveryCloses",
-                    lastEntry=result.change.last_entry_id,
-                    outcome="CLOSED",
-                    version=result.version,
-                    written=result.written,
-                )
-                return outputs
-            return self._fail(MetadataUpdateError(self.ledger_id, f"recovery close refused: {result.error or current}"))
+            self._trace(
+                "RecoveryCloses",
+                lastEntry=result.change.last_entry_id,
+                outcome=outcome,
+                version=result.version,
+                written=result.written,
+            )
+            return outputs
         return []
 
     def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[RecoveryOutput]:
