@@ -156,8 +156,9 @@ def test_writer_confirming_past_a_hole_is_rejected(e2_verdicts: dict[str, list[V
 @pytest.mark.tlc
 def test_randomized_runs_over_configurations_are_accepted() -> None:
     """E3/Qw3/Qa2 and striping E3/Qw2/Qa2 with losses, a crash, ensemble changes and two recoverers."""
-    report = validate_traces(90, seed=7, configs=(E3, STRIPING), batch=45)
-    assert len(report.verdicts) == 90
+    # Hundreds of runs in CI (the issue's figure): 270 here and 30 in e2_verdicts, besides the mutants' runs.
+    report = validate_traces(270, seed=7, configs=(E3, STRIPING), batch=90)
+    assert len(report.verdicts) == 270
     assert not report.rejected, "\n".join(v.describe() for v in report.rejected)
     seen = Counter(s.name for v in report.verdicts for s in v.steps)
     for action in (
