@@ -20,8 +20,9 @@ import sys
 import time
 
 from conformance import mutants as mutation
+from conformance import simulation
 from conformance.replay import GraphReplay
-from conformance.suite import Behaviours, ModelResult, behaviours_of, replay_model, supported
+from conformance.suite import Behaviours, ModelResult, behaviours_of, mapping_for, replay_model, supported
 from conformance.tlc import PROFILES, ManifestError, Model, Outcome, TLCError, load_manifest
 from conformance.trace_validation import summary, validate_traces
 
@@ -145,6 +146,17 @@ def main(argv: list[str], prog: str) -> int:
         metavar="TRACE_DIR",
         help="instead: check the logs of a cluster started with `cluster up --trace-dir TRACE_DIR` (after `down`)",
     )
+    parser.add_argument(
+        "--simulate",
+        type=int,
+        metavar="N",
+        help="instead of state graphs: N distinct random behaviours of each chosen passing model, from TLC's "
+        "simulation mode with seed --seed, each replayed and followed to its end (conformance/simulation.py); for "
+        "models too large for their whole graph, e.g. --profile deep --model ledger-deep --simulate 500",
+    )
+    parser.add_argument(
+        "--depth", type=int, default=40, help="with --simulate: the longest behaviour, in steps (default: %(default)s)"
+    )
     runs = parser.add_mutually_exclusive_group()
     runs.add_argument(
         "--mutants",
@@ -191,6 +203,8 @@ def main(argv: list[str], prog: str) -> int:
             f"{spec}: NOT SUPPORTED (no replay mapping in conformance/ yet); not replayed: {', '.join(skipped) or '-'}"
         )
     todo = [m for m in models if supported(m.spec)]
+    if args.simulate is not None:
+        return _simulations(todo, args.simulate, args.seed, args.depth, prog)
     results: list[ModelResult] = []
     kept: dict[str, Behaviours] = {}
     started = time.monotonic()
@@ -336,6 +350,48 @@ def _cluster_traces(args: argparse.Namespace) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     say(cluster_traces.summary(verdicts, seconds))
     return EXIT_MISMATCH if any(v.rejected for v in verdicts) else 0
+
+
+def _simulations(models: list[Model], count: int, seed: int, depth: int, prog: str) -> int:
+    """`--simulate N`: TLC's random behaviours of each passing model, replayed; 1 if one is not followed."""
+    if count < 1 or depth < 1:
+        print(f"{prog}: --simulate and --depth need a positive number", file=sys.stderr)
+        return EXIT_USAGE
+    passing = [m for m in models if m.expect is Outcome.PASS]
+    rows = [["model", "behaviours", "walks read", "steps", "followed", "TLC s", "replay s", "steps/s"]]
+    mismatches = []
+    for i, model in enumerate(passing, start=1):
+        print(f"[{i}/{len(passing)}] {model.name}: TLC -simulate -seed {seed} (up to {depth} steps) ...", flush=True)
+        try:
+            sim = simulation.simulate(model, count=count, seed=seed, depth=depth)
+        except TLCError as exc:
+            print(f"TLC could not simulate {model.name}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"      {len(sim.behaviours):,} distinct behaviours of {sim.walks:,} walks; replaying ...", flush=True)
+        replayed = simulation.replay_simulation(
+            mapping_for(model), sim, on_progress=lambda n, total: print(f"      {n:,}/{total:,}", flush=True)
+        )
+        mismatches += [r.mismatch for r in replayed.mismatches if r.mismatch is not None]
+        followed = len(replayed.replays) - len(replayed.mismatches)
+        rate = replayed.steps / replayed.seconds if replayed.seconds else 0.0
+        rows.append(
+            [model.name, f"{len(sim.behaviours):,}", f"{sim.walks:,}", f"{replayed.steps:,}"]
+            + [
+                f"{followed:,}/{len(replayed.replays):,}",
+                f"{sim.seconds:.1f}",
+                f"{replayed.seconds:.1f}",
+                f"{rate:,.0f}",
+            ]
+        )
+    print()
+    print(_table(rows))
+    for mismatch in mismatches[:3]:
+        print(f"\n{mismatch}", file=sys.stderr)
+    if mismatches:
+        print(f"\n{len(mismatches)} behaviours not followed", file=sys.stderr)
+        return EXIT_MISMATCH
+    print(f"\nall {sum(int(r[1].replace(',', '')) for r in rows[1:]):,} behaviours followed")
+    return 0
 
 
 def _mutants(
