@@ -4,12 +4,14 @@ For each model of spec/models.toml in the profile: a model TLC passes has its wh
 graph replayed (every edge once, each spec state compared with the implementation's
 abstraction); a mutation model's counterexample is replayed as a regression trace, which the
 fixed implementation must refuse. See conformance/replay.py and conformance/suite.py.
-Then the mutation score (conformance/mutants.py): each deliberately broken core of the catalogue
-is patched in and the checks it names are run again; every one must fail (the mutant is killed).
+Then (ci profile, ledger.tla chosen, no --model) trace validation of DEFAULT_TRACES seeded runs of
+the cores (conformance/trace_validation.py: TLC must accept each). Then the mutation score
+(conformance/mutants.py): each deliberately broken core of the catalogue is patched in and the
+checks it names are run again; every one must fail (the mutant is killed).
 
 Exit status: 0 all replayed models conform, every mutant run is killed and every requested spec
 is supported; 1 a mismatch (a behaviour the implementation does not follow, a mutation trace it
-follows to the end, a graph not fully covered) or a surviving mutant; 2 bad arguments or TLC
+follows to the end, a graph not fully covered), a rejected trace or a surviving mutant; 2 bad arguments or TLC
 unavailable; 3 no mismatch, but some requested specs have no replay mapping yet (reported, not passed).
 """
 
@@ -234,6 +236,11 @@ def main(argv: list[str], prog: str) -> int:
         f"{steps / replay_seconds if replay_seconds else 0:,.0f} steps/s "
         f"(replay only; {elapsed:.1f}s in all, with TLC)"
     )
+    traces_code = 0
+    if not args.model and args.profile == "ci" and "ledger.tla" in specs:
+        # Trace validation's share of the default run (more with --traces N): implementation -> spec.
+        print(f"\ntrace validation: {DEFAULT_TRACES} seeded runs of the cores, checked by TLC ...", flush=True)
+        traces_code = _traces(DEFAULT_TRACES, args.seed)
     mutants_code = 0
     if args.no_mutants or args.model or args.profile != "ci":
         print("mutants killed: not run (--no-mutants, --model or a profile other than ci; see --mutants)")
@@ -254,13 +261,16 @@ def main(argv: list[str], prog: str) -> int:
     if failed:
         print(f"\nMISMATCH in {len(failed)} of {len(results)} models: {', '.join(r.model.name for r in failed)}")
         return EXIT_MISMATCH
-    if mutants_code:
-        return mutants_code
+    if traces_code or mutants_code:
+        return traces_code or mutants_code
     if unsupported:
         print(f"\nno mismatch; not supported yet: {', '.join(unsupported)}")
         return EXIT_UNSUPPORTED
     print(f"\nall {len(results)} models conform")
     return 0
+
+
+DEFAULT_TRACES = 30  # trace-validated runs in a default (ci) run, over trace_validation.CONFIGS
 
 
 def _traces(count: int, seed: int) -> int:

@@ -191,6 +191,7 @@ def test_the_default_run_scores_the_mutants_after_the_models(
     code = conform.main(["--spec", "ledger"], "pulsar-ref conform")
     out = capsys.readouterr().out
     assert "960/960" in out and "mutants killed: 1/2 (SURVIVED: harmless)" in out, out
+    assert f"{conform.DEFAULT_TRACES}/{conform.DEFAULT_TRACES} traces accepted by ledger.tla" in out, out
     assert code == conform.EXIT_MISMATCH
     monkeypatch.setattr(mutation, "CATALOGUE", (lethal,))
     assert conform.main(["--spec", "ledger"], "pulsar-ref conform") == 0
