@@ -43,10 +43,17 @@ def log_writes(directory: str) -> None:
         print(i, flush=True)
 
 
+def say(line: str) -> None:
+    """One whole line per write: print() writes the text and its newline separately, so lines printed by the
+    listener's thread and the main thread at the same moment could run together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def hold_ephemeral(directory: str) -> None:
     """Hold /alive; once the session is found expired, report the listener and the error, then exit."""
     store = EmbeddedStore(directory, session_timeout_s=1.0)
-    store.add_session_listener(lambda state: print(f"listener {state.name}", flush=True))
+    store.add_session_listener(lambda state: say(f"listener {state.name}"))
     store.create("/alive", ephemeral=True)
     print("ready", flush=True)
     while True:
@@ -54,7 +61,7 @@ def hold_ephemeral(directory: str) -> None:
         try:
             store.exists("/alive")
         except SessionExpired:
-            print("raised SessionExpired", flush=True)
+            say("raised SessionExpired")
             store.close()
             return
 
