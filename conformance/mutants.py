@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -75,11 +76,17 @@ class Mutant:
         return frozenset(spec_of(c) for c in self.checks)
 
 
+@functools.cache
+def _manifest_specs() -> dict[str, str]:
+    """Model name -> spec, read once (spec_of is asked for every check of every mutant)."""
+    return {m.name: m.spec for m in load_manifest()}
+
+
 def spec_of(check: str) -> str:
     """The spec a check belongs to (from spec/models.toml: a hand-kept table once skipped a new model)."""
     if check.startswith("traces:"):
         return "ledger.tla"
-    specs = {m.name: m.spec for m in load_manifest()}
+    specs = _manifest_specs()
     if check not in specs:
         raise MutantError(f"the check {check} is neither a model of spec/models.toml nor traces:<config>:<runs>")
     return specs[check]
