@@ -370,6 +370,7 @@ def _simulations(models: list[Model], count: int, seed: int, depth: int, prog: s
     passing = [m for m in models if m.expect is Outcome.PASS]
     rows = [["model", "behaviours", "walks read", "steps", "followed", "TLC s", "replay s", "steps/s"]]
     mismatches = []
+    replayed_in_all = 0
     for i, model in enumerate(passing, start=1):
         print(f"[{i}/{len(passing)}] {model.name}: TLC -simulate -seed {seed} (up to {depth} steps) ...", flush=True)
         try:
@@ -382,6 +383,7 @@ def _simulations(models: list[Model], count: int, seed: int, depth: int, prog: s
             mapping_for(model), sim, on_progress=lambda n, total: print(f"      {n:,}/{total:,}", flush=True)
         )
         mismatches += [r.mismatch for r in replayed.mismatches if r.mismatch is not None]
+        replayed_in_all += len(replayed.replays)
         followed = len(replayed.replays) - len(replayed.mismatches)
         rate = replayed.steps / replayed.seconds if replayed.seconds else 0.0
         rows.append(
@@ -400,7 +402,7 @@ def _simulations(models: list[Model], count: int, seed: int, depth: int, prog: s
     if mismatches:
         print(f"\n{len(mismatches)} behaviours not followed", file=sys.stderr)
         return EXIT_MISMATCH
-    print(f"\nall {sum(int(r[1].replace(',', '')) for r in rows[1:]):,} behaviours followed")
+    print(f"\nall {replayed_in_all:,} behaviours followed")
     return 0
 
 
