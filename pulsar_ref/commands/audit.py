@@ -42,6 +42,10 @@ def _out_path(base: str, path: str, many: bool) -> Path:
     return b.with_name(f"{b.stem}.{Path(path).stem}{b.suffix}")
 
 
+def _unusable(prog: str, error: object) -> None:
+    print(f"{prog}: unusable history: {error}. Fix the line (see HISTORY.md) and rerun.", file=sys.stderr)
+
+
 def _validate_while_auditing(paths: list[str], master: str | None, reports: dict[str, Report]) -> str | None:
     """Check the format in a child process while Spark audits (JSON Lines only: Parquet is read through Spark).
 
@@ -113,7 +117,7 @@ def main(argv: list[str], prog: str) -> int:
     if not need_ops and not any(is_parquet(p) for p in args.histories if Path(p).exists()):
         error = _validate_while_auditing(args.histories, args.master, reports)
         if error is not None:
-            print(f"{prog}: unusable history: {error}. Fix the line (see HISTORY.md) and rerun.", file=sys.stderr)
+            _unusable(prog, error)
             return EXIT_UNUSABLE
     else:
         for path in args.histories:
@@ -121,7 +125,7 @@ def main(argv: list[str], prog: str) -> int:
             try:
                 ops_of[path] = read_history(path, keep_ops=need_ops)
             except HistoryError as e:
-                print(f"{prog}: unusable history: {e}. Fix the line (see HISTORY.md) and rerun.", file=sys.stderr)
+                _unusable(prog, e)
                 return EXIT_UNUSABLE
         if args.reference:
             from spark.reference import check
