@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any, Protocol
 
+from impl.bookie.client.aio_channel import on_io_loop_thread
 from impl.bookie.client.failures import LedgerClientError, NoSuchEntryError, PlacementError, UnauthorizedError
 from impl.bookie.client.ledger_update import MetadataResult, UpdateMetadata, apply_change
 from impl.bookie.client.placement import BookieInfo, choose_ensemble, choose_replacement
@@ -151,6 +152,10 @@ class _Driver:
 
 
 def _wait(future: Future[Any], timeout_s: float, what: str) -> Any:
+    if not future.done() and on_io_loop_thread():
+        # Every bookie stream of the transport is served by this thread: waiting here for a bookie
+        # answer would stall them all until the timeout. Completion callbacks must hand such work on.
+        raise RuntimeError(f"{what}: a blocking client call on the bookie I/O thread (from a completion callback)")
     try:
         return future.result(timeout=timeout_s)
     except TimeoutError as e:

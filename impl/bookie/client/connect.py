@@ -10,10 +10,11 @@
 The caller owns `store` (a broker shares its session with the client), so closing
 the client never closes it.
 
-Completions (an add's Future and its done-callbacks) run on a bookie connection's
-thread: a callback must not block on another client call (e.g. `handle.add()` or
-another future's `.result()`), or that connection stalls until its deadline. Hand
-blocking follow-up work to a thread of your own.
+Completions (an add's Future and its done-callbacks) run on the transport's bookie I/O
+thread, which serves every bookie stream: a callback must not block on another client
+call (e.g. `handle.add()` or another future's `.result()`); the blocking API calls refuse
+with RuntimeError there instead of stalling every bookie connection. Hand blocking
+follow-up work to a thread of your own.
 """
 
 from __future__ import annotations

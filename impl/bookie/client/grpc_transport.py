@@ -5,10 +5,12 @@ Every request sent is answered exactly once: with the bookie's response, or with
 closed. Whichever of those comes first claims the request; later ones are dropped, so a
 response arriving after its deadline never reaches a core twice.
 
-Threads: no thread per request. Responses are delivered on the channel's stream
-thread (one per connected bookie); deadlines are kept by one timer thread, which
-works because every request has the same timeout, so deadlines expire in the order
-the requests were sent (a deque, not a heap).
+Threads: no thread per request. By default every bookie stream of the transport runs
+on one asyncio event loop thread (impl/bookie/client/aio_channel.py), which delivers
+the responses; `channel_factory` can supply other channels (e.g. the threaded
+`BookieChannel`, one stream thread per bookie). Deadlines are kept by one timer
+thread, which works because every request has the same timeout, so deadlines expire
+in the order the requests were sent (a deque, not a heap).
 
 A bookie id is its address ("127.0.0.1:PORT"). A channel is opened on first use and
 dropped as soon as its stream fails: the next request opens a fresh gRPC channel,
@@ -23,9 +25,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from impl.bookie.channel import BookieChannel, Callback, Result
+from impl.bookie.channel import Callback, Result
+from impl.bookie.client.aio_channel import AioBookieChannel, IoLoop
 from impl.bookie.protocol import (
     AddRequest,
     AddResponse,
@@ -90,6 +93,14 @@ def _typed_error(request: Request, code: ErrorCode) -> Response:
     return WriteLacResponse(request.ledger_id, code)
 
 
+class Channel(Protocol):
+    """What the transport needs of a bookie connection (BookieChannel and AioBookieChannel have it)."""
+
+    def send_many(self, requests: Sequence[tuple[Request, Callback]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class GrpcTransport:
     """`send(bookie, request, on_answer)` over BookieChannel streams; see the module docstring."""
 
@@ -97,13 +108,20 @@ class GrpcTransport:
         self,
         *,
         timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-        channel_factory: Callable[[str], BookieChannel] = BookieChannel,
+        channel_factory: Callable[[str], Channel] | None = None,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"request timeout must be positive, got {timeout_s}")
         self.timeout_s = timeout_s
+        self._io: IoLoop | None = None
+        if channel_factory is None:
+            io = self._io = IoLoop()
+
+            def channel_factory(address: str) -> Channel:
+                return AioBookieChannel(address, io)
+
         self._channel_factory = channel_factory
-        self._channels: dict[BookieId, BookieChannel] = {}
+        self._channels: dict[BookieId, Channel] = {}
         self._lock = threading.Lock()
         self._deadlines: deque[_Pending] = deque()
         self._wakeup = threading.Condition(self._lock)
@@ -121,7 +139,7 @@ class GrpcTransport:
         (the requests of one call to a bookie leave in as few stream messages as fit)."""
         deadline = time.monotonic() + self.timeout_s
         pendings = [_Pending(bookie, request, on_answer, deadline) for bookie, request, on_answer in sends]
-        by_channel: dict[BookieId, tuple[BookieChannel, list[tuple[Request, Callback]]]] = {}
+        by_channel: dict[BookieId, tuple[Channel, list[tuple[Request, Callback]]]] = {}
         with self._lock:
             closed = self._closed
             if not closed:
@@ -145,7 +163,7 @@ class GrpcTransport:
         for channel, requests in by_channel.values():
             channel.send_many(requests)
 
-    def _channel(self, bookie: BookieId) -> BookieChannel:
+    def _channel(self, bookie: BookieId) -> Channel:
         """The bookie's channel, opened on first use (caller holds the lock)."""
         channel = self._channels.get(bookie)
         if channel is None:
@@ -155,7 +173,7 @@ class GrpcTransport:
 
     # ---- answering ---------------------------------------------------------------------------------
 
-    def _on_result(self, pending: _Pending, channel: BookieChannel) -> Callback:
+    def _on_result(self, pending: _Pending, channel: Channel) -> Callback:
         def on_result(result: Result) -> None:
             if isinstance(result, ConnectionError):
                 log.debug("bookie %s: no answer to %s: %s", pending.bookie, _name(pending), result)
@@ -178,7 +196,7 @@ class GrpcTransport:
             # which must keep serving other requests, so log it loudly instead of killing them.
             log.exception("answer handler failed for %s from bookie %s", _name(pending), pending.bookie)
 
-    def _drop_channel(self, bookie: BookieId, channel: BookieChannel) -> None:
+    def _drop_channel(self, bookie: BookieId, channel: Channel) -> None:
         """Forget a channel whose stream failed; the next request to this bookie opens a new one."""
         with self._lock:
             if self._channels.get(bookie) is not channel:
@@ -226,6 +244,8 @@ class GrpcTransport:
             self._wakeup.notify()
         for channel in channels:
             channel.close()
+        if self._io is not None:
+            self._io.close()  # after the channels' close (queued before the stop): their waiters are answered
         if threading.current_thread() is not self._timer:
             self._timer.join(timeout=10)
 

@@ -1,0 +1,93 @@
+"""The event-loop transport (impl/bookie/client/aio_channel.py) against a real bookie process: answers arrive
+on the one I/O thread, a blocking client call from there refuses instead of stalling every bookie stream,
+and closing answers what is still waiting."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from impl.bookie.client.aio_channel import on_io_loop_thread
+from impl.bookie.client.api import _wait
+from impl.bookie.client.grpc_transport import GrpcTransport
+from impl.bookie.entry_format import encode_entry, master_key
+from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadRequest, ReadResponse
+
+from .real_cluster import BookieOnPort
+
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(120)]
+
+KEY = master_key(b"pw")
+
+
+@pytest.fixture
+def bookie(tmp_path: Path) -> Iterator[BookieOnPort]:
+    process = BookieOnPort(tmp_path / "data", f"embedded://{tmp_path / 'metadata'}")
+    try:
+        yield process
+    finally:
+        process.ensure_stopped()
+
+
+def add(entry_id: int) -> AddRequest:
+    return AddRequest(7, entry_id, KEY, encode_entry(7, entry_id, entry_id - 1, entry_id + 1, b"x"))
+
+
+def test_answers_in_order_on_the_io_thread_and_a_blocking_call_there_refuses(bookie: BookieOnPort) -> None:
+    answers: list[tuple[int, Any, bool]] = []
+    refused: list[BaseException] = []
+    done = threading.Semaphore(0)
+
+    def on_answer(i: int) -> Any:
+        def answer(response: Any) -> None:
+            answers.append((i, response, on_io_loop_thread()))
+            if i == 0:
+                from concurrent.futures import Future
+
+                try:
+                    _wait(Future(), 1.0, "a blocking call")  # would stall every bookie stream: refused
+                except RuntimeError as e:
+                    refused.append(e)
+            done.release()
+
+        return answer
+
+    with GrpcTransport(timeout_s=20) as transport:
+        transport.send_many([(bookie.address, add(i), on_answer(i)) for i in range(50)])
+        for _ in range(50):
+            assert done.acquire(timeout=20)
+        read_back: list[Any] = []
+        got = threading.Event()
+        transport.send(bookie.address, ReadRequest(7, 49), lambda r: (read_back.append(r), got.set()))
+        assert got.wait(20)
+    assert [i for i, _, _ in answers] == list(range(50))
+    assert all(r == AddResponse(7, i, ErrorCode.EOK) and on_loop for i, r, on_loop in answers)
+    assert len(refused) == 1 and "bookie I/O thread" in str(refused[0])
+    assert isinstance(read_back[0], ReadResponse) and read_back[0].code is ErrorCode.EOK
+    assert not on_io_loop_thread()
+
+
+def test_close_answers_every_waiting_request_once(bookie: BookieOnPort) -> None:
+    answers: list[Any] = []
+    lock = threading.Lock()
+
+    def answer(response: Any) -> None:
+        with lock:
+            answers.append(response)
+
+    os.kill(bookie.proc.pid, signal.SIGSTOP)  # the bookie answers nothing: every request still waits at close
+    try:
+        transport = GrpcTransport(timeout_s=60)
+        transport.send_many([(bookie.address, add(i), answer) for i in range(10)])
+        time.sleep(0.2)
+        transport.close()
+    finally:
+        os.kill(bookie.proc.pid, signal.SIGCONT)
+    assert answers == [None] * 10  # "no answer", exactly once each
