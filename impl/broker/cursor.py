@@ -6,9 +6,14 @@ it. Contiguous acks advance the mark-delete position. Positions are checked agai
 `TopicView` (a snapshot of the ledger list), which also says which positions are adjacent
 across ledger boundaries.
 
-`ManagedCursor` is a durable cursor: every acknowledgement is persisted before the call
-returns, by appending the state to the cursor's own ledger; the cursor's metadata node
-(a child of the managed-ledger node) holds that ledger's id:
+`ManagedCursor` is a durable cursor: its state is persisted by appending it to the
+cursor's own ledger, at a limited rate as Pulsar does (`cursor_persist_interval_s`:
+an acknowledgement returns once applied, the newest state is written within the
+interval, one cursor-ledger add for all the acks of an interval, and `close()` writes
+what is left; with 0 every acknowledgement is persisted before the call returns). A
+crash loses at most the last interval's acks, whose messages are then delivered again
+(at-least-once, never a loss). The cursor's metadata node (a child of the
+managed-ledger node) holds that ledger's id:
 
     {"format": 1, "cursor_ledger": 12, "state": {"mark_delete": [3, 41],
      "individually_deleted": [[3, 43, 3, 45]]}, "properties": {}}
@@ -26,7 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -45,6 +52,8 @@ from impl.metadata.store import BadVersion, MetadataError, NodeExists, NoNode
 
 if TYPE_CHECKING:
     from impl.broker.managed_ledger import ManagedLedger
+
+log = logging.getLogger(__name__)
 
 CURSOR_FORMAT = 1
 Range = tuple[Position, Position]  # inclusive [first, last] of acknowledged positions
@@ -304,6 +313,12 @@ class ManagedCursor(_CursorBase):
         self.ledger_entries = 0
         self.properties: dict[str, str] = {}
         self.fenced_reason = ""
+        # Rate-limited persistence: whether the state changed since it was last written, the pending
+        # flush timer, when the last write started; one write at a time (_write_lock, taken before _lock).
+        self._dirty = False
+        self._flush_timer: threading.Timer | None = None
+        self._last_write = 0.0
+        self._write_lock = threading.Lock()
 
     # ---- open, create, recover ---------------------------------------------------------------
 
@@ -375,11 +390,11 @@ class ManagedCursor(_CursorBase):
 
     # ---- persistence -------------------------------------------------------------------------
 
-    def _node(self, ledger_id: int) -> bytes:
+    def _node(self, ledger_id: int, state: CursorState | None = None) -> bytes:
         doc = {
             "format": CURSOR_FORMAT,
             "cursor_ledger": ledger_id,
-            "state": self._state.to_json(),
+            "state": (state or self._state).to_json(),
             "properties": self.properties,
         }
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
@@ -405,11 +420,14 @@ class ManagedCursor(_CursorBase):
         with contextlib.suppress(MetadataError):  # a leftover cursor ledger wastes space, nothing else
             self.ml.bookkeeper.delete_ledger(ledger_id)
 
-    def _switch_ledger(self, old_ledger: int) -> None:
-        """Start a new cursor ledger holding the current state; record it by conditional write."""
-        handle = self._new_ledger(self._state)
+    def _switch_ledger(self, old_ledger: int, state: CursorState | None = None) -> None:
+        """Start a new cursor ledger holding `state` (default: the current state); record it by conditional write."""
+        state = state or self._state
+        handle = self._new_ledger(state)
         try:
-            self.node_version = self.ml.store.set(self.path, self._node(handle.ledger_id), self.node_version).version
+            self.node_version = self.ml.store.set(
+                self.path, self._node(handle.ledger_id, state), self.node_version
+            ).version
         except (BadVersion, NoNode) as e:
             self._drop_ledger(handle.ledger_id)
             self._fenced(f"its node changed under us ({type(e).__name__}): another broker recovered it")
@@ -421,11 +439,14 @@ class ManagedCursor(_CursorBase):
             self._drop_ledger(old_ledger)
 
     def persist(self) -> None:
-        """Write the current state again (acks persist on their own; this is for callers that
-        want an explicit durability point, e.g. before handing the topic over)."""
+        """Write the current state now (acks persist on their own within the persist interval; this is
+        for callers that want an explicit durability point, e.g. before handing the topic over)."""
         self.ml.check_usable()
-        with self._lock:
-            self._persist(self._state)
+        with self._write_lock:
+            with self._lock:
+                self._dirty = False
+                state = self._state.copy()
+            self._write(state)
 
     def _fenced(self, why: str) -> None:
         reason = f"cursor {self.name!r}: {why}"
@@ -434,12 +455,60 @@ class ManagedCursor(_CursorBase):
         raise CursorFencedError(self.ml.name, reason)
 
     def _persist(self, state: CursorState) -> None:
+        """Under the cursor lock, before `state` takes effect: write it now (interval 0), or note that
+        the state changed and make sure a flush comes within the interval."""
         if self.fenced_reason:
             raise CursorFencedError(self.ml.name, self.fenced_reason)
         if self.cursor_ledger is None:
             raise ManagedLedgerError(self.ml.name, f"cursor {self.name!r} is closed")
+        interval = self.ml.config.cursor_persist_interval_s
+        if interval <= 0:
+            self._write(state)
+            return
+        self._dirty = True
+        if self._flush_timer is None:
+            delay = max(0.0, self._last_write + interval - time.monotonic())
+            timer = self._flush_timer = threading.Timer(delay, self._flush)
+            timer.daemon = True
+            timer.name = f"cursor-flush-{self.name}"
+            timer.start()
+
+    def _flush(self) -> None:
+        """The timer: write the newest state if it changed (one cursor-ledger add for every ack since
+        the last write). A failure is logged and retried at the next interval; a fenced cursor ledger
+        fences the managed ledger, and later acks are refused."""
+        with self._write_lock:
+            with self._lock:
+                self._flush_timer = None
+                if not self._dirty or self.cursor_ledger is None or self.fenced_reason:
+                    return
+                self._dirty = False
+                state = self._state.copy()
+            try:
+                self._write(state)
+            except CursorFencedError as e:
+                log.warning("%s", e)
+            except (ManagedLedgerError, RuntimeError) as e:
+                log.warning("cursor %r of %s: persisting its state failed (%s); retrying", self.name, self.ml.name, e)
+                with self._lock:
+                    self._dirty = True
+                    if self._flush_timer is None and self.cursor_ledger is not None:
+                        timer = self._flush_timer = threading.Timer(
+                            self.ml.config.cursor_persist_interval_s, self._flush
+                        )
+                        timer.daemon = True
+                        timer.start()
+
+    def _write(self, state: CursorState) -> None:
+        """Append `state` to the cursor ledger (blocking); switch ledgers every `cursor_max_entries`."""
+        if self.fenced_reason:
+            raise CursorFencedError(self.ml.name, self.fenced_reason)
+        handle = self.cursor_ledger
+        if handle is None:
+            raise ManagedLedgerError(self.ml.name, f"cursor {self.name!r} is closed")
+        self._last_write = time.monotonic()
         try:
-            self.cursor_ledger.add(state.encode())
+            handle.add(state.encode())
         except LedgerFencedError:
             self._fenced("its cursor ledger was fenced: another broker recovered the cursor")
         except (LedgerClientError, TimeoutError) as e:
@@ -448,18 +517,26 @@ class ManagedCursor(_CursorBase):
             ) from e
         self.ledger_entries += 1
         if self.ledger_entries >= self.ml.config.cursor_max_entries:
-            previous = self._state
-            self._state = state
-            try:
-                self._switch_ledger(self.cursor_ledger.ledger_id)
-            finally:
-                self._state = previous  # the caller installs `state`
+            self._switch_ledger(handle.ledger_id, state)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        with self._lock:
-            handle, self.cursor_ledger = self.cursor_ledger, None
+        """Write the state if acks are not yet persisted, then close the cursor ledger."""
+        with self._write_lock:
+            with self._lock:
+                dirty, self._dirty = self._dirty, False
+                state = self._state.copy()
+                timer, self._flush_timer = self._flush_timer, None
+            if timer is not None:
+                timer.cancel()
+            if dirty and self.cursor_ledger is not None and not self.fenced_reason:
+                try:
+                    self._write(state)
+                except (ManagedLedgerError, RuntimeError) as e:  # fenced or unreachable: the last written state stays
+                    log.warning("cursor %r of %s: last acks not persisted at close: %s", self.name, self.ml.name, e)
+            with self._lock:
+                handle, self.cursor_ledger = self.cursor_ledger, None
         if handle is not None:
             with contextlib.suppress(LedgerClientError, MetadataError):  # fenced or gone: recovered by the next owner
                 handle.close()

@@ -63,6 +63,11 @@ class ManagedLedgerConfig:
     digest: str = "crc32c"
     cache_bytes: int = 16 * MB  # entry cache of recent adds
     cursor_max_entries: int = 10_000  # a cursor ledger is replaced after this many persisted states
+    # Acknowledgements are persisted at most once per interval (Pulsar's mark-delete rate limit): an ack
+    # returns once applied, the cursor writes its newest state to the cursor ledger within the interval,
+    # and close() writes what is left. A crash loses at most the acks of the last interval (they are
+    # delivered again: at-least-once). 0: every acknowledgement is persisted before it returns.
+    cursor_persist_interval_s: float = 0.1
 
     def __post_init__(self) -> None:
         if not 1 <= self.ack_quorum <= self.write_quorum <= self.ensemble:
@@ -76,6 +81,8 @@ class ManagedLedgerConfig:
             raise ValueError("retention must be >= 0 (0 = keep nothing that every cursor consumed)")
         if self.cursor_max_entries < 1:
             raise ValueError("cursor_max_entries must be positive")
+        if self.cursor_persist_interval_s < 0:
+            raise ValueError("cursor_persist_interval_s must be >= 0 (0: persist every acknowledgement)")
 
 
 class ManagedLedgerState(enum.Enum):

@@ -4,7 +4,9 @@ cursors, and trimming driven by cursors with retention."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -35,11 +37,20 @@ ALL = [P(1, 0), P(1, 1), P(1, 2), P(4, 0), P(4, 1)]
 
 
 def open_ml(
-    cluster: Cluster, config: ManagedLedgerConfig | None = None, clock: FakeClock | None = None
+    cluster: Cluster,
+    config: ManagedLedgerConfig | None = None,
+    clock: FakeClock | None = None,
+    *,
+    write_through: bool = True,
 ) -> ManagedLedger:
+    """By default with every acknowledgement persisted before it returns (cursor_persist_interval_s=0),
+    so a takeover right after an ack sees it; `write_through=False` keeps the config's rate limit."""
     store, bk = cluster.broker()
     clock = clock or FakeClock()
-    return ManagedLedger.open(TOPIC, store, bk, config or ManagedLedgerConfig(), clock, wall_clock=clock)
+    config = config or ManagedLedgerConfig()
+    if write_through:
+        config = dataclasses.replace(config, cursor_persist_interval_s=0)
+    return ManagedLedger.open(TOPIC, store, bk, config, clock, wall_clock=clock)
 
 
 # ---- the pure state ------------------------------------------------------------------------------
@@ -355,3 +366,63 @@ def test_durable_cursor_state_survives_a_takeover(acks: list[tuple[bool, int]], 
     assert recovered.individually_deleted == cursor.individually_deleted
     assert recovered.backlog() == cursor.backlog() == sum(not cursor.is_acknowledged(p) for p in positions)
     cluster.close()
+
+
+# ---- rate-limited persistence (the default: Pulsar's mark-delete rate limit) ----------------------------------
+
+
+def cursor_ledger_entries(ml: ManagedLedger, cursor_name: str) -> int:
+    """States written to the cursor's current ledger (each one cursor-ledger add)."""
+    return ml.cursors()[cursor_name].ledger_entries
+
+
+def wait_until(condition: object, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def test_rate_limited_acks_return_at_once_and_are_persisted_together_within_the_interval(cluster: Cluster) -> None:
+    config = ManagedLedgerConfig(cursor_persist_interval_s=0.3)
+    ml = open_ml(cluster, config, write_through=False)
+    positions = [ml.add(b"%d" % i) for i in range(20)]
+    cursor = ml.open_cursor("sub", "earliest")
+    assert cursor_ledger_entries(ml, "sub") == 1  # the initial state
+    for p in positions[:10]:
+        cursor.delete([p])  # applied at once ...
+    assert cursor.mark_delete_position == positions[9]
+    # ... and persisted as one cursor-ledger entry for all ten within the interval
+    wait_until(lambda: cursor_ledger_entries(ml, "sub") == 2)
+    time.sleep(0.4)
+    assert cursor_ledger_entries(ml, "sub") == 2  # nothing new to write: no flush
+    new = open_ml(cluster, config, write_through=False)  # takeover after the flush: the acks survived
+    assert new.cursors()["sub"].mark_delete_position == positions[9]
+
+
+def test_rate_limited_close_writes_the_acks_not_yet_persisted(cluster: Cluster) -> None:
+    config = ManagedLedgerConfig(cursor_persist_interval_s=60)  # no flush before the close
+    ml = open_ml(cluster, config, write_through=False)
+    positions = [ml.add(b"%d" % i) for i in range(5)]
+    cursor = ml.open_cursor("sub", "earliest")
+    cursor.mark_delete(positions[1])
+    cursor.delete([positions[3]])
+    ml.close()
+    again = open_ml(cluster, config, write_through=False)
+    recovered = again.cursors()["sub"]
+    assert recovered.mark_delete_position == positions[1]
+    assert recovered.individually_deleted == [(positions[3], positions[3])]
+
+
+def test_rate_limited_flush_into_a_fenced_cursor_ledger_fences_and_later_acks_are_refused(cluster: Cluster) -> None:
+    config = ManagedLedgerConfig(cursor_persist_interval_s=0.05)
+    old = open_ml(cluster, config, write_through=False)
+    positions = [old.add(b"%d" % i) for i in range(3)]
+    cursor = old.open_cursor("sub", "earliest")
+    store, bk = cluster.broker()
+    node = json.loads(store.get(cursor.path)[0])
+    bk.open_ledger(node["cursor_ledger"], old.config.password, recovery=True)  # another broker recovers it
+    cursor.delete([positions[0]])  # applied; its flush finds the cursor ledger fenced
+    wait_until(lambda: old.state.value == "fenced")
+    with pytest.raises(ManagedLedgerFencedError):
+        cursor.delete([positions[1]])

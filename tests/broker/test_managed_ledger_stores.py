@@ -3,6 +3,7 @@ ZooKeeper (the in-memory store runs the full suite in test_managed_ledger.py / t
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -46,8 +47,10 @@ def durable_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 
 def open_ml(cluster: Cluster, config: ManagedLedgerConfig) -> ManagedLedger:
+    """Every acknowledgement persisted before it returns, so a takeover right after an ack sees it."""
     store, bk = cluster.broker()
     clock = FakeClock()
+    config = dataclasses.replace(config, cursor_persist_interval_s=0)
     return ManagedLedger.open(TOPIC, store, bk, config, clock, wall_clock=clock)
 
 
