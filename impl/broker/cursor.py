@@ -41,10 +41,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from impl.bookie.client.api import WriteHandle
 from impl.bookie.client.failures import LedgerClientError, LedgerFencedError, PlacementError
 from impl.broker.ledger_list import Position, TopicView
+from impl.broker.managed_ledger_core import ManagedLedgerState
 from impl.broker.managed_ledger_errors import (
     CursorFencedError,
     InvalidPositionError,
     ManagedLedgerError,
+    ManagedLedgerFencedError,
 )
 from impl.metadata.layout import cursor_name_from_child
 from impl.metadata.ledger_store import NoSuchLedger
@@ -486,7 +488,7 @@ class ManagedCursor(_CursorBase):
                 state = self._state.copy()
             try:
                 self._write(state)
-            except CursorFencedError as e:
+            except ManagedLedgerFencedError as e:  # the cursor's or the topic's: nothing more is written
                 log.warning("%s", e)
             except (ManagedLedgerError, RuntimeError) as e:
                 log.warning("cursor %r of %s: persisting its state failed (%s); retrying", self.name, self.ml.name, e)
@@ -503,6 +505,8 @@ class ManagedCursor(_CursorBase):
         """Append `state` to the cursor ledger (blocking); switch ledgers every `cursor_max_entries`."""
         if self.fenced_reason:
             raise CursorFencedError(self.ml.name, self.fenced_reason)
+        if self.ml.state is ManagedLedgerState.FENCED:  # e.g. our metadata session expired: never write again
+            raise ManagedLedgerFencedError(self.ml.name, f"cursor {self.name!r}: {self.ml.fence_reason}")
         handle = self.cursor_ledger
         if handle is None:
             raise ManagedLedgerError(self.ml.name, f"cursor {self.name!r} is closed")
