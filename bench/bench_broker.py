@@ -17,6 +17,7 @@ Runs, per deployment:
 
     .venv/bin/python bench/bench_broker.py [--deployment standalone|cluster|both] [--messages 5000]
                                            [--seconds 5] [--rate 1000] [--repeat 1]
+                                           [--runs publish fixed-rate catch-up]
 """
 
 from __future__ import annotations
@@ -211,7 +212,7 @@ def run(deploy: Callable[[Path], StandaloneDeployment | ClusterDeployment], args
     deployment = deploy(Path(tempfile.mkdtemp(prefix="bench-broker-")))
     try:
         with Client(deployment.url, timeout_s=60) as client:
-            for size in (100, 1024):
+            for size in (100, 1024) if "publish" in args.runs or "catch-up" in args.runs else ():
                 for batching in (False, True):
                     rows.append(
                         publish(
@@ -219,10 +220,12 @@ def run(deploy: Callable[[Path], StandaloneDeployment | ClusterDeployment], args
                         )
                     )
                     print(f"  {rows[-1]}", flush=True)
-            for batching in (False, True):
+            for batching in (False, True) if "fixed-rate" in args.runs else ():
                 topic = f"bench-rate-{'batch' if batching else 'plain'}"
                 rows.append(fixed_rate(client, topic, args.seconds, args.rate, batching))
                 print(f"  {rows[-1]}", flush=True)
+        if "catch-up" not in args.runs:
+            return rows
         deployment.restart_broker()  # an empty entry cache: the reads go to the bookies
         with Client(deployment.url, timeout_s=60) as client:
             rows.append(catch_up_reader(client, "bench-1024-plain"))
@@ -265,6 +268,13 @@ def main() -> None:
         type=int,
         default=1,
         help="run each deployment this many times, alternating, and report each cell's median",
+    )
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        choices=("publish", "fixed-rate", "catch-up"),
+        default=["publish", "fixed-rate", "catch-up"],
+        help="which runs (default all; catch-up reads the topic the 1 KiB unbatched publish run wrote)",
     )
     args = parser.parse_args()
     deployments: dict[str, Callable[[Path], StandaloneDeployment | ClusterDeployment]] = {

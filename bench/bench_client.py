@@ -6,7 +6,8 @@ Usage: .venv/bin/python bench/bench_client.py [--seconds S] [--outstanding 1 16 
 (a) Adds: one writer keeps N adds outstanding for S seconds; adds/s and p50/p99 add latency.
 (b) Adds at a fixed rate (--rate R): one writer issues R adds a second for S seconds on a
     fixed schedule (open loop: a late add is not skipped), p50/p99 latency measured from each
-    add's scheduled time, so a client falling behind shows in the latency.
+    add's scheduled time, so a client falling behind shows in the latency; with the CPU time
+    the client process and the three bookies (together) spent per add.
 (c) Recovery time (a recovering open, timed) of a ledger left OPEN by its writer:
     - "tail": written by the client with 64 adds outstanding, so the bookies know a LAC
       close to the end and recovery reads only the unconfirmed tail;
@@ -107,8 +108,9 @@ def adds(client: BookKeeperClient, outstanding: int, seconds: float) -> str:
     return f"| {outstanding} | {len(latencies):,} | {rate:,.0f} | {rate * 1024 / 1e6:.2f} | {p50:.1f} | {p99:.1f} |"
 
 
-def adds_at_rate(client: BookKeeperClient, rate: float, seconds: float) -> str:
+def adds_at_rate(client: BookKeeperClient, rate: float, seconds: float, bookies: list[int]) -> str:
     handle = client.create_ledger(3, 3, 2, password=PASSWORD)
+    cpu_before, bookies_before = own_cpu_seconds(), sum(cpu_seconds(pid) for pid in bookies)
     latencies: list[float] = []
     errors: list[LedgerClientError] = []
     done = threading.Semaphore(0)
@@ -131,11 +133,16 @@ def adds_at_rate(client: BookKeeperClient, rate: float, seconds: float) -> str:
     for _ in range(total):
         done.acquire()
     elapsed = time.monotonic() - start
+    cpu = (own_cpu_seconds() - cpu_before) / total * 1e6
+    bookies_cpu = (sum(cpu_seconds(pid) for pid in bookies) - bookies_before) / total * 1e6
     handle.close()
     if errors:
         raise RuntimeError(f"adds failed at {rate}/s: {errors[0]}") from errors[0]
     p50, p99, top = pct(latencies, 0.5), pct(latencies, 0.99), max(latencies) * 1000
-    return f"| {rate:,.0f} | {total:,} | {total / elapsed:,.0f} | {p50:.1f} | {p99:.1f} | {top:.1f} |"
+    return (
+        f"| {rate:,.0f} | {total:,} | {total / elapsed:,.0f} | {p50:.1f} | {p99:.1f} | {top:.1f} "
+        f"| {cpu:,.0f} | {bookies_cpu:,.0f} |"
+    )
 
 
 # ---- (c) recovery ----------------------------------------------------------------------------------------------
@@ -237,10 +244,13 @@ def main() -> int:
                     print(adds(client, outstanding, args.seconds), flush=True)
                 print()
             if args.rate:
-                print("| fixed rate adds/s | adds | achieved adds/s | p50 ms | p99 ms | max ms |")
-                print("|---|---|---|---|---|---|")
+                print(
+                    "| fixed rate adds/s | adds | achieved adds/s | p50 ms | p99 ms | max ms "
+                    "| client CPU us/add | bookies CPU us/add |"
+                )
+                print("|---|---|---|---|---|---|---|---|")
                 for rate in args.rate:
-                    print(adds_at_rate(client, rate, args.seconds), flush=True)
+                    print(adds_at_rate(client, rate, args.seconds, [p.pid for p in procs]), flush=True)
                 print()
             if args.recovery_entries:
                 print(
