@@ -91,3 +91,32 @@ def test_close_answers_every_waiting_request_once(bookie: BookieOnPort) -> None:
     finally:
         os.kill(bookie.proc.pid, signal.SIGCONT)
     assert answers == [None] * 10  # "no answer", exactly once each
+
+
+def test_a_stream_that_ended_with_nothing_in_flight_reaches_the_restarted_bookie(
+    tmp_path: Path, bookie: BookieOnPort
+) -> None:
+    """Nothing waits when the bookie dies, so no answer tells the transport to drop the channel: the
+    channel itself opens a new stream (on a fresh gRPC channel) for the next request."""
+    answers: list[Any] = []
+    got = threading.Semaphore(0)
+
+    def answer(response: Any) -> None:
+        answers.append(response)
+        got.release()
+
+    with GrpcTransport(timeout_s=10) as transport:
+        transport.send(bookie.address, add(0), answer)
+        assert got.acquire(timeout=20)
+        port = bookie.port
+        bookie.kill()
+        time.sleep(0.5)  # the stream has ended, with nothing in flight
+        # a metadata store of its own: the killed process's registration outlives it until its session expires
+        restarted = BookieOnPort(tmp_path / "data", f"embedded://{tmp_path / 'metadata-2'}", port)
+        try:
+            transport.send(restarted.address, ReadRequest(7, 0), answer)
+            assert got.acquire(timeout=20)
+        finally:
+            restarted.ensure_stopped()
+    assert answers[0] == AddResponse(7, 0, ErrorCode.EOK)
+    assert isinstance(answers[1], ReadResponse) and answers[1].code is ErrorCode.EOK  # journal replayed at restart

@@ -123,28 +123,40 @@ class AioBookieChannel:
     # ---- any thread ---------------------------------------------------------------------------------
 
     def send_many(self, requests: Sequence[tuple[Request, Callback]]) -> None:
-        """Queue requests in order; each callback runs once, on the loop thread (or inline, with the
-        ConnectionError, when the stream has already ended)."""
+        """Queue requests in order; each callback runs once, on the loop thread (or inline, with a
+        ConnectionError, once the channel is closed). A stream that ended (its waiting requests got
+        the ConnectionError) is opened again on a fresh gRPC channel by the next call, as the threaded
+        channel does, so a restarted bookie is reached at once."""
         if not requests:
             return
         tagged = [(next(self._tags), request, callback) for request, callback in requests]
         messages = [wire.request_to_pb(tag, request) for tag, request, _ in tagged]
+        closed: ConnectionError | None = None
+        reopen = wake = False
         with self._lock:
-            failed = self._failed
-            if failed is None:
+            if self._closing:
+                closed = self._failed or ConnectionError(f"stream to bookie {self.address} closed")
+            else:
+                reopen = self._failed is not None
+                self._failed = None
                 for tag, _, callback in tagged:
                     self._callbacks[tag] = callback
                 self._queue.extend(messages)
                 wake = not self._woken
                 self._woken = True
-        if failed is not None:
+        if closed is not None:
             for _, _, callback in tagged:
-                _settle(callback, failed)
-        elif wake:
+                _settle(callback, closed)
+            return
+        if reopen:
+            self.io.call(self._start)  # before the wake-up: the loop runs them in this order
+        if wake or reopen:
             self.io.call(self._kick)
 
     def close(self) -> None:
         """End the stream; requests still waiting get a ConnectionError. Does not block."""
+        with self._lock:
+            self._closing = True  # from now on send_many answers ConnectionError at once
         try:
             self.io.call(self._close)
         except RuntimeError:  # the loop is gone: nothing can answer any more
@@ -153,7 +165,9 @@ class AioBookieChannel:
     # ---- the loop thread ----------------------------------------------------------------------------
 
     def _start(self) -> None:
-        self._wake = asyncio.Event()
+        """Open the gRPC channel and the stream (again, after the previous stream ended)."""
+        if self._wake is None:
+            self._wake = asyncio.Event()
         if self._closing:
             return
         self._grpc = grpc.aio.insecure_channel(
@@ -204,22 +218,29 @@ class AioBookieChannel:
             error = ConnectionError(f"bookie {self.address}: {code}")
         except asyncio.CancelledError:
             pass
-        self._fail(error)
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()
+        self._call = None
+        if self._grpc is not None:  # the next stream gets a fresh channel: no reconnect backoff
+            channel, self._grpc = self._grpc, None
+            asyncio.ensure_future(channel.close())
+        self._fail(error)
 
     def _fail(self, error: ConnectionError) -> None:
+        """The stream ended: every waiting request gets `error`; the next send_many opens a new stream."""
         with self._lock:
             if self._failed is None:
                 self._failed = error
             failed, self._callbacks = self._callbacks, {}
             self._queue.clear()
+            self._woken = False
         for callback in failed.values():
             _settle(callback, error)
 
     def _close(self) -> None:
-        self._closing = True
+        with self._lock:
+            self._closing = True
         if self._call is not None:
             self._call.cancel()
         self._fail(ConnectionError(f"stream to bookie {self.address} closed"))
