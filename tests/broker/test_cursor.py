@@ -384,7 +384,7 @@ def wait_until(condition: object, timeout_s: float = 10.0) -> None:
 
 
 def test_rate_limited_acks_return_at_once_and_are_persisted_together_within_the_interval(cluster: Cluster) -> None:
-    config = ManagedLedgerConfig(cursor_persist_interval_s=0.3)
+    config = ManagedLedgerConfig(cursor_persist_interval_s=1.0)
     ml = open_ml(cluster, config, write_through=False)
     positions = [ml.add(b"%d" % i) for i in range(20)]
     cursor = ml.open_cursor("sub", "earliest")
@@ -392,10 +392,12 @@ def test_rate_limited_acks_return_at_once_and_are_persisted_together_within_the_
     for p in positions[:10]:
         cursor.delete([p])  # applied at once ...
     assert cursor.mark_delete_position == positions[9]
-    # ... and persisted as one cursor-ledger entry for all ten within the interval
-    wait_until(lambda: cursor_ledger_entries(ml, "sub") == 2)
-    time.sleep(0.4)
-    assert cursor_ledger_entries(ml, "sub") == 2  # nothing new to write: no flush
+    # ... and persisted by at most two writes for all ten: one at once, the newest state an interval later
+    time.sleep(2.2)
+    settled = cursor_ledger_entries(ml, "sub")
+    assert 2 <= settled <= 3
+    time.sleep(1.2)
+    assert cursor_ledger_entries(ml, "sub") == settled  # nothing new to write: no write
     new = open_ml(cluster, config, write_through=False)  # takeover after the flush: the acks survived
     assert new.cursors()["sub"].mark_delete_position == positions[9]
 
