@@ -15,6 +15,7 @@ A torn journal tail or damaged index file is reported, not fatal.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import queue
@@ -433,6 +434,10 @@ class BookieServer:
 
     def start(self) -> None:
         self.server.start()
+        # Startup's objects (modules, gRPC, protobuf, the metadata client) live as long as the process: take them
+        # out of the cyclic collector's view, or every full collection walks them again and stops the bookie
+        # (journal callbacks included) for tens of ms: 36-55 ms measured at 1,000 adds/s, about once per 8 s.
+        gc.freeze()
 
     def stop(self) -> None:
         self.server.stop(grace=1.0).wait()
