@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -209,7 +210,8 @@ def catch_up_subscription(client: Client, topic: str, n: int) -> Row:
 
 def run(deploy: Callable[[Path], StandaloneDeployment | ClusterDeployment], args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
-    deployment = deploy(Path(tempfile.mkdtemp(prefix="bench-broker-")))
+    data = Path(tempfile.mkdtemp(prefix="bench-broker-"))
+    deployment = deploy(data)
     try:
         with Client(deployment.url, timeout_s=60) as client:
             for size in (100, 1024) if "publish" in args.runs or "catch-up" in args.runs else ():
@@ -234,6 +236,7 @@ def run(deploy: Callable[[Path], StandaloneDeployment | ClusterDeployment], args
             print(f"  {rows[-1]}", flush=True)
     finally:
         deployment.stop()
+        shutil.rmtree(data, ignore_errors=True)  # ~45 MB a run
     return rows
 
 

@@ -15,7 +15,7 @@ Usage: .venv/bin/python bench/bench_client.py [--seconds S] [--outstanding 1 16 
       before any add completed), so recovery must fence-read and write back every entry;
       this is the worst case, at BookKeeper's default of 1 read in flight and with more.
     Each row also gives the CPU seconds the client process and the three bookies spent in it.
-Prints markdown tables. Bookies, metadata (embedded store) and data live in a temp dir.
+Prints markdown tables. Bookies, metadata (embedded store) and data live in a temp dir, removed at the end.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -227,7 +228,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, nargs="*", default=[], help="fixed add rates per second (table b)")
     parser.add_argument("--recovery-entries", type=int, nargs="*", default=[10_000])
     parser.add_argument("--read-ahead", type=int, nargs="+", default=[1, 16], help="recovery reads in flight")
-    parser.add_argument("--dir", help="working directory (default: a temp dir under the current directory)")
+    parser.add_argument(
+        "--dir", help="where the run's temp dir goes (default: the current directory); removed at the end"
+    )
     args = parser.parse_args()
 
     directory = Path(tempfile.mkdtemp(prefix="bench-client-", dir=args.dir or Path.cwd()))
@@ -280,6 +283,7 @@ def main() -> int:
         for proc in procs:
             proc.kill()
             proc.wait()
+        shutil.rmtree(directory, ignore_errors=True)  # bookie data: hundreds of MB after the recovery runs
     return 0
 
 
