@@ -34,7 +34,7 @@ Callback = Callable[[Result], None]
 log = logging.getLogger(__name__)
 
 
-def _settle(callback: Callback, result: Result) -> None:
+def settle_callback(callback: Callback, result: Result) -> None:
     """Run a request's callback; a failing one is a caller's bug, logged, and must not end the stream."""
     try:
         callback(result)
@@ -125,14 +125,14 @@ class BookieChannel:
                     callbacks = [self._callbacks.pop(msg.tag, None) for msg in batch.responses]
                 for msg, callback in zip(batch.responses, callbacks, strict=True):
                     if callback is not None:
-                        _settle(callback, wire.response_from_pb(msg))
+                        settle_callback(callback, wire.response_from_pb(msg))
         except grpc.RpcError as exc:
             error = ConnectionError(f"bookie {self.address}: {exc.code()}")
         with self._lock:
             failed, self._callbacks = self._callbacks, {}
             self._stream_thread = None
         for callback in failed.values():
-            _settle(callback, error)
+            settle_callback(callback, error)
 
     def close(self) -> None:
         self._outgoing.put(None)

@@ -8,7 +8,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,6 @@ from .real_cluster import BookieOnPort
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(120)]
 
 KEY = master_key(b"pw")
-
-
-@pytest.fixture
-def bookie(tmp_path: Path) -> Iterator[BookieOnPort]:
-    process = BookieOnPort(tmp_path / "data", f"embedded://{tmp_path / 'metadata'}")
-    try:
-        yield process
-    finally:
-        process.ensure_stopped()
 
 
 def add(entry_id: int) -> AddRequest:

@@ -7,7 +7,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +44,6 @@ class Answers:
     def wait_for(self, count: int, timeout_s: float) -> None:
         with self.lock:
             assert self.all_in.wait_for(lambda: self.count >= count, timeout_s), f"{self.count} of {count} answers"
-
-
-@pytest.fixture
-def bookie(tmp_path: Path) -> Iterator[BookieOnPort]:
-    process = BookieOnPort(tmp_path / "data", f"embedded://{tmp_path / 'metadata'}")
-    try:
-        yield process
-    finally:
-        process.ensure_stopped()  # SIGKILL: also ends a SIGSTOPped bookie
 
 
 def add(entry_id: int) -> AddRequest:

@@ -33,7 +33,7 @@ import grpc.aio
 from impl.bookie import bookie_pb2 as pb
 from impl.bookie import bookie_pb2_grpc as pb_grpc
 from impl.bookie import wire
-from impl.bookie.channel import MAX_BATCH, MAX_BATCH_BYTES, Callback, Result
+from impl.bookie.channel import MAX_BATCH, MAX_BATCH_BYTES, Callback, settle_callback
 from impl.bookie.protocol import Request
 
 log = logging.getLogger(__name__)
@@ -44,13 +44,6 @@ _LOOP_THREADS: set[int] = set()  # thread idents of running IoLoops
 def on_io_loop_thread() -> bool:
     """True on the thread of any running IoLoop (where blocking on a bookie answer would deadlock)."""
     return threading.get_ident() in _LOOP_THREADS
-
-
-def _settle(callback: Callback, result: Result) -> None:
-    try:
-        callback(result)
-    except Exception:
-        log.exception("callback for a bookie reply failed")
 
 
 class IoLoop:
@@ -146,7 +139,7 @@ class AioBookieChannel:
                 self._woken = True
         if closed is not None:
             for _, _, callback in tagged:
-                _settle(callback, closed)
+                settle_callback(callback, closed)
             return
         if reopen:
             self.io.call(self._start)  # before the wake-up: the loop runs them in this order
@@ -212,7 +205,7 @@ class AioBookieChannel:
                     callbacks = [self._callbacks.pop(msg.tag, None) for msg in batch.responses]
                 for msg, callback in zip(batch.responses, callbacks, strict=True):
                     if callback is not None:
-                        _settle(callback, wire.response_from_pb(msg))
+                        settle_callback(callback, wire.response_from_pb(msg))
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else exc
             error = ConnectionError(f"bookie {self.address}: {code}")
@@ -236,7 +229,7 @@ class AioBookieChannel:
             self._queue.clear()
             self._woken = False
         for callback in failed.values():
-            _settle(callback, error)
+            settle_callback(callback, error)
 
     def _close(self) -> None:
         with self._lock:
