@@ -42,6 +42,16 @@ def settle_callback(callback: Callback, result: Result) -> None:
         log.exception("callback for a bookie reply failed")
 
 
+def answer_batch(lock: threading.Lock, callbacks: dict[int, Callback], responses: Sequence[pb.StreamResp]) -> None:
+    """Answer one stream message's responses: claim their callbacks by tag under `lock`, run them outside it
+    in reply order (a tag already answered, e.g. failed at the stream's end, is skipped)."""
+    with lock:
+        claimed = [callbacks.pop(msg.tag, None) for msg in responses]
+    for msg, callback in zip(responses, claimed, strict=True):
+        if callback is not None:
+            settle_callback(callback, wire.response_from_pb(msg))
+
+
 class BookieChannel:
     """`call(request)` blocks; `submit(request)` and `send_many(requests)` pipeline over one bidirectional stream."""
 
@@ -121,11 +131,7 @@ class BookieChannel:
         error = ConnectionError(f"stream to bookie {self.address} closed")
         try:
             for batch in self._stub.Batches(self._requests()):
-                with self._lock:
-                    callbacks = [self._callbacks.pop(msg.tag, None) for msg in batch.responses]
-                for msg, callback in zip(batch.responses, callbacks, strict=True):
-                    if callback is not None:
-                        settle_callback(callback, wire.response_from_pb(msg))
+                answer_batch(self._lock, self._callbacks, batch.responses)
         except grpc.RpcError as exc:
             error = ConnectionError(f"bookie {self.address}: {exc.code()}")
         with self._lock:

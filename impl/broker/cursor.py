@@ -469,11 +469,14 @@ class ManagedCursor(_CursorBase):
             return
         self._dirty = True
         if self._flush_timer is None:
-            delay = max(0.0, self._last_write + interval - time.monotonic())
-            timer = self._flush_timer = threading.Timer(delay, self._flush)
-            timer.daemon = True
-            timer.name = f"cursor-flush-{self.name}"
-            timer.start()
+            self._schedule_flush(max(0.0, self._last_write + interval - time.monotonic()))
+
+    def _schedule_flush(self, delay_s: float) -> None:
+        """Under the cursor lock, with no flush pending: run `_flush` in `delay_s`."""
+        timer = self._flush_timer = threading.Timer(delay_s, self._flush)
+        timer.daemon = True
+        timer.name = f"cursor-flush-{self.name}"
+        timer.start()
 
     def _flush(self) -> None:
         """The timer: write the newest state if it changed (one cursor-ledger add for every ack since
@@ -495,11 +498,7 @@ class ManagedCursor(_CursorBase):
                 with self._lock:
                     self._dirty = True
                     if self._flush_timer is None and self.cursor_ledger is not None:
-                        timer = self._flush_timer = threading.Timer(
-                            self.ml.config.cursor_persist_interval_s, self._flush
-                        )
-                        timer.daemon = True
-                        timer.start()
+                        self._schedule_flush(self.ml.config.cursor_persist_interval_s)
 
     def _write(self, state: CursorState) -> None:
         """Append `state` to the cursor ledger (blocking); switch ledgers every `cursor_max_entries`."""

@@ -33,7 +33,7 @@ import grpc.aio
 from impl.bookie import bookie_pb2 as pb
 from impl.bookie import bookie_pb2_grpc as pb_grpc
 from impl.bookie import wire
-from impl.bookie.channel import MAX_BATCH, MAX_BATCH_BYTES, Callback, settle_callback
+from impl.bookie.channel import MAX_BATCH, MAX_BATCH_BYTES, Callback, answer_batch, settle_callback
 from impl.bookie.protocol import Request
 
 log = logging.getLogger(__name__)
@@ -201,11 +201,7 @@ class AioBookieChannel:
         error = ConnectionError(f"stream to bookie {self.address} closed")
         try:
             async for batch in self._call:
-                with self._lock:
-                    callbacks = [self._callbacks.pop(msg.tag, None) for msg in batch.responses]
-                for msg, callback in zip(batch.responses, callbacks, strict=True):
-                    if callback is not None:
-                        settle_callback(callback, wire.response_from_pb(msg))
+                answer_batch(self._lock, self._callbacks, batch.responses)
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else exc
             error = ConnectionError(f"bookie {self.address}: {code}")
