@@ -1,5 +1,9 @@
 """The Spark audit job: the checks of spark/reference.py as a few shuffles, aggregations and two-level scans.
 
+`audit` first runs the screen of spark/screen.py over the whole history (long integers and hash aggregates
+only); the exact checks below, which compute the minimal witnesses, then run on the topics it flags: none for
+a valid history.
+
 Run as `spark-submit spark/audit.py HISTORY... [--json OUT] [--html OUT]` or through `pulsar-ref audit`.
 Definitions of every anomaly are in spark/reference.py's docstring; this job computes the same cases (the same
 witness events) so the two can be compared on every test history.
@@ -573,6 +577,25 @@ def run_checks(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict
     return case_rows, summary_rows
 
 
+def checked(spark: Any, events: Any, exact: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The screen (spark/screen.py) over everything, then the exact checks on the topics it flags only.
+
+    `exact` skips the screen: every topic goes through the exact checks (also when the screen cannot run).
+    """
+    from pyspark.sql import functions as F
+
+    from spark.screen import screen
+
+    screened = None if exact else screen(spark, events)
+    if screened is None:
+        return run_checks(spark, events)
+    if not screened.suspects:
+        return [], screened.summary
+    suspects = spark.createDataFrame(sorted(screened.suspects), "h int, topic string")
+    case_rows, _ = run_checks(spark, events.join(F.broadcast(suspects), ["h", "topic"]))
+    return case_rows, screened.summary
+
+
 def _p(d: Any) -> str:
     return format_position(None if d is None else (d["l"], d["e"], d["b"]))
 
@@ -633,12 +656,12 @@ def explain(row: dict[str, Any]) -> str:
     )
 
 
-def audit(paths: Sequence[str], master: str | None = None) -> list[Audited]:
-    """Audit already-validated histories in one Spark job; one Report per path."""
+def audit(paths: Sequence[str], master: str | None = None, exact: bool = False) -> list[Audited]:
+    """Audit already-validated histories in one Spark job; one Report per path (`exact`: see `checked`)."""
     from spark.session import input_bytes, spark_session
 
     spark = spark_session(master, input_size=input_bytes(paths))
-    case_rows, summary_rows = run_checks(spark, load(spark, paths))
+    case_rows, summary_rows = checked(spark, load(spark, paths), exact=exact)
     out = []
     for h, path in enumerate(paths):
         topics = {

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pulsar_ref.commands.audit import main
-from spark.audit import audit
+from spark.audit import audit, load
 from spark.generate import write_jsonl
 from spark.history import read_history
 from spark.reference import check
@@ -18,14 +18,16 @@ from tests.audit.corpus import fixed_corpus
 pytestmark = pytest.mark.spark
 
 
-def test_spark_agrees_with_reference_on_the_corpus(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("exact", [False, True], ids=["screened", "exact"])
+def test_spark_agrees_with_reference_on_the_corpus(spark: Any, tmp_path: Path, exact: bool) -> None:
+    """Both paths: the screen then the exact job on flagged topics, and the exact job on every topic."""
     corpus = fixed_corpus(4)  # 4 shapes x (valid + 11 injections), one Spark job
     paths = []
     for k, (_, events, _) in enumerate(corpus):
         path = tmp_path / f"h{k}.jsonl"
         write_jsonl(events, str(path))
         paths.append(str(path))
-    results = audit(paths)
+    results = audit(paths, exact=exact)
     assert [r.path for r in results] == paths
     for (anomaly, _, touched), history, result in zip(corpus, paths, results, strict=True):
         ref = check(read_history(history))
@@ -66,11 +68,14 @@ def test_two_level_scans_agree_with_reference_across_buckets(
     import random
 
     from spark import audit as audit_module
+    from spark import screen as screen_module
     from spark.generate import generate, inject
     from spark.report import ANOMALIES
 
     monkeypatch.setattr(audit_module, "POS_BUCKET", 2)
     monkeypatch.setattr(audit_module, "INDEX_BUCKET", 8)
+    monkeypatch.setattr(screen_module, "POS_BUCKET_BITS", 1)
+    monkeypatch.setattr(screen_module, "INDEX_BUCKET_BITS", 3)
     histories = []
     for seed in range(2):
         events = generate(seed=seed, ops=600, processes=50, topics=1, rollover=0.02, limit_ratio=0.7)
@@ -84,9 +89,13 @@ def test_two_level_scans_agree_with_reference_across_buckets(
         path = tmp_path / f"h{k}.jsonl"
         write_jsonl(events, str(path))
         paths.append(str(path))
+    screened = screen_module.screen(spark, load(spark, paths))
+    assert screened is not None
     results = audit(paths)
     assert {a for a, _, _ in histories if a} == set(ANOMALIES)
-    for (anomaly, _, touched), history, result in zip(histories, paths, results, strict=True):
+    for h, ((anomaly, _, touched), history, result) in enumerate(zip(histories, paths, results, strict=True)):
+        # The screen flags a topic exactly when it holds an anomaly (its flags follow the definitions).
+        assert {t for k, t in screened.suspects if k == h} == {c.topic for c in result.report.cases}, anomaly
         ref = check(read_history(history))
         assert {c.key for c in result.report.cases} == {c.key for c in ref.cases}, (anomaly, history)
         assert result.report.valid == (anomaly is None)
@@ -111,3 +120,32 @@ def test_malformed_history_exits_2_on_the_spark_path(spark: Any, tmp_path: Path,
     good = tmp_path / "g.jsonl"
     write_jsonl(events, str(good))
     assert main([str(good)], prog="pulsar-ref audit") == 0
+
+
+def test_positions_too_wide_to_pack_are_audited_exactly(spark: Any, tmp_path: Path) -> None:
+    """Ledger ids near 2**62 leave no bits for entry and batch: no screen, the exact job decides everything."""
+    from spark import screen as screen_module
+
+    corpus = fixed_corpus(1)
+    paths = []
+    for k, (_, events, _) in enumerate(corpus[:3]):
+        wide = [_shift_ledgers(e, 2**62) for e in events]
+        path = tmp_path / f"w{k}.jsonl"
+        write_jsonl(wide, str(path))
+        paths.append(str(path))
+    assert screen_module.screen(spark, load(spark, paths)) is None
+    for (anomaly, _, _), history, result in zip(corpus[:3], paths, audit(paths), strict=True):
+        ref = check(read_history(history))
+        assert {c.key for c in result.report.cases} == {c.key for c in ref.cases}
+        assert result.report.valid == (anomaly is None)
+
+
+def _shift_ledgers(event: dict[str, Any], by: int) -> dict[str, Any]:
+    """The event with `by` added to the ledger id of every position it carries (order is kept)."""
+    out = dict(event)
+    for key in ("position", "from"):
+        if out.get(key) is not None:
+            out[key] = [out[key][0] + by, *out[key][1:]]
+    if out["f"] == "read" and out["type"] == "ok":
+        out["value"] = [[[p[0] + by, *p[1:]], v] for p, v in out["value"]]
+    return out
