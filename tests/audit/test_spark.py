@@ -76,7 +76,7 @@ def test_two_level_scans_agree_with_reference_across_buckets(
     monkeypatch.setattr(audit_module, "INDEX_BUCKET", 8)
     monkeypatch.setattr(screen_module, "POS_BUCKET_BITS", 1)
     monkeypatch.setattr(screen_module, "INDEX_BUCKET_BITS", 3)
-    histories = []
+    histories: list[tuple[str | None, list[dict[str, Any]], list[int]]] = []
     for seed in range(2):
         events = generate(seed=seed, ops=600, processes=50, topics=1, rollover=0.02, limit_ratio=0.7)
         histories.append((None, events, []))
