@@ -80,10 +80,10 @@ def test_two_level_scans_agree_with_reference_across_buckets(
     for seed in range(2):
         events = generate(seed=seed, ops=600, processes=50, topics=1, rollover=0.02, limit_ratio=0.7)
         histories.append((None, events, []))
-        for anomaly in ANOMALIES:
-            injected = inject(events, anomaly, random.Random(seed))
+        for name in ANOMALIES:
+            injected = inject(events, name, random.Random(seed))
             if injected is not None:
-                histories.append((anomaly, *injected))
+                histories.append((name, *injected))
     paths = []
     for k, (_, events, _) in enumerate(histories):
         path = tmp_path / f"h{k}.jsonl"
