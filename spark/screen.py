@@ -97,10 +97,8 @@ def _screen(spark: Any, base: Any) -> Screened | None:
     def count(cond: Any) -> Any:
         return F.sum(cond.cast("long"))
 
-    def widest(i: int) -> Any:
-        return F.max(
-            F.greatest(F.col("pos")[i], F.col("start")[i], F.array_max(F.transform("entries", lambda x: x["p"][i])))
-        )
+    def widest(i: int) -> Any:  # read entries are not scanned here: one beyond these widths flags its topic
+        return F.max(F.greatest(F.col("pos")[i], F.col("start")[i]))
 
     rows = (
         base.groupBy("h", "topic", "tid")
@@ -136,11 +134,15 @@ def _screen(spark: Any, base: Any) -> Screened | None:
     def pack(p: Any) -> Any:
         return F.shiftleft(p[0], be + bb).bitwiseOR(F.shiftleft(p[1], bb)).bitwiseOR(p[2])
 
+    def wider(p: Any) -> Any:
+        """Whether position p does not fit the packing (only a read entry can: the widths come from the rest)."""
+        return (F.shiftright(p[0], bl) != 0) | (F.shiftright(p[1], be) != 0) | (F.shiftright(p[2], bb) != 0)
+
     # The operations and the per-value table are read by several checks: cached, each is computed once (column
     # pruning would otherwise make every branch its own, unshared shuffle).
     ops = _ops(base, pack).cache()
     try:
-        flags, per_value = _flags(spark, base, ops, pack, pos_bucket_shift=bb + POS_BUCKET_BITS)
+        flags, per_value = _flags(spark, base, ops, pack, wider, pos_bucket_shift=bb + POS_BUCKET_BITS)
         try:
             found = flags.collect()
         finally:
@@ -201,7 +203,7 @@ def _ops(base: Any, pack: Any) -> Any:
     )
 
 
-def _flags(spark: Any, base: Any, ops: Any, pack: Any, pos_bucket_shift: int) -> tuple[Any, Any]:
+def _flags(spark: Any, base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) -> tuple[Any, Any]:
     """Rows (h, tid, all) naming the topics (or, with `all`, the whole history h) that may hold an anomaly.
 
     Also returns the cached per-value table, for the caller to release once the rows are collected.
@@ -233,7 +235,10 @@ def _flags(spark: Any, base: Any, ops: Any, pack: Any, pos_bucket_shift: int) ->
             F.transform(
                 "entries",
                 lambda x, i: F.struct(
-                    pack(x["p"]).alias("p"), x["v"].alias("v"), pack(F.get("entries", i + 1)["p"]).alias("nxt")
+                    pack(x["p"]).alias("p"),
+                    x["v"].alias("v"),
+                    pack(F.get("entries", i + 1)["p"]).alias("nxt"),
+                    wider(x["p"]).cast("int").alias("wide"),
                 ),
             )
         ).alias("x"),
@@ -251,6 +256,7 @@ def _flags(spark: Any, base: Any, ops: Any, pack: Any, pos_bucket_shift: int) ->
         F.col("x.p").alias("p"),
         F.col("x.nxt").alias("nxt"),
         F.coalesce(F.expr("shiftleft(1L, bit)"), F.lit(0).cast("long")).alias("fin"),
+        F.col("x.wide").alias("wide"),
     )
     value_rows = appends.select(
         "h",
@@ -263,6 +269,7 @@ def _flags(spark: Any, base: Any, ops: Any, pack: Any, pos_bucket_shift: int) ->
         F.when(ok, F.col("p")).alias("p"),
         F.lit(None).cast("long").alias("nxt"),
         F.lit(0).cast("long").alias("fin"),
+        F.lit(0).alias("wide"),
     ).unionByName(entries)
     per_value = (
         value_rows.groupBy("h", "val")
@@ -277,6 +284,7 @@ def _flags(spark: Any, base: Any, ops: Any, pack: Any, pos_bucket_shift: int) ->
             F.min("tid").alias("tid"),
             F.max("tid").alias("t1"),
             F.bit_or("fin").alias("fin"),
+            F.max("wide").alias("wide"),
         )
         .join(F.broadcast(final_masks), ["h", "tid"], "left")
         .cache()
@@ -289,7 +297,8 @@ def _flags(spark: Any, base: Any, ops: Any, pack: Any, pos_bucket_shift: int) ->
         | (read & (F.col("apps") == 0))
         | (read & (F.col("failed") == 1))
         | (lo != F.col("hi"))
-        | lost,
+        | lost
+        | (F.col("wide") == 1),
         F.col("tid") != F.col("t1"),
     )
 

@@ -149,3 +149,20 @@ def _shift_ledgers(event: dict[str, Any], by: int) -> dict[str, Any]:
     if out["f"] == "read" and out["type"] == "ok":
         out["value"] = [[[p[0] + by, *p[1:]], v] for p, v in out["value"]]
     return out
+
+
+def test_a_read_entry_beyond_the_packed_widths_flags_its_topic(spark: Any, tmp_path: Path) -> None:
+    """Packing widths come from acks and `from` only: a read entry wider than them must not be packed silently."""
+    from spark import screen as screen_module
+
+    events = [dict(e) for e in fixed_corpus(1)[0][1]]
+    k = next(i for i, e in enumerate(events) if e["f"] == "read" and e["type"] == "ok" and e["value"])
+    (pos, val), *rest = events[k]["value"]
+    events[k]["value"] = [[[pos[0] + 2**40, *pos[1:]], val], *rest]
+    path = tmp_path / "h.jsonl"
+    write_jsonl(events, str(path))
+    screened = screen_module.screen(spark, load(spark, [str(path)]))
+    assert screened is not None and screened.suspects == {(0, events[k]["topic"])}
+    (result,) = audit([str(path)])
+    ref = check(read_history(str(path)))
+    assert not ref.valid and {c.key for c in result.report.cases} == {c.key for c in ref.cases}
