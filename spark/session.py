@@ -40,6 +40,7 @@ def spark_session(master: str | None = None, shuffle_partitions: int = 8, input_
         if input_size is not None and input_size < SMALL_INPUT_BYTES:
             # Interpreted expressions too: no Janino compilation of generated code for a few thousand rows
             # (20,000 events: 19.6 -> 15.4 CPU s for the whole command, bench/RESULTS.md).
+            shuffle_partitions = min(shuffle_partitions, 2)  # a task per core: fewer, cheaper stages
             builder = (
                 builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
                 .config("spark.sql.codegen.wholeStage", "false")
