@@ -50,6 +50,9 @@ def spark_session(master: str | None = None, shuffle_partitions: int = 8, input_
         builder.config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.adaptive.enabled", "true")
+        # The screen caches the parsed events and the operations once and reads them several times: building
+        # uncompressed column batches is cheaper (10M events: 163-167 against 184 CPU s), and fits in 2 GB.
+        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
         .config("spark.driver.memory", os.environ.get("PULSAR_REF_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.ui.showConsoleProgress", "true")
     )
