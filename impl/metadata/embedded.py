@@ -140,7 +140,18 @@ class SessionGone(Exception):
 def open_db(path: Path) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
     db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    db.execute("PRAGMA journal_mode=WAL")
+    # Switching to WAL can fail with "database is locked" without waiting on the busy handler while another
+    # process opens the same file (seen with four bookies starting at once): retry until the busy timeout.
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= deadline:
+                db.close()
+                raise
+            time.sleep(0.01)
     db.execute("PRAGMA synchronous=FULL")
     return db
 
