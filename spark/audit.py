@@ -92,6 +92,20 @@ def load(spark: Any, paths: Sequence[str]) -> Any:
     return out
 
 
+def read_entries(value: Any) -> Any:
+    """A read's `value` (JSON text) as an array of (p: [ledger, entry, batch], v) in delivery order.
+
+    from_json gives each position back as compact JSON text "[l,e,b]": it is split, not parsed again (a JSON
+    parser per entry is slow).
+    """
+    from pyspark.sql import functions as F
+
+    return F.transform(
+        F.from_json(value, "array<array<string>>"),
+        lambda x: F.struct(F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>").alias("p"), x[1].alias("v")),
+    )
+
+
 def _later(a: Any, b: Any) -> Any:
     """The greater of two nullable structs (null counts as absent)."""
     from pyspark.sql import functions as F
@@ -131,7 +145,6 @@ def _pairs(spark: Any, events: Any) -> Any:
     w_proc = Window.partitionBy("h", "process").orderBy("index")
     paired = ev.withColumn("nxt", F.lead(F.struct("index", "time", "type", "value", "position"), 1).over(w_proc))
     ok_read = (F.col("f") == "read") & (F.col("nxt.type") == "ok")
-    entry_type = "array<array<string>>"
     ops = paired.filter(F.col("type") == "invoke").select(
         "h",
         "process",
@@ -151,11 +164,7 @@ def _pairs(spark: Any, events: Any) -> Any:
         F.when(
             ok_read,
             F.transform(
-                F.from_json(F.col("nxt.value"), entry_type),
-                # The position comes back as compact JSON text "[l,e,b]": split it (a JSON parser per entry is slow).
-                lambda x: F.struct(
-                    _pos(F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>")).alias("pos"), x[1].alias("val")
-                ),
+                read_entries(F.col("nxt.value")), lambda x: F.struct(_pos(x["p"]).alias("pos"), x["v"].alias("val"))
             ),
         ).alias("entries"),
     )
@@ -586,7 +595,7 @@ def checked(spark: Any, events: Any, exact: bool = False) -> tuple[list[dict[str
 
     from spark.screen import screen
 
-    screened = None if exact else screen(spark, events)
+    screened = None if exact else screen(events)
     if screened is None:
         return run_checks(spark, events)
     if not screened.suspects:

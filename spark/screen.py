@@ -54,16 +54,14 @@ def _bits(n: int | None) -> int:
     return 0 if not n else int(n).bit_length()
 
 
-def screen(spark: Any, events: Any) -> Screened | None:
+def screen(events: Any) -> Screened | None:
     """Screen `events` (spark/audit.py `load`); None if the history cannot be screened (audit it exactly)."""
     from pyspark.sql import functions as F
 
+    from spark.audit import read_entries
+
     f, kind = F.col("f"), F.col("type")
     read_ok = (f == "read") & (kind == "ok")
-    entries = F.transform(
-        F.from_json(F.col("value"), "array<array<string>>"),
-        lambda x: F.struct(F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>").alias("p"), x[1].alias("v")),
-    )
     base = (
         events.filter(F.col("process") != "nemesis")
         .select(
@@ -79,17 +77,17 @@ def screen(spark: Any, events: Any) -> Screened | None:
             F.col("from").alias("start"),
             "limit",
             F.coalesce("final", F.lit(False)).alias("final"),
-            F.when(read_ok, entries).alias("entries"),
+            F.when(read_ok, read_entries(F.col("value"))).alias("entries"),
         )
         .cache()
     )
     try:
-        return _screen(spark, base)
+        return _screen(base)
     finally:
         base.unpersist()
 
 
-def _screen(spark: Any, base: Any) -> Screened | None:
+def _screen(base: Any) -> Screened | None:
     from pyspark.sql import functions as F
 
     f, kind = F.col("f"), F.col("type")
@@ -142,7 +140,7 @@ def _screen(spark: Any, base: Any) -> Screened | None:
     # pruning would otherwise make every branch its own, unshared shuffle).
     ops = _ops(base, pack).cache()
     try:
-        flags, per_value = _flags(spark, base, ops, pack, wider, pos_bucket_shift=bb + POS_BUCKET_BITS)
+        flags, per_value = _flags(base, ops, pack, wider, pos_bucket_shift=bb + POS_BUCKET_BITS)
         try:
             found = flags.collect()
         finally:
@@ -203,7 +201,7 @@ def _ops(base: Any, pack: Any) -> Any:
     )
 
 
-def _flags(spark: Any, base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) -> tuple[Any, Any]:
+def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) -> tuple[Any, Any]:
     """Rows (h, tid, all) naming the topics (or, with `all`, the whole history h) that may hold an anomaly.
 
     Also returns the cached per-value table, for the caller to release once the rows are collected.

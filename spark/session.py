@@ -38,9 +38,9 @@ def spark_session(master: str | None = None, shuffle_partitions: int = 8, input_
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
         if input_size is not None and input_size < SMALL_INPUT_BYTES:
+            shuffle_partitions = min(shuffle_partitions, 2)  # a task per core: fewer, cheaper stages
             # Interpreted expressions too: no Janino compilation of generated code for a few thousand rows
             # (20,000 events: 19.6 -> 15.4 CPU s for the whole command, bench/RESULTS.md).
-            shuffle_partitions = min(shuffle_partitions, 2)  # a task per core: fewer, cheaper stages
             builder = (
                 builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
                 .config("spark.sql.codegen.wholeStage", "false")

@@ -89,7 +89,7 @@ def test_two_level_scans_agree_with_reference_across_buckets(
         path = tmp_path / f"h{k}.jsonl"
         write_jsonl(events, str(path))
         paths.append(str(path))
-    screened = screen_module.screen(spark, load(spark, paths))
+    screened = screen_module.screen(load(spark, paths))
     assert screened is not None
     results = audit(paths)
     assert {a for a, _, _ in histories if a} == set(ANOMALIES)
@@ -133,7 +133,7 @@ def test_positions_too_wide_to_pack_are_audited_exactly(spark: Any, tmp_path: Pa
         path = tmp_path / f"w{k}.jsonl"
         write_jsonl(wide, str(path))
         paths.append(str(path))
-    assert screen_module.screen(spark, load(spark, paths)) is None
+    assert screen_module.screen(load(spark, paths)) is None
     for (anomaly, _, _), history, result in zip(corpus[:3], paths, audit(paths), strict=True):
         ref = check(read_history(history))
         assert {c.key for c in result.report.cases} == {c.key for c in ref.cases}
@@ -161,7 +161,7 @@ def test_a_read_entry_beyond_the_packed_widths_flags_its_topic(spark: Any, tmp_p
     events[k]["value"] = [[[pos[0] + 2**40, *pos[1:]], val], *rest]
     path = tmp_path / "h.jsonl"
     write_jsonl(events, str(path))
-    screened = screen_module.screen(spark, load(spark, [str(path)]))
+    screened = screen_module.screen(load(spark, [str(path)]))
     assert screened is not None and screened.suspects == {(0, events[k]["topic"])}
     (result,) = audit([str(path)])
     ref = check(read_history(str(path)))
