@@ -10,7 +10,7 @@ ZK_JAR := /usr/share/java/zookeeper.jar
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-deep lint proto bench setup zookeeper clean
+.PHONY: demo test test-deep lint proto bench setup zookeeper spark-classes clean
 
 demo: setup
 	$(BIN)/pulsar-ref demo
@@ -25,7 +25,11 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy pulsar_ref impl conformance spark
 
-setup: $(STAMP) zookeeper
+setup: $(STAMP) zookeeper spark-classes
+
+# Spark's classes archived once for faster local audits (spark/classes.py); an audit works without it.
+spark-classes: $(STAMP) zookeeper
+	-@$(BIN)/python -m spark.classes
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -25,31 +25,46 @@ def input_bytes(paths: Sequence[str]) -> int:
     return total
 
 
-def spark_session(master: str | None = None, shuffle_partitions: int = 8, input_size: int | None = None) -> Any:
-    """The one session of this process; `input_size` (bytes to audit) tunes a new local JVM for small inputs."""
+def spark_session(
+    master: str | None = None,
+    shuffle_partitions: int = 8,
+    input_size: int | None = None,
+    record_classes: str | None = None,
+) -> Any:
+    """The one session of this process; `input_size` (bytes to audit) tunes a new local JVM for small inputs.
+
+    A local JVM maps the class archive of spark/classes.py if one was recorded; `record_classes` (a path)
+    records one instead, written when the JVM exits.
+    """
     global _session
     if _session is not None:
         return _session
     from pyspark.sql import SparkSession
+
+    from spark.classes import QUIET, java_options
 
     master = master or os.environ.get("PULSAR_REF_SPARK_MASTER") or "local[*]"
     builder = SparkSession.builder.appName("pulsar-ref-audit").master(master)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        java = [f"-XX:ArchiveClassesAtExit={record_classes}", *QUIET] if record_classes else java_options()
         if input_size is not None and input_size < SMALL_INPUT_BYTES:
+            java.append("-XX:TieredStopAtLevel=1")
             shuffle_partitions = min(shuffle_partitions, 2)  # a task per core: fewer, cheaper stages
             # Interpreted expressions too: no Janino compilation of generated code for a few thousand rows
-            # (20,000 events: 19.6 -> 15.4 CPU s for the whole command, bench/RESULTS.md).
+            # (20,000 events: 19.6 -> 15.4 CPU s for the whole command), and no adaptive re-planning between
+            # the stages of a query (~0.8 s of 6 in the screen; bench/RESULTS.md).
             builder = (
-                builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
-                .config("spark.sql.codegen.wholeStage", "false")
+                builder.config("spark.sql.codegen.wholeStage", "false")
                 .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+                .config("spark.sql.adaptive.enabled", "false")
             )
+        if java:
+            builder = builder.config("spark.driver.extraJavaOptions", " ".join(java))
     builder = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.sql.adaptive.enabled", "true")
         # The screen caches the parsed events and the operations once and reads them several times: building
         # uncompressed column batches is cheaper (10M events: 163-167 against 184 CPU s), and fits in 2 GB.
         .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
