@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -508,14 +508,28 @@ def _running_maxima(acks: Any, reads: Any) -> Any:
     )
 
 
-def run_checks(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Return (case rows, topic summary rows). Case rows: anomaly, h, topic, ops, times, detail."""
+def run_checks(
+    spark: Any, events: Any, topics: dict[tuple[int, str], frozenset[str]] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Return (case rows, topic summary rows). Case rows: anomaly, h, topic, ops, times, detail.
+
+    With `topics` (the screen's suspects: the (h, topic) pairs `events` holds, each with the families of checks of
+    spark/screen.py it needs) only those families run on each topic, and there is no summary (the screen has one).
+    """
     from pyspark.sql import functions as F
 
+    from spark.screen import FAMILIES
+
     ops = _pairs(spark, events).cache()
+    if topics is None:
+        every = frozenset(FAMILIES)
+        found_topics = ops.select("h", "topic").distinct().collect()
+        families = {(r["h"], r["topic"]): every for r in found_topics}
+    else:
+        families = topics
     # Topics become small integers for the shuffles and sorts (names are long and repeated); names come back at
     # the end.
-    names = sorted((r["h"], r["topic"]) for r in ops.select("h", "topic").distinct().collect())
+    names = sorted(families)
     topic_ids = spark.createDataFrame([(h, t, i) for i, (h, t) in enumerate(names)], "h int, topic string, tid int")
     ops_t = ops.join(F.broadcast(topic_ids), ["h", "topic"]).drop("topic").withColumnRenamed("tid", "topic")
     appends = ops_t.filter(F.col("f") == "append")
@@ -541,12 +555,25 @@ def run_checks(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict
         .groupBy("h", F.col("topic").alias("ftopic"))
         .agg(F.collect_list("cmp").alias("finals"))
     )
-    candidates = (
-        _nonmonotonic_appends(acks)
-        .unionByName(_by_position(acks, robs))
-        .unionByName(_by_value(appends, robs, finals))
-        .unionByName(_running_maxima(acks, reads))
-    )
+
+    def of(family: str, *inputs: Any) -> list[Any]:
+        """`inputs` restricted to the topics that need `family` (small tables joined to them are left whole); [] if
+        no topic needs it."""
+        ids = [i for i, key in enumerate(names) if family in families[key]]
+        if len(ids) == len(names):
+            return list(inputs)
+        return [df.filter(F.col("topic").isin(ids)) if "topic" in df.columns else df for df in inputs] if ids else []
+
+    checks: list[tuple[Callable[..., Any], list[Any]]] = [
+        (_nonmonotonic_appends, of("process", acks)),
+        (_by_position, of("position", acks, robs)),
+        (_by_value, of("value", appends, robs, finals)),
+        (_running_maxima, of("scan", acks, reads)),
+    ]
+    parts = [check(*args) for check, args in checks if args]
+    candidates = parts[0]
+    for part in parts[1:]:
+        candidates = candidates.unionByName(part)
     found = [r.asDict(recursive=True) for r in candidates.collect()]
     for r in found:
         r["topic"] = names[r["topic"]][1]
@@ -560,14 +587,16 @@ def run_checks(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict
             first_gap[key] = r
     case_rows.extend(first_gap.values())
 
-    summary = ops.groupBy("h", "topic").agg(
-        F.count("*").alias("ops"),
-        F.sum(((F.col("f") == "append") & (F.col("outcome") == "ok")).cast("int")).alias("appends_ok"),
-        F.sum(((F.col("f") == "append") & (F.col("outcome") == "fail")).cast("int")).alias("appends_fail"),
-        F.sum(((F.col("f") == "append") & (F.col("outcome") == "info")).cast("int")).alias("appends_info"),
-        F.sum((F.col("f") == "read").cast("int")).alias("reads"),
-    )
-    summary_rows = [r.asDict() for r in summary.collect()]
+    summary_rows: list[dict[str, Any]] = []
+    if topics is None:
+        summary = ops.groupBy("h", "topic").agg(
+            F.count("*").alias("ops"),
+            F.sum(((F.col("f") == "append") & (F.col("outcome") == "ok")).cast("int")).alias("appends_ok"),
+            F.sum(((F.col("f") == "append") & (F.col("outcome") == "fail")).cast("int")).alias("appends_fail"),
+            F.sum(((F.col("f") == "append") & (F.col("outcome") == "info")).cast("int")).alias("appends_info"),
+            F.sum((F.col("f") == "read").cast("int")).alias("reads"),
+        )
+        summary_rows = [r.asDict() for r in summary.collect()]
     # Times of the witness events, for the explanations (witnesses are invokes and completions of ops).
     wanted = sorted({(r["h"], i) for r in case_rows for i in r["ops"]})
     times: dict[tuple[int, int], int] = {}
@@ -601,7 +630,7 @@ def checked(spark: Any, events: Any, exact: bool = False) -> tuple[list[dict[str
     if not screened.suspects:
         return [], screened.summary
     suspects = spark.createDataFrame(sorted(screened.suspects), "h int, topic string")
-    case_rows, _ = run_checks(spark, events.join(F.broadcast(suspects), ["h", "topic"]))
+    case_rows, _ = run_checks(spark, events.join(F.broadcast(suspects), ["h", "topic"]), screened.suspects)
     return case_rows, screened.summary
 
 

@@ -42,12 +42,22 @@ INDEX_BUCKET_BITS = 14
 MAX_FINALS = 62
 
 
+# The exact job's families of checks (spark/audit.py), each flagged by its own part of the screen:
+# nonmonotonic-append by the acks of each process, duplicate-position, divergent-read (b) and gap by the positions,
+# realtime-reorder, stale-read and nonmonotonic-read by the running maxima, and the anomalies of one value
+# (duplicate-value, phantom-read, failed-write-visible, divergent-read (a), lost-write) by the values. The positions'
+# flags assume each value has one position, which only the values' flags check: a topic flagged by its values
+# gets every family.
+FAMILIES = ("process", "position", "scan", "value")
+
+
 @dataclass
 class Screened:
-    """The screen's answer: topic summaries, and the (h, topic) pairs the exact job must audit."""
+    """The screen's answer: topic summaries, and the (h, topic) pairs the exact job must audit with the families
+    of checks each needs."""
 
     summary: list[dict[str, Any]]
-    suspects: set[tuple[int, str]] = field(default_factory=set)
+    suspects: dict[tuple[int, str], frozenset[str]] = field(default_factory=dict)
 
 
 def _bits(n: int | None) -> int:
@@ -147,12 +157,16 @@ def _screen(base: Any) -> Screened | None:
             per_value.unpersist()
     finally:
         ops.unpersist()
-    suspects: set[tuple[int, str]] = set()
+    flagged: dict[tuple[int, str], set[str]] = {}
     for r in found:
-        if r["all"]:
-            suspects |= {(h, topic) for (h, _), topic in names.items() if h == r["h"]}
+        if r["all"]:  # a value in two topics: the exact job's joins by value cross topics
+            for (h, _), topic in names.items():
+                if h == r["h"]:
+                    flagged.setdefault((h, topic), set()).add("value")
         else:
-            suspects.add((r["h"], names[(r["h"], r["tid"])]))
+            flagged.setdefault((r["h"], names[(r["h"], r["tid"])]), set()).add(r["family"])
+    every = frozenset(FAMILIES)
+    suspects = {k: every if "value" in f else frozenset(f) for k, f in flagged.items()}
     return Screened(summary, suspects)
 
 
@@ -202,7 +216,8 @@ def _ops(base: Any, pack: Any) -> Any:
 
 
 def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) -> tuple[Any, Any]:
-    """Rows (h, tid, all) naming the topics (or, with `all`, the whole history h) that may hold an anomaly.
+    """Rows (h, tid, all, family): a topic (with `all`, every topic of history h) that may hold an anomaly of that
+    family of checks.
 
     Also returns the cached per-value table, for the caller to release once the rows are collected.
     """
@@ -221,8 +236,13 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
     final_masks = finals.groupBy("h", "tid").agg(F.count("*").alias("finals"))
     mask = F.when(F.col("finals") <= MAX_FINALS, F.expr("shiftleft(1L, finals)") - 1)
 
-    def flagged(df: Any, cond: Any, everything: Any = None) -> Any:
-        return df.filter(cond).select("h", "tid", (everything if everything is not None else F.lit(False)).alias("all"))
+    def flagged(family: str, df: Any, cond: Any, everything: Any = None) -> Any:
+        return df.filter(cond).select(
+            "h",
+            "tid",
+            (everything if everything is not None else F.lit(False)).alias("all"),
+            F.lit(family).alias("family"),
+        )
 
     # Read entries: value, packed position, the next entry's position, and the final-read bit.
     entries = base.filter((F.col("f") == "read") & (F.col("type") == "ok")).select(
@@ -290,6 +310,7 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
     read, lo = F.col("rd") == 1, F.col("lo")
     lost = (F.col("ok") == 1) & (F.col("finals") > 0) & (F.col("fin") != F.coalesce(mask, F.lit(-1)))
     by_value = flagged(
+        "value",
         per_value,
         (F.col("tid") != F.col("t1"))
         | (read & (F.col("apps") == 0))
@@ -315,7 +336,7 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
     )
     positions = positions.join(heads, ["h", "tid", "pb"], "left").withColumn("succ", F.coalesce("succ", "nh"))
     mx, succ = F.col("mx"), F.col("succ")
-    by_position = flagged(positions, (F.col("c") > 1) | ((mx > F.col("p")) & (succ.isNull() | (mx > succ))))
+    by_position = flagged("position", positions, (F.col("c") > 1) | ((mx > F.col("p")) & (succ.isNull() | (mx > succ))))
 
     # Running maxima per topic in index order: acks and read reaches at completions, queries at invokes.
     done = ops.filter(ok)
@@ -355,14 +376,14 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
     def misses(m: Any) -> Any:
         return F.col("q") & (m >= qs) & (qr.isNull() | (qr < m))
 
-    by_scan = flagged(asked, (F.col("qa").isNotNull() & (m_ack > F.col("qa"))) | misses(m_ack) | misses(m_read))
+    by_scan = flagged("scan", asked, (F.col("qa").isNotNull() & (m_ack > F.col("qa"))) | misses(m_ack) | misses(m_read))
 
     # nonmonotonic-append: ops are partitioned by process already.
     acks = appends.filter(ok)
     prev = F.lag("p").over(Window.partitionBy("h", "proc", "tid").orderBy("cmp"))
-    by_process = flagged(acks.withColumn("prev", prev), F.col("p") <= F.col("prev"))
+    by_process = flagged("process", acks.withColumn("prev", prev), F.col("p") <= F.col("prev"))
 
-    too_many_finals = flagged(final_masks, F.col("finals") > MAX_FINALS)
+    too_many_finals = flagged("value", final_masks, F.col("finals") > MAX_FINALS)
     flags = (
         by_value.unionByName(by_position)
         .unionByName(by_scan)
