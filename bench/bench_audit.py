@@ -6,6 +6,7 @@ tail reads with a limit of 5) and audits each in-process on local[*]: the valida
     .venv/bin/python bench/bench_audit.py --sizes 1000000 10000000 --topics 1 1000
     .venv/bin/python bench/bench_audit.py --sizes 20000 --topics 1 --processes 50 --reference  # 10,000 ops
     .venv/bin/python bench/bench_audit.py --sizes 10000000 --topics 1 --cli  # as `pulsar-ref audit` runs
+    .venv/bin/python bench/bench_audit.py --sizes 20000 --fresh 5 --inject stale-read  # whole command, 5 times
 
 Histories are written before each measurement (not timed); the Spark session is started once, before the first
 measurement, so the first row does not pay the JVM start.
@@ -115,6 +116,53 @@ class PeakRss:
         self._thread.join()
 
 
+def fresh_runs(a: argparse.Namespace) -> None:
+    """`pulsar-ref audit HISTORY` in a fresh process, `a.fresh` times per history (Python and JVM start included),
+    alternately with and without the class archive of spark/classes.py if `a.no_archive`."""
+    import json
+    import statistics
+    import subprocess
+    import sys
+
+    from spark.generate import inject, write_jsonl
+
+    variants = [("archive", None)]
+    empty = tempfile.mkdtemp(prefix="bench-audit-no-archive-")
+    if a.no_archive:
+        variants.append(("no archive", empty))
+    print(f"{'events':>10} {'topics':>6} {'history':>20} {'classes':>10} {'wall s (each run)':>40} {'median':>7}")
+    with tempfile.TemporaryDirectory(prefix="bench-audit-") as d:
+        for topics in a.topics:
+            for size in a.sizes:
+                path = os.path.join(d, f"h-{size}-{topics}.jsonl")
+                n = write_history(path, size, topics, a.processes)
+                kind = "valid"
+                if a.inject:
+                    with open(path) as f:
+                        events = [json.loads(line) for line in f]
+                    injected = inject(events, a.inject, random.Random(5))
+                    if injected is None:
+                        raise SystemExit(f"no place to inject {a.inject} into the {size}-event history")
+                    write_jsonl(injected[0], path)
+                    kind = a.inject
+                times: dict[str, list[float]] = {name: [] for name, _ in variants}
+                for _ in range(a.fresh):
+                    for name, cache in variants:
+                        env = dict(os.environ, **({"PULSAR_REF_CACHE": cache} if cache else {}))
+                        t0 = time.perf_counter()
+                        run = subprocess.run(
+                            [sys.executable, "-m", "pulsar_ref.cli", "audit", path], env=env, capture_output=True
+                        )
+                        times[name].append(time.perf_counter() - t0)
+                        if run.returncode != (0 if kind == "valid" else 1):
+                            raise SystemExit(f"unexpected exit status {run.returncode}: {run.stderr.decode()[-500:]}")
+                for name, ts in times.items():
+                    each = " ".join(f"{t:.1f}" for t in ts)
+                    print(f"{n:>10} {topics:>6} {kind:>20} {name:>10} {each:>40} {statistics.median(ts):>7.1f}")
+                os.unlink(path)
+    os.rmdir(empty)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
@@ -132,7 +180,18 @@ def main() -> None:
         help="time `pulsar-ref audit HISTORY` as users run it (format check in a child process, overlapping the "
         "Spark job): 'validate s' is then 0 and 'spark s' the whole command",
     )
+    p.add_argument(
+        "--fresh",
+        type=int,
+        metavar="REPEAT",
+        help="instead: run the whole `pulsar-ref audit HISTORY` in a fresh process REPEAT times per history",
+    )
+    p.add_argument("--inject", metavar="ANOMALY", help="with --fresh: inject this anomaly (HISTORY.md) first")
+    p.add_argument("--no-archive", action="store_true", help="with --fresh: also run without the class archive")
     a = p.parse_args()
+    if a.fresh:
+        fresh_runs(a)
+        return
     from pulsar_ref.commands.audit import main as audit_command
     from spark.audit import audit
     from spark.history import read_history
