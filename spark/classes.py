@@ -69,7 +69,12 @@ def _check(archive: Path) -> None:
     """Start a JVM on `archive`: a broken file crashes it (a good one for another classpath is just unused)."""
     java = _java()
     assert java is not None
-    run = subprocess.run([str(java), f"-XX:SharedArchiveFile={archive}", *QUIET, "-version"], capture_output=True)
+    with tempfile.TemporaryDirectory() as crash_dir:  # where a crashing JVM writes its hs_err file
+        run = subprocess.run(
+            [str(java), f"-XX:SharedArchiveFile={archive}", *QUIET, "-XX:-CreateCoredumpOnCrash", "-version"],
+            capture_output=True,
+            cwd=crash_dir,
+        )
     if run.returncode != 0:
         raise ArchiveError(f"a JVM started on the new archive exited with status {run.returncode}")
 
