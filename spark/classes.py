@@ -58,8 +58,11 @@ def archive_path() -> Path | None:
 
 
 def java_options() -> list[str]:
-    """JVM options that map the recorded archive, or none if there is none."""
-    path = archive_path()
+    """JVM options that map the recorded archive, or none if there is none (or no cache to look in)."""
+    try:
+        path = archive_path()
+    except (OSError, RuntimeError):  # no home directory, an unreadable java: audit without the archive
+        return []
     if path is None or not path.is_file() or any(c.isspace() for c in str(path)):
         return []  # (Spark splits its JVM options at spaces)
     return [f"-XX:SharedArchiveFile={path}", *QUIET]

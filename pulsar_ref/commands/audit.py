@@ -102,6 +102,8 @@ def main(argv: list[str], prog: str) -> int:
         prog=prog,
         description="Audit run logs (HISTORY.md: JSON Lines or Parquet) for the anomalies of a linearizable "
         "append-only log. Exit status: 0 valid, 1 anomalies found, 2 unusable input.",
+        epilog="A local Spark starts ~2 s faster with the class archive that `make setup` records once per JDK "
+        "and Spark install (`python -m spark.classes`; `--where` prints where it is).",
     )
     p.add_argument("histories", nargs="+", metavar="HISTORY")
     p.add_argument("--master", help="Spark master (default local[*]; e.g. spark://host:7077)")
