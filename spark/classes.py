@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from spark import child_env
+
 # The JVM's messages about the archive (one that does not match this JDK or classpath is not used, and
 # recording it warns about every class it skips) are not the user's concern.
 QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
@@ -90,15 +92,13 @@ def record(force: bool = False) -> Path:
     if path.is_file() and not force:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=path.stem + ".", suffix=".recording", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
-    tmp.unlink()  # the JVM creates it at exit
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.recording")  # the JVM creates it at exit
     try:
-        root = str(Path(__file__).resolve().parent.parent)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         child = subprocess.run(
-            [sys.executable, "-m", "spark.classes", "--child", str(tmp)], env=env, capture_output=True, text=True
+            [sys.executable, "-m", "spark.classes", "--child", str(tmp)],
+            env=child_env(),
+            capture_output=True,
+            text=True,
         )
         if child.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
             tail = "\n".join(child.stderr.strip().splitlines()[-5:])

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -53,20 +52,17 @@ def _validate_while_auditing(paths: list[str], master: str | None, reports: dict
     one-task stages), so the check costs little wall time there. Only a history that passes it gets a verdict:
     on a format error the Spark job is cancelled and the error returned.
     """
-    import spark
+    from spark import child_env
     from spark.audit import audit
 
     print(f"validating and auditing {len(paths)} histories with Spark ...", file=sys.stderr, flush=True)
-    # A plain child interpreter (not multiprocessing, which re-imports the caller's __main__), able to import
-    # this repository's spark package however this process found it.
-    root = str(Path(spark.__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    # A plain child interpreter (not multiprocessing, which re-imports the caller's __main__).
     check = subprocess.Popen(
         [sys.executable, "-m", "spark.history", *paths],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=child_env(),
     )
     outcome: dict[str, Any] = {}
 
