@@ -126,12 +126,11 @@ def fresh_runs(a: argparse.Namespace) -> None:
 
     from spark.generate import inject, write_jsonl
 
-    variants = [("archive", None)]
-    empty = tempfile.mkdtemp(prefix="bench-audit-no-archive-")
-    if a.no_archive:
-        variants.append(("no archive", empty))
     print(f"{'events':>10} {'topics':>6} {'history':>20} {'classes':>10} {'wall s (each run)':>40} {'median':>7}")
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as d:
+        variants: list[tuple[str, str | None]] = [("archive", None)]
+        if a.no_archive:  # a cache directory that holds no archive: the JVM starts as if none was recorded
+            variants.append(("no archive", os.path.join(d, "empty-cache")))
         for topics in a.topics:
             for size in a.sizes:
                 path = os.path.join(d, f"h-{size}-{topics}.jsonl")
@@ -160,7 +159,6 @@ def fresh_runs(a: argparse.Namespace) -> None:
                     each = " ".join(f"{t:.1f}" for t in ts)
                     print(f"{n:>10} {topics:>6} {kind:>20} {name:>10} {each:>40} {statistics.median(ts):>7.1f}")
                 os.unlink(path)
-    os.rmdir(empty)
 
 
 def main() -> None:

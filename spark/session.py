@@ -54,7 +54,7 @@ def spark_session(
             shuffle_partitions = min(shuffle_partitions, 2)  # a task per core: fewer, cheaper stages
             # Interpreted expressions too: no Janino compilation of generated code for a few thousand rows
             # (20,000 events: 19.6 -> 15.4 CPU s for the whole command), and no adaptive re-planning between
-            # the stages of a query (~0.8 s of 6 in the screen; bench/RESULTS.md).
+            # the stages of a query (the screen of 20,000 events: 5.6-6.3 against 6.9-7.1 s in one noisy A/B).
             builder = (
                 builder.config("spark.sql.codegen.wholeStage", "false")
                 .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
