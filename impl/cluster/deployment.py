@@ -37,6 +37,7 @@ from typing import Any
 
 import psutil
 from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 
 from impl.cluster.nodes import Node, NodeError, pulsar_ref_command
 from impl.cluster.sessions import SessionExpiryError, ZooKeeperAdmin, expire_node_session
@@ -588,6 +589,22 @@ class Cluster:
                 return zk.registration(node.role, node.address) is not None
         except (SessionExpiryError, KazooException) as e:
             raise ClusterError(f"cannot read {name}'s registration from ZooKeeper: {e}") from None
+
+    def bundles_owned(self, brokers: list[str]) -> dict[str, list[str]] | None:
+        """The bundles (tenant/namespace/range) whose ownership node each broker's ZooKeeper session holds;
+        None when that cannot be known (not ZooKeeper-backed, or ZooKeeper unreadable)."""
+        if not self.metadata_url.startswith("zk://"):
+            return None
+        try:
+            with ZooKeeperAdmin(self.metadata_url, timeout_s=3.0) as zk:
+                owned = {}
+                for name in brokers:
+                    node = self.node(name)
+                    reg = zk.registration(node.role, node.address)
+                    owned[name] = zk.bundles_owned_by(reg.owner) if reg is not None else []
+                return owned
+        except (SessionExpiryError, KazooException, KazooTimeoutError):
+            return None
 
     # --- status ----------------------------------------------------------------------------
 

@@ -1,10 +1,12 @@
 """The nemesis: injects one fault at a time on a schedule, through impl.cluster's verbs, and heals it.
 
 Schedule: `interval` seconds calm, then a fault chosen from the enabled kinds (at random, or in turn
-with `cycle=True` so that a short run is sure to see every kind), held for
+with `cycle=True` so that a short run is sure to see every kind), in a node chosen at random among
+those it can hit (a broker only if it owns a bundle, when some broker does), held for
 `interval` seconds, then healed; repeat until stopped; `heal_all` brings every node back at the end.
 Every step is an event of process "nemesis" in the history (type "info", f = the fault kind or
-"heal", value = the node), so a reader can line anomalies up with the faults.
+"heal", value = the node; a fault in a broker also lists the bundles it owned), so a reader can line
+anomalies up with the faults.
 
 Fault kinds:
   kill-bookie / kill-broker / kill-standalone     SIGKILL; healed by starting it (same data, port)
@@ -129,7 +131,7 @@ class Nemesis:
                 self.faults[self.injected_or_tried % len(self.faults)] if self.cycle else self.rng.choice(self.faults)
             )
             self.injected_or_tried += 1
-            targets = self._targets(self.cluster, kind, running=True)
+            targets, owned = self._worth_hitting(self._targets(self.cluster, kind, running=True))
             if not targets:
                 self.history.nemesis(kind, "-", error="no running node to inject it into")
                 return
@@ -141,7 +143,18 @@ class Nemesis:
                 return
             self.active = ActiveFault(kind, node, time.monotonic())
             self.injected += 1
-            self.history.nemesis(kind, node, detail=detail)
+            extra = {"bundles": owned[node]} if node in owned else {}
+            self.history.nemesis(kind, node, detail=detail, **extra)
+
+    def _worth_hitting(self, targets: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+        """The targets, less the brokers that own no bundle when some broker does (a fault in a broker that
+        serves no topic moves nothing, so a short run could pass without a single takeover); and the
+        bundles each broker target owns, as far as known."""
+        brokers = [name for name in targets if self.cluster.node(name).role == "broker"]
+        owned = self.cluster.bundles_owned(brokers) if brokers else None
+        if not owned or not any(owned.values()):  # unknown (no ZooKeeper, or unreadable), or nothing owned yet
+            return targets, owned or {}
+        return [name for name in targets if name not in brokers or owned[name]], owned
 
     def _apply(self, kind: str, node: str) -> str:
         if isinstance(self.cluster.node(node), InProcessNode):
