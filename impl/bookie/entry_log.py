@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 FRAME = struct.Struct(">II")
@@ -35,11 +34,11 @@ class CorruptEntryLog(StorageError):
     """An entry log record does not match what the index says is there."""
 
 
-@dataclass(frozen=True)
-class Location:
-    log_id: int
-    offset: int
-    size: int  # whole record, frame included
+# A location is (entry log id, offset of the record, record size with its frame). A plain tuple of
+# ints, not a class: the bookie keeps one per stored entry, and CPython's cycle collector stops
+# tracking tuples of ints, where a million tracked objects made every full collection stall the
+# bookie for ~0.2 s (bench/RESULTS.md, bookie).
+Location = tuple[int, int, int]
 
 
 def log_path(directory: Path, log_id: int) -> Path:
@@ -97,22 +96,23 @@ class EntryLogger:
         record = encode(ledger_id, entry_id, body)
         if self._file_size + len(self._buffer) >= self.roll_size:
             self._roll()
-        location = Location(self.current, self._file_size + len(self._buffer), len(record))
+        location = (self.current, self._file_size + len(self._buffer), len(record))
         self._buffer += record
         if len(self._buffer) >= self.buffer_size:
             self.flush()
         return location
 
     def read(self, location: Location, ledger_id: int, entry_id: int) -> bytes:
-        where = f"{log_path(self.directory, location.log_id)} offset {location.offset}"
-        if location.log_id == self.current and location.offset >= self._file_size:
-            start = location.offset - self._file_size
-            record = bytes(self._buffer[start : start + location.size])
+        log_id, offset, size = location
+        where = f"{log_path(self.directory, log_id)} offset {offset}"
+        if log_id == self.current and offset >= self._file_size:
+            start = offset - self._file_size
+            record = bytes(self._buffer[start : start + size])
         else:
-            fd = self._fds.get(location.log_id)
+            fd = self._fds.get(log_id)
             if fd is None:
                 raise CorruptEntryLog(f"{where}: the entry log is missing (deleted or lost)")
-            record = os.pread(fd, location.size, location.offset)
+            record = os.pread(fd, size, offset)
         return decode(record, where, ledger_id, entry_id)
 
     def flush(self) -> None:

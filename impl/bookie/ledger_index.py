@@ -69,7 +69,7 @@ def state_record(meta: LedgerMeta) -> bytes:
 
 
 def locations_record(locations: list[tuple[int, Location]]) -> bytes:
-    return _frame(LOCATIONS, b"".join(LOCATION.pack(eid, loc.log_id, loc.offset, loc.size) for eid, loc in locations))
+    return _frame(LOCATIONS, b"".join(LOCATION.pack(eid, *location) for eid, location in locations))
 
 
 def index_path(directory: Path, ledger_id: int) -> Path:
@@ -125,7 +125,7 @@ class LedgerIndex:
                 ledger.meta = LedgerMeta(ledger.meta.master_key, bool(fenced), piggybacked, explicit)
             elif kind == LOCATIONS and len(body) % LOCATION.size == 0:
                 for eid, log_id, log_offset, size in LOCATION.iter_unpack(body):
-                    ledger.locations[eid] = Location(log_id, log_offset, size)
+                    ledger.locations[eid] = (log_id, log_offset, size)
             else:
                 reason = f"unknown or malformed record (kind {kind}, {len(body)} bytes)"
                 break

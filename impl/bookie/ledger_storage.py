@@ -106,7 +106,7 @@ class LedgerStorage:
         self._dirty: dict[int, list[tuple[int, Location]]] = {}  # locations not yet in the index files
         self._live: Counter[int] = Counter()  # entry log -> entries the index points into it
         for locations in self._locations.values():
-            self._live.update(loc.log_id for loc in locations.values())
+            self._live.update(log_id for log_id, _, _ in locations.values())
 
     # --- what a restart loads ---------------------------------------------------------------
     def ledgers(self) -> dict[int, IndexedLedger]:
@@ -119,10 +119,10 @@ class LedgerStorage:
         with self._lock:
             present = {log for log in self._live if log_path(self.directory, log).exists()}
             return [
-                (lid, eid, loc.log_id)
+                (lid, eid, log_id)
                 for lid, locations in sorted(self._locations.items())
-                for eid, loc in sorted(locations.items())
-                if loc.log_id not in present
+                for eid, (log_id, _, _) in sorted(locations.items())
+                if log_id not in present
             ]
 
     # --- request path ---------------------------------------------------------------------------
@@ -132,9 +132,9 @@ class LedgerStorage:
             location = self.entry_logger.add(ledger_id, entry_id, body)
             old = self._locations.setdefault(ledger_id, {}).get(entry_id)
             if old is not None:
-                self._live[old.log_id] -= 1  # a recovery add or a replay wrote it again
+                self._live[old[0]] -= 1  # a recovery add or a replay wrote it again
             self._locations[ledger_id][entry_id] = location
-            self._live[location.log_id] += 1
+            self._live[location[0]] += 1
             self._dirty.setdefault(ledger_id, []).append((entry_id, location))
             self.cache.put((ledger_id, entry_id), body)  # tailing readers want what was just written
 
@@ -196,8 +196,8 @@ class LedgerStorage:
         """Forget a garbage-collected ledger and delete its index file; returns its entry count."""
         with self._lock:
             locations = self._locations.pop(ledger_id, {})
-            for loc in locations.values():
-                self._live[loc.log_id] -= 1
+            for log_id, _, _ in locations.values():
+                self._live[log_id] -= 1
             self._dirty.pop(ledger_id, None)
             self._persisted.pop(ledger_id, None)
             self.cache.discard_ledger(ledger_id)

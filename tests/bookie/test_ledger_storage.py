@@ -88,9 +88,10 @@ def test_entry_log_and_index_round_trip(tmp_path: Path):
 
     # a flipped byte in an entry log is a typed error, never a wrong body
     location = ledgers[1].locations[5]
-    path = tmp_path / f"entrylog-{location.log_id}.log"
+    log_id, offset, size = location
+    path = tmp_path / f"entrylog-{log_id}.log"
     data = bytearray(path.read_bytes())
-    data[location.offset + location.size - 1] ^= 0xFF
+    data[offset + size - 1] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptEntryLog, match="checksum mismatch"):
         LedgerStorage(tmp_path, read_cache_bytes=0).read(1, 5)
