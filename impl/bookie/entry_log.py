@@ -82,6 +82,7 @@ class EntryLogger:
         # Always start a new log: a torn tail left by a crash stays behind, unreferenced.
         self.current = max(self._fds, default=-1) + 1
         self._unsynced: set[int] = set()  # logs written since the last sync
+        self._unsynced_bytes = 0  # bytes written to the logs since the last take_unsynced
         self._new_files = False  # a log was created since the last sync: its name needs a directory fsync
         self._open_current()
 
@@ -125,6 +126,7 @@ class EntryLogger:
             view = view[os.write(fd, view) :]
         view.release()
         self._file_size += len(self._buffer)
+        self._unsynced_bytes += len(self._buffer)
         self._buffer = bytearray()
         self._unsynced.add(self.current)
 
@@ -133,10 +135,15 @@ class EntryLogger:
         self.current += 1
         self._open_current()
 
+    @property
+    def unsynced_bytes(self) -> int:
+        """Bytes taken since the last `take_unsynced`, buffered or written (read without the lock: a hint)."""
+        return self._unsynced_bytes + len(self._buffer)
+
     def take_unsynced(self) -> tuple[list[int], bool]:
         """Logs written since the last call (flush first), and whether new files were created."""
         logs, new = sorted(self._unsynced), self._new_files
-        self._unsynced, self._new_files = set(), False
+        self._unsynced, self._new_files, self._unsynced_bytes = set(), False, 0
         return logs, new
 
     def still_unsynced(self, logs: list[int], new_files: bool) -> None:

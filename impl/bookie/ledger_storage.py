@@ -153,6 +153,25 @@ class LedgerStorage:
             return body
 
     # --- maintenance thread --------------------------------------------------------------------
+    @property
+    def unsynced_bytes(self) -> int:
+        """Bytes the entry logs took since their last fsync."""
+        return self.entry_logger.unsynced_bytes if self.entry_logger is not None else 0
+
+    def sync_entry_logs(self) -> None:
+        """fsync what the entry logs hold so far, the fsync outside the lock; the index is left to the next
+        checkpoint (BookKeeper's flushEntrylogBytes). Run by the thread that checkpoints, never alongside one."""
+        assert self.entry_logger is not None, "ledger storage opened read-only"
+        with self._lock:
+            self.entry_logger.flush()
+            logs, new_logs = self.entry_logger.take_unsynced()
+        try:
+            self.entry_logger.sync(logs, new_logs)
+        except BaseException:
+            with self._lock:
+                self.entry_logger.still_unsynced(logs, new_logs)
+            raise
+
     def checkpoint(self, ledgers: dict[int, LedgerMeta]) -> CheckpointStats:
         """Make every entry put so far, and `ledgers`' states, durable in entry logs and index.
 

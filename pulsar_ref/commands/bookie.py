@@ -20,6 +20,7 @@ DEFAULTS: dict[str, Any] = {
     "min_free_mb": 0,
     "max_inflight": 10_000,
     "checkpoint_interval": 10.0,  # seconds between checkpoints (restart replays the journal after the last)
+    "entry_log_sync_mb": 4,  # fsync the entry logs whenever they took this many MiB (0: only at checkpoints)
     "gc_interval": 60.0,  # seconds between garbage collections of deleted ledgers (0: never)
     "entry_log_size": 64 * 1024 * 1024,  # bytes: entry logs roll at this size (the unit of space reclaimed)
     "journal_roll_size": 256 * 1024 * 1024,  # bytes: journal files roll at this size
@@ -55,6 +56,14 @@ def run(args: argparse.Namespace) -> int:
     for key in DEFAULTS:
         if getattr(args, key, None) is not None:
             config[key] = getattr(args, key)
+    for key, least in (("checkpoint_interval", 0.001), ("entry_log_sync_mb", 0), ("gc_interval", 0)):
+        try:
+            bad = float(config[key]) < least
+        except (TypeError, ValueError):
+            bad = True
+        if bad:
+            print(f"error: {key} must be a number >= {least}, not {config[key]!r}", file=sys.stderr)
+            return 2
     session = _Session(connect(args.metadata))
     bookie_id: list[str] = []
 
@@ -71,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             on_readonly=on_readonly,
             metadata=(lambda: session.store) if float(config["gc_interval"]) > 0 else None,
             checkpoint_interval=float(config["checkpoint_interval"]),
+            entry_log_sync_bytes=int(float(config["entry_log_sync_mb"]) * 1024 * 1024),
             gc_interval=float(config["gc_interval"]),
             entry_log_size=int(config["entry_log_size"]),
             journal_roll_size=int(config["journal_roll_size"]),
@@ -206,6 +216,11 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument("--min-free-mb", type=int, help="go read-only below this much free disk (default 0)")
     parser.add_argument("--max-inflight", type=int, help="requests in flight before ETOOMANYREQUESTS (10000)")
     parser.add_argument("--checkpoint-interval", type=float, help="seconds between checkpoints (10)")
+    parser.add_argument(
+        "--entry-log-sync-mb",
+        type=float,
+        help="fsync the entry logs whenever they took this many MiB (4; 0 = at checkpoints)",
+    )
     parser.add_argument("--gc-interval", type=float, help="seconds between garbage collections, 0 = never (60)")
     parser.add_argument("--entry-log-size", type=int, help="bytes at which entry logs roll (64 MiB)")
     parser.add_argument("--journal-roll-size", type=int, help="bytes at which journal files roll (256 MiB)")

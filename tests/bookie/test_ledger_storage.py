@@ -156,6 +156,33 @@ def test_restart_after_checkpoint_replays_only_the_tail(tmp_path: Path):
         again.close()
 
 
+@pytest.mark.parametrize("sync_bytes", [64 * 1024, 0])
+def test_entry_logs_are_fsynced_by_volume_between_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_bytes: int
+):
+    """With `entry_log_sync_bytes`, the entry logs are fsynced as they fill, not only at checkpoints."""
+    bookie = Bookie(tmp_path, checkpoint_interval=SLOW, entry_log_sync_bytes=sync_bytes)
+    logger = bookie.storage.entry_logger
+    assert logger is not None
+    synced: list[list[int]] = []
+    real_sync = logger.sync
+    monkeypatch.setattr(logger, "sync", lambda logs, new: (synced.append(logs), real_sync(logs, new)))
+    try:
+        add(bookie, 1, range(150), size=1000)  # ~150 KiB
+        deadline = time.monotonic() + 10
+        while sync_bytes and not synced and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # several maintenance ticks
+        assert bookie.checkpoints == 0
+        if sync_bytes:
+            assert synced and synced[0] == [logger.current], synced
+            assert bookie.storage.unsynced_bytes < sync_bytes
+        else:
+            assert synced == [] and bookie.storage.unsynced_bytes > 150_000
+    finally:
+        bookie.close()
+
+
 def test_journal_files_before_the_checkpoint_are_deleted(tmp_path: Path):
     bookie = Bookie(tmp_path, checkpoint_interval=SLOW, journal_roll_size=4096)
     try:
