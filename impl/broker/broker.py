@@ -8,13 +8,13 @@ session, acquiring bundles afresh through lookups (which fence the old ledgers).
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from impl import heap
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
 from impl.broker import namespaces
@@ -92,11 +92,7 @@ class Broker:
         namespaces.ensure_default(self.store)
         self.load_manager.start()
         self.server.start(self.service, self.admin)
-        # What startup allocated (modules, gRPC, protobuf, the metadata client: tens of thousands of objects)
-        # lives as long as the process: take it out of the cyclic collector's view, or every full collection
-        # walks it again and stops the process for tens of ms (40-55 ms measured in a bookie), which at
-        # 1,000 msg/s shows as a publish latency tail.
-        gc.freeze()
+        heap.settle_after_startup()
         log.info("broker %s started", self.address)
 
     def _bundles_lost(self, bundles: list[NamespaceBundle]) -> None:
