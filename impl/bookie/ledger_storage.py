@@ -158,9 +158,10 @@ class LedgerStorage:
         """Bytes the entry logs took since their last fsync."""
         return self.entry_logger.unsynced_bytes if self.entry_logger is not None else 0
 
-    def sync_entry_logs(self) -> None:
-        """fsync what the entry logs hold so far, the fsync outside the lock; the index is left to the next
-        checkpoint (BookKeeper's flushEntrylogBytes). Run by the thread that checkpoints, never alongside one."""
+    def sync_entry_logs(self) -> int:
+        """fsync what the entry logs hold so far, the fsync outside the lock; returns how many logs. Alone, it
+        leaves the index to the next checkpoint (BookKeeper's flushEntrylogBytes). Run by the thread that
+        checkpoints, never alongside a checkpoint."""
         assert self.entry_logger is not None, "ledger storage opened read-only"
         with self._lock:
             self.entry_logger.flush()
@@ -171,21 +172,21 @@ class LedgerStorage:
             with self._lock:
                 self.entry_logger.still_unsynced(logs, new_logs)
             raise
+        return len(logs)
 
     def checkpoint(self, ledgers: dict[int, LedgerMeta]) -> CheckpointStats:
         """Make every entry put so far, and `ledgers`' states, durable in entry logs and index.
 
         `ledgers` is the core's view of every ledger it knows. A ledger's index file starts with
         its master key, so locations of a ledger not in `ledgers` (put after the snapshot) wait
-        for the next checkpoint. On failure everything taken is put back for the next attempt.
+        for the next checkpoint. On failure the locations taken are put back for the next attempt.
         """
-        assert self.entry_logger is not None, "ledger storage opened read-only"
         with self._lock:
-            self.entry_logger.flush()
-            logs, new_logs = self.entry_logger.take_unsynced()
             taken = {lid: self._dirty.pop(lid) for lid in ledgers if lid in self._dirty}
         try:
-            self.entry_logger.sync(logs, new_logs)
+            # Taken before the sync, so the sync covers every location taken: the index never points
+            # at entry log bytes that are not durable.
+            logs = self.sync_entry_logs()
             written: dict[int, LedgerMeta] = {}
             new_files = False
             for lid, meta in ledgers.items():
@@ -205,11 +206,10 @@ class LedgerStorage:
                 for lid, locations in taken.items():
                     if lid in self._locations:  # not garbage-collected meanwhile
                         self._dirty[lid] = locations + self._dirty.get(lid, [])
-                self.entry_logger.still_unsynced(logs, new_logs)
-            raise
+            raise  # the entry logs' part was put back by sync_entry_logs, or is durable
         with self._lock:
             self._persisted.update(written)
-        return CheckpointStats(len(logs), len(written))
+        return CheckpointStats(logs, len(written))
 
     def delete_ledger(self, ledger_id: int) -> int:
         """Forget a garbage-collected ledger and delete its index file; returns its entry count."""
