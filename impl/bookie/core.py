@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from impl.bookie.entry_format import BadEntry, read_header
 from impl.bookie.protocol import (
@@ -50,9 +51,11 @@ class RecordKind(enum.Enum):
     EXPLICIT_LAC = 4
 
 
-@dataclass(frozen=True)
-class JournalRecord:
-    """One journal record. ENTRY carries the encoded entry in `body`; EXPLICIT_LAC its LAC in `lac`."""
+class JournalRecord(NamedTuple):
+    """One journal record. ENTRY carries the encoded entry in `body`; EXPLICIT_LAC its LAC in `lac`.
+
+    A named tuple, not a frozen dataclass: the bookie builds one per add, and a frozen dataclass
+    costs ~0.85 us to construct against ~0.3 us for a tuple (issue 4's journal benchmark)."""
 
     kind: RecordKind
     ledger_id: int

@@ -1,11 +1,18 @@
 """The bookie journal: append-only files of length-prefixed, checksummed records, group commit.
 
-Record layout: u32 payload length | u32 CRC32 of payload | payload, where payload is
-u8 kind | i64 ledger | i64 entry | i64 lac | u16 key length | key | body.
+Record layout: u32 frame word | u32 checksum of payload | payload, where payload is
+u8 kind | i64 ledger | i64 entry | i64 lac | u16 key length | key | body, and the frame word is
+the payload length with its top bit set when the checksum is CRC32C (what this code writes: the
+CPU's CRC instruction, half the cost of zlib's CRC32 per record). Without the bit it is CRC32,
+which journals written before 2026-11-24 hold; replay reads both.
 One writer thread takes everything queued (up to `max_batch_bytes`) and flushes it with one
-write + fdatasync as soon as the previous flush ends, so records that arrive during an fdatasync
+synchronous write as soon as the previous flush ends, so records that arrive during a flush
 share the next one (group commit) and no record ever waits for company: the queue being empty
-is the flush signal. Each append's callback runs only after the fdatasync that covers it.
+is the flush signal. Each append's callback runs only after the flush that covers it is durable.
+Files are opened with O_DSYNC, so one write() is write + fdatasync in one system call: the
+writer gives up the GIL once per flush instead of twice, and getting it back from the busy
+appending threads is what bounded the journal (bench/RESULTS.md, bookie). Where the platform
+has no O_DSYNC the writer calls fdatasync after the write.
 Files roll at `roll_size`.
 Replay stops at the first torn or corrupt record of a file and reports it (never raises).
 
@@ -23,20 +30,26 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import crc32c
+
 from impl.bookie.core import JournalRecord, RecordKind
 
 FRAME = struct.Struct(">II")
 FIXED = struct.Struct(">BqqqH")
 FILE_PREFIX = "journal-"
 MAX_RECORD = 64 * 1024 * 1024
+O_DSYNC = getattr(os, "O_DSYNC", 0)
+IOV_MAX = 1024  # buffers per writev (Linux's limit); a flush takes at most this many appends
+CRC32C_FLAG = 0x8000_0000  # in the frame word: the checksum is CRC32C, not CRC32
+_KIND_CODE = {kind: kind.value for kind in RecordKind}  # a dict lookup is cheaper than Enum.value
 
 
 def encode_record(record: JournalRecord) -> bytes:
-    fixed = FIXED.pack(record.kind.value, record.ledger_id, record.entry_id, record.lac, len(record.master_key))
     key, body = record.master_key, record.body
+    fixed = FIXED.pack(_KIND_CODE[record.kind], record.ledger_id, record.entry_id, record.lac, len(key))
     # The CRC runs over the three parts in turn: no joined payload copy just to checksum it.
-    crc = zlib.crc32(body, zlib.crc32(key, zlib.crc32(fixed)))
-    return b"".join((FRAME.pack(len(fixed) + len(key) + len(body), crc), fixed, key, body))
+    crc = crc32c.crc32c(body, crc32c.crc32c(key, crc32c.crc32c(fixed)))
+    return b"".join((FRAME.pack(CRC32C_FLAG | (FIXED.size + len(key) + len(body)), crc), fixed, key, body))
 
 
 def decode_payload(payload: bytes) -> JournalRecord:
@@ -83,13 +96,15 @@ def read_file(path: Path, report: ReplayReport, offset: int = 0) -> Iterator[Jou
         if len(data) - offset < FRAME.size:
             reason = "truncated frame header"
         else:
-            length, crc = FRAME.unpack_from(data, offset)
+            word, crc = FRAME.unpack_from(data, offset)
+            length = word & ~CRC32C_FLAG
+            checksum = crc32c.crc32c if word & CRC32C_FLAG else zlib.crc32
             start = offset + FRAME.size
             if length > MAX_RECORD or start + length > len(data):
                 reason = "truncated record"
             else:
                 payload = data[start : start + length]
-                if zlib.crc32(payload) != crc:
+                if checksum(payload) != crc:
                     reason = "checksum mismatch"
                 else:
                     try:
@@ -145,7 +160,7 @@ class JournalClosed(Exception):
 
 
 class Journal:
-    """Group-committing journal writer. `append(records, callback)`; callback runs after fdatasync."""
+    """Group-committing journal writer. `append(records, callback)`; callback runs once durable."""
 
     def __init__(
         self,
@@ -175,7 +190,7 @@ class Journal:
 
     def _open(self) -> int:
         path = self.directory / f"{FILE_PREFIX}{self._file_no}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | O_DSYNC, 0o644)
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)  # the new file's name must survive a crash too
@@ -207,7 +222,7 @@ class Journal:
                 self._cond.wait()
             size, cut = 0, 0
             for data, _ in self._queued:
-                if cut and size + len(data) > self.max_batch_bytes:
+                if cut and (size + len(data) > self.max_batch_bytes or cut == IOV_MAX):
                     break
                 size += len(data)
                 cut += 1
@@ -223,14 +238,18 @@ class Journal:
             self._flush(batch)
 
     def _flush(self, batch: list[tuple[bytes, Callable[[], None]]]) -> None:
-        data = b"".join([d for d, _ in batch])
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        os.fdatasync(self._fd)
+        parts = [d for d, _ in batch]
+        size = sum(map(len, parts))
+        # One writev of the appends as they are: no joined copy of up to max_batch_bytes under the GIL.
+        written = os.writev(self._fd, parts)
+        if written < size:  # a short write (rare): the rest goes out as one more write
+            view = memoryview(b"".join(parts))[written:]
+            while view:
+                view = view[os.write(self._fd, view) :]
+        if not O_DSYNC:
+            os.fdatasync(self._fd)
         self.flushes += 1
-        self._written += len(data)
+        self._written += size
         self.durable_position = JournalPosition(self._file_no, self._written)
         for _, callback in batch:
             callback()

@@ -209,17 +209,19 @@ def test_reads_never_wait_for_the_journal_fsync(tmp_path: Path, monkeypatch: pyt
     try:
         add(bookie, 1, range(5))
         release = threading.Event()
-        real = journal_module.os.fdatasync
+        real = journal_module.os.writev
+        journal_fd = bookie.journal._fd
 
-        def stuck_disk(fd: int) -> None:
-            release.wait(30)
-            real(fd)
+        def stuck_disk(fd: int, parts: list[bytes]) -> int:  # the journal's write is its sync (O_DSYNC)
+            if fd == journal_fd:
+                release.wait(30)
+            return real(fd, parts)
 
-        monkeypatch.setattr(journal_module.os, "fdatasync", stuck_disk)
+        monkeypatch.setattr(journal_module.os, "writev", stuck_disk)
         acked: queue.Queue[Response] = queue.Queue()
         bookie.submit(AddRequest(1, 5, KEY, body(1, 5)), acked.put)
         time.sleep(0.05)
-        assert acked.empty()  # the journal is stuck in fdatasync
+        assert acked.empty()  # the journal is stuck in its synchronous write
         for eid in range(6):  # stored entries, and the one not yet durable (stored before its journal append)
             assert call(bookie, ReadRequest(1, eid)).body == body(1, eid)
         assert call(bookie, ReadLacRequest(1)).code is ErrorCode.EOK
