@@ -137,6 +137,31 @@ def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int, rat
 
 
 @contextlib.contextmanager
+def disk_probe(directory: Path, every: float = 0.02) -> Iterator[list[float]]:
+    """A 1 KiB write + fdatasync on a file of its own every `every` seconds while the block runs: the
+    disk's own latency at the same moments, to tell the disk's stalls from the bookie's."""
+    lat: list[float] = []
+    stop = threading.Event()
+    fd = os.open(directory / "probe.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def run() -> None:
+        while not stop.wait(every):
+            t = time.monotonic()
+            os.write(fd, b"p" * ENTRY)
+            os.fdatasync(fd)
+            lat.append(time.monotonic() - t)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield lat
+    finally:
+        stop.set()
+        thread.join()
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def bookie_process(directory: Path) -> Iterator[str]:
     """A bookie process with its own data directory under `directory`; yields its address."""
     proc = subprocess.Popen(
@@ -187,8 +212,10 @@ def main() -> int:
         # Steady state, not the aftermath of the 1,024 row: the saturating bookie's data is written back to
         # the disk before a fresh bookie starts.
         os.sync()
-        with bookie_process(directory / "paced") as address:
+        with bookie_process(directory / "paced") as address, disk_probe(directory) as probe:
             print(bookie_grpc(address, 1024, args.paced_seconds, 1, rate=2000), flush=True)
+        name = f"disk probe during the paced row: 1 KiB write+fdatasync every 20 ms (max {max(probe) * 1000:.1f} ms)"
+        print(row(name, len(probe), args.paced_seconds, probe), flush=True)
     return 0
 
 
