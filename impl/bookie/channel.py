@@ -21,12 +21,11 @@ from concurrent.futures import Future
 import grpc
 
 from impl.bookie import bookie_pb2 as pb
-from impl.bookie import bookie_pb2_grpc as pb_grpc
 from impl.bookie import wire
 from impl.bookie.protocol import ErrorCode, Request, Response
 
 MAX_BATCH = 512  # requests per stream message
-MAX_BATCH_BYTES = 4 * 1024 * 1024  # of entry bodies per stream message (gRPC caps a message at 16 MiB)
+MAX_BATCH_BYTES = 4 * 1024 * 1024  # of request frames per stream message (gRPC caps a message at 16 MiB)
 
 Result = Response | ErrorCode | ConnectionError  # the reply, a stream-level error code, or the stream's end
 Callback = Callable[[Result], None]
@@ -58,11 +57,11 @@ class BookieChannel:
     def __init__(self, address: str) -> None:
         self.address = address
         self._grpc = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 16 * 1024 * 1024)])
-        self._stub = pb_grpc.BookieStub(self._grpc)
+        self._batches = wire.batches_stream(self._grpc)
         self._tags = itertools.count(1)
         self._callbacks: dict[int, Callback] = {}
         self._lock = threading.Lock()
-        self._outgoing: queue.SimpleQueue[list[pb.StreamReq] | None] = queue.SimpleQueue()
+        self._outgoing: queue.SimpleQueue[list[bytes] | None] = queue.SimpleQueue()  # request frames
         self._stream_thread: threading.Thread | None = None
 
     def call(self, request: Request, timeout: float = 10.0) -> Response | ErrorCode:
@@ -80,13 +79,14 @@ class BookieChannel:
         self.send_many([(request, settle)])
         return future
 
-    def send_many(self, requests: Sequence[tuple[Request, Callback]]) -> None:
+    def send_many(self, requests: Sequence[tuple[Request, Callback]], encoded: dict[int, bytes] | None = None) -> None:
         """Queue requests in order, as one hand-over to the sender thread; each callback runs once,
-        on the stream thread, with the request's reply (or error code), or with a ConnectionError."""
+        on the stream thread, with the request's reply (or error code), or with a ConnectionError.
+        `encoded`: see `wire.request_frame`."""
         if not requests:
             return
         tagged = [(next(self._tags), request, callback) for request, callback in requests]
-        messages = [wire.request_to_pb(tag, request) for tag, request, _ in tagged]
+        messages = [wire.request_frame(tag, request, encoded) for tag, request, _ in tagged]
         with self._lock:
             for tag, _, callback in tagged:
                 self._callbacks[tag] = callback
@@ -95,10 +95,10 @@ class BookieChannel:
                 self._stream_thread.start()
         self._outgoing.put(messages)
 
-    def _requests(self) -> Iterator[pb.StreamReqBatch]:
-        """Batches of at most MAX_BATCH requests (and about MAX_BATCH_BYTES of bodies) in queue order:
+    def _requests(self) -> Iterator[bytes]:
+        """Serialized batches of at most MAX_BATCH requests (and about MAX_BATCH_BYTES) in queue order:
         whatever was queued meanwhile leaves together; a larger hand-over is split."""
-        waiting: deque[pb.StreamReq] = deque()
+        waiting: deque[bytes] = deque()
         closing = False
         while waiting or not closing:
             if not waiting:
@@ -106,7 +106,7 @@ class BookieChannel:
                 if item is None:
                     return
                 waiting.extend(item)
-            batch: list[pb.StreamReq] = []
+            batch: list[bytes] = []
             size = 0
             while len(batch) < MAX_BATCH and size < MAX_BATCH_BYTES:
                 if not waiting:
@@ -121,16 +121,15 @@ class BookieChannel:
                         break
                     waiting.extend(item)
                     continue
-                message = waiting.popleft()
-                batch.append(message)
-                if message.HasField("add"):
-                    size += message.add.ByteSize()
-            yield pb.StreamReqBatch(requests=batch)
+                frame = waiting.popleft()
+                batch.append(frame)
+                size += len(frame)
+            yield b"".join(batch)
 
     def _run_stream(self) -> None:
         error = ConnectionError(f"stream to bookie {self.address} closed")
         try:
-            for batch in self._stub.Batches(self._requests()):
+            for batch in self._batches(self._requests()):
                 answer_batch(self._lock, self._callbacks, batch.responses)
         except grpc.RpcError as exc:
             error = ConnectionError(f"bookie {self.address}: {exc.code()}")

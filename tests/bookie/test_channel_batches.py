@@ -5,13 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+from hypothesis import given
+from hypothesis import strategies as st
 
 from impl.bookie import bookie_pb2 as pb
 from impl.bookie import bookie_pb2_grpc as pb_grpc
 from impl.bookie import wire
 from impl.bookie.channel import BookieChannel
 from impl.bookie.entry_format import encode_entry
-from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadRequest, ReadResponse
+from impl.bookie.protocol import (
+    AddRequest,
+    AddResponse,
+    ErrorCode,
+    ReadLacRequest,
+    ReadRequest,
+    ReadResponse,
+    WriteLacRequest,
+)
 from impl.bookie.server import Bookie, BookieServer
 
 KEY = b"k" * 20
@@ -40,3 +50,26 @@ def test_many_requests_in_flight_in_batches_and_the_unbatched_rpc(tmp_path: Path
         assert answers[8] is ErrorCode.EBADREQ
     finally:
         server.stop()
+
+
+ids = st.integers(-(2**63), 2**63 - 1)
+requests = st.one_of(
+    st.builds(AddRequest, ids, ids, st.binary(max_size=40), st.binary(max_size=3000), st.booleans()),
+    st.builds(ReadRequest, ids, ids, st.booleans(), st.none() | st.binary(max_size=40)),
+    st.builds(ReadLacRequest, ids),
+    st.builds(WriteLacRequest, ids, st.binary(max_size=40), ids),
+)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), requests), max_size=8))
+def test_request_frames_parse_as_the_batch_protobuf_would_build(tagged):
+    """The hand-framed batch (tag and op written around a once-serialized op) is the same message."""
+    encoded: dict[int, bytes] = {}
+    framed = b"".join(wire.request_frame(tag, request, encoded) for tag, request in tagged)
+    expected = pb.StreamReqBatch(requests=[wire.request_to_pb(tag, request) for tag, request in tagged])
+    assert pb.StreamReqBatch.FromString(framed) == expected
+    # The copies of a request for other bookies take its serialized op from `encoded`.
+    assert len(encoded) == len({id(request) for _, request in tagged})
+    for _, request in tagged:
+        copy = pb.StreamReqBatch.FromString(wire.request_frame(5, request, encoded))
+        assert list(copy.requests) == [wire.request_to_pb(5, request)]

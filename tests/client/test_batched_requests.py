@@ -191,7 +191,7 @@ class FakeChannel:
         self.address = address
         self.hand_overs: list[int] = []
 
-    def send_many(self, requests: list[tuple[Request, Callback]]) -> None:
+    def send_many(self, requests: list[tuple[Request, Callback]], encoded: dict[int, bytes] | None = None) -> None:
         self.hand_overs.append(len(requests))
         for request, callback in requests:
             if request.ledger_id == 13:

@@ -30,8 +30,6 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from impl.bookie import bookie_pb2 as pb
-from impl.bookie import bookie_pb2_grpc as pb_grpc
 from impl.bookie import wire
 from impl.bookie.channel import MAX_BATCH, MAX_BATCH_BYTES, Callback, answer_batch, settle_callback
 from impl.bookie.protocol import Request
@@ -103,7 +101,7 @@ class AioBookieChannel:
         self._tags = itertools.count(1)
         self._callbacks: dict[int, Callback] = {}
         self._lock = threading.Lock()  # guards _callbacks, _queue, _woken, _failed
-        self._queue: deque[pb.StreamReq] = deque()
+        self._queue: deque[bytes] = deque()  # request frames (wire.request_frame)
         self._woken = False  # the writer was woken and has not yet found the queue empty
         self._failed: ConnectionError | None = None
         self._closing = False
@@ -115,7 +113,7 @@ class AioBookieChannel:
 
     # ---- any thread ---------------------------------------------------------------------------------
 
-    def send_many(self, requests: Sequence[tuple[Request, Callback]]) -> None:
+    def send_many(self, requests: Sequence[tuple[Request, Callback]], encoded: dict[int, bytes] | None = None) -> None:
         """Queue requests in order; each callback runs once, on the loop thread (or inline, with a
         ConnectionError, once the channel is closed). A stream that ended (its waiting requests got
         the ConnectionError) is opened again on a fresh gRPC channel by the next call, as the threaded
@@ -123,7 +121,7 @@ class AioBookieChannel:
         if not requests:
             return
         tagged = [(next(self._tags), request, callback) for request, callback in requests]
-        messages = [wire.request_to_pb(tag, request) for tag, request, _ in tagged]
+        messages = [wire.request_frame(tag, request, encoded) for tag, request, _ in tagged]
         closed: ConnectionError | None = None
         reopen = wake = False
         with self._lock:
@@ -166,7 +164,7 @@ class AioBookieChannel:
         self._grpc = grpc.aio.insecure_channel(
             self.address, options=[("grpc.max_send_message_length", 16 * 1024 * 1024)]
         )
-        self._call = pb_grpc.BookieStub(self._grpc).Batches()
+        self._call = wire.batches_stream(self._grpc)()
         self._tasks = [asyncio.ensure_future(self._writer()), asyncio.ensure_future(self._reader())]
 
     def _kick(self) -> None:
@@ -184,14 +182,13 @@ class AioBookieChannel:
                         if not self._queue:
                             self._woken = False
                             break
-                        batch: list[pb.StreamReq] = []
+                        batch: list[bytes] = []
                         size = 0
                         while self._queue and len(batch) < MAX_BATCH and size < MAX_BATCH_BYTES:
-                            message = self._queue.popleft()
-                            batch.append(message)
-                            if message.HasField("add"):
-                                size += message.add.ByteSize()
-                    await self._call.write(pb.StreamReqBatch(requests=batch))
+                            frame = self._queue.popleft()
+                            batch.append(frame)
+                            size += len(frame)
+                    await self._call.write(b"".join(batch))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the call ended (the reader reports why); stop writing

@@ -96,7 +96,9 @@ def _typed_error(request: Request, code: ErrorCode) -> Response:
 class Channel(Protocol):
     """What the transport needs of a bookie connection (BookieChannel and AioBookieChannel have it)."""
 
-    def send_many(self, requests: Sequence[tuple[Request, Callback]]) -> None: ...
+    def send_many(
+        self, requests: Sequence[tuple[Request, Callback]], encoded: dict[int, bytes] | None = None
+    ) -> None: ...
 
     def close(self) -> None: ...
 
@@ -160,8 +162,9 @@ class GrpcTransport:
                 log.debug("transport closed: no answer to %s for bookie %s", _name(pending), pending.bookie)
                 self._answer(pending, None)
             return
+        encoded: dict[int, bytes] = {}  # an add to Qw bookies is serialized once (`pendings` holds the requests)
         for channel, requests in by_channel.values():
-            channel.send_many(requests)
+            channel.send_many(requests, encoded)
 
     def _channel(self, bookie: BookieId) -> Channel:
         """The bookie's channel, opened on first use (caller holds the lock)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
-from impl.bookie.client.distribution import write_set
+from impl.bookie.client.distribution import all_write_sets, write_set
 from impl.bookie.client.failures import (
     LedgerClientError,
     LedgerClosedError,
@@ -122,6 +122,8 @@ class LedgerWriter:
         self.length = length  # length at LAC
         self._pushed_length = length
         self._master_key = master_key(metadata.password)
+        # E and Qw never change for a ledger: the E write sets are computed once (looked up per add).
+        self._write_sets = all_write_sets(metadata.ensemble_size, metadata.write_quorum)
         self._pending: dict[int, _PendingAdd] = {}
         self._failed_bookies: list[BookieId] = []  # waiting for an ensemble change, oldest first
         self._changing: tuple[BookieId, BookieId | None] | None = None  # (failed, replacement) in flight
@@ -377,10 +379,7 @@ class LedgerWriter:
         pending.sent = True
         ensemble = self.metadata.ensemble_for(pending.entry_id)
         request = self._request(pending)
-        return [
-            Send(ensemble[i], request)
-            for i in write_set(pending.entry_id, self.metadata.ensemble_size, self.metadata.write_quorum)
-        ]
+        return [Send(ensemble[i], request) for i in self._write_sets[pending.entry_id % len(self._write_sets)]]
 
     def _deliver_completed(self) -> list[WriterOutput]:
         outputs: list[WriterOutput] = []
