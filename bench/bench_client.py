@@ -1,9 +1,12 @@
 """BookKeeper client benchmark over three real bookie processes (E3 Qw3 Qa2, 1 KiB entries).
 
-Usage: .venv/bin/python bench/bench_client.py [--seconds S] [--outstanding 1 16 64 256] [--rate 1000]
-                                               [--recovery-entries 10000 [100000]] [--read-ahead 1 16]
+Usage: .venv/bin/python bench/bench_client.py [--seconds S] [--outstanding 1 16 64 256] [--futures]
+                                               [--rate 1000] [--recovery-entries 10000 [100000]]
+                                               [--read-ahead 1 16]
 
 (a) Adds: one writer keeps N adds outstanding for S seconds; adds/s and p50/p99 add latency.
+    Adds go through `add_with_callback`, as the broker's managed ledger makes them (since
+    2026-11-24; before, and with --futures, through `add_async`, a Future per add).
 (b) Adds at a fixed rate (--rate R): one writer issues R adds a second for S seconds on a
     fixed schedule (open loop: a late add is not skipped), p50/p99 latency measured from each
     add's scheduled time, so a client falling behind shows in the latency; with the CPU time
@@ -79,7 +82,9 @@ def pct(values: list[float], p: float) -> float:
 # ---- (a), (b) adds ------------------------------------------------------------------------------------------------
 
 
-def adds(client: BookKeeperClient, outstanding: int, seconds: float) -> str:
+def adds(client: BookKeeperClient, outstanding: int, seconds: float, futures: bool = False) -> str:
+    """`add_with_callback`, the API the broker's managed ledger uses, or with `futures` `add_async`
+    (a Future per add, whose bookkeeping runs in the client process too)."""
     handle = client.create_ledger(3, 3, 2, password=PASSWORD)
     window = threading.Semaphore(outstanding)
     latencies: list[float] = []
@@ -89,15 +94,19 @@ def adds(client: BookKeeperClient, outstanding: int, seconds: float) -> str:
         window.acquire()
         sent = time.monotonic()
 
-        def done(future: Future[int], sent: float = sent) -> None:
-            error = future.exception()
-            if error is not None:
-                errors.append(error)
+        def completed(outcome: int | LedgerClientError, sent: float = sent) -> None:
+            if isinstance(outcome, LedgerClientError):
+                errors.append(outcome)
             else:
                 latencies.append(time.monotonic() - sent)
             window.release()
 
-        handle.add_async(ENTRY).add_done_callback(done)
+        if futures:
+            handle.add_async(ENTRY).add_done_callback(
+                lambda future, completed=completed: completed(future.exception() or future.result())  # type: ignore[misc]
+            )
+        else:
+            handle.add_with_callback(ENTRY, completed)
     for _ in range(outstanding):
         window.acquire()  # drain: every add completed
     elapsed = time.monotonic() - start
@@ -225,6 +234,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per outstanding level (default 3)")
     parser.add_argument("--outstanding", type=int, nargs="*", default=[1, 16, 64, 256])
+    parser.add_argument(
+        "--futures", action="store_true", help="table a through add_async (a Future per add) instead of callbacks"
+    )
     parser.add_argument("--rate", type=float, nargs="*", default=[], help="fixed add rates per second (table b)")
     parser.add_argument("--recovery-entries", type=int, nargs="*", default=[10_000])
     parser.add_argument("--read-ahead", type=int, nargs="+", default=[1, 16], help="recovery reads in flight")
@@ -244,7 +256,7 @@ def main() -> int:
                 print("| outstanding adds | adds | adds/s | MB/s | p50 ms | p99 ms |")
                 print("|---|---|---|---|---|---|")
                 for outstanding in args.outstanding:
-                    print(adds(client, outstanding, args.seconds), flush=True)
+                    print(adds(client, outstanding, args.seconds, args.futures), flush=True)
                 print()
             if args.rate:
                 print(
