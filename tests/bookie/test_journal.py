@@ -112,3 +112,22 @@ def test_a_short_write_is_finished_before_the_callbacks(tmp_path: Path, monkeypa
     recs = records(5)
     write(tmp_path, recs)
     assert list(replay(tmp_path)) == recs
+
+
+def test_without_o_dsync_the_writer_calls_fdatasync_before_the_callbacks(tmp_path: Path, monkeypatch):
+    """Platforms without O_DSYNC: each flush is a write and then an fdatasync, and only then "durable"."""
+    import os
+
+    import impl.bookie.journal as journal_module
+
+    monkeypatch.setattr(journal_module, "O_DSYNC", 0)
+    events: list[str] = []
+    real = os.fdatasync
+    monkeypatch.setattr(journal_module.os, "fdatasync", lambda fd: (events.append("fdatasync"), real(fd))[1])
+    journal = Journal(tmp_path)
+    done = threading.Event()
+    journal.append(records(2), lambda: (events.append("durable"), done.set()))
+    assert done.wait(10)
+    journal.close()
+    assert events == ["fdatasync", "durable"]
+    assert list(replay(tmp_path)) == records(2)
