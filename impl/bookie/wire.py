@@ -4,7 +4,7 @@ Clients send requests as serialized `StreamReqBatch` elements (`request_frame`),
 objects: the writer sends each add to Qw bookies, and the frames of those copies differ only in
 their tag, so the request body is serialized once and only a few bytes are written per copy.
 Building a `StreamReq` per copy (and copying it again into the batch) cost ~15 us per add against
-~5 us this way (bench/RESULTS.md, client)."""
+~6 us this way (bench/RESULTS.md, client)."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def response_from_pb(msg: pb.StreamResp) -> Response | ErrorCode:
         read = msg.read
         return ReadResponse(read.ledger_id, read.entry_id, _code(read.code), read.body)
     if which == "read_lac":
-        return ReadLacResponse(msg.read_lac.ledger_id, ErrorCode(msg.read_lac.code), msg.read_lac.lac)
+        return ReadLacResponse(msg.read_lac.ledger_id, _code(msg.read_lac.code), msg.read_lac.lac)
     if which == "write_lac":
-        return WriteLacResponse(msg.write_lac.ledger_id, ErrorCode(msg.write_lac.code))
-    return ErrorCode(msg.code)
+        return WriteLacResponse(msg.write_lac.ledger_id, _code(msg.write_lac.code))
+    return _code(msg.code)
