@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -94,17 +95,19 @@ def adds(client: BookKeeperClient, outstanding: int, seconds: float, futures: bo
         window.acquire()
         sent = time.monotonic()
 
-        def completed(outcome: int | LedgerClientError, sent: float = sent) -> None:
-            if isinstance(outcome, LedgerClientError):
+        def completed(outcome: int | BaseException, sent: float = sent) -> None:
+            if isinstance(outcome, BaseException):  # a LedgerClientError, or with futures any exception
                 errors.append(outcome)
             else:
                 latencies.append(time.monotonic() - sent)
             window.release()
 
         if futures:
-            handle.add_async(ENTRY).add_done_callback(
-                lambda future, completed=completed: completed(future.exception() or future.result())  # type: ignore[misc]
-            )
+
+            def settled(future: Future[int], completed: Callable[[int | BaseException], None] = completed) -> None:
+                completed(future.exception() or future.result())
+
+            handle.add_async(ENTRY).add_done_callback(settled)
         else:
             handle.add_with_callback(ENTRY, completed)
     for _ in range(outstanding):
