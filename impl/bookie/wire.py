@@ -74,6 +74,8 @@ def varint(n: int) -> bytes:
     """Protobuf's base-128 varint of a non-negative int (tags and lengths here; never negative)."""
     if n < 0x80:
         return bytes((n,))
+    if n < 0x4000:  # two bytes: the length of any 1 KiB entry's frame, and tags up to 16383
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

@@ -83,18 +83,16 @@ class _Driver:
 
     def feed(self, step: Callable[[], list[Any]]) -> None:
         with self._lock:
-            self._queue.append(step)
             if self._draining:
+                self._queue.append(step)
                 return  # a running frame (this thread's or another's) will run this step
             self._draining = True
-        steps: deque[Callable[[], list[Any]]] = deque()
+            steps: deque[Callable[[], list[Any]]] = deque()
+            if self._queue:  # steps left by a failed one go first
+                steps, self._queue = self._queue, steps
+            steps.append(step)
         try:
             while True:
-                with self._lock:
-                    if not self._queue:
-                        self._draining = False
-                        return
-                    steps, self._queue = self._queue, steps
                 sends: list[_Sent] = []
                 try:
                     while steps:
@@ -106,6 +104,11 @@ class _Driver:
                 finally:
                     if sends:
                         self._send(sends)  # an inline answer only queues its step: taken next round
+                with self._lock:
+                    if not self._queue:
+                        self._draining = False
+                        return
+                    steps, self._queue = self._queue, steps
         except BaseException:
             with self._lock:
                 self._queue.extendleft(reversed(steps))  # the steps after a failed one stay queued
@@ -125,7 +128,7 @@ class _Driver:
         core, bookie, request = self.core, output.bookie, output.request
 
         def answered(response: Any) -> None:
-            self.feed(lambda: core.receive(bookie, request, response))
+            self.feed(partial(core.receive, bookie, request, response))
 
         return answered
 

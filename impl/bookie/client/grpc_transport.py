@@ -50,15 +50,19 @@ DEFAULT_REQUEST_TIMEOUT_S = 5.0
 
 
 class _Pending:
-    """One request awaiting its single answer."""
+    """One request awaiting its single answer; also the channel's callback for it (no closure each)."""
 
-    __slots__ = ("bookie", "request", "on_answer", "deadline", "_unclaimed")
+    __slots__ = ("transport", "bookie", "request", "on_answer", "deadline", "channel", "_unclaimed")
 
-    def __init__(self, bookie: BookieId, request: Request, on_answer: Answer, deadline: float) -> None:
+    def __init__(
+        self, transport: GrpcTransport, bookie: BookieId, request: Request, on_answer: Answer, deadline: float
+    ) -> None:
+        self.transport = transport
         self.bookie = bookie
         self.request = request
         self.on_answer = on_answer
         self.deadline = deadline
+        self.channel: Channel | None = None  # set when handed to a channel
         self._unclaimed = [True]  # one token; list.pop is atomic, so exactly one claimer gets it (no lock each)
 
     def claim(self) -> bool:
@@ -72,6 +76,28 @@ class _Pending:
     @property
     def answered(self) -> bool:
         return not self._unclaimed
+
+    def __call__(self, result: Result) -> None:
+        """The channel's answer: a response, a stream-level error code, or the stream's end."""
+        if isinstance(result, ConnectionError):
+            log.debug("bookie %s: no answer to %s: %s", self.bookie, _name(self), result)
+            if self.channel is not None:
+                self.transport._drop_channel(self.bookie, self.channel)
+            self.answer(None)
+        elif isinstance(result, ErrorCode):
+            self.answer(_typed_error(self.request, result))
+        else:
+            self.answer(result)
+
+    def answer(self, response: Response | None) -> None:
+        if not self.claim():
+            return  # already answered (deadline passed first): a late response is dropped
+        try:
+            self.on_answer(response)
+        except Exception:
+            # A failing callback is a bug in a shell. The caller is a gRPC stream thread or the timer,
+            # which must keep serving other requests, so log it loudly instead of killing them.
+            log.exception("answer handler failed for %s from bookie %s", _name(self), self.bookie)
 
 
 def _name(pending: _Pending) -> str:
@@ -140,7 +166,7 @@ class GrpcTransport:
         """`send` for each, with one lock round for all and one hand-over per bookie's channel
         (the requests of one call to a bookie leave in as few stream messages as fit)."""
         deadline = time.monotonic() + self.timeout_s
-        pendings = [_Pending(bookie, request, on_answer, deadline) for bookie, request, on_answer in sends]
+        pendings = [_Pending(self, bookie, request, on_answer, deadline) for bookie, request, on_answer in sends]
         by_channel: dict[BookieId, tuple[Channel, list[tuple[Request, Callback]]]] = {}
         with self._lock:
             closed = self._closed
@@ -156,11 +182,12 @@ class GrpcTransport:
                     entry = by_channel.get(pending.bookie)
                     if entry is None:
                         entry = by_channel[pending.bookie] = (self._channel(pending.bookie), [])
-                    entry[1].append((pending.request, self._on_result(pending, entry[0])))
+                    pending.channel = entry[0]
+                    entry[1].append((pending.request, pending))
         if closed:
             for pending in pendings:
                 log.debug("transport closed: no answer to %s for bookie %s", _name(pending), pending.bookie)
-                self._answer(pending, None)
+                pending.answer(None)
             return
         encoded: dict[int, bytes] = {}  # an add to Qw bookies is serialized once (`pendings` holds the requests)
         for channel, requests in by_channel.values():
@@ -176,36 +203,13 @@ class GrpcTransport:
 
     # ---- answering ---------------------------------------------------------------------------------
 
-    def _on_result(self, pending: _Pending, channel: Channel) -> Callback:
-        def on_result(result: Result) -> None:
-            if isinstance(result, ConnectionError):
-                log.debug("bookie %s: no answer to %s: %s", pending.bookie, _name(pending), result)
-                self._drop_channel(pending.bookie, channel)
-                self._answer(pending, None)
-            elif isinstance(result, ErrorCode):
-                self._answer(pending, _typed_error(pending.request, result))
-            else:
-                self._answer(pending, result)
-
-        return on_result
-
-    def _answer(self, pending: _Pending, response: Response | None) -> None:
-        if not pending.claim():
-            return  # already answered (deadline passed first): a late response is dropped
-        try:
-            pending.on_answer(response)
-        except Exception:
-            # A failing callback is a bug in a shell. The caller is a gRPC stream thread or the timer,
-            # which must keep serving other requests, so log it loudly instead of killing them.
-            log.exception("answer handler failed for %s from bookie %s", _name(pending), pending.bookie)
-
     def _drop_channel(self, bookie: BookieId, channel: Channel) -> None:
         """Forget a channel whose stream failed; the next request to this bookie opens a new one."""
         with self._lock:
             if self._channels.get(bookie) is not channel:
                 return  # already replaced
             del self._channels[bookie]
-        # Closing fails whatever was submitted to it meanwhile (answered None by _on_result).
+        # Closing fails whatever was submitted to it meanwhile (answered None by each `_Pending`).
         channel.close()
 
     def _expire_deadlines(self) -> None:
@@ -230,7 +234,7 @@ class GrpcTransport:
             for pending in expired:
                 if not pending.answered:
                     log.debug("bookie %s: no answer in %.1fs to %s", pending.bookie, self.timeout_s, _name(pending))
-                self._answer(pending, None)
+                pending.answer(None)
             if self._closed:
                 return
 

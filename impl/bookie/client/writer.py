@@ -366,11 +366,7 @@ class LedgerWriter:
 
     def _positions(self, entry_id: int, bookie: BookieId) -> list[int]:
         ensemble = self.metadata.ensemble_for(entry_id)
-        return [
-            i
-            for i in write_set(entry_id, self.metadata.ensemble_size, self.metadata.write_quorum)
-            if ensemble[i] == bookie
-        ]
+        return [i for i in self._write_sets[entry_id % len(self._write_sets)] if ensemble[i] == bookie]
 
     def _request(self, pending: _PendingAdd) -> AddRequest:
         return AddRequest(self.ledger_id, pending.entry_id, self._master_key, pending.body, recovery=self.recovery)
