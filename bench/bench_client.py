@@ -18,12 +18,15 @@ Usage: .venv/bin/python bench/bench_client.py [--seconds S] [--outstanding 1 16 
       before any add completed), so recovery must fence-read and write back every entry;
       this is the worst case, at BookKeeper's default of 1 read in flight and with more.
     Each row also gives the CPU seconds the client process and the three bookies spent in it.
-Prints markdown tables. Bookies, metadata (embedded store) and data live in a temp dir, removed at the end.
+Prints markdown tables. Each table runs on three fresh bookies with their own metadata (embedded store)
+in a temp dir, removed after the table, after `os.sync()` (since 2026-11-24: before, (b) and (c) ran on
+the bookies of (a), still writing out its entry logs).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -32,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -233,6 +236,33 @@ def recovery(
         client.close()
 
 
+@contextlib.contextmanager
+def cluster(parent: Path) -> Iterator[tuple[MetadataStore, BookKeeperClient, list[int]]]:
+    """Three fresh bookie processes on a fresh embedded metadata store, and a client; all removed at
+    the end. Each table gets its own: the bookies of a saturated table spend seconds afterwards
+    writing out its entry logs and checkpoints, which is not the next table's steady state. For the
+    same reason the dirty pages of earlier work are written out first (os.sync)."""
+    os.sync()
+    directory = Path(tempfile.mkdtemp(prefix="bench-client-", dir=parent))
+    url = f"embedded://{directory / 'metadata'}"
+    procs = start_bookies(directory, url, 3)
+    try:
+        store = connect(url)
+        try:
+            client = connect_bookkeeper(store, timeout_s=120, request_timeout_s=30, seed=1)
+            try:
+                yield store, client, [p.pid for p in procs]
+            finally:
+                client.close()
+        finally:
+            store.close()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(directory, ignore_errors=True)  # bookie data: hundreds of MB after the recovery runs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per outstanding level (default 3)")
@@ -248,41 +278,38 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    directory = Path(tempfile.mkdtemp(prefix="bench-client-", dir=args.dir or Path.cwd()))
-    url = f"embedded://{directory / 'metadata'}"
-    procs = start_bookies(directory, url, 3)
-    store = connect(url)
-    try:
-        client = connect_bookkeeper(store, timeout_s=120, request_timeout_s=30, seed=1)
-        try:
-            if args.outstanding:
-                print("| outstanding adds | adds | adds/s | MB/s | p50 ms | p99 ms |")
-                print("|---|---|---|---|---|---|")
-                for outstanding in args.outstanding:
-                    print(adds(client, outstanding, args.seconds, args.futures), flush=True)
-                print()
-            if args.rate:
-                print(
-                    "| fixed rate adds/s | adds | achieved adds/s | p50 ms | p99 ms | max ms "
-                    "| client CPU us/add | bookies CPU us/add |"
-                )
-                print("|---|---|---|---|---|---|---|---|")
-                for rate in args.rate:
-                    print(adds_at_rate(client, rate, args.seconds, [p.pid for p in procs]), flush=True)
-                print()
-            if args.recovery_entries:
-                print(
-                    "| ledger | entries | entries to recover | reads in flight | recovery s | entries/s "
-                    "| client CPU s | bookies CPU s |"
-                )
-                print("|---|---|---|---|---|---|---|---|")
+    parent = Path(args.dir) if args.dir else Path.cwd()
+    if args.outstanding:
+        with cluster(parent) as (_, client, _):
+            print("| outstanding adds | adds | adds/s | MB/s | p50 ms | p99 ms |")
+            print("|---|---|---|---|---|---|")
+            for outstanding in args.outstanding:
+                print(adds(client, outstanding, args.seconds, args.futures), flush=True)
+            print()
+    if args.rate:
+        with cluster(parent) as (_, client, bookies):
+            print(
+                "| fixed rate adds/s | adds | achieved adds/s | p50 ms | p99 ms | max ms "
+                "| client CPU us/add | bookies CPU us/add |"
+            )
+            print("|---|---|---|---|---|---|---|---|")
+            for rate in args.rate:
+                print(adds_at_rate(client, rate, args.seconds, bookies), flush=True)
+            print()
+    if args.recovery_entries:
+        with cluster(parent) as (store, client, bookies):
+            print(
+                "| ledger | entries | entries to recover | reads in flight | recovery s | entries/s "
+                "| client CPU s | bookies CPU s |"
+            )
+            print("|---|---|---|---|---|---|---|---|")
             for entries in args.recovery_entries:
                 runs = [("tail", ledger_written_by_client, args.read_ahead[0])]
                 runs += [("all unconfirmed", ledger_all_unconfirmed, n) for n in args.read_ahead]
                 for kind, make, read_ahead in runs:
                     ledger_id = make(client, entries)
                     from_lac = client.open_ledger(ledger_id, PASSWORD, recovery=False).read_last_confirmed()
-                    seconds, last, cpu, bookies_cpu = recovery(store, ledger_id, read_ahead, [p.pid for p in procs])
+                    seconds, last, cpu, bookies_cpu = recovery(store, ledger_id, read_ahead, bookies)
                     if last != entries - 1:
                         raise RuntimeError(f"ledger {ledger_id} recovered up to {last}, expected {entries - 1}")
                     todo = entries - 1 - from_lac
@@ -291,14 +318,6 @@ def main() -> int:
                         f"| {cpu:.1f} | {bookies_cpu:.1f} |",
                         flush=True,
                     )
-        finally:
-            client.close()
-    finally:
-        store.close()
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(directory, ignore_errors=True)  # bookie data: hundreds of MB after the recovery runs
     return 0
 
 
