@@ -110,3 +110,25 @@ def test_a_stream_that_ended_with_nothing_in_flight_reaches_the_restarted_bookie
             restarted.ensure_stopped()
     assert answers[0] == AddResponse(7, 0, ErrorCode.EOK)
     assert isinstance(answers[1], ReadResponse) and answers[1].code is ErrorCode.EOK  # journal replayed at restart
+
+
+def test_closing_one_transport_while_another_runs_leaves_it_no_closed_loop_events(
+    bookie: BookieOnPort, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gRPC hands the completions of every event loop's calls out through one poller per process; a
+    transport that stopped its loop before its streams and channels finished closing left completions
+    for a closed loop, which raised ("Event loop is closed") in the loop of a transport still running."""
+
+    def adds(transport: GrpcTransport, first: int) -> None:
+        done = threading.Semaphore(0)
+        transport.send_many([(bookie.address, add(first + i), lambda _: done.release()) for i in range(400)])
+        for _ in range(400):
+            assert done.acquire(timeout=20)
+
+    with GrpcTransport(timeout_s=20) as running:
+        for round_ in range(10):
+            with GrpcTransport(timeout_s=20) as other:
+                adds(other, 1000 * round_)
+            adds(running, 1000 * round_ + 500)  # 400 ids each: no overlap
+    closed_loop = [r for r in caplog.records if "Event loop is closed" in (r.exc_text or r.getMessage())]
+    assert not closed_loop

@@ -37,6 +37,7 @@ from impl.bookie.protocol import Request
 log = logging.getLogger(__name__)
 
 _LOOP_THREADS: set[int] = set()  # thread idents of running IoLoops
+CLOSE_GRACE_S = 1.0  # how long a closing IoLoop waits for its tasks (channel closes) before cancelling them
 
 
 def on_io_loop_thread() -> bool:
@@ -63,9 +64,13 @@ class IoLoop:
         finally:
             _LOOP_THREADS.discard(threading.get_ident())
             pending = asyncio.all_tasks(self.loop)
-            for task in pending:
-                task.cancel()
             if pending:
+                # Let closing work finish first (a gRPC channel's close, a stream's cancellation): gRPC
+                # delivers the completions of a call to its loop from a poller shared by every loop of
+                # the process, and one for a closed loop raises in whichever loop handles it.
+                self.loop.run_until_complete(asyncio.wait(pending, timeout=CLOSE_GRACE_S))
+                for task in pending:
+                    task.cancel()
                 self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self.loop.close()
 
