@@ -93,8 +93,9 @@ def test_entry_log_and_index_round_trip(tmp_path: Path):
     data = bytearray(path.read_bytes())
     data[offset + size - 1] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(CorruptEntryLog, match="checksum mismatch"):
+    with pytest.raises(CorruptEntryLog, match="checksum mismatch") as damaged:
         LedgerStorage(tmp_path, read_cache_bytes=0).read(1, 5)
+    assert str(damaged.value).startswith(f"{path} offset {offset}: ")  # where, for the operator
 
     # a torn index tail (crash inside a checkpoint) is reported, cut back, and the whole records kept
     reopened.close()
