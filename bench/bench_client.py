@@ -236,6 +236,12 @@ def recovery(
         client.close()
 
 
+def table_header(*columns: str) -> None:
+    """A markdown table's header row and separator."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+
+
 @contextlib.contextmanager
 def cluster(parent: Path) -> Iterator[tuple[MetadataStore, BookKeeperClient, list[int]]]:
     """Three fresh bookie processes on a fresh embedded metadata store, and a client; all removed at
@@ -281,28 +287,25 @@ def main() -> int:
     parent = Path(args.dir) if args.dir else Path.cwd()
     if args.outstanding:
         with cluster(parent) as (_, client, _):
-            print("| outstanding adds | adds | adds/s | MB/s | p50 ms | p99 ms |")
-            print("|---|---|---|---|---|---|")
+            table_header("outstanding adds", "adds", "adds/s", "MB/s", "p50 ms", "p99 ms")
             for outstanding in args.outstanding:
                 print(adds(client, outstanding, args.seconds, args.futures), flush=True)
             print()
     if args.rate:
         with cluster(parent) as (_, client, bookies):
-            print(
-                "| fixed rate adds/s | adds | achieved adds/s | p50 ms | p99 ms | max ms "
-                "| client CPU us/add | bookies CPU us/add |"
-            )
-            print("|---|---|---|---|---|---|---|---|")
+            table_header(
+                "fixed rate adds/s", "adds", "achieved adds/s", "p50 ms", "p99 ms", "max ms",
+                "client CPU us/add", "bookies CPU us/add",
+            )  # fmt: skip
             for rate in args.rate:
                 print(adds_at_rate(client, rate, args.seconds, bookies), flush=True)
             print()
     if args.recovery_entries:
         with cluster(parent) as (store, client, bookies):
-            print(
-                "| ledger | entries | entries to recover | reads in flight | recovery s | entries/s "
-                "| client CPU s | bookies CPU s |"
-            )
-            print("|---|---|---|---|---|---|---|---|")
+            table_header(
+                "ledger", "entries", "entries to recover", "reads in flight", "recovery s", "entries/s",
+                "client CPU s", "bookies CPU s",
+            )  # fmt: skip
             for entries in args.recovery_entries:
                 runs = [("tail", ledger_written_by_client, args.read_ahead[0])]
                 runs += [("all unconfirmed", ledger_all_unconfirmed, n) for n in args.read_ahead]
