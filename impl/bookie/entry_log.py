@@ -118,7 +118,7 @@ class EntryLogger:
             record = os.pread(fd, size, offset)
         try:
             return decode(record, ledger_id, entry_id)
-        except CorruptEntryLog as e:  # the path is named only here: building it for every read cost ~10% of a read
+        except CorruptEntryLog as e:  # the path only for a bad record: built per read, it cost ~10% of a read
             raise CorruptEntryLog(f"{log_path(self.directory, log_id)} offset {offset}: {e}") from None
 
     def flush(self) -> None:
