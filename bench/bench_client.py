@@ -278,7 +278,7 @@ def main() -> int:
     )
     parser.add_argument("--rate", type=float, nargs="*", default=[], help="fixed add rates per second (table b)")
     parser.add_argument("--recovery-entries", type=int, nargs="*", default=[10_000])
-    parser.add_argument("--read-ahead", type=int, nargs="+", default=[1, 16], help="recovery reads in flight")
+    parser.add_argument("--read-ahead", type=int, nargs="+", default=[1, 16], help="entries recovery reads at once")
     parser.add_argument(
         "--dir", help="where the run's temp dir goes (default: the current directory); removed at the end"
     )

@@ -313,6 +313,18 @@ class LedgerCluster:
         ]
         self._time_out(name, op, requests, replacement)
 
+    def timeout_recovery_read(self, name: str) -> None:
+        """The unanswered read of the entry being decided times out: the op asks the next bookie."""
+        op = self._op(name)
+        requests = [
+            m
+            for m in self.timed_out
+            if m.core is op and isinstance(m.request, ReadRequest) and m.request.entry_id == op._next
+        ]
+        if not requests:
+            raise HarnessError(f"recovery client {name} has no read of entry {op._next} that timed out")
+        self._time_out(name, op, requests, None)
+
     def close_recovery(self, name: str) -> None:
         update = self.held_close.pop(name, None)
         if update is None:

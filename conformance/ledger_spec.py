@@ -26,6 +26,9 @@ conformance/ledger_cluster.py):
       (a local change, kept until the close)
   RecoveryCloses [client, lastEntry, outcome]
       the held RecoveryClose CW applied; op.on_metadata_result
+  RecoveryReadTimedOut [client, entry]
+      op.receive(bookie, read, None) for its lost read of the entry being decided: it asks the
+      next bookie of the write set (sequential reads)
   RecoveryAborts [client, phase]
       every unanswered request of the attempt gets None (reads first, then a write-back with
       no replacement left): the op must report RecoveryFailed
@@ -231,6 +234,9 @@ class LedgerMapping:
     def _do_RecoveryCloses(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
         return self._per_client("recovery close", LedgerCluster.close_recovery)
 
+    def _do_RecoveryReadTimedOut(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
+        return self._per_client("recovery read timeout", LedgerCluster.timeout_recovery_read)
+
     def _do_RecoveryAborts(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
         return self._per_client("recovery timeouts (abort)", LedgerCluster.abort_recovery)
 
@@ -347,6 +353,7 @@ class LedgerMapping:
             "rFragments": (),
             "rNext": 0,
             "rNegatives": frozenset(),
+            "rTried": 0,
             "rWbAcks": self._acks({}, names),
             "rWbSentLac": self._lacs({}),
             "rWbLac": NO_ENTRY,
@@ -379,9 +386,10 @@ class LedgerMapping:
         values["rPhase"] = {RecoveryPhase.DONE: "done"}.get(op.phase, "closing" if end_found else "reading")
         values["rNext"] = op._next
         read_at = read_lac.metadata.ensemble_for(op._next)
-        if not end_found:  # (ledger.tla resets rNegatives once the end is found: dead from then on)
+        if not end_found:  # (ledger.tla resets rNegatives and rTried once the end is found: dead from then on)
             answers = op._window.get(op._next, {})
             values["rNegatives"] = frozenset(names[read_at[i]] for i, a in answers.items() if a.is_negative)
+            values["rTried"] = op._asked.get(op._next, 0)
         if op.writer is not None:  # made when the read-LAC finished, with its LAC at the start point
             values["rWbAcks"] = self._acks(pending_acks(op.writer), names)
             values["rWbSentLac"] = self._lacs(pending_lacs(op.writer))
@@ -409,6 +417,7 @@ _RECOVERY_VARS = (
     "rFragments",
     "rNext",
     "rNegatives",
+    "rTried",
     "rWbAcks",
     "rWbSentLac",
     "rWbLac",

@@ -133,7 +133,7 @@ def _function(wrapper: Callable[..., Any]) -> Callable[[Any], Any]:
 # ---- the broken variants ---------------------------------------------------------------------------
 
 
-def _reads_without_fence(original: Any, op: Any) -> Any:
+def _reads_without_fence(original: Any, op: Any, *args: Any) -> Any:
     from impl.bookie.client.writer import Send
     from impl.bookie.protocol import ReadRequest
 
@@ -141,7 +141,7 @@ def _reads_without_fence(original: Any, op: Any) -> Any:
         Send(o.bookie, dataclasses.replace(o.request, fence=False))
         if isinstance(o, Send) and isinstance(o.request, ReadRequest)
         else o
-        for o in original(op)
+        for o in original(op, *args)
     ]
 
 
@@ -282,7 +282,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "recovery-reads-without-fence",
         "impl/bookie/client/recovery.py",
         "recovery's entry reads go without the fence flag (BookKeeper issue 2614)",
-        (Patch(f"{_CLIENT}.recovery:RecoveryOp", "_issue", _method(_reads_without_fence)),),
+        (Patch(f"{_CLIENT}.recovery:RecoveryOp", "_ask", _method(_reads_without_fence)),),
         ("ledger-mutation1-nofence-ci", _LIVENESS),
     ),
     Mutant(

@@ -285,6 +285,7 @@ class _Graph:
         # the connection): else ledger.tla's BookieCrashes would drop it.
         self.sender_edges += [(crash, self._sender_of(i)) for crash, i in after_crash]
         self._lost_requests(client_logs.get(WRITER, []), waiting, crashes)
+        self._lost_reads(waiting)
 
     def _lost_requests(
         self,
@@ -355,6 +356,27 @@ class _Graph:
                 change = next((c for c, b in changes if b == bookie and position[c] > sender), None)
                 if change is not None:
                     self.sender_edges.append((h, change))  # its reply lost before the writer gave up on it
+
+    def _lost_reads(self, unanswered: dict[tuple[str, str, int], deque[int]]) -> None:
+        """ledger.tla's recovery asks the next bookie only once the read that timed out is no longer in
+        flight: handled with the answer lost (`ReplyLost` at the handling, before the timeout) or never
+        handled (a `MessageLost` step after the read was sent and before the timeout)."""
+        for i in self.client_chains.get(RECOVERER, []):
+            r = self.steps[i].client
+            if r is None or r["name"] != "RecoveryReadTimedOut":
+                continue
+            entry, bookie = r["params"]["entry"], self.names.get(r["params"]["timed_out"], r["params"]["timed_out"])
+            handled = unanswered.get((bookie, "read", entry))
+            if handled:
+                self.sender_edges.append((handled[0], i))
+                continue
+            chain = [j for j in self.client_chains[RECOVERER] if j not in self.detached]
+            sent = _sender(self.steps, chain, "read", entry, bookie, self.names)
+            if sent is None:
+                raise MergeError(f"client {RECOVERER} timed out on a read of entry {entry} it never sent to {bookie}")
+            event = Event("MessageLost", {"kind": "read", "client": RECOVERER, "bookie": bookie, "entry": entry})
+            self.steps.append(_Step(self.steps[sent].order, bookie=bookie, env=[event]))
+            self.sender_edges += [(sent, len(self.steps) - 1), (len(self.steps) - 1, i)]
 
     def _metadata_order(self) -> list[tuple[int, int]]:
         """Edges that put the metadata steps of different clients in the store's version order.
@@ -494,8 +516,9 @@ def _sender(
     """The client step that sent a request (ledger.tla: the action that puts it into `msgs`): an add
     by `WriterSendsAdd`, or by the writer's ensemble change after it that made `bookie` the
     replacement; the fencing read-LAC by `RecoveryStarts`; a read of e by the step after which the
-    recovery's next entry is e (the covering read-LAC answer, or the read that found
-    e-1); a write-back of e by the read answer that found e."""
+    recovery's next entry is e and the bookie it asked last is `bookie` (the covering read-LAC
+    answer, the read that found e-1, or the negative answer or timeout before it); a write-back of e
+    by the read answer that found e."""
     sent: int | None = None  # an add: its send, or the ensemble change that re-sent it to `bookie`
     for i in chain:
         ev = steps[i].client
@@ -510,8 +533,10 @@ def _sender(
             continue
         if kind == "readLac" and name == "RecoveryStarts":
             return i
-        if kind == "read" and name in DELIVERIES and p.get("phase") == "reading" and p.get("next") == entry:
-            return i
+        if kind == "read" and p.get("phase") == "reading" and p.get("next") == entry and not p.get("end_found"):
+            asked = p.get("asked")  # sequential reads: the step that asked this bookie
+            if asked is None or names.get(asked, asked) == bookie:
+                return i
         found = name == "RecoveryReceivesReadResponse" and p["found"] and not p["stale"]
         if kind == "recoveryAdd" and found and p["entry"] == entry:
             return i

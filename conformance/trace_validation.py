@@ -15,7 +15,7 @@ events (losses, crashes, restarts).
 variable `l` for the position in the trace and `t` for which trace (several traces per TLC
 run: the JVM's start dominates). Each step is `l' = l + 1` /\\ ledger.tla's action with the
 event's parameters (TLC picks the message) /\\ `lastAction'` equal to the event's
-parameters /\\ the spec's state equal to the logged values (wLac, wState, rPhase, rNext, rEnd,
+parameters /\\ the spec's state equal to the logged values (wLac, wState, rPhase, rNext, rTried, rEnd,
 rWbLac, and the entries and fenced flag of the bookie involved). TLC explores every way to
 match; `-dump` lists the states reached (run_tlc keeps no PrintT output), and the furthest `l`
 of each trace gives the verdict: accepted, or the first event no behaviour can match.
@@ -190,9 +190,22 @@ def _choices(c: LedgerCluster, config: RunConfig, *, late: bool) -> list[Step]:
             for b in _timeouts(c, op, op.writer):
                 for nb in _spares(c, op.writer.metadata.last_ensemble):
                     out.append(partial(_as, client=name, call=partial(c.timeout_recovery_adds, name, b, nb)))
+        if _read_times_out(c, op):
+            out.append(partial(_as, client=name, call=partial(c.timeout_recovery_read, name)))
         if not mine and _abort_fails(c, op):
             out.append(partial(_as, client=name, call=partial(c.abort_recovery, name)))
     return out
+
+
+def _read_times_out(c: LedgerCluster, op: RecoveryOp) -> bool:
+    """The read of the entry being decided got no answer, nothing else about it is in flight, and a
+    bookie of its write set is left to ask (ledger.tla's RecoveryReadTimedOut)."""
+    if op.phase is not RecoveryPhase.READING or op._end_found:
+        return False
+    if op._asked.get(op._next, 0) >= op.metadata.write_quorum:
+        return False
+    about = [m for m in c.inflight if m.core is op and _kind(m) == "read" and _entry(m) == op._next]
+    return not about and any(m.core is op and _kind(m) == "read" and _entry(m) == op._next for m in c.timed_out)
 
 
 def _abort_fails(c: LedgerCluster, op: RecoveryOp) -> bool:
@@ -202,7 +215,8 @@ def _abort_fails(c: LedgerCluster, op: RecoveryOp) -> bool:
         return any(_kind(m) == "readLac" for m in timed_out)
     if op.phase is not RecoveryPhase.READING:
         return False
-    if not op._end_found and any(_kind(m) == "read" and _entry(m) == op._next for m in timed_out):
+    exhausted = op._asked.get(op._next, 0) >= op.metadata.write_quorum  # no bookie left to ask
+    if not op._end_found and exhausted and any(_kind(m) == "read" and _entry(m) == op._next for m in timed_out):
         return True
     adds = [m for m in timed_out if isinstance(m.request, AddRequest)]
     writer = op.writer
@@ -307,6 +321,7 @@ PARAMS = {
     "RecoveryChangesEnsemble": ("client", "failed", "replacement", "first"),
     "RecoveryCloses": ("client", "lastEntry", "outcome"),
     "RecoveryAborts": ("client", "phase"),
+    "RecoveryReadTimedOut": ("client", "entry"),
     "MessageLost": ("kind", "client", "bookie", "entry"),
     "ReplyLost": ("kind", "client", "bookie", "entry"),
     "RequestToDownBookieLost": ("kind", "client", "bookie", "entry"),
@@ -373,6 +388,8 @@ def _state(ev: Event) -> dict[str, Any]:
         if phase == "reading" and p["end_found"]:
             phase = "closing"
         state = {"rPhase": phase}
+        if phase == "reading" and "tried" in p:  # (logs recorded before sequential reads have none)
+            state["rTried"] = p["tried"]
         if ev.name == "RecoveryReceivesReadLacResponse" and phase == "reading" and not p["stale"]:
             state["rNext"] = p["start"] + 1
         if ev.name == "RecoveryReceivesReadResponse" and not p["stale"]:
@@ -440,6 +457,7 @@ Do(ev) ==
     \\/ ev.name = "RecoveryChangesEnsemble" /\\ RecoveryChangesEnsemble(ev.p.client, ev.p.failed, ev.p.replacement)
     \\/ ev.name = "RecoveryCloses" /\\ RecoveryCloses(ev.p.client)
     \\/ ev.name = "RecoveryAborts" /\\ RecoveryAborts(ev.p.client)
+    \\/ ev.name = "RecoveryReadTimedOut" /\\ RecoveryReadTimedOut(ev.p.client)
     \\/ ev.name = "MessageLost" /\\ MessageLost
     \\/ ev.name = "ReplyLost" /\\ ReplyLost
     \\/ ev.name = "RequestToDownBookieLost" /\\ RequestToDownBookieLost
@@ -456,6 +474,7 @@ StateMatch(ev) ==
           [] k = "rPhase" -> rPhase'[ev.p.client] = ev.s[k]
           [] k = "rNext" -> rNext'[ev.p.client] = ev.s[k]
           [] k = "rEnd" -> rEnd'[ev.p.client] = ev.s[k]
+          [] k = "rTried" -> rTried'[ev.p.client] = ev.s[k]
           [] k = "rWbLac" -> rWbLac'[ev.p.client] = ev.s[k]
           [] k = "bookie" -> entries'[ev.s[k].id] = ev.s[k].entries /\\ fenced'[ev.s[k].id] = ev.s[k].fenced
           [] OTHER -> TRUE

@@ -61,6 +61,9 @@ LastEnsemble(frags) == frags[Len(frags)].ens
 AllWriteSets(ens) == { WriteSetIn(ens, i) : i \in 0 .. E - 1 }
 
 \* Recovery reads: one OK means the entry exists; this many negatives mean it is the end.
+\* Reads are sequential, BookKeeper's default (enableParallelRecoveryRead = false): one bookie of
+\* the entry's write set at a time, in write-set order, the next one after a negative answer or a
+\* timeout; all Qw asked with neither an OK nor enough negatives fails the attempt.
 NegativeThreshold == IF Mutation = "negative_threshold_qa" THEN Qa ELSE Qw - Qa + 1
 
 \* A fragment list with bookie b of the last ensemble replaced by nb, from entry `from` on.
@@ -78,7 +81,7 @@ ReplaceBookie(frags, b, nb, from) ==
 \* is reset to its initial value, so states that differ only in it are one. Once the writer stopped
 \* (wState # "WRITING", for good), wAcks and wSentLac are dead (every reader requires WRITING); once
 \* a recovery attempt's fencing is covered, rAnswered and rMaxLac are (read only while "fencing");
-\* once it found the end, rNegatives is (read only while "reading").
+\* once it found the end, rNegatives and rTried are (read only while "reading").
 NoAcks == [e \in Entries |-> {}]
 NoLacs == [e \in Entries |-> NoEntry]
 
@@ -115,6 +118,7 @@ VARIABLES
     rFragments,     \* the local fragment list: where recovery WRITES BACK (local ensemble changes)
     rNext,          \* the entry id being read
     rNegatives,     \* bookies that answered "no such entry" for rNext
+    rTried,         \* how many bookies of rNext's write set were asked so far (sequential reads)
     rWbAcks,        \* rWbAcks[e]: bookies that acknowledged the recovery add of e (cleared once confirmed)
     rWbSentLac,     \* rWbSentLac[e]: the LAC the recovery add of e carries (as wSentLac; cleared once confirmed)
     rWbLac,         \* every entry <= rWbLac is recovered (written back to Qa bookies or known confirmed)
@@ -128,7 +132,7 @@ VARIABLES
 
 bookieVars == <<entries, fenced, bookieLac, up, failed>>
 writerVars == <<wState, wPushed, wLac, wAcks, wSentLac, wFragments>>
-recVars == <<rPhase, rAnswered, rMaxLac, rReadFragments, rFragments, rNext, rNegatives,
+recVars == <<rPhase, rAnswered, rMaxLac, rReadFragments, rFragments, rNext, rNegatives, rTried,
              rWbAcks, rWbSentLac, rWbLac, rEnd, rLength>>
 vars == <<meta, bookieVars, msgs, writerVars, recVars, lost, crashes, lastAction>>
 
@@ -178,6 +182,7 @@ Init ==
     /\ rFragments = [c \in Recoverers |-> <<>>]
     /\ rNext = [c \in Recoverers |-> 0]
     /\ rNegatives = [c \in Recoverers |-> {}]
+    /\ rTried = [c \in Recoverers |-> 0]
     /\ rWbAcks = [c \in Recoverers |-> [e \in Entries |-> {}]]
     /\ rWbSentLac = [c \in Recoverers |-> [e \in Entries |-> NoEntry]]
     /\ rWbLac = [c \in Recoverers |-> NoEntry]
@@ -250,9 +255,9 @@ WriterTimedOut(b, e) ==
 \* CLOSED = failed.
 WriterChangesEnsemble(b, nb) ==
     /\ wState = "WRITING"
-    /\ \E e \in Entries : WriterTimedOut(b, e)
     /\ b \in Range(LastEnsemble(wFragments))
     /\ nb \notin Range(LastEnsemble(wFragments)) /\ up[nb]
+    /\ \E e \in Entries : WriterTimedOut(b, e)
     /\ LET frags == ReplaceBookie(wFragments, b, nb, wLac + 1) IN
        /\ Len(frags) <= MaxFragments
        /\ CASE meta.state = "OPEN" /\ meta.fragments = wFragments ->
@@ -347,9 +352,11 @@ Covered(c) ==
 \* last fragment - 1): entries before the last fragment were confirmed when the writer made it
 \* (a change is made at LAC+1). Mutation "recovery_start_from_lac" starts from the LAC alone.
 
-ReadRequests(c, e) ==
-    {Msg("read", c, b, e, IF Mutation = "recovery_read_no_fence" THEN 0 ELSE 1) :
-        b \in WriteSet(rReadFragments[c], e)}
+\* The fenced read of entry e to the i-th bookie (from 0) of its write set; mutation
+\* "recovery_read_no_fence" sends it without the fence flag.
+ReadAt(c, e, i) ==
+    {Msg("read", c, FragmentOf(rReadFragments[c], e).ens[((e + i) % E) + 1], e,
+         IF Mutation = "recovery_read_no_fence" THEN 0 ELSE 1)}
 
 \* Start (or retry) recovery. CLOSED: adopt its end. OPEN -> IN_RECOVERY by CW (already
 \* IN_RECOVERY: go on, the previous recoverer may be gone). Then fencing read-LAC to the last
@@ -371,7 +378,7 @@ RecoveryStarts(c) ==
             /\ msgs' = msgs \cup {Msg("readLac", c, b, NoEntry, 0) : b \in Range(LastEnsemble(meta.fragments))}
             /\ UNCHANGED rEnd
     /\ lastAction' = [name |-> "RecoveryStarts", params |-> [client |-> c, outcome |-> meta.state]]
-    /\ UNCHANGED <<bookieVars, writerVars, rAnswered, rMaxLac, rNext, rNegatives, rWbAcks, rWbSentLac,
+    /\ UNCHANGED <<bookieVars, writerVars, rAnswered, rMaxLac, rNext, rNegatives, rTried, rWbAcks, rWbSentLac,
                    rWbLac, rLength, lost, crashes>>
 
 \* A fencing read-LAC answer (OK, ENOENTRY, ENOLEDGER all count). As ReadLastConfirmedOp, keep the
@@ -395,53 +402,79 @@ RecoveryHandlesReadLacReply(m, req) ==
                           /\ rMaxLac' = [rMaxLac EXCEPT ![c] = NoEntry]
                           /\ rNext' = [rNext EXCEPT ![c] = start + 1]
                           /\ rWbLac' = [rWbLac EXCEPT ![c] = start]
-                          /\ msgs' = (msgs \ {req}) \cup ReadRequests(c, start + 1)
+                          /\ msgs' = (msgs \ {req}) \cup ReadAt(c, start + 1, 0)
+                          /\ rTried' = [rTried EXCEPT ![c] = 1]
                      ELSE /\ rAnswered' = [rAnswered EXCEPT ![c] = answered]
                           /\ rMaxLac' = [rMaxLac EXCEPT ![c] = maxLac]
                           /\ msgs' = msgs \ {req}
-                          /\ UNCHANGED <<rPhase, rNext, rWbLac>>
+                          /\ UNCHANGED <<rPhase, rNext, rWbLac, rTried>>
              ELSE /\ msgs' = msgs \ {req}
-                  /\ UNCHANGED <<rPhase, rAnswered, rMaxLac, rNext, rWbLac, rLength>>
+                  /\ UNCHANGED <<rPhase, rAnswered, rMaxLac, rNext, rWbLac, rLength, rTried>>
           /\ lastAction' = [name |-> "RecoveryReceivesReadLacResponse",
                             params |-> [client |-> c, bookie |-> m.bookie, lac |-> m.val,
                                         stale |-> rPhase[c] # "fencing"]]
     /\ UNCHANGED <<meta, up, failed, writerVars, rReadFragments, rFragments, rNegatives, rWbAcks,
                    rWbSentLac, rEnd, lost, crashes>>
 
+\* Every local of a recovery attempt back to its initial value, rPhase "aborted" (a retry starts over).
+AbortAttempt(c) ==
+    /\ rPhase' = [rPhase EXCEPT ![c] = "aborted"]
+    /\ rAnswered' = [rAnswered EXCEPT ![c] = {}]
+    /\ rMaxLac' = [rMaxLac EXCEPT ![c] = NoEntry]
+    /\ rReadFragments' = [rReadFragments EXCEPT ![c] = <<>>]
+    /\ rFragments' = [rFragments EXCEPT ![c] = <<>>]
+    /\ rNext' = [rNext EXCEPT ![c] = 0]
+    /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]
+    /\ rTried' = [rTried EXCEPT ![c] = 0]
+    /\ rWbAcks' = [rWbAcks EXCEPT ![c] = [e \in Entries |-> {}]]
+    /\ rWbSentLac' = [rWbSentLac EXCEPT ![c] = [e \in Entries |-> NoEntry]]
+    /\ rWbLac' = [rWbLac EXCEPT ![c] = NoEntry]
+    /\ rEnd' = [rEnd EXCEPT ![c] = NoEntry]
+    /\ rLength' = [rLength EXCEPT ![c] = 0]
+
 \* A recovery read answer for the entry being read. One OK: the entry exists: write it back to its
 \* write set in the local (current) ensemble as a recovery add, go on with the next id. Enough
-\* negatives: the entry cannot have been acknowledged: the end is the previous one.
+\* negatives: the entry cannot have been acknowledged: the end is the previous one. Too few: ask
+\* the write set's next bookie; if all Qw were asked, the attempt fails.
 RecoveryHandlesReadReply(m, req) ==
     /\ m.kind = "readResp" /\ m.client \in Recoverers
     /\ LET c == m.client
            e == m.entry
            current == rPhase[c] = "reading" /\ e = rNext[c] /\ m.bookie \in WriteSet(rReadFragments[c], e)
-       IN /\ IF current /\ m.val = 1
-             THEN /\ rNext' = [rNext EXCEPT ![c] = e + 1]
-                  /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]
-                  /\ rWbSentLac' = [rWbSentLac EXCEPT ![c][e] = rWbLac[c]]
-                  /\ rLength' = [rLength EXCEPT ![c] = LengthAt(e)]   \* the entry's own header
-                  /\ msgs' = (msgs \ {req})
-                             \cup {Msg("recoveryAdd", c, b, e, rWbLac[c]) : b \in WriteSetIn(LastEnsemble(rFragments[c]), e)}
-                             \cup ReadRequests(c, e + 1)
-                  /\ UNCHANGED <<rPhase, rEnd>>
-             ELSE IF current
-             THEN LET negs == rNegatives[c] \cup {m.bookie} IN
-                  /\ IF Cardinality(negs) >= NegativeThreshold
+           negs == rNegatives[c] \cup {m.bookie}
+       IN /\ IF current /\ m.val = 0 /\ Cardinality(negs) < NegativeThreshold /\ rTried[c] = Qw
+             THEN /\ msgs' = msgs \ {req}   \* all Qw asked: neither found nor ruled out, the attempt fails
+                  /\ AbortAttempt(c)
+             ELSE /\ UNCHANGED <<rAnswered, rMaxLac, rReadFragments, rFragments, rWbAcks, rWbLac>>
+                  /\ IF current /\ m.val = 1
+                     THEN /\ rNext' = [rNext EXCEPT ![c] = e + 1]
+                          /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]
+                          /\ rWbSentLac' = [rWbSentLac EXCEPT ![c][e] = rWbLac[c]]
+                          /\ rLength' = [rLength EXCEPT ![c] = LengthAt(e)]   \* the entry's own header
+                          /\ msgs' = (msgs \ {req})
+                                     \cup {Msg("recoveryAdd", c, b, e, rWbLac[c]) :
+                                           b \in WriteSetIn(LastEnsemble(rFragments[c]), e)}
+                                     \cup ReadAt(c, e + 1, 0)
+                          /\ rTried' = [rTried EXCEPT ![c] = 1]
+                          /\ UNCHANGED <<rPhase, rEnd>>
+                     ELSE IF current /\ Cardinality(negs) >= NegativeThreshold
                      THEN /\ rPhase' = [rPhase EXCEPT ![c] = "closing"]
                           /\ rEnd' = [rEnd EXCEPT ![c] = e - 1]
                           /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]   \* dead from now on
-                     ELSE /\ rNegatives' = [rNegatives EXCEPT ![c] = negs]
-                          /\ UNCHANGED <<rPhase, rEnd>>
-                  /\ msgs' = msgs \ {req}
-                  /\ UNCHANGED <<rNext, rWbSentLac, rLength>>
-             ELSE /\ msgs' = msgs \ {req}
-                  /\ UNCHANGED <<rPhase, rEnd, rNext, rNegatives, rWbSentLac, rLength>>
+                          /\ rTried' = [rTried EXCEPT ![c] = 0]
+                          /\ msgs' = msgs \ {req}
+                          /\ UNCHANGED <<rNext, rWbSentLac, rLength>>
+                     ELSE IF current   \* not enough negatives yet: ask the write set's next bookie
+                     THEN /\ rNegatives' = [rNegatives EXCEPT ![c] = negs]
+                          /\ msgs' = (msgs \ {req}) \cup ReadAt(c, e, rTried[c])
+                          /\ rTried' = [rTried EXCEPT ![c] = @ + 1]
+                          /\ UNCHANGED <<rPhase, rEnd, rNext, rWbSentLac, rLength>>
+                     ELSE /\ msgs' = msgs \ {req}
+                          /\ UNCHANGED <<rPhase, rEnd, rNext, rNegatives, rWbSentLac, rLength, rTried>>
           /\ lastAction' = [name |-> "RecoveryReceivesReadResponse",
                             params |-> [client |-> c, bookie |-> m.bookie, entry |-> e, found |-> m.val = 1,
                                         stale |-> ~current]]
-    /\ UNCHANGED <<meta, up, failed, writerVars, rAnswered, rMaxLac, rReadFragments, rFragments, rWbAcks,
-                   rWbLac, lost, crashes>>
+    /\ UNCHANGED <<meta, up, failed, writerVars, lost, crashes>>
 
 \* The write-back in progress: entries rWbLac+1 .. (last one sent) are pending.
 WbPushed(c) == IF rPhase[c] = "closing" THEN rEnd[c] ELSE rNext[c] - 1
@@ -465,7 +498,18 @@ RecoveryHandlesAddReply(m, req) ==
           /\ lastAction' = [name |-> "RecoveryReceivesAddResponse",
                             params |-> [client |-> c, bookie |-> m.bookie, entry |-> e, counted |-> counts]]
     /\ UNCHANGED <<meta, up, failed, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rFragments,
-                   rNext, rNegatives, rEnd, rLength, lost, crashes>>
+                   rNext, rNegatives, rTried, rEnd, rLength, lost, crashes>>
+
+\* A recovery read that got no answer (the request or its reply lost, or its bookie down): with
+\* nothing about rNext in flight, ask the next bookie of the write set (sequential reads).
+RecoveryReadTimedOut(c) ==
+    /\ rPhase[c] = "reading" /\ rTried[c] < Qw
+    /\ \A b \in Bookies : ~InFlight("read", c, b, rNext[c]) /\ ~InFlight("readResp", c, b, rNext[c])
+    /\ msgs' = msgs \cup ReadAt(c, rNext[c], rTried[c])
+    /\ rTried' = [rTried EXCEPT ![c] = @ + 1]
+    /\ lastAction' = [name |-> "RecoveryReadTimedOut", params |-> [client |-> c, entry |-> rNext[c]]]
+    /\ UNCHANGED <<meta, bookieVars, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rFragments, rNext,
+                   rNegatives, rWbAcks, rWbSentLac, rWbLac, rEnd, rLength, lost, crashes>>
 
 RecoveryAddTimedOut(c, b, e) ==
     /\ rPhase[c] \in {"reading", "closing"}
@@ -477,9 +521,10 @@ RecoveryAddTimedOut(c, b, e) ==
 \* A local ensemble change during write-back: kept in rFragments until the final close. Pending
 \* recovery adds are re-sent to nb with the LAC they were first sent with (as the writer's).
 RecoveryChangesEnsemble(c, b, nb) ==
-    /\ \E e \in Entries : RecoveryAddTimedOut(c, b, e)
+    /\ rPhase[c] \in {"reading", "closing"}
     /\ b \in Range(LastEnsemble(rFragments[c]))
     /\ nb \notin Range(LastEnsemble(rFragments[c])) /\ up[nb]
+    /\ \E e \in Entries : RecoveryAddTimedOut(c, b, e)
     /\ LET frags == ReplaceBookie(rFragments[c], b, nb, rWbLac[c] + 1) IN
        /\ Len(frags) <= MaxFragments
        /\ rFragments' = [rFragments EXCEPT ![c] = frags]
@@ -489,7 +534,7 @@ RecoveryChangesEnsemble(c, b, nb) ==
     /\ lastAction' = [name |-> "RecoveryChangesEnsemble",
                       params |-> [client |-> c, failed |-> b, replacement |-> nb, first |-> rWbLac[c] + 1]]
     /\ UNCHANGED <<meta, bookieVars, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rNext,
-                   rNegatives, rWbSentLac, rWbLac, rEnd, rLength, lost, crashes>>
+                   rNegatives, rTried, rWbSentLac, rWbLac, rEnd, rLength, lost, crashes>>
 
 \* Recovery close by CW once every write-back finished: IN_RECOVERY -> CLOSED with the recovered
 \* end, its length and the local fragments; if someone else CLOSED it, adopt that (closeRecovered:
@@ -508,28 +553,18 @@ RecoveryCloses(c) ==
     /\ lastAction' = [name |-> "RecoveryCloses",
                       params |-> [client |-> c, lastEntry |-> rEnd[c], outcome |-> meta.state]]
     /\ UNCHANGED <<bookieVars, msgs, writerVars, rAnswered, rMaxLac, rReadFragments, rFragments, rNext,
-                   rNegatives, rWbAcks, rWbSentLac, rWbLac, rLength, lost, crashes>>
+                   rNegatives, rTried, rWbAcks, rWbSentLac, rWbLac, rLength, lost, crashes>>
 
 \* Recovery fails (and may be retried): fencing cannot be covered, the entry being read has
-\* neither an OK nor enough negatives, or a write-back timed out; with nothing more in flight.
+\* neither an OK nor enough negatives from all Qw bookies asked, or a write-back timed out; with
+\* nothing more in flight.
 RecoveryAborts(c) ==
     /\ \/ /\ rPhase[c] = "fencing" /\ ~Covered(c)
           /\ \A b \in Bookies : ~InFlight("readLac", c, b, NoEntry) /\ ~InFlight("readLacResp", c, b, NoEntry)
-       \/ /\ rPhase[c] = "reading"
+       \/ /\ rPhase[c] = "reading" /\ rTried[c] = Qw
           /\ \A b \in Bookies : ~InFlight("read", c, b, rNext[c]) /\ ~InFlight("readResp", c, b, rNext[c])
        \/ \E b \in Bookies, e \in Entries : RecoveryAddTimedOut(c, b, e)
-    /\ rPhase' = [rPhase EXCEPT ![c] = "aborted"]
-    /\ rAnswered' = [rAnswered EXCEPT ![c] = {}]
-    /\ rMaxLac' = [rMaxLac EXCEPT ![c] = NoEntry]
-    /\ rReadFragments' = [rReadFragments EXCEPT ![c] = <<>>]
-    /\ rFragments' = [rFragments EXCEPT ![c] = <<>>]
-    /\ rNext' = [rNext EXCEPT ![c] = 0]
-    /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]
-    /\ rWbAcks' = [rWbAcks EXCEPT ![c] = [e \in Entries |-> {}]]
-    /\ rWbSentLac' = [rWbSentLac EXCEPT ![c] = [e \in Entries |-> NoEntry]]
-    /\ rWbLac' = [rWbLac EXCEPT ![c] = NoEntry]
-    /\ rEnd' = [rEnd EXCEPT ![c] = NoEntry]
-    /\ rLength' = [rLength EXCEPT ![c] = 0]
+    /\ AbortAttempt(c)
     /\ lastAction' = [name |-> "RecoveryAborts", params |-> [client |-> c, phase |-> rPhase[c]]]
     /\ UNCHANGED <<meta, bookieVars, msgs, writerVars, lost, crashes>>
 
@@ -629,7 +664,7 @@ Writing ==
     \/ \E b, nb \in Bookies : WriterChangesEnsemble(b, nb)
 
 Recovering(c) ==
-    \/ RecoveryStarts(c) \/ RecoveryCloses(c) \/ RecoveryAborts(c)
+    \/ RecoveryStarts(c) \/ RecoveryCloses(c) \/ RecoveryAborts(c) \/ RecoveryReadTimedOut(c)
     \/ \E b, nb \in Bookies : RecoveryChangesEnsemble(c, b, nb)
 
 Faults ==
@@ -676,6 +711,7 @@ TypeOK ==
     /\ rWbSentLac \in [Recoverers -> [Entries -> Entries \cup {NoEntry}]]
     /\ rPhase \in [Recoverers -> {"idle", "fencing", "reading", "closing", "done", "aborted"}]
     /\ rNext \in [Recoverers -> 0 .. NumEntries]
+    /\ rTried \in [Recoverers -> 0 .. Qw]
     /\ rLength \in [Recoverers -> 0 .. NumEntries]
     /\ \A m \in msgs : m.kind \in Requests \cup {"addResp", "readLacResp", "readResp"}
                        /\ m.client \in Clients /\ m.bookie \in Bookies
@@ -810,7 +846,7 @@ deadView ==
        [c \in Recoverers |->
            IF rPhase[c] = "done" THEN <<rEnd[c]>>
            ELSE <<rPhase[c], rAnswered[c], rMaxLac[c], rReadFragments[c], rFragments[c], rNext[c],
-                  rNegatives[c], AcksView(rWbAcks[c]), SentLacView(rWbSentLac[c]), rWbLac[c], rEnd[c],
+                  rNegatives[c], rTried[c], AcksView(rWbAcks[c]), SentLacView(rWbSentLac[c]), rWbLac[c], rEnd[c],
                   rLength[c]>>],
        lost, crashes >>
 

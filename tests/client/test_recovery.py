@@ -187,6 +187,43 @@ def test_recovery_reads_from_the_start_point_plus_one_and_never_the_start_entry(
     assert read_header(add.request.body)[1:] == (2, 1, done.metadata.length)
 
 
+def reads_by_entry(seen: list[Send]) -> dict[int, list[str]]:
+    """Each entry's recovery reads (not the read-LAC), as the bookies they went to, in order."""
+    out: dict[int, list[str]] = {}
+    for s in seen:
+        if isinstance(s.request, ReadRequest) and s.request.entry_id >= 0:
+            out.setdefault(s.request.entry_id, []).append(s.bookie)
+    return out
+
+
+@pytest.mark.parametrize(("e", "qw", "qa"), [(3, 3, 2), (3, 2, 2), (3, 3, 1)])
+def test_recovery_reads_one_bookie_at_a_time_in_write_set_order(e: int, qw: int, qa: int) -> None:
+    """Sequential recovery reads (BookKeeper's default): an entry found is read from the first bookie of
+    its write set only; the end takes Qw-Qa+1 negative answers, asked one after the other."""
+    cluster = new_cluster(e=e, qw=qw, qa=qa)
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    write(cluster, writer, 4)
+    op, seen = recover_recording(cluster)
+    assert outcome(cluster, op).metadata.last_entry_id == 3
+    reads = reads_by_entry(seen)
+    in_order = {x: [BOOKIES[(x + i) % e] for i in range(qw)] for x in reads}  # write-set order
+    end = max(reads)
+    assert end == 4 and reads[end] == in_order[end][: qw - qa + 1]
+    assert all(reads[x] == in_order[x][:1] for x in reads if x != end)
+
+
+def test_a_silent_bookie_moves_the_read_to_the_next_of_the_write_set() -> None:
+    cluster = new_cluster()
+    writer = LedgerWriter(LEDGER, cluster.store.metadata)
+    write(cluster, writer, 3)
+    cluster.silent.add("b1:1")  # first of entry 1's write set (b1, b2, b0)
+    op, seen = recover_recording(cluster)
+    assert outcome(cluster, op).metadata.last_entry_id == 2
+    reads = reads_by_entry(seen)
+    assert reads[1] == ["b1:1", "b2:1"]  # timed out, then the next bookie
+    assert reads[0] == ["b0:1"]
+
+
 def test_recovery_finding_nothing_past_the_start_closes_with_the_read_lac_length() -> None:
     """The start point is the last fragment's first entry - 1 (entries before it were confirmed when the
     writer changed the ensemble); nothing follows it. The closed length is the read-LAC's: the header

@@ -234,12 +234,12 @@ def test_a_recorded_real_run_with_a_cycle_is_reported_then_accepted_with_a_lost_
     run = _recorded()
     with pytest.raises(pt.CycleError) as info:
         run.linearize()
-    assert "bookie b1 handles add of entry 0 (its line 196) + client w WriterReceivesAddResponse (its line 10)" in str(
+    assert "bookie b1 handles add of entry 2 (its line 269) + client w WriterReceivesAddResponse (its line 10)" in str(
         info.value
     )
     verdict = checked.recorded
     assert verdict.accepted and not verdict.in_order, verdict.describe()
-    assert verdict.lost == [
-        "bookie b1 handles add of entry 0 (its line 196) + client w WriterReceivesAddResponse (its line 10)"
+    assert verdict.lost == [  # b3's refusal, which the writer (fenced already) ignored
+        "bookie b3 handles add of entry 2 (its line 273) + client w WriterReceivesAddResponse (its line 11)"
     ]
     assert "the run cannot be linearized from its logs" in verdict.error

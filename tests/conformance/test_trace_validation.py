@@ -170,6 +170,7 @@ def test_randomized_runs_over_configurations_are_accepted() -> None:
         "RecoveryReceivesReadResponse",
         "RecoveryReceivesAddResponse",
         "RecoveryCloses",
+        "RecoveryReadTimedOut",
         "MessageLost",
         "ReplyLost",
         "BookieCrashes",

@@ -180,7 +180,7 @@ class BookKeeperClient:
     ) -> None:
         if recovery_read_ahead < 1:
             raise ValueError(f"recovery_read_ahead must be at least 1, got {recovery_read_ahead}")
-        self.recovery_read_ahead = recovery_read_ahead  # fenced reads in flight during recovery
+        self.recovery_read_ahead = recovery_read_ahead  # entries read at once during recovery
         self.ledgers = ledgers
         self.registry = registry
         self.transport = transport

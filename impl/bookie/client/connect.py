@@ -41,7 +41,8 @@ def connect_bookkeeper(
     `timeout_s` bounds each blocking API call (add, close, open, read); `request_timeout_s`
     is the per-request deadline after which a silent bookie counts as failed (the writer
     then replaces it, recovery treats it as unknown). `seed` fixes bookie placement choices.
-    `recovery_read_ahead`: fenced reads in flight while recovering (BookKeeper's default is 1).
+    `recovery_read_ahead`: entries read at once while recovering, each from one bookie at a time
+    (BookKeeper's recoveryReadBatchSize, default 1).
     """
     if not request_timeout_s < timeout_s:
         raise ValueError(

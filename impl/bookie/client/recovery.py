@@ -4,9 +4,12 @@
 3. Fencing read-LAC over the last fragment (coverage rule): the max LAC, and the ledger
    length in the same entry header (BookKeeper's RecoveryData).
 4. From start = max(LAC, first entry of the last fragment - 1), fenced reads of
-   start+1, start+2, ... (`read_ahead` in flight, decided strictly in order): one OK =
-   the entry exists, write it back to its whole write set as a recovery add; Qw-Qa+1
-   negatives = the end (stop once write-backs finish); neither = fail (retryable).
+   start+1, start+2, ... (`read_ahead` entries in flight, decided strictly in order). Each
+   entry is read sequentially, as BookKeeper does by default (enableParallelRecoveryRead =
+   false): one bookie of its write set at a time, the next one after a negative answer, an
+   error or a timeout. One OK = the entry exists, write it back to its whole write set as a
+   recovery add; Qw-Qa+1 negatives = the end (stop once write-backs finish); all Qw asked
+   with neither = fail (retryable).
    As in BookKeeper's LedgerRecoveryOp, entry `start` itself is not read: the length
    starts as the read-LAC's and each entry read brings its own (its header's).
 5. Write-back runs through a recovery-mode LedgerWriter (its LAC starts at `start`): its
@@ -68,10 +71,12 @@ class RecoveryOp:
         self._next = NO_ENTRY  # the next entry id to decide
         self._issued = NO_ENTRY  # the highest entry id read so far
         self._window: dict[int, dict[int, Answer]] = {}  # undecided entry id -> answers by ensemble index
+        self._asked: dict[int, int] = {}  # undecided entry id -> write-set positions read so far
         self._found: dict[int, DecodedEntry] = {}  # undecided entries some bookie returned
         self._start = NO_ENTRY
         self._end_found = False
         self._key = master_key(metadata.password)
+        self._answering = False  # a read answer (not a timeout) is being handled: its event reports a failure
 
     # ---- inputs ---------------------------------------------------------------------------------
 
@@ -139,10 +144,20 @@ class RecoveryOp:
                     lac=_lac_in(response),
                 )
             return outputs
-        if response is None or not tracing_active():
+        if not tracing_active():
             return self._receive_read(bookie, request.entry_id, response)
         current = self._is_current(bookie, request.entry_id)  # on the state before the answer
-        outputs = self._receive_read(bookie, request.entry_id, response)
+        # ledger.tla fails the attempt in the step of the answer that leaves no bookie to ask; a
+        # timeout's failure is its own step (RecoveryAborts).
+        self._answering = response is not None
+        try:
+            outputs = self._receive_read(bookie, request.entry_id, response)
+        finally:
+            self._answering = False
+        if response is None:
+            if current and any(isinstance(o, Send) for o in outputs):  # it asked the next bookie
+                self._trace("RecoveryReadTimedOut", entry=request.entry_id, timed_out=bookie)
+            return outputs
         self._trace(
             "RecoveryReceivesReadResponse",
             bookie=bookie,
@@ -165,10 +180,19 @@ class RecoveryOp:
         ensemble = m.ensemble_for(entry_id)
         return any(ensemble[i] == bookie for i in write_set(entry_id, m.ensemble_size, m.write_quorum))
 
+    def _tried(self) -> tuple[int, BookieId | None]:
+        """How many bookies were asked for the entry being decided (ledger.tla's rTried), and the last."""
+        asked = self._asked.get(self._next, 0)
+        if self.phase is not RecoveryPhase.READING or self._end_found or not asked:
+            return 0, None
+        m = self.metadata
+        return asked, m.ensemble_for(self._next)[write_set(self._next, m.ensemble_size, m.write_quorum)[asked - 1]]
+
     def _trace(self, name: str, **params: object) -> None:
         """Emit a trace event with the op's state after the step (ledger.tla's rPhase, rNext, rEnd)."""
         if tracing_active():
             writer = self.writer
+            tried, asked = self._tried()
             emit(
                 name,
                 ledger=self.ledger_id,
@@ -176,6 +200,8 @@ class RecoveryOp:
                 phase=self.phase.value,
                 end_found=self._end_found,
                 next=self._next,
+                tried=tried,
+                asked=asked,
                 written_back=writer.last_add_confirmed if writer is not None else NO_ENTRY,
             )
 
@@ -221,17 +247,22 @@ class RecoveryOp:
         return self._issue()
 
     def _issue(self) -> list[RecoveryOutput]:
-        """Keep `read_ahead` fenced reads outstanding beyond the next entry to decide."""
+        """Keep `read_ahead` entries being read beyond the next entry to decide."""
         outputs: list[RecoveryOutput] = []
-        m = self.metadata
         while not self._end_found and self._issued < self._next + self.read_ahead - 1:
             self._issued += 1
-            entry_id = self._issued
-            self._window[entry_id] = {}
-            ensemble = m.ensemble_for(entry_id)
-            request = ReadRequest(self.ledger_id, entry_id, fence=True, master_key=self._key)
-            outputs += [Send(ensemble[i], request) for i in write_set(entry_id, m.ensemble_size, m.write_quorum)]
+            self._window[self._issued] = {}
+            self._asked[self._issued] = 0
+            outputs += self._ask(self._issued)
         return outputs
+
+    def _ask(self, entry_id: int) -> list[RecoveryOutput]:
+        """A fenced read of `entry_id` to the next bookie of its write set (sequential reads)."""
+        m = self.metadata
+        position = write_set(entry_id, m.ensemble_size, m.write_quorum)[self._asked[entry_id]]
+        self._asked[entry_id] += 1
+        request = ReadRequest(self.ledger_id, entry_id, fence=True, master_key=self._key)
+        return [Send(m.ensemble_for(entry_id)[position], request)]
 
     def _read_answer(self, bookie: BookieId, entry_id: int, response: Response | None) -> list[RecoveryOutput]:
         answers = self._window.get(entry_id)
@@ -239,18 +270,20 @@ class RecoveryOp:
             return []  # decided already, or beyond the end
         m = self.metadata
         ensemble = m.ensemble_for(entry_id)
-        positions = [
-            i
-            for i in write_set(entry_id, m.ensemble_size, m.write_quorum)
-            if ensemble[i] == bookie and i not in answers
-        ]
+        asked = write_set(entry_id, m.ensemble_size, m.write_quorum)[: self._asked[entry_id]]
+        positions = [i for i in asked if ensemble[i] == bookie and i not in answers]
         if not positions:
-            return []
+            return []  # a late or duplicate answer
         answer, entry = self._classify(entry_id, response)
         answers[positions[0]] = answer
+        outputs: list[RecoveryOutput] = []
         if entry is not None:
             self._found.setdefault(entry_id, entry)
-        return self._decide()
+        elif self._asked[entry_id] < m.write_quorum and not entry_absent(
+            answers, entry_id, m.ensemble_size, m.write_quorum, m.ack_quorum
+        ):
+            outputs += self._ask(entry_id)  # undecided: ask the next bookie
+        return outputs + self._decide()
 
     def _decide(self) -> list[RecoveryOutput]:
         """Decide entries strictly in order: exists (write back), absent (the end), or neither (fail)."""
@@ -262,12 +295,14 @@ class RecoveryOp:
             found = self._found.pop(entry_id, None)
             if found is not None:
                 del self._window[entry_id]
+                del self._asked[entry_id]
                 self._next += 1
                 outputs += self._entry_exists(found)
                 outputs += self._issue()
             elif entry_absent(answers, entry_id, m.ensemble_size, m.write_quorum, m.ack_quorum):
                 self._end_found = True
                 self._window.clear()
+                self._asked.clear()
                 self._found.clear()
                 outputs += self._maybe_close()
             elif len(answers) == m.write_quorum:
@@ -278,7 +313,8 @@ class RecoveryOp:
                         f"recovery read of entry {entry_id} got neither a copy nor "
                         f"{m.write_quorum - m.ack_quorum + 1} negative answers "
                         f"({ {ensemble[i]: a.value for i, a in answers.items()} }); retry recovery",
-                    )
+                    ),
+                    step_event=not self._answering,  # ledger.tla: an answer's failure is in its step
                 )
             else:
                 break
@@ -326,10 +362,12 @@ class RecoveryOp:
         self.metadata = metadata
         return [RecoveryDone(metadata, adopted)]
 
-    def _fail(self, error: LedgerClientError) -> list[RecoveryOutput]:
+    def _fail(self, error: LedgerClientError, *, step_event: bool = True) -> list[RecoveryOutput]:
+        """Fail the attempt; `step_event`: the failure is a step of its own (ledger.tla's RecoveryAborts)."""
         before = "closing" if self._end_found else self.phase.value
         self.phase = RecoveryPhase.FAILED
-        self._trace("RecoveryAborts", before=before)
+        if step_event:
+            self._trace("RecoveryAborts", before=before)
         return [RecoveryFailed(error)]
 
 
