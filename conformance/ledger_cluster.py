@@ -333,11 +333,15 @@ class LedgerCluster:
         self._feed(name, op, partial(op.on_metadata_result, self._apply(update)))
 
     def abort_recovery(self, name: str) -> None:
-        """Every timeout of the attempt fires: reads first, then write-backs with no replacement left."""
+        """The attempt's timeouts fire: its read-LACs', or its current read's once every bookie of the write
+        set was asked; else (and if it has not failed by then) a write-back's, with no replacement left.
+        (A read that can still move on to the next bookie is not timed out here: that is its own step.)"""
         op = self._op(name)
         mine = [m for m in self.timed_out if m.core is op]
         reads = [m for m in mine if isinstance(m.request, ReadRequest)]
-        self._time_out(name, op, reads, None)
+        reading = op.phase is RecoveryPhase.READING and not op._end_found
+        if not reading or op._asked.get(op._next, 0) >= op.metadata.write_quorum:
+            self._time_out(name, op, reads, None)
         if op.phase is not RecoveryPhase.FAILED:
             adds = [m for m in mine if isinstance(m.request, AddRequest)]
             self._time_out(name, op, adds[:1], NO_REPLACEMENT)
