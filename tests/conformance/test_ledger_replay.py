@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -57,6 +58,15 @@ VIEW view
 SYMMETRY BookieSymmetry
 """
 
+
+def with_constants(config: str, **values: object) -> str:
+    """`config` with the named CONSTANTS set to `values`."""
+    for name, value in values.items():
+        config, n = re.subn(rf"^(\s*{name} = ).*$", rf"\g<1>{value}", config, flags=re.MULTILINE)
+        assert n == 1, name
+    return config
+
+
 # Two entries to one bookie, no recovery: the bookie may acknowledge entry 1 before entry 0.
 WRITER_CFG = FAULTS_CFG.replace("Bookies = {b1, b2}", "Bookies = {b1}").replace("Recoverers = {r1}", "Recoverers = {}")
 WRITER_CFG = WRITER_CFG.replace("NumEntries = 1", "NumEntries = 2").replace("MaxFragments = 2", "MaxFragments = 1")
@@ -71,26 +81,17 @@ START_CFG = WRITER_CFG.replace("Recoverers = {}", "Recoverers = {r1}")
 
 # Sequential recovery reads: E=Qw=2 Qa=1 (the end takes 2 negatives), one lost message. A negative
 # answer or a lost read moves the read to the write set's other bookie.
-READS_CFG = (
-    FAULTS_CFG.replace("E = 1", "E = 2")
-    .replace("Qw = 1", "Qw = 2")
-    .replace("MaxFragments = 2", "MaxFragments = 1")
-    .replace("MaxLostMessages = 0", "MaxLostMessages = 1")
-    .replace("MaxCrashes = 1", "MaxCrashes = 0")
-    .replace("MaxPermanentFailures = 1", "MaxPermanentFailures = 0")
+READS_CFG = with_constants(
+    FAULTS_CFG, E=2, Qw=2, MaxFragments=1, MaxLostMessages=1, MaxCrashes=0, MaxPermanentFailures=0
 )
 
 # E=Qw=Qa=2, two lost messages: a lost write-back aborts the attempt while the read of the next entry,
 # also lost, could still move on to the other bookie (the abort fires the write-back's timeout only).
-READS_ABORT_CFG = READS_CFG.replace("Qa = 1", "Qa = 2").replace("MaxLostMessages = 1", "MaxLostMessages = 2")
+READS_ABORT_CFG = with_constants(READS_CFG, Qa=2, MaxLostMessages=2)
 
 # Two entries, an ensemble change, no recovery: a pending add is re-sent to the replacement.
-RESEND_CFG = (
-    FAULTS_CFG.replace("Recoverers = {r1}", "Recoverers = {}")
-    .replace("NumEntries = 1", "NumEntries = 2")
-    .replace("MaxLostMessages = 0", "MaxLostMessages = 1")
-    .replace("MaxCrashes = 1", "MaxCrashes = 0")
-    .replace("MaxPermanentFailures = 1", "MaxPermanentFailures = 0")
+RESEND_CFG = with_constants(
+    FAULTS_CFG, Recoverers="{}", NumEntries=2, MaxLostMessages=1, MaxCrashes=0, MaxPermanentFailures=0
 )
 
 EVERY_ACTION = {
