@@ -189,7 +189,7 @@ class RecoveryOp:
         return asked, m.ensemble_for(self._next)[write_set(self._next, m.ensemble_size, m.write_quorum)[asked - 1]]
 
     def _trace(self, name: str, **params: object) -> None:
-        """Emit a trace event with the op's state after the step (ledger.tla's rPhase, rNext, rEnd)."""
+        """Emit a trace event with the op's state after the step (ledger.tla's rPhase, rNext, rTried, rEnd)."""
         if tracing_active():
             writer = self.writer
             tried, asked = self._tried()
