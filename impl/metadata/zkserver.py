@@ -58,21 +58,30 @@ def _ephemeral_range() -> tuple[int, int]:
     return low, high
 
 
+_handed_out: set[int] = set()  # ports free_port returned in this process
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 that was free a moment ago, for a server started a little later.
 
     Picked below the ephemeral range when there is room: ports the OS hands out itself (to
-    every outgoing connection) could be taken in the gap before the server binds.
+    every outgoing connection) could be taken in the gap before the server binds. Never a port
+    it returned before in this process: callers often pick several ports before binding any.
     """
     low, _ = _ephemeral_range()
     if low > 11000:
         for _ in range(200):
             port = random.randrange(10000, low)
-            if port_is_free(port):
+            if port not in _handed_out and port_is_free(port):
+                _handed_out.add(port)
                 return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def port_is_free(port: int) -> bool:

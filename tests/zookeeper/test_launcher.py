@@ -130,3 +130,10 @@ def until_quorum_serves(operation: Callable[[], object], attempts: int = 120) ->
         except ConnectionLoss:
             time.sleep(0.5)
     operation()
+
+
+def test_free_port_never_hands_out_a_port_twice() -> None:
+    """Callers pick several ports before binding any (standalone: its bookies', broker's and control
+    ports); a repeat would put two servers on one port."""
+    ports = [zkserver.free_port() for _ in range(3000)]
+    assert len(set(ports)) == len(ports)
