@@ -340,7 +340,7 @@ class LedgerCluster:
         mine = [m for m in self.timed_out if m.core is op]
         reads = [m for m in mine if isinstance(m.request, ReadRequest)]
         reading = op.phase is RecoveryPhase.READING and not op._end_found
-        if not reading or op._asked.get(op._next, 0) >= op.metadata.write_quorum:
+        if not reading or op.reads_asked() >= op.metadata.write_quorum:
             self._time_out(name, op, reads, None)
         if op.phase is not RecoveryPhase.FAILED:
             adds = [m for m in mine if isinstance(m.request, AddRequest)]

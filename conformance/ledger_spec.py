@@ -389,7 +389,7 @@ class LedgerMapping:
         if not end_found:  # (ledger.tla resets rNegatives and rTried once the end is found: dead from then on)
             answers = op._window.get(op._next, {})
             values["rNegatives"] = frozenset(names[read_at[i]] for i, a in answers.items() if a.is_negative)
-            values["rTried"] = op._asked.get(op._next, 0)
+            values["rTried"] = op.reads_asked()
         if op.writer is not None:  # made when the read-LAC finished, with its LAC at the start point
             values["rWbAcks"] = self._acks(pending_acks(op.writer), names)
             values["rWbSentLac"] = self._lacs(pending_lacs(op.writer))

@@ -202,7 +202,7 @@ def _read_times_out(c: LedgerCluster, op: RecoveryOp) -> bool:
     bookie of its write set is left to ask (ledger.tla's RecoveryReadTimedOut)."""
     if op.phase is not RecoveryPhase.READING or op._end_found:
         return False
-    if op._asked.get(op._next, 0) >= op.metadata.write_quorum:
+    if op.reads_asked() >= op.metadata.write_quorum:
         return False
     about = [m for m in c.inflight if m.core is op and _kind(m) == "read" and _entry(m) == op._next]
     return not about and any(m.core is op and _kind(m) == "read" and _entry(m) == op._next for m in c.timed_out)
@@ -215,7 +215,7 @@ def _abort_fails(c: LedgerCluster, op: RecoveryOp) -> bool:
         return any(_kind(m) == "readLac" for m in timed_out)
     if op.phase is not RecoveryPhase.READING:
         return False
-    exhausted = op._asked.get(op._next, 0) >= op.metadata.write_quorum  # no bookie left to ask
+    exhausted = op.reads_asked() >= op.metadata.write_quorum  # no bookie left to ask
     if not op._end_found and exhausted and any(_kind(m) == "read" and _entry(m) == op._next for m in timed_out):
         return True
     adds = [m for m in timed_out if isinstance(m.request, AddRequest)]

@@ -76,7 +76,6 @@ class RecoveryOp:
         self._start = NO_ENTRY
         self._end_found = False
         self._key = master_key(metadata.password)
-        self._answering = False  # a read answer (not a timeout) is being handled: its event reports a failure
 
     # ---- inputs ---------------------------------------------------------------------------------
 
@@ -147,13 +146,7 @@ class RecoveryOp:
         if not tracing_active():
             return self._receive_read(bookie, request.entry_id, response)
         current = self._is_current(bookie, request.entry_id)  # on the state before the answer
-        # ledger.tla fails the attempt in the step of the answer that leaves no bookie to ask; a
-        # timeout's failure is its own step (RecoveryAborts).
-        self._answering = response is not None
-        try:
-            outputs = self._receive_read(bookie, request.entry_id, response)
-        finally:
-            self._answering = False
+        outputs = self._receive_read(bookie, request.entry_id, response)
         if response is None:
             if current and any(isinstance(o, Send) for o in outputs):  # it asked the next bookie
                 self._trace("RecoveryReadTimedOut", entry=request.entry_id, timed_out=bookie)
@@ -180,19 +173,25 @@ class RecoveryOp:
         ensemble = m.ensemble_for(entry_id)
         return any(ensemble[i] == bookie for i in write_set(entry_id, m.ensemble_size, m.write_quorum))
 
-    def _tried(self) -> tuple[int, BookieId | None]:
-        """How many bookies were asked for the entry being decided (ledger.tla's rTried), and the last."""
-        asked = self._asked.get(self._next, 0)
-        if self.phase is not RecoveryPhase.READING or self._end_found or not asked:
-            return 0, None
+    def reads_asked(self) -> int:
+        """How many bookies were asked for the entry being decided (ledger.tla's rTried; 0 unless reading
+        before the end)."""
+        if self.phase is not RecoveryPhase.READING or self._end_found:
+            return 0
+        return self._asked.get(self._next, 0)
+
+    def _asked_last(self) -> BookieId | None:
+        """The bookie the latest read of the entry being decided went to."""
+        asked = self.reads_asked()
+        if not asked:
+            return None
         m = self.metadata
-        return asked, m.ensemble_for(self._next)[write_set(self._next, m.ensemble_size, m.write_quorum)[asked - 1]]
+        return m.ensemble_for(self._next)[write_set(self._next, m.ensemble_size, m.write_quorum)[asked - 1]]
 
     def _trace(self, name: str, **params: object) -> None:
         """Emit a trace event with the op's state after the step (ledger.tla's rPhase, rNext, rTried, rEnd)."""
         if tracing_active():
             writer = self.writer
-            tried, asked = self._tried()
             emit(
                 name,
                 ledger=self.ledger_id,
@@ -200,8 +199,8 @@ class RecoveryOp:
                 phase=self.phase.value,
                 end_found=self._end_found,
                 next=self._next,
-                tried=tried,
-                asked=asked,
+                tried=self.reads_asked(),
+                asked=self._asked_last(),
                 written_back=writer.last_add_confirmed if writer is not None else NO_ENTRY,
             )
 
@@ -283,10 +282,13 @@ class RecoveryOp:
             answers, entry_id, m.ensemble_size, m.write_quorum, m.ack_quorum
         ):
             outputs += self._ask(entry_id)  # undecided: ask the next bookie
-        return outputs + self._decide()
+        # ledger.tla fails the attempt in the step of the answer that leaves no bookie to ask; a
+        # timeout's failure is a step of its own (RecoveryAborts).
+        return outputs + self._decide(failure_step=response is None)
 
-    def _decide(self) -> list[RecoveryOutput]:
-        """Decide entries strictly in order: exists (write back), absent (the end), or neither (fail)."""
+    def _decide(self, *, failure_step: bool) -> list[RecoveryOutput]:
+        """Decide entries strictly in order: exists (write back), absent (the end), or neither (fail;
+        `failure_step`: the failure is a step of its own)."""
         outputs: list[RecoveryOutput] = []
         m = self.metadata
         while self.phase is RecoveryPhase.READING and not self._end_found and self._next in self._window:
@@ -314,7 +316,7 @@ class RecoveryOp:
                         f"{m.write_quorum - m.ack_quorum + 1} negative answers "
                         f"({ {ensemble[i]: a.value for i, a in answers.items()} }); retry recovery",
                     ),
-                    step_event=not self._answering,  # ledger.tla: an answer's failure is in its step
+                    step_event=failure_step,
                 )
             else:
                 break
