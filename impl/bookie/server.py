@@ -443,8 +443,7 @@ class BookieServer:
         self.bookie = bookie
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers),
-            # so_reuseport off: a second server on a taken port fails to bind instead of sharing it
-            options=[("grpc.max_receive_message_length", 16 * 1024 * 1024), ("grpc.so_reuseport", 0)],
+            options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
         )
         pb_grpc.add_BookieServicer_to_server(_Servicer(bookie), self.server)
         self.port = self.server.add_insecure_port(f"{host}:{port}")

@@ -311,7 +311,6 @@ class BrokerServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),  # a taken port fails to bind instead of being shared
             ],
         )
         self.port = self.server.add_insecure_port(f"{host}:{port}")

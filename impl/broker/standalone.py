@@ -299,7 +299,7 @@ class ControlServer:
                     return pb.AdminResp(code=pb.PERSISTENCE_ERROR, message=f"{type(e).__name__}: {e}")
                 return pb.AdminResp(code=pb.OK, result=json.dumps(result))
 
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.so_reuseport", 0)])
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb_grpc.add_BrokerServicer_to_server(_Control(), self.server)
         if self.server.add_insecure_port(f"127.0.0.1:{port}") == 0:
             raise OSError(f"cannot listen on control port 127.0.0.1:{port}; remove {STATE_FILE} to pick new ports")
