@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -112,6 +113,32 @@ class BookieRegistry:
                 "crashed, wait for its session to expire, otherwise give this bookie another id",
                 path,
             ) from e
+
+    def register_after_expiry(
+        self,
+        bookie_id: BookieId,
+        readonly: bool = False,
+        rack: str | None = None,
+        *,
+        wait_s: float,
+        on_wait: Callable[[], None] | None = None,
+    ) -> None:
+        """`register`, but a node left by a previous session (a crashed run of this bookie) is
+        waited out for up to `wait_s` seconds, as a BookKeeper bookie waits at start for its old
+        registration to expire; `on_wait` is called once if it has to wait. A node that is still
+        there after `wait_s` (another live bookie with this id) raises BookieAlreadyRegistered."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.register(bookie_id, readonly, rack)
+                return
+            except BookieAlreadyRegistered:
+                if time.monotonic() >= deadline:
+                    raise
+                if on_wait is not None:
+                    on_wait()
+                    on_wait = None
+                time.sleep(0.1)
 
     def set_readonly(self, bookie_id: BookieId, readonly: bool) -> None:
         """Move this bookie's registration between the writable and read-only sets, atomically."""

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from impl.bookie.checkpoint import CorruptCheckpoint
     from impl.bookie.journal import JournalMissing
     from impl.bookie.server import Bookie, BookieServer
-    from impl.metadata.registry import BookieRegistry
+    from impl.metadata.registry import BookieAlreadyRegistered, BookieRegistry
     from impl.metadata.store import MetadataError, SessionState
     from impl.metadata.url import connect
 
@@ -110,7 +110,25 @@ def run(args: argparse.Namespace) -> int:
     server = BookieServer(bookie, port=int(config["port"]))
     server.start()
     bookie_id.append(f"127.0.0.1:{server.port}")
-    session.registry.register(bookie_id[0], readonly=bookie.core.readonly)
+    # a restart right after a crash (same port) finds the dead run's node until its session expires
+    session_timeout_s = float(getattr(session.store, "session_timeout_s", 10.0))
+    try:
+        session.registry.register_after_expiry(
+            bookie_id[0],
+            readonly=bookie.core.readonly,
+            wait_s=2 * session_timeout_s,
+            on_wait=lambda: print(
+                f"bookie {bookie_id[0]}: a previous session's registration is still there; "
+                f"waiting up to {2 * session_timeout_s:g} s for it to expire",
+                file=sys.stderr,
+                flush=True,
+            ),
+        )
+    except BookieAlreadyRegistered as exc:
+        server.stop()
+        session.store.close()
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     stop = threading.Event()
 
     def register_again() -> None:

@@ -181,3 +181,22 @@ def test_reads_complete_while_journal_saturated(tmp_path: Path):
         reader.close()
     finally:
         bookie.kill()
+
+
+def test_restart_on_its_old_port_right_after_sigkill_waits_for_the_old_registration(tmp_path: Path):
+    metadata = f"embedded://{tmp_path / 'meta'}"
+    crashed = BookieProcess(tmp_path / "data", metadata)
+    crashed.kill()  # its session (and registration) live on until the store's session timeout
+    restarted = BookieProcess(tmp_path / "data", metadata, "--port", str(crashed.port))
+    try:
+        assert restarted.address == crashed.address
+        store = connect(metadata)
+        try:
+            assert restarted.address in BookieRegistry(store).writable_bookies()
+        finally:
+            store.close()
+        assert restarted.terminate() == 0
+        assert restarted.proc.stderr is not None
+        assert "previous session's registration is still there" in restarted.proc.stderr.read()
+    finally:
+        restarted.ensure_stopped()

@@ -81,3 +81,23 @@ def test_registration_vanishes_with_its_session_and_watchers_are_told(connect: C
     BookieRegistry(connect()).register("c:3181")
     assert observer.writable_bookies() == {"c:3181"}
     assert len(recorder.seen) == count  # cancelled: no more callbacks
+
+
+def test_register_after_expiry_waits_out_a_dead_sessions_node(connect: Connect) -> None:
+    crashed = connect()
+    BookieRegistry(crashed).register("a:3181")
+    restarted = BookieRegistry(connect())
+    waited: list[bool] = []
+    # a node still owned by a live session is not waited out forever
+    with pytest.raises(BookieAlreadyRegistered, match="already registered"):
+        restarted.register_after_expiry("a:3181", wait_s=0.3, on_wait=lambda: waited.append(True))
+    assert waited == [True]
+
+    expiry = threading.Timer(0.5, crashed.expire_session)  # the crashed run's session expires meanwhile
+    expiry.start()
+    try:
+        restarted.register_after_expiry("a:3181", wait_s=30)
+    finally:
+        expiry.join()
+    stat = restarted.store.exists(layout.bookie_path("a:3181"))
+    assert stat is not None and stat.ephemeral_owner == restarted.store.session_id
