@@ -54,6 +54,7 @@ model's SYMMETRY the correspondence is re-chosen along the way (conformance/repl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from functools import partial
 
 from conformance.ledger_cluster import (
@@ -84,6 +85,15 @@ def _mv(value: Value) -> ModelValue:
     return value
 
 
+def _then_fail_fast(run: Callable[[LedgerCluster], None], cluster: LedgerCluster) -> None:
+    """`run`, then ledger.tla's FailFast: whatever it sent to a bookie that is down is lost at once
+    (not counted as a lost message; the sender sees a timeout, as for RequestToDownBookieLost)."""
+    run(cluster)
+    to_down = [m for m in cluster.inflight if not cluster.bookies[m.bookie].up]
+    if to_down:
+        cluster.lose_requests(to_down, counted=False)
+
+
 class LedgerMapping:
     """Drives a LedgerCluster from ledger.tla's actions; abstracts it back to ledger.tla's variables."""
 
@@ -100,6 +110,7 @@ class LedgerMapping:
         self.quorums = (int(constants["E"]), int(constants["Qw"]), int(constants["Qa"]))  # type: ignore[arg-type]
         self.entries = range(int(constants["NumEntries"]))  # type: ignore[arg-type]
         self.impl_id = {b: f"bookie-{i}:3181" for i, b in enumerate(self.bookies, start=1)}
+        self.fail_fast = constants.get("FailFast") is True  # ledger.tla's switch, set by ledger-deep's cfg
         self.cores = cores or CoreTypes()  # tests swap in broken cores to prove that the replay can fail
 
     # ---- Init -----------------------------------------------------------------------------------
@@ -127,6 +138,8 @@ class LedgerMapping:
         if make is None:
             raise KeyError(f"ledger.tla action {action} has no mapping")
         result: list[Candidate] = make(cluster, names)
+        if self.fail_fast:
+            result = [replace(c, run=partial(_then_fail_fast, c.run)) for c in result]
         return result
 
     def _groups(

@@ -158,6 +158,14 @@ Requests == {"add", "recoveryAdd", "readLac", "read"}
 InFlight(kind, c, b, e) == \E m \in msgs : m.kind = kind /\ m.client = c /\ m.bookie = b /\ m.entry = e
 NoMessagesOf(c) == \A m \in msgs : m.client # c
 
+\* New requests go out through Send. A request to a bookie that is down stays in flight until it
+\* is dropped (RequestToDownBookieLost) or the bookie restarts and handles it, as when the client
+\* reconnects in time. FailFast (ledger-deep only: `FailFast = TRUE` in its cfg) drops it at once,
+\* as when the connection is refused; spec/README.md ("Reductions and what each assumes") says what
+\* that leaves out and why the deep model may. Ensemble changes re-send only to bookies that are up.
+FailFast == FALSE
+Send(reqs) == IF FailFast THEN {m \in reqs : up[m.bookie]} ELSE reqs
+
 Init ==
     \E ens \in [1 .. E -> Bookies] :
         /\ \A i, j \in 1 .. E : i # j => ens[i] # ens[j]
@@ -204,7 +212,7 @@ WriterSendsAdd ==
     /\ LET e == wPushed + 1 IN
        /\ wPushed' = e
        /\ wSentLac' = [wSentLac EXCEPT ![e] = wLac]
-       /\ msgs' = msgs \cup {Msg("add", Writer, b, e, wLac) : b \in WriteSet(wFragments, e)}
+       /\ msgs' = msgs \cup Send({Msg("add", Writer, b, e, wLac) : b \in WriteSet(wFragments, e)})
        /\ lastAction' = [name |-> "WriterSendsAdd", params |-> [entry |-> e, lac |-> wLac]]
     /\ UNCHANGED <<meta, bookieVars, wState, wLac, wAcks, wFragments, recVars, lost, crashes>>
 
@@ -375,7 +383,7 @@ RecoveryStarts(c) ==
             /\ rPhase' = [rPhase EXCEPT ![c] = "fencing"]
             /\ rReadFragments' = [rReadFragments EXCEPT ![c] = meta.fragments]
             /\ rFragments' = [rFragments EXCEPT ![c] = meta.fragments]
-            /\ msgs' = msgs \cup {Msg("readLac", c, b, NoEntry, 0) : b \in Range(LastEnsemble(meta.fragments))}
+            /\ msgs' = msgs \cup Send({Msg("readLac", c, b, NoEntry, 0) : b \in Range(LastEnsemble(meta.fragments))})
             /\ UNCHANGED rEnd
     /\ lastAction' = [name |-> "RecoveryStarts", params |-> [client |-> c, outcome |-> meta.state]]
     /\ UNCHANGED <<bookieVars, writerVars, rAnswered, rMaxLac, rNext, rNegatives, rTried, rWbAcks, rWbSentLac,
@@ -402,7 +410,7 @@ RecoveryHandlesReadLacReply(m, req) ==
                           /\ rMaxLac' = [rMaxLac EXCEPT ![c] = NoEntry]
                           /\ rNext' = [rNext EXCEPT ![c] = start + 1]
                           /\ rWbLac' = [rWbLac EXCEPT ![c] = start]
-                          /\ msgs' = (msgs \ {req}) \cup ReadAt(c, start + 1, 0)
+                          /\ msgs' = (msgs \ {req}) \cup Send(ReadAt(c, start + 1, 0))
                           /\ rTried' = [rTried EXCEPT ![c] = 1]
                      ELSE /\ rAnswered' = [rAnswered EXCEPT ![c] = answered]
                           /\ rMaxLac' = [rMaxLac EXCEPT ![c] = maxLac]
@@ -452,9 +460,9 @@ RecoveryHandlesReadReply(m, req) ==
                           /\ rWbSentLac' = [rWbSentLac EXCEPT ![c][e] = rWbLac[c]]
                           /\ rLength' = [rLength EXCEPT ![c] = LengthAt(e)]   \* the entry's own header
                           /\ msgs' = (msgs \ {req})
-                                     \cup {Msg("recoveryAdd", c, b, e, rWbLac[c]) :
-                                           b \in WriteSetIn(LastEnsemble(rFragments[c]), e)}
-                                     \cup ReadAt(c, e + 1, 0)
+                                     \cup Send({Msg("recoveryAdd", c, b, e, rWbLac[c]) :
+                                                b \in WriteSetIn(LastEnsemble(rFragments[c]), e)}
+                                           \cup ReadAt(c, e + 1, 0))
                           /\ rTried' = [rTried EXCEPT ![c] = 1]
                           /\ UNCHANGED <<rPhase, rEnd>>
                      ELSE IF current /\ Cardinality(negs) >= NegativeThreshold
@@ -466,7 +474,7 @@ RecoveryHandlesReadReply(m, req) ==
                           /\ UNCHANGED <<rNext, rWbSentLac, rLength>>
                      ELSE IF current   \* not enough negatives yet: ask the write set's next bookie
                      THEN /\ rNegatives' = [rNegatives EXCEPT ![c] = negs]
-                          /\ msgs' = (msgs \ {req}) \cup ReadAt(c, e, rTried[c])
+                          /\ msgs' = (msgs \ {req}) \cup Send(ReadAt(c, e, rTried[c]))
                           /\ rTried' = [rTried EXCEPT ![c] = @ + 1]
                           /\ UNCHANGED <<rPhase, rEnd, rNext, rWbSentLac, rLength>>
                      ELSE /\ msgs' = msgs \ {req}
@@ -505,7 +513,7 @@ RecoveryHandlesAddReply(m, req) ==
 RecoveryReadTimedOut(c) ==
     /\ rPhase[c] = "reading" /\ rTried[c] < Qw
     /\ \A b \in Bookies : ~InFlight("read", c, b, rNext[c]) /\ ~InFlight("readResp", c, b, rNext[c])
-    /\ msgs' = msgs \cup ReadAt(c, rNext[c], rTried[c])
+    /\ msgs' = msgs \cup Send(ReadAt(c, rNext[c], rTried[c]))
     /\ rTried' = [rTried EXCEPT ![c] = @ + 1]
     /\ lastAction' = [name |-> "RecoveryReadTimedOut", params |-> [client |-> c, entry |-> rNext[c]]]
     /\ UNCHANGED <<meta, bookieVars, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rFragments, rNext,

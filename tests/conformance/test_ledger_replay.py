@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -89,10 +89,16 @@ READS_CFG = with_constants(
 # also lost, could still move on to the other bookie (the abort fires the write-back's timeout only).
 READS_ABORT_CFG = with_constants(READS_CFG, Qa=2, MaxLostMessages=2)
 
+# FAULTS_CFG with ledger.tla's FailFast (ledger-deep's switch): a request sent to a bookie that is
+# down is lost at once instead of waiting in flight for the bookie's restart.
+FAIL_FAST_CFG = FAULTS_CFG.replace('    Mutation = "none"\n', '    Mutation = "none"\n    FailFast = TRUE\n')
+
 # Two entries, an ensemble change, no recovery: a pending add is re-sent to the replacement.
 RESEND_CFG = with_constants(
     FAULTS_CFG, Recoverers="{}", NumEntries=2, MaxLostMessages=1, MaxCrashes=0, MaxPermanentFailures=0
 )
+
+REQUESTS = {"add", "recoveryAdd", "readLac", "read"}
 
 EVERY_ACTION = {
     "WriterSendsAdd",
@@ -127,6 +133,7 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[St
         "start": START_CFG,
         "reads": READS_CFG,
         "reads-abort": READS_ABORT_CFG,
+        "fail-fast": FAIL_FAST_CFG,
     }
 
     def get(name: str) -> tuple[StateGraph, str]:
@@ -152,7 +159,7 @@ def replay(graphs: Callable[[str], tuple[StateGraph, str]], name: str, cores: Co
 
 
 @pytest.mark.parametrize(
-    "name", ["ledger-ci-liveness", "ledger-ci-striping", "faults", "writer", "reads", "reads-abort"]
+    "name", ["ledger-ci-liveness", "ledger-ci-striping", "faults", "writer", "reads", "reads-abort", "fail-fast"]
 )
 def test_every_edge_of_the_state_graph_is_replayed(graphs: Callable[[str], tuple[StateGraph, str]], name: str) -> None:
     report = replay(graphs, name)
@@ -179,6 +186,24 @@ def test_the_replayed_models_exercise_every_action(graphs: Callable[[str], tuple
         for e in graphs(name)[0].edges
     }
     assert seen == EVERY_ACTION
+
+
+def test_fail_fast_loses_a_request_to_a_down_bookie_when_it_is_sent(
+    graphs: Callable[[str], tuple[StateGraph, str]],
+) -> None:
+    def to_down_bookie(graph: StateGraph, node: str) -> list[Record]:
+        up = graph.state(node)["up"]
+        assert isinstance(up, Mapping)
+        return [m for m in _msgs(graph, node) if m["kind"] in REQUESTS and up[m["bookie"]] is False]
+
+    general, _ = graphs("faults")
+    fast, fast_config = graphs("fail-fast")
+    assert LedgerMapping(read_constants(fast_config)).fail_fast
+    assert any(to_down_bookie(general, node) for node in general.labels)
+    assert not any(to_down_bookie(fast, node) for node in fast.labels)
+    assert "RequestToDownBookieLost" not in {e.action for e in fast.edges}
+    assert {"BookieCrashes", "BookieRestarts"} <= {e.action for e in fast.edges}
+    assert 0 < len(fast.labels) < len(general.labels)
 
 
 def test_another_walk_order_reaches_the_states_along_other_paths(
