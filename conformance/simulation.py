@@ -1,7 +1,8 @@
 """Random behaviours for models too large for their state graph: TLC's simulation mode, replayed.
 
 The replay's first source is a model's whole state graph (conformance/statespace.py), which
-needs TLC to finish the model; ledger-deep does not finish in 30 minutes. Its behaviours come
+needs a model small enough to replay whole; ledger-deep has millions of states, and its VIEW
+(deepView) merges states whose successors differ, so its graph is not replayable. Its behaviours come
 from `tlc2.TLC -simulate -seed S -depth D` instead: TLC walks from a random initial state taking
 random enabled steps. TLC 2.15 has no option to print the walks it makes, so a wrapper module
 adds one invariant, `SimGoesOn`, false at depth D and in a state with no successor: TLC prints

@@ -84,7 +84,8 @@ def main(argv: list[str], prog: str) -> int:
         "each ledger.tla mutation's counterexample, which the implementation must refuse; each metadata.tla "
         "violation (a configuration: blind writes, no fencing), which the store must follow. Exit 1 on any "
         "mismatch, 3 if a requested spec has no replay mapping yet. A state graph needs TLC to finish the model: "
-        "for those it does not finish (ledger-deep) use --simulate (random behaviours from TLC's simulation mode).",
+        "for those too large to replay whole (ledger-deep: millions of states, under a VIEW whose graph is not "
+        "replayable) use --simulate (random behaviours from TLC's simulation mode).",
     )
     parser.add_argument("--spec", choices=SPECS, action="append", help="spec to replay (repeatable; default: all)")
     parser.add_argument("--profile", choices=PROFILES, default="ci", help="which models (default: %(default)s)")
