@@ -327,6 +327,9 @@ class Model:
     expect: Outcome  # PASS or VIOLATION
     violates: str  # for VIOLATION: the invariant or property TLC must report
     description: str
+    # False: too large, or under a VIEW that merges states, to replay whole; `conform` walks it only
+    # with --simulate (ledger-deep)
+    replay: bool = True
 
     def check(self, result: TLCResult) -> str:
         """'' if the result is what the manifest expects, else why not."""
@@ -362,6 +365,8 @@ def load_manifest(path: Path | None = None) -> list[Model]:
             raise ManifestError(f"{where}: expect = 'violation' needs violates = '<invariant or property>'")
         if entry["name"] in names:
             raise ManifestError(f"{where}: duplicate model name")
+        if not isinstance(entry.get("replay", True), bool):
+            raise ManifestError(f"{where}: replay must be true or false")
         names.add(entry["name"])
         models.append(
             Model(
@@ -372,6 +377,7 @@ def load_manifest(path: Path | None = None) -> list[Model]:
                 expect=Outcome(entry["expect"]),
                 violates=entry.get("violates", ""),
                 description=entry.get("description", ""),
+                replay=entry.get("replay", True),
             )
         )
     return models

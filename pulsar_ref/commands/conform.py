@@ -208,6 +208,13 @@ def main(argv: list[str], prog: str) -> int:
     todo = [m for m in models if supported(m.spec)]
     if args.simulate is not None:
         return _simulations(todo, args.simulate, args.seed, args.depth, prog)
+    simulate_only = [m.name for m in todo if not m.replay]  # too large to replay whole
+    if simulate_only and args.model:
+        print(f"{prog}: {', '.join(simulate_only)} cannot be replayed whole; add --simulate N", file=sys.stderr)
+        return EXIT_USAGE
+    for name in simulate_only:
+        print(f"{name}: not replayed whole (spec/models.toml: replay = false); use --model {name} --simulate N")
+    todo = [m for m in todo if m.replay]
     results: list[ModelResult] = []
     kept: dict[str, Behaviours] = {}
     started = time.monotonic()

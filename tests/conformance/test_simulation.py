@@ -61,3 +61,6 @@ def test_cli_simulates_deep_models_and_rejects_a_bad_count(capsys: pytest.Captur
     out = capsys.readouterr().out
     assert "ledger-deep" in out and "20/20" in out and "all 20 behaviours followed" in out
     assert conform.main([*argv[:-3], "0"], "pulsar-ref conform") == conform.EXIT_USAGE
+    # without --simulate a model too large to replay whole is a usage error, not an endless TLC run
+    assert conform.main(argv[:4], "pulsar-ref conform") == conform.EXIT_USAGE
+    assert "add --simulate N" in capsys.readouterr().err

@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 from conformance.tla_values import Record, from_json
-from conformance.tlc import SPEC_DIR, Model, Outcome, TLCError, TLCErrorKind, load_manifest, run_tlc, save_trace
+from conformance.tlc import (
+    SPEC_DIR,
+    ManifestError,
+    Model,
+    Outcome,
+    TLCError,
+    TLCErrorKind,
+    load_manifest,
+    run_tlc,
+    save_trace,
+)
 from pulsar_ref.commands import spec as spec_command
 
 pytestmark = pytest.mark.tlc
@@ -28,6 +38,18 @@ def test_every_spec_and_mutation_has_a_ci_model() -> None:
     assert ("fencing.tla", "AckedMessagesOnList") in violated  # mutation 4
     assert ("fencing.tla", "SingleWriter") in violated  # mutation 5
     assert ("metadata.tla", "SingleWriter") in violated  # conditional writes alone: two writers
+
+
+def test_manifest_says_which_models_only_simulation_can_walk(tmp_path: Path) -> None:
+    manifest = {m.name: m for m in load_manifest()}
+    assert all(m.replay for m in CI_MODELS)  # the conformance suite replays every ci model whole
+    assert not manifest["ledger-deep"].replay and not manifest["ledger-deep-held-requests"].replay
+    entry = '[[model]]\nname = "m"\nspec = "ledger.tla"\nconfig = "c.cfg"\nprofile = "deep"\nexpect = "pass"\n'
+    (tmp_path / "ok.toml").write_text(entry + "replay = false\n")
+    assert load_manifest(tmp_path / "ok.toml")[0].replay is False
+    (tmp_path / "bad.toml").write_text(entry + 'replay = "no"\n')
+    with pytest.raises(ManifestError, match="replay must be true or false"):
+        load_manifest(tmp_path / "bad.toml")
 
 
 @pytest.mark.parametrize("model", CI_MODELS, ids=[m.name for m in CI_MODELS])
