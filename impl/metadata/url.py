@@ -14,9 +14,10 @@ from impl.metadata.store import InvalidArgument, MetadataStore
 
 ACCEPTED_FORMS = "memory://NAME, embedded:///ABSOLUTE/DIR or zk://HOST:PORT[,HOST:PORT...][/CHROOT]"
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+DEFAULT_SESSION_TIMEOUT_S = 10.0
 
 
-def connect(url: str, session_timeout_s: float = 10.0) -> MetadataStore:
+def connect(url: str, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S) -> MetadataStore:
     """Open one client session on the metadata store named by `url` (see the module docstring)."""
     if not isinstance(url, str) or "://" not in url:
         raise InvalidArgument(f"not a metadata store URL: {url!r}; use {ACCEPTED_FORMS}")

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from impl.bookie.server import Bookie, BookieServer
     from impl.metadata.registry import BookieAlreadyRegistered, BookieRegistry
     from impl.metadata.store import MetadataError, SessionState
-    from impl.metadata.url import connect
+    from impl.metadata.url import DEFAULT_SESSION_TIMEOUT_S, connect
 
     config = dict(DEFAULTS)
     if args.config:
@@ -110,16 +110,17 @@ def run(args: argparse.Namespace) -> int:
     server = BookieServer(bookie, port=int(config["port"]))
     server.start()
     bookie_id.append(f"127.0.0.1:{server.port}")
-    # a restart right after a crash (same port) finds the dead run's node until its session expires
-    session_timeout_s = float(getattr(session.store, "session_timeout_s", 10.0))
+    # a restart right after a crash (same port) finds the dead run's node until its session expires;
+    # every session here is opened with connect's default timeout
+    wait_s = 2 * DEFAULT_SESSION_TIMEOUT_S
     try:
         session.registry.register_after_expiry(
             bookie_id[0],
             readonly=bookie.core.readonly,
-            wait_s=2 * session_timeout_s,
+            wait_s=wait_s,
             on_wait=lambda: print(
                 f"bookie {bookie_id[0]}: a previous session's registration is still there; "
-                f"waiting up to {2 * session_timeout_s:g} s for it to expire",
+                f"waiting up to {wait_s:g} s for it to expire",
                 file=sys.stderr,
                 flush=True,
             ),
