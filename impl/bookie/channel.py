@@ -41,14 +41,39 @@ def settle_callback(callback: Callback, result: Result) -> None:
         log.exception("callback for a bookie reply failed")
 
 
+_answering = threading.local()  # `deferred`: the work put off to the end of the batch this thread answers
+
+
+def after_answers(work: Callable[[], None]) -> bool:
+    """Put `work` off until this thread has answered the whole stream message it is answering, and
+    return True; False (and nothing done) outside one. A client driver uses it to take the steps of
+    all the answers of one message in one round: one hand-over of all their requests, not one each."""
+    deferred: list[Callable[[], None]] | None = getattr(_answering, "deferred", None)
+    if deferred is None:
+        return False
+    deferred.append(work)
+    return True
+
+
 def answer_batch(lock: threading.Lock, callbacks: dict[int, Callback], responses: Sequence[pb.StreamResp]) -> None:
     """Answer one stream message's responses: claim their callbacks by tag under `lock`, run them outside it
-    in reply order (a tag already answered, e.g. failed at the stream's end, is skipped)."""
+    in reply order (a tag already answered, e.g. failed at the stream's end, is skipped); then the work
+    they put off (`after_answers`)."""
     with lock:
         claimed = [callbacks.pop(msg.tag, None) for msg in responses]
-    for msg, callback in zip(responses, claimed, strict=True):
-        if callback is not None:
-            settle_callback(callback, wire.response_from_pb(msg))
+    deferred: list[Callable[[], None]] = []
+    _answering.deferred = deferred
+    try:
+        for msg, callback in zip(responses, claimed, strict=True):
+            if callback is not None:
+                settle_callback(callback, wire.response_from_pb(msg))
+    finally:
+        _answering.deferred = None
+    for work in deferred:
+        try:
+            work()
+        except Exception:
+            log.exception("work put off to the end of a bookie reply batch failed")
 
 
 class BookieChannel:

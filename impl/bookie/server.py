@@ -22,6 +22,7 @@ import shutil
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -185,7 +186,7 @@ class Bookie:
             if tokens:
                 self.journal.append(records, self._durable_callback(tokens))
         for request, deliver in overloaded:
-            deliver(error_response(request, ErrorCode.ETOOMANYREQUESTS))
+            sends.append((deliver, Reply(-1, error_response(request, ErrorCode.ETOOMANYREQUESTS))))
         self._send(sends)
 
     def _perform(
@@ -218,7 +219,9 @@ class Bookie:
         return sends
 
     def _send(self, sends: list[tuple[Deliver, Reply | ReadEntry]]) -> None:
-        """Outside the core lock: read entries from storage and deliver the replies."""
+        """Outside the core lock: read entries from storage and deliver the replies; those of one
+        stream together (`StreamReply`), so that they can leave in one stream message."""
+        streams: dict[StreamReplies, list[tuple[int, Response]]] = {}
         for deliver, out in sends:
             if isinstance(out, ReadEntry):
                 try:
@@ -227,7 +230,12 @@ class Bookie:
                     log.error("cannot read entry %d:%d: %s", out.ledger_id, out.entry_id, exc)
                     body = None
                 out = out.reply(body)
-            deliver(out.response)
+            if type(deliver) is StreamReply:
+                streams.setdefault(deliver.stream, []).append((deliver.tag, out.response))
+            else:
+                deliver(out.response)
+        for stream, replies in streams.items():
+            stream.deliver_many(replies)
 
     def _durable_callback(self, tokens: list[int]) -> Callable[[], None]:
         return lambda: self._durable(tokens)
@@ -376,23 +384,7 @@ class _Servicer(pb_grpc.BookieServicer):
     def _stream(self, batches: Iterator[Sequence[pb.StreamReq]], max_batch: int) -> Iterator[list[pb.StreamResp]]:
         """Submit every request as it arrives (a reader thread); yield replies as they complete, up to
         `max_batch` at a time, until the client has closed its side and every reply went out."""
-        out: queue.SimpleQueue[pb.StreamResp | None] = queue.SimpleQueue()
-        pending = [0]
-        done = [False]
-        lock = threading.Lock()
-
-        def finish_one() -> None:
-            with lock:
-                pending[0] -= 1
-                if done[0] and pending[0] == 0:
-                    out.put(None)
-
-        def deliver_to(tag: int) -> Deliver:
-            def deliver(response: Response) -> None:
-                out.put(wire.response_to_pb(tag, response))
-                finish_one()
-
-            return deliver
+        stream = StreamReplies()
 
         def read_requests() -> None:
             try:
@@ -401,39 +393,89 @@ class _Servicer(pb_grpc.BookieServicer):
                     for msg in batch:
                         request = wire.request_from_pb(msg)
                         if request is None:
-                            out.put(pb.StreamResp(tag=msg.tag, code=ErrorCode.EBADREQ.value))
+                            stream.out.put([pb.StreamResp(tag=msg.tag, code=ErrorCode.EBADREQ.value)])
                         else:
-                            requests.append((request, deliver_to(msg.tag)))
-                    with lock:
-                        pending[0] += len(requests)
+                            requests.append((request, StreamReply(stream, msg.tag)))
+                    stream.expect(len(requests))
                     self.bookie.submit_many(requests)
             except Exception:  # client went away
                 pass
-            with lock:
-                done[0] = True
-                if pending[0] == 0:
-                    out.put(None)
+            stream.requests_ended()
 
         threading.Thread(target=read_requests, name="channel-reader", daemon=True).start()
+        yield from stream.batches(max_batch)
+
+
+class StreamReplies:
+    """The replies of one stream, queued for its sending thread in lists: those ready together stay
+    together, so they leave in one stream message (grpcio costs far more per message than per byte)."""
+
+    def __init__(self) -> None:
+        self.out: queue.SimpleQueue[list[pb.StreamResp] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pending = 0  # requests submitted, not yet answered
+        self._ended = False  # the client closed its side
+
+    def expect(self, requests: int) -> None:
+        with self._lock:
+            self._pending += requests
+
+    def deliver_many(self, replies: Sequence[tuple[int, Response]]) -> None:
+        self.out.put([wire.response_to_pb(tag, response) for tag, response in replies])
+        with self._lock:
+            self._pending -= len(replies)
+            if self._ended and self._pending == 0:
+                self.out.put(None)
+
+    def requests_ended(self) -> None:
+        with self._lock:
+            self._ended = True
+            if self._pending == 0:
+                self.out.put(None)
+
+    def batches(self, max_batch: int) -> Iterator[list[pb.StreamResp]]:
+        """Replies in messages of up to `max_batch` (and about MAX_REPLY_BATCH_BYTES of read replies),
+        until every reply went out after the client's end."""
+        ready: deque[pb.StreamResp] = deque()
         finished = False
-        while not finished:
-            item = out.get()
-            if item is None:
-                return
-            replies = [item]
-            size = item.ByteSize() if item.HasField("read") else 0
-            while len(replies) < max_batch and size < MAX_REPLY_BATCH_BYTES:
-                try:
-                    item = out.get_nowait()
-                except queue.Empty:
-                    break
+        while ready or not finished:
+            if not ready:
+                item = self.out.get()
                 if item is None:
-                    finished = True
-                    break
-                replies.append(item)
-                if item.HasField("read"):
-                    size += item.ByteSize()
+                    return
+                ready.extend(item)
+            replies: list[pb.StreamResp] = []
+            size = 0
+            while len(replies) < max_batch and size < MAX_REPLY_BATCH_BYTES:
+                if not ready:
+                    if finished:
+                        break
+                    try:
+                        item = self.out.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        finished = True
+                        break
+                    ready.extend(item)
+                reply = ready.popleft()
+                replies.append(reply)
+                if reply.HasField("read"):
+                    size += reply.ByteSize()
             yield replies
+
+
+class StreamReply:
+    """The Deliver of one request of a stream: `Bookie._send` groups these by stream."""
+
+    __slots__ = ("stream", "tag")
+
+    def __init__(self, stream: StreamReplies, tag: int) -> None:
+        self.stream = stream
+        self.tag = tag
+
+    def __call__(self, response: Response) -> None:
+        self.stream.deliver_many([(self.tag, response)])
 
 
 class BookieServer:

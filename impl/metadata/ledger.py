@@ -8,6 +8,7 @@ Serde to protobuf lives in `impl.metadata.serde`; paths in `impl.metadata.layout
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -98,5 +99,12 @@ class LedgerMetadata:
 
 
 def write_set_indices(entry_id: int, ensemble_size: int, write_quorum: int) -> tuple[int, ...]:
-    """Round-robin striping by absolute entry id (not the offset within the fragment)."""
-    return tuple((entry_id + i) % ensemble_size for i in range(write_quorum))
+    """Round-robin striping by absolute entry id (not the offset within the fragment): indices
+    (entry_id + i) mod E for i < Qw. Looked up, not built: clients ask for every request and answer."""
+    return _write_sets(ensemble_size, write_quorum)[entry_id % ensemble_size]
+
+
+@functools.cache
+def _write_sets(ensemble_size: int, write_quorum: int) -> tuple[tuple[int, ...], ...]:
+    """The write set of each entry id mod E."""
+    return tuple(tuple((e + i) % ensemble_size for i in range(write_quorum)) for e in range(ensemble_size))

@@ -22,7 +22,7 @@ from impl.bookie.protocol import (
     ReadResponse,
     WriteLacRequest,
 )
-from impl.bookie.server import Bookie, BookieServer
+from impl.bookie.server import Bookie, BookieServer, StreamReplies, StreamReply
 
 KEY = b"k" * 20
 
@@ -84,3 +84,31 @@ def test_varint_is_protobufs_encoding(n):
     """`wire.varint` (one- and two-byte fast paths, then the loop) writes what protobuf writes for a uint64."""
     expected = pb.StreamReq(tag=n).SerializeToString()[1:] if n else b"\x00"  # proto3 leaves a 0 field out
     assert wire.varint(n) == expected
+
+
+def test_replies_ready_together_leave_together(tmp_path: Path):
+    """The replies a bookie has ready at once for one stream reach its sending thread as one list, so
+    they leave in one stream message (up to the batch limit), however the threads interleave."""
+    bookie = Bookie(tmp_path, checkpoint_interval=3600)
+    try:
+        stream = StreamReplies()
+        adds = [(AddRequest(1, eid, KEY, body(eid)), StreamReply(stream, eid + 1)) for eid in range(40)]
+        stream.expect(len(adds))
+        bookie.submit_many(adds)  # one journal append: one durability callback for all 40
+        acked = stream.out.get(timeout=10)
+        assert acked is not None and [r.tag for r in acked] == list(range(1, 41))
+        assert all(r.add.code == ErrorCode.EOK.value for r in acked)
+        reads = [(ReadRequest(1, eid), StreamReply(stream, 100 + eid)) for eid in range(30)]
+        stream.expect(len(reads))
+        bookie.submit_many(reads)  # answered from ledger storage at once, together
+        read = stream.out.get_nowait()
+        assert read is not None and [r.tag for r in read] == list(range(100, 130))
+        assert [r.read.body for r in read] == [body(eid) for eid in range(30)]
+    finally:
+        bookie.close()
+
+    limited = StreamReplies()
+    limited.expect(5)
+    limited.deliver_many([(tag, ReadResponse(1, tag, ErrorCode.ENOENTRY)) for tag in range(5)])
+    limited.requests_ended()
+    assert [len(batch) for batch in limited.batches(max_batch=2)] == [2, 2, 1]

@@ -5,9 +5,10 @@ write-backs leave in batches, closes a ledger at the same end, with the same ent
 as one read at a time, and writes every entry back to its whole write set; a batch
 holding a bad request answers that one with its error and the others normally. With
 fakes: the client's driver hands every Send of a round to `send_many` in one call,
-runs steps fed from many threads exactly once and in order, and a failing step loses
-no later one; the gRPC transport turns a stream-level error code into the request's
-typed response without touching its neighbours.
+runs steps fed from many threads exactly once and in order, takes the steps of all the
+answers of one stream message in one round, and a failing step loses no later one; the
+gRPC transport turns a stream-level error code into the request's typed response without
+touching its neighbours.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 from impl.bookie import bookie_pb2 as pb
 from impl.bookie import bookie_pb2_grpc as pb_grpc
 from impl.bookie import wire
-from impl.bookie.channel import BookieChannel, Callback
+from impl.bookie.channel import BookieChannel, Callback, answer_batch
 from impl.bookie.client.api import BookKeeperClient, _Driver
 from impl.bookie.client.grpc_transport import GrpcTransport
 from impl.bookie.client.writer import Send
@@ -303,3 +304,20 @@ def test_a_failing_step_loses_neither_the_sends_before_it_nor_the_steps_after_it
     d.feed(lambda: core.step(3))  # the next feed runs what was left, then its own step
     assert core.seen == [1, 2, 3] and ran == ["boom"]
     assert [r.entry_id for call in transport.calls for _, r in call] == [1, 2, 3]
+
+
+def test_the_steps_of_one_answered_stream_message_run_in_one_round() -> None:
+    """The answers of one stream message (answer_batch) feed their steps; the driver takes them all
+    after the message is answered, so the requests they make leave in one hand-over, not one each."""
+    transport, core = RecordingTransport(), CountingCore()
+    d = driver(transport, core)
+    lock = threading.Lock()
+    callbacks: dict[int, Callback] = {
+        tag: (lambda _response, n=tag: d.feed(lambda: core.step(n))) for tag in range(1, 51)
+    }
+    responses = [wire.response_to_pb(tag, ReadResponse(1, tag, ErrorCode.ENOENTRY)) for tag in range(1, 51)]
+    answer_batch(lock, callbacks, responses)
+    assert core.seen == list(range(1, 51))
+    assert len(transport.calls) == 1 and [r.entry_id for _, r in transport.calls[0]] == list(range(1, 51))
+    d.feed(lambda: core.step(99))  # outside an answered message a step runs at once
+    assert core.seen[-1] == 99 and len(transport.calls) == 2

@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any, Protocol
 
+from impl.bookie.channel import after_answers
 from impl.bookie.client.aio_channel import on_io_loop_thread
 from impl.bookie.client.failures import LedgerClientError, NoSuchEntryError, PlacementError, UnauthorizedError
 from impl.bookie.client.ledger_update import MetadataResult, UpdateMetadata, apply_change
@@ -83,14 +84,19 @@ class _Driver:
 
     def feed(self, step: Callable[[], list[Any]]) -> None:
         with self._lock:
+            self._queue.append(step)
             if self._draining:
-                self._queue.append(step)
                 return  # a running frame (this thread's or another's) will run this step
             self._draining = True
-            steps: deque[Callable[[], list[Any]]] = deque()
-            if self._queue:  # steps left by a failed one go first
-                steps, self._queue = self._queue, steps
-            steps.append(step)
+            # Answers of one stream message: their steps run together, once the message is answered.
+            if after_answers(self._run):
+                return
+        self._run()
+
+    def _run(self) -> None:
+        """Take the queued steps (and those queued meanwhile) until none is left; `_draining` is set."""
+        with self._lock:
+            steps, self._queue = self._queue, deque()
         try:
             while True:
                 sends: list[_Sent] = []
