@@ -186,7 +186,7 @@ class Bookie:
             if tokens:
                 self.journal.append(records, self._durable_callback(tokens))
         for request, deliver in overloaded:
-            sends.append((deliver, Reply(-1, error_response(request, ErrorCode.ETOOMANYREQUESTS))))
+            deliver(error_response(request, ErrorCode.ETOOMANYREQUESTS))
         self._send(sends)
 
     def _perform(

@@ -112,3 +112,17 @@ def test_replies_ready_together_leave_together(tmp_path: Path):
     limited.deliver_many([(tag, ReadResponse(1, tag, ErrorCode.ENOENTRY)) for tag in range(5)])
     limited.requests_ended()
     assert [len(batch) for batch in limited.batches(max_batch=2)] == [2, 2, 1]
+
+
+def test_requests_beyond_max_inflight_are_refused_with_too_many_requests(tmp_path: Path):
+    bookie = Bookie(tmp_path, max_inflight=5, checkpoint_interval=3600)
+    try:
+        stream = StreamReplies()
+        adds = [(AddRequest(1, eid, KEY, body(eid)), StreamReply(stream, eid + 1)) for eid in range(8)]
+        stream.expect(len(adds))
+        bookie.submit_many(adds)
+        stream.requests_ended()
+        codes = {reply.tag: reply.add.code for batch in stream.batches(max_batch=512) for reply in batch}
+    finally:
+        bookie.close()
+    assert codes == {tag: ErrorCode.EOK.value if tag <= 5 else ErrorCode.ETOOMANYREQUESTS.value for tag in range(1, 9)}

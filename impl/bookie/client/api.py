@@ -72,7 +72,9 @@ class _Driver:
     the running thread takes it (no thread waits for another's steps, so bookie stream
     threads delivering answers never queue up behind each other). The Sends of all the steps
     taken in one round leave together, through the transport's `send_many` when it has one
-    (one hand-over per bookie, many requests per stream message)."""
+    (one hand-over per bookie, many requests per stream message). A step fed while its thread
+    answers a stream message waits for the message's other answers (`after_answers`): the steps
+    of all of them are one round, so one hand-over, not one per answer."""
 
     def __init__(self, client: BookKeeperClient, core: Any, on_event: Callable[[Any], None]) -> None:
         self.client = client
