@@ -14,7 +14,6 @@ import itertools
 import logging
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 
@@ -123,32 +122,7 @@ class BookieChannel:
     def _requests(self) -> Iterator[bytes]:
         """Serialized batches of at most MAX_BATCH requests (and about MAX_BATCH_BYTES) in queue order:
         whatever was queued meanwhile leaves together; a larger hand-over is split."""
-        waiting: deque[bytes] = deque()
-        closing = False
-        while waiting or not closing:
-            if not waiting:
-                item = self._outgoing.get()
-                if item is None:
-                    return
-                waiting.extend(item)
-            batch: list[bytes] = []
-            size = 0
-            while len(batch) < MAX_BATCH and size < MAX_BATCH_BYTES:
-                if not waiting:
-                    if closing:
-                        break
-                    try:
-                        item = self._outgoing.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        closing = True
-                        break
-                    waiting.extend(item)
-                    continue
-                frame = waiting.popleft()
-                batch.append(frame)
-                size += len(frame)
+        for batch in wire.batches_from(self._outgoing, MAX_BATCH, MAX_BATCH_BYTES, len):
             yield b"".join(batch)
 
     def _run_stream(self) -> None:

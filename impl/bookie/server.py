@@ -22,7 +22,6 @@ import shutil
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -436,33 +435,12 @@ class StreamReplies:
     def batches(self, max_batch: int) -> Iterator[list[pb.StreamResp]]:
         """Replies in messages of up to `max_batch` (and about MAX_REPLY_BATCH_BYTES of read replies),
         until every reply went out after the client's end."""
-        ready: deque[pb.StreamResp] = deque()
-        finished = False
-        while ready or not finished:
-            if not ready:
-                item = self.out.get()
-                if item is None:
-                    return
-                ready.extend(item)
-            replies: list[pb.StreamResp] = []
-            size = 0
-            while len(replies) < max_batch and size < MAX_REPLY_BATCH_BYTES:
-                if not ready:
-                    if finished:
-                        break
-                    try:
-                        item = self.out.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        finished = True
-                        break
-                    ready.extend(item)
-                reply = ready.popleft()
-                replies.append(reply)
-                if reply.HasField("read"):
-                    size += reply.ByteSize()
-            yield replies
+        return wire.batches_from(self.out, max_batch, MAX_REPLY_BATCH_BYTES, _read_reply_size)
+
+
+def _read_reply_size(reply: pb.StreamResp) -> int:
+    """What a reply counts against MAX_REPLY_BATCH_BYTES: read replies carry entries, the rest little."""
+    return reply.ByteSize() if reply.HasField("read") else 0
 
 
 class StreamReply:

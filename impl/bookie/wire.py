@@ -8,7 +8,10 @@ Building a `StreamReq` per copy (and copying it again into the batch) cost ~15 u
 
 from __future__ import annotations
 
-from typing import Any
+import queue
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -97,6 +100,45 @@ def request_frame(tag: int, request: Request, encoded: dict[int, bytes] | None =
             encoded[id(request)] = op
     message = _TAG_KEY + varint(tag) + op
     return _REQUESTS_KEY + varint(len(message)) + message
+
+
+T = TypeVar("T")
+
+
+def batches_from(
+    source: queue.SimpleQueue[list[T] | None], max_items: int, max_bytes: int, size: Callable[[T], int]
+) -> Iterator[list[T]]:
+    """The items of the lists put on `source`, in order, in batches for stream messages, until a None:
+    a batch waits only for its first item, then takes whatever else is queued, up to `max_items` and
+    about `max_bytes` (by `size`); a longer list is split."""
+    waiting: deque[T] = deque()
+    ending = False
+    while waiting or not ending:
+        if not waiting:
+            first = source.get()
+            if first is None:
+                return
+            waiting.extend(first)
+            continue
+        batch: list[T] = []
+        total = 0
+        while len(batch) < max_items and total < max_bytes:
+            if not waiting:
+                if ending:
+                    break
+                try:
+                    more = source.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    ending = True
+                    break
+                waiting.extend(more)
+                continue
+            item = waiting.popleft()
+            batch.append(item)
+            total += size(item)
+        yield batch
 
 
 def batches_stream(channel: grpc.Channel | grpc.aio.Channel) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 from pathlib import Path
 
 import grpc
@@ -126,3 +127,17 @@ def test_requests_beyond_max_inflight_are_refused_with_too_many_requests(tmp_pat
     finally:
         bookie.close()
     assert codes == {tag: ErrorCode.EOK.value if tag <= 5 else ErrorCode.ETOOMANYREQUESTS.value for tag in range(1, 9)}
+
+
+@given(st.lists(st.lists(st.binary(max_size=30), max_size=12), max_size=10), st.integers(1, 7), st.integers(1, 80))
+def test_batches_from_keeps_order_and_limits(lists, max_items, max_bytes):
+    """What the stream senders send (`wire.batches_from`): every item once, in order, in non-empty batches of
+    at most max_items, each stopping once it reached max_bytes."""
+    source: queue.SimpleQueue[list[bytes] | None] = queue.SimpleQueue()
+    for items in lists:
+        source.put(items)
+    source.put(None)
+    batches = list(wire.batches_from(source, max_items, max_bytes, len))
+    assert [item for batch in batches for item in batch] == [item for items in lists for item in items]
+    assert all(0 < len(batch) <= max_items for batch in batches)
+    assert all(sum(map(len, batch[:-1])) < max_bytes for batch in batches)
