@@ -75,6 +75,7 @@ def test_every_request_is_answered_exactly_once_through_a_hang(bookie: BookieOnP
         time.sleep(0.5)
         read = answers.by_request[300]
         assert len(read) == 1 and isinstance(read[0], ReadResponse) and read[0].code is ErrorCode.EOK
+        assert not transport._unanswered  # each request's claim was taken once, by its answer or deadline
     assert Counter(len(a) for a in answers.by_request.values()) == {1: 301}
 
 

@@ -65,6 +65,26 @@ class BookieTransport(Protocol):
         bookie did not answer in time (the transport owns the timeout). May call back inline."""
 
 
+class _Answer:
+    """Whom the transport tells the answer to one Send: queues the core's `receive` of it as a step.
+    One slotted object per request in flight (a closure over the same took six for the collector)."""
+
+    __slots__ = ("driver", "bookie", "request", "response")
+
+    def __init__(self, driver: _Driver, bookie: BookieId, request: Any) -> None:
+        self.driver = driver
+        self.bookie = bookie
+        self.request = request
+        self.response: Any = None
+
+    def __call__(self, response: Any) -> None:
+        self.response = response
+        self.driver.feed(self.step)
+
+    def step(self) -> list[Any]:
+        return self.driver.core.receive(self.bookie, self.request, self.response)
+
+
 class _Driver:
     """Runs one core's steps one at a time, in the order they were fed, from any thread.
 
@@ -106,7 +126,8 @@ class _Driver:
                     while steps:
                         for output in steps.popleft()():
                             if isinstance(output, Send):
-                                sends.append((output.bookie, output.request, self._answered(output)))
+                                bookie, request = output.bookie, output.request
+                                sends.append((bookie, request, _Answer(self, bookie, request)))
                             else:
                                 self._perform(output)
                 finally:
@@ -131,14 +152,6 @@ class _Driver:
         else:
             for bookie, request, on_answer in sends:
                 transport.send(bookie, request, on_answer)
-
-    def _answered(self, output: Send) -> Callable[[Any], None]:
-        core, bookie, request = self.core, output.bookie, output.request
-
-        def answered(response: Any) -> None:
-            self.feed(partial(core.receive, bookie, request, response))
-
-        return answered
 
     def _perform(self, output: Any) -> None:
         core = self.core

@@ -52,7 +52,7 @@ DEFAULT_REQUEST_TIMEOUT_S = 5.0
 class _Pending:
     """One request awaiting its single answer; also the channel's callback for it (no closure each)."""
 
-    __slots__ = ("transport", "bookie", "request", "on_answer", "deadline", "channel", "_unclaimed")
+    __slots__ = ("transport", "bookie", "request", "on_answer", "deadline", "channel")
 
     def __init__(
         self, transport: GrpcTransport, bookie: BookieId, request: Request, on_answer: Answer, deadline: float
@@ -63,19 +63,16 @@ class _Pending:
         self.on_answer = on_answer
         self.deadline = deadline
         self.channel: Channel | None = None  # set when handed to a channel
-        self._unclaimed = [True]  # one token; list.pop is atomic, so exactly one claimer gets it (no lock each)
 
     def claim(self) -> bool:
-        """True exactly once: for whoever answers first (response, deadline, failure or close)."""
-        try:
-            self._unclaimed.pop()
-        except IndexError:
-            return False
-        return True
+        """True exactly once: for whoever answers first (response, deadline, failure or close). The
+        token is this request's key in the transport's `_unanswered`; dict.pop is atomic, so exactly
+        one claimer gets it, with no lock, and no token object per request for the cycle collector."""
+        return self.transport._unanswered.pop(self, False)
 
     @property
     def answered(self) -> bool:
-        return not self._unclaimed
+        return self not in self.transport._unanswered
 
     def __call__(self, result: Result) -> None:
         """The channel's answer: a response, a stream-level error code, or the stream's end."""
@@ -152,6 +149,7 @@ class GrpcTransport:
         self._channels: dict[BookieId, Channel] = {}
         self._lock = threading.Lock()
         self._deadlines: deque[_Pending] = deque()
+        self._unanswered: dict[_Pending, bool] = {}  # requests not yet claimed (see _Pending.claim)
         self._wakeup = threading.Condition(self._lock)
         self._closed = False
         self._timer = threading.Thread(target=self._expire_deadlines, name="bookie-deadlines", daemon=True)
@@ -167,6 +165,7 @@ class GrpcTransport:
         (the requests of one call to a bookie leave in as few stream messages as fit)."""
         deadline = time.monotonic() + self.timeout_s
         pendings = [_Pending(self, bookie, request, on_answer, deadline) for bookie, request, on_answer in sends]
+        self._unanswered.update(dict.fromkeys(pendings, True))  # claimable from here on
         by_channel: dict[BookieId, tuple[Channel, list[tuple[Request, Callback]]]] = {}
         with self._lock:
             closed = self._closed
