@@ -373,14 +373,15 @@ class _Servicer(pb_grpc.BookieServicer):
     def Channel(self, request_iterator: Iterator[pb.StreamReq], context: Any) -> Iterator[pb.StreamResp]:
         """One request per stream message (older clients); see `Batches`."""
         for batch in self._stream(((msg,) for msg in request_iterator), max_batch=1):
-            yield batch[0]
+            yield pb.StreamRespBatch.FromString(batch[0]).responses[0]
 
-    def Batches(self, request_iterator: Iterator[pb.StreamReqBatch], context: Any) -> Iterator[pb.StreamRespBatch]:
-        """The pipelined channel: requests come in batches; replies ready together leave together."""
+    def Batches(self, request_iterator: Iterator[pb.StreamReqBatch], context: Any) -> Iterator[bytes]:
+        """The pipelined channel: requests come in batches; replies ready together leave together, as a
+        serialized StreamRespBatch (registered without a response serializer: see `add_to_server`)."""
         for batch in self._stream((msg.requests for msg in request_iterator), max_batch=MAX_REPLY_BATCH):
-            yield pb.StreamRespBatch(responses=batch)
+            yield b"".join(batch)
 
-    def _stream(self, batches: Iterator[Sequence[pb.StreamReq]], max_batch: int) -> Iterator[list[pb.StreamResp]]:
+    def _stream(self, batches: Iterator[Sequence[pb.StreamReq]], max_batch: int) -> Iterator[list[bytes]]:
         """Submit every request as it arrives (a reader thread); yield replies as they complete, up to
         `max_batch` at a time, until the client has closed its side and every reply went out."""
         stream = StreamReplies()
@@ -392,7 +393,7 @@ class _Servicer(pb_grpc.BookieServicer):
                     for msg in batch:
                         request = wire.request_from_pb(msg)
                         if request is None:
-                            stream.out.put([pb.StreamResp(tag=msg.tag, code=ErrorCode.EBADREQ.value)])
+                            stream.out.put([wire.response_frame(msg.tag, ErrorCode.EBADREQ)])
                         else:
                             requests.append((request, StreamReply(stream, msg.tag)))
                     stream.expect(len(requests))
@@ -405,12 +406,37 @@ class _Servicer(pb_grpc.BookieServicer):
         yield from stream.batches(max_batch)
 
 
+def add_to_server(servicer: _Servicer, server: grpc.Server) -> None:
+    """The generated `add_BookieServicer_to_server`, except that `Batches` yields its replies serialized
+    already (frames joined), so gRPC sends them as they are."""
+    service = "pulsar_ref.bookie.Bookie"
+    handlers = {
+        "Add": grpc.unary_unary_rpc_method_handler(servicer.Add, pb.AddReq.FromString, pb.AddResp.SerializeToString),
+        "Read": grpc.unary_unary_rpc_method_handler(
+            servicer.Read, pb.ReadReq.FromString, pb.ReadResp.SerializeToString
+        ),
+        "ReadLac": grpc.unary_unary_rpc_method_handler(
+            servicer.ReadLac, pb.ReadLacReq.FromString, pb.ReadLacResp.SerializeToString
+        ),
+        "WriteLac": grpc.unary_unary_rpc_method_handler(
+            servicer.WriteLac, pb.WriteLacReq.FromString, pb.WriteLacResp.SerializeToString
+        ),
+        "Channel": grpc.stream_stream_rpc_method_handler(
+            servicer.Channel, pb.StreamReq.FromString, pb.StreamResp.SerializeToString
+        ),
+        "Batches": grpc.stream_stream_rpc_method_handler(servicer.Batches, pb.StreamReqBatch.FromString, None),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
+
+
 class StreamReplies:
-    """The replies of one stream, queued for its sending thread in lists: those ready together stay
-    together, so they leave in one stream message (grpcio costs far more per message than per byte)."""
+    """The replies of one stream, queued for its sending thread in lists of frames (`wire.response_frame`):
+    those ready together stay together, so they leave in one stream message (grpcio costs far more per
+    message than per byte)."""
 
     def __init__(self) -> None:
-        self.out: queue.SimpleQueue[list[pb.StreamResp] | None] = queue.SimpleQueue()
+        self.out: queue.SimpleQueue[list[bytes] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._pending = 0  # requests submitted, not yet answered
         self._ended = False  # the client closed its side
@@ -420,7 +446,7 @@ class StreamReplies:
             self._pending += requests
 
     def deliver_many(self, replies: Sequence[tuple[int, Response]]) -> None:
-        self.out.put([wire.response_to_pb(tag, response) for tag, response in replies])
+        self.out.put([wire.response_frame(tag, response) for tag, response in replies])
         with self._lock:
             self._pending -= len(replies)
             if self._ended and self._pending == 0:
@@ -432,15 +458,10 @@ class StreamReplies:
             if self._pending == 0:
                 self.out.put(None)
 
-    def batches(self, max_batch: int) -> Iterator[list[pb.StreamResp]]:
-        """Replies in messages of up to `max_batch` (and about MAX_REPLY_BATCH_BYTES of read replies),
-        until every reply went out after the client's end."""
-        return wire.batches_from(self.out, max_batch, MAX_REPLY_BATCH_BYTES, _read_reply_size)
-
-
-def _read_reply_size(reply: pb.StreamResp) -> int:
-    """What a reply counts against MAX_REPLY_BATCH_BYTES: read replies carry entries, the rest little."""
-    return reply.ByteSize() if reply.HasField("read") else 0
+    def batches(self, max_batch: int) -> Iterator[list[bytes]]:
+        """Reply frames in messages of up to `max_batch` (and about MAX_REPLY_BATCH_BYTES), until every
+        reply went out after the client's end."""
+        return wire.batches_from(self.out, max_batch, MAX_REPLY_BATCH_BYTES, len)
 
 
 class StreamReply:
@@ -465,7 +486,7 @@ class BookieServer:
             futures.ThreadPoolExecutor(max_workers=workers),
             options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
         )
-        pb_grpc.add_BookieServicer_to_server(_Servicer(bookie), self.server)
+        add_to_server(_Servicer(bookie), self.server)
         self.port = self.server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
             raise OSError(f"cannot listen on {host}:{port}; pick a free port or use 0")

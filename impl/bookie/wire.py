@@ -4,7 +4,9 @@ Clients send requests as serialized `StreamReqBatch` elements (`request_frame`),
 objects: the writer sends each add to Qw bookies, and the frames of those copies differ only in
 their tag, so the request body is serialized once and only a few bytes are written per copy.
 Building a `StreamReq` per copy (and copying it again into the batch) cost ~15 us per add against
-~6 us this way (bench/RESULTS.md, client)."""
+~6 us this way (bench/RESULTS.md, client). Bookies answer likewise with `StreamRespBatch` elements
+(`response_frame`): add and read replies, one per entry, are written here without two message
+objects each and a batch object to copy them into."""
 
 from __future__ import annotations
 
@@ -87,6 +89,18 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
+# The op fields by hand: StreamReq.add (2) and .read (3), as StreamResp's, are length-delimited; in the
+# four messages, ledger_id (1) and entry_id (2) are varints; in AddResp and ReadResp, code (3) is a varint
+# and ReadResp.body (4) length-delimited, as AddReq.body (4). The other keys are written where used.
+_ADD_KEY, _READ_KEY = b"\x12", b"\x1a"
+_LEDGER_KEY, _ENTRY_KEY, _CODE_KEY, _BODY_KEY = b"\x08", b"\x10", b"\x18", b"\x22"
+
+
+def _int64(n: int) -> bytes:
+    """An int64 field's varint: a negative value (entry -1) as its 64-bit two's complement, as protobuf does."""
+    return varint(n if n >= 0 else n + (1 << 64))
+
+
 def request_frame(tag: int, request: Request, encoded: dict[int, bytes] | None = None) -> bytes:
     """`request` with `tag` as one serialized element of a StreamReqBatch: a batch is the frames joined.
 
@@ -94,11 +108,65 @@ def request_frame(tag: int, request: Request, encoded: dict[int, bytes] | None =
     serialized op of each request already framed, for the copies of one add sent to other bookies."""
     op = encoded.get(id(request)) if encoded is not None else None
     if op is None:
-        # A StreamReq with tag 0 (proto3 leaves it out) serializes to just the op field: key, length, message.
-        op = request_to_pb(0, request).SerializeToString()
+        op = _request_op(request)
         if encoded is not None:
             encoded[id(request)] = op
     message = _TAG_KEY + varint(tag) + op
+    return _REQUESTS_KEY + varint(len(message)) + message
+
+
+def _request_op(request: Request) -> bytes:
+    """The op field of a StreamReq (key, length, message): adds and reads, one per entry, written here
+    (fields at their default left out, as proto3 does); the rest through protobuf, where a StreamReq
+    with tag 0 (left out) serializes to just its op field."""
+    kind = type(request)
+    if kind is AddRequest:
+        assert isinstance(request, AddRequest)
+        fields = [_LEDGER_KEY + _int64(request.ledger_id) + _ENTRY_KEY + _int64(request.entry_id)]
+        if request.master_key:
+            fields += (b"\x1a", varint(len(request.master_key)), request.master_key)  # AddReq.master_key (3)
+        if request.body:
+            fields += (_BODY_KEY, varint(len(request.body)), request.body)  # AddReq.body (4)
+        if request.recovery:
+            fields.append(b"\x28\x01")  # AddReq.recovery (5)
+        message = b"".join(fields)
+        return _ADD_KEY + varint(len(message)) + message
+    if kind is ReadRequest:
+        assert isinstance(request, ReadRequest)
+        message = _LEDGER_KEY + _int64(request.ledger_id) + _ENTRY_KEY + _int64(request.entry_id)
+        if request.fence:
+            message += b"\x18\x01"  # ReadReq.fence (3)
+        if request.master_key:
+            message += b"\x22" + varint(len(request.master_key)) + request.master_key  # ReadReq.master_key (4)
+        if request.master_key is not None:
+            message += b"\x28\x01"  # ReadReq.has_master_key (5)
+        return _READ_KEY + varint(len(message)) + message
+    return request_to_pb(0, request).SerializeToString()
+
+
+def response_frame(tag: int, response: Response | ErrorCode) -> bytes:
+    """The reply to request `tag` as one serialized element of a StreamRespBatch: a batch is the frames
+    joined. Add and read replies are encoded here (a zero code is left out, as proto3 does); the rest,
+    and a bare error code (a request the bookie could not parse), through protobuf."""
+    kind = type(response)
+    if kind is AddResponse or kind is ReadResponse:
+        assert isinstance(response, AddResponse | ReadResponse)
+        code = response.code.value
+        fields = _LEDGER_KEY + _int64(response.ledger_id) + _ENTRY_KEY + _int64(response.entry_id)
+        if code:
+            fields += _CODE_KEY + varint(code)
+        body = response.body if isinstance(response, ReadResponse) else b""
+        if body:
+            body_length = varint(len(body))
+            op_length = len(fields) + 1 + len(body_length) + len(body)
+            head = _TAG_KEY + varint(tag) + _READ_KEY + varint(op_length)
+            return b"".join((_REQUESTS_KEY, varint(len(head) + op_length), head, fields, _BODY_KEY, body_length, body))
+        message = _TAG_KEY + varint(tag) + (_ADD_KEY if kind is AddResponse else _READ_KEY) + varint(len(fields))
+        message += fields
+    elif isinstance(response, ErrorCode):
+        message = pb.StreamResp(tag=tag, code=response.value).SerializeToString()
+    else:
+        message = response_to_pb(tag, response).SerializeToString()
     return _REQUESTS_KEY + varint(len(message)) + message
 
 

@@ -19,9 +19,11 @@ from impl.bookie.protocol import (
     AddResponse,
     ErrorCode,
     ReadLacRequest,
+    ReadLacResponse,
     ReadRequest,
     ReadResponse,
     WriteLacRequest,
+    WriteLacResponse,
 )
 from impl.bookie.server import Bookie, BookieServer, StreamReplies, StreamReply
 
@@ -76,6 +78,38 @@ def test_request_frames_parse_as_the_batch_protobuf_would_build(tagged):
         assert list(copy.requests) == [wire.request_to_pb(5, request)]
 
 
+codes = st.sampled_from(list(ErrorCode))
+responses = st.one_of(
+    st.builds(AddResponse, ids, ids, codes),
+    st.builds(ReadResponse, ids, ids, codes, st.binary(max_size=3000)),
+    st.builds(ReadLacResponse, ids, codes, ids),
+    st.builds(WriteLacResponse, ids, codes),
+    codes,
+)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), responses), max_size=8))
+def test_reply_frames_parse_as_the_batch_protobuf_would_build(tagged):
+    """The bookie's hand-encoded reply frames (`wire.response_frame`) are the batch protobuf builds, and
+    the client reads back the replies that were framed."""
+    framed = b"".join(wire.response_frame(tag, response) for tag, response in tagged)
+    expected = pb.StreamRespBatch(
+        responses=[
+            pb.StreamResp(tag=tag, code=r.value) if isinstance(r, ErrorCode) else wire.response_to_pb(tag, r)
+            for tag, r in tagged
+        ]
+    )
+    parsed = pb.StreamRespBatch.FromString(framed)
+    assert parsed == expected
+    assert [wire.response_from_pb(msg) for msg in parsed.responses] == [r for _, r in tagged]
+
+
+def replies(frames: list[bytes] | None) -> list[pb.StreamResp]:
+    """The reply messages of one list a stream's sender took (frames; None: the stream's end)."""
+    assert frames is not None
+    return list(pb.StreamRespBatch.FromString(b"".join(frames)).responses)
+
+
 @given(
     st.one_of(
         st.integers(0, 2**16), st.sampled_from([127, 128, 16383, 16384, 2**21 - 1, 2**21]), st.integers(0, 2**64 - 1)
@@ -96,14 +130,14 @@ def test_replies_ready_together_leave_together(tmp_path: Path):
         adds = [(AddRequest(1, eid, KEY, body(eid)), StreamReply(stream, eid + 1)) for eid in range(40)]
         stream.expect(len(adds))
         bookie.submit_many(adds)  # one journal append: one durability callback for all 40
-        acked = stream.out.get(timeout=10)
-        assert acked is not None and [r.tag for r in acked] == list(range(1, 41))
+        acked = replies(stream.out.get(timeout=10))
+        assert [r.tag for r in acked] == list(range(1, 41))
         assert all(r.add.code == ErrorCode.EOK.value for r in acked)
         reads = [(ReadRequest(1, eid), StreamReply(stream, 100 + eid)) for eid in range(30)]
         stream.expect(len(reads))
         bookie.submit_many(reads)  # answered from ledger storage at once, together
-        read = stream.out.get_nowait()
-        assert read is not None and [r.tag for r in read] == list(range(100, 130))
+        read = replies(stream.out.get_nowait())
+        assert [r.tag for r in read] == list(range(100, 130))
         assert [r.read.body for r in read] == [body(eid) for eid in range(30)]
     finally:
         bookie.close()
@@ -123,7 +157,7 @@ def test_requests_beyond_max_inflight_are_refused_with_too_many_requests(tmp_pat
         stream.expect(len(adds))
         bookie.submit_many(adds)
         stream.requests_ended()
-        codes = {reply.tag: reply.add.code for batch in stream.batches(max_batch=512) for reply in batch}
+        codes = {reply.tag: reply.add.code for batch in stream.batches(max_batch=512) for reply in replies(batch)}
     finally:
         bookie.close()
     assert codes == {tag: ErrorCode.EOK.value if tag <= 5 else ErrorCode.ETOOMANYREQUESTS.value for tag in range(1, 9)}
