@@ -127,7 +127,7 @@ class BookieCore:
     ledgers: dict[int, LedgerState] = field(default_factory=dict)
     readonly: bool = False
     next_token: int = 0
-    waiting: dict[int, list[Output]] = field(default_factory=dict)  # token -> replies held until durable
+    waiting: dict[int, list[Reply | ReadEntry]] = field(default_factory=dict)  # token -> replies held until durable
 
     # --- requests ---------------------------------------------------------------------------
     def handle(self, request: Request, request_id: int) -> list[Output]:
@@ -157,8 +157,8 @@ class BookieCore:
             return self._write_lac(request, request_id)
         raise TypeError(f"not a bookie request: {type(request).__name__}")
 
-    def on_durable(self, token: int) -> list[Output]:
-        return list(self.waiting.pop(token, []))
+    def on_durable(self, token: int) -> list[Reply | ReadEntry]:
+        return self.waiting.pop(token, [])
 
     def _journal(self, records: list[JournalRecord], reply: Reply | ReadEntry) -> list[Output]:
         token = self.next_token

@@ -241,9 +241,11 @@ class Bookie:
 
     def _durable(self, tokens: list[int]) -> None:
         sends: list[tuple[Deliver, Reply | ReadEntry]] = []
+        deliveries = self._deliveries
         with self._lock:
             for token in tokens:
-                sends += self._perform(self.core.on_durable(token), [], [])  # replies only
+                # What durability releases is the replies the core held (Reply or ReadEntry), nothing to perform.
+                sends += [(deliveries.pop(out.request_id), out) for out in self.core.on_durable(token)]
         self._send(sends)
 
     # --- checkpoints and garbage collection ---------------------------------------------------
