@@ -75,12 +75,17 @@ BATCHES_METHOD = "/pulsar_ref.bookie.Bookie/Batches"
 _REQUESTS_KEY, _TAG_KEY = b"\x0a", b"\x08"
 
 
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]  # looked up, not built: a frame takes several varints
+
+
 def varint(n: int) -> bytes:
     """Protobuf's base-128 varint of a non-negative int (tags and lengths here; never negative)."""
     if n < 0x80:
-        return bytes((n,))
+        return _ONE_BYTE[n]
     if n < 0x4000:  # two bytes: the length of any 1 KiB entry's frame, and tags up to 16383
         return bytes(((n & 0x7F) | 0x80, n >> 7))
+    if n < 0x200000:  # three bytes: a stream's tags up to ~2 million
+        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -111,8 +116,8 @@ def request_frame(tag: int, request: Request, encoded: dict[int, bytes] | None =
         op = _request_op(request)
         if encoded is not None:
             encoded[id(request)] = op
-    message = _TAG_KEY + varint(tag) + op
-    return _REQUESTS_KEY + varint(len(message)) + message
+    tag_bytes = varint(tag)
+    return b"".join((_REQUESTS_KEY, varint(1 + len(tag_bytes) + len(op)), _TAG_KEY, tag_bytes, op))  # one copy
 
 
 def _request_op(request: Request) -> bytes:
