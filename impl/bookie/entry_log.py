@@ -49,9 +49,10 @@ def log_ids(directory: Path) -> list[int]:
     return sorted(int(p.stem[len(FILE_PREFIX) :]) for p in directory.glob(f"{FILE_PREFIX}*.log"))
 
 
-def encode(ledger_id: int, entry_id: int, body: bytes) -> bytes:
-    payload = IDS.pack(ledger_id, entry_id) + body
-    return FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+def record_head(ledger_id: int, entry_id: int, body: bytes) -> bytes:
+    """What precedes `body` in its record (frame, then ids): the log appends both, with no joined copy."""
+    ids = IDS.pack(ledger_id, entry_id)
+    return FRAME.pack(len(ids) + len(body), zlib.crc32(body, zlib.crc32(ids))) + ids
 
 
 def decode(record: bytes, ledger_id: int, entry_id: int) -> bytes:
@@ -95,11 +96,12 @@ class EntryLogger:
         self._new_files = True
 
     def add(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
-        record = encode(ledger_id, entry_id, body)
+        head = record_head(ledger_id, entry_id, body)
         if self._file_size + len(self._buffer) >= self.roll_size:
             self._roll()
-        location = (self.current, self._file_size + len(self._buffer), len(record))
-        self._buffer += record
+        location = (self.current, self._file_size + len(self._buffer), len(head) + len(body))
+        self._buffer += head
+        self._buffer += body
         if len(self._buffer) >= self.buffer_size:
             self.flush()
         return location
