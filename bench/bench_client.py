@@ -11,7 +11,8 @@ Usage: .venv/bin/python bench/bench_client.py [--seconds S] [--outstanding 1 16 
     fixed schedule (open loop: a late add is not skipped), p50/p99 latency measured from each
     add's scheduled time, so a client falling behind shows in the latency; with the CPU time
     the client process and the three bookies (together) spent per add.
-(c) Recovery time (a recovering open, timed) of a ledger left OPEN by its writer:
+(c) Recovery time (a recovering open, timed) of a ledger left OPEN by its writer, each row on fresh bookies
+    that have finished the background work of writing it (`settle`; since 2026-11-24, session 8):
     - "tail": written by the client with 64 adds outstanding, so the bookies know a LAC
       close to the end and recovery reads only the unconfirmed tail;
     - "all unconfirmed": every entry was sent with LAC -1 (as by a writer that crashed
@@ -237,6 +238,21 @@ def recovery(
         client.close()
 
 
+def settle(bookies: list[int], timeout_s: float = 30.0) -> None:
+    """Let the bookies finish what writing the ledger left them (entry logs to write out, a checkpoint of
+    its index) before recovery is timed: written dirty pages out, then until their CPU is idle for a
+    second (under 5% of a core together), at most `timeout_s`."""
+    os.sync()
+    deadline = time.monotonic() + timeout_s
+    before = sum(cpu_seconds(pid) for pid in bookies)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = sum(cpu_seconds(pid) for pid in bookies)
+        if now - before < 0.05:
+            return
+        before = now
+
+
 def table_header(*columns: str) -> None:
     """A markdown table's header row and separator."""
     print("| " + " | ".join(columns) + " |")
@@ -306,26 +322,27 @@ def main() -> int:
                 print(adds_at_rate(client, rate, args.seconds, bookies), flush=True)
             print()
     if args.recovery_entries:
-        with cluster(parent) as (store, client, bookies):
-            table_header(
-                "ledger", "entries", "entries to recover", "reads in flight", "recovery s", "entries/s",
-                "client CPU s", "bookies CPU s",
-            )  # fmt: skip
-            for entries in args.recovery_entries:
-                runs = [("tail", ledger_written_by_client, args.read_ahead[0])]
-                runs += [("all unconfirmed", ledger_all_unconfirmed, n) for n in args.read_ahead]
-                for kind, make, read_ahead in runs:
+        table_header(
+            "ledger", "entries", "entries to recover", "reads in flight", "recovery s", "entries/s",
+            "client CPU s", "bookies CPU s",
+        )  # fmt: skip
+        for entries in args.recovery_entries:
+            runs = [("tail", ledger_written_by_client, args.read_ahead[0])]
+            runs += [("all unconfirmed", ledger_all_unconfirmed, n) for n in args.read_ahead]
+            for kind, make, read_ahead in runs:
+                with cluster(parent) as (store, client, bookies):
                     ledger_id = make(client, entries)
                     from_lac = client.open_ledger(ledger_id, PASSWORD, recovery=False).read_last_confirmed()
+                    settle(bookies)
                     seconds, last, cpu, bookies_cpu = recovery(store, ledger_id, read_ahead, bookies)
-                    if last != entries - 1:
-                        raise RuntimeError(f"ledger {ledger_id} recovered up to {last}, expected {entries - 1}")
-                    todo = entries - 1 - from_lac
-                    print(
-                        f"| {kind} | {entries:,} | {todo:,} | {read_ahead} | {seconds:.2f} | {todo / seconds:,.0f} "
-                        f"| {cpu:.1f} | {bookies_cpu:.1f} |",
-                        flush=True,
-                    )
+                if last != entries - 1:
+                    raise RuntimeError(f"ledger {ledger_id} recovered up to {last}, expected {entries - 1}")
+                todo = entries - 1 - from_lac
+                print(
+                    f"| {kind} | {entries:,} | {todo:,} | {read_ahead} | {seconds:.2f} | {todo / seconds:,.0f} "
+                    f"| {cpu:.1f} | {bookies_cpu:.1f} |",
+                    flush=True,
+                )
     return 0
 
 

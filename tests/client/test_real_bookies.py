@@ -313,7 +313,10 @@ def test_ledger_cli_end_to_end(cluster: BookieCluster) -> None:
     assert denied.returncode == 2
     assert "UnauthorizedError" in denied.stderr and "wrong password" in denied.stderr
 
-    recovered = ledger_cli(url, "recover", str(ledger_id), "--password", "pw")
+    no_reads = ledger_cli(url, "--read-ahead", "0", "recover", str(ledger_id), "--password", "pw")
+    assert no_reads.returncode == 2 and "recovery_read_ahead must be at least 1" in no_reads.stderr
+
+    recovered = ledger_cli(url, "--read-ahead", "8", "recover", str(ledger_id), "--password", "pw")
     assert recovered.returncode == 0, recovered.stderr
     assert f"ledger {ledger_id}: CLOSED last_entry=19" in recovered.stdout
 
