@@ -29,6 +29,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType as KazooEventType
 from kazoo.protocol.states import WatchedEvent as KazooWatchedEvent
 from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import KazooRetry
 
 from impl.metadata.store import (
     ANY_VERSION,
@@ -172,6 +173,13 @@ class _ArmedWatch:
         self.watch(WatchedEvent(event_type, self.path))
 
 
+def _reconnecting() -> KazooRetry:
+    """Reconnect attempts without end, at least every second (plus up to 0.4 s of jitter). kazoo's default
+    backoff doubles up to an hour: after a server restart of a few seconds its next attempt could come
+    after the session timeout, and the session expired although the server was back in time."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+
+
 class ZooKeeperStore(MetadataStore):
     """One ZooKeeper session (a started KazooClient), optionally under a chroot."""
 
@@ -189,7 +197,7 @@ class ZooKeeperStore(MetadataStore):
         self._closed = False
         self._expiring = False
         self._orphaned: list[_ArmedWatch] = []
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout_s)
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout_s, connection_retry=_reconnecting())
         try:
             self._client.start(timeout=max(session_timeout_s, 15.0))
         except KazooTimeoutError:
@@ -257,7 +265,12 @@ class ZooKeeperStore(MetadataStore):
         deletes its ephemerals, and this client sees it expired."""
         self._check_open("expire the session of", self.chroot or "/")
         self._expiring = True
-        twin = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s, client_id=self._twin_id())
+        twin = KazooClient(
+            hosts=self.hosts,
+            timeout=self.session_timeout_s,
+            client_id=self._twin_id(),
+            connection_retry=_reconnecting(),
+        )
         try:
             twin.start(timeout=max(self.session_timeout_s, 15.0))
         finally:

@@ -132,3 +132,12 @@ def test_errors_name_the_path_and_bad_urls_are_rejected(zookeeper: ZooKeeperServ
     for bad in ("http://127.0.0.1:2181", "zk://", f"zk://{zookeeper.connect_string}/bad//chroot"):
         with pytest.raises(InvalidArgument):
             ZooKeeperStore.from_url(bad)
+
+
+def test_the_store_reconnects_at_least_every_second_without_giving_up(zookeeper: ZooKeeperServer) -> None:
+    """kazoo's default reconnect backoff doubles up to an hour: after a server restart of a few seconds the
+    next attempt could come after the session timeout (seen once in CI: the session expired although the
+    server was back within it). The store's client retries forever, at most ~1 s apart."""
+    with ZooKeeperStore.from_url(f"zk://{zookeeper.connect_string}") as store:
+        retry = store._client._conn_retry
+        assert retry is not None and retry.max_tries == -1 and retry.max_delay <= 1.0
