@@ -106,6 +106,11 @@ def _int64(n: int) -> bytes:
     return varint(n if n >= 0 else n + (1 << 64))
 
 
+def _ids(ledger_id: int, entry_id: int) -> bytes:
+    """The ledger_id (1) and entry_id (2) fields that AddReq, ReadReq, AddResp and ReadResp all begin with."""
+    return _LEDGER_KEY + _int64(ledger_id) + _ENTRY_KEY + _int64(entry_id)
+
+
 def request_frame(tag: int, request: Request, encoded: dict[int, bytes] | None = None) -> bytes:
     """`request` with `tag` as one serialized element of a StreamReqBatch: a batch is the frames joined.
 
@@ -127,7 +132,7 @@ def _request_op(request: Request) -> bytes:
     kind = type(request)
     if kind is AddRequest:
         assert isinstance(request, AddRequest)
-        fields = [_LEDGER_KEY + _int64(request.ledger_id) + _ENTRY_KEY + _int64(request.entry_id)]
+        fields = [_ids(request.ledger_id, request.entry_id)]
         if request.master_key:
             fields += (b"\x1a", varint(len(request.master_key)), request.master_key)  # AddReq.master_key (3)
         if request.body:
@@ -138,7 +143,7 @@ def _request_op(request: Request) -> bytes:
         return _ADD_KEY + varint(len(message)) + message
     if kind is ReadRequest:
         assert isinstance(request, ReadRequest)
-        message = _LEDGER_KEY + _int64(request.ledger_id) + _ENTRY_KEY + _int64(request.entry_id)
+        message = _ids(request.ledger_id, request.entry_id)
         if request.fence:
             message += b"\x18\x01"  # ReadReq.fence (3)
         if request.master_key:
@@ -157,7 +162,7 @@ def response_frame(tag: int, response: Response | ErrorCode) -> bytes:
     if kind is AddResponse or kind is ReadResponse:
         assert isinstance(response, AddResponse | ReadResponse)
         code = response.code.value
-        fields = _LEDGER_KEY + _int64(response.ledger_id) + _ENTRY_KEY + _int64(response.entry_id)
+        fields = _ids(response.ledger_id, response.entry_id)
         if code:
             fields += _CODE_KEY + varint(code)
         body = response.body if isinstance(response, ReadResponse) else b""
