@@ -85,18 +85,6 @@ class Message(_message.Message):
     event_time: int
     def __init__(self, payload: _Optional[bytes] = ..., key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., event_time: _Optional[int] = ...) -> None: ...
 
-class EntryPayload(_message.Message):
-    __slots__ = ("producer_name", "sequence_id", "publish_time", "messages")
-    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
-    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
-    PUBLISH_TIME_FIELD_NUMBER: _ClassVar[int]
-    MESSAGES_FIELD_NUMBER: _ClassVar[int]
-    producer_name: str
-    sequence_id: int
-    publish_time: int
-    messages: _containers.RepeatedCompositeFieldContainer[Message]
-    def __init__(self, producer_name: _Optional[str] = ..., sequence_id: _Optional[int] = ..., publish_time: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
-
 class LookupReq(_message.Message):
     __slots__ = ("topic", "authoritative")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -1,51 +1,249 @@
-"""What a managed-ledger entry holds: the producer's identity and one message or a batch.
+"""What a managed-ledger entry holds: Pulsar's entry format, as the producer sent it.
 
-The format is broker.proto's `EntryPayload`, so any reader of the bookies (the broker, the
-admin, a test) decodes entries the same way. Message i of an entry has batch index i and
-sequence id `sequence_id + i`.
+    [0x0e02 | u32 size | BrokerEntryMetadata]            optional, added by a broker
+    0x0e01 | CRC32C | u32 metadataSize | MessageMetadata | payload
+
+The checksum covers metadataSize, metadata and payload. One entry is one message, or a batch
+of `num_messages_in_batch` messages: the payload (compressed as a whole when the producer chose
+compression) is then each message in turn as `u32 size | SingleMessageMetadata | bytes`.
+
+The broker stores the bytes of a SEND as they came and dispatches them as they are: it never
+decompresses. It reads only the metadata (producer name and sequence ids for de-duplication,
+the number of messages for permits) and, when the batch is not compressed, each message's key
+for Key_Shared. Message i of an entry has batch index i.
 """
 
 from __future__ import annotations
 
+import struct
+import zlib
+from dataclasses import dataclass
+
+import crc32c
 from google.protobuf.message import DecodeError
 
-from impl.broker import broker_pb2 as pb
 from impl.broker.managed_ledger import Position
+from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.subscription import Message, MessageId
+
+MAGIC_CRC32C = 0x0E01
+MAGIC_BROKER_ENTRY_METADATA = 0x0E02
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_MAGIC_AND_CRC = struct.Struct(">HI")
 
 
 class CorruptEntry(ValueError):
-    """An entry that is not an EntryPayload: written by something other than a broker."""
+    """Bytes that are not a Pulsar entry (or a SEND's payload that is not one)."""
 
 
-def encode_entry(producer_name: str, sequence_id: int, publish_time_ms: int, messages: list[pb.Message]) -> bytes:
-    payload = pb.EntryPayload(producer_name=producer_name, sequence_id=sequence_id, publish_time=publish_time_ms)
-    payload.messages.extend(messages)
-    return payload.SerializeToString()
+class ChecksumMismatch(CorruptEntry):
+    """The CRC32C does not match: the bytes were damaged on the way."""
 
 
-def decode_entry(position: Position, data: bytes) -> pb.EntryPayload:
-    payload = pb.EntryPayload()
+class UnsupportedCompression(CorruptEntry):
+    """A batch compressed with a codec this process cannot decompress (the broker never needs to)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    metadata: api.MessageMetadata
+    payload: bytes  # as stored: compressed when the metadata says so
+    broker_metadata: api.BrokerEntryMetadata | None = None
+
+    @property
+    def num_messages(self) -> int:
+        return max(1, self.metadata.num_messages_in_batch)
+
+    @property
+    def is_batch(self) -> bool:
+        return self.metadata.HasField("num_messages_in_batch")
+
+    @property
+    def highest_sequence_id(self) -> int:
+        """The sequence id of the entry's last message (a batch's messages number consecutively)."""
+        return max(self.metadata.sequence_id + self.num_messages - 1, self.metadata.highest_sequence_id)
+
+
+@dataclass(frozen=True)
+class SingleMessage:
+    """One message of an entry: what the application sent."""
+
+    payload: bytes
+    key: str = ""
+    properties: tuple[tuple[str, str], ...] = ()
+    event_time: int = 0
+    ordering_key: bytes = b""
+    sequence_id: int | None = None
+
+
+def build(metadata: api.MessageMetadata, payload: bytes) -> bytes:
+    """An entry (and a SEND's headers and payload): magic, checksum, metadata, payload."""
+    meta = metadata.SerializeToString()
+    checked = b"".join((_U32.pack(len(meta)), meta, payload))
+    return _MAGIC_AND_CRC.pack(MAGIC_CRC32C, crc32c.crc32c(checked)) + checked
+
+
+def strip_broker_metadata(data: bytes) -> bytes:
+    """The entry without its broker-entry-metadata prefix (for a client that does not read it)."""
+    if len(data) >= 6 and _U16.unpack_from(data, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
+        (size,) = _U32.unpack_from(data, 2)
+        return data[6 + size :]
+    return data
+
+
+def parse(data: bytes, verify_checksum: bool = True) -> Entry:
+    """The metadata and payload of an entry; CorruptEntry (or ChecksumMismatch) when it is not one."""
+    view = memoryview(data)
+    broker_metadata = None
     try:
-        payload.ParseFromString(data)
-    except DecodeError as e:
-        raise CorruptEntry(f"entry {position} is not a broker entry: {e}") from e
-    if not payload.messages:
-        raise CorruptEntry(f"entry {position} holds no message")
-    return payload
+        if len(view) >= 2 and _U16.unpack_from(view, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
+            (size,) = _U32.unpack_from(view, 2)
+            broker_metadata = api.BrokerEntryMetadata.FromString(view[6 : 6 + size])
+            view = view[6 + size :]
+        if len(view) >= 6 and _U16.unpack_from(view, 0)[0] == MAGIC_CRC32C:
+            (checksum,) = _U32.unpack_from(view, 2)
+            view = view[6:]
+            if verify_checksum and crc32c.crc32c(view) != checksum:
+                raise ChecksumMismatch("the message's CRC32C does not match its metadata and payload")
+        (size,) = _U32.unpack_from(view, 0)
+        if size > len(view) - 4:
+            raise CorruptEntry(f"metadata size {size} is beyond the {len(view) - 4} bytes that follow it")
+        metadata = api.MessageMetadata.FromString(view[4 : 4 + size])
+    except (struct.error, DecodeError) as e:
+        raise CorruptEntry(f"not a Pulsar message: {e}") from e
+    if not metadata.HasField("producer_name") or not metadata.HasField("sequence_id"):
+        raise CorruptEntry("the message metadata lacks the producer name or sequence id")
+    return Entry(metadata, bytes(view[4 + size :]), broker_metadata)
 
 
-def messages_of(position: Position, data: bytes) -> list[Message]:
-    """The messages of one entry, with their ids (ledger, entry, batch index)."""
-    payload = decode_entry(position, data)
-    size = len(payload.messages)
-    return [
-        Message(
-            MessageId(position.ledger_id, position.entry_id, i),
-            m.key,
-            m.payload,
-            tuple(sorted(m.properties.items())),
-            size,
+# ---- batches -------------------------------------------------------------------------------
+
+
+def batch_payload(messages: list[SingleMessage], first_sequence_id: int) -> bytes:
+    """The uncompressed payload of a batch: each message with its SingleMessageMetadata."""
+    parts = []
+    for i, m in enumerate(messages):
+        single = api.SingleMessageMetadata(payload_size=len(m.payload), sequence_id=first_sequence_id + i)
+        _fill(single, m)
+        meta = single.SerializeToString()
+        parts += [_U32.pack(len(meta)), meta, m.payload]
+    return b"".join(parts)
+
+
+def metadata_for(
+    producer_name: str, sequence_id: int, publish_time_ms: int, messages: list[SingleMessage], batch: bool
+) -> api.MessageMetadata:
+    """The MessageMetadata of an entry holding `messages` (one, unless `batch`)."""
+    meta = api.MessageMetadata(producer_name=producer_name, sequence_id=sequence_id, publish_time=publish_time_ms)
+    if batch:
+        meta.num_messages_in_batch = len(messages)
+        meta.highest_sequence_id = sequence_id + len(messages) - 1
+        meta.uncompressed_size = 0  # set by the caller once the payload is built
+    else:
+        (only,) = messages
+        _fill(meta, only)
+    return meta
+
+
+def build_messages(producer_name: str, sequence_id: int, publish_time_ms: int, messages: list[SingleMessage]) -> bytes:
+    """An uncompressed entry of one message, or a batch of several, as a producer builds it."""
+    if len(messages) == 1:
+        return build(
+            metadata_for(producer_name, sequence_id, publish_time_ms, messages, batch=False), messages[0].payload
         )
-        for i, m in enumerate(payload.messages)
+    payload = batch_payload(messages, sequence_id)
+    meta = metadata_for(producer_name, sequence_id, publish_time_ms, messages, batch=True)
+    meta.uncompressed_size = len(payload)
+    return build(meta, payload)
+
+
+def _fill(meta: api.MessageMetadata | api.SingleMessageMetadata, m: SingleMessage) -> None:
+    if m.key:
+        meta.partition_key = m.key
+    if m.ordering_key:
+        meta.ordering_key = m.ordering_key
+    if m.event_time:
+        meta.event_time = m.event_time
+    for k, v in m.properties:
+        meta.properties.add(key=k, value=v)
+
+
+def decompress(entry: Entry) -> bytes:
+    """The entry's payload uncompressed (NONE and ZLIB; others raise UnsupportedCompression)."""
+    kind = entry.metadata.compression
+    if kind == api.NONE:
+        return entry.payload
+    if kind == api.ZLIB:
+        try:
+            return zlib.decompress(entry.payload)
+        except zlib.error as e:
+            raise CorruptEntry(f"the ZLIB payload does not decompress: {e}") from e
+    raise UnsupportedCompression(f"{api.CompressionType.Name(kind)} payloads are not decompressed here")
+
+
+def singles(entry: Entry) -> list[SingleMessage]:
+    """The messages of an entry (decompressing a batch's payload when it is compressed)."""
+    meta = entry.metadata
+    props = tuple((kv.key, kv.value) for kv in meta.properties)
+    if not entry.is_batch:
+        return [
+            SingleMessage(
+                decompress(entry), meta.partition_key, props, meta.event_time, meta.ordering_key, meta.sequence_id
+            )
+        ]
+    payload = memoryview(decompress(entry))
+    out: list[SingleMessage] = []
+    offset = 0
+    try:
+        for _ in range(entry.num_messages):
+            (size,) = _U32.unpack_from(payload, offset)
+            single = api.SingleMessageMetadata.FromString(payload[offset + 4 : offset + 4 + size])
+            offset += 4 + size
+            body = bytes(payload[offset : offset + single.payload_size])
+            if len(body) != single.payload_size:
+                raise CorruptEntry("a batched message is cut short")
+            offset += single.payload_size
+            out.append(
+                SingleMessage(
+                    body,
+                    single.partition_key,
+                    tuple((kv.key, kv.value) for kv in single.properties),
+                    single.event_time,
+                    single.ordering_key,
+                    single.sequence_id if single.HasField("sequence_id") else None,
+                )
+            )
+    except (struct.error, DecodeError) as e:
+        raise CorruptEntry(f"the batch does not hold {entry.num_messages} messages: {e}") from e
+    return out
+
+
+def keys(entry: Entry) -> list[str]:
+    """Each message's routing key (ordering key first, as Key_Shared uses it). A compressed batch is
+    not opened: all its messages take the batch's key, as producers batch by key for Key_Shared."""
+    meta = entry.metadata
+    whole = meta.ordering_key.decode("utf-8", "replace") if meta.ordering_key else meta.partition_key
+    if not entry.is_batch or meta.compression != api.NONE:
+        return [whole] * entry.num_messages
+    try:
+        return [m.ordering_key.decode("utf-8", "replace") if m.ordering_key else m.key for m in singles(entry)]
+    except CorruptEntry:
+        return [whole] * entry.num_messages
+
+
+def messages_of(position: Position, data: bytes, payloads: bool = True) -> list[Message]:
+    """The messages of one entry, with their ids (ledger, entry, batch index), each holding the
+    whole entry (`entry`) for dispatch. With payloads=False nothing is decompressed."""
+    entry = parse(data, verify_checksum=False)
+    n = entry.num_messages
+    if payloads:
+        decoded = singles(entry)
+        return [
+            Message(MessageId(position.ledger_id, position.entry_id, i), m.key, m.payload, m.properties, n, data)
+            for i, m in enumerate(decoded)
+        ]
+    return [
+        Message(MessageId(position.ledger_id, position.entry_id, i), key, b"", (), n, data)
+        for i, key in enumerate(keys(entry))
     ]

@@ -10,6 +10,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any, TypeVar
@@ -19,9 +20,10 @@ import grpc
 from impl.broker import broker_pb2 as pb
 from impl.broker import broker_pb2_grpc as pb_grpc
 from impl.broker.admin import Admin
+from impl.broker.entry_codec import SingleMessage, build_messages
 from impl.broker.errors import BrokerError, PersistenceError, UnknownMessageIdError
 from impl.broker.managed_ledger import Position
-from impl.broker.service import BrokerService, ConsumerSink, Subscription, consumer_step
+from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, consumer_step
 from impl.broker.subscription import Message, MessageId, SubscriptionType
 from impl.metadata.store import ConnectionLoss, SessionExpired
 
@@ -50,6 +52,15 @@ def id_from_pb(mid: pb.MessageId) -> MessageId:
 
 def message_to_pb(msg: Message) -> pb.Message:
     return pb.Message(payload=msg.payload, key=msg.key, properties=dict(msg.properties))
+
+
+def _append(producer: str, sequence_id: int, messages: list[pb.Message]) -> Append:
+    """The entry a Pulsar producer would have written for these messages (a batch when several)."""
+    if not messages:
+        raise BrokerError("a send needs at least one message")
+    singles = [SingleMessage(m.payload, m.key, tuple(sorted(m.properties.items())), m.event_time) for m in messages]
+    data = build_messages(producer, sequence_id, int(time.time() * 1000), singles)
+    return Append(data, sequence_id, sequence_id + len(messages) - 1, sum(len(m.payload) for m in messages))
 
 
 def _answer(make: Callable[..., R], body: Callable[[], R]) -> R:
@@ -119,9 +130,8 @@ class _Servicer(pb_grpc.BrokerServicer):
             messages = list(request.messages)
             sizes = list(request.entry_sizes)
             if not sizes:
-                result = _entry_result(
-                    self.service.send(request.topic, request.producer_name, request.sequence_id, messages)
-                )
+                append = _append(request.producer_name, request.sequence_id, messages)
+                result = _entry_result(self.service.send(request.topic, request.producer_name, append))
                 if result.code != pb.OK:
                     return pb.SendResp(code=result.code, message=result.message)
                 return pb.SendResp(
@@ -130,11 +140,11 @@ class _Servicer(pb_grpc.BrokerServicer):
             topic = self.service.topic(request.topic)  # NOT_OWNER etc. here: nothing was written
             if any(n < 1 for n in sizes) or sum(sizes) != len(messages):
                 raise BrokerError(f"entry_sizes {sizes} do not split the {len(messages)} messages; fix the client")
-            entries, first = [], 0
+            appends, first = [], 0
             for n in sizes:
-                entries.append(messages[first : first + n])
+                appends.append(_append(request.producer_name, request.sequence_id + first, messages[first : first + n]))
                 first += n
-            pending = topic.publish_entries(request.producer_name, request.sequence_id, entries)
+            pending = topic.publish_entries(request.producer_name, appends)
             # The managed ledger completes adds in order: once the last one is done, so is every
             # earlier one, and the handler wakes once instead of once per entry.
             last = next((p for p in reversed(pending) if not isinstance(p, BrokerError)), None)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impl.bookie.client.api import BookKeeperClient
-from impl.broker import broker_pb2 as pb
-from impl.broker.entry_codec import CorruptEntry, decode_entry, encode_entry, messages_of
+from impl.broker import entry_codec
+from impl.broker.entry_codec import CorruptEntry, messages_of
 from impl.broker.errors import (
     BrokerError,
     ConsumerBusyError,
@@ -63,6 +63,22 @@ from impl.metadata.store import MetadataError, MetadataStore
 log = logging.getLogger(__name__)
 
 Published = Future[tuple[Position | None, bool]] | BrokerError  # an appended entry's outcome, or its refusal
+
+
+@dataclass(frozen=True)
+class Append:
+    """One entry a producer publishes: Pulsar's entry format (entry_codec), and what de-duplication
+    and the size limit need of it."""
+
+    data: bytes
+    sequence_id: int
+    highest_sequence_id: int
+    payload_size: int
+
+    @classmethod
+    def of(cls, data: bytes) -> Append:
+        entry = entry_codec.parse(data, verify_checksum=False)
+        return cls(data, entry.metadata.sequence_id, entry.highest_sequence_id, len(entry.payload))
 
 READ_LIMIT = 10_000  # entries one Read call returns at most
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
@@ -227,14 +243,14 @@ class Topic:
             batch = self.ml.read(position, 1000)
             if not batch:
                 break
-            for pos, data in batch:
+            for _pos, data in batch:
                 try:
-                    entry = decode_entry(pos, data)
+                    entry = entry_codec.parse(data, verify_checksum=False)
                 except CorruptEntry:
                     continue
-                last = entry.sequence_id + len(entry.messages) - 1
-                if last > self.last_sequence.get(entry.producer_name, -1):
-                    self.last_sequence[entry.producer_name] = last
+                producer, last = entry.metadata.producer_name, entry.highest_sequence_id
+                if last > self.last_sequence.get(producer, -1):
+                    self.last_sequence[producer] = last
             position = self.ml.next_position(batch[-1][0])
 
     def create_producer(self, requested: str) -> tuple[str, int]:
@@ -247,55 +263,54 @@ class Topic:
             self.next_request[name] = last + 1  # where the (re)connected client numbers from
             return name, last
 
-    def publish(
-        self, producer: str, sequence_id: int, messages: list[pb.Message]
-    ) -> Future[tuple[Position | None, bool]]:
+    def publish(self, producer: str, append: Append) -> Future[tuple[Position | None, bool]]:
         """Append one entry; the future gives its position once durable on Qa bookies (None, True: duplicate)."""
-        (result,) = self.publish_entries(producer, sequence_id, [messages])
+        (result,) = self.publish_entries(producer, [append])
         if isinstance(result, BrokerError):
             raise result
         return result
 
-    def publish_entries(self, producer: str, sequence_id: int, entries: list[list[pb.Message]]) -> list[Published]:
-        """Append entries in order, as `publish` each (entry i's first sequence id follows entry i-1's
-        last), in one step of the managed ledger. An entry refused gets its error, and so does every
-        later one: nothing after a refusal is appended."""
+    def publish_entries(self, producer: str, appends: list[Append], in_order: bool = False) -> list[Published]:
+        """Append entries in order, in one step of the managed ledger. An entry refused gets its error,
+        and so does every later one: nothing after a refusal is appended. An entry whose first sequence
+        id the producer already published is a duplicate: (None, True), nothing appended.
+
+        in_order: the producer's requests arrive in sequence order (one Pulsar connection), so none
+        waits for an earlier one (the gRPC API's requests race each other and may)."""
         results: list[Published] = []
         adds: list[tuple[bytes, Callable[[Position | ManagedLedgerError], None]]] = []
         refusal: BrokerError | None = None
-        first = sequence_id
         with self.lock:
-            self._wait_turn(producer, sequence_id)
+            if appends and not in_order:
+                self._wait_turn(producer, appends[0].sequence_id)
             dedup = self.service.config.deduplication and producer
-            for messages in entries:
+            for append in appends:
                 if refusal is None:
                     try:
-                        self._check_entry(messages)
+                        self._check_entry(append)
                     except BrokerError as e:
                         refusal = e
                 if refusal is not None:
                     results.append(refusal)
-                elif dedup and first <= self.last_sequence.get(producer, -1):
+                elif dedup and append.sequence_id <= self.last_sequence.get(producer, -1):
                     done: Future[tuple[Position | None, bool]] = Future()
                     done.set_result((None, True))
                     results.append(done)
                 else:
                     result: Future[tuple[Position | None, bool]] = Future()
-                    adds.append(
-                        (encode_entry(producer, first, int(time.time() * 1000), messages), self._finisher(result))
-                    )
+                    adds.append((append.data, self._finisher(result)))
                     results.append(result)
                     if dedup:
-                        self.last_sequence[producer] = first + len(messages) - 1
-                first += len(messages)
+                        self.last_sequence[producer] = append.highest_sequence_id
                 if len(adds) >= PUBLISH_CHUNK:
                     self._add(adds)
                     adds = []
             if adds:
                 self._add(adds)
-            if producer:
+            if producer and appends:
                 # Past the whole request, refused entries too: the client never sends those again.
-                self.next_request[producer] = max(self.next_request.get(producer, 0), first)
+                after = appends[-1].highest_sequence_id + 1
+                self.next_request[producer] = max(self.next_request.get(producer, 0), after)
                 self.sequenced.notify_all()
         return results
 
@@ -328,10 +343,8 @@ class Topic:
             self.service.topic_fenced(self)
             raise TopicFenced(str(e)) from e
 
-    def _check_entry(self, messages: list[pb.Message]) -> None:
-        if not messages:
-            raise BrokerError("a send needs at least one message")
-        size = sum(len(m.payload) for m in messages)
+    def _check_entry(self, append: Append) -> None:
+        size = append.payload_size
         if size > self.service.config.max_message_size:
             raise MessageTooLarge(
                 f"{size} bytes is over the broker's limit of {self.service.config.max_message_size}; split the message"
@@ -375,12 +388,20 @@ class Topic:
             position = self.ml.next_position(batch[-1][0])
         return out
 
-    def last_message_id(self) -> MessageId | None:
+    def last_entry(self) -> tuple[Position, entry_codec.Entry] | None:
+        """The last confirmed entry, parsed (None: the topic has none)."""
         end = self.ml.last_confirmed()
         if end is None:
             return None
         ((_, data),) = self.ml.read(end, 1)
-        return MessageId(end.ledger_id, end.entry_id, len(decode_entry(end, data).messages) - 1)
+        return end, entry_codec.parse(data, verify_checksum=False)
+
+    def last_message_id(self) -> MessageId | None:
+        last = self.last_entry()
+        if last is None:
+            return None
+        end, entry = last
+        return MessageId(end.ledger_id, end.entry_id, entry.num_messages - 1)
 
     # ---- subscriptions -----------------------------------------------------------------------
 
@@ -580,10 +601,8 @@ class BrokerService:
 
     # ---- the API the server exposes ------------------------------------------------------------
 
-    def send(
-        self, topic: str, producer: str, sequence_id: int, messages: list[pb.Message]
-    ) -> Future[tuple[Position | None, bool]]:
-        return self.topic(topic).publish(producer, sequence_id, messages)
+    def send(self, topic: str, producer: str, append: Append) -> Future[tuple[Position | None, bool]]:
+        return self.topic(topic).publish(producer, append)
 
     def read(self, topic: str, start: MessageId | None, limit: int) -> list[Message]:
         return self.topic(topic).read(start, min(limit, READ_LIMIT) if limit > 0 else READ_LIMIT)

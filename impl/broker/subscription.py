@@ -68,6 +68,7 @@ class Message:
     payload: bytes
     properties: tuple[tuple[str, str], ...] = ()
     batch_size: int = 1
+    entry: bytes = field(default=b"", repr=False, compare=False)  # the whole entry, as stored (Pulsar's format)
 
 
 @dataclass(frozen=True)

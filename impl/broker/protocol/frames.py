@@ -1,0 +1,113 @@
+"""Frames of Pulsar's binary protocol (pure: bytes in, commands out, and back).
+
+Every frame starts with two unsigned 32-bit big-endian sizes:
+
+    simple:   totalSize | commandSize | BaseCommand
+    payload:  totalSize | commandSize | BaseCommand | headers and payload
+
+totalSize counts everything after itself. The "headers and payload" of SEND and MESSAGE are what
+a Pulsar ledger entry holds (impl/broker/entry_format.py): an optional broker-entry-metadata part
+(0x0e02 | u32 size | BrokerEntryMetadata), then 0x0e01 | CRC32C | u32 metadataSize |
+MessageMetadata | payload, the checksum covering everything after itself.
+
+`FrameDecoder` is incremental: feed it whatever the socket gave, take the whole frames. It refuses
+a frame whose announced size is over its limit before reading (or allocating for) its body.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from impl.broker.protocol import pulsar_api_pb2 as api
+
+# Pulsar's default maxMessageSize (5 MiB) plus the padding its brokers allow for the command and
+# the metadata around a message of that size.
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+FRAME_PADDING = 10 * 1024
+DEFAULT_MAX_FRAME_SIZE = DEFAULT_MAX_MESSAGE_SIZE + FRAME_PADDING
+
+_U32 = struct.Struct(">I")
+_TWO_U32 = struct.Struct(">II")
+
+Type = api.BaseCommand.Type
+
+
+class FrameError(ValueError):
+    """The bytes are not a frame of the protocol: the connection cannot go on (close it)."""
+
+
+class FrameTooLarge(FrameError):
+    pass
+
+
+@dataclass(frozen=True)
+class Frame:
+    command: api.BaseCommand
+    payload: bytes | None = None  # headers and payload, for SEND and MESSAGE
+
+
+def command_name(type_number: int) -> str:
+    """The protocol's name of a command type, or its number when this broker does not know it."""
+    try:
+        return str(Type.Name(type_number))
+    except ValueError:
+        return f"command type {type_number}"
+
+
+def encode(command: api.BaseCommand, payload: bytes | None = None) -> bytes:
+    """One frame: the command, followed by headers and payload for SEND and MESSAGE."""
+    body = command.SerializeToString()
+    extra = len(payload) if payload is not None else 0
+    head = _TWO_U32.pack(4 + len(body) + extra, len(body))
+    if payload is None:
+        return head + body
+    return b"".join((head, body, payload))
+
+
+class FrameDecoder:
+    """Whole frames out of a byte stream. Raises FrameError at the first frame that is not one."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buffer = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._buffer += data
+        frames: list[Frame] = []
+        offset = 0
+        buffer = self._buffer
+        while len(buffer) - offset >= 4:
+            (total,) = _U32.unpack_from(buffer, offset)
+            if total > self.max_frame_size:
+                raise FrameTooLarge(f"a frame of {total} bytes is over the limit of {self.max_frame_size}")
+            if total < 4:
+                raise FrameError(f"a frame of {total} bytes cannot hold its command size")
+            if len(buffer) - offset - 4 < total:
+                break
+            frames.append(_parse(bytes(buffer[offset + 4 : offset + 4 + total])))
+            offset += 4 + total
+        if offset:
+            del buffer[:offset]
+        return frames
+
+
+def _parse(frame: bytes) -> Frame:
+    (command_size,) = _U32.unpack_from(frame, 0)
+    if command_size > len(frame) - 4:
+        raise FrameError(f"command size {command_size} is beyond the frame's {len(frame) - 4} bytes")
+    command = api.BaseCommand()
+    try:
+        command.ParseFromString(frame[4 : 4 + command_size])
+    except DecodeError as e:
+        raise FrameError(f"the command is not a protobuf BaseCommand: {e}") from e
+    if not command.HasField("type"):
+        raise FrameError("the command has no type")
+    rest = frame[4 + command_size :]
+    return Frame(command, rest if rest else None)
