@@ -19,9 +19,10 @@ from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
 from impl.broker import namespaces
 from impl.broker.admin import Admin
-from impl.broker.errors import NotOwner, TopicNotFound
+from impl.broker.errors import NotOwner, ServiceNotReady, TopicNotFound
 from impl.broker.naming import TopicName
 from impl.broker.ownership import LoadManager, NamespaceBundle
+from impl.broker.protocol.listener import PulsarListener, PulsarLookup
 from impl.broker.server import BrokerServer
 from impl.broker.service import BrokerConfig, BrokerService
 from impl.metadata.store import MetadataStore
@@ -72,16 +73,21 @@ class Broker:
         host: str = "127.0.0.1",
         port: int = 0,
         bookie_request_timeout_s: float = 2.0,
+        pulsar_port: int = 0,
     ) -> None:
         self.connect_store = connect_store
         self.config = config or BrokerConfig()
         self.bookie_request_timeout_s = bookie_request_timeout_s
         self.server = BrokerServer(host, port)
         self.address = self.server.address
+        self.pulsar = PulsarListener(host, pulsar_port, self.config.max_message_size)
         self.store = connect_store()
         self.bookkeeper: BookKeeperClient = connect_bookkeeper(self.store, request_timeout_s=bookie_request_timeout_s)
-        self.load_manager = LoadManager(self.store, self.address, on_lost=self._bundles_lost)
+        self.load_manager = LoadManager(
+            self.store, self.address, on_lost=self._bundles_lost, service_url=self.pulsar.service_url
+        )
         self.service = BrokerService(self.store, self.bookkeeper, Ownership(self), self.address, self.config)
+        self._service_urls: dict[str, str] = {self.address: self.pulsar.service_url}
         self.admin = Admin(self.service, self.store)
         self.admin.verbs["brokers expire-session"] = lambda _args: self.expire_session()
         self.admin.verbs["brokers stats"] = lambda _args: self.stats()
@@ -92,8 +98,24 @@ class Broker:
         namespaces.ensure_default(self.store)
         self.load_manager.start()
         self.server.start(self.service, self.admin)
+        self.pulsar.start(self.service, PulsarLookup(self.service, self.service_url_of))
         heap.settle_after_startup()
         log.info("broker %s started", self.address)
+
+    @property
+    def service_url(self) -> str:
+        """Where Pulsar clients connect to this broker."""
+        return self.pulsar.service_url
+
+    def service_url_of(self, broker_address: str) -> str:
+        """A live broker's pulsar:// URL, from its registration (cached: a broker's URL never changes)."""
+        url = self._service_urls.get(broker_address)
+        if url is None:
+            load = self.load_manager.registry.live_brokers().get(broker_address)
+            if load is None or not load.service_url:
+                raise ServiceNotReady(f"broker {broker_address} has no registered Pulsar service URL; retry")
+            url = self._service_urls[broker_address] = load.service_url
+        return url
 
     def _bundles_lost(self, bundles: list[NamespaceBundle]) -> None:
         """Called on the store's thread: drop the topics now, renew the session elsewhere."""
@@ -130,6 +152,7 @@ class Broker:
     def stats(self) -> dict[str, Any]:
         return {
             "address": self.address,
+            "service_url": self.service_url,
             "bundles": [str(b) for b in self.load_manager.ownership.owned_bundles()],
             "topics": sorted(self.service.topics),
         }
@@ -139,6 +162,7 @@ class Broker:
         written; the session ends, so its ephemeral nodes go at once (a real crash waits for the timeout)."""
         self._stopped.set()
         self.server.stop(grace_s=0)
+        self.pulsar.stop()
         self.service.unload_topics(lambda _n: True, graceful=False)
         try:
             self.store.expire_session()
@@ -151,6 +175,7 @@ class Broker:
     def stop(self) -> None:
         self._stopped.set()
         self.server.stop()
+        self.pulsar.stop()
         self.service.close()
         try:
             self.load_manager.close()

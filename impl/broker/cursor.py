@@ -124,6 +124,13 @@ class CursorState:
         self._advance(view)
         return True
 
+    def reset_to(self, mark_delete: Position) -> bool:
+        """Seek: everything after `mark_delete` is unacknowledged again (Pulsar's resetCursor)."""
+        changed = mark_delete != self.mark_delete or bool(self.individually_deleted)
+        self.mark_delete = mark_delete
+        self.individually_deleted = []
+        return changed
+
     def delete(self, positions: Iterable[Position], view: TopicView) -> bool:
         """Individual acks. Returns whether the state changed."""
         changed = False
@@ -275,6 +282,14 @@ class _CursorBase:
         """Cumulative ack: everything up to `position` is consumed."""
         self._apply(lambda s, v: s.mark_delete_to(position, v))
 
+    def reset(self, start: Position | None) -> None:
+        """Seek: read again from `start` (None: the topic's first entry), as if nothing after it was acknowledged."""
+        view = self.ml.view()
+        before = initial_state(view, "earliest").mark_delete if start is None else start.before()
+        self._apply(lambda s, v: s.reset_to(before))
+        with self._lock:
+            self.read_position = None
+
     def delete(self, positions: Iterable[Position]) -> None:
         """Individual acks; contiguous acks advance the mark-delete position."""
         wanted = list(positions)
@@ -291,17 +306,19 @@ class _CursorBase:
 
 
 class NonDurableCursor(_CursorBase):
-    """A reader: starts at `start` (None = the earliest entry), remembers nothing across brokers."""
+    """A reader: starts at `start` (None = the earliest entry), or right after it (`after`),
+    remembers nothing across brokers."""
 
-    def __init__(self, ml: ManagedLedger, start: Position | None) -> None:
+    def __init__(self, ml: ManagedLedger, start: Position | None, after: bool = False) -> None:
         view = ml.view()
         if start is None:
             state = initial_state(view, "earliest")
+        elif after:
+            state = CursorState(start)  # start itself is consumed
         else:
-            before = Position(start.ledger_id, start.entry_id - 1)  # everything before start is consumed
-            state = CursorState(before)
+            state = CursorState(start.before())  # everything before start is consumed
         super().__init__(ml, "", state)
-        self.read_position = start
+        self.read_position = None if after or start is None else start
 
 
 class ManagedCursor(_CursorBase):

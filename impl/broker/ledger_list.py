@@ -37,6 +37,11 @@ class Position:
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}"
 
+    def before(self) -> Position:
+        """The position a cursor marks as deleted to read from this one next (entry -1 of a ledger
+        stands before its first entry)."""
+        return Position(self.ledger_id, self.entry_id - 1)
+
 
 @dataclass(frozen=True)
 class LedgerInfo:

@@ -621,11 +621,12 @@ class ManagedLedger:
         with self._cursors_lock:
             return dict(self._cursors)
 
-    def new_non_durable_cursor(self, start: Position | None = None) -> NonDurableCursor:
-        """A reader's cursor from `start` (None = the earliest entry); nothing is persisted."""
+    def new_non_durable_cursor(self, start: Position | None = None, after: bool = False) -> NonDurableCursor:
+        """A reader's cursor from `start` (None = the earliest entry), or right after it (`after`:
+        a start of None then reads the first entry ever added); nothing is persisted."""
         with self._state() as core:
             core.check_usable()
-        return NonDurableCursor(self, start)
+        return NonDurableCursor(self, start, after)
 
     def fence(self, reason: str) -> None:
         """Fence from outside (a cursor lost its ledger to another broker, the session expired)."""

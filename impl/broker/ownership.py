@@ -156,14 +156,16 @@ class BrokerLoad:
     broker: str
     bundles: int = 0
     topics: int = 0
+    service_url: str = ""  # where Pulsar clients connect: pulsar://host:port (Pulsar's pulsarServiceUrl)
 
     def to_json(self) -> bytes:
-        return json.dumps({"broker": self.broker, "bundles": self.bundles, "topics": self.topics}).encode()
+        doc = {"broker": self.broker, "bundles": self.bundles, "topics": self.topics}
+        return json.dumps(doc | {"pulsarServiceUrl": self.service_url}).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> BrokerLoad:
         raw = json.loads(data)
-        return cls(str(raw["broker"]), int(raw["bundles"]), int(raw["topics"]))
+        return cls(str(raw["broker"]), int(raw["bundles"]), int(raw["topics"]), str(raw.get("pulsarServiceUrl", "")))
 
 
 @dataclass(frozen=True)
@@ -503,8 +505,11 @@ class BrokerRegistry:
 class LoadManager:
     """One broker's view: registers it, answers lookups, unloads and transfers bundles."""
 
-    def __init__(self, store: MetadataStore, broker_address: str, on_lost: LostCallback | None = None) -> None:
+    def __init__(
+        self, store: MetadataStore, broker_address: str, on_lost: LostCallback | None = None, service_url: str = ""
+    ) -> None:
         self.broker_address = broker_address
+        self.service_url = service_url
         self.on_lost = on_lost
         self.ownership = OwnershipCache(store, broker_address, on_lost=self._bundles_lost)
         self.registry = BrokerRegistry(store)
@@ -635,7 +640,7 @@ class LoadManager:
     # -- internals ----------------------------------------------------------------------------
 
     def _load(self) -> BrokerLoad:
-        return BrokerLoad(self.broker_address, len(self.ownership.owned_bundles()), self._topics)
+        return BrokerLoad(self.broker_address, len(self.ownership.owned_bundles()), self._topics, self.service_url)
 
     def _publish_load(self) -> None:
         if self.ownership.expired:

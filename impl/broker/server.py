@@ -20,7 +20,7 @@ import grpc
 from impl.broker import broker_pb2 as pb
 from impl.broker import broker_pb2_grpc as pb_grpc
 from impl.broker.admin import Admin
-from impl.broker.entry_codec import SingleMessage, build_messages
+from impl.broker.entry_codec import SingleMessage, build_messages, parse, singles
 from impl.broker.errors import BrokerError, PersistenceError, UnknownMessageIdError
 from impl.broker.managed_ledger import Position
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, consumer_step
@@ -52,6 +52,12 @@ def id_from_pb(mid: pb.MessageId) -> MessageId:
 
 def message_to_pb(msg: Message) -> pb.Message:
     return pb.Message(payload=msg.payload, key=msg.key, properties=dict(msg.properties))
+
+
+def dispatched_to_pb(msg: Message) -> pb.Message:
+    """A dispatched message (which carries its whole entry, not its own payload) as the gRPC API's."""
+    single = singles(parse(msg.entry, verify_checksum=False))[msg.id.batch_index]
+    return pb.Message(payload=single.payload, key=single.key, properties=dict(single.properties))
 
 
 def _append(producer: str, sequence_id: int, messages: list[pb.Message]) -> Append:
@@ -99,7 +105,7 @@ class _StreamSink(ConsumerSink):
     def deliver(self, messages: list[tuple[Message, int]]) -> None:
         resp = pb.ConsumeResp()
         for msg, count in messages:
-            resp.deliveries.add(id=id_to_pb(msg.id), message=message_to_pb(msg), redelivery_count=count)
+            resp.deliveries.add(id=id_to_pb(msg.id), message=dispatched_to_pb(msg), redelivery_count=count)
         self.out.put(resp)
 
     def set_active(self, active: bool) -> None:
@@ -295,8 +301,7 @@ class _Servicer(pb_grpc.BrokerServicer):
             finally:
                 sub = state.get("sub")
                 if sub is not None:
-                    sub.sinks.pop(consumer, None)
-                    sub.run(lambda: sub.dispatcher.remove_consumer(consumer))
+                    sub.topic.remove_consumer(sub, consumer)
                 out.put(None)
 
         threading.Thread(target=receive, name=f"consumer-{consumer}-receive", daemon=True).start()

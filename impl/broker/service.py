@@ -31,6 +31,7 @@ from impl.broker.errors import (
     MessageTooLarge,
     NotOwner,
     PersistenceError,
+    ProducerBusy,
     ServiceNotReady,
     TopicFenced,
     UnknownMessageIdError,
@@ -41,6 +42,7 @@ from impl.broker.managed_ledger import (
     ManagedLedgerConfig,
     ManagedLedgerError,
     ManagedLedgerFencedError,
+    NonDurableCursor,
     Position,
 )
 from impl.broker.naming import InvalidTopicName, TopicName
@@ -113,16 +115,25 @@ class ConsumerSink:
     def set_active(self, active: bool) -> None:
         """Failover only: this consumer became (in)active."""
 
+    def close(self) -> None:
+        """The broker closes the consumer (its subscription was reset by a seek, its topic closed)."""
+
 
 class Subscription:
     """One subscription: a dispatcher core over a durable cursor, driven under one lock."""
 
     def __init__(
-        self, topic: Topic, name: str, cursor: ManagedCursor, sub_type: SubscriptionType, partition: int
+        self,
+        topic: Topic,
+        name: str,
+        cursor: ManagedCursor | NonDurableCursor,
+        sub_type: SubscriptionType,
+        partition: int,
     ) -> None:
         self.topic = topic
         self.name = name
         self.cursor = cursor
+        self.durable = isinstance(cursor, ManagedCursor)
         self.dispatcher = Dispatcher(sub_type, partition)
         self.sinks: dict[int, ConsumerSink] = {}
         self.lock = threading.RLock()
@@ -198,6 +209,17 @@ class Subscription:
             return self.dispatcher.read_failed()
         return self.dispatcher.entries_read(messages)
 
+    def reset(self, start: Position | None) -> list[ConsumerSink]:
+        """Seek: the cursor reads again from `start`; every consumer is removed (the caller closes them,
+        and their clients subscribe again). Returns the removed consumers' sinks."""
+        with self.lock:
+            removed = list(self.sinks.values())
+            self.sinks.clear()
+            self.dispatcher = Dispatcher(self.dispatcher.type, self.dispatcher.partition_index)
+            self.cursor.reset(start)
+            self.read_after = self.cursor.mark_delete_position
+        return removed
+
     def _read(self, max_entries: int) -> list[Message]:
         ml = self.topic.ml
         start = ml.first_position() if self.read_after is None else ml.next_position(self.read_after)
@@ -209,7 +231,7 @@ class Subscription:
             if self.cursor.is_acknowledged(position):
                 continue  # acknowledged individually before a restart or takeover
             try:
-                messages += messages_of(position, data)
+                messages += messages_of(position, data, payloads=False)
             except CorruptEntry as e:
                 log.error("skipping %s on %s: %s", position, self.topic.name, e)
         return messages
@@ -230,6 +252,12 @@ class Topic:
         self.sequenced = threading.Condition(self.lock)
         self._producer_seq = 0
         self._trim_scheduled = False
+        # Producers attached over Pulsar connections: name -> (owner, epoch, exclusive). A name is
+        # connected once; a re-created producer (higher epoch) replaces its stale predecessor.
+        self.attached: dict[str, tuple[object, int, bool]] = {}
+        # Called once when the topic closes (unload, fenced, lost bundle): connections then close
+        # their producers and consumers on it, and the clients look the topic up again.
+        self.close_watchers: dict[object, Callable[[], None]] = {}
         if service.config.deduplication:
             self._rebuild_dedup()
         ml.add_listener(self._on_new_entry)
@@ -262,6 +290,39 @@ class Topic:
             last = self.last_sequence.get(name, -1)
             self.next_request[name] = last + 1  # where the (re)connected client numbers from
             return name, last
+
+    def attach_producer(self, requested: str, owner: object, epoch: int, exclusive: bool) -> tuple[str, int]:
+        """A producer connects: its name (chosen here when `requested` is empty) and the last sequence
+        id it persisted. ProducerBusy when the name is connected, or when access is exclusive."""
+        with self.lock:
+            if self.closed:
+                raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
+            others = {n: a for n, a in self.attached.items() if a[0] is not owner}
+            if requested in others and epoch <= others[requested][1]:
+                raise ProducerBusy(f"a producer named {requested!r} is already connected to {self.name}")
+            rivals = {n: a for n, a in others.items() if n != requested}
+            if any(a[2] for a in rivals.values()) or (exclusive and rivals):
+                raise ProducerBusy(f"{self.name} has another producer and exclusive access was asked for or held")
+            name, last = self.create_producer(requested)
+            self.attached[name] = (owner, epoch, exclusive)
+            return name, last
+
+    def detach_producer(self, name: str, owner: object) -> None:
+        with self.lock:
+            if name in self.attached and self.attached[name][0] is owner:
+                del self.attached[name]
+
+    def close_attached(self) -> None:
+        """Tell every watcher that the topic closed (each at most once)."""
+        with self.lock:
+            watchers = list(self.close_watchers.values())
+            self.close_watchers.clear()
+            self.attached.clear()
+        for watcher in watchers:
+            try:
+                watcher()
+            except Exception:
+                log.exception("closing a connection's producers and consumers on %s", self.name)
 
     def publish(self, producer: str, append: Append) -> Future[tuple[Position | None, bool]]:
         """Append one entry; the future gives its position once durable on Qa bookies (None, True: duplicate)."""
@@ -406,8 +467,17 @@ class Topic:
     # ---- subscriptions -----------------------------------------------------------------------
 
     def subscribe(
-        self, sub_name: str, sub_type: SubscriptionType, earliest: bool, consumer: int, name: str, sink: ConsumerSink
+        self,
+        sub_name: str,
+        sub_type: SubscriptionType,
+        earliest: bool,
+        consumer: int,
+        name: str,
+        sink: ConsumerSink,
+        reader_start: Position | None | bool = False,
     ) -> Subscription:
+        """Attach a consumer. reader_start (not False): a non-durable subscription (a reader) starting
+        at that position inclusive (None: the first entry; True: after the last one)."""
         if not sub_name:
             raise BrokerError("a subscription needs a name")
         with self.lock:
@@ -421,7 +491,14 @@ class Topic:
                     )
                 sub = None
             if sub is None:
-                cursor = self.ml.open_cursor(sub_name, initial="earliest" if earliest else "latest")
+                cursor: ManagedCursor | NonDurableCursor
+                if reader_start is False:
+                    cursor = self.ml.open_cursor(sub_name, initial="earliest" if earliest else "latest")
+                elif reader_start is True:
+                    cursor = self.ml.new_non_durable_cursor(self.ml.last_confirmed(), after=True)
+                else:
+                    assert not isinstance(reader_start, bool)
+                    cursor = self.ml.new_non_durable_cursor(reader_start)
                 sub = Subscription(self, sub_name, cursor, sub_type, self.name.partition or 0)
                 self.subscriptions[sub_name] = sub
         with sub.lock:
@@ -432,6 +509,15 @@ class Topic:
                 del sub.sinks[consumer]
                 raise ConsumerBusyError(f"subscription {sub_name} on {self.name}: {e}") from e
         return sub
+
+    def remove_consumer(self, sub: Subscription, consumer: int) -> None:
+        """A consumer left: its unacknowledged messages go to the others; a reader's subscription goes."""
+        sub.sinks.pop(consumer, None)
+        sub.run(lambda: sub.dispatcher.remove_consumer(consumer))
+        if not sub.durable and not sub.sinks:
+            with self.lock:
+                if self.subscriptions.get(sub.name) is sub:
+                    del self.subscriptions[sub.name]
 
     def unsubscribe(self, sub_name: str) -> None:
         with self.lock:
@@ -579,6 +665,7 @@ class BrokerService:
             topic.closed = True
             topic.sequenced.notify_all()  # requests waiting for their turn are refused now
         self.topics.pop(str(topic.name), None)
+        topic.close_attached()
         log.warning("topic %s fenced: another broker took it over; closed", topic.name)
 
     def unload_topics(self, predicate: Callable[[TopicName], bool], graceful: bool) -> list[str]:
@@ -591,6 +678,7 @@ class BrokerService:
                 topic.closed = True
                 topic.sequenced.notify_all()
             self.topics.pop(key, None)
+            topic.close_attached()
             if graceful:
                 try:
                     topic.ml.close()

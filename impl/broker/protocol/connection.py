@@ -1,0 +1,575 @@
+"""One client connection of a broker, as Pulsar's protocol has it (pure core).
+
+The core takes the frames a client sends (`receive`) and the results of the work it asked the
+broker to do (`producer_ready`, `send_done`, `subscribed`, ...), and returns what to perform: a
+reply to write (`Reply`), the connection to close (`Close`), or a request for the broker's
+service (the `Do*` dataclasses). It never touches a socket, a topic or a clock: the listener
+(impl/broker/protocol/listener.py) does, and passes `now` in.
+
+What it decides:
+- Nothing but CONNECT is accepted before CONNECTED; the protocol version is the lower of the
+  client's and the broker's.
+- Every command the broker does not implement is answered with an ERROR that names it (with its
+  request id where it has one), so no client waits on a silence.
+- Producer and consumer ids are the client's, per connection (every client numbers from 0).
+  A SEND for a producer that is not ready is refused, and so is a second producer or consumer
+  with an id already in use.
+- Keep-alive: a PING is sent after `keepalive_s` of silence from the client, and the
+  connection is closed when the client stays silent for another `keepalive_s`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.broker.protocol.frames import Frame, command_name
+from impl.broker.subscription import MessageId, SubscriptionType
+
+PROTOCOL_VERSION = 20  # what this broker speaks: the official 4.x client's
+SERVER_VERSION = "pulsar-ref"
+KEEPALIVE_S = 30.0
+LATEST = MessageId(2**63 - 1, 2**63 - 1, -1)  # MessageId.latest of the clients
+EARLIEST = MessageId(-1, -1, -1)
+
+T = api.BaseCommand
+SUB_TYPES = {
+    api.CommandSubscribe.Exclusive: SubscriptionType.EXCLUSIVE,
+    api.CommandSubscribe.Shared: SubscriptionType.SHARED,
+    api.CommandSubscribe.Failover: SubscriptionType.FAILOVER,
+    api.CommandSubscribe.Key_Shared: SubscriptionType.KEY_SHARED,
+}
+# Requests without an implementation here; each carries its request id in field 1.
+_UNSUPPORTED_REQUESTS: dict[int, str] = {
+    T.CONSUMER_STATS: "consumerStats",
+    T.GET_SCHEMA: "getSchema",
+    T.GET_OR_CREATE_SCHEMA: "getOrCreateSchema",
+    T.NEW_TXN: "newTxn",
+    T.TC_CLIENT_CONNECT_REQUEST: "tcClientConnectRequest",
+    T.WATCH_TOPIC_LIST: "watchTopicList",
+}
+
+
+class State(enum.Enum):
+    AWAITING_CONNECT = "awaiting CONNECT"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+# ---- outputs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    command: api.BaseCommand
+    payload: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Close:
+    reason: str
+
+
+@dataclass(frozen=True)
+class DoLookup:
+    request_id: int
+    topic: str
+    authoritative: bool
+
+
+@dataclass(frozen=True)
+class DoPartitionedMetadata:
+    request_id: int
+    topic: str
+
+
+@dataclass(frozen=True)
+class DoCreateProducer:
+    request_id: int
+    producer_id: int
+    topic: str
+    producer_name: str  # "" = the broker chooses one
+    epoch: int
+    exclusive: bool
+
+
+@dataclass(frozen=True)
+class DoPublish:
+    producer_id: int
+    sequence_id: int
+    highest_sequence_id: int
+    num_messages: int
+    data: bytes  # headers and payload: the entry to store
+
+
+@dataclass(frozen=True)
+class DoCloseProducer:
+    request_id: int | None  # None: the connection went away
+    producer_id: int
+
+
+@dataclass(frozen=True)
+class DoSubscribe:
+    request_id: int
+    consumer_id: int
+    topic: str
+    subscription: str
+    sub_type: SubscriptionType
+    durable: bool
+    earliest: bool  # initial position of a new subscription
+    start: MessageId | None  # a reader's (non-durable) start, inclusive
+    consumer_name: str
+
+
+@dataclass(frozen=True)
+class DoFlow:
+    consumer_id: int
+    permits: int
+
+
+@dataclass(frozen=True)
+class AckedId:
+    """One id of an ACK: batch_index -1 = the whole entry; ack_set = the batch indexes still not
+    acknowledged (bit set), when the client acknowledges a batch in part."""
+
+    id: MessageId
+    ack_set: tuple[int, ...] = ()
+    batch_size: int = 0
+
+
+@dataclass(frozen=True)
+class DoAck:
+    consumer_id: int
+    ids: tuple[AckedId, ...]
+    cumulative: bool
+    request_id: int | None  # set: the client wants an ACK_RESPONSE
+
+
+@dataclass(frozen=True)
+class DoRedeliver:
+    consumer_id: int
+    ids: tuple[MessageId, ...] | None  # None: every unacknowledged message of the consumer
+
+
+@dataclass(frozen=True)
+class DoCloseConsumer:
+    request_id: int | None  # None: the connection went away
+    consumer_id: int
+
+
+@dataclass(frozen=True)
+class DoUnsubscribe:
+    request_id: int
+    consumer_id: int
+
+
+@dataclass(frozen=True)
+class DoSeek:
+    request_id: int
+    consumer_id: int
+    message_id: MessageId | None
+    publish_time_ms: int | None
+
+
+@dataclass(frozen=True)
+class DoGetLastMessageId:
+    request_id: int
+    consumer_id: int
+
+
+@dataclass(frozen=True)
+class DoGetTopics:
+    request_id: int
+    namespace: str
+    pattern: str | None
+
+
+Output = (
+    Reply
+    | Close
+    | DoLookup
+    | DoPartitionedMetadata
+    | DoCreateProducer
+    | DoPublish
+    | DoCloseProducer
+    | DoSubscribe
+    | DoFlow
+    | DoAck
+    | DoRedeliver
+    | DoCloseConsumer
+    | DoUnsubscribe
+    | DoSeek
+    | DoGetLastMessageId
+    | DoGetTopics
+)
+
+
+# ---- building commands -------------------------------------------------------------------------
+
+
+def command(type_: int, **fields: object) -> api.BaseCommand:
+    """A BaseCommand of `type_` with its one sub-message set from `fields` (name=message)."""
+    cmd = api.BaseCommand(type=type_)
+    for name, value in fields.items():
+        getattr(cmd, name).CopyFrom(value)
+    return cmd
+
+
+def error_reply(request_id: int, error: int, message: str) -> Reply:
+    return Reply(command(T.ERROR, error=api.CommandError(request_id=request_id, error=error, message=message)))  # type: ignore[arg-type]
+
+
+def success_reply(request_id: int) -> Reply:
+    return Reply(command(T.SUCCESS, success=api.CommandSuccess(request_id=request_id)))
+
+
+def id_from_wire(mid: api.MessageIdData) -> MessageId:
+    return MessageId(mid.ledgerId, mid.entryId, mid.batch_index)
+
+
+def id_to_wire(mid: MessageId, partition: int = -1) -> api.MessageIdData:
+    out = api.MessageIdData(ledgerId=mid.ledger_id, entryId=mid.entry_id)
+    if mid.batch_index >= 0:
+        out.batch_index = mid.batch_index
+    if partition >= 0:
+        out.partition = partition
+    return out
+
+
+# ---- the connection ------------------------------------------------------------------------
+
+
+@dataclass
+class _Producer:
+    topic: str
+    name: str = ""
+    ready: bool = False
+
+
+@dataclass
+class _Consumer:
+    topic: str
+    subscription: str
+    ready: bool = False
+    epoch: int = 0
+
+
+@dataclass
+class ServerConnection:
+    """The broker's side of one client connection."""
+
+    max_message_size: int
+    keepalive_s: float = KEEPALIVE_S
+    state: State = State.AWAITING_CONNECT
+    protocol_version: int = 0
+    client_version: str = ""
+    producers: dict[int, _Producer] = field(default_factory=dict)
+    consumers: dict[int, _Consumer] = field(default_factory=dict)
+    _last_heard: float = 0.0
+    _ping_sent_at: float | None = None
+
+    # ---- frames in ---------------------------------------------------------------------------
+
+    def receive(self, frame: Frame, now: float) -> list[Output]:
+        self._last_heard, self._ping_sent_at = now, None
+        cmd = frame.command
+        kind = cmd.type
+        if self.state is State.CLOSED:
+            return []
+        if self.state is State.AWAITING_CONNECT:
+            if kind != T.CONNECT:
+                self.state = State.CLOSED
+                return [Close(f"{command_name(kind)} before CONNECT: the first command must be CONNECT")]
+            return self._connect(cmd.connect)
+        handler = self._HANDLERS.get(kind)
+        if handler is None:
+            return self._unsupported(cmd, frame)
+        return handler(self, cmd, frame)
+
+    def _connect(self, c: api.CommandConnect) -> list[Output]:
+        self.state = State.CONNECTED
+        self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION)
+        self.client_version = c.client_version
+        connected = api.CommandConnected(
+            server_version=SERVER_VERSION,
+            protocol_version=self.protocol_version,
+            max_message_size=self.max_message_size,
+        )
+        return [Reply(command(T.CONNECTED, connected=connected))]
+
+    def _unsupported(self, cmd: api.BaseCommand, frame: Frame) -> list[Output]:
+        name = command_name(cmd.type)
+        field_name = _UNSUPPORTED_REQUESTS.get(cmd.type)
+        if cmd.type == T.CONNECT:
+            return [error_reply(0, api.NotAllowedError, "already connected: CONNECT comes once per connection")]
+        if field_name is not None:
+            request_id = getattr(cmd, field_name).request_id
+            return [error_reply(request_id, api.NotAllowedError, f"{name} is not implemented by this broker")]
+        return [error_reply(0, api.NotAllowedError, f"{name} is not implemented by this broker")]
+
+    def _ping(self, _cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        return [Reply(command(T.PONG, pong=api.CommandPong()))]
+
+    def _pong(self, _cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        return []
+
+    def _partitioned_metadata(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        m = cmd.partitionMetadata
+        return [DoPartitionedMetadata(m.request_id, m.topic)]
+
+    def _lookup(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        m = cmd.lookupTopic
+        return [DoLookup(m.request_id, m.topic, m.authoritative)]
+
+    def _producer(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        p = cmd.producer
+        existing = self.producers.get(p.producer_id)
+        if existing is not None:
+            if existing.topic == p.topic and existing.ready:  # the client asked again: it is there
+                return [self._producer_success(p.request_id, existing.name, -1)]
+            return [error_reply(p.request_id, api.ServiceNotReady, f"producer id {p.producer_id} is being created")]
+        self.producers[p.producer_id] = _Producer(p.topic)
+        name = p.producer_name if p.HasField("producer_name") else ""
+        exclusive = p.producer_access_mode in (api.Exclusive, api.ExclusiveWithFencing, api.WaitForExclusive)
+        return [DoCreateProducer(p.request_id, p.producer_id, p.topic, name, p.epoch, exclusive)]
+
+    def _send(self, cmd: api.BaseCommand, frame: Frame) -> list[Output]:
+        s = cmd.send
+        producer = self.producers.get(s.producer_id)
+        if producer is None or not producer.ready:
+            return [
+                self.send_error(
+                    s.producer_id,
+                    s.sequence_id,
+                    api.NotAllowedError,
+                    f"producer {s.producer_id} is not ready on this connection",
+                )
+            ]
+        if frame.payload is None:
+            return [self.send_error(s.producer_id, s.sequence_id, api.UnknownError, "SEND without a payload")]
+        num = s.num_messages if s.HasField("num_messages") else 1
+        highest = s.highest_sequence_id if s.HasField("highest_sequence_id") else s.sequence_id + num - 1
+        highest = max(highest, s.sequence_id)
+        return [DoPublish(s.producer_id, s.sequence_id, highest, num, frame.payload)]
+
+    def _close_producer(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        c = cmd.close_producer
+        if self.producers.pop(c.producer_id, None) is None:
+            return [success_reply(c.request_id)]  # closing what is not there is done
+        return [DoCloseProducer(c.request_id, c.producer_id)]
+
+    def _subscribe(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        s = cmd.subscribe
+        if s.consumer_id in self.consumers:
+            existing = self.consumers[s.consumer_id]
+            if existing.ready and existing.topic == s.topic and existing.subscription == s.subscription:
+                return [success_reply(s.request_id)]
+            return [error_reply(s.request_id, api.ServiceNotReady, f"consumer id {s.consumer_id} is in use")]
+        if not s.subscription:
+            return [error_reply(s.request_id, api.NotAllowedError, "a subscription needs a name")]
+        start = None
+        if s.HasField("start_message_id") and not s.durable:
+            start = id_from_wire(s.start_message_id)
+        self.consumers[s.consumer_id] = _Consumer(s.topic, s.subscription, epoch=s.consumer_epoch)
+        return [
+            DoSubscribe(
+                s.request_id,
+                s.consumer_id,
+                s.topic,
+                s.subscription,
+                SUB_TYPES.get(s.subType, SubscriptionType.EXCLUSIVE),
+                s.durable,
+                s.initialPosition == api.CommandSubscribe.Earliest,
+                start,
+                s.consumer_name,
+            )
+        ]
+
+    def _ready_consumer(self, consumer_id: int) -> _Consumer | None:
+        consumer = self.consumers.get(consumer_id)
+        return consumer if consumer is not None and consumer.ready else None
+
+    def _flow(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        f = cmd.flow
+        if self._ready_consumer(f.consumer_id) is None or f.messagePermits <= 0:
+            return []  # as Pulsar: a flow for an unknown consumer is dropped
+        return [DoFlow(f.consumer_id, f.messagePermits)]
+
+    def _ack(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        a = cmd.ack
+        request_id = a.request_id if a.HasField("request_id") else None
+        if self._ready_consumer(a.consumer_id) is None:
+            if request_id is None:
+                return []
+            return [self.ack_response(a.consumer_id, request_id, api.ConsumerNotFound, "no such consumer")]
+        ids = tuple(AckedId(id_from_wire(m), tuple(m.ack_set), m.batch_size) for m in a.message_id)
+        return [DoAck(a.consumer_id, ids, a.ack_type == api.CommandAck.Cumulative, request_id)]
+
+    def _redeliver(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        r = cmd.redeliverUnacknowledgedMessages
+        consumer = self._ready_consumer(r.consumer_id)
+        if consumer is None:
+            return []
+        if r.HasField("consumer_epoch"):
+            consumer.epoch = max(consumer.epoch, r.consumer_epoch)
+        ids = tuple(id_from_wire(m) for m in r.message_ids) if r.message_ids else None
+        return [DoRedeliver(r.consumer_id, ids)]
+
+    def _close_consumer(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        c = cmd.close_consumer
+        if self.consumers.pop(c.consumer_id, None) is None:
+            return [success_reply(c.request_id)]
+        return [DoCloseConsumer(c.request_id, c.consumer_id)]
+
+    def _unsubscribe(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        u = cmd.unsubscribe
+        if self._ready_consumer(u.consumer_id) is None:
+            return [error_reply(u.request_id, api.ConsumerNotFound, f"no consumer {u.consumer_id}")]
+        return [DoUnsubscribe(u.request_id, u.consumer_id)]
+
+    def _seek(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        s = cmd.seek
+        if self._ready_consumer(s.consumer_id) is None:
+            return [error_reply(s.request_id, api.ConsumerNotFound, f"no consumer {s.consumer_id}")]
+        if s.HasField("message_id"):
+            return [DoSeek(s.request_id, s.consumer_id, id_from_wire(s.message_id), None)]
+        if s.HasField("message_publish_time"):
+            return [DoSeek(s.request_id, s.consumer_id, None, s.message_publish_time)]
+        return [error_reply(s.request_id, api.NotAllowedError, "SEEK needs a message id or a publish time")]
+
+    def _get_last_message_id(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        g = cmd.getLastMessageId
+        if self._ready_consumer(g.consumer_id) is None:
+            return [error_reply(g.request_id, api.ConsumerNotFound, f"no consumer {g.consumer_id}")]
+        return [DoGetLastMessageId(g.request_id, g.consumer_id)]
+
+    def _get_topics(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        g = cmd.getTopicsOfNamespace
+        return [DoGetTopics(g.request_id, g.namespace, g.topics_pattern if g.HasField("topics_pattern") else None)]
+
+    def _client_error(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        return []  # a client's answer to a broker request (none are sent but CLOSE_*): nothing to do
+
+    _HANDLERS: ClassVar[dict[int, Callable[[ServerConnection, api.BaseCommand, Frame], list[Output]]]] = {
+        T.PING: _ping,
+        T.PONG: _pong,
+        T.PARTITIONED_METADATA: _partitioned_metadata,
+        T.LOOKUP: _lookup,
+        T.PRODUCER: _producer,
+        T.SEND: _send,
+        T.CLOSE_PRODUCER: _close_producer,
+        T.SUBSCRIBE: _subscribe,
+        T.FLOW: _flow,
+        T.ACK: _ack,
+        T.REDELIVER_UNACKNOWLEDGED_MESSAGES: _redeliver,
+        T.CLOSE_CONSUMER: _close_consumer,
+        T.UNSUBSCRIBE: _unsubscribe,
+        T.SEEK: _seek,
+        T.GET_LAST_MESSAGE_ID: _get_last_message_id,
+        T.GET_TOPICS_OF_NAMESPACE: _get_topics,
+        T.SUCCESS: _client_error,
+        T.ERROR: _client_error,
+    }
+
+    # ---- results of the broker's work ------------------------------------------------------
+
+    def _producer_success(self, request_id: int, name: str, last_sequence_id: int) -> Reply:
+        ok = api.CommandProducerSuccess(request_id=request_id, producer_name=name, last_sequence_id=last_sequence_id)
+        return Reply(command(T.PRODUCER_SUCCESS, producer_success=ok))
+
+    def producer_ready(self, request_id: int, producer_id: int, name: str, last_sequence_id: int) -> list[Output]:
+        producer = self.producers.get(producer_id)
+        if producer is None:  # closed while being created: the shell closes it again
+            return [DoCloseProducer(None, producer_id)]
+        producer.name, producer.ready = name, True
+        return [self._producer_success(request_id, name, last_sequence_id)]
+
+    def producer_failed(self, request_id: int, producer_id: int, error: int, message: str) -> list[Output]:
+        self.producers.pop(producer_id, None)
+        return [error_reply(request_id, error, message)]
+
+    def send_receipt(self, producer_id: int, sequence_id: int, highest: int, mid: MessageId) -> Reply:
+        receipt = api.CommandSendReceipt(
+            producer_id=producer_id, sequence_id=sequence_id, highest_sequence_id=highest, message_id=id_to_wire(mid)
+        )
+        return Reply(command(T.SEND_RECEIPT, send_receipt=receipt))
+
+    def send_error(self, producer_id: int, sequence_id: int, error: int, message: str) -> Reply:
+        err = api.CommandSendError(producer_id=producer_id, sequence_id=sequence_id, error=error, message=message)  # type: ignore[arg-type]
+        return Reply(command(T.SEND_ERROR, send_error=err))
+
+    def subscribed(self, request_id: int, consumer_id: int) -> list[Output]:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            return [DoCloseConsumer(None, consumer_id)]
+        consumer.ready = True
+        return [success_reply(request_id)]
+
+    def subscribe_failed(self, request_id: int, consumer_id: int, error: int, message: str) -> list[Output]:
+        self.consumers.pop(consumer_id, None)
+        return [error_reply(request_id, error, message)]
+
+    def message(
+        self, consumer_id: int, mid: MessageId, redelivery_count: int, ack_set: list[int], entry: bytes
+    ) -> Reply:
+        consumer = self.consumers.get(consumer_id)
+        msg = api.CommandMessage(consumer_id=consumer_id, message_id=id_to_wire(mid), redelivery_count=redelivery_count)
+        msg.ack_set.extend(ack_set)
+        if consumer is not None and consumer.epoch:
+            msg.consumer_epoch = consumer.epoch
+        return Reply(command(T.MESSAGE, message=msg), entry)
+
+    def active_consumer_change(self, consumer_id: int, active: bool) -> Reply:
+        change = api.CommandActiveConsumerChange(consumer_id=consumer_id, is_active=active)
+        return Reply(command(T.ACTIVE_CONSUMER_CHANGE, active_consumer_change=change))
+
+    def ack_response(self, consumer_id: int, request_id: int, error: int | None = None, message: str = "") -> Reply:
+        resp = api.CommandAckResponse(consumer_id=consumer_id, request_id=request_id)
+        if error is not None:
+            resp.error, resp.message = error, message  # type: ignore[assignment]
+        return Reply(command(T.ACK_RESPONSE, ackResponse=resp))
+
+    def close_producer(self, producer_id: int) -> list[Output]:
+        """The broker closes a producer (unload, fenced topic): the client looks the topic up again."""
+        if self.producers.pop(producer_id, None) is None:
+            return []
+        close = api.CommandCloseProducer(producer_id=producer_id, request_id=0)
+        return [Reply(command(T.CLOSE_PRODUCER, close_producer=close))]
+
+    def close_consumer(self, consumer_id: int) -> list[Output]:
+        """The broker closes a consumer (unload, seek): the client subscribes again."""
+        if self.consumers.pop(consumer_id, None) is None:
+            return []
+        close = api.CommandCloseConsumer(consumer_id=consumer_id, request_id=0)
+        return [Reply(command(T.CLOSE_CONSUMER, close_consumer=close))]
+
+    # ---- time and the end ----------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[Output]:
+        """Keep-alive: ping a silent client once, close the connection if it stays silent."""
+        if self.state is State.CLOSED or now - self._last_heard < self.keepalive_s:
+            return []
+        if self.state is State.AWAITING_CONNECT or (
+            self._ping_sent_at is not None and now - self._ping_sent_at >= self.keepalive_s
+        ):
+            self.state = State.CLOSED
+            return [Close(f"no frame from the client for {now - self._last_heard:.0f} s")]
+        if self._ping_sent_at is not None:
+            return []
+        self._ping_sent_at = now
+        return [Reply(command(T.PING, ping=api.CommandPing()))]
+
+    def closed(self) -> list[Output]:
+        """The connection is gone: every producer and consumer on it goes too."""
+        self.state = State.CLOSED
+        outputs: list[Output] = [DoCloseProducer(None, pid) for pid in self.producers]
+        outputs += [DoCloseConsumer(None, cid) for cid in self.consumers]
+        self.producers.clear()
+        self.consumers.clear()
+        return outputs
+
+    def start(self, now: float) -> None:
+        self._last_heard = now

@@ -1,0 +1,662 @@
+"""The broker's `pulsar://` listener: Pulsar's binary protocol over TCP (the shell around
+impl/broker/protocol/connection.py).
+
+One asyncio event loop thread serves every connection: it reads frames, feeds each connection's
+core and writes what the core replies. Sends go straight to the topic from the loop (a topic
+append only queues work for the managed ledger); their receipts come back from the bookie
+client's threads through `call_soon_threadsafe`. Everything that may wait on the metadata store
+or the bookies (lookups, loading a topic, subscribing, acknowledging, reading for a consumer)
+runs on a thread pool, one request at a time per connection, so a connection's requests take
+effect in the order they came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from impl.broker import entry_codec, namespaces
+from impl.broker.errors import (
+    BrokerError,
+    ConsumerBusyError,
+    InvalidName,
+    NotOwner,
+    PersistenceError,
+    ProducerBusy,
+    ServiceNotReady,
+    TopicFenced,
+    TopicNotFound,
+    UnknownMessageIdError,
+)
+from impl.broker.managed_ledger import Position
+from impl.broker.naming import NamespaceName, TopicName
+from impl.broker.protocol import connection as conn
+from impl.broker.protocol import frames
+from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
+from impl.broker.subscription import Message, MessageId
+from impl.metadata.store import ConnectionLoss, MetadataError, NoNode, SessionExpired
+
+log = logging.getLogger(__name__)
+
+TICK_S = 1.0
+READ_CHUNK = 256 * 1024
+
+_SERVER_ERRORS: dict[type[BrokerError], int] = {
+    InvalidName: api.InvalidTopicName,
+    TopicNotFound: api.TopicNotFound,
+    NotOwner: api.ServiceNotReady,
+    ServiceNotReady: api.ServiceNotReady,
+    ProducerBusy: api.ProducerBusy,
+    ConsumerBusyError: api.ConsumerBusy,
+    TopicFenced: api.ServiceNotReady,
+    PersistenceError: api.PersistenceError,
+}
+
+
+def server_error(e: Exception) -> tuple[int, str]:
+    """Pulsar's ServerError for a failure, and the sentence to send with it."""
+    if isinstance(e, BrokerError):
+        return _SERVER_ERRORS.get(type(e), api.UnknownError), str(e)
+    if isinstance(e, (SessionExpired, ConnectionLoss)):
+        return api.ServiceNotReady, f"metadata session not usable now: {e}; retry"
+    if isinstance(e, MetadataError):
+        return api.MetadataError, str(e)
+    log.exception("Pulsar request failed", exc_info=e)
+    return api.UnknownError, f"internal error: {type(e).__name__}: {e}"
+
+
+@dataclass
+class PulsarLookup:
+    """What a lookup answers: (redirect, the owner's service URL, authoritative)."""
+
+    service: BrokerService
+    url_of: Callable[[str], str]  # a broker address -> its pulsar:// URL
+
+    def __call__(self, topic: str, authoritative: bool) -> tuple[bool, str, bool]:
+        redirect, broker, auth = self.service.lookup(topic, authoritative)
+        return redirect, self.url_of(broker), auth
+
+
+class PulsarListener:
+    """Pulsar clients' endpoint of one broker. Bound at construction, so the broker knows its
+    service URL before its service exists; `start` begins serving."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, max_message_size: int = frames.DEFAULT_MAX_MESSAGE_SIZE):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))
+        except OSError as e:
+            self.sock.close()
+            raise OSError(f"cannot listen for Pulsar clients on {host}:{port}: {e}; pick a free port or use 0") from e
+        self.sock.listen(128)
+        self.host, self.port = host, self.sock.getsockname()[1]
+        self.max_message_size = max_message_size
+        self.loop = asyncio.new_event_loop()
+        self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="pulsar-conn")
+        self.connections: set[_Connection] = set()
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.AbstractServer | None = None
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.host}:{self.port}"
+
+    def start(self, service: BrokerService, lookup: PulsarLookup) -> None:
+        self.service, self.lookup = service, lookup
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+
+            async def serve() -> None:
+                self._server = await asyncio.start_server(self._accept, sock=self.sock)
+                self.loop.call_later(TICK_S, self._tick)
+                started.set()
+
+            self.loop.run_until_complete(serve())
+            self.loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name=f"pulsar-listener-{self.port}", daemon=True)
+        self._thread.start()
+        started.wait(10)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = _Connection(self, reader, writer)
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for c in list(self.connections):
+            c.perform(c.core.tick(now))
+        self.loop.call_later(TICK_S, self._tick)
+
+    def stop(self) -> None:
+        if self._thread is None:
+            self.sock.close()
+            return
+
+        async def shut() -> None:
+            if self._server is not None:
+                self._server.close()
+            for c in list(self.connections):
+                c.close("the broker is stopping")
+
+        try:
+            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
+        except Exception as e:  # the loop died already: nothing left to close
+            log.debug("stopping the Pulsar listener: %s", e)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.sock.close()
+
+
+class _Sink(ConsumerSink):
+    """A subscription's messages for one consumer of a connection, as MESSAGE frames."""
+
+    def __init__(self, connection: _Connection, consumer_id: int) -> None:
+        self.connection = connection
+        self.consumer_id = consumer_id
+
+    def deliver(self, messages: list[tuple[Message, int]]) -> None:
+        # Consecutive messages of one entry go as one MESSAGE; ack_set names the batch indexes sent
+        # when not all of them are (the rest were acknowledged, or went to another consumer).
+        out: list[conn.Output] = []
+        core = self.connection.core
+        i = 0
+        while i < len(messages):
+            first, count = messages[i]
+            j = i + 1
+            while j < len(messages) and messages[j][0].id.position == first.id.position:
+                j += 1
+            indexes = [m.id.batch_index for m, _ in messages[i:j]]
+            ack_set: list[int] = []
+            if len(indexes) < first.batch_size:
+                ack_set = bitset(indexes)
+            mid = MessageId(first.id.ledger_id, first.id.entry_id, -1)
+            out.append(
+                core.message(self.consumer_id, mid, count, ack_set, entry_codec.strip_broker_metadata(first.entry))
+            )
+            i = j
+        self.connection.from_thread(out)
+
+    def set_active(self, active: bool) -> None:
+        self.connection.from_thread([self.connection.core.active_consumer_change(self.consumer_id, active)])
+
+    def close(self) -> None:
+        self.connection.from_thread_call(
+            lambda: self.connection.perform(self.connection.core.close_consumer(self.consumer_id))
+        )
+
+
+def bitset(indexes: list[int]) -> list[int]:
+    """java.util.BitSet's words (signed 64-bit) with these bits set."""
+    words = [0] * (max(indexes) // 64 + 1)
+    for i in indexes:
+        words[i // 64] |= 1 << (i % 64)
+    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
+
+
+def bits(words: tuple[int, ...]) -> set[int]:
+    return {w * 64 + b for w, word in enumerate(words) for b in range(64) if (word >> b) & 1}
+
+
+@dataclass
+class _AttachedConsumer:
+    topic: Topic
+    sub: Subscription
+    service_id: int  # the dispatcher's consumer id (unique in the broker)
+    sink: _Sink
+
+
+class _Connection:
+    def __init__(self, listener: PulsarListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.listener = listener
+        self.service = listener.service
+        self.loop = listener.loop
+        self.reader, self.writer = reader, writer
+        self.core = conn.ServerConnection(max_message_size=listener.max_message_size)
+        self.core.start(time.monotonic())
+        self.decoder = frames.FrameDecoder(listener.max_message_size + frames.FRAME_PADDING)
+        self.producers: dict[int, tuple[Topic, str]] = {}
+        self.consumers: dict[int, _AttachedConsumer] = {}
+        self.jobs: asyncio.Queue[Callable[[], list[conn.Output]] | None] = asyncio.Queue()
+        self.open = True
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+
+    # ---- the loop's side ---------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        worker = asyncio.ensure_future(self._work())
+        try:
+            while self.open:
+                data = await self.reader.read(READ_CHUNK)
+                if not data:
+                    break
+                try:
+                    received = self.decoder.feed(data)
+                except frames.FrameError as e:
+                    log.warning("closing Pulsar connection from %s: %s", self.peer, e)
+                    break
+                now = time.monotonic()
+                for frame in received:
+                    self.perform(self.core.receive(frame, now))
+                    if not self.open:
+                        break
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.close("the client went away")
+            self.jobs.put_nowait(None)
+            await worker
+
+    def write(self, reply: conn.Reply) -> None:
+        if self.open:
+            self.writer.write(frames.encode(reply.command, reply.payload))
+
+    def close(self, reason: str) -> None:
+        if not self.open:
+            return
+        self.open = False
+        log.debug("Pulsar connection from %s closed: %s", self.peer, reason)
+        self.writer.close()
+        self.perform(self.core.closed())
+
+    def perform(self, outputs: list[conn.Output]) -> None:
+        for out in outputs:
+            if isinstance(out, conn.Reply):
+                self.write(out)
+            elif isinstance(out, conn.Close):
+                self.close(out.reason)
+            elif isinstance(out, conn.DoPublish):
+                self._publish(out)
+            else:
+                handler = self._JOBS[type(out)]
+                self.jobs.put_nowait(lambda h=handler, o=out: h(self, o))  # type: ignore[misc]
+
+    async def _work(self) -> None:
+        """Blocking requests, one at a time and in order, on the listener's pool."""
+        while True:
+            job = await self.jobs.get()
+            if job is None:
+                if not self.open and self.jobs.empty():
+                    return
+                continue
+            try:
+                outputs = await self.loop.run_in_executor(self.listener.pool, job)
+            except Exception:
+                log.exception("a Pulsar request from %s failed", self.peer)
+                continue
+            self.perform(outputs)
+
+    def from_thread(self, outputs: list[conn.Output]) -> None:
+        self.from_thread_call(lambda: self.perform(outputs))
+
+    def from_thread_call(self, call: Callable[[], None]) -> None:
+        try:
+            self.loop.call_soon_threadsafe(call)
+        except RuntimeError:
+            pass  # the loop is closed: the connection is gone
+
+    # ---- producing -----------------------------------------------------------------------------
+
+    def _publish(self, out: conn.DoPublish) -> None:
+        pid, seq, highest = out.producer_id, out.sequence_id, out.highest_sequence_id
+        topic, name = self.producers.get(pid, (None, ""))
+        if topic is None:
+            self.write(self.core.send_error(pid, seq, api.NotAllowedError, f"producer {pid} is not attached"))
+            return
+        try:
+            entry = entry_codec.parse(out.data)
+        except entry_codec.ChecksumMismatch as e:
+            self.write(self.core.send_error(pid, seq, api.ChecksumError, str(e)))
+            return
+        except entry_codec.CorruptEntry as e:
+            self.write(self.core.send_error(pid, seq, api.UnknownError, f"the message is malformed: {e}"))
+            return
+        append = Append(out.data, seq, highest, len(entry.payload))
+        (result,) = topic.publish_entries(name, [append], in_order=True)
+        if isinstance(result, BrokerError):
+            self._send_failed(pid, seq, result)
+            return
+        result.add_done_callback(lambda f: self.from_thread_call(lambda: self._published(pid, seq, highest, f)))
+
+    def _published(self, pid: int, seq: int, highest: int, done: Future[tuple[Position | None, bool]]) -> None:
+        try:
+            position, _duplicate = done.result()
+        except BrokerError as e:
+            self._send_failed(pid, seq, e)
+            return
+        mid = MessageId(-1, -1, -1) if position is None else MessageId(position.ledger_id, position.entry_id, -1)
+        self.write(self.core.send_receipt(pid, seq, highest, mid))
+
+    def _send_failed(self, pid: int, seq: int, error: BrokerError) -> None:
+        if isinstance(error, TopicFenced | ServiceNotReady | NotOwner):
+            # The topic is no longer ours to write: close the producer; the client looks the topic up
+            # again, re-creates it and resends what is pending (de-duplication keeps it once).
+            self._detach_producer(pid)
+            self.perform(self.core.close_producer(pid))
+            return
+        code, message = server_error(error)
+        self.write(self.core.send_error(pid, seq, code, message))
+
+    def _detach_producer(self, pid: int) -> None:
+        topic, name = self.producers.pop(pid, (None, ""))
+        if topic is not None:
+            topic.detach_producer(name, self)
+            topic.close_watchers.pop((self, "producer", pid), None)
+
+    # ---- jobs (on the pool) ------------------------------------------------------------------
+
+    def _lookup(self, out: conn.DoLookup) -> list[conn.Output]:
+        resp = api.CommandLookupTopicResponse(request_id=out.request_id)
+        try:
+            redirect, url, authoritative = self.listener.lookup(out.topic, out.authoritative)
+        except Exception as e:
+            resp.response = api.CommandLookupTopicResponse.Failed
+            resp.error, resp.message = server_error(e)  # type: ignore[assignment]
+        else:
+            resp.response = (
+                api.CommandLookupTopicResponse.Redirect if redirect else api.CommandLookupTopicResponse.Connect
+            )
+            resp.brokerServiceUrl, resp.authoritative = url, authoritative
+        return [conn.Reply(conn.command(api.BaseCommand.LOOKUP_RESPONSE, lookupTopicResponse=resp))]
+
+    def _partitioned_metadata(self, out: conn.DoPartitionedMetadata) -> list[conn.Output]:
+        resp = api.CommandPartitionedTopicMetadataResponse(request_id=out.request_id)
+        try:
+            name = parse_topic(out.topic)
+            namespaces.get_policies(self.service.store, name.namespace_name)
+            resp.partitions = 0 if name.is_partition else namespaces.get_partitions(self.service.store, name)
+            resp.response = api.CommandPartitionedTopicMetadataResponse.Success
+        except namespaces.AdminError as e:
+            resp.response = api.CommandPartitionedTopicMetadataResponse.Failed
+            resp.error, resp.message = api.TopicNotFound, f"{out.topic}: {e}"
+        except Exception as e:
+            resp.response = api.CommandPartitionedTopicMetadataResponse.Failed
+            resp.error, resp.message = server_error(e)  # type: ignore[assignment]
+        return [conn.Reply(conn.command(api.BaseCommand.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=resp))]
+
+    def _create_producer(self, out: conn.DoCreateProducer) -> list[conn.Output]:
+        try:
+            topic = self.service.topic(out.topic)
+            name, last = topic.attach_producer(out.producer_name, self, out.epoch, out.exclusive)
+        except Exception as e:
+            code, message = server_error(e)
+            return self.core.producer_failed(out.request_id, out.producer_id, code, message)
+        pid = out.producer_id
+        self.producers[pid] = (topic, name)
+        topic.close_watchers[(self, "producer", pid)] = lambda: self.from_thread_call(
+            lambda: self._broker_closes_producer(pid)
+        )
+        return self.core.producer_ready(out.request_id, pid, name, last)
+
+    def _broker_closes_producer(self, pid: int) -> None:
+        self.producers.pop(pid, None)
+        self.perform(self.core.close_producer(pid))
+
+    def _close_producer(self, out: conn.DoCloseProducer) -> list[conn.Output]:
+        self._detach_producer(out.producer_id)
+        return [] if out.request_id is None else [conn.success_reply(out.request_id)]
+
+    def _subscribe(self, out: conn.DoSubscribe) -> list[conn.Output]:
+        try:
+            topic = self.service.topic(out.topic)
+            service_id = self.service.next_consumer_id()
+            sink = _Sink(self, out.consumer_id)
+            reader_start: Position | None | bool = False
+            if not out.durable:
+                reader_start = _reader_start(out.start, out.earliest)
+            sub = topic.subscribe(
+                out.subscription,
+                out.sub_type,
+                out.earliest,
+                service_id,
+                out.consumer_name or f"{self.peer}-{out.consumer_id}",
+                sink,
+                reader_start,
+            )
+        except Exception as e:
+            code, message = server_error(e)
+            return self.core.subscribe_failed(out.request_id, out.consumer_id, code, message)
+        cid = out.consumer_id
+        self.consumers[cid] = _AttachedConsumer(topic, sub, service_id, sink)
+        topic.close_watchers[(self, "consumer", cid)] = sink.close
+        return self.core.subscribed(out.request_id, cid)
+
+    def _consumer(self, consumer_id: int) -> _AttachedConsumer | None:
+        return self.consumers.get(consumer_id)
+
+    def _flow(self, out: conn.DoFlow) -> list[conn.Output]:
+        c = self._consumer(out.consumer_id)
+        if c is not None:
+            consumer_step(c.sub, lambda: c.sub.dispatcher.flow(c.service_id, out.permits))
+        return []
+
+    def _ack(self, out: conn.DoAck) -> list[conn.Output]:
+        c = self._consumer(out.consumer_id)
+        replies: list[conn.Output] = []
+        if c is None:
+            return replies
+        try:
+            ids = self._acked_ids(c, out.ids)
+            if ids and out.cumulative:
+                consumer_step(c.sub, lambda: c.sub.dispatcher.ack(c.service_id, [max(ids)], True))
+            elif ids:
+                consumer_step(c.sub, lambda: c.sub.dispatcher.ack(c.service_id, ids, False))
+        except UnknownMessageIdError as e:
+            log.debug("ack of an unknown id from %s ignored (as Pulsar does): %s", self.peer, e)
+        except BrokerError as e:
+            if out.request_id is not None:
+                code, message = server_error(e)
+                return [self.core.ack_response(out.consumer_id, out.request_id, code, message)]
+        if out.request_id is not None:
+            replies.append(self.core.ack_response(out.consumer_id, out.request_id))
+        return replies
+
+    def _acked_ids(self, c: _AttachedConsumer, acked: tuple[conn.AckedId, ...]) -> list[MessageId]:
+        """The delivered messages an ACK names: a whole entry, or the batch indexes its ack_set clears."""
+        with c.sub.lock:
+            consumer = c.sub.dispatcher.consumers.get(c.service_id)
+            pending = list(consumer.pending) if consumer is not None else []
+        ids: list[MessageId] = []
+        for a in acked:
+            if a.id.batch_index >= 0 and not a.ack_set:
+                ids.append(a.id)
+                continue
+            still = bits(a.ack_set) if a.ack_set else set()
+            ids += [m for m in pending if m.position == a.id.position and m.batch_index not in still]
+        return ids
+
+    def _redeliver(self, out: conn.DoRedeliver) -> list[conn.Output]:
+        c = self._consumer(out.consumer_id)
+        if c is None:
+            return []
+        with c.sub.lock:
+            consumer = c.sub.dispatcher.consumers.get(c.service_id)
+            pending = list(consumer.pending) if consumer is not None else []
+        if out.ids is None:
+            ids = pending
+        else:
+            wanted = {m.position for m in out.ids if m.batch_index < 0}
+            exact = {m for m in out.ids if m.batch_index >= 0}
+            ids = [m for m in pending if m.position in wanted or m in exact]
+        if ids:
+            consumer_step(c.sub, lambda: c.sub.dispatcher.nack(c.service_id, ids))
+        return []
+
+    def _detach_consumer(self, consumer_id: int) -> _AttachedConsumer | None:
+        c = self.consumers.pop(consumer_id, None)
+        if c is not None:
+            c.topic.close_watchers.pop((self, "consumer", consumer_id), None)
+            try:
+                c.topic.remove_consumer(c.sub, c.service_id)
+            except Exception as e:  # a closing topic: its consumers go with it
+                log.debug("removing consumer %d of %s: %s", consumer_id, self.peer, e)
+        return c
+
+    def _close_consumer(self, out: conn.DoCloseConsumer) -> list[conn.Output]:
+        self._detach_consumer(out.consumer_id)
+        return [] if out.request_id is None else [conn.success_reply(out.request_id)]
+
+    def _unsubscribe(self, out: conn.DoUnsubscribe) -> list[conn.Output]:
+        c = self._consumer(out.consumer_id)
+        if c is None:
+            return [conn.error_reply(out.request_id, api.ConsumerNotFound, "no such consumer")]
+        others = set(c.sub.sinks) - {c.service_id}
+        if others:
+            return [conn.error_reply(out.request_id, api.ConsumerBusy, "other consumers are connected")]
+        self._detach_consumer(out.consumer_id)
+        self.core.consumers.pop(out.consumer_id, None)
+        try:
+            if c.sub.durable:
+                c.topic.unsubscribe(c.sub.name)
+        except Exception as e:
+            code, message = server_error(e)
+            return [conn.error_reply(out.request_id, code, message)]
+        return [conn.success_reply(out.request_id)]
+
+    def _seek(self, out: conn.DoSeek) -> list[conn.Output]:
+        c = self._consumer(out.consumer_id)
+        if c is None:
+            return [conn.error_reply(out.request_id, api.ConsumerNotFound, "no such consumer")]
+        try:
+            if out.message_id is not None:
+                start = _seek_position(c.topic, out.message_id)
+            else:
+                start = _first_published_at(c.topic, out.publish_time_ms or 0)
+            sinks = c.sub.reset(start)
+        except Exception as e:
+            code, message = server_error(e)
+            return [conn.error_reply(out.request_id, code, message)]
+        # As Pulsar: every consumer of the subscription is closed; each subscribes again and reads
+        # from the new position.
+        for sink in sinks:
+            sink.close()
+        return [conn.success_reply(out.request_id)]
+
+    def _get_last_message_id(self, out: conn.DoGetLastMessageId) -> list[conn.Output]:
+        c = self._consumer(out.consumer_id)
+        if c is None:
+            return [conn.error_reply(out.request_id, api.ConsumerNotFound, "no such consumer")]
+        try:
+            last = c.topic.last_entry()
+        except Exception as e:
+            code, message = server_error(e)
+            return [conn.error_reply(out.request_id, code, message)]
+        partition = c.topic.name.partition if c.topic.name.partition is not None else -1
+        if last is None:
+            last_id = api.MessageIdData(ledgerId=-1, entryId=-1, partition=partition)
+        else:
+            position, entry = last
+            batch = entry.num_messages - 1 if entry.is_batch else -1
+            last_id = conn.id_to_wire(MessageId(position.ledger_id, position.entry_id, batch), partition)
+        resp = api.CommandGetLastMessageIdResponse(request_id=out.request_id, last_message_id=last_id)
+        mark = c.sub.cursor.mark_delete_position
+        if mark is not None:
+            resp.consumer_mark_delete_position.CopyFrom(
+                api.MessageIdData(ledgerId=mark.ledger_id, entryId=mark.entry_id)
+            )
+        return [conn.Reply(conn.command(api.BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=resp))]
+
+    def _get_topics(self, out: conn.DoGetTopics) -> list[conn.Output]:
+        try:
+            topics = namespace_topics(self.service, out.namespace)
+        except Exception as e:
+            code, message = server_error(e)
+            return [conn.error_reply(out.request_id, code, message)]
+        resp = api.CommandGetTopicsOfNamespaceResponse(request_id=out.request_id)
+        if out.pattern is not None:
+            try:
+                pattern = re.compile(out.pattern.split("://", 1)[-1])
+            except re.error as e:
+                return [conn.error_reply(out.request_id, api.NotAllowedError, f"bad topics pattern: {e}")]
+            topics = [t for t in topics if pattern.fullmatch(t.split("://", 1)[-1])]
+            resp.filtered = True
+        resp.topics.extend(topics)
+        cmd = conn.command(api.BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=resp)
+        return [conn.Reply(cmd)]
+
+    _JOBS: dict[type, Callable[[Any, Any], list[conn.Output]]] = {
+        conn.DoLookup: _lookup,
+        conn.DoPartitionedMetadata: _partitioned_metadata,
+        conn.DoCreateProducer: _create_producer,
+        conn.DoCloseProducer: _close_producer,
+        conn.DoSubscribe: _subscribe,
+        conn.DoFlow: _flow,
+        conn.DoAck: _ack,
+        conn.DoRedeliver: _redeliver,
+        conn.DoCloseConsumer: _close_consumer,
+        conn.DoUnsubscribe: _unsubscribe,
+        conn.DoSeek: _seek,
+        conn.DoGetLastMessageId: _get_last_message_id,
+        conn.DoGetTopics: _get_topics,
+    }
+
+
+def _reader_start(start: MessageId | None, earliest: bool) -> Position | None | bool:
+    """A reader's start for Topic.subscribe: a position (inclusive), None (the first entry) or True
+    (after the last entry)."""
+    if start is None:
+        return None if earliest else True
+    if start.ledger_id < 0:
+        return None
+    if start.ledger_id >= conn.LATEST.ledger_id:
+        return True
+    return Position(start.ledger_id, max(start.entry_id, 0))
+
+
+def _seek_position(topic: Topic, mid: MessageId) -> Position | None:
+    """Where a seek to `mid` reads from (None: the first entry)."""
+    if mid.ledger_id < 0:
+        return None
+    if mid.ledger_id >= conn.LATEST.ledger_id:
+        last = topic.ml.last_confirmed()
+        return None if last is None else topic.ml.next_position(last) or Position(last.ledger_id, last.entry_id + 1)
+    return Position(mid.ledger_id, max(mid.entry_id, 0))
+
+
+def _first_published_at(topic: Topic, publish_time_ms: int) -> Position | None:
+    """The first entry whose publish time is at or after the time (a scan: the reference is simple)."""
+    ml = topic.ml
+    position = ml.first_position()
+    last = ml.last_confirmed()
+    while position is not None and last is not None and position <= last:
+        batch = ml.read(position, 500)
+        if not batch:
+            break
+        for pos, data in batch:
+            if entry_codec.parse(data, verify_checksum=False).metadata.publish_time >= publish_time_ms:
+                return pos
+        position = ml.next_position(batch[-1][0])
+    return None if last is None else Position(last.ledger_id, last.entry_id + 1)
+
+
+def namespace_topics(service: BrokerService, namespace: str) -> list[str]:
+    """The persistent topics of a namespace: those with a managed ledger, and every partition of
+    its partitioned topics."""
+    ns = NamespaceName.parse(namespace)
+    namespaces.get_policies(service.store, ns)
+    base = TopicName.of(ns, "x").managed_ledger_path.rsplit("/", 1)[0]
+    try:
+        found = {str(TopicName.of(ns, name)) for name in service.store.children(base)}
+    except NoNode:
+        found = set()
+    for topic in namespaces.list_partitioned_topics(service.store, ns):
+        found |= {str(topic.partition_name(i)) for i in range(namespaces.get_partitions(service.store, topic))}
+    return sorted(found)
