@@ -42,6 +42,12 @@ class ProducerBusy(BrokerError):
     code = pb.PRODUCER_BUSY
 
 
+class ProducerFenced(BrokerError):
+    """Exclusive access to the topic was asked for while other producers hold it (Pulsar's ProducerFenced)."""
+
+    code = pb.PRODUCER_BUSY
+
+
 class ConsumerBusyError(BrokerError):
     code = pb.CONSUMER_BUSY
 

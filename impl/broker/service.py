@@ -32,6 +32,7 @@ from impl.broker.errors import (
     NotOwner,
     PersistenceError,
     ProducerBusy,
+    ProducerFenced,
     ServiceNotReady,
     TopicFenced,
     UnknownMessageIdError,
@@ -297,19 +298,21 @@ class Topic:
         with self.lock:
             if self.closed:
                 raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
-            others = {n: a for n, a in self.attached.items() if a[0] is not owner}
+            others = {n: a for n, a in self.attached.items() if a[0] != owner}
             if requested in others and epoch <= others[requested][1]:
                 raise ProducerBusy(f"a producer named {requested!r} is already connected to {self.name}")
             rivals = {n: a for n, a in others.items() if n != requested}
-            if any(a[2] for a in rivals.values()) or (exclusive and rivals):
-                raise ProducerBusy(f"{self.name} has another producer and exclusive access was asked for or held")
+            if exclusive and rivals:
+                raise ProducerFenced(f"{self.name} has other producers; exclusive access is not possible now")
+            if any(a[2] for a in rivals.values()):
+                raise ProducerBusy(f"{self.name} has an exclusive producer")
             name, last = self.create_producer(requested)
             self.attached[name] = (owner, epoch, exclusive)
             return name, last
 
     def detach_producer(self, name: str, owner: object) -> None:
         with self.lock:
-            if name in self.attached and self.attached[name][0] is owner:
+            if name in self.attached and self.attached[name][0] == owner:
                 del self.attached[name]
 
     def close_attached(self) -> None:

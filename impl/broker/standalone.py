@@ -17,6 +17,7 @@ import fcntl
 import json
 import logging
 import os
+import socket
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -38,12 +39,23 @@ from impl.metadata.zkserver import free_port
 
 log = logging.getLogger(__name__)
 
+DEFAULT_PULSAR_PORT = 6650  # Pulsar's own default for pulsar://
 STATE_FILE = "standalone.json"
 LOCK_FILE = "standalone.lock"
 
 
 class StandaloneAlreadyRunning(OSError):
     """Another standalone holds the data directory."""
+
+
+def port_free(port: int) -> bool:
+    """Whether 127.0.0.1:port can be listened on now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def lock_data_dir(data_dir: Path) -> int:
@@ -106,6 +118,7 @@ class Standalone:
         data_dir: Path,
         port: int = 0,
         bookies: int = 3,
+        pulsar_port: int | None = None,
         ensemble: int = 2,
         write_quorum: int = 2,
         ack_quorum: int = 2,
@@ -119,7 +132,17 @@ class Standalone:
             ports.append(free_port())
         broker_port = port or state.get("broker_port") or free_port()
         self.control_port = state.get("control_port") or free_port()
-        self._save_state({"bookie_ports": ports, "broker_port": broker_port, "control_port": self.control_port})
+        if pulsar_port is None:
+            pulsar_port = state.get("pulsar_port") or (DEFAULT_PULSAR_PORT if port_free(DEFAULT_PULSAR_PORT) else 0)
+        self.pulsar_port = pulsar_port or free_port()
+        self._save_state(
+            {
+                "bookie_ports": ports,
+                "broker_port": broker_port,
+                "control_port": self.control_port,
+                "pulsar_port": self.pulsar_port,
+            }
+        )
         self.metadata_url = f"embedded://{self.data_dir / 'metadata'}"
         self.store: MetadataStore = connect(self.metadata_url)
         self._clear_stale_registrations(ports[:bookies], broker_port)
@@ -173,7 +196,13 @@ class Standalone:
 
     @property
     def service_url(self) -> str:
+        """The project's gRPC API (its own client's URL scheme; Pulsar clients use pulsar_service_url)."""
         return f"pulsar://127.0.0.1:{self.broker_port}"
+
+    @property
+    def pulsar_service_url(self) -> str:
+        """Where Pulsar's own clients connect: the broker's pulsar:// listener."""
+        return f"pulsar://127.0.0.1:{self.pulsar_port}"
 
     def start(self) -> None:
         for bookie in self.bookies:
@@ -200,7 +229,9 @@ class Standalone:
         with self._lock:
             if self.broker is not None:
                 return
-            broker = Broker(lambda: connect(self.metadata_url), self.config, port=self.broker_port)
+            broker = Broker(
+                lambda: connect(self.metadata_url), self.config, port=self.broker_port, pulsar_port=self.pulsar_port
+            )
             broker.start()
             self.broker = broker
 

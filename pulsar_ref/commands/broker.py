@@ -31,7 +31,15 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument(
         "--metadata", required=True, help="metadata store URL (zk://127.0.0.1:2181/x or embedded:///dir)"
     )
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0 = any free port)")
+    parser.add_argument(
+        "--port", type=int, default=0, help="port of the project's gRPC API on 127.0.0.1 (default 0 = any free port)"
+    )
+    parser.add_argument(
+        "--pulsar-port",
+        type=int,
+        default=0,
+        help="port of the pulsar:// listener (Pulsar's binary protocol) on 127.0.0.1 (default 0 = any free port)",
+    )
     add_ledger_options(parser, 3, 3, 2)
     parser.add_argument(
         "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
@@ -72,12 +80,17 @@ def _run(args: argparse.Namespace) -> int:
         )
     )
     try:
-        broker = Broker(lambda: connect(args.metadata, session_timeout_s=args.session_timeout), config, port=args.port)
+        broker = Broker(
+            lambda: connect(args.metadata, session_timeout_s=args.session_timeout),
+            config,
+            port=args.port,
+            pulsar_port=args.pulsar_port,
+        )
         broker.start()
     except (MetadataError, OSError) as e:
         print(f"error: cannot start the broker: {e}", file=sys.stderr)
         return 2
-    print(f"broker {broker.address} listening", flush=True)
+    print(f"broker {broker.address} listening; Pulsar clients: {broker.service_url}", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

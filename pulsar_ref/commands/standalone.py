@@ -18,7 +18,16 @@ def main(argv: list[str], prog: str) -> int:
         "all under --data (survives restarts). SIGTERM or Ctrl-C stops it.",
     )
     parser.add_argument("--data", default="var/standalone", help="data directory (default var/standalone)")
-    parser.add_argument("--port", type=int, default=0, help="broker port (default: the last one used, else any free)")
+    parser.add_argument(
+        "--port", type=int, default=0, help="broker's gRPC API port (default: the last one used, else any free)"
+    )
+    parser.add_argument(
+        "--pulsar-port",
+        type=int,
+        default=None,
+        help="port of the pulsar:// listener for Pulsar clients (default: the last one used, else 6650 when free, "
+        "else any free; 0 = any free)",
+    )
     parser.add_argument("--bookies", type=int, default=3, help="in-process bookies (default 3)")
     add_ledger_options(parser, 2, 2, 2)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -40,6 +49,7 @@ def main(argv: list[str], prog: str) -> int:
         standalone = Standalone(
             Path(args.data),
             port=args.port,
+            pulsar_port=args.pulsar_port,
             bookies=args.bookies,
             ensemble=args.ensemble,
             write_quorum=args.write_quorum,
@@ -50,7 +60,7 @@ def main(argv: list[str], prog: str) -> int:
         print(f"error: cannot start standalone: {e}", file=sys.stderr)
         return 2
     print(
-        f"standalone {standalone.service_url} listening; control 127.0.0.1:{standalone.control_port}; "
+        f"standalone {standalone.service_url} listening; Pulsar clients: {standalone.pulsar_service_url}; control 127.0.0.1:{standalone.control_port}; "
         f"bookies {', '.join(b.bookie_id for b in standalone.bookies)}; data {standalone.data_dir}",
         flush=True,
     )

@@ -31,6 +31,7 @@ from impl.broker.errors import (
     NotOwner,
     PersistenceError,
     ProducerBusy,
+    ProducerFenced,
     ServiceNotReady,
     TopicFenced,
     TopicNotFound,
@@ -56,6 +57,7 @@ _SERVER_ERRORS: dict[type[BrokerError], int] = {
     NotOwner: api.ServiceNotReady,
     ServiceNotReady: api.ServiceNotReady,
     ProducerBusy: api.ProducerBusy,
+    ProducerFenced: api.ProducerFenced,
     ConsumerBusyError: api.ConsumerBusy,
     TopicFenced: api.ServiceNotReady,
     PersistenceError: api.PersistenceError,
@@ -358,7 +360,7 @@ class _Connection:
     def _detach_producer(self, pid: int) -> None:
         topic, name = self.producers.pop(pid, (None, ""))
         if topic is not None:
-            topic.detach_producer(name, self)
+            topic.detach_producer(name, (self, pid))
             topic.close_watchers.pop((self, "producer", pid), None)
 
     # ---- jobs (on the pool) ------------------------------------------------------------------
@@ -395,7 +397,7 @@ class _Connection:
     def _create_producer(self, out: conn.DoCreateProducer) -> list[conn.Output]:
         try:
             topic = self.service.topic(out.topic)
-            name, last = topic.attach_producer(out.producer_name, self, out.epoch, out.exclusive)
+            name, last = topic.attach_producer(out.producer_name, (self, out.producer_id), out.epoch, out.exclusive)
         except Exception as e:
             code, message = server_error(e)
             return self.core.producer_failed(out.request_id, out.producer_id, code, message)
@@ -454,7 +456,7 @@ class _Connection:
         if c is None:
             return replies
         try:
-            ids = self._acked_ids(c, out.ids)
+            ids = self._acked_ids(c, out)
             if ids and out.cumulative:
                 consumer_step(c.sub, lambda: c.sub.dispatcher.ack(c.service_id, [max(ids)], True))
             elif ids:
@@ -469,18 +471,24 @@ class _Connection:
             replies.append(self.core.ack_response(out.consumer_id, out.request_id))
         return replies
 
-    def _acked_ids(self, c: _AttachedConsumer, acked: tuple[conn.AckedId, ...]) -> list[MessageId]:
-        """The delivered messages an ACK names: a whole entry, or the batch indexes its ack_set clears."""
+    def _acked_ids(self, c: _AttachedConsumer, out: conn.DoAck) -> list[MessageId]:
+        """The delivered messages an ACK names. An id is a whole entry, less the batch indexes its
+        ack_set still marks unacknowledged; a cumulative ack takes everything before it too."""
         with c.sub.lock:
             consumer = c.sub.dispatcher.consumers.get(c.service_id)
             pending = list(consumer.pending) if consumer is not None else []
         ids: list[MessageId] = []
-        for a in acked:
+        for a in out.ids:
             if a.id.batch_index >= 0 and not a.ack_set:
                 ids.append(a.id)
                 continue
             still = bits(a.ack_set) if a.ack_set else set()
-            ids += [m for m in pending if m.position == a.id.position and m.batch_index not in still]
+            position = a.id.position
+            ids += [
+                m
+                for m in pending
+                if (m.position == position and m.batch_index not in still) or (out.cumulative and m.position < position)
+            ]
         return ids
 
     def _redeliver(self, out: conn.DoRedeliver) -> list[conn.Output]:
