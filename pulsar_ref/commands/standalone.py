@@ -60,7 +60,8 @@ def main(argv: list[str], prog: str) -> int:
         print(f"error: cannot start standalone: {e}", file=sys.stderr)
         return 2
     print(
-        f"standalone {standalone.service_url} listening; Pulsar clients: {standalone.pulsar_service_url}; control 127.0.0.1:{standalone.control_port}; "
+        f"standalone {standalone.service_url} listening; Pulsar clients: {standalone.pulsar_service_url}; "
+        f"control 127.0.0.1:{standalone.control_port}; "
         f"bookies {', '.join(b.bookie_id for b in standalone.bookies)}; data {standalone.data_dir}",
         flush=True,
     )

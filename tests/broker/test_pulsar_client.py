@@ -20,7 +20,9 @@ pytestmark = pytest.mark.processes
 
 class Standalone:
     def __init__(self, data: Path) -> None:
-        self.proc, self.grpc_address, banner = start_listening(["standalone", "--data", str(data), "--pulsar-port", "0"])
+        self.proc, self.grpc_address, banner = start_listening(
+            ["standalone", "--data", str(data), "--pulsar-port", "0"]
+        )
         found = re.search(r"Pulsar clients: (pulsar://\S+);", banner)
         assert found, banner
         self.url = found.group(1)
@@ -332,7 +334,9 @@ def test_partitioned_topic_and_regex_subscription(client: pulsar.Client, standal
     assert sorted(int(m.data()) for m in receive_all(regex, 30)) == list(range(30))
 
 
-def test_unload_with_a_producer_and_consumer_attached_loses_nothing(client: pulsar.Client, standalone: Standalone) -> None:
+def test_unload_with_a_producer_and_consumer_attached_loses_nothing(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
     topic = topic_name("unload")
     consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
     producer = client.create_producer(topic)

@@ -13,6 +13,7 @@ effect in the order they came.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import socket
@@ -310,10 +311,8 @@ class _Connection:
         self.from_thread_call(lambda: self.perform(outputs))
 
     def from_thread_call(self, call: Callable[[], None]) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the connection is gone
             self.loop.call_soon_threadsafe(call)
-        except RuntimeError:
-            pass  # the loop is closed: the connection is gone
 
     # ---- producing -----------------------------------------------------------------------------
 

@@ -1,0 +1,240 @@
+"""The frame codec and the connection core of Pulsar's protocol (pure), and a live listener fed
+bad bytes through raw sockets."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from impl.broker import entry_codec
+from impl.broker.protocol import connection as conn
+from impl.broker.protocol import frames
+from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.broker.standalone import Standalone
+
+T = api.BaseCommand
+
+
+def connect_frame(version: int = 20) -> bytes:
+    c = api.CommandConnect(client_version="test", protocol_version=version)
+    return frames.encode(conn.command(T.CONNECT, connect=c))
+
+
+# ---- codec ---------------------------------------------------------------------------------
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.binary(max_size=64)), max_size=8), st.data())
+@settings(max_examples=200, deadline=None)
+def test_frames_survive_any_split_of_the_stream(items: list[tuple[int, bytes]], data: st.DataObject) -> None:
+    sent = []
+    stream = b""
+    for producer_id, payload in items:
+        cmd = conn.command(T.SEND, send=api.CommandSend(producer_id=producer_id, sequence_id=1))
+        stream += frames.encode(cmd, payload or None)
+        sent.append((producer_id, payload or None))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    decoder = frames.FrameDecoder()
+    got = []
+    for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        got += decoder.feed(stream[a:b])
+    assert [(f.command.send.producer_id, f.payload) for f in got] == sent
+    assert decoder.buffered == 0
+
+
+@given(st.binary(min_size=1, max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_garbage_is_refused_with_a_frame_error_or_kept_waiting(garbage: bytes) -> None:
+    decoder = frames.FrameDecoder(max_frame_size=1024)
+    try:
+        decoded = decoder.feed(garbage)
+    except frames.FrameError:
+        return
+    for f in decoded:  # whatever decoded is a typed command
+        assert f.command.HasField("type")
+
+
+def test_a_hostile_total_size_is_refused_before_its_body_arrives() -> None:
+    decoder = frames.FrameDecoder(max_frame_size=1024)
+    with pytest.raises(frames.FrameTooLarge):
+        decoder.feed(struct.pack(">I", 2**31))
+
+
+def test_entries_keep_the_producers_bytes_and_their_checksum() -> None:
+    single = entry_codec.SingleMessage(b"hello", "k", (("a", "b"),), 7)
+    data = entry_codec.build_messages("p", 3, 1000, [single, single])
+    entry = entry_codec.parse(data)
+    assert (entry.num_messages, entry.highest_sequence_id) == (2, 4)
+    assert entry_codec.singles(entry)[1].payload == b"hello"
+    damaged = data[:-1] + bytes([data[-1] ^ 1])
+    with pytest.raises(entry_codec.ChecksumMismatch):
+        entry_codec.parse(damaged)
+
+
+# ---- the connection core -------------------------------------------------------------------
+
+
+def receive(core: conn.ServerConnection, cmd: api.BaseCommand, payload: bytes | None = None) -> list[conn.Output]:
+    return core.receive(frames.Frame(cmd, payload), now=0.0)
+
+
+def test_nothing_but_connect_before_connected_and_the_version_is_the_lower() -> None:
+    core = conn.ServerConnection(max_message_size=1000)
+    out = receive(core, conn.command(T.PING, ping=api.CommandPing()))
+    assert isinstance(out[0], conn.Close)
+    core = conn.ServerConnection(max_message_size=1000)
+    (reply,) = receive(
+        core, conn.command(T.CONNECT, connect=api.CommandConnect(client_version="c", protocol_version=9))
+    )
+    assert isinstance(reply, conn.Reply)
+    assert reply.command.connected.protocol_version == 9 and reply.command.connected.max_message_size == 1000
+
+
+def test_unimplemented_requests_get_an_error_naming_them_with_their_request_id() -> None:
+    core = conn.ServerConnection(max_message_size=1000)
+    receive(core, conn.command(T.CONNECT, connect=api.CommandConnect(protocol_version=20)))
+    cmd = api.BaseCommand(type=T.GET_SCHEMA)
+    cmd.getSchema.request_id = 42
+    (reply,) = receive(core, cmd)
+    assert isinstance(reply, conn.Reply)
+    assert reply.command.error.request_id == 42 and "GET_SCHEMA" in reply.command.error.message
+    (reply,) = receive(core, api.BaseCommand(type=999))
+    assert isinstance(reply, conn.Reply) and "999" in reply.command.error.message
+
+
+def test_a_send_before_its_producer_is_ready_is_refused() -> None:
+    core = conn.ServerConnection(max_message_size=1000)
+    receive(core, conn.command(T.CONNECT, connect=api.CommandConnect(protocol_version=20)))
+    (out,) = receive(core, conn.command(T.SEND, send=api.CommandSend(producer_id=0, sequence_id=0)), b"x")
+    assert isinstance(out, conn.Reply) and out.command.type == T.SEND_ERROR
+    (create,) = receive(
+        core, conn.command(T.PRODUCER, producer=api.CommandProducer(topic="t", producer_id=0, request_id=1))
+    )
+    assert isinstance(create, conn.DoCreateProducer)
+    core.producer_ready(1, 0, "p", -1)
+    send = api.CommandSend(producer_id=0, sequence_id=10, num_messages=5)
+    (publish,) = receive(core, conn.command(T.SEND, send=send), b"x")
+    assert isinstance(publish, conn.DoPublish) and publish.highest_sequence_id == 14
+
+
+def test_keepalive_pings_a_silent_client_then_closes() -> None:
+    core = conn.ServerConnection(max_message_size=1000, keepalive_s=10)
+    core.start(0.0)
+    core.receive(frames.Frame(conn.command(T.CONNECT, connect=api.CommandConnect(protocol_version=20))), 0.0)
+    assert core.tick(5.0) == []
+    (ping,) = core.tick(10.0)
+    assert isinstance(ping, conn.Reply) and ping.command.type == T.PING
+    assert core.tick(15.0) == []
+    (close,) = core.tick(20.0)
+    assert isinstance(close, conn.Close)
+
+
+# ---- a live listener and raw sockets ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    s = Standalone(Path(tmp_path_factory.mktemp("raw")), pulsar_port=0)
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def raw(standalone: Standalone) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", standalone.pulsar_port), timeout=10)
+    return sock
+
+
+def read_frames(sock: socket.socket) -> list[frames.Frame]:
+    decoder = frames.FrameDecoder()
+    out: list[frames.Frame] = []
+    while True:
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            return out
+        if not data:
+            return out
+        out += decoder.feed(data)
+        if out:
+            return out
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return True
+    except (ConnectionResetError, TimeoutError):
+        return False
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        struct.pack(">I", 100 * 1024 * 1024),  # totalSize far above the maximum frame
+        struct.pack(">II", 8, 50) + b"xxxx",  # commandSize beyond the frame
+        struct.pack(">II", 9, 5) + b"\xff\xff\xff\xff\xff",  # not a protobuf
+    ],
+)
+def test_bad_frames_close_that_connection_and_the_broker_serves_on(standalone: Standalone, bad: bytes) -> None:
+    sock = raw(standalone)
+    sock.sendall(connect_frame())
+    assert read_frames(sock)[0].command.type == T.CONNECTED
+    sock.sendall(bad)
+    assert closed_by_peer(sock)
+    client = pulsar.Client(standalone.pulsar_service_url)
+    try:
+        assert client.create_producer("after-bad-frames").send(b"ok") is not None
+    finally:
+        client.close()
+
+
+def test_a_command_before_connect_closes_the_connection(standalone: Standalone) -> None:
+    sock = raw(standalone)
+    lookup = api.CommandLookupTopic(topic="t", request_id=1)
+    sock.sendall(frames.encode(conn.command(T.LOOKUP, lookupTopic=lookup)))
+    assert closed_by_peer(sock)
+
+
+def test_an_unknown_command_gets_an_error_and_the_connection_stays(standalone: Standalone) -> None:
+    sock = raw(standalone)
+    sock.sendall(connect_frame())
+    read_frames(sock)
+    sock.sendall(frames.encode(api.BaseCommand(type=777)))
+    (error,) = read_frames(sock)
+    assert error.command.type == T.ERROR and "777" in error.command.error.message
+    sock.sendall(frames.encode(conn.command(T.PING, ping=api.CommandPing())))
+    assert read_frames(sock)[0].command.type == T.PONG
+
+
+def test_a_wrong_checksum_is_refused_and_nothing_is_written(standalone: Standalone) -> None:
+    sock = raw(standalone)
+    sock.sendall(connect_frame())
+    read_frames(sock)
+    topic = "persistent://public/default/raw-checksum"
+    producer = api.CommandProducer(topic=topic, producer_id=0, request_id=1)
+    sock.sendall(frames.encode(conn.command(T.PRODUCER, producer=producer)))
+    assert read_frames(sock)[0].command.type == T.PRODUCER_SUCCESS
+    entry = entry_codec.build_messages("raw", 0, 1, [entry_codec.SingleMessage(b"payload")])
+    damaged = entry[:-1] + b"X"
+    send = conn.command(T.SEND, send=api.CommandSend(producer_id=0, sequence_id=0))
+    sock.sendall(frames.encode(send, damaged))
+    (reply,) = read_frames(sock)
+    assert reply.command.type == T.SEND_ERROR and reply.command.send_error.error == api.ChecksumError
+    sock.sendall(frames.encode(send, entry))  # the same message, whole: written
+    (receipt,) = read_frames(sock)
+    assert receipt.command.type == T.SEND_RECEIPT
+    assert standalone.broker is not None
+    topic_obj = standalone.broker.service.topic(topic)
+    assert [m.payload for m in topic_obj.read(None, 10)] == [b"payload"]
