@@ -17,7 +17,6 @@ import fcntl
 import json
 import logging
 import os
-import socket
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -35,7 +34,7 @@ from impl.metadata import layout
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import MetadataError, MetadataStore, NoNode
 from impl.metadata.url import connect
-from impl.metadata.zkserver import free_port
+from impl.metadata.zkserver import free_port, port_is_free
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +45,6 @@ LOCK_FILE = "standalone.lock"
 
 class StandaloneAlreadyRunning(OSError):
     """Another standalone holds the data directory."""
-
-
-def port_free(port: int) -> bool:
-    """Whether 127.0.0.1:port can be listened on now."""
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def lock_data_dir(data_dir: Path) -> int:
@@ -133,7 +122,7 @@ class Standalone:
         broker_port = port or state.get("broker_port") or free_port()
         self.control_port = state.get("control_port") or free_port()
         if pulsar_port is None:
-            pulsar_port = state.get("pulsar_port") or (DEFAULT_PULSAR_PORT if port_free(DEFAULT_PULSAR_PORT) else 0)
+            pulsar_port = state.get("pulsar_port") or (DEFAULT_PULSAR_PORT if port_is_free(DEFAULT_PULSAR_PORT) else 0)
         self.pulsar_port = pulsar_port or free_port()
         self._save_state(
             {

@@ -203,7 +203,6 @@ def test_acknowledged_messages_stay_acknowledged_after_reconnecting(client: puls
     consumer.close()  # flushes the grouped acks
     again = client.subscribe(topic, "s")
     assert [int(m.data()) for m in receive_all(again, 5)] == [1, 3, 5, 7, 9]
-    again.acknowledge_cumulative  # noqa: B018 (exists on Exclusive)
     assert_nothing_more(again)
 
 
