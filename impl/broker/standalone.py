@@ -121,8 +121,9 @@ class Standalone:
             ports.append(free_port())
         broker_port = port or state.get("broker_port") or free_port()
         self.control_port = state.get("control_port") or free_port()
-        if pulsar_port is None:
-            pulsar_port = state.get("pulsar_port") or (DEFAULT_PULSAR_PORT if port_is_free(DEFAULT_PULSAR_PORT) else 0)
+        if pulsar_port is None:  # not asked for: the last one, else Pulsar's default, else any free one
+            remembered = state.get("pulsar_port") or DEFAULT_PULSAR_PORT
+            pulsar_port = remembered if port_is_free(remembered) else 0
         self.pulsar_port = pulsar_port or free_port()
         self._save_state(
             {
