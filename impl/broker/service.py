@@ -247,6 +247,10 @@ class Topic:
         self.lock = threading.RLock()
         self.closed = False
         self.last_sequence: dict[str, int] = {}  # producer -> highest sequence id persisted or in flight
+        self.persisted_sequence: dict[str, int] = {}  # producer -> highest sequence id persisted
+        # Guards the two maps against completions; a leaf lock (nothing is taken while it is held), as
+        # completions come from the managed ledger's threads while a publisher holds the topic lock.
+        self._dedup_lock = threading.Lock()
         # producer -> the sequence id its next request starts at: a client keeps several requests in
         # flight, and they may reach us out of order; entries are appended in sequence-id order.
         self.next_request: dict[str, int] = {}
@@ -279,7 +283,7 @@ class Topic:
                     continue
                 producer, last = entry.metadata.producer_name, entry.highest_sequence_id
                 if last > self.last_sequence.get(producer, -1):
-                    self.last_sequence[producer] = last
+                    self.last_sequence[producer] = self.persisted_sequence[producer] = last
             position = self.ml.next_position(batch[-1][0])
 
     def create_producer(self, requested: str) -> tuple[str, int]:
@@ -357,15 +361,22 @@ class Topic:
                 if refusal is not None:
                     results.append(refusal)
                 elif dedup and append.sequence_id <= self.last_sequence.get(producer, -1):
-                    done: Future[tuple[Position | None, bool]] = Future()
-                    done.set_result((None, True))
-                    results.append(done)
+                    if append.sequence_id <= self.persisted_sequence.get(producer, -1):
+                        done: Future[tuple[Position | None, bool]] = Future()
+                        done.set_result((None, True))
+                        results.append(done)
+                    else:  # its first copy is still being written: its outcome is not known yet (as Pulsar)
+                        refusal = PersistenceError(
+                            f"sequence id {append.sequence_id} of {producer} is still being persisted; resend it later"
+                        )
+                        results.append(refusal)
                 else:
                     result: Future[tuple[Position | None, bool]] = Future()
-                    adds.append((append.data, self._finisher(result)))
+                    adds.append((append.data, self._finisher(result, producer if dedup else "", append)))
                     results.append(result)
                     if dedup:
-                        self.last_sequence[producer] = append.highest_sequence_id
+                        with self._dedup_lock:
+                            self.last_sequence[producer] = append.highest_sequence_id
                 if len(adds) >= PUBLISH_CHUNK:
                     self._add(adds)
                     adds = []
@@ -417,9 +428,16 @@ class Topic:
             raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
 
     def _finisher(
-        self, result: Future[tuple[Position | None, bool]]
+        self, result: Future[tuple[Position | None, bool]], producer: str, append: Append
     ) -> Callable[[Position | ManagedLedgerError], None]:
         def finish(outcome: Position | ManagedLedgerError) -> None:
+            if producer:
+                with self._dedup_lock:
+                    persisted = self.persisted_sequence.get(producer, -1)
+                    if not isinstance(outcome, ManagedLedgerError):
+                        self.persisted_sequence[producer] = max(persisted, append.highest_sequence_id)
+                    else:  # not written (as far as we know): a resend must be written, not acknowledged
+                        self.last_sequence[producer] = persisted
             if isinstance(outcome, ManagedLedgerFencedError):
                 self.service.topic_fenced(self)
                 result.set_exception(TopicFenced(str(outcome)))
