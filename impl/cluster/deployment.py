@@ -293,15 +293,29 @@ class Cluster:
             command += traced(f"bookie-{i}")
             nodes.append({"name": f"bookie-{i}", "role": "bookie", "port": p, "dir": str(d), "command": command})
         for i in range(1, brokers + 1):
-            p, d = port(), directory / f"broker-{i}"
-            command = pulsar_ref_command("broker", "--metadata", metadata, "--port", str(p), *broker_options)
+            p, pp, d = port(), port(), directory / f"broker-{i}"
+            command = pulsar_ref_command(
+                "broker", "--metadata", metadata, "--port", str(p), "--pulsar-port", str(pp), *broker_options
+            )
             command += traced(f"broker-{i}")
-            nodes.append({"name": f"broker-{i}", "role": "broker", "port": p, "dir": str(d), "command": command})
+            nodes.append(
+                {
+                    "name": f"broker-{i}",
+                    "role": "broker",
+                    "port": p,
+                    "pulsar_port": pp,
+                    "dir": str(d),
+                    "command": command,
+                }
+            )
         broker_ports = [n["port"] for n in nodes if n["role"] == "broker"]
+        pulsar_ports = [n["pulsar_port"] for n in nodes if n["role"] == "broker"]
         state = {
             "topology": "cluster",
             "metadata": metadata,
             "service": "pulsar://" + ",".join(f"127.0.0.1:{p}" for p in broker_ports) if broker_ports else None,
+            # Pulsar's own clients: every broker's pulsar:// listener, as Pulsar's multi-host service URL
+            "pulsar_service": "pulsar://" + ",".join(f"127.0.0.1:{p}" for p in pulsar_ports) if pulsar_ports else None,
             "zookeepers": [
                 {"name": f"zk-{s.server_id}", "role": "zookeeper", "port": s.client_port, "dir": str(s.directory)}
                 for s in ensemble.servers
@@ -324,12 +338,15 @@ class Cluster:
         """One `pulsar-ref standalone` process (embedded metadata, bookies and a broker inside)."""
         directory = Path(directory).resolve()
         cls._refuse_reuse(directory)
-        p, d = port or free_port(), directory / "standalone-1"
-        command = pulsar_ref_command("standalone", "--data", str(d / "data"), "--port", str(p))
+        p, pp, d = port or free_port(), free_port(), directory / "standalone-1"
+        command = pulsar_ref_command(
+            "standalone", "--data", str(d / "data"), "--port", str(p), "--pulsar-port", str(pp)
+        )
         state = {
             "topology": "standalone",
             "metadata": f"embedded://{d / 'data' / 'metadata'}",  # where impl.broker.standalone keeps it
             "service": f"pulsar://127.0.0.1:{p}",
+            "pulsar_service": f"pulsar://127.0.0.1:{pp}",
             "zookeepers": [],
             "nodes": [{"name": "standalone-1", "role": "standalone", "port": p, "dir": str(d), "command": command}],
         }
@@ -382,6 +399,12 @@ class Cluster:
     @property
     def service_url(self) -> str | None:
         service = self.state.get("service")
+        return str(service) if service else None
+
+    @property
+    def pulsar_service_url(self) -> str | None:
+        """Where Pulsar's own clients connect (every broker's pulsar:// listener)."""
+        service = self.state.get("pulsar_service")
         return str(service) if service else None
 
     @property

@@ -1,0 +1,88 @@
+"""Pulsar's official client against a real cluster: ZooKeeper, three bookies, two broker processes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from impl.broker.client import Client as GrpcClient
+from tests.cluster.conftest import pulsar_ref, state
+
+pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
+
+
+def brokers(cluster_dir: Path) -> list[dict]:
+    return [n for n in state(cluster_dir)["nodes"] if n["role"] == "broker"]
+
+
+def topics_of(broker: dict) -> list[str]:
+    with GrpcClient(f"pulsar://127.0.0.1:{broker['port']}", timeout_s=10) as c:
+        return list(c.admin("brokers stats")["topics"])
+
+
+def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_message(cluster_dir: Path) -> None:
+    up = pulsar_ref("cluster", "up", "--dir", str(cluster_dir), "--bookies", "3", "--brokers", "2")
+    assert up.returncode == 0, up.stderr
+    first, second = brokers(cluster_dir)
+    assert "Pulsar clients: pulsar://" in up.stderr
+
+    # A client that knows only the first broker reaches topics the second one owns: lookups redirect.
+    client = pulsar.Client(f"pulsar://127.0.0.1:{first['pulsar_port']}", operation_timeout_seconds=30)
+    try:
+        topics = [f"persistent://public/default/spread-{i}" for i in range(8)]
+        for t in topics:
+            client.create_producer(t).send(t.encode())
+        owned = [set(topics_of(b)) & set(topics) for b in (first, second)]
+        assert owned[0] and owned[1], owned  # both brokers own some of them
+        for t in topics:
+            reader = client.create_reader(t, pulsar.MessageId.earliest)
+            assert reader.read_next(10_000).data() == t.encode()
+    finally:
+        client.close()
+
+    # Kill the owner of a topic while a producer writes to it: the client finds the new owner
+    # (after the dead broker's session expires) and every acknowledged message is on the topic.
+    client = pulsar.Client(state(cluster_dir)["pulsar_service"], operation_timeout_seconds=60)
+    topic = "persistent://public/default/killed-owner"
+    try:
+        producer = client.create_producer(topic, send_timeout_millis=60_000, producer_name="writer")
+        owner = next(b for b in (first, second) if topic in topics_of(b))
+        acked: list[int] = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            i = 0
+            while not stop.is_set():
+                try:
+                    producer.send(b"%d" % i)
+                    acked.append(i)
+                except pulsar.PulsarException:
+                    pass  # not acknowledged: it may or may not be on the topic
+                i += 1
+
+        writer = threading.Thread(target=produce, daemon=True)
+        writer.start()
+        while len(acked) < 50:
+            time.sleep(0.05)
+        kill = pulsar_ref("cluster", "kill", "--dir", str(cluster_dir), owner["name"])
+        assert kill.returncode == 0, kill.stderr
+        before_kill = len(acked)
+        deadline = time.monotonic() + 90
+        while len(acked) < before_kill + 50 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stop.set()
+        writer.join(70)
+        assert len(acked) >= before_kill + 50, "the producer never got going again on the new owner"
+        survivor = second if owner is first else first
+        assert topic in topics_of(survivor)
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        seen = set()
+        while reader.has_message_available():
+            seen.add(int(reader.read_next(10_000).data()))
+        assert set(acked) <= seen
+    finally:
+        client.close()
