@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 Position = list[int]
 APPEND_TIMEOUT_S = 5.0
@@ -31,8 +31,20 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
 
 
+class Session(Protocol):
+    """One logical process's client, replaced after an `info`; each operation classified as above."""
+
+    def append(self, topic: str, value: str) -> Outcome: ...
+
+    def read(self, topic: str, start: Position | None, limit: int | None) -> Outcome: ...
+
+    def create_partitioned_topic(self, topic: str, partitions: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class ClientSession:
-    """One logical process's connection: a client and its producers, replaced after an `info`."""
+    """Through the project's own client (impl/broker/client.py)."""
 
     def __init__(self, service_url: str) -> None:
         from impl.broker.client import Client
@@ -50,31 +62,32 @@ class ClientSession:
         with contextlib.suppress(Exception):
             self.client.close()
 
+    def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        self.client.admin_create_partitioned_topic(topic, partitions)
 
-def append(session: ClientSession, topic: str, value: str) -> Outcome:
-    from impl.broker.client import SendRejected
+    def append(self, topic: str, value: str) -> Outcome:
+        from impl.broker.client import SendRejected
 
-    try:
-        message_id = session.producer(topic).send(value.encode(), timeout_s=APPEND_TIMEOUT_S)
-    except SendRejected as e:
-        return Outcome("fail", {"error": describe(e)})
-    except Exception as e:  # unknown outcome, see the module docstring
-        session.producers.pop(topic, None)
-        return Outcome("info", {"error": describe(e)})
-    return Outcome("ok", {"position": position_of(message_id)})
+        try:
+            message_id = self.producer(topic).send(value.encode(), timeout_s=APPEND_TIMEOUT_S)
+        except SendRejected as e:
+            return Outcome("fail", {"error": describe(e)})
+        except Exception as e:  # unknown outcome, see the module docstring
+            self.producers.pop(topic, None)
+            return Outcome("info", {"error": describe(e)})
+        return Outcome("ok", {"position": position_of(message_id)})
 
+    def read(self, topic: str, start: Position | None, limit: int | None) -> Outcome:
+        from impl.broker.client import MessageId
 
-def read(session: ClientSession, topic: str, start: Position | None, limit: int | None) -> Outcome:
-    from impl.broker.client import MessageId
-
-    try:
-        entries = session.client.read_topic(
-            topic, None if start is None else MessageId(*start), limit, timeout_s=READ_TIMEOUT_S
-        )
-        value = [[position_of(message_id), data.decode()] for message_id, data in entries]
-    except Exception as e:  # a read has no effect: fail, see the module docstring
-        return Outcome("fail", {"error": describe(e)})
-    return Outcome("ok", {"value": value})
+        try:
+            entries = self.client.read_topic(
+                topic, None if start is None else MessageId(*start), limit, timeout_s=READ_TIMEOUT_S
+            )
+            value = [[position_of(message_id), data.decode()] for message_id, data in entries]
+        except Exception as e:  # a read has no effect: fail, see the module docstring
+            return Outcome("fail", {"error": describe(e)})
+        return Outcome("ok", {"value": value})
 
 
 def position_of(message_id: Any) -> Position:

@@ -23,7 +23,7 @@ from pathlib import Path
 from impl.workload import operations
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import Nemesis
-from impl.workload.operations import ClientSession, Position
+from impl.workload.operations import ClientSession, Position, Session
 
 CONNECT_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 120.0
@@ -49,6 +49,8 @@ class WorkloadConfig:
     seed: int | None = None
     final_read_timeout_s: float = FINAL_READ_TIMEOUT_S  # how long the final reads may keep failing
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+    client: str = "project"  # "project": the project's client; "official": Apache Pulsar's (pulsar-client)
+    admin_service: str | None = None  # where the partitioned topic is created (default: service)
 
     def plain_topics(self) -> list[str]:
         return [f"persistent://public/default/w{self.run_id}-t{i}" for i in range(self.topics)]
@@ -130,12 +132,12 @@ class Workload:
         base = self.config.partitioned_topic()
         if base is None:
             return
-        session = self._connect()
+        session = self._connect(self.config.admin_service or self.config.service, official=False)
         try:
             deadline = time.monotonic() + CONNECT_TIMEOUT_S
             while True:
                 try:
-                    session.client.admin_create_partitioned_topic(base, self.config.partitions)
+                    session.create_partitioned_topic(base, self.config.partitions)
                     progress(f"created {base} with {self.config.partitions} partitions")
                     return
                 except Exception as e:
@@ -148,15 +150,22 @@ class Workload:
         finally:
             session.close()
 
-    def _connect(self) -> ClientSession:
+    def _connect(self, service: str | None = None, official: bool | None = None) -> Session:
+        service = service or self.config.service
+        if official is None:
+            official = self.config.client == "official"
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             try:
-                return ClientSession(self.config.service)
+                if official:
+                    from impl.workload.official import OfficialSession
+
+                    return OfficialSession(service)
+                return ClientSession(service)
             except Exception as e:
                 if time.monotonic() > deadline or self._stop.is_set():
                     raise WorkloadError(
-                        f"no broker answered at {self.config.service} within {CONNECT_TIMEOUT_S:.0f}s "
+                        f"no broker answered at {service} within {CONNECT_TIMEOUT_S:.0f}s "
                         f"({operations.describe(e)}); is the cluster up?"
                     ) from None
                 time.sleep(0.5)
@@ -206,7 +215,7 @@ class Workload:
         seed = None if self.config.seed is None else self.config.seed * 1000 + slot
         rng = random.Random(seed)
         process, n = self._new_process(), 0
-        session: ClientSession | None = None
+        session: Session | None = None
         try:
             while self._take_op():
                 self._pace()
@@ -228,22 +237,22 @@ class Workload:
             if session is not None:
                 session.close()
 
-    def _append(self, session: ClientSession, process: int, topic: str, value: str) -> str:
+    def _append(self, session: Session, process: int, topic: str, value: str) -> str:
         self.history.invoke(process, "append", topic, value=value)
-        outcome = operations.append(session, topic, value)
+        outcome = session.append(topic, value)
         self.history.complete(process, outcome.kind, "append", topic, value=value, **outcome.fields)
         if outcome.kind == "ok":
             self._remember(topic, [outcome.fields["position"]])
         return outcome.kind
 
-    def _read(self, session: ClientSession, process: int, topic: str, rng: random.Random) -> str:
+    def _read(self, session: Session, process: int, topic: str, rng: random.Random) -> str:
         start = self._recent_position(topic, rng) if rng.random() < 0.5 else None
         limit = rng.randint(1, self.config.max_limit) if rng.random() < 0.3 else None
         fields: dict[str, object] = {"from": start}
         if limit is not None:
             fields["limit"] = limit
         self.history.invoke(process, "read", topic, **fields)
-        outcome = operations.read(session, topic, start, limit)
+        outcome = session.read(topic, start, limit)
         self.history.complete(process, outcome.kind, "read", topic, **fields, **outcome.fields)
         if outcome.kind == "ok" and outcome.fields["value"]:
             entries = outcome.fields["value"]
@@ -253,7 +262,7 @@ class Workload:
     def _final_reads(self, progress: Progress) -> dict[str, int]:
         """One successful read from the beginning per topic, retried (each try recorded) until it works."""
         process = self._new_process()
-        session: ClientSession | None = None
+        session: Session | None = None
         counts: dict[str, int] = {}
         deadline = time.monotonic() + self.config.final_read_timeout_s
         try:
@@ -262,7 +271,7 @@ class Workload:
                     if session is None:
                         session = self._connect()
                     self.history.invoke(process, "read", topic, **{"from": None, "final": True})
-                    outcome = operations.read(session, topic, None, None)
+                    outcome = session.read(topic, None, None)
                     self.history.complete(
                         process, outcome.kind, "read", topic, **{"from": None, "final": True}, **outcome.fields
                     )

@@ -43,6 +43,19 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="broker address(es), e.g. pulsar://127.0.0.1:6650[,127.0.0.1:6651] "
         "(default: the service of --cluster-dir)",
     )
+    parser.add_argument(
+        "--client",
+        choices=("project", "official"),
+        default="project",
+        help="which client appends and reads: the project's own (default) or Apache Pulsar's official one "
+        "(pulsar-client), which can judge any Pulsar service; with --cluster-dir it uses the cluster's "
+        "pulsar:// URL",
+    )
+    parser.add_argument(
+        "--admin-service",
+        help="the pulsar-ref broker API that creates the partitioned topic with --client official "
+        "(default: the service of --cluster-dir); without one, use --partitions 0",
+    )
     parser.add_argument("--out", required=True, type=Path, help="history file to write (JSON Lines)")
     parser.add_argument("--topics", type=int, default=3, help="plain (non-partitioned) topics (default 3)")
     parser.add_argument(
@@ -98,9 +111,19 @@ def main(argv: list[str], prog: str) -> int:
     if faults and cluster is None:
         print("error: --nemesis needs --cluster-dir (the cluster whose nodes it may kill)", file=sys.stderr)
         return 2
-    service = args.service or (cluster.service_url if cluster else None)
+    official = args.client == "official"
+    default_service = (cluster.pulsar_service_url if official else cluster.service_url) if cluster else None
+    service = args.service or default_service
     if not service:
         print("error: give --service pulsar://HOST:PORT (or --cluster-dir of a cluster with brokers)", file=sys.stderr)
+        return 2
+    admin_service = args.admin_service or (cluster.service_url if cluster and official else None)
+    if official and args.partitions > 0 and not admin_service:
+        print(
+            "error: --client official creates the partitioned topic through a pulsar-ref broker's API: give "
+            "--admin-service or --cluster-dir, or run with --partitions 0",
+            file=sys.stderr,
+        )
         return 2
     config = WorkloadConfig(
         service=service,
@@ -113,6 +136,8 @@ def main(argv: list[str], prog: str) -> int:
         read_fraction=args.read_fraction,
         seed=args.seed,
         final_read_timeout_s=args.final_read_timeout,
+        client=args.client,
+        admin_service=admin_service,
     )
     history = HistoryWriter(args.out)
     try:
@@ -131,7 +156,7 @@ def main(argv: list[str], prog: str) -> int:
         )
         _progress(
             f"workload {config.run_id}: {config.processes} processes, {config.ops} ops at "
-            f"{config.rate or 'max'}/s on {len(config.log_topics())} topic logs via {service}; "
+            f"{config.rate or 'max'}/s on {len(config.log_topics())} topic logs via {service} ({args.client} client); "
             f"nemesis: {', '.join(faults) or 'none'}"
         )
         summary = Workload(config, nemesis, history).run(_progress)

@@ -138,3 +138,41 @@ def test_workload_with_faults_on_standalone_marks_unknown_outcomes(standalone: C
     assert any(e["type"] in ("info", "fail") for e in evs if e["process"] != "nemesis")
     report = check(read_history(str(history)))
     assert report.valid, report.to_json()
+
+
+@pytest.mark.processes
+def test_workload_through_the_official_client_is_well_formed_and_valid(standalone: Cluster, tmp_path: Path) -> None:
+    """`--client official`: Apache Pulsar's client appends and reads; the audit judges its history alike."""
+    history = tmp_path / "h.jsonl"
+    result = run_workload(
+        "--client", "official", "--cluster-dir", str(standalone.directory), "--topics", "2", "--partitions", "2",
+        "--processes", "4", "--ops", "300", "--rate", "0", "--seed", "5", "--out", str(history),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "official client" in result.stderr and str(standalone.pulsar_service_url) in result.stderr
+    assert_well_formed(history, expected_topics=4)
+    report = check(read_history(str(history)))
+    assert report.valid, report.to_json()
+
+
+@pytest.mark.processes
+def test_workload_official_client_under_a_broker_kill_records_honest_outcomes(
+    standalone: Cluster, tmp_path: Path
+) -> None:
+    history = tmp_path / "h.jsonl"
+    result = run_workload(
+        "--client", "official", "--cluster-dir", str(standalone.directory), "--topics", "2", "--partitions", "0",
+        "--processes", "4", "--ops", "300", "--rate", "30", "--seed", "13", "--nemesis", "kill-broker",
+        "--nemesis-max", "1", "--nemesis-interval", "2", "--out", str(history),
+        timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    evs = events(history)
+    assert any(e["process"] == "nemesis" and e["f"] == "kill-broker" for e in evs)
+    report = check(read_history(str(history)))
+    assert report.valid, report.to_json()
+
+
+def test_official_client_needs_an_admin_for_the_partitioned_topic(tmp_path: Path) -> None:
+    result = run_workload("--client", "official", "--service", "pulsar://127.0.0.1:1", "--out", str(tmp_path / "h"))
+    assert result.returncode == 2 and "--partitions 0" in result.stderr

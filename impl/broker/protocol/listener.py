@@ -566,13 +566,15 @@ class _Connection:
         except Exception as e:
             code, message = server_error(e)
             return [conn.error_reply(out.request_id, code, message)]
-        partition = c.topic.name.partition if c.topic.name.partition is not None else -1
+        # No partition index in the id (Apache Pulsar puts the topic's): the C++ client compares ids with
+        # the partition included, and a reader of a partition's own name numbers its messages with -1,
+        # so an index here would make has_message_available() true for ever.
         if last is None:
-            last_id = api.MessageIdData(ledgerId=-1, entryId=-1, partition=partition)
+            last_id = api.MessageIdData(ledgerId=-1, entryId=-1)
         else:
             position, entry = last
             batch = entry.num_messages - 1 if entry.is_batch else -1
-            last_id = conn.id_to_wire(MessageId(position.ledger_id, position.entry_id, batch), partition)
+            last_id = conn.id_to_wire(MessageId(position.ledger_id, position.entry_id, batch))
         resp = api.CommandGetLastMessageIdResponse(request_id=out.request_id, last_message_id=last_id)
         mark = c.sub.cursor.mark_delete_position
         if mark is not None:

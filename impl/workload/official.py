@@ -1,0 +1,90 @@
+"""The workload's operations through Apache Pulsar's official client (`pulsar-client`), so the same
+workload and audit can judge any Pulsar service, Apache Pulsar's included.
+
+The outcome rule is operations.py's, applied to what the official client can tell:
+- append `fail` only when nothing can have been sent: the producer could not be created, or the
+  client refused the message itself (too big, invalid); a broker's SEND_ERROR makes the client
+  reconnect and resend, so no error it reports after a send is a certain refusal;
+- append `info` for every other error (a timeout, a lost connection): the message may be written;
+- read: a reader from the start (inclusive) to the last message id the broker reported at the
+  start of the read; `fail` on any error.
+
+Positions are [ledger, entry, batch index], with batch index 0 for a message alone in its entry
+(the official client says -1), as the project's client reports them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from impl.workload.operations import APPEND_TIMEOUT_S, READ_TIMEOUT_S, Outcome, Position, describe
+
+# Errors the client raises before anything reaches the broker.
+_CERTAINLY_NOT_SENT = ("MessageTooBig", "InvalidMessage", "ProducerQueueIsFull", "InvalidConfiguration")
+
+
+def official_position(message_id: Any) -> Position:
+    return [int(message_id.ledger_id()), int(message_id.entry_id()), max(0, int(message_id.batch_index()))]
+
+
+class OfficialSession:
+    def __init__(self, service_url: str) -> None:
+        import pulsar
+
+        self.pulsar = pulsar
+        self.client = pulsar.Client(
+            service_url, operation_timeout_seconds=int(READ_TIMEOUT_S * 2), connection_timeout_ms=5000
+        )
+        self.producers: dict[str, Any] = {}
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+    def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        raise NotImplementedError("the official client has no admin API; create partitioned topics with the admin")
+
+    def append(self, topic: str, value: str) -> Outcome:
+        try:
+            producer = self.producers.get(topic)
+            if producer is None:
+                producer = self.producers[topic] = self.client.create_producer(
+                    topic, send_timeout_millis=int(APPEND_TIMEOUT_S * 1000)
+                )
+        except Exception as e:  # no producer, nothing sent
+            return Outcome("fail", {"error": describe(e)})
+        try:
+            message_id = producer.send(value.encode())
+        except Exception as e:
+            if type(e).__name__ in _CERTAINLY_NOT_SENT:
+                return Outcome("fail", {"error": describe(e)})
+            self.producers.pop(topic, None)
+            with contextlib.suppress(Exception):
+                producer.close()
+            return Outcome("info", {"error": describe(e)})
+        return Outcome("ok", {"position": official_position(message_id)})
+
+    def read(self, topic: str, start: Position | None, limit: int | None) -> Outcome:
+        pulsar = self.pulsar
+        reader = None
+        try:
+            # Batch index 0 stands for -1 too (a message alone in its entry), and the client orders -1
+            # before 0: starting at -1 takes the whole entry either way.
+            start_id = (
+                pulsar.MessageId.earliest
+                if start is None
+                else pulsar.MessageId(-1, start[0], start[1], start[2] if start[2] > 0 else -1)
+            )
+            reader = self.client.create_reader(topic, start_id, start_message_id_inclusive=True)
+            value: list[list[Any]] = []
+            while (limit is None or len(value) < limit) and reader.has_message_available():
+                msg = reader.read_next(int(READ_TIMEOUT_S * 1000))
+                value.append([official_position(msg.message_id()), msg.data().decode()])
+        except Exception as e:  # a read has no effect: fail
+            return Outcome("fail", {"error": describe(e)})
+        finally:
+            if reader is not None:
+                with contextlib.suppress(Exception):
+                    reader.close()
+        return Outcome("ok", {"value": value})
