@@ -473,36 +473,42 @@ class _Connection:
     def _acked_ids(self, c: _AttachedConsumer, out: conn.DoAck) -> list[MessageId]:
         """The delivered messages an ACK names. An id is a whole entry, less the batch indexes its
         ack_set still marks unacknowledged; a cumulative ack takes everything before it too."""
-        with c.sub.lock:
-            consumer = c.sub.dispatcher.consumers.get(c.service_id)
-            pending = list(consumer.pending) if consumer is not None else []
+        by_entry = self._pending_by_entry(c)
         ids: list[MessageId] = []
         for a in out.ids:
             if a.id.batch_index >= 0 and not a.ack_set:
                 ids.append(a.id)
                 continue
-            still = bits(a.ack_set) if a.ack_set else set()
-            position = a.id.position
-            ids += [
-                m
-                for m in pending
-                if (m.position == position and m.batch_index not in still) or (out.cumulative and m.position < position)
-            ]
+            still = bits(a.ack_set) if a.ack_set else ()
+            ids += [m for m in by_entry.get((a.id.ledger_id, a.id.entry_id), ()) if m.batch_index not in still]
+        if out.cumulative and out.ids:
+            upto = max((a.id.ledger_id, a.id.entry_id) for a in out.ids)
+            ids += [m for entry, ms in by_entry.items() if entry < upto for m in ms]
         return ids
+
+    @staticmethod
+    def _pending_by_entry(c: _AttachedConsumer) -> dict[tuple[int, int], list[MessageId]]:
+        """The consumer's delivered, unacknowledged messages by entry (ledger id, entry id)."""
+        with c.sub.lock:
+            consumer = c.sub.dispatcher.consumers.get(c.service_id)
+            pending = list(consumer.pending) if consumer is not None else []
+        by_entry: dict[tuple[int, int], list[MessageId]] = {}
+        for m in pending:
+            by_entry.setdefault((m.ledger_id, m.entry_id), []).append(m)
+        return by_entry
 
     def _redeliver(self, out: conn.DoRedeliver) -> list[conn.Output]:
         c = self._consumer(out.consumer_id)
         if c is None:
             return []
-        with c.sub.lock:
-            consumer = c.sub.dispatcher.consumers.get(c.service_id)
-            pending = list(consumer.pending) if consumer is not None else []
+        by_entry = self._pending_by_entry(c)
         if out.ids is None:
-            ids = pending
+            ids = [m for ms in by_entry.values() for m in ms]
         else:
-            wanted = {m.position for m in out.ids if m.batch_index < 0}
-            exact = {m for m in out.ids if m.batch_index >= 0}
-            ids = [m for m in pending if m.position in wanted or m in exact]
+            ids = []
+            for wanted in out.ids:
+                at = by_entry.get((wanted.ledger_id, wanted.entry_id), [])
+                ids += at if wanted.batch_index < 0 else [m for m in at if m == wanted]
         if ids:
             consumer_step(c.sub, lambda: c.sub.dispatcher.nack(c.service_id, ids))
         return []
