@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from impl.broker.client import Client, MessageId  # noqa: E402
+from impl.broker.grpc_client import Client, MessageId  # noqa: E402
 from impl.cluster.deployment import Cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -428,9 +428,10 @@ def run_cluster(
     history_path = directory / "history.jsonl"
     try:
         cluster.up(90.0, progress)
-        assert cluster.service_url is not None
+        assert cluster.service_url is not None and cluster.pulsar_service_url is not None
         config = WorkloadConfig(
-            service=cluster.service_url,
+            service=cluster.pulsar_service_url,
+            admin_service=cluster.service_url,
             out=history_path,
             topics=2,
             partitions=2,

@@ -42,9 +42,6 @@ class OfficialSession:
         with contextlib.suppress(Exception):
             self.client.close()
 
-    def create_partitioned_topic(self, topic: str, partitions: int) -> None:
-        raise NotImplementedError("the official client has no admin API; create partitioned topics with the admin")
-
     def append(self, topic: str, value: str) -> Outcome:
         try:
             producer = self.producers.get(topic)

@@ -38,13 +38,19 @@ class Session(Protocol):
 
     def read(self, topic: str, start: Position | None, limit: int | None) -> Outcome: ...
 
-    def create_partitioned_topic(self, topic: str, partitions: int) -> None: ...
-
     def close(self) -> None: ...
 
 
+def create_partitioned_topic(admin_service: str, topic: str, partitions: int) -> None:
+    """Through a pulsar-ref broker's admin API (set-up, not an operation of the history)."""
+    from impl.broker.grpc_client import Client as AdminClient
+
+    with AdminClient(admin_service) as admin:
+        admin.admin_create_partitioned_topic(topic, partitions)
+
+
 class ClientSession:
-    """Through the project's own client (impl/broker/client.py)."""
+    """Through the project's own Pulsar client (impl/broker/client/)."""
 
     def __init__(self, service_url: str) -> None:
         from impl.broker.client import Client
@@ -61,9 +67,6 @@ class ClientSession:
         # Closing a client whose broker died may fail; there is nothing to salvage.
         with contextlib.suppress(Exception):
             self.client.close()
-
-    def create_partitioned_topic(self, topic: str, partitions: int) -> None:
-        self.client.admin_create_partitioned_topic(topic, partitions)
 
     def append(self, topic: str, value: str) -> Outcome:
         from impl.broker.client import SendRejected

@@ -50,7 +50,7 @@ class WorkloadConfig:
     final_read_timeout_s: float = FINAL_READ_TIMEOUT_S  # how long the final reads may keep failing
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     client: str = "project"  # "project": the project's client; "official": Apache Pulsar's (pulsar-client)
-    admin_service: str | None = None  # where the partitioned topic is created (default: service)
+    admin_service: str | None = None  # the pulsar-ref broker API that creates the partitioned topic
 
     def plain_topics(self) -> list[str]:
         return [f"persistent://public/default/w{self.run_id}-t{i}" for i in range(self.topics)]
@@ -132,32 +132,28 @@ class Workload:
         base = self.config.partitioned_topic()
         if base is None:
             return
-        session = self._connect(self.config.admin_service or self.config.service, official=False)
-        try:
-            deadline = time.monotonic() + CONNECT_TIMEOUT_S
-            while True:
-                try:
-                    session.create_partitioned_topic(base, self.config.partitions)
-                    progress(f"created {base} with {self.config.partitions} partitions")
-                    return
-                except Exception as e:
-                    if time.monotonic() > deadline:
-                        raise WorkloadError(
-                            f"could not create the partitioned topic {base} at {self.config.service}: "
-                            f"{operations.describe(e)}"
-                        ) from None
-                    time.sleep(1.0)
-        finally:
-            session.close()
-
-    def _connect(self, service: str | None = None, official: bool | None = None) -> Session:
-        service = service or self.config.service
-        if official is None:
-            official = self.config.client == "official"
+        if not self.config.admin_service:
+            raise WorkloadError("the partitioned topic needs a pulsar-ref broker's admin API (admin_service)")
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             try:
-                if official:
+                operations.create_partitioned_topic(self.config.admin_service, base, self.config.partitions)
+                progress(f"created {base} with {self.config.partitions} partitions")
+                return
+            except Exception as e:
+                if time.monotonic() > deadline or self._stop.is_set():
+                    raise WorkloadError(
+                        f"could not create the partitioned topic {base} at {self.config.admin_service}: "
+                        f"{operations.describe(e)}"
+                    ) from None
+                time.sleep(1.0)
+
+    def _connect(self) -> Session:
+        service = self.config.service
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while True:
+            try:
+                if self.config.client == "official":
                     from impl.workload.official import OfficialSession
 
                     return OfficialSession(service)

@@ -51,7 +51,7 @@ def main(argv: list[str], prog: str) -> int:
     if positional:
         call_args[positional] = getattr(args, positional)
 
-    from impl.broker.client import Client, ClientError
+    from impl.broker.grpc_client import Client, ClientError
 
     try:
         with Client(args.service_url) as client:

@@ -87,7 +87,8 @@ def main(argv: list[str], prog: str) -> int:
     summary = None
     try:
         config = WorkloadConfig(
-            service=cluster.service_url or "",
+            service=cluster.pulsar_service_url or "",
+            admin_service=cluster.service_url,
             out=history_path,
             processes=args.processes,
             ops=max(1, int(args.seconds * args.rate)),

@@ -40,8 +40,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--service",
-        help="broker address(es), e.g. pulsar://127.0.0.1:6650[,127.0.0.1:6651] "
-        "(default: the service of --cluster-dir)",
+        help="the brokers' Pulsar service URL, e.g. pulsar://127.0.0.1:6650[,127.0.0.1:6651] "
+        "(default: the pulsar:// URL of --cluster-dir)",
     )
     parser.add_argument(
         "--client",
@@ -53,8 +53,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--admin-service",
-        help="the pulsar-ref broker API that creates the partitioned topic with --client official "
-        "(default: the service of --cluster-dir); without one, use --partitions 0",
+        help="the pulsar-ref broker API (the standalone's or broker's gRPC URL) that creates the partitioned "
+        "topic (default: the one of --cluster-dir); without one, use --partitions 0",
     )
     parser.add_argument("--out", required=True, type=Path, help="history file to write (JSON Lines)")
     parser.add_argument("--topics", type=int, default=3, help="plain (non-partitioned) topics (default 3)")
@@ -111,16 +111,14 @@ def main(argv: list[str], prog: str) -> int:
     if faults and cluster is None:
         print("error: --nemesis needs --cluster-dir (the cluster whose nodes it may kill)", file=sys.stderr)
         return 2
-    official = args.client == "official"
-    default_service = (cluster.pulsar_service_url if official else cluster.service_url) if cluster else None
-    service = args.service or default_service
+    service = args.service or (cluster.pulsar_service_url if cluster else None)
     if not service:
         print("error: give --service pulsar://HOST:PORT (or --cluster-dir of a cluster with brokers)", file=sys.stderr)
         return 2
-    admin_service = args.admin_service or (cluster.service_url if cluster and official else None)
-    if official and args.partitions > 0 and not admin_service:
+    admin_service = args.admin_service or (cluster.service_url if cluster else None)
+    if args.partitions > 0 and not admin_service:
         print(
-            "error: --client official creates the partitioned topic through a pulsar-ref broker's API: give "
+            "error: the partitioned topic is created through a pulsar-ref broker's admin API: give "
             "--admin-service or --cluster-dir, or run with --partitions 0",
             file=sys.stderr,
         )

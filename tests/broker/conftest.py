@@ -16,7 +16,7 @@ import pytest
 
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, Reply, StoreEntry
-from impl.broker.client import Client
+from impl.broker.grpc_client import Client
 from impl.broker.standalone import Standalone
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.memory import MemoryServer

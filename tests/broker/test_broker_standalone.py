@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from impl.broker import broker_pb2 as pb
-from impl.broker.client import Client, ClientError, ConsumerMessage, SendRejected
+from impl.broker.grpc_client import Client, ClientError, ConsumerMessage, SendRejected
 from impl.broker.standalone import Standalone, StandaloneAlreadyRunning
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
 from tests.processes import start_listening

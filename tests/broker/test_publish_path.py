@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from impl.broker import broker_pb2 as pb
-from impl.broker.client import Client, MessageId
+from impl.broker.grpc_client import Client, MessageId
 from impl.broker.service import Subscription
 from impl.broker.standalone import Standalone
 
@@ -229,7 +229,7 @@ class _ScriptedBroker:
 
 
 def test_a_rejected_request_leaves_no_gap_in_the_sequence_ids() -> None:
-    from impl.broker.client import Producer, SendRejected
+    from impl.broker.grpc_client import Producer, SendRejected
 
     ok = pb.SendResp(code=pb.OK, results=[pb.EntryResult(code=pb.OK, ledger_id=1, entry_id=0)])
     broker = _ScriptedBroker([pb.SendResp(code=pb.NOT_OWNER, message="moved")])

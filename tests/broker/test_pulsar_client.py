@@ -4,49 +4,20 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pulsar
 import pytest
 
-from impl.broker.client import Client as GrpcClient
-from tests.processes import start_listening
+from tests.broker.pulsar_standalone import Standalone, running_standalone
 
 pytestmark = pytest.mark.processes
 
 
-class Standalone:
-    def __init__(self, data: Path) -> None:
-        self.proc, self.grpc_address, banner = start_listening(
-            ["standalone", "--data", str(data), "--pulsar-port", "0"]
-        )
-        found = re.search(r"Pulsar clients: (pulsar://\S+);", banner)
-        assert found, banner
-        self.url = found.group(1)
-
-    def admin(self, verb: str, **args: object) -> object:
-        with GrpcClient(f"pulsar://{self.grpc_address.removeprefix('pulsar://')}", timeout_s=10) as c:
-            return c.admin(verb, dict(args))
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    s = Standalone(tmp_path_factory.mktemp("pulsar-standalone"))
-    try:
-        yield s
-    finally:
-        s.stop()
+    yield from running_standalone(tmp_path_factory)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from impl.broker import broker_pb2 as pb
-from impl.broker.client import Client, SendRejected, SendUnknown
+from impl.broker.grpc_client import Client, SendRejected, SendUnknown
 from impl.metadata.zkserver import ZooKeeperServer
 from tests.bookie.bookie_process import BookieProcess
 from tests.processes import start_listening

@@ -9,7 +9,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from impl.broker.client import Client as GrpcClient
+from impl.broker.grpc_client import Client as GrpcClient
 from tests.cluster.conftest import pulsar_ref, state
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]

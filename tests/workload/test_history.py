@@ -110,7 +110,8 @@ def assert_well_formed(history: Path, expected_topics: int) -> None:
 def test_workload_history_on_standalone_is_well_formed_and_valid(standalone: Cluster, tmp_path: Path) -> None:
     history = tmp_path / "h.jsonl"
     result = run_workload(
-        "--service", standalone.service_url or "", "--topics", "2", "--partitions", "2", "--processes", "4",
+        "--service", standalone.pulsar_service_url or "", "--admin-service", standalone.service_url or "",
+        "--topics", "2", "--partitions", "2", "--processes", "4",
         "--ops", "300", "--rate", "0", "--seed", "7", "--out", str(history),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -122,12 +123,13 @@ def test_workload_history_on_standalone_is_well_formed_and_valid(standalone: Clu
 
 @pytest.mark.processes
 def test_workload_with_faults_on_standalone_marks_unknown_outcomes(standalone: Cluster, tmp_path: Path) -> None:
-    """Pauses and a whole-process kill make operations time out or fail: those are info/fail, never guessed."""
+    """Pauses longer than a send's timeout and a whole-process kill make operations time out or fail: those
+    are info/fail, never guessed."""
     history = tmp_path / "h.jsonl"
     result = run_workload(
         "--cluster-dir", str(standalone.directory), "--topics", "2", "--partitions", "1", "--processes", "4",
-        "--ops", "300", "--rate", "30", "--seed", "11", "--nemesis", "pause-standalone,kill-standalone",
-        "--nemesis-order", "cycle", "--nemesis-max", "2", "--nemesis-interval", "2", "--out", str(history),
+        "--ops", "750", "--rate", "30", "--seed", "11", "--nemesis", "pause-standalone,kill-standalone",
+        "--nemesis-order", "cycle", "--nemesis-max", "2", "--nemesis-interval", "6", "--out", str(history),
         timeout=240,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

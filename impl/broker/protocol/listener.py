@@ -40,8 +40,8 @@ from impl.broker.errors import (
 )
 from impl.broker.managed_ledger import Position
 from impl.broker.naming import NamespaceName, TopicName
+from impl.broker.protocol import bitset, frames
 from impl.broker.protocol import connection as conn
-from impl.broker.protocol import frames
 from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
 from impl.broker.subscription import Message, MessageId
@@ -189,7 +189,7 @@ class _Sink(ConsumerSink):
             indexes = [m.id.batch_index for m, _ in messages[i:j]]
             ack_set: list[int] = []
             if len(indexes) < first.batch_size:
-                ack_set = bitset(indexes)
+                ack_set = bitset.to_words(indexes)
             mid = MessageId(first.id.ledger_id, first.id.entry_id, -1)
             out.append(
                 core.message(self.consumer_id, mid, count, ack_set, entry_codec.strip_broker_metadata(first.entry))
@@ -204,18 +204,6 @@ class _Sink(ConsumerSink):
         self.connection.from_thread_call(
             lambda: self.connection.perform(self.connection.core.close_consumer(self.consumer_id))
         )
-
-
-def bitset(indexes: list[int]) -> list[int]:
-    """java.util.BitSet's words (signed 64-bit) with these bits set."""
-    words = [0] * (max(indexes) // 64 + 1)
-    for i in indexes:
-        words[i // 64] |= 1 << (i % 64)
-    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
-
-
-def bits(words: tuple[int, ...]) -> set[int]:
-    return {w * 64 + b for w, word in enumerate(words) for b in range(64) if (word >> b) & 1}
 
 
 @dataclass
@@ -479,7 +467,7 @@ class _Connection:
             if a.id.batch_index >= 0 and not a.ack_set:
                 ids.append(a.id)
                 continue
-            still = bits(a.ack_set) if a.ack_set else ()
+            still = bitset.from_words(a.ack_set) if a.ack_set else ()
             ids += [m for m in by_entry.get((a.id.ledger_id, a.id.entry_id), ()) if m.batch_index not in still]
         if out.cumulative and out.ids:
             upto = max((a.id.ledger_id, a.id.entry_id) for a in out.ids)

@@ -1,4 +1,6 @@
-"""The Pulsar client library: `Client`, `Producer`, `Consumer`, `Reader` over the broker's gRPC API.
+"""The project's client over the broker's gRPC API (legacy: admin verbs and the gRPC API's own tests).
+
+The Pulsar-protocol client is impl/broker/client/. This one goes with the gRPC Broker service.
 
 The client finds a topic's broker by lookup (asking any broker it knows, following redirects)
 and looks up again when a broker answers NOT_OWNER or goes away, so it follows ownership as

@@ -1,0 +1,29 @@
+"""The project's Pulsar client, over Pulsar's binary protocol: connection.py is the pure core of
+one connection, transport.py its socket shell, api.py the Client, Producer, Consumer and Reader."""
+
+from impl.broker.client.api import (
+    Client,
+    Consumer,
+    ConsumerMessage,
+    PartitionedConsumer,
+    PartitionedProducer,
+    Producer,
+    Reader,
+)
+from impl.broker.client.errors import ClientError, ConnectionLost, SendRejected, SendUnknown
+from impl.broker.subscription import MessageId
+
+__all__ = [
+    "Client",
+    "ClientError",
+    "ConnectionLost",
+    "Consumer",
+    "ConsumerMessage",
+    "MessageId",
+    "PartitionedConsumer",
+    "PartitionedProducer",
+    "Producer",
+    "Reader",
+    "SendRejected",
+    "SendUnknown",
+]

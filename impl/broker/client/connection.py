@@ -1,0 +1,247 @@
+"""A client's side of one connection to a broker, in Pulsar's protocol (pure core).
+
+It numbers requests, builds their frames, and turns the broker's frames into events: the answer
+to a request (by request id), a send's receipt or error (by producer id and sequence id), a
+message for a consumer, a producer or consumer closed by the broker. It keeps no socket and no
+clock; the shell (impl/broker/client/transport.py) writes what it returns and routes the events.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.broker.protocol.frames import Frame, command_name, encode
+
+CLIENT_VERSION = "pulsar-ref-client"
+PROTOCOL_VERSION = 20
+T = api.BaseCommand
+
+# The sub-message field of each request kind, and the field that carries its request id.
+REQUESTS: dict[int, tuple[str, str]] = {
+    T.LOOKUP: ("lookupTopic", "request_id"),
+    T.PARTITIONED_METADATA: ("partitionMetadata", "request_id"),
+    T.PRODUCER: ("producer", "request_id"),
+    T.CLOSE_PRODUCER: ("close_producer", "request_id"),
+    T.SUBSCRIBE: ("subscribe", "request_id"),
+    T.CLOSE_CONSUMER: ("close_consumer", "request_id"),
+    T.UNSUBSCRIBE: ("unsubscribe", "request_id"),
+    T.SEEK: ("seek", "request_id"),
+    T.GET_LAST_MESSAGE_ID: ("getLastMessageId", "request_id"),
+    T.GET_TOPICS_OF_NAMESPACE: ("getTopicsOfNamespace", "request_id"),
+}
+# Answers to requests, and where their request id is.
+ANSWERS: dict[int, str] = {
+    T.SUCCESS: "success",
+    T.PRODUCER_SUCCESS: "producer_success",
+    T.LOOKUP_RESPONSE: "lookupTopicResponse",
+    T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse",
+    T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
+    T.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
+}
+
+
+class ProtocolViolation(Exception):
+    """The broker sent what the protocol does not allow here: the connection cannot go on."""
+
+
+# ---- events --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Connected:
+    server_version: str
+    protocol_version: int
+    max_message_size: int | None
+
+
+@dataclass(frozen=True)
+class Answered:
+    request_id: int
+    command: api.BaseCommand
+
+
+@dataclass(frozen=True)
+class Refused:
+    """An ERROR for a request (or a failed lookup / partitioned-metadata answer)."""
+
+    request_id: int
+    error: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Receipt:
+    producer_id: int
+    sequence_id: int
+    ledger_id: int
+    entry_id: int
+
+
+@dataclass(frozen=True)
+class SendFailed:
+    producer_id: int
+    sequence_id: int
+    error: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Delivered:
+    consumer_id: int
+    ledger_id: int
+    entry_id: int
+    redelivery_count: int
+    ack_set: tuple[int, ...]
+    entry: bytes
+
+
+@dataclass(frozen=True)
+class ProducerClosed:
+    producer_id: int
+
+
+@dataclass(frozen=True)
+class ConsumerClosed:
+    consumer_id: int
+
+
+@dataclass(frozen=True)
+class ActiveChanged:
+    consumer_id: int
+    active: bool
+
+
+@dataclass(frozen=True)
+class Write:
+    """A frame to send back (PONG)."""
+
+    data: bytes
+
+
+Event = (
+    Connected
+    | Answered
+    | Refused
+    | Receipt
+    | SendFailed
+    | Delivered
+    | ProducerClosed
+    | ConsumerClosed
+    | ActiveChanged
+    | Write
+)
+
+
+def build(type_: int, field_name: str, message: Any) -> api.BaseCommand:
+    cmd = api.BaseCommand(type=type_)
+    getattr(cmd, field_name).CopyFrom(message)
+    return cmd
+
+
+@dataclass
+class ClientConnection:
+    connected: bool = False
+    protocol_version: int = 0
+    max_message_size: int | None = None
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _pending: dict[int, int] = field(default_factory=dict)  # request id -> its command type
+
+    def connect(self) -> bytes:
+        c = api.CommandConnect(
+            client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION, auth_method_name="none"
+        )
+        return encode(build(T.CONNECT, "connect", c))
+
+    def request(self, type_: int, message: Any) -> tuple[int, bytes]:
+        """Number a request (its request id is set here) and frame it."""
+        field_name, id_field = REQUESTS[type_]
+        request_id = next(self._ids)
+        setattr(message, id_field, request_id)
+        self._pending[request_id] = type_
+        return request_id, encode(build(type_, field_name, message))
+
+    def forget(self, request_id: int) -> None:
+        """The caller gave up on a request: a late answer is dropped."""
+        self._pending.pop(request_id, None)
+
+    @staticmethod
+    def command(type_: int, field_name: str, message: Any, payload: bytes | None = None) -> bytes:
+        """A frame that expects no answer by request id (SEND, FLOW, ACK, REDELIVER...)."""
+        return encode(build(type_, field_name, message), payload)
+
+    def receive(self, frame: Frame) -> list[Event]:
+        cmd = frame.command
+        kind = cmd.type
+        if not self.connected:
+            if kind != T.CONNECTED:
+                raise ProtocolViolation(f"{command_name(kind)} before CONNECTED")
+            self.connected = True
+            c = cmd.connected
+            self.protocol_version = c.protocol_version
+            self.max_message_size = c.max_message_size if c.HasField("max_message_size") else None
+            return [Connected(c.server_version, c.protocol_version, self.max_message_size)]
+        if kind in ANSWERS:
+            answer = getattr(cmd, ANSWERS[kind])
+            if self._pending.pop(answer.request_id, None) is None:
+                return []  # an answer nobody waits for any more
+            refused = _refusal(kind, answer)
+            return [refused] if refused is not None else [Answered(answer.request_id, cmd)]
+        if kind == T.ERROR:
+            e = cmd.error
+            if self._pending.pop(e.request_id, None) is None:
+                return []
+            return [Refused(e.request_id, e.error, e.message)]
+        if kind == T.SEND_RECEIPT:
+            r = cmd.send_receipt
+            return [Receipt(r.producer_id, r.sequence_id, r.message_id.ledgerId, r.message_id.entryId)]
+        if kind == T.SEND_ERROR:
+            s = cmd.send_error
+            return [SendFailed(s.producer_id, s.sequence_id, s.error, s.message)]
+        if kind == T.MESSAGE:
+            if frame.payload is None:
+                raise ProtocolViolation("MESSAGE without a payload")
+            m = cmd.message
+            return [
+                Delivered(
+                    m.consumer_id,
+                    m.message_id.ledgerId,
+                    m.message_id.entryId,
+                    m.redelivery_count,
+                    tuple(m.ack_set),
+                    frame.payload,
+                )
+            ]
+        if kind == T.CLOSE_PRODUCER:
+            return [ProducerClosed(cmd.close_producer.producer_id)]
+        if kind == T.CLOSE_CONSUMER:
+            return [ConsumerClosed(cmd.close_consumer.consumer_id)]
+        if kind == T.ACTIVE_CONSUMER_CHANGE:
+            a = cmd.active_consumer_change
+            return [ActiveChanged(a.consumer_id, a.is_active)]
+        if kind == T.PING:
+            return [Write(encode(build(T.PONG, "pong", api.CommandPong())))]
+        if kind in (T.PONG, T.ACK_RESPONSE):
+            return []
+        raise ProtocolViolation(f"unexpected {command_name(kind)} from the broker")
+
+    def lost(self) -> list[int]:
+        """The connection is gone: the requests still waiting for an answer."""
+        waiting = list(self._pending)
+        self._pending.clear()
+        self.connected = False
+        return waiting
+
+
+def _refusal(kind: int, answer: Any) -> Refused | None:
+    """Lookups and partitioned metadata carry their failure in the answer itself."""
+    if kind == T.LOOKUP_RESPONSE and answer.response == api.CommandLookupTopicResponse.Failed:
+        return Refused(answer.request_id, answer.error, answer.message)
+    if (
+        kind == T.PARTITIONED_METADATA_RESPONSE
+        and answer.response == api.CommandPartitionedTopicMetadataResponse.Failed
+    ):
+        return Refused(answer.request_id, answer.error, answer.message)
+    return None

@@ -1,0 +1,177 @@
+"""One TCP connection to a broker (the shell around impl/broker/client/connection.py).
+
+A reader thread decodes the broker's frames, feeds the core and routes its events: answers
+complete the waiting request's future, receipts and messages go to the producer or consumer
+registered under their id, and a broker's CLOSE_PRODUCER / CLOSE_CONSUMER or the loss of the
+connection tells them to attach again. Writes are serialized by a lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Protocol
+
+from impl.broker.client import connection as core
+from impl.broker.client.errors import ClientError, ConnectionLost
+from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.broker.protocol.frames import FrameDecoder, FrameError
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 256 * 1024
+
+
+class Handler(Protocol):
+    """A producer or consumer attached to a connection."""
+
+    def on_event(self, event: core.Event) -> None: ...
+
+    def on_detached(self) -> None:
+        """The broker closed it, or the connection was lost: attach again (or give up)."""
+
+
+def parse_address(url: str) -> tuple[str, int]:
+    rest = url.split("://", 1)[-1].rstrip("/")
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClientError(f"bad broker URL {url!r}; use pulsar://HOST:PORT")
+    return host, int(port)
+
+
+class BrokerConnection:
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.core = core.ClientConnection()
+        self._futures: dict[int, Future[api.BaseCommand]] = {}
+        self._handlers: dict[tuple[str, int], Handler] = {}
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._connected: Future[core.Connected] = Future()
+        self.open = True
+        host, port = parse_address(url)
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as e:
+            raise ConnectionLost(f"cannot connect to {url}: {e}") from e
+        self.sock.settimeout(None)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._reader = threading.Thread(target=self._read_loop, name=f"pulsar-conn-{port}", daemon=True)
+        self._reader.start()
+        self.write(self.core.connect())
+        try:
+            self._connected.result(timeout_s)
+        except FutureTimeout:
+            self.close()
+            raise ConnectionLost(f"{url} did not answer CONNECT within {timeout_s}s") from None
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        try:
+            with self._write_lock:
+                self.sock.sendall(data)
+        except OSError as e:
+            self.close()
+            raise ConnectionLost(f"connection to {self.url} lost: {e}") from e
+
+    def call(self, type_: int, message: Any, timeout_s: float | None = None) -> api.BaseCommand:
+        """Send a request and wait for its answer; a refusal raises ClientError with its ServerError."""
+        future: Future[api.BaseCommand] = Future()
+        with self._lock:
+            if not self.open:
+                raise ConnectionLost(f"connection to {self.url} is closed")
+            request_id, frame = self.core.request(type_, message)
+            self._futures[request_id] = future
+        self.write(frame)
+        try:
+            return future.result(timeout_s or self.timeout_s)
+        except FutureTimeout:
+            with self._lock:
+                self._futures.pop(request_id, None)
+                self.core.forget(request_id)
+            raise ClientError(f"{self.url} did not answer within {timeout_s or self.timeout_s}s") from None
+
+    def attach(self, kind: str, handler_id: int, handler: Handler) -> None:
+        with self._lock:
+            self._handlers[(kind, handler_id)] = handler
+
+    def detach(self, kind: str, handler_id: int) -> None:
+        with self._lock:
+            self._handlers.pop((kind, handler_id), None)
+
+    # ---- the broker's frames -------------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        decoder = FrameDecoder()
+        reason = "closed by the broker"
+        try:
+            while self.open:
+                data = self.sock.recv(READ_CHUNK)
+                if not data:
+                    break
+                for frame in decoder.feed(data):
+                    with self._lock:
+                        events = self.core.receive(frame)
+                    for event in events:
+                        self._route(event)
+        except (OSError, FrameError, core.ProtocolViolation) as e:
+            reason = str(e)
+        finally:
+            self._lost(reason)
+
+    def _route(self, event: core.Event) -> None:
+        if isinstance(event, core.Connected):
+            self._connected.set_result(event)
+        elif isinstance(event, core.Answered | core.Refused):
+            with self._lock:
+                future = self._futures.pop(event.request_id, None)
+            if future is None:
+                return
+            if isinstance(event, core.Answered):
+                future.set_result(event.command)
+            else:
+                future.set_exception(ClientError(event.message, event.error))
+        elif isinstance(event, core.Write):
+            self.write(event.data)
+        elif isinstance(event, core.Receipt | core.SendFailed | core.ProducerClosed):
+            self._to("producer", event.producer_id, event)
+        elif isinstance(event, core.Delivered | core.ConsumerClosed | core.ActiveChanged):
+            self._to("consumer", event.consumer_id, event)
+
+    def _to(self, kind: str, handler_id: int, event: core.Event) -> None:
+        with self._lock:
+            handler = self._handlers.get((kind, handler_id))
+            if isinstance(event, core.ProducerClosed | core.ConsumerClosed):
+                self._handlers.pop((kind, handler_id), None)
+        if handler is None:
+            return
+        if isinstance(event, core.ProducerClosed | core.ConsumerClosed):
+            handler.on_detached()
+        else:
+            handler.on_event(event)
+
+    def _lost(self, reason: str) -> None:
+        with self._lock:
+            self.open = False
+            self.core.lost()
+            futures, self._futures = self._futures, {}
+            handlers, self._handlers = list(self._handlers.values()), {}
+        if not self._connected.done():
+            self._connected.set_exception(ConnectionLost(f"{self.url}: {reason}"))
+        for future in futures.values():
+            future.set_exception(ConnectionLost(f"connection to {self.url} lost: {reason}"))
+        for handler in handlers:
+            handler.on_detached()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def close(self) -> None:
+        self.open = False
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,46 @@
+"""A real `pulsar-ref standalone` process for tests that talk Pulsar's protocol to it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from impl.broker.grpc_client import Client as GrpcClient
+
+__all__ = ["ROOT", "Standalone", "running_standalone"]
+from tests.processes import ROOT, start_listening
+
+
+class Standalone:
+    def __init__(self, data: Path) -> None:
+        self.proc, self.grpc_address, banner = start_listening(
+            ["standalone", "--data", str(data), "--pulsar-port", "0"]
+        )
+        found = re.search(r"Pulsar clients: (pulsar://\S+);", banner)
+        assert found, banner
+        self.url = found.group(1)
+
+    def admin(self, verb: str, **args: object) -> object:
+        with GrpcClient(f"pulsar://{self.grpc_address.removeprefix('pulsar://')}", timeout_s=10) as c:
+            return c.admin(verb, dict(args))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def running_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """For a module's fixture: one standalone process, stopped afterwards."""
+    s = Standalone(tmp_path_factory.mktemp("pulsar-standalone"))
+    try:
+        yield s
+    finally:
+        s.stop()
