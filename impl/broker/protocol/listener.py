@@ -13,6 +13,7 @@ effect in the order they came.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import re
@@ -227,6 +228,16 @@ class _Connection:
         self.consumers: dict[int, _AttachedConsumer] = {}
         self.jobs: asyncio.Queue[Callable[[], list[conn.Output]] | None] = asyncio.Queue()
         self.open = True
+        # Frames to write, joined into one write at the end of the loop's turn.
+        self._out: list[bytes] = []
+        # SENDs of one read, appended together (one managed-ledger step for a producer's run of them).
+        self._sends: list[conn.DoPublish] = []
+        # Appends completed on the bookie client's threads, answered on the loop in one turn.
+        self._completed: collections.deque[tuple[int, int, int, Future[tuple[Position | None, bool]]]] = (
+            collections.deque()
+        )
+        self._completed_lock = threading.Lock()
+        self._drain_scheduled = False
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
 
@@ -249,6 +260,7 @@ class _Connection:
                     self.perform(self.core.receive(frame, now))
                     if not self.open:
                         break
+                self._publish_sends()
         except (ConnectionError, OSError):
             pass
         finally:
@@ -257,8 +269,16 @@ class _Connection:
             await worker
 
     def write(self, reply: conn.Reply) -> None:
-        if self.open:
-            self.writer.write(frames.encode(reply.command, reply.payload))
+        if not self.open:
+            return
+        if not self._out:
+            self.loop.call_soon(self._flush)
+        self._out.append(frames.encode(reply.command, reply.payload))
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.open and out:
+            self.writer.write(b"".join(out))
 
     def close(self, reason: str) -> None:
         if not self.open:
@@ -275,7 +295,7 @@ class _Connection:
             elif isinstance(out, conn.Close):
                 self.close(out.reason)
             elif isinstance(out, conn.DoPublish):
-                self._publish(out)
+                self._sends.append(out)
             else:
                 handler = self._JOBS[type(out)]
                 self.jobs.put_nowait(lambda h=handler, o=out: h(self, o))  # type: ignore[misc]
@@ -304,26 +324,66 @@ class _Connection:
 
     # ---- producing -----------------------------------------------------------------------------
 
-    def _publish(self, out: conn.DoPublish) -> None:
-        pid, seq, highest = out.producer_id, out.sequence_id, out.highest_sequence_id
-        topic, name = self.producers.get(pid, (None, ""))
-        if topic is None:
+    def _publish_sends(self) -> None:
+        """Append the SENDs of one read: a producer's consecutive ones in one call (its entries go to
+        the managed ledger in one step), in the order they came."""
+        sends, self._sends = self._sends, []
+        run: list[tuple[conn.DoPublish, Append]] = []
+        for out in sends:
+            append = self._checked(out)
+            if append is None:
+                continue
+            if run and run[0][0].producer_id != out.producer_id:
+                self._publish(run)
+                run = []
+            run.append((out, append))
+        if run:
+            self._publish(run)
+
+    def _checked(self, out: conn.DoPublish) -> Append | None:
+        """The entry of a SEND, or None when it is refused here (answered with SEND_ERROR)."""
+        pid, seq = out.producer_id, out.sequence_id
+        if pid not in self.producers:
             self.write(self.core.send_error(pid, seq, api.NotAllowedError, f"producer {pid} is not attached"))
-            return
+            return None
         try:
             entry = entry_codec.parse(out.data)
         except entry_codec.ChecksumMismatch as e:
             self.write(self.core.send_error(pid, seq, api.ChecksumError, str(e)))
-            return
+            return None
         except entry_codec.CorruptEntry as e:
             self.write(self.core.send_error(pid, seq, api.UnknownError, f"the message is malformed: {e}"))
+            return None
+        return Append(out.data, seq, out.highest_sequence_id, len(entry.payload))
+
+    def _publish(self, run: list[tuple[conn.DoPublish, Append]]) -> None:
+        pid = run[0][0].producer_id
+        topic, name = self.producers.get(pid, (None, ""))
+        if topic is None:
             return
-        append = Append(out.data, seq, highest, len(entry.payload))
-        (result,) = topic.publish_entries(name, [append], in_order=True)
-        if isinstance(result, BrokerError):
-            self._send_failed(pid, seq, result)
-            return
-        result.add_done_callback(lambda f: self.from_thread_call(lambda: self._published(pid, seq, highest, f)))
+        results = topic.publish_entries(name, [a for _, a in run], in_order=True)
+        for (out, _), result in zip(run, results, strict=True):
+            if isinstance(result, BrokerError):
+                self._send_failed(pid, out.sequence_id, result)
+            else:
+                done = (pid, out.sequence_id, out.highest_sequence_id, result)
+                result.add_done_callback(lambda _f, done=done: self._complete(done))  # type: ignore[misc]
+
+    def _complete(self, done: tuple[int, int, int, Future[tuple[Position | None, bool]]]) -> None:
+        """On a bookie client thread: queue the outcome; wake the loop once for all that queue meanwhile."""
+        with self._completed_lock:
+            self._completed.append(done)
+            if self._drain_scheduled:
+                return
+            self._drain_scheduled = True
+        self.from_thread_call(self._drain)
+
+    def _drain(self) -> None:
+        with self._completed_lock:
+            completed, self._completed = self._completed, collections.deque()
+            self._drain_scheduled = False
+        for pid, seq, highest, future in completed:
+            self._published(pid, seq, highest, future)
 
     def _published(self, pid: int, seq: int, highest: int, done: Future[tuple[Position | None, bool]]) -> None:
         try:
