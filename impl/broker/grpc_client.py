@@ -21,7 +21,6 @@ import json
 import queue
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -33,6 +32,7 @@ import grpc
 
 from impl.broker import broker_pb2 as pb
 from impl.broker import broker_pb2_grpc as pb_grpc
+from impl.broker.client.api import PartitionedConsumer, PartitionedProducer
 from impl.broker.errors import BrokerError, error_for
 from impl.broker.subscription import MessageId
 
@@ -728,74 +728,3 @@ class Reader:
     def has_message_available(self) -> bool:
         last = self.client.last_message_id(self.topic)
         return last is not None and (self._next is None or last >= self._next)
-
-
-class PartitionedProducer:
-    """A producer on a partitioned topic: a message with a key goes to the partition of the key's
-    hash (so one key stays in order), one without a key to the next partition in turn."""
-
-    def __init__(self, producers: list[Producer]) -> None:
-        self.producers = producers
-        self._next = itertools.count()
-
-    def _route(self, key: str) -> Producer:
-        index = zlib.crc32(key.encode()) if key else next(self._next)
-        return self.producers[index % len(self.producers)]
-
-    def send(
-        self, data: bytes, key: str = "", properties: dict[str, str] | None = None, timeout_s: float | None = None
-    ) -> MessageId:
-        return self._route(key).send(data, key, properties, timeout_s)
-
-    def send_async(self, data: bytes, key: str = "", properties: dict[str, str] | None = None) -> Future[MessageId]:
-        return self._route(key).send_async(data, key, properties)
-
-    def flush(self) -> None:
-        for p in self.producers:
-            p.flush()
-
-    def close(self) -> None:
-        for p in self.producers:
-            p.close()
-
-
-class PartitionedConsumer:
-    """One subscription over every partition of a partitioned topic; a message's `topic` says
-    which partition it came from, and acknowledgements go back to that partition."""
-
-    def __init__(self, consumers: list[Consumer]) -> None:
-        self.consumers = {c.topic: c for c in consumers}
-        self._turn = itertools.count()
-
-    def receive(self, timeout_s: float | None = None) -> ConsumerMessage:
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        consumers = list(self.consumers.values())
-        while True:
-            start = next(self._turn)
-            for i in range(len(consumers)):
-                try:
-                    return consumers[(start + i) % len(consumers)].receive(timeout_s=0)
-                except TimeoutError:
-                    continue
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"no message on any partition within {timeout_s}s")
-            time.sleep(0.005)
-
-    def _owner(self, message: ConsumerMessage) -> Consumer:
-        consumer = self.consumers.get(message.topic)
-        if consumer is None:
-            raise ClientError(f"{message.topic!r} is not a partition of this consumer; pass the received message")
-        return consumer
-
-    def acknowledge(self, message: ConsumerMessage) -> None:
-        self._owner(message).acknowledge(message)
-
-    def acknowledge_cumulative(self, message: ConsumerMessage) -> None:
-        self._owner(message).acknowledge_cumulative(message)
-
-    def negative_acknowledge(self, message: ConsumerMessage) -> None:
-        self._owner(message).negative_acknowledge(message)
-
-    def close(self) -> None:
-        for c in self.consumers.values():
-            c.close()

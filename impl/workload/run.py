@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from impl.workload import operations
 from impl.workload.history import HistoryWriter
@@ -29,6 +30,7 @@ CONNECT_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 120.0
 RECENT_POSITIONS = 32
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 
 class WorkloadError(Exception):
@@ -134,37 +136,40 @@ class Workload:
             return
         if not self.config.admin_service:
             raise WorkloadError("the partitioned topic needs a pulsar-ref broker's admin API (admin_service)")
-        deadline = time.monotonic() + CONNECT_TIMEOUT_S
-        while True:
-            try:
-                operations.create_partitioned_topic(self.config.admin_service, base, self.config.partitions)
-                progress(f"created {base} with {self.config.partitions} partitions")
-                return
-            except Exception as e:
-                if time.monotonic() > deadline or self._stop.is_set():
-                    raise WorkloadError(
-                        f"could not create the partitioned topic {base} at {self.config.admin_service}: "
-                        f"{operations.describe(e)}"
-                    ) from None
-                time.sleep(1.0)
+        admin = self.config.admin_service
+        self._retrying(
+            lambda: operations.create_partitioned_topic(admin, base, self.config.partitions),
+            lambda e: f"could not create the partitioned topic {base} at {admin}: {e}",
+            pause_s=1.0,
+        )
+        progress(f"created {base} with {self.config.partitions} partitions")
 
     def _connect(self) -> Session:
         service = self.config.service
+
+        def session() -> Session:
+            if self.config.client == "official":
+                from impl.workload.official import OfficialSession
+
+                return OfficialSession(service)
+            return ClientSession(service)
+
+        return self._retrying(
+            session,
+            lambda e: f"no broker answered at {service} within {CONNECT_TIMEOUT_S:.0f}s ({e}); is the cluster up?",
+            pause_s=0.5,
+        )
+
+    def _retrying(self, action: Callable[[], T], failure: Callable[[str], str], pause_s: float) -> T:
+        """`action`, tried again every `pause_s` until it works or CONNECT_TIMEOUT_S passed (WorkloadError)."""
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             try:
-                if self.config.client == "official":
-                    from impl.workload.official import OfficialSession
-
-                    return OfficialSession(service)
-                return ClientSession(service)
+                return action()
             except Exception as e:
                 if time.monotonic() > deadline or self._stop.is_set():
-                    raise WorkloadError(
-                        f"no broker answered at {service} within {CONNECT_TIMEOUT_S:.0f}s "
-                        f"({operations.describe(e)}); is the cluster up?"
-                    ) from None
-                time.sleep(0.5)
+                    raise WorkloadError(failure(operations.describe(e))) from None
+                time.sleep(pause_s)
 
     def run(self, progress: Progress) -> Summary:
         self.prepare(progress)

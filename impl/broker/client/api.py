@@ -22,9 +22,11 @@ import threading
 import time
 import uuid
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from impl.broker import entry_codec
 from impl.broker.client import connection as core
@@ -444,15 +446,43 @@ class Producer:
                 conn.call(T.CLOSE_PRODUCER, api.CommandCloseProducer(producer_id=self._id))
 
 
+class PartitionProducer(Protocol):
+    """What a partitioned producer needs of each partition's producer (this client's or the gRPC one's)."""
+
+    def send(
+        self, data: bytes, key: str = ..., properties: dict[str, str] | None = ..., timeout_s: float | None = ...
+    ) -> MessageId: ...
+
+    def send_async(self, data: bytes, key: str = ..., properties: dict[str, str] | None = ...) -> Future[MessageId]: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class PartitionConsumer(Protocol):
+    topic: str
+
+    def receive(self, timeout_s: float | None = ...) -> Any: ...
+
+    def acknowledge(self, message: Any) -> None: ...
+
+    def acknowledge_cumulative(self, message: Any) -> None: ...
+
+    def negative_acknowledge(self, message: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class PartitionedProducer:
     """A producer on a partitioned topic: a message with a key goes to the partition of the key's
     hash (so one key stays in order), one without a key to the next partition in turn."""
 
-    def __init__(self, producers: list[Producer]) -> None:
-        self.producers = producers
+    def __init__(self, producers: Sequence[PartitionProducer]) -> None:
+        self.producers = list(producers)
         self._next = itertools.count()
 
-    def _route(self, key: str) -> Producer:
+    def _route(self, key: str) -> PartitionProducer:
         index = zlib.crc32(key.encode()) if key else next(self._next)
         return self.producers[index % len(self.producers)]
 
@@ -700,11 +730,11 @@ class PartitionedConsumer:
     """One subscription over every partition of a partitioned topic; a message's `topic` says
     which partition it came from, and acknowledgements go back to that partition."""
 
-    def __init__(self, consumers: list[Consumer]) -> None:
+    def __init__(self, consumers: Sequence[PartitionConsumer]) -> None:
         self.consumers = {c.topic: c for c in consumers}
         self._turn = itertools.count()
 
-    def receive(self, timeout_s: float | None = None) -> ConsumerMessage:
+    def receive(self, timeout_s: float | None = None) -> Any:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         consumers = list(self.consumers.values())
         while True:
@@ -718,19 +748,19 @@ class PartitionedConsumer:
                 raise TimeoutError(f"no message on any partition within {timeout_s}s")
             time.sleep(0.005)
 
-    def _owner(self, message: ConsumerMessage) -> Consumer:
+    def _owner(self, message: Any) -> PartitionConsumer:
         consumer = self.consumers.get(message.topic)
         if consumer is None:
             raise ClientError(f"{message.topic!r} is not a partition of this consumer; pass the received message")
         return consumer
 
-    def acknowledge(self, message: ConsumerMessage) -> None:
+    def acknowledge(self, message: Any) -> None:
         self._owner(message).acknowledge(message)
 
-    def acknowledge_cumulative(self, message: ConsumerMessage) -> None:
+    def acknowledge_cumulative(self, message: Any) -> None:
         self._owner(message).acknowledge_cumulative(message)
 
-    def negative_acknowledge(self, message: ConsumerMessage) -> None:
+    def negative_acknowledge(self, message: Any) -> None:
         self._owner(message).negative_acknowledge(message)
 
     def close(self) -> None:
