@@ -186,8 +186,8 @@ class Standalone:
 
     @property
     def service_url(self) -> str:
-        """The project's gRPC API (its own client's URL scheme; Pulsar clients use pulsar_service_url)."""
-        return f"pulsar://127.0.0.1:{self.broker_port}"
+        """The broker's gRPC API (admin); Pulsar clients use pulsar_service_url."""
+        return f"grpc://127.0.0.1:{self.broker_port}"
 
     @property
     def pulsar_service_url(self) -> str:

@@ -313,7 +313,8 @@ class Cluster:
         state = {
             "topology": "cluster",
             "metadata": metadata,
-            "service": "pulsar://" + ",".join(f"127.0.0.1:{p}" for p in broker_ports) if broker_ports else None,
+            # the brokers' gRPC API (admin); Pulsar clients use pulsar_service
+            "service": "grpc://" + ",".join(f"127.0.0.1:{p}" for p in broker_ports) if broker_ports else None,
             # Pulsar's own clients: every broker's pulsar:// listener, as Pulsar's multi-host service URL
             "pulsar_service": "pulsar://" + ",".join(f"127.0.0.1:{p}" for p in pulsar_ports) if pulsar_ports else None,
             "zookeepers": [
@@ -345,7 +346,7 @@ class Cluster:
         state = {
             "topology": "standalone",
             "metadata": f"embedded://{d / 'data' / 'metadata'}",  # where impl.broker.standalone keeps it
-            "service": f"pulsar://127.0.0.1:{p}",
+            "service": f"grpc://127.0.0.1:{p}",
             "pulsar_service": f"pulsar://127.0.0.1:{pp}",
             "zookeepers": [],
             "nodes": [{"name": "standalone-1", "role": "standalone", "port": p, "dir": str(d), "command": command}],

@@ -7,8 +7,6 @@ import json
 import sys
 from typing import Any
 
-from pulsar_ref.commands.produce import DEFAULT_SERVICE
-
 # (group, verb) -> (positional argument name, extra options, whether it is about one topic's data)
 VERBS: dict[tuple[str, str], tuple[str | None, list[tuple[str, type, Any]], bool]] = {
     ("tenants", "list"): (None, [], False),
@@ -32,7 +30,12 @@ VERBS: dict[tuple[str, str], tuple[str | None, list[tuple[str, type, Any]], bool
 
 def main(argv: list[str], prog: str) -> int:
     parser = argparse.ArgumentParser(prog=prog, description="Administer tenants, namespaces and topics.")
-    parser.add_argument("--service-url", default=DEFAULT_SERVICE, help=f"broker(s) to ask (default {DEFAULT_SERVICE})")
+    parser.add_argument(
+        "--service-url",
+        required=True,
+        help="the brokers' admin (gRPC) URL: the grpc://HOST:PORT[,HOST:PORT...] that `standalone` prints first, "
+        "or `cluster status` under admin",
+    )
     groups = parser.add_subparsers(dest="group", required=True)
     group_parsers: dict[str, Any] = {}
     for (group, verb), (positional, options, _) in VERBS.items():

@@ -146,7 +146,7 @@ def up(args: argparse.Namespace) -> int:
     _progress(f"cluster up; state in {directory / STATE_FILE}; metadata {cluster.metadata_url}")
     if cluster.pulsar_service_url:
         _progress(f"Pulsar clients: {cluster.pulsar_service_url}")
-    print(cluster.service_url or cluster.metadata_url, flush=True)
+    print(cluster.pulsar_service_url or cluster.metadata_url, flush=True)
     if not args.foreground:
         return 0
     stop = [False]
@@ -179,8 +179,8 @@ def status(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r.name:<13} {r.role:<10} {r.state:<12} {r.pid or '-':>8} {r.port:>6}  {r.details}")
     print(f"metadata: {cluster.metadata_url}")
-    print(f"service:  {cluster.service_url or '(no brokers)'}")
     print(f"pulsar:   {cluster.pulsar_service_url or '(no brokers)'}")
+    print(f"admin:    {cluster.service_url or '(no brokers)'}")
     return 0 if all(r.state == "up" for r in rows) else 1
 
 

@@ -25,7 +25,7 @@ class Standalone:
         self.url = found.group(1)
 
     def admin(self, verb: str, **args: object) -> object:
-        with GrpcClient(f"pulsar://{self.grpc_address.removeprefix('pulsar://')}", timeout_s=10) as c:
+        with GrpcClient(self.grpc_address, timeout_s=10) as c:
             return c.admin(verb, dict(args))
 
     def stop(self) -> None:
