@@ -210,6 +210,28 @@ def test_negative_ack_redelivers_with_a_redelivery_count(client: pulsar.Client) 
     assert_nothing_more(consumer)
 
 
+def test_ack_timeout_redelivers_what_was_not_acknowledged(client: pulsar.Client) -> None:
+    topic = topic_name("acktimeout")
+    consumer = client.subscribe(
+        topic,
+        "s",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+        unacked_messages_timeout_ms=10_000,  # the client's minimum
+    )
+    producer = client.create_producer(topic)
+    for i in range(3):
+        producer.send(b"%d" % i)
+    first = receive_all(consumer, 3, ack=False)
+    consumer.acknowledge(first[1])
+    again = consumer.receive(20_000)  # after the timeout the client asks for the other two again
+    more = consumer.receive(5_000)
+    assert sorted(int(m.data()) for m in (again, more)) == [0, 2]
+    assert again.redelivery_count() == more.redelivery_count() == 1
+    consumer.acknowledge(again)
+    consumer.acknowledge(more)
+
+
 def test_partly_acknowledged_batch_redelivers_only_the_rest(client: pulsar.Client) -> None:
     topic = topic_name("batchacks")
     consumer = client.subscribe(

@@ -1,0 +1,67 @@
+"""De-duplication on a topic (impl/broker/service.py), against a managed ledger whose adds complete
+when the test says so: a resend while the first copy is being written, after it is written, and
+after it failed."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from impl.broker.entry_codec import SingleMessage, build_messages
+from impl.broker.errors import PersistenceError
+from impl.broker.managed_ledger import ManagedLedgerError, Position
+from impl.broker.naming import TopicName
+from impl.broker.service import Append, BrokerConfig, Topic
+
+
+class HeldAdds:
+    """The managed ledger's side of a topic: every add waits for `complete`."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Any] = []
+
+    def add_listener(self, _callback: Any) -> None:
+        pass
+
+    def first_position(self) -> None:
+        return None
+
+    def add_many_with_callback(self, adds: list[tuple[bytes, Any]]) -> None:
+        self.callbacks += [cb for _, cb in adds]
+
+    def complete(self, outcome: Position | ManagedLedgerError) -> None:
+        self.callbacks.pop(0)(outcome)
+
+
+def append(sequence_id: int) -> Append:
+    return Append.of(build_messages("p", sequence_id, 0, [SingleMessage(b"x")]))
+
+
+def topic() -> tuple[Topic, HeldAdds]:
+    ml = HeldAdds()
+    service = SimpleNamespace(config=BrokerConfig(), executor=None)
+    return Topic(TopicName.parse("t"), ml, service), ml  # type: ignore[arg-type]
+
+
+def test_a_resend_while_the_first_copy_is_written_is_refused_then_acknowledged_as_a_duplicate() -> None:
+    t, ml = topic()
+    (first,) = t.publish_entries("p", [append(0)], in_order=True)
+    (resend,) = t.publish_entries("p", [append(0)], in_order=True)
+    assert isinstance(resend, PersistenceError)  # not known yet whether the first copy is written
+    ml.complete(Position(1, 0))
+    assert not isinstance(first, PersistenceError) and first.result(1) == (Position(1, 0), False)
+    (later,) = t.publish_entries("p", [append(0)], in_order=True)
+    assert not isinstance(later, PersistenceError) and later.result(1) == (None, True)
+    assert len(ml.callbacks) == 0  # nothing was appended twice
+
+
+def test_a_resend_after_the_first_copy_failed_is_written() -> None:
+    t, ml = topic()
+    (first,) = t.publish_entries("p", [append(0)], in_order=True)
+    ml.complete(ManagedLedgerError("t", "bookies down"))
+    assert not isinstance(first, PersistenceError) and first.exception(1) is not None
+    (resend,) = t.publish_entries("p", [append(0)], in_order=True)
+    assert not isinstance(resend, PersistenceError)
+    assert len(ml.callbacks) == 1  # appended again
+    ml.complete(Position(1, 1))
+    assert resend.result(1) == (Position(1, 1), False)
