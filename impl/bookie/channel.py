@@ -81,7 +81,7 @@ class BookieChannel:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self._grpc = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 16 * 1024 * 1024)])
+        self._grpc = grpc.insecure_channel(address, options=wire.CHANNEL_OPTIONS)
         self._batches = wire.batches_stream(self._grpc)
         self._tags = itertools.count(1)
         self._callbacks: dict[int, Callback] = {}

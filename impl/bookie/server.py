@@ -486,7 +486,7 @@ class BookieServer:
         self.bookie = bookie
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers),
-            options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
+            options=wire.CHANNEL_OPTIONS,
         )
         add_to_server(_Servicer(bookie), self.server)
         self.port = self.server.add_insecure_port(f"{host}:{port}")

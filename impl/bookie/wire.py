@@ -70,6 +70,14 @@ def request_to_pb(tag: int, request: Request) -> pb.StreamReq:
 
 
 BATCHES_METHOD = "/pulsar_ref.bookie.Bookie/Batches"
+# The largest stream message either side accepts. Batches are cut at about 4 MiB, but a batch may
+# pass that by one entry, so both ends must take more than gRPC's default of 4 MiB (a read of large
+# entries, e.g. 128 KiB Pulsar batches, failed with RESOURCE_EXHAUSTED on the client).
+MAX_STREAM_MESSAGE = 16 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_STREAM_MESSAGE),
+    ("grpc.max_receive_message_length", MAX_STREAM_MESSAGE),
+]
 # Protobuf wire keys (field number << 3 | wire type): StreamReqBatch.requests (1, length-delimited)
 # and StreamReq.tag (1, varint).
 _REQUESTS_KEY, _TAG_KEY = b"\x0a", b"\x08"

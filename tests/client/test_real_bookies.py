@@ -96,6 +96,22 @@ def write(handle: WriteHandle, first: int, count: int) -> None:
         assert handle.add(payload(i)) == i
 
 
+# ---- large entries ---------------------------------------------------------------------------------------------
+
+
+def test_one_read_of_large_entries_beyond_four_mib(cluster: BookieCluster) -> None:
+    """A bookie puts the replies ready together in one stream message of about 4 MiB; a message of
+    large entries passes that, and gRPC's default limit of 4 MiB refused it (RESOURCE_EXHAUSTED)."""
+    with cluster.client() as client:
+        writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+        big = [bytes([i]) * (128 * 1024) for i in range(100)]  # 12.5 MiB of 128 KiB entries, as Pulsar batches are
+        for data in big:
+            writer.add(data)
+        writer.close()
+        reader = client.open_ledger(writer.ledger_id, PASSWORD, recovery=False)
+        assert [e.payload for e in reader.read(0, 99)] == big
+
+
 # ---- fencing -------------------------------------------------------------------------------------------------
 
 

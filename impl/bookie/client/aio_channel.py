@@ -166,9 +166,7 @@ class AioBookieChannel:
             self._wake = asyncio.Event()
         if self._closing:
             return
-        self._grpc = grpc.aio.insecure_channel(
-            self.address, options=[("grpc.max_send_message_length", 16 * 1024 * 1024)]
-        )
+        self._grpc = grpc.aio.insecure_channel(self.address, options=wire.CHANNEL_OPTIONS)
         self._call = wire.batches_stream(self._grpc)()
         self._tasks = [asyncio.ensure_future(self._writer()), asyncio.ensure_future(self._reader())]
 
