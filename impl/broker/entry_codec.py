@@ -232,9 +232,10 @@ def keys(entry: Entry) -> list[str]:
         return [whole] * entry.num_messages
 
 
-def messages_of(position: Position, data: bytes, payloads: bool = True) -> list[Message]:
+def messages_of(position: Position, data: bytes, payloads: bool = True, keys_needed: bool = True) -> list[Message]:
     """The messages of one entry, with their ids (ledger, entry, batch index), each holding the
-    whole entry (`entry`) for dispatch. With payloads=False nothing is decompressed."""
+    whole entry (`entry`) for dispatch. With payloads=False nothing is decompressed, and with
+    keys_needed=False (every subscription type but Key_Shared) a batch is not even opened."""
     entry = parse(data, verify_checksum=False)
     n = entry.num_messages
     if payloads:
@@ -243,7 +244,6 @@ def messages_of(position: Position, data: bytes, payloads: bool = True) -> list[
             Message(MessageId(position.ledger_id, position.entry_id, i), m.key, m.payload, m.properties, n, data)
             for i, m in enumerate(decoded)
         ]
-    return [
-        Message(MessageId(position.ledger_id, position.entry_id, i), key, b"", (), n, data)
-        for i, key in enumerate(keys(entry))
-    ]
+    ledger_id, entry_id = position.ledger_id, position.entry_id
+    keys_of = keys(entry) if keys_needed else [""] * n
+    return [Message(MessageId(ledger_id, entry_id, i), key, b"", (), n, data) for i, key in enumerate(keys_of)]

@@ -227,12 +227,13 @@ class Subscription:
         if start is None:
             return []
         messages: list[Message] = []
+        keys_needed = self.dispatcher.type is SubscriptionType.KEY_SHARED  # only Key_Shared routes by key
         for position, data in ml.read(start, max_entries):
             self.read_after = position
             if self.cursor.is_acknowledged(position):
                 continue  # acknowledged individually before a restart or takeover
             try:
-                messages += messages_of(position, data, payloads=False)
+                messages += messages_of(position, data, payloads=False, keys_needed=keys_needed)
             except CorruptEntry as e:
                 log.error("skipping %s on %s: %s", position, self.topic.name, e)
         return messages

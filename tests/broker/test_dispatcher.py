@@ -185,3 +185,26 @@ def test_every_message_is_delivered_and_each_entry_acknowledged_at_most_once(
         if held.get(9):
             run(d.ack(9, sorted(held.pop(9))))
     assert sorted(log.acked_entries) == [Position(1, i) for i in range(12)]
+
+
+def test_reads_of_batch_entries_ask_for_as_many_entries_as_the_permits_cover_and_hold_the_rest() -> None:
+    """Permits count messages; a batch entry of 4 takes 4. Granting 10 asks for one entry first, then
+    for ceil(permits / 4); what does not fit waits, in order, for the next permits."""
+    entries = [[Message(MessageId(1, e, i), "", b"%d-%d" % (e, i), (), 4) for i in range(4)] for e in range(10)]
+    d = Dispatcher(SubscriptionType.EXCLUSIVE)
+    d.add_consumer(1, "c")
+    (read,) = d.flow(1, 10)
+    assert read == ReadEntries(10)  # nothing known of the entries yet: one message each
+    outs = d.entries_read(entries[0])
+    delivered = [m.id for out in outs if isinstance(out, Deliver) for m, _ in out.messages]
+    assert len(delivered) == 4
+    assert [o for o in outs if isinstance(o, ReadEntries)] == [ReadEntries(2)]  # 6 permits left: two entries of 4
+    outs = d.entries_read(entries[1] + entries[2])
+    delivered += [m.id for out in outs if isinstance(out, Deliver) for m, _ in out.messages]
+    assert delivered == [m.id for e in entries[:3] for m in e][:10]  # 10 permits, 10 messages
+    assert d.unacked() == 12  # the last two of entry 2 wait
+    outs = d.flow(1, 2)
+    assert [m.id for out in outs if isinstance(out, Deliver) for m, _ in out.messages] == [
+        MessageId(1, 2, 2),
+        MessageId(1, 2, 3),
+    ]
