@@ -12,9 +12,9 @@ from typing import Any
 
 from impl.broker import namespaces
 from impl.broker.errors import AlreadyExists, BrokerError, NotEmptyError, ServiceNotReady, TopicNotFound
-from impl.broker.naming import InvalidNamespaceName, NamespaceName, TopicName
+from impl.broker.naming import InvalidNamespaceName
 from impl.broker.service import BrokerService, parse_topic
-from impl.metadata.store import ConnectionLoss, MetadataStore, NoNode, SessionExpired
+from impl.metadata.store import ConnectionLoss, MetadataStore, SessionExpired
 
 # Which broker error each admin metadata error becomes on the wire.
 _ADMIN_ERRORS: dict[type[namespaces.AdminError], type[BrokerError]] = {
@@ -85,14 +85,7 @@ class Admin:
         return str(namespaces.create_partitioned_topic(self.store, topic, _arg(args, "partitions", int)))
 
     def _list_topics(self, args: dict[str, Any]) -> list[str]:
-        ns = NamespaceName.parse(_arg(args, "namespace"))
-        namespaces.get_policies(self.store, ns)  # NamespaceNotFound if missing
-        base = TopicName.of(ns, "x").managed_ledger_path.rsplit("/", 1)[0]
-        try:
-            locals_ = self.store.children(base)
-        except NoNode:
-            locals_ = []
-        return sorted(str(TopicName.of(ns, name)) for name in locals_)
+        return [str(t) for t in namespaces.list_topics(self.store, _arg(args, "namespace"))]
 
     def _create_topic(self, args: dict[str, Any]) -> str:
         topic = self.service.topic(_arg(args, "topic"))  # loading creates the managed ledger

@@ -342,6 +342,14 @@ def update_partitions(store: MetadataStore, topic: TopicName | str, partitions: 
             raise PartitionedTopicNotFound(f"{name} was deleted meanwhile") from None
 
 
+def list_topics(store: MetadataStore, namespace: NamespaceName | str) -> list[TopicName]:
+    """The topics of a namespace that have a managed ledger (partitions among them), in name order."""
+    ns = _namespace(namespace)
+    get_policies(store, ns)  # NamespaceNotFound if missing
+    base = TopicName.of(ns, "x").managed_ledger_path.rsplit("/", 1)[0]
+    return sorted((TopicName.of(ns, name) for name in _children(store, base)), key=str)
+
+
 def list_partitioned_topics(store: MetadataStore, namespace: NamespaceName | str) -> list[TopicName]:
     ns = _namespace(namespace)
     get_policies(store, ns)

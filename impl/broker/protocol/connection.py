@@ -450,7 +450,7 @@ class ServerConnection:
         g = cmd.getTopicsOfNamespace
         return [DoGetTopics(g.request_id, g.namespace, g.topics_pattern if g.HasField("topics_pattern") else None)]
 
-    def _client_error(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+    def _ignored(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
         return []  # a client's answer to a broker request (none are sent but CLOSE_*): nothing to do
 
     _HANDLERS: ClassVar[dict[int, Callable[[ServerConnection, api.BaseCommand, Frame], list[Output]]]] = {
@@ -470,8 +470,8 @@ class ServerConnection:
         T.SEEK: _seek,
         T.GET_LAST_MESSAGE_ID: _get_last_message_id,
         T.GET_TOPICS_OF_NAMESPACE: _get_topics,
-        T.SUCCESS: _client_error,
-        T.ERROR: _client_error,
+        T.SUCCESS: _ignored,
+        T.ERROR: _ignored,
     }
 
     # ---- results of the broker's work ------------------------------------------------------

@@ -40,13 +40,12 @@ from impl.broker.errors import (
     UnknownMessageIdError,
 )
 from impl.broker.managed_ledger import Position
-from impl.broker.naming import NamespaceName, TopicName
 from impl.broker.protocol import bitset, frames
 from impl.broker.protocol import connection as conn
 from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
 from impl.broker.subscription import Message, MessageId
-from impl.metadata.store import ConnectionLoss, MetadataError, NoNode, SessionExpired
+from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
 
 log = logging.getLogger(__name__)
 
@@ -713,13 +712,8 @@ def _first_published_at(topic: Topic, publish_time_ms: int) -> Position | None:
 def namespace_topics(service: BrokerService, namespace: str) -> list[str]:
     """The persistent topics of a namespace: those with a managed ledger, and every partition of
     its partitioned topics."""
-    ns = NamespaceName.parse(namespace)
-    namespaces.get_policies(service.store, ns)
-    base = TopicName.of(ns, "x").managed_ledger_path.rsplit("/", 1)[0]
-    try:
-        found = {str(TopicName.of(ns, name)) for name in service.store.children(base)}
-    except NoNode:
-        found = set()
-    for topic in namespaces.list_partitioned_topics(service.store, ns):
-        found |= {str(topic.partition_name(i)) for i in range(namespaces.get_partitions(service.store, topic))}
+    store = service.store
+    found = {str(t) for t in namespaces.list_topics(store, namespace)}
+    for topic in namespaces.list_partitioned_topics(store, namespace):
+        found |= {str(topic.partition_name(i)) for i in range(namespaces.get_partitions(store, topic))}
     return sorted(found)
