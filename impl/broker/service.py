@@ -78,11 +78,6 @@ class Append:
     highest_sequence_id: int
     payload_size: int
 
-    @classmethod
-    def of(cls, data: bytes) -> Append:
-        entry = entry_codec.parse(data, verify_checksum=False)
-        return cls(data, entry.metadata.sequence_id, entry.highest_sequence_id, len(entry.payload))
-
 READ_LIMIT = 10_000  # entries one Read call returns at most
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
 TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and trimming

@@ -34,7 +34,7 @@ class HeldAdds:
 
 
 def append(sequence_id: int) -> Append:
-    return Append.of(build_messages("p", sequence_id, 0, [SingleMessage(b"x")]))
+    return Append(build_messages("p", sequence_id, 0, [SingleMessage(b"x")]), sequence_id, sequence_id, 1)
 
 
 def topic() -> tuple[Topic, HeldAdds]:
