@@ -1,6 +1,7 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
 # Both set up everything themselves, idempotently: a virtualenv with the pinned
-# dependencies of pyproject.toml, and Debian's zookeeper package when missing.
+# dependencies of pyproject.toml, and Debian's zookeeper, chromium and chromium-driver
+# packages when missing.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,7 +11,7 @@ ZK_JAR := /usr/share/java/zookeeper.jar
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-deep lint proto bench setup zookeeper spark-classes clean
+.PHONY: demo test test-deep lint proto bench setup zookeeper browser spark-classes clean
 
 demo: setup
 	$(BIN)/pulsar-ref demo
@@ -25,7 +26,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy pulsar_ref impl conformance spark
 
-setup: $(STAMP) zookeeper spark-classes
+setup: $(STAMP) zookeeper browser spark-classes
 
 # Spark's classes archived once for faster local audits (spark/classes.py); an audit works without it.
 spark-classes: $(STAMP) zookeeper
@@ -41,6 +42,14 @@ zookeeper:
 	  echo "installing Debian's zookeeper package (brings Java)"; \
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null; \
+	fi
+
+# Debian's headless Chromium and its WebDriver: the cluster view's browser tests drive them.
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  echo "installing Debian's chromium and chromium-driver (the browser tests)"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 
 # Regenerate the protobuf/gRPC modules (committed, so a plain pip install works).

@@ -17,15 +17,17 @@ from typing import Any
 from impl import heap
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
-from impl.broker import namespaces
+from impl.broker import namespaces, web
 from impl.broker.admin import Admin
 from impl.broker.errors import NotOwner, ServiceNotReady, TopicNotFound
 from impl.broker.naming import TopicName
-from impl.broker.ownership import LoadManager, NamespaceBundle
+from impl.broker.ownership import BrokerLoad, LoadManager, NamespaceBundle
 from impl.broker.protocol.listener import PulsarListener, PulsarLookup
 from impl.broker.server import BrokerServer
 from impl.broker.service import BrokerConfig, BrokerService
-from impl.metadata.store import MetadataStore
+from impl.metadata import layout
+from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired
+from impl.web.server import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,8 @@ class Broker:
         port: int = 0,
         bookie_request_timeout_s: float = 2.0,
         pulsar_port: int = 0,
+        web_port: int = 0,
+        cluster: str = namespaces.DEFAULT_CLUSTER,
     ) -> None:
         self.connect_store = connect_store
         self.config = config or BrokerConfig()
@@ -81,10 +85,16 @@ class Broker:
         self.server = BrokerServer(host, port)
         self.address = self.server.address
         self.pulsar = PulsarListener(host, pulsar_port, self.config.max_message_size)
+        self.cluster = cluster
+        self.web = WebServer(web.router(self), host, web_port, name="broker")
         self.store = connect_store()
         self.bookkeeper: BookKeeperClient = connect_bookkeeper(self.store, request_timeout_s=bookie_request_timeout_s)
         self.load_manager = LoadManager(
-            self.store, self.address, on_lost=self._bundles_lost, service_url=self.pulsar.service_url
+            self.store,
+            self.address,
+            on_lost=self._bundles_lost,
+            service_url=self.pulsar.service_url,
+            web_url=self.web.url,
         )
         self.service = BrokerService(self.store, self.bookkeeper, Ownership(self), self.address, self.config)
         self._service_urls: dict[str, str] = {self.address: self.pulsar.service_url}
@@ -99,6 +109,8 @@ class Broker:
         self.load_manager.start()
         self.server.start(self.service, self.admin)
         self.pulsar.start(self.service, PulsarLookup(self.service, self.service_url_of))
+        self.web.start()
+        self.leader()
         heap.settle_after_startup()
         log.info("broker %s started", self.address)
 
@@ -106,6 +118,31 @@ class Broker:
     def service_url(self) -> str:
         """Where Pulsar clients connect to this broker."""
         return self.pulsar.service_url
+
+    @property
+    def web_url(self) -> str:
+        """The admin REST API, HTTP lookups, /metrics and the cluster view."""
+        return self.web.url
+
+    def live_brokers(self) -> dict[str, BrokerLoad]:
+        return self.load_manager.registry.live_brokers()
+
+    def leader(self) -> str | None:
+        """The leader broker's address: whoever holds the ephemeral leader node; a broker that finds
+        none takes it (Pulsar elects its leader the same way, through the metadata store)."""
+        for _ in range(3):
+            try:
+                return self.store.get(layout.LOADBALANCE_LEADER)[0].decode()
+            except NoNode:
+                pass
+            try:
+                self.store.create(layout.LOADBALANCE_LEADER, self.address.encode(), ephemeral=True)
+                return self.address
+            except NodeExists:
+                continue  # another broker won meanwhile: read it
+            except (SessionExpired, ConnectionLoss):
+                return None
+        return None
 
     def service_url_of(self, broker_address: str) -> str:
         """A live broker's pulsar:// URL, from its registration (cached: a broker's URL never changes)."""
@@ -153,6 +190,7 @@ class Broker:
         return {
             "address": self.address,
             "service_url": self.service_url,
+            "web_url": self.web_url,
             "bundles": [str(b) for b in self.load_manager.ownership.owned_bundles()],
             "topics": sorted(self.service.topics),
         }
@@ -163,6 +201,7 @@ class Broker:
         self._stopped.set()
         self.server.stop(grace_s=0)
         self.pulsar.stop()
+        self.web.stop()
         self.service.unload_topics(lambda _n: True, graceful=False)
         try:
             self.store.expire_session()
@@ -176,6 +215,7 @@ class Broker:
         self._stopped.set()
         self.server.stop()
         self.pulsar.stop()
+        self.web.stop()
         self.service.close()
         try:
             self.load_manager.close()

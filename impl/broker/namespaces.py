@@ -17,7 +17,9 @@ changes it only by splitting a bundle, which this implementation does not do).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -117,6 +119,7 @@ class RetentionPolicy:
 class NamespacePolicies:
     bundles: int = DEFAULT_NUMBER_OF_BUNDLES
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    deduplication: bool | None = None  # None: the broker's setting (Pulsar's deduplicationEnabled)
 
     def __post_init__(self) -> None:
         n = self.bundles
@@ -125,14 +128,18 @@ class NamespacePolicies:
 
     def to_json(self) -> bytes:
         retention = {"time_minutes": self.retention.time_minutes, "size_mb": self.retention.size_mb}
-        return json.dumps({"bundles": self.bundles, "retention": retention}, sort_keys=True).encode()
+        doc = {"bundles": self.bundles, "retention": retention, "deduplication": self.deduplication}
+        return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, path: str, data: bytes) -> NamespacePolicies:
         raw = _load(path, data)
         try:
             retention = raw["retention"]
-            return cls(raw["bundles"], RetentionPolicy(retention["time_minutes"], retention["size_mb"]))
+            dedup = raw.get("deduplication")
+            if dedup is not None and not isinstance(dedup, bool):
+                raise InvalidPolicies(f"policies node {path}: deduplication is {dedup!r}, not true/false/null")
+            return cls(raw["bundles"], RetentionPolicy(retention["time_minutes"], retention["size_mb"]), dedup)
         except (KeyError, TypeError) as e:
             raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
 
@@ -232,14 +239,25 @@ def get_policies(
 
 
 def set_retention(store: MetadataStore, namespace: NamespaceName | str, retention: RetentionPolicy) -> None:
-    """Change the retention policy: a read-modify-conditional-write loop, so concurrent changes are not lost."""
+    _update_policies(store, namespace, lambda p: dataclasses.replace(p, retention=retention))
+
+
+def set_deduplication(store: MetadataStore, namespace: NamespaceName | str, enabled: bool | None) -> None:
+    """Enable or disable de-duplication in the namespace; None returns it to the broker's setting."""
+    _update_policies(store, namespace, lambda p: dataclasses.replace(p, deduplication=enabled))
+
+
+def _update_policies(
+    store: MetadataStore, namespace: NamespaceName | str, change: Callable[[NamespacePolicies], NamespacePolicies]
+) -> None:
+    """Change a policy: a read-modify-conditional-write loop, so concurrent changes are not lost."""
     ns = _namespace(namespace)
     path = layout.namespace_policies_path(ns.tenant, ns.namespace)
     while True:
         try:
             data, stat = store.get(path)
             current = NamespacePolicies.from_json(path, data)
-            store.set(path, NamespacePolicies(current.bundles, retention).to_json(), stat.version)
+            store.set(path, change(current).to_json(), stat.version)
             return
         except NoNode:
             raise NamespaceNotFound(f"namespace {ns} does not exist") from None
@@ -348,6 +366,15 @@ def list_topics(store: MetadataStore, namespace: NamespaceName | str) -> list[To
     get_policies(store, ns)  # NamespaceNotFound if missing
     base = TopicName.of(ns, "x").managed_ledger_path.rsplit("/", 1)[0]
     return sorted((TopicName.of(ns, name) for name in _children(store, base)), key=str)
+
+
+def all_topics(store: MetadataStore, namespace: NamespaceName | str) -> list[str]:
+    """Every persistent topic of a namespace: those with a managed ledger, and every partition of its
+    partitioned topics (Pulsar's "topics of a namespace")."""
+    found = {str(t) for t in list_topics(store, namespace)}
+    for topic in list_partitioned_topics(store, namespace):
+        found |= {str(topic.partition_name(i)) for i in range(get_partitions(store, topic))}
+    return sorted(found)
 
 
 def list_partitioned_topics(store: MetadataStore, namespace: NamespaceName | str) -> list[TopicName]:

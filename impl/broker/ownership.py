@@ -157,15 +157,22 @@ class BrokerLoad:
     bundles: int = 0
     topics: int = 0
     service_url: str = ""  # where Pulsar clients connect: pulsar://host:port (Pulsar's pulsarServiceUrl)
+    web_url: str = ""  # the admin REST API and lookups: http://host:port (Pulsar's webServiceUrl)
 
     def to_json(self) -> bytes:
         doc = {"broker": self.broker, "bundles": self.bundles, "topics": self.topics}
-        return json.dumps(doc | {"pulsarServiceUrl": self.service_url}).encode()
+        return json.dumps(doc | {"pulsarServiceUrl": self.service_url, "webServiceUrl": self.web_url}).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> BrokerLoad:
         raw = json.loads(data)
-        return cls(str(raw["broker"]), int(raw["bundles"]), int(raw["topics"]), str(raw.get("pulsarServiceUrl", "")))
+        return cls(
+            str(raw["broker"]),
+            int(raw["bundles"]),
+            int(raw["topics"]),
+            str(raw.get("pulsarServiceUrl", "")),
+            str(raw.get("webServiceUrl", "")),
+        )
 
 
 @dataclass(frozen=True)
@@ -506,10 +513,16 @@ class LoadManager:
     """One broker's view: registers it, answers lookups, unloads and transfers bundles."""
 
     def __init__(
-        self, store: MetadataStore, broker_address: str, on_lost: LostCallback | None = None, service_url: str = ""
+        self,
+        store: MetadataStore,
+        broker_address: str,
+        on_lost: LostCallback | None = None,
+        service_url: str = "",
+        web_url: str = "",
     ) -> None:
         self.broker_address = broker_address
         self.service_url = service_url
+        self.web_url = web_url
         self.on_lost = on_lost
         self.ownership = OwnershipCache(store, broker_address, on_lost=self._bundles_lost)
         self.registry = BrokerRegistry(store)
@@ -640,7 +653,9 @@ class LoadManager:
     # -- internals ----------------------------------------------------------------------------
 
     def _load(self) -> BrokerLoad:
-        return BrokerLoad(self.broker_address, len(self.ownership.owned_bundles()), self._topics, self.service_url)
+        return BrokerLoad(
+            self.broker_address, len(self.ownership.owned_bundles()), self._topics, self.service_url, self.web_url
+        )
 
     def _publish_load(self) -> None:
         if self.ownership.expired:

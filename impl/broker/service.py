@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impl.bookie.client.api import BookKeeperClient
-from impl.broker import entry_codec
+from impl.broker import entry_codec, namespaces
 from impl.broker.entry_codec import CorruptEntry, messages_of
 from impl.broker.errors import (
     BrokerError,
@@ -61,6 +61,7 @@ from impl.broker.subscription import (
     SubscriptionType,
     UnknownMessageId,
 )
+from impl.broker.topic_stats import TopicCounters
 from impl.metadata.store import MetadataError, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class Append:
     sequence_id: int
     highest_sequence_id: int
     payload_size: int
+
 
 READ_LIMIT = 10_000  # entries one Read call returns at most
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
@@ -187,7 +189,10 @@ class Subscription:
         if isinstance(out, Deliver):
             sink = self.sinks.get(out.consumer)
             if sink is not None:
-                sink.deliver(list(out.messages))
+                delivered = list(out.messages)
+                sink.deliver(delivered)
+                sizes = [len(m.entry) or len(m.payload) for m, _ in delivered]
+                self.topic.counters.dispatched(sum(m.batch_size for m, _ in delivered), sum(sizes))
             return []
         if isinstance(out, ActiveChanged):
             sink = self.sinks.get(out.consumer)
@@ -259,7 +264,9 @@ class Topic:
         # Called once when the topic closes (unload, fenced, lost bundle): connections then close
         # their producers and consumers on it, and the clients look the topic up again.
         self.close_watchers: dict[object, Callable[[], None]] = {}
-        if service.config.deduplication:
+        self.counters = TopicCounters()
+        self.deduplication = service.deduplication_in(name)
+        if self.deduplication:
             self._rebuild_dedup()
         ml.add_listener(self._on_new_entry)
 
@@ -347,7 +354,7 @@ class Topic:
         with self.lock:
             if appends and not in_order:
                 self._wait_turn(producer, appends[0].sequence_id)
-            dedup = self.service.config.deduplication and producer
+            dedup = self.deduplication and producer
             for append in appends:
                 if refusal is None:
                     try:
@@ -426,6 +433,8 @@ class Topic:
     def _finisher(
         self, result: Future[tuple[Position | None, bool]], producer: str, append: Append
     ) -> Callable[[Position | ManagedLedgerError], None]:
+        started = time.monotonic()
+
         def finish(outcome: Position | ManagedLedgerError) -> None:
             if producer:
                 with self._dedup_lock:
@@ -440,6 +449,8 @@ class Topic:
             elif isinstance(outcome, ManagedLedgerError):
                 result.set_exception(PersistenceError(f"entry not confirmed on {self.name}: {outcome}"))
             else:
+                messages = append.highest_sequence_id - append.sequence_id + 1
+                self.counters.published(messages, append.payload_size, started)
                 result.set_result((outcome, False))
 
         return finish
@@ -473,6 +484,20 @@ class Topic:
             return None
         ((_, data),) = self.ml.read(end, 1)
         return end, entry_codec.parse(data, verify_checksum=False)
+
+    def first_published_at(self, publish_time_ms: int) -> Position | None:
+        """The first entry published at or after the time, for a seek or a cursor reset by time
+        (None: the first entry; a scan, as the reference keeps no time index)."""
+        position, last = self.ml.first_position(), self.ml.last_confirmed()
+        while position is not None and last is not None and position <= last:
+            batch = self.ml.read(position, 500)
+            if not batch:
+                break
+            for pos, data in batch:
+                if entry_codec.parse(data, verify_checksum=False).metadata.publish_time >= publish_time_ms:
+                    return pos
+            position = self.ml.next_position(batch[-1][0])
+        return None if last is None else Position(last.ledger_id, last.entry_id + 1)
 
     def last_message_id(self) -> MessageId | None:
         last = self.last_entry()
@@ -622,11 +647,21 @@ class BrokerService:
         """Time passes for every topic: roll idle ledgers over by age (Pulsar's periodic check), trim."""
         while not self._stopping.wait(TICK_INTERVAL_S):
             for topic in list(self.topics.values()):
+                topic.counters.roll()
                 try:
                     topic.ml.tick()
                     topic.maybe_trim()
                 except Exception as e:  # a fenced or closing topic: its owner handles it
                     log.debug("tick of %s: %s", topic.name, e)
+
+    def deduplication_in(self, name: TopicName) -> bool:
+        """Whether the topic's producers are de-duplicated: its namespace's policy, else the broker's
+        setting. Read when the topic loads: a changed policy applies from the topic's next load."""
+        try:
+            policy = namespaces.get_policies(self.store, name.namespace_name).deduplication
+        except (namespaces.AdminError, MetadataError):
+            policy = None
+        return self.config.deduplication if policy is None else policy
 
     def next_consumer_id(self) -> int:
         with self._lock:

@@ -39,6 +39,7 @@ from impl.metadata.zkserver import free_port, port_is_free
 log = logging.getLogger(__name__)
 
 DEFAULT_PULSAR_PORT = 6650  # Pulsar's own default for pulsar://
+DEFAULT_WEB_PORT = 8080  # Pulsar's own default for the web service (admin REST API, lookups, metrics)
 STATE_FILE = "standalone.json"
 LOCK_FILE = "standalone.lock"
 
@@ -101,6 +102,14 @@ class _InProcessBookie:
         return self.server is not None
 
 
+def _choose_port(requested: int | None, remembered: int | None, default: int) -> int:
+    """The port asked for; if none, the one used last, else Pulsar's default, else any free one."""
+    if requested is None:
+        candidate = remembered or default
+        requested = candidate if port_is_free(candidate) else 0
+    return requested or free_port()
+
+
 class Standalone:
     def __init__(
         self,
@@ -108,6 +117,7 @@ class Standalone:
         port: int = 0,
         bookies: int = 3,
         pulsar_port: int | None = None,
+        web_port: int | None = None,
         ensemble: int = 2,
         write_quorum: int = 2,
         ack_quorum: int = 2,
@@ -121,16 +131,15 @@ class Standalone:
             ports.append(free_port())
         broker_port = port or state.get("broker_port") or free_port()
         self.control_port = state.get("control_port") or free_port()
-        if pulsar_port is None:  # not asked for: the last one, else Pulsar's default, else any free one
-            remembered = state.get("pulsar_port") or DEFAULT_PULSAR_PORT
-            pulsar_port = remembered if port_is_free(remembered) else 0
-        self.pulsar_port = pulsar_port or free_port()
+        self.pulsar_port = _choose_port(pulsar_port, state.get("pulsar_port"), DEFAULT_PULSAR_PORT)
+        self.web_port = _choose_port(web_port, state.get("web_port"), DEFAULT_WEB_PORT)
         self._save_state(
             {
                 "bookie_ports": ports,
                 "broker_port": broker_port,
                 "control_port": self.control_port,
                 "pulsar_port": self.pulsar_port,
+                "web_port": self.web_port,
             }
         )
         self.metadata_url = f"embedded://{self.data_dir / 'metadata'}"
@@ -194,6 +203,11 @@ class Standalone:
         """Where Pulsar's own clients connect: the broker's pulsar:// listener."""
         return f"pulsar://127.0.0.1:{self.pulsar_port}"
 
+    @property
+    def web_service_url(self) -> str:
+        """The broker's web service: admin REST API, HTTP lookups, /metrics, the cluster view."""
+        return f"http://127.0.0.1:{self.web_port}"
+
     def start(self) -> None:
         for bookie in self.bookies:
             bookie.start()
@@ -220,7 +234,11 @@ class Standalone:
             if self.broker is not None:
                 return
             broker = Broker(
-                lambda: connect(self.metadata_url), self.config, port=self.broker_port, pulsar_port=self.pulsar_port
+                lambda: connect(self.metadata_url),
+                self.config,
+                port=self.broker_port,
+                pulsar_port=self.pulsar_port,
+                web_port=self.web_port,
             )
             broker.start()
             self.broker = broker

@@ -293,9 +293,18 @@ class Cluster:
             command += traced(f"bookie-{i}")
             nodes.append({"name": f"bookie-{i}", "role": "bookie", "port": p, "dir": str(d), "command": command})
         for i in range(1, brokers + 1):
-            p, pp, d = port(), port(), directory / f"broker-{i}"
+            p, pp, wp, d = port(), port(), port(), directory / f"broker-{i}"
             command = pulsar_ref_command(
-                "broker", "--metadata", metadata, "--port", str(p), "--pulsar-port", str(pp), *broker_options
+                "broker",
+                "--metadata",
+                metadata,
+                "--port",
+                str(p),
+                "--pulsar-port",
+                str(pp),
+                "--web-port",
+                str(wp),
+                *broker_options,
             )
             command += traced(f"broker-{i}")
             nodes.append(
@@ -304,12 +313,14 @@ class Cluster:
                     "role": "broker",
                     "port": p,
                     "pulsar_port": pp,
+                    "web_port": wp,
                     "dir": str(d),
                     "command": command,
                 }
             )
         broker_ports = [n["port"] for n in nodes if n["role"] == "broker"]
         pulsar_ports = [n["pulsar_port"] for n in nodes if n["role"] == "broker"]
+        web_ports = [n["web_port"] for n in nodes if n["role"] == "broker"]
         state = {
             "topology": "cluster",
             "metadata": metadata,
@@ -317,6 +328,8 @@ class Cluster:
             "service": "grpc://" + ",".join(f"127.0.0.1:{p}" for p in broker_ports) if broker_ports else None,
             # Pulsar's own clients: every broker's pulsar:// listener, as Pulsar's multi-host service URL
             "pulsar_service": "pulsar://" + ",".join(f"127.0.0.1:{p}" for p in pulsar_ports) if pulsar_ports else None,
+            # the brokers' web services (admin REST API, HTTP lookups, /metrics, the cluster view)
+            "web_services": [f"http://127.0.0.1:{p}" for p in web_ports],
             "zookeepers": [
                 {"name": f"zk-{s.server_id}", "role": "zookeeper", "port": s.client_port, "dir": str(s.directory)}
                 for s in ensemble.servers
@@ -339,15 +352,16 @@ class Cluster:
         """One `pulsar-ref standalone` process (embedded metadata, bookies and a broker inside)."""
         directory = Path(directory).resolve()
         cls._refuse_reuse(directory)
-        p, pp, d = port or free_port(), free_port(), directory / "standalone-1"
+        p, pp, wp, d = port or free_port(), free_port(), free_port(), directory / "standalone-1"
         command = pulsar_ref_command(
-            "standalone", "--data", str(d / "data"), "--port", str(p), "--pulsar-port", str(pp)
+            "standalone", "--data", str(d / "data"), "--port", str(p), "--pulsar-port", str(pp), "--web-port", str(wp)
         )
         state = {
             "topology": "standalone",
             "metadata": f"embedded://{d / 'data' / 'metadata'}",  # where impl.broker.standalone keeps it
             "service": f"grpc://127.0.0.1:{p}",
             "pulsar_service": f"pulsar://127.0.0.1:{pp}",
+            "web_services": [f"http://127.0.0.1:{wp}"],
             "zookeepers": [],
             "nodes": [{"name": "standalone-1", "role": "standalone", "port": p, "dir": str(d), "command": command}],
         }
@@ -407,6 +421,11 @@ class Cluster:
         """Where Pulsar's own clients connect (every broker's pulsar:// listener)."""
         service = self.state.get("pulsar_service")
         return str(service) if service else None
+
+    @property
+    def web_service_urls(self) -> list[str]:
+        """Every broker's web service: admin REST API, HTTP lookups, /metrics, the cluster view."""
+        return [str(url) for url in self.state.get("web_services", [])]
 
     @property
     def topology(self) -> str:

@@ -37,6 +37,7 @@ RESERVED_LEDGER_ROOT_CHILDREN = frozenset(
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 NAMESPACE_ROOT = "/namespace"
 LOADBALANCE_BROKERS = "/loadbalance/brokers"
+LOADBALANCE_LEADER = "/loadbalance/leader"  # ephemeral: the address of the leader broker
 
 # HierarchicalLedgerManager picks the legacy 2-4-4 layout for ids below Integer.MAX_VALUE.
 LEGACY_ID_LIMIT = 2**31 - 1

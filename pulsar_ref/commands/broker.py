@@ -40,6 +40,13 @@ def main(argv: list[str], prog: str) -> int:
         default=0,
         help="port of the pulsar:// listener (Pulsar's binary protocol) on 127.0.0.1 (default 0 = any free port)",
     )
+    parser.add_argument(
+        "--web-port",
+        type=int,
+        default=0,
+        help="port of the web service (admin REST API, HTTP lookups, /metrics, the cluster view) on 127.0.0.1 "
+        "(default 0 = any free port)",
+    )
     add_ledger_options(parser, 3, 3, 2)
     parser.add_argument(
         "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
@@ -85,12 +92,16 @@ def _run(args: argparse.Namespace) -> int:
             config,
             port=args.port,
             pulsar_port=args.pulsar_port,
+            web_port=args.web_port,
         )
         broker.start()
     except (MetadataError, OSError) as e:
         print(f"error: cannot start the broker: {e}", file=sys.stderr)
         return 2
-    print(f"broker {broker.address} listening; Pulsar clients: {broker.service_url}", flush=True)
+    print(
+        f"broker {broker.address} listening; Pulsar clients: {broker.service_url}; web service: {broker.web_url}",
+        flush=True,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

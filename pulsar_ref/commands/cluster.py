@@ -146,6 +146,8 @@ def up(args: argparse.Namespace) -> int:
     _progress(f"cluster up; state in {directory / STATE_FILE}; metadata {cluster.metadata_url}")
     if cluster.pulsar_service_url:
         _progress(f"Pulsar clients: {cluster.pulsar_service_url}")
+    if cluster.web_service_urls:
+        _progress(f"web service (admin REST API, cluster view): {', '.join(cluster.web_service_urls)}")
     print(cluster.pulsar_service_url or cluster.metadata_url, flush=True)
     if not args.foreground:
         return 0
@@ -180,7 +182,8 @@ def status(args: argparse.Namespace) -> int:
         print(f"{r.name:<13} {r.role:<10} {r.state:<12} {r.pid or '-':>8} {r.port:>6}  {r.details}")
     print(f"metadata: {cluster.metadata_url}")
     print(f"pulsar:   {cluster.pulsar_service_url or '(no brokers)'}")
-    print(f"admin:    {cluster.service_url or '(no brokers)'}")
+    print(f"web:      {', '.join(cluster.web_service_urls) or '(no brokers)'}")
+    print(f"grpc:     {cluster.service_url or '(no brokers)'}")
     return 0 if all(r.state == "up" for r in rows) else 1
 
 

@@ -28,6 +28,13 @@ def main(argv: list[str], prog: str) -> int:
         help="port of the pulsar:// listener for Pulsar clients (default: the last one used, else 6650 when free, "
         "else any free; 0 = any free)",
     )
+    parser.add_argument(
+        "--web-port",
+        type=int,
+        default=None,
+        help="port of the web service: admin REST API, HTTP lookups, /metrics, the cluster view (default: the "
+        "last one used, else 8080 when free, else any free; 0 = any free)",
+    )
     parser.add_argument("--bookies", type=int, default=3, help="in-process bookies (default 3)")
     add_ledger_options(parser, 2, 2, 2)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -50,6 +57,7 @@ def main(argv: list[str], prog: str) -> int:
             Path(args.data),
             port=args.port,
             pulsar_port=args.pulsar_port,
+            web_port=args.web_port,
             bookies=args.bookies,
             ensemble=args.ensemble,
             write_quorum=args.write_quorum,
@@ -61,6 +69,7 @@ def main(argv: list[str], prog: str) -> int:
         return 2
     print(
         f"standalone {standalone.service_url} listening; Pulsar clients: {standalone.pulsar_service_url}; "
+        f"web service (admin, lookups, metrics, cluster view): {standalone.web_service_url}; "
         f"control 127.0.0.1:{standalone.control_port}; "
         f"bookies {', '.join(b.bookie_id for b in standalone.bookies)}; data {standalone.data_dir}",
         flush=True,

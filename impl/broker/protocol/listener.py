@@ -599,7 +599,7 @@ class _Connection:
             if out.message_id is not None:
                 start = _seek_position(c.topic, out.message_id)
             else:
-                start = _first_published_at(c.topic, out.publish_time_ms or 0)
+                start = c.topic.first_published_at(out.publish_time_ms or 0)
             sinks = c.sub.reset(start)
         except Exception as e:
             code, message = server_error(e)
@@ -638,7 +638,7 @@ class _Connection:
 
     def _get_topics(self, out: conn.DoGetTopics) -> list[conn.Output]:
         try:
-            topics = namespace_topics(self.service, out.namespace)
+            topics = namespaces.all_topics(self.service.store, out.namespace)
         except Exception as e:
             code, message = server_error(e)
             return [conn.error_reply(out.request_id, code, message)]
@@ -691,29 +691,3 @@ def _seek_position(topic: Topic, mid: MessageId) -> Position | None:
         last = topic.ml.last_confirmed()
         return None if last is None else topic.ml.next_position(last) or Position(last.ledger_id, last.entry_id + 1)
     return Position(mid.ledger_id, max(mid.entry_id, 0))
-
-
-def _first_published_at(topic: Topic, publish_time_ms: int) -> Position | None:
-    """The first entry whose publish time is at or after the time (a scan: the reference is simple)."""
-    ml = topic.ml
-    position = ml.first_position()
-    last = ml.last_confirmed()
-    while position is not None and last is not None and position <= last:
-        batch = ml.read(position, 500)
-        if not batch:
-            break
-        for pos, data in batch:
-            if entry_codec.parse(data, verify_checksum=False).metadata.publish_time >= publish_time_ms:
-                return pos
-        position = ml.next_position(batch[-1][0])
-    return None if last is None else Position(last.ledger_id, last.entry_id + 1)
-
-
-def namespace_topics(service: BrokerService, namespace: str) -> list[str]:
-    """The persistent topics of a namespace: those with a managed ledger, and every partition of
-    its partitioned topics."""
-    store = service.store
-    found = {str(t) for t in namespaces.list_topics(store, namespace)}
-    for topic in namespaces.list_partitioned_topics(store, namespace):
-        found |= {str(topic.partition_name(i)) for i in range(namespaces.get_partitions(store, topic))}
-    return sorted(found)

@@ -1,0 +1,211 @@
+"""Pulsar's admin REST API v2: clusters, tenants, namespaces, brokers and bookies.
+
+Metadata-only calls run on any broker. Topic calls are in impl/broker/web/topics.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from impl.broker import namespaces
+from impl.broker.naming import NamespaceName, check_named_entity
+from impl.broker.web.context import WebContext
+from impl.metadata.registry import BookieRegistry
+from impl.web.http import HttpError, Request, Response, Router
+
+
+def install(router: Router, ctx: WebContext) -> None:
+    AdminRoutes(ctx).install(router)
+
+
+def _int(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise HttpError(400, f"{what} must be a whole number, not {value!r}")
+    return value
+
+
+class AdminRoutes:
+    def __init__(self, ctx: WebContext) -> None:
+        self.ctx = ctx
+
+    def install(self, r: Router) -> None:
+        v2 = "/admin/v2"
+        r.add("GET", f"{v2}/clusters", self.clusters)
+        r.add("GET", f"{v2}/clusters/{{cluster}}", self.cluster)
+        r.add("GET", f"{v2}/tenants", self.tenants)
+        r.add("GET", f"{v2}/tenants/{{tenant}}", self.get_tenant)
+        r.add("PUT", f"{v2}/tenants/{{tenant}}", self.create_tenant)
+        r.add("DELETE", f"{v2}/tenants/{{tenant}}", self.delete_tenant)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}", self.namespaces)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}", self.get_policies)
+        r.add("PUT", f"{v2}/namespaces/{{tenant}}/{{namespace}}", self.create_namespace)
+        r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}", self.delete_namespace)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/topics", self.namespace_topics)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/deduplication", self.get_deduplication)
+        r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/deduplication", self.set_deduplication)
+        r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/deduplication", self.remove_deduplication)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/retention", self.get_retention)
+        r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/retention", self.set_retention)
+        r.add("GET", f"{v2}/brokers/health", self.health)
+        r.add("GET", f"{v2}/brokers/leaderBroker", self.leader)
+        r.add("GET", f"{v2}/brokers/{{cluster}}", self.brokers)
+        r.add("GET", f"{v2}/bookies/all", self.bookies)
+
+    # ---- clusters -----------------------------------------------------------------------------
+
+    def clusters(self, req: Request) -> Response:
+        return Response.json([self.ctx.cluster])
+
+    def cluster(self, req: Request, cluster: str) -> Response:
+        self._check_cluster(cluster)
+        return Response.json(
+            {"serviceUrl": self.ctx.web_url, "brokerServiceUrl": self.ctx.service_url, "brokerClientTlsEnabled": False}
+        )
+
+    def _check_cluster(self, cluster: str) -> None:
+        if cluster != self.ctx.cluster:
+            raise HttpError(404, f"Cluster {cluster!r} does not exist (this one is {self.ctx.cluster!r})")
+
+    # ---- tenants ------------------------------------------------------------------------------
+
+    def tenants(self, req: Request) -> Response:
+        return Response.json(namespaces.list_tenants(self.ctx.store))
+
+    def get_tenant(self, req: Request, tenant: str) -> Response:
+        info = namespaces.get_tenant(self.ctx.store, check_named_entity("tenant", tenant))
+        return Response.json({"adminRoles": list(info.admin_roles), "allowedClusters": list(info.allowed_clusters)})
+
+    def create_tenant(self, req: Request, tenant: str) -> Response:
+        check_named_entity("tenant", tenant)
+        body = req.json() if req.body.strip() else {}
+        if not isinstance(body, dict):
+            raise HttpError(
+                400, 'the body must be a TenantInfo object: {"adminRoles": [...], "allowedClusters": [...]}'
+            )
+        roles = body.get("adminRoles") or []
+        clusters = body.get("allowedClusters")
+        clusters = [self.ctx.cluster] if clusters is None else clusters
+        for name, value in (("adminRoles", roles), ("allowedClusters", clusters)):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise HttpError(400, f"{name} must be a list of strings, not {value!r}")
+        if not clusters:
+            raise HttpError(412, "Clusters should be specified")
+        unknown = [c for c in clusters if c != self.ctx.cluster]
+        if unknown:
+            raise HttpError(412, f"Clusters do not exist: {unknown}")
+        namespaces.create_tenant(self.ctx.store, tenant, namespaces.TenantInfo(tuple(roles), tuple(clusters)))
+        return Response.empty()
+
+    def delete_tenant(self, req: Request, tenant: str) -> Response:
+        namespaces.delete_tenant(self.ctx.store, check_named_entity("tenant", tenant))
+        return Response.empty()
+
+    # ---- namespaces ---------------------------------------------------------------------------
+
+    def namespaces(self, req: Request, tenant: str) -> Response:
+        return Response.json([str(ns) for ns in namespaces.list_namespaces(self.ctx.store, tenant)])
+
+    def _ns(self, tenant: str, namespace: str) -> NamespaceName:
+        return NamespaceName(check_named_entity("tenant", tenant), check_named_entity("namespace", namespace))
+
+    def get_policies(self, req: Request, tenant: str, namespace: str) -> Response:
+        ns = self._ns(tenant, namespace)
+        policies = namespaces.get_policies(self.ctx.store, ns)
+        step = 2**32 // policies.bundles
+        boundaries = [f"0x{i * step:08x}" for i in range(policies.bundles)] + ["0xffffffff"]
+        return Response.json(
+            {
+                "bundles": {"boundaries": boundaries, "numBundles": policies.bundles},
+                "deduplicationEnabled": policies.deduplication,
+                "retention_policies": _retention_json(policies.retention),
+                "replication_clusters": [self.ctx.cluster],
+            }
+        )
+
+    def create_namespace(self, req: Request, tenant: str, namespace: str) -> Response:
+        ns = self._ns(tenant, namespace)
+        body = req.json() if req.body.strip() else {}
+        if not isinstance(body, dict):
+            raise HttpError(400, 'the body must be a Policies object, e.g. {"bundles": {"numBundles": 4}}')
+        bundles = body.get("bundles") or {}
+        if not isinstance(bundles, dict):
+            raise HttpError(400, f'bundles must be an object like {{"numBundles": 4}}, not {bundles!r}')
+        count = _int(bundles.get("numBundles", namespaces.DEFAULT_NUMBER_OF_BUNDLES), "bundles.numBundles")
+        dedup = body.get("deduplicationEnabled")
+        if dedup is not None and not isinstance(dedup, bool):
+            raise HttpError(400, f"deduplicationEnabled must be true, false or null, not {dedup!r}")
+        namespaces.create_namespace(
+            self.ctx.store, ns, namespaces.NamespacePolicies(bundles=count, deduplication=dedup)
+        )
+        return Response.empty()
+
+    def delete_namespace(self, req: Request, tenant: str, namespace: str) -> Response:
+        namespaces.delete_namespace(self.ctx.store, self._ns(tenant, namespace))
+        return Response.empty()
+
+    def namespace_topics(self, req: Request, tenant: str, namespace: str) -> Response:
+        mode = req.query.get("mode", "PERSISTENT").upper()
+        if mode not in ("PERSISTENT", "NON_PERSISTENT", "ALL"):
+            raise HttpError(400, f"mode must be PERSISTENT, NON_PERSISTENT or ALL, not {mode!r}")
+        ns = self._ns(tenant, namespace)
+        topics = namespaces.all_topics(self.ctx.store, ns) if mode != "NON_PERSISTENT" else []
+        return Response.json(topics)
+
+    def get_deduplication(self, req: Request, tenant: str, namespace: str) -> Response:
+        return Response.json(namespaces.get_policies(self.ctx.store, self._ns(tenant, namespace)).deduplication)
+
+    def set_deduplication(self, req: Request, tenant: str, namespace: str) -> Response:
+        enabled = req.json()
+        if not isinstance(enabled, bool):
+            raise HttpError(400, f"the body must be true or false, not {enabled!r}")
+        namespaces.set_deduplication(self.ctx.store, self._ns(tenant, namespace), enabled)
+        return Response.empty()
+
+    def remove_deduplication(self, req: Request, tenant: str, namespace: str) -> Response:
+        namespaces.set_deduplication(self.ctx.store, self._ns(tenant, namespace), None)
+        return Response.empty()
+
+    def get_retention(self, req: Request, tenant: str, namespace: str) -> Response:
+        policies = namespaces.get_policies(self.ctx.store, self._ns(tenant, namespace))
+        return Response.json(_retention_json(policies.retention))
+
+    def set_retention(self, req: Request, tenant: str, namespace: str) -> Response:
+        body = req.json()
+        if not isinstance(body, dict):
+            raise HttpError(400, 'the body must be {"retentionTimeInMinutes": N, "retentionSizeInMB": N}')
+        minutes = _int(body.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
+        size = _int(body.get("retentionSizeInMB", 0), "retentionSizeInMB")
+        retention = namespaces.RetentionPolicy(minutes, size)
+        namespaces.set_retention(self.ctx.store, self._ns(tenant, namespace), retention)
+        return Response.empty()
+
+    # ---- brokers and bookies ------------------------------------------------------------------
+
+    def health(self, req: Request) -> Response:
+        namespaces.list_tenants(self.ctx.store)  # the metadata store answers
+        return Response.text("ok")
+
+    def leader(self, req: Request) -> Response:
+        leader = self.ctx.leader()
+        load = self.ctx.live_brokers().get(leader or "")
+        if load is None:
+            raise HttpError(503, "no leader broker elected yet; retry")
+        return Response.json({"serviceUrl": load.web_url, "brokerId": _web_address(load.web_url)})
+
+    def brokers(self, req: Request, cluster: str) -> Response:
+        self._check_cluster(cluster)
+        return Response.json(sorted(_web_address(load.web_url) for load in self.ctx.live_brokers().values()))
+
+    def bookies(self, req: Request) -> Response:
+        membership = BookieRegistry(self.ctx.store).membership()
+        bookies = [{"bookieId": str(b), "state": "rw"} for b in sorted(membership.writable, key=str)]
+        bookies += [{"bookieId": str(b), "state": "ro"} for b in sorted(membership.readonly, key=str)]
+        return Response.json({"bookies": bookies})
+
+
+def _retention_json(retention: namespaces.RetentionPolicy) -> dict[str, int]:
+    return {"retentionTimeInMinutes": retention.time_minutes, "retentionSizeInMB": retention.size_mb}
+
+
+def _web_address(web_url: str) -> str:
+    return web_url.removeprefix("http://").removeprefix("https://")

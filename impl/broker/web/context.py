@@ -1,0 +1,64 @@
+"""What the web service needs of its broker, and how broker errors become HTTP answers."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from impl.broker import namespaces
+from impl.broker.errors import BrokerError, ConsumerBusyError, NotEmptyError, NotOwner, ServiceNotReady, TopicNotFound
+from impl.broker.naming import InvalidNamespaceName, InvalidTopicName
+from impl.broker.ownership import BrokerLoad
+from impl.broker.service import BrokerService
+from impl.metadata.store import ConnectionLoss, MetadataStore, SessionExpired
+from impl.web.http import HttpError
+
+
+class WebContext(Protocol):
+    """A broker as its web service sees it (impl/broker/broker.py's Broker is one)."""
+
+    cluster: str
+    service: BrokerService
+
+    @property
+    def store(self) -> MetadataStore: ...
+
+    @property
+    def web_url(self) -> str: ...
+
+    @property
+    def service_url(self) -> str: ...
+
+    def live_brokers(self) -> dict[str, BrokerLoad]: ...
+
+    def leader(self) -> str | None: ...
+
+
+# Pulsar's status for each kind of failure (its RestException codes).
+_STATUS: list[tuple[type[Exception], int]] = [
+    (namespaces.TenantNotFound, 404),
+    (namespaces.NamespaceNotFound, 404),
+    (namespaces.PartitionedTopicNotFound, 404),
+    (TopicNotFound, 404),
+    (namespaces.AlreadyExists, 409),
+    (namespaces.NotEmpty, 409),
+    (NotEmptyError, 412),
+    (ConsumerBusyError, 412),
+    (namespaces.InvalidPolicies, 412),
+    (InvalidNamespaceName, 412),
+    (InvalidTopicName, 412),
+    (NotOwner, 503),
+    (ServiceNotReady, 503),
+    (SessionExpired, 503),
+    (ConnectionLoss, 503),
+]
+
+
+def http_error(e: Exception) -> HttpError | None:
+    """The HTTP answer for an exception a handler let through; None for one that is a bug (500)."""
+    for kind, status in _STATUS:
+        if isinstance(e, kind):
+            retry = "; retry" if status == 503 else ""
+            return HttpError(status, f"{e}{retry}")
+    if isinstance(e, BrokerError):
+        return HttpError(500, str(e))
+    return None

@@ -1,0 +1,42 @@
+"""HTTP lookup, as Pulsar's `/lookup/v2/topic/...`: which broker serves a topic, so a client given an
+http:// service URL finds the broker to connect to (partitions and a namespace's topics are the admin
+API's own calls; a topic without a schema answers 404, as Pulsar does)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from impl.broker import namespaces
+from impl.broker.naming import NON_PERSISTENT, PERSISTENT, TopicName
+from impl.broker.web.context import WebContext
+from impl.web.http import HttpError, Request, Response, Router
+
+
+def install(router: Router, ctx: WebContext) -> None:
+    def lookup(req: Request, domain: str, tenant: str, namespace: str, topic: str) -> Response:
+        if domain not in (PERSISTENT, NON_PERSISTENT):
+            raise HttpError(400, f"the domain must be persistent or non-persistent, not {domain!r}")
+        name = TopicName.parse(f"{domain}://{tenant}/{namespace}/{topic}")
+        namespaces.get_policies(ctx.store, name.namespace_name)  # 404 for a namespace that does not exist
+        found = ctx.service.ownership.lookup(name, req.flag("authoritative"))
+        if found.kind == "redirect":
+            load = ctx.live_brokers().get(found.broker_address)
+            if load is None or not load.web_url:
+                raise HttpError(503, f"the owner of {name}, {found.broker_address}, is not registered; retry")
+            query = dict(req.query) | {"authoritative": "true" if found.authoritative else "false"}
+            return Response.redirect(f"{load.web_url}{req.path}?{urlencode(query)}")
+        return Response.json(
+            {
+                "brokerUrl": ctx.service_url,
+                "brokerUrlTls": "",
+                "httpUrl": ctx.web_url,
+                "httpUrlTls": "",
+                "nativeUrl": ctx.service_url,
+            }
+        )
+
+    def schema(req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        raise HttpError(404, "Schema not found")  # no schema registry: every topic carries bytes
+
+    router.add("GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
+    router.add("GET", "/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema", schema)

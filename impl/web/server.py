@@ -1,0 +1,182 @@
+"""An HTTP/1.1 server: h11 parses and frames, asyncio moves the bytes, a thread pool runs the handlers.
+
+Handlers may wait on the metadata store or the bookies, so they run on the pool, never on the
+event loop. A connection serves its requests one after another (keep-alive). What the client
+sends is bounded: the request line and headers by h11 (16 KiB), the body by `max_body`; a
+request over either, or one h11 cannot parse, is answered 4xx with a JSON reason and the
+connection closes. Nothing a client sends stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import h11
+
+from impl.web.http import Request, Response, reason_phrase
+
+log = logging.getLogger(__name__)
+
+MAX_HEADERS = 16 * 1024
+MAX_BODY = 1024 * 1024  # Pulsar's admin bodies are small JSON documents
+READ_CHUNK = 64 * 1024
+IDLE_TIMEOUT_S = 60.0
+
+
+class WebServer:
+    """Serve `app` (a Request -> Response callable) on host:port (0 = any free port)."""
+
+    def __init__(
+        self,
+        app: Callable[[Request], Response],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body: int = MAX_BODY,
+        name: str = "web",
+        threads: int = 8,
+    ) -> None:
+        self.app = app
+        self.max_body = max_body
+        self.name = name
+        self._socket = socket.create_server((host, port), reuse_port=False)
+        self.host, self.port = self._socket.getsockname()[:2]
+        self.loop = asyncio.new_event_loop()
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{name}-http")
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def start(self) -> None:
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+
+            async def serve() -> None:
+                self._server = await asyncio.start_server(self._connection, sock=self._socket)
+
+            self.loop.run_until_complete(serve())
+            started.set()
+            self.loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name=f"{self.name}-http-{self.port}", daemon=True)
+        self._thread.start()
+        started.wait(10)
+
+    def stop(self) -> None:
+        if self._thread is None:
+            self._socket.close()
+            return
+
+        async def shut() -> None:
+            if self._server is not None:
+                self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        with contextlib.suppress(Exception):  # the loop died already: nothing left to close
+            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADERS)
+        try:
+            while True:
+                request = await self._read_request(conn, reader, writer)
+                if request is None:
+                    return
+                response = await self.loop.run_in_executor(self.pool, self.app, request)
+                if request.method == "HEAD":
+                    response = Response(response.status, b"", response.content_type, response.headers)
+                writer.write(_encode(conn, response, len(response.body)))
+                await writer.drain()
+                if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                    return
+                conn.start_next_cycle()
+        except (ConnectionError, asyncio.CancelledError, TimeoutError, h11.LocalProtocolError):
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _read_request(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> Request | None:
+        """The next whole request, or None when the connection is done (answered with an error if bad)."""
+        head: h11.Request | None = None
+        body = bytearray()
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as e:
+                status = e.error_status_hint if e.error_status_hint >= 400 else 400
+                await self._refuse(conn, writer, status, f"malformed HTTP request: {e}")
+                return None
+            if event is h11.NEED_DATA:
+                data = await asyncio.wait_for(reader.read(READ_CHUNK), IDLE_TIMEOUT_S)
+                conn.receive_data(data)
+                if not data and head is None and conn.their_state is h11.IDLE:
+                    return None
+                continue
+            if isinstance(event, h11.Request):
+                head = event
+                length = _content_length(event)
+                if length is not None and length > self.max_body:
+                    await self._refuse(conn, writer, 413, f"the body ({length} bytes) is over {self.max_body} bytes")
+                    return None
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > self.max_body:
+                    await self._refuse(conn, writer, 413, f"the body is over {self.max_body} bytes")
+                    return None
+            elif isinstance(event, h11.EndOfMessage):
+                assert head is not None
+                headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers}
+                target = head.target.decode("latin-1")
+                return Request.of(head.method.decode("ascii"), target, headers, bytes(body))
+            elif isinstance(event, h11.ConnectionClosed):
+                return None
+
+    async def _refuse(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+        response = Response.error(status, reason)
+        with contextlib.suppress(h11.LocalProtocolError):
+            writer.write(_encode(conn, response, len(response.body), close=True))
+            await writer.drain()
+
+
+def _content_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            return int(value)
+    return None
+
+
+def _encode(conn: h11.Connection, response: Response, length: int, close: bool = False) -> bytes:
+    headers = [("Content-Length", str(length)), ("Server", "pulsar-ref")]
+    if response.content_type:
+        headers.append(("Content-Type", response.content_type))
+    headers.extend(response.headers)
+    if close:
+        headers.append(("Connection", "close"))
+    out = conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason_phrase(response.status)))
+    assert out is not None
+    if response.body:
+        out += conn.send(h11.Data(data=response.body)) or b""
+    out += conn.send(h11.EndOfMessage()) or b""
+    return out
