@@ -431,7 +431,7 @@ def run_cluster(
         assert cluster.service_url is not None and cluster.pulsar_service_url is not None
         config = WorkloadConfig(
             service=cluster.pulsar_service_url,
-            admin_service=cluster.service_url,
+            admin_url=cluster.admin_url,
             out=history_path,
             topics=2,
             partitions=2,

@@ -428,6 +428,12 @@ class Cluster:
         return [str(url) for url in self.state.get("web_services", [])]
 
     @property
+    def admin_url(self) -> str | None:
+        """Every broker's web service as one admin URL: http://HOST:PORT[,HOST:PORT...]."""
+        urls = self.web_service_urls
+        return "http://" + ",".join(u.removeprefix("http://") for u in urls) if urls else None
+
+    @property
     def topology(self) -> str:
         return str(self.state.get("topology", "cluster"))
 

@@ -41,12 +41,12 @@ class Session(Protocol):
     def close(self) -> None: ...
 
 
-def create_partitioned_topic(admin_service: str, topic: str, partitions: int) -> None:
-    """Through a pulsar-ref broker's admin API (set-up, not an operation of the history)."""
-    from impl.broker.grpc_client import Client as AdminClient
+def create_partitioned_topic(admin_url: str, topic: str, partitions: int) -> None:
+    """Through the admin REST API of any Pulsar service (set-up, not an operation of the history); a
+    topic that exists already (an earlier try that did reach the broker) is fine."""
+    from impl.broker.web.admin_client import AdminClient
 
-    with AdminClient(admin_service) as admin:
-        admin.admin_create_partitioned_topic(topic, partitions)
+    AdminClient(admin_url, timeout_s=10.0).create_partitioned_topic(topic, partitions, exist_ok=True)
 
 
 class ClientSession:

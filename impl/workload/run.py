@@ -52,7 +52,7 @@ class WorkloadConfig:
     final_read_timeout_s: float = FINAL_READ_TIMEOUT_S  # how long the final reads may keep failing
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     client: str = "project"  # "project": the project's client; "official": Apache Pulsar's (pulsar-client)
-    admin_service: str | None = None  # the pulsar-ref broker API that creates the partitioned topic
+    admin_url: str | None = None  # the admin REST API (http://) that creates the partitioned topic
 
     def plain_topics(self) -> list[str]:
         return [f"persistent://public/default/w{self.run_id}-t{i}" for i in range(self.topics)]
@@ -134,9 +134,9 @@ class Workload:
         base = self.config.partitioned_topic()
         if base is None:
             return
-        if not self.config.admin_service:
-            raise WorkloadError("the partitioned topic needs a pulsar-ref broker's admin API (admin_service)")
-        admin = self.config.admin_service
+        if not self.config.admin_url:
+            raise WorkloadError("the partitioned topic needs a broker's admin REST API (admin_url)")
+        admin = self.config.admin_url
         self._retrying(
             lambda: operations.create_partitioned_topic(admin, base, self.config.partitions),
             lambda e: f"could not create the partitioned topic {base} at {admin}: {e}",

@@ -1,68 +1,203 @@
-"""`pulsar-ref admin ...`: tenants, namespaces, topics and their stats, as pulsar-admin."""
+"""`pulsar-ref admin ...`: tenants, namespaces, topics, brokers and bookies through the brokers'
+admin REST API v2, as `pulsar-admin` (so it administers any Pulsar service too)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-# (group, verb) -> (positional argument name, extra options, whether it is about one topic's data)
-VERBS: dict[tuple[str, str], tuple[str | None, list[tuple[str, type, Any]], bool]] = {
-    ("tenants", "list"): (None, [], False),
-    ("tenants", "create"): ("tenant", [], False),
-    ("tenants", "delete"): ("tenant", [], False),
-    ("namespaces", "list"): ("tenant", [], False),
-    ("namespaces", "create"): ("namespace", [("--bundles", int, 4)], False),
-    ("namespaces", "delete"): ("namespace", [], False),
-    ("topics", "list"): ("namespace", [], False),
-    ("topics", "create"): ("topic", [], True),
-    ("topics", "create-partitioned"): ("topic", [("--partitions", int, None)], False),
-    ("topics", "partitions"): ("topic", [], False),
-    ("topics", "delete"): ("topic", [], True),
-    ("topics", "unload"): ("topic", [], True),
-    ("topics", "stats"): ("topic", [], True),
-    ("topics", "internal-stats"): ("topic", [], True),
-    ("topics", "unsubscribe"): ("topic", [("--subscription", str, None)], True),
-    ("brokers", "list"): (None, [], False),
+DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
+
+
+@dataclass(frozen=True)
+class Verb:
+    method: str
+    path: str  # {tenant}, {namespace} (tenant/ns), {topic} (its admin path), {cluster}, {subscription}, ...
+    positional: str | None = None  # tenant | namespace | topic | cluster
+    options: tuple[tuple[str, type, Any, str], ...] = ()  # (flag, type, default (None = required), help)
+    body: Callable[[argparse.Namespace], Any] | None = None
+    aliases: tuple[str, ...] = ()
+    help: str = ""
+    raw: bool = False  # the answer is text, not JSON
+
+
+_SUB = ("--subscription", str, None, "subscription name")
+VERBS: dict[str, dict[str, Verb]] = {
+    "clusters": {
+        "list": Verb("GET", "/admin/v2/clusters", help="the clusters"),
+        "get": Verb("GET", "/admin/v2/clusters/{cluster}", "cluster", help="a cluster's service URLs"),
+    },
+    "tenants": {
+        "list": Verb("GET", "/admin/v2/tenants", help="the tenants"),
+        "get": Verb("GET", "/admin/v2/tenants/{tenant}", "tenant", help="a tenant's admin roles and clusters"),
+        "create": Verb(
+            "PUT",
+            "/admin/v2/tenants/{tenant}",
+            "tenant",
+            options=(("--allowed-clusters", str, "", "comma-separated clusters (default: this one)"),),
+            body=lambda a: (
+                {"adminRoles": [], "allowedClusters": [c for c in a.allowed_clusters.split(",") if c]}
+                if a.allowed_clusters
+                else {"adminRoles": []}
+            ),
+            help="create a tenant",
+        ),
+        "delete": Verb("DELETE", "/admin/v2/tenants/{tenant}", "tenant", help="delete a tenant without namespaces"),
+    },
+    "namespaces": {
+        "list": Verb("GET", "/admin/v2/namespaces/{tenant}", "tenant", help="a tenant's namespaces"),
+        "create": Verb(
+            "PUT",
+            "/admin/v2/namespaces/{namespace}",
+            "namespace",
+            options=(("--bundles", int, 4, "number of bundles (default 4)"),),
+            body=lambda a: {"bundles": {"numBundles": a.bundles}},
+            help="create a namespace (tenant/namespace)",
+        ),
+        "delete": Verb("DELETE", "/admin/v2/namespaces/{namespace}", "namespace", help="delete an empty namespace"),
+        "policies": Verb("GET", "/admin/v2/namespaces/{namespace}", "namespace", help="a namespace's policies"),
+        "topics": Verb("GET", "/admin/v2/namespaces/{namespace}/topics", "namespace", help="a namespace's topics"),
+        "get-deduplication": Verb("GET", "/admin/v2/namespaces/{namespace}/deduplication", "namespace"),
+        "set-deduplication": Verb(
+            "POST",
+            "/admin/v2/namespaces/{namespace}/deduplication",
+            "namespace",
+            options=(("--enable", bool, False, "turn it on (the default)"), ("--disable", bool, False, "turn it off")),
+            body=lambda a: not a.disable,
+            help="de-duplicate producers in the namespace (applies as its topics load)",
+        ),
+        "get-retention": Verb("GET", "/admin/v2/namespaces/{namespace}/retention", "namespace"),
+        "set-retention": Verb(
+            "POST",
+            "/admin/v2/namespaces/{namespace}/retention",
+            "namespace",
+            options=(
+                ("--time", int, 0, "minutes to keep acknowledged data (-1 = for ever)"),
+                ("--size", int, 0, "megabytes to keep (-1 = no limit)"),
+            ),
+            body=lambda a: {"retentionTimeInMinutes": a.time, "retentionSizeInMB": a.size},
+        ),
+    },
+    "topics": {
+        "list": Verb("GET", "/admin/v2/persistent/{namespace}", "namespace", help="a namespace's topics"),
+        "create": Verb("PUT", "{topic}", "topic", help="create a non-partitioned topic"),
+        "delete": Verb(
+            "DELETE",
+            "{topic}",
+            "topic",
+            options=(("--force", bool, False, "close its producers and consumers first"),),
+            help="delete a topic and its data",
+        ),
+        "create-partitioned": Verb(
+            "PUT",
+            "{topic}/partitions",
+            "topic",
+            options=(("--partitions", int, None, "number of partitions"),),
+            body=lambda a: a.partitions,
+            aliases=("create-partitioned-topic",),
+            help="create a partitioned topic",
+        ),
+        "partitions": Verb(
+            "GET",
+            "{topic}/partitions",
+            "topic",
+            aliases=("get-partitioned-topic-metadata",),
+            help="a topic's partition count (0: not partitioned)",
+        ),
+        "delete-partitioned": Verb(
+            "DELETE",
+            "{topic}/partitions",
+            "topic",
+            aliases=("delete-partitioned-topic",),
+            help="delete every partition",
+        ),
+        "stats": Verb("GET", "{topic}/stats", "topic", help="rates, counters, publishers, subscriptions"),
+        "internal-stats": Verb(
+            "GET", "{topic}/internalStats", "topic", aliases=("stats-internal",), help="its ledgers and cursors"
+        ),
+        "partitioned-stats": Verb("GET", "{topic}/partitioned-stats", "topic", help="stats summed over partitions"),
+        "unload": Verb("PUT", "{topic}/unload", "topic", help="close it on its broker (the next lookup reloads it)"),
+        "subscriptions": Verb("GET", "{topic}/subscriptions", "topic", help="its subscriptions"),
+        "unsubscribe": Verb(
+            "DELETE", "{topic}/subscription/{subscription}", "topic", options=(_SUB,), help="delete a subscription"
+        ),
+        "reset-cursor": Verb(
+            "POST",
+            "{topic}/subscription/{subscription}/resetcursor/{time}",
+            "topic",
+            options=(_SUB, ("--time", int, None, "milliseconds since the epoch")),
+            help="move a subscription to the first message published at or after a time",
+        ),
+        "last-message-id": Verb("GET", "{topic}/lastMessageId", "topic", help="the last persisted message's id"),
+    },
+    "brokers": {
+        "list": Verb("GET", "/admin/v2/brokers/{cluster}", "cluster", help="the live brokers of a cluster"),
+        "leader-broker": Verb("GET", "/admin/v2/brokers/leaderBroker", help="the leader broker"),
+        "healthcheck": Verb("GET", "/admin/v2/brokers/health", raw=True, help="ok when the broker serves"),
+    },
+    "bookies": {
+        "list-bookies": Verb("GET", "/admin/v2/bookies/all", aliases=("list",), help="bookies and their state"),
+    },
 }
 
 
-def main(argv: list[str], prog: str) -> int:
-    parser = argparse.ArgumentParser(prog=prog, description="Administer tenants, namespaces and topics.")
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Administer tenants, namespaces, topics, brokers and bookies through the admin REST API, "
+        "as pulsar-admin does (works against any Pulsar service).",
+        epilog="example: %(prog)s --admin-url http://127.0.0.1:8080 topics internal-stats my-topic",
+    )
     parser.add_argument(
-        "--service-url",
-        required=True,
-        help="the brokers' admin (gRPC) URL: the grpc://HOST:PORT[,HOST:PORT...] that `standalone` prints first, "
-        "or `cluster status` under admin",
+        "--admin-url",
+        default=DEFAULT_ADMIN_URL,
+        help="a broker's web service URL, http://HOST:PORT[,HOST:PORT...] (what `standalone` prints under "
+        f"'web service', or `cluster status` under web; default {DEFAULT_ADMIN_URL})",
     )
     groups = parser.add_subparsers(dest="group", required=True)
-    group_parsers: dict[str, Any] = {}
-    for (group, verb), (positional, options, _) in VERBS.items():
-        if group not in group_parsers:
-            group_parsers[group] = groups.add_parser(group, help=f"{group} commands").add_subparsers(
-                dest="verb", required=True
-            )
-        sub = group_parsers[group].add_parser(verb, help=f"{group} {verb}")
-        if positional:
-            sub.add_argument(positional)
-        for flag, kind, default in options:
-            sub.add_argument(flag, type=kind, default=default, required=default is None)
-    args = parser.parse_args(argv)
-    positional, options, topic_data = VERBS[(args.group, args.verb)]
-    call_args = {name.lstrip("-"): getattr(args, name.lstrip("-")) for name, _, _ in options}
-    if positional:
-        call_args[positional] = getattr(args, positional)
+    for group, verbs in VERBS.items():
+        sub = groups.add_parser(group, help=f"{group} commands").add_subparsers(dest="verb", required=True)
+        for name, verb in verbs.items():
+            command = sub.add_parser(name, aliases=list(verb.aliases), help=verb.help or f"{group} {name}")
+            command.set_defaults(verb_name=name)
+            if verb.positional:
+                command.add_argument(verb.positional)
+            for flag, kind, default, text in verb.options:
+                if kind is bool:
+                    command.add_argument(flag, action="store_true", help=text)
+                else:
+                    command.add_argument(flag, type=kind, default=default, required=default is None, help=text)
+    return parser
 
-    from impl.broker.grpc_client import Client, ClientError
+
+def main(argv: list[str], prog: str) -> int:
+    args = _parser(prog).parse_args(argv)
+    verb = VERBS[args.group][args.verb_name]
+
+    from impl.broker.naming import InvalidNamespaceName, InvalidTopicName
+    from impl.broker.web.admin_client import AdminClient, topic_path
+    from impl.web.http import HttpError
 
     try:
-        with Client(args.service_url) as client:
-            route = call_args["topic"] if topic_data else None
-            result = client.admin(f"{args.group} {args.verb}", call_args, route_topic=route)
-    except ClientError as e:
+        path = verb.path
+        if verb.positional == "topic":
+            path = path.replace("{topic}", topic_path(args.topic))
+        values = {k: str(v) for k, v in vars(args).items() if v is not None}
+        path = path.format(**{k: values.get(k, "") for k in ("tenant", "namespace", "cluster", "subscription", "time")})
+        result = AdminClient(args.admin_url).call(
+            verb.method, path, verb.body(args) if verb.body else None, raw=verb.raw
+        )
+    except (InvalidTopicName, InvalidNamespaceName) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except HttpError as e:
+        status = f" ({e.status})" if e.status else ""
+        print(f"error{status}: {e.reason}", file=sys.stderr)
+        return 2
     if result is not None:
-        print(json.dumps(result, indent=2, sort_keys=True))
+        print(result if verb.raw else json.dumps(result, indent=2, sort_keys=True))
     return 0

@@ -88,7 +88,7 @@ def main(argv: list[str], prog: str) -> int:
     try:
         config = WorkloadConfig(
             service=cluster.pulsar_service_url or "",
-            admin_service=cluster.service_url,
+            admin_url=cluster.admin_url,
             out=history_path,
             processes=args.processes,
             ops=max(1, int(args.seconds * args.rate)),

@@ -52,9 +52,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "pulsar:// URL",
     )
     parser.add_argument(
-        "--admin-service",
-        help="the pulsar-ref broker API (the standalone's or broker's gRPC URL) that creates the partitioned "
-        "topic (default: the one of --cluster-dir); without one, use --partitions 0",
+        "--admin-url",
+        help="the brokers' admin REST API, http://HOST:PORT[,HOST:PORT...], that creates the partitioned topic "
+        "(any Pulsar service's; default: the web services of --cluster-dir); without one, use --partitions 0",
     )
     parser.add_argument("--out", required=True, type=Path, help="history file to write (JSON Lines)")
     parser.add_argument("--topics", type=int, default=3, help="plain (non-partitioned) topics (default 3)")
@@ -115,11 +115,11 @@ def main(argv: list[str], prog: str) -> int:
     if not service:
         print("error: give --service pulsar://HOST:PORT (or --cluster-dir of a cluster with brokers)", file=sys.stderr)
         return 2
-    admin_service = args.admin_service or (cluster.service_url if cluster else None)
-    if args.partitions > 0 and not admin_service:
+    admin_url = args.admin_url or (cluster.admin_url if cluster else None)
+    if args.partitions > 0 and not admin_url:
         print(
-            "error: the partitioned topic is created through a pulsar-ref broker's admin API: give "
-            "--admin-service or --cluster-dir, or run with --partitions 0",
+            "error: the partitioned topic is created through the brokers' admin REST API: give "
+            "--admin-url or --cluster-dir, or run with --partitions 0",
             file=sys.stderr,
         )
         return 2
@@ -135,7 +135,7 @@ def main(argv: list[str], prog: str) -> int:
         seed=args.seed,
         final_read_timeout_s=args.final_read_timeout,
         client=args.client,
-        admin_service=admin_service,
+        admin_url=admin_url,
     )
     history = HistoryWriter(args.out)
     try:

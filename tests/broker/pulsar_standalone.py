@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from impl.broker.grpc_client import Client as GrpcClient
+from impl.broker.web.admin_client import AdminClient
 
 __all__ = ["ROOT", "Standalone", "running_standalone"]
 from tests.processes import ROOT, start_listening
@@ -18,15 +18,14 @@ from tests.processes import ROOT, start_listening
 class Standalone:
     def __init__(self, data: Path) -> None:
         self.proc, self.grpc_address, banner = start_listening(
-            ["standalone", "--data", str(data), "--pulsar-port", "0"]
+            ["standalone", "--data", str(data), "--pulsar-port", "0", "--web-port", "0"]
         )
         found = re.search(r"Pulsar clients: (pulsar://\S+);", banner)
-        assert found, banner
+        web = re.search(r"web service [^:]*: (http://\S+);", banner)
+        assert found and web, banner
         self.url = found.group(1)
-
-    def admin(self, verb: str, **args: object) -> object:
-        with GrpcClient(self.grpc_address, timeout_s=10) as c:
-            return c.admin(verb, dict(args))
+        self.web_url = web.group(1)
+        self.admin = AdminClient(self.web_url, timeout_s=20)
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -15,6 +15,7 @@ from impl.broker.client import Client, ClientError, MessageId, SendRejected, Sen
 from impl.broker.client import connection as core
 from impl.broker.protocol import frames
 from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.broker.web.admin_client import topic_path
 from tests.broker.pulsar_standalone import ROOT, Standalone, running_standalone
 
 pytestmark = pytest.mark.processes
@@ -129,7 +130,7 @@ def test_shared_consumers_negative_acks_and_partitions(client: Client, standalon
             consumer.acknowledge(m)
     assert sorted(d for d, _ in seen) == list(range(10)) and (3, 1) in seen
     base = topic("parts")
-    standalone.admin("topics create-partitioned", topic=base, partitions=2)
+    standalone.admin.create_partitioned_topic(base, 2)
     partitioned = client.create_producer(base)
     for i in range(10):
         partitioned.send(b"%d" % i, key=f"k{i}")
@@ -156,7 +157,7 @@ def test_an_unload_mid_send_ends_unknown_and_the_next_send_reattaches(client: Cl
     producer = client.create_producer(t)
     first = producer.send(b"before")
     pending = [producer.send_async(b"%d" % i) for i in range(200)]
-    standalone.admin("topics unload", topic=t)
+    standalone.admin.call("PUT", topic_path(t) + "/unload")
     outcomes = []
     for f in pending:
         try:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
+from impl.broker.web.admin_client import topic_path
 from tests.broker.pulsar_standalone import Standalone, running_standalone
 
 pytestmark = pytest.mark.processes
@@ -313,7 +314,7 @@ def test_a_second_producer_with_a_connected_name_or_exclusive_access_is_refused(
 
 def test_partitioned_topic_and_regex_subscription(client: pulsar.Client, standalone: Standalone) -> None:
     base = topic_name("parts")
-    standalone.admin("topics create-partitioned", topic=base, partitions=3)
+    standalone.admin.create_partitioned_topic(base, 3)
     consumer = client.subscribe(base, "s", initial_position=pulsar.InitialPosition.Earliest)
     producer = client.create_producer(base)
     for i in range(30):
@@ -333,7 +334,7 @@ def test_unload_with_a_producer_and_consumer_attached_loses_nothing(
     consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
     producer = client.create_producer(topic)
     acked = [producer.send(b"%d" % i) for i in range(20)]
-    standalone.admin("topics unload", topic=topic)
+    standalone.admin.call("PUT", topic_path(topic) + "/unload")
     acked += [producer.send(b"%d" % i) for i in range(20, 40)]  # the client re-attaches by itself
     got = receive_all(consumer, 40)
     assert sorted({int(m.data()) for m in got}) == list(range(40))

@@ -110,7 +110,7 @@ def assert_well_formed(history: Path, expected_topics: int) -> None:
 def test_workload_history_on_standalone_is_well_formed_and_valid(standalone: Cluster, tmp_path: Path) -> None:
     history = tmp_path / "h.jsonl"
     result = run_workload(
-        "--service", standalone.pulsar_service_url or "", "--admin-service", standalone.service_url or "",
+        "--service", standalone.pulsar_service_url or "", "--admin-url", standalone.admin_url or "",
         "--topics", "2", "--partitions", "2", "--processes", "4",
         "--ops", "300", "--rate", "0", "--seed", "7", "--out", str(history),
     )  # fmt: skip

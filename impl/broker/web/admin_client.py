@@ -1,0 +1,52 @@
+"""A client of the admin REST API v2 (of pulsar-ref or of any Pulsar service): `pulsar-ref admin`,
+the workload and the tests call it. The URL may name several brokers
+(`http://127.0.0.1:8080,127.0.0.1:8081`): each is tried in turn until one answers."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from impl.broker.naming import TopicName
+from impl.web import client
+from impl.web.http import HttpError
+
+
+def web_urls(admin_url: str) -> list[str]:
+    """The brokers an `http://host:port[,host:port...]` URL names, each as http://host:port."""
+    if not admin_url.startswith("http://"):
+        raise HttpError(400, f"{admin_url!r} is not an admin URL: give http://HOST:PORT[,HOST:PORT...]")
+    hosts = [h.strip().rstrip("/") for h in admin_url.removeprefix("http://").split(",") if h.strip()]
+    if not hosts:
+        raise HttpError(400, f"{admin_url!r} names no broker")
+    return [f"http://{h}" for h in hosts]
+
+
+def topic_path(topic: str) -> str:
+    """`/admin/v2/persistent/tenant/namespace/local` for any accepted spelling of a topic name."""
+    name = TopicName.parse(topic)
+    return f"/admin/v2/{name.domain}/{name.tenant}/{name.namespace_portion}/{quote(name.local_name, safe='')}"
+
+
+class AdminClient:
+    def __init__(self, admin_url: str, timeout_s: float = 30.0) -> None:
+        self.urls = web_urls(admin_url)
+        self.timeout_s = timeout_s
+
+    def call(self, method: str, path: str, body: Any = None, raw: bool = False) -> Any:
+        """The answer of the first broker that answers (redirects followed); HttpError otherwise."""
+        unreachable: client.Unreachable | None = None
+        for url in self.urls:
+            try:
+                return client.call(method, url + path, body, self.timeout_s, raw=raw)
+            except client.Unreachable as e:
+                unreachable = e
+        assert unreachable is not None
+        raise unreachable
+
+    def create_partitioned_topic(self, topic: str, partitions: int, exist_ok: bool = False) -> None:
+        try:
+            self.call("PUT", topic_path(topic) + "/partitions", partitions)
+        except HttpError as e:
+            if not (exist_ok and e.status == 409):
+                raise

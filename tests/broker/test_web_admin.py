@@ -1,0 +1,292 @@
+"""The broker's web service over real HTTP against a `pulsar-ref standalone` process: Pulsar's admin
+REST API v2, HTTP lookup, the official client with an http:// service URL, `pulsar-ref admin`, and
+bad input answered 4xx with a JSON reason while the broker keeps serving."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pulsar
+import pytest
+
+from impl.broker.web.admin_client import AdminClient, topic_path
+from impl.web.http import HttpError
+from tests.broker.pulsar_standalone import ROOT, Standalone, running_standalone
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    yield from running_standalone(tmp_path_factory)
+
+
+def raw(s: Standalone, method: str, path: str, body: bytes | None = None) -> tuple[int, dict[str, str], Any]:
+    """One request, redirects not followed: (status, headers, decoded JSON body or text)."""
+    parts = urlsplit(s.web_url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=20)
+    connection.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+    response = connection.getresponse()
+    data = response.read()
+    connection.close()
+    headers = {k.lower(): v for k, v in response.getheaders()}
+    if headers.get("content-type", "").startswith("application/json") and data:
+        return response.status, headers, json.loads(data)
+    return response.status, headers, data.decode()
+
+
+def status_of(call: Any) -> int:
+    try:
+        call()
+    except HttpError as e:
+        return e.status
+    return 200
+
+
+def test_clusters_tenants_and_namespaces(standalone: Standalone) -> None:
+    admin = standalone.admin
+    assert admin.call("GET", "/admin/v2/clusters") == ["standalone"]
+    cluster = admin.call("GET", "/admin/v2/clusters/standalone")
+    assert cluster["serviceUrl"] == standalone.web_url and cluster["brokerServiceUrl"] == standalone.url
+    assert status_of(lambda: admin.call("GET", "/admin/v2/clusters/elsewhere")) == 404
+
+    assert "public" in admin.call("GET", "/admin/v2/tenants")
+    admin.call("PUT", "/admin/v2/tenants/acme", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+    assert admin.call("GET", "/admin/v2/tenants/acme") == {"adminRoles": ["ops"], "allowedClusters": ["standalone"]}
+    assert status_of(lambda: admin.call("PUT", "/admin/v2/tenants/acme", {})) == 409
+    assert status_of(lambda: admin.call("GET", "/admin/v2/tenants/nobody")) == 404
+    bad_cluster = {"allowedClusters": ["mars"]}
+    assert status_of(lambda: admin.call("PUT", "/admin/v2/tenants/other", bad_cluster)) == 412
+
+    admin.call("PUT", "/admin/v2/namespaces/acme/ns", {"bundles": {"numBundles": 2}})
+    assert admin.call("GET", "/admin/v2/namespaces/acme") == ["acme/ns"]
+    policies = admin.call("GET", "/admin/v2/namespaces/acme/ns")
+    assert policies["bundles"]["numBundles"] == 2 and len(policies["bundles"]["boundaries"]) == 3
+    assert status_of(lambda: admin.call("PUT", "/admin/v2/namespaces/acme/ns")) == 409
+    assert status_of(lambda: admin.call("PUT", "/admin/v2/namespaces/nobody/ns")) == 404
+    assert status_of(lambda: admin.call("DELETE", "/admin/v2/tenants/acme")) == 409  # it has a namespace
+
+    admin.call("POST", "/admin/v2/namespaces/acme/ns/deduplication", False)
+    assert admin.call("GET", "/admin/v2/namespaces/acme/ns/deduplication") is False
+    admin.call("POST", "/admin/v2/namespaces/acme/ns/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 5})
+    assert admin.call("GET", "/admin/v2/namespaces/acme/ns/retention") == {
+        "retentionTimeInMinutes": 60,
+        "retentionSizeInMB": 5,
+    }
+    retention = {"retentionTimeInMinutes": -5}
+    assert status_of(lambda: admin.call("POST", "/admin/v2/namespaces/acme/ns/retention", retention)) == 412
+
+    admin.call("PUT", topic_path("acme/ns/keep"))
+    assert admin.call("GET", "/admin/v2/namespaces/acme/ns/topics") == ["persistent://acme/ns/keep"]
+    assert status_of(lambda: admin.call("DELETE", "/admin/v2/namespaces/acme/ns")) == 409  # not empty
+    admin.call("DELETE", topic_path("acme/ns/keep"))
+    admin.call("DELETE", "/admin/v2/namespaces/acme/ns")
+    admin.call("DELETE", "/admin/v2/tenants/acme")
+    assert "acme" not in admin.call("GET", "/admin/v2/tenants")
+
+
+def test_topics_stats_subscriptions_and_cursor_reset(standalone: Standalone) -> None:
+    admin, topic = standalone.admin, "persistent://public/default/web-stats"
+    path = topic_path(topic)
+    admin.call("PUT", path)
+    assert status_of(lambda: admin.call("PUT", path)) == 409
+    assert topic in admin.call("GET", "/admin/v2/persistent/public/default")
+    assert admin.call("GET", path + "/partitions") == {"partitions": 0}
+    assert status_of(lambda: admin.call("GET", topic_path("never-made") + "/stats")) == 404
+
+    client = pulsar.Client(standalone.url, operation_timeout_seconds=20)
+    try:
+        consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, producer_name="p1", batching_enabled=False)
+        for i in range(10):
+            producer.send(b"m%d" % i)
+        middle = int(time.time() * 1000)
+        time.sleep(0.05)
+        for i in range(10, 15):
+            producer.send(b"m%d" % i)
+        received = [consumer.receive(10_000) for _ in range(15)]
+        for m in received[:5]:
+            consumer.acknowledge(m)
+
+        stats = admin.call("GET", path + "/stats")
+        assert stats["msgInCounter"] == 15 and stats["bytesInCounter"] == sum(len(b"m%d" % i) for i in range(15))
+        assert stats["msgOutCounter"] >= 15 and stats["storageSize"] > 0
+        assert [p["producerName"] for p in stats["publishers"]] == ["p1"]
+        assert stats["subscriptions"]["sub"]["type"] == "Exclusive"
+        assert stats["subscriptions"]["sub"]["consumers"]
+
+        internal = admin.call("GET", path + "/internalStats")
+        assert internal["numberOfEntries"] == 15 and internal["state"] == "LedgerOpened"
+        assert sum(ledger["entries"] for ledger in internal["ledgers"]) == 15
+        assert set(internal["cursors"]) == {"sub"}
+        last = admin.call("GET", path + "/lastMessageId")
+        assert f"{last['ledgerId']}:{last['entryId']}" == internal["lastConfirmedEntry"]
+        assert admin.call("GET", path + "/subscriptions") == ["sub"]
+
+        # A subscription with a connected consumer is not deleted (412); a reset by time moves it back.
+        assert status_of(lambda: admin.call("DELETE", path + "/subscription/sub")) == 412
+        assert status_of(lambda: admin.call("DELETE", path + "/subscription/none")) == 404
+        admin.call("POST", path + f"/subscription/sub/resetcursor/{middle}")
+        again = [consumer.receive(10_000).data() for _ in range(5)]
+        assert again == [b"m%d" % i for i in range(10, 15)]
+        assert status_of(lambda: admin.call("DELETE", path)) == 412  # producers and consumers are connected
+        consumer.close()
+        producer.close()
+    finally:
+        client.close()
+    admin.call("DELETE", path + "/subscription/sub")
+    assert admin.call("GET", path + "/subscriptions") == []
+    admin.call("PUT", path + "/unload")
+    assert admin.call("GET", path + "/internalStats")["numberOfEntries"] == 15  # reloaded where it was
+    admin.call("DELETE", path)
+    assert status_of(lambda: admin.call("GET", path + "/stats")) == 404
+
+
+def test_partitioned_topics(standalone: Standalone) -> None:
+    admin, base = standalone.admin, "persistent://public/default/web-parts"
+    path = topic_path(base)
+    assert status_of(lambda: admin.call("PUT", path + "/partitions", 0)) == 412
+    admin.call("PUT", path + "/partitions", 3)
+    assert status_of(lambda: admin.call("PUT", path + "/partitions", 3)) == 409
+    assert admin.call("GET", path + "/partitions") == {"partitions": 3}
+    assert base in admin.call("GET", "/admin/v2/persistent/public/default/partitioned")
+    client = pulsar.Client(standalone.url, operation_timeout_seconds=20)
+    try:
+        producer = client.create_producer(base, batching_enabled=False)
+        for i in range(30):
+            producer.send(b"%d" % i, partition_key=f"k{i}")
+        producer.close()
+    finally:
+        client.close()
+    stats = admin.call("GET", path + "/partitioned-stats")
+    assert stats["metadata"] == {"partitions": 3} and stats["msgInCounter"] == 30
+    assert set(stats["partitions"]) == {f"{base}-partition-{i}" for i in range(3)}
+    assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 30
+    assert "partitions" not in admin.call("GET", path + "/partitioned-stats?perPartition=false")
+    admin.call("DELETE", path + "/partitions")
+    assert admin.call("GET", path + "/partitions") == {"partitions": 0}
+    assert not [t for t in admin.call("GET", "/admin/v2/persistent/public/default") if t.startswith(base)]
+
+
+def test_brokers_bookies_and_lookup(standalone: Standalone) -> None:
+    admin = standalone.admin
+    web_address = standalone.web_url.removeprefix("http://")
+    assert admin.call("GET", "/admin/v2/brokers/standalone") == [web_address]
+    assert admin.call("GET", "/admin/v2/brokers/leaderBroker")["serviceUrl"] == standalone.web_url
+    assert admin.call("GET", "/admin/v2/brokers/health", raw=True) == "ok"
+    bookies = admin.call("GET", "/admin/v2/bookies/all")["bookies"]
+    assert len(bookies) == 3 and {b["state"] for b in bookies} == {"rw"}
+    found = admin.call("GET", "/lookup/v2/topic/persistent/public/default/looked-up")
+    assert found["brokerUrl"] == standalone.url and found["httpUrl"] == standalone.web_url
+    assert status_of(lambda: admin.call("GET", "/lookup/v2/topic/persistent/public/none/t")) == 404
+    assert status_of(lambda: admin.call("GET", "/admin/v2/schemas/public/default/t/schema")) == 404
+
+
+def test_the_official_client_works_with_an_http_service_url(standalone: Standalone) -> None:
+    client = pulsar.Client(standalone.web_url, operation_timeout_seconds=20)
+    try:
+        topic = "persistent://public/default/over-http"
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic)
+        for i in range(5):
+            producer.send(b"h%d" % i)
+        assert [consumer.receive(10_000).data() for _ in range(5)] == [b"h%d" % i for i in range(5)]
+        standalone.admin.create_partitioned_topic("over-http-parts", 2)
+        partitioned = client.create_producer("persistent://public/default/over-http-parts")
+        partitioned.send(b"x")
+        assert sorted(client.get_topic_partitions("persistent://public/default/over-http-parts")) == [
+            f"persistent://public/default/over-http-parts-partition-{i}" for i in range(2)
+        ]
+        pattern = client.subscribe(
+            "persistent://public/default/over-http-p.*", "pattern", pattern_auto_discovery_period=1
+        )
+        pattern.close()
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("GET", "/admin/v2/nowhere", None, 404),
+        ("PATCH", "/admin/v2/tenants", None, 405),
+        ("PUT", "/admin/v2/tenants/bad%20name", b"{}", 412),
+        ("PUT", "/admin/v2/tenants/x", b"{not json", 400),
+        ("PUT", "/admin/v2/tenants/x", b'{"allowedClusters": "standalone"}', 400),
+        ("PUT", "/admin/v2/tenants/x", b"[1, 2]", 400),
+        ("PUT", "/admin/v2/namespaces/public/n", b'{"bundles": {"numBundles": "four"}}', 400),
+        ("PUT", "/admin/v2/namespaces/public/n2", b'{"bundles": {"numBundles": 0}}', 412),
+        ("POST", "/admin/v2/namespaces/public/default/deduplication", b'"yes"', 400),
+        ("PUT", "/admin/v2/persistent/public/default/t/partitions", b'"3"', 400),
+        ("GET", "/admin/v2/tenants/..%2F..%2Fetc", None, 400),
+        ("GET", "/admin/v2/tenants/%2e%2e", None, 400),
+        ("GET", "/admin/v2/persistent/public/default/a%00b/stats", None, 400),
+        ("POST", "/admin/v2/persistent/public/default/t/subscription/s/resetcursor/yesterday", None, 400),
+        ("GET", "/lookup/v2/topic/persistent/public/default/t?authoritative=maybe", None, 400),
+        ("GET", "/lookup/v2/topic/elsewhere/public/default/t", None, 400),
+    ],
+)
+def test_bad_requests_get_a_4xx_with_a_json_reason(
+    standalone: Standalone, method: str, path: str, body: bytes | None, status: int
+) -> None:
+    got, headers, answer = raw(standalone, method, path, body)
+    assert got == status, answer
+    assert headers["content-type"].startswith("application/json") and answer["reason"], answer
+    assert raw(standalone, "GET", "/admin/v2/brokers/health")[0] == 200  # still serving
+
+
+def test_oversized_bodies_and_garbage_are_refused_and_the_broker_keeps_serving(standalone: Standalone) -> None:
+    status, _, answer = raw(standalone, "PUT", "/admin/v2/tenants/big", b"[" + b"1," * 600_000 + b"1]")
+    assert status == 413 and "over" in answer["reason"]
+    parts = urlsplit(standalone.web_url)
+    for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"GET / HTTP/1.1\r\n" + b"X: " + b"y" * 20_000 + b"\r\n\r\n"):
+        with socket.create_connection((parts.hostname, parts.port), timeout=10) as s:
+            s.sendall(garbage)
+            reply = s.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 4") and b'"reason"' in reply, reply
+    assert raw(standalone, "GET", "/admin/v2/brokers/health")[0] == 200
+
+
+def test_pulsar_ref_admin_uses_the_rest_api(standalone: Standalone) -> None:
+    def admin(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "pulsar_ref.cli", "admin", "--admin-url", standalone.web_url, *args]
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert admin("tenants", "create", "cli-tenant").returncode == 0
+    assert admin("namespaces", "create", "cli-tenant/ns", "--bundles", "2").returncode == 0
+    assert json.loads(admin("namespaces", "list", "cli-tenant").stdout) == ["cli-tenant/ns"]
+    assert admin("topics", "create", "cli-tenant/ns/t").returncode == 0
+    internal = admin("topics", "internal-stats", "cli-tenant/ns/t")
+    assert internal.returncode == 0 and json.loads(internal.stdout)["numberOfEntries"] == 0
+    assert admin("topics", "unload", "cli-tenant/ns/t").returncode == 0
+    refused = admin("namespaces", "delete", "cli-tenant/ns")
+    assert refused.returncode == 2 and "(409)" in refused.stderr and "still has topics" in refused.stderr
+    assert admin("topics", "delete", "cli-tenant/ns/t").returncode == 0
+    assert admin("namespaces", "delete", "cli-tenant/ns").returncode == 0
+    assert admin("tenants", "delete", "cli-tenant").returncode == 0
+    assert admin("brokers", "healthcheck").stdout.strip() == "ok"
+    bad = admin("topics", "stats", "persistent://public/default/a/b")
+    assert bad.returncode == 2 and "error" in bad.stderr
+    down = subprocess.run(
+        [sys.executable, "-m", "pulsar_ref.cli", "admin", "--admin-url", "http://127.0.0.1:1", "tenants", "list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert down.returncode == 2 and "cannot reach" in down.stderr
+
+
+def test_admin_client_tries_each_broker_of_a_multi_host_url(standalone: Standalone) -> None:
+    both = AdminClient("http://127.0.0.1:1," + standalone.web_url.removeprefix("http://"))
+    assert "public" in both.call("GET", "/admin/v2/tenants")
+    with pytest.raises(HttpError):
+        AdminClient("pulsar://127.0.0.1:6650")
