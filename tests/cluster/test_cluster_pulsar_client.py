@@ -10,7 +10,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from impl.broker.web.admin_client import topic_path
+from impl.broker.web.admin_client import AdminClient, topic_path
 from tests.cluster.conftest import pulsar_ref, state
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
@@ -48,6 +48,23 @@ def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_
             client.create_producer(t).send(t.encode())
         owned = [topics_of(b, topics) for b in (first, second)]
         assert owned[0] and owned[1], owned  # both brokers own some of them
+
+        # The admin REST API: any broker answers for the cluster; topic calls go to the owner (307).
+        webs = [f"http://127.0.0.1:{b['web_port']}" for b in (first, second)]
+        admin = AdminClient(webs[0])
+        assert admin.call("GET", "/admin/v2/brokers/standalone") == sorted(w.removeprefix("http://") for w in webs)
+        assert admin.call("GET", "/admin/v2/brokers/leaderBroker")["serviceUrl"] in webs
+        theirs = owned[1][0]
+        connection = http.client.HTTPConnection("127.0.0.1", first["web_port"], timeout=10)
+        connection.request("GET", topic_path(theirs) + "/internalStats")
+        redirect = connection.getresponse()
+        assert redirect.status == 307 and redirect.getheader("Location", "").startswith(webs[1] + "/admin/v2/")
+        connection.close()
+        assert admin.call("GET", topic_path(theirs) + "/internalStats")["numberOfEntries"] == 1
+        found = admin.call("GET", "/lookup/v2/topic/" + topic_path(theirs).removeprefix("/admin/v2/"))
+        assert found["brokerUrl"] == f"pulsar://127.0.0.1:{second['pulsar_port']}"
+        status = pulsar_ref("cluster", "status", "--dir", str(cluster_dir))
+        assert all(w in status.stdout for w in webs), status.stdout
         for t in topics:
             reader = client.create_reader(t, pulsar.MessageId.earliest)
             assert reader.read_next(10_000).data() == t.encode()
