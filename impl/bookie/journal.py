@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from pathlib import Path
 import crc32c
 
 from impl.bookie.core import JournalRecord, RecordKind
+from impl.latency import LatencyBuckets
 
 FRAME = struct.Struct(">II")
 FIXED = struct.Struct(">BqqqH")
@@ -185,6 +187,8 @@ class Journal:
         self._queued: list[tuple[bytes, Callable[[], None]]] = []
         self._closing = False
         self.flushes = 0
+        self.flushed_bytes = 0
+        self.sync_latency = LatencyBuckets()  # one write + fdatasync, for /metrics
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
@@ -240,6 +244,7 @@ class Journal:
     def _flush(self, batch: list[tuple[bytes, Callable[[], None]]]) -> None:
         parts = [d for d, _ in batch]
         size = sum(map(len, parts))
+        started = time.monotonic()
         # One writev of the appends as they are: no joined copy of up to max_batch_bytes under the GIL.
         written = os.writev(self._fd, parts)
         if written < size:  # a short write (rare): the rest goes out as one more write
@@ -248,7 +253,9 @@ class Journal:
                 view = view[os.write(self._fd, view) :]
         if not O_DSYNC:
             os.fdatasync(self._fd)
+        self.sync_latency.record((time.monotonic() - started) * 1000)
         self.flushes += 1
+        self.flushed_bytes += size
         self._written += size
         self.durable_position = JournalPosition(self._file_no, self._written)
         for _, callback in batch:

@@ -114,6 +114,11 @@ class LedgerStorage:
         with self._lock:
             return {lid: IndexedLedger(self._persisted[lid], dict(self._locations[lid])) for lid in self._persisted}
 
+    def counts(self) -> tuple[int, int]:
+        """(ledgers, entries) stored here, for /metrics."""
+        with self._lock:
+            return len(self._locations), sum(len(locations) for locations in self._locations.values())
+
     def missing_entries(self) -> list[tuple[int, int, int]]:
         """(ledger, entry, entry log) of indexed entries whose entry log file is gone."""
         with self._lock:

@@ -33,6 +33,7 @@ import grpc
 from impl import heap
 from impl.bookie import bookie_pb2 as pb
 from impl.bookie import bookie_pb2_grpc as pb_grpc
+from impl.bookie import http as bookie_http
 from impl.bookie import wire
 from impl.bookie.checkpoint import read_mark, write_mark
 from impl.bookie.core import (
@@ -62,6 +63,7 @@ from impl.bookie.protocol import (
     Response,
     WriteLacResponse,
 )
+from impl.latency import LatencyBuckets
 from impl.metadata.store import MetadataError, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,10 @@ class Bookie:
         self._lock = threading.Lock()
         self._maintenance_lock = threading.Lock()  # one checkpoint or GC round at a time
         self._deliveries: dict[int, Deliver] = {}
+        # request id -> (when it arrived, the latency it counts towards): add and read latency for /metrics
+        self._started: dict[int, tuple[float, LatencyBuckets | None]] = {}
+        self.add_latency = LatencyBuckets()
+        self.read_latency = LatencyBuckets()
         self._next_id = 0
         self._stop = threading.Event()
         self._disk_thread = threading.Thread(target=self._watch_disk, name="disk-watch", daemon=True)
@@ -169,6 +175,7 @@ class Bookie:
         sends: list[tuple[Deliver, Reply | ReadEntry]] = []
         records: list[JournalRecord] = []
         tokens: list[int] = []
+        now = time.monotonic()
         with self._lock:
             for request, deliver in requests:
                 if len(self._deliveries) >= self.max_inflight:
@@ -177,6 +184,11 @@ class Bookie:
                 rid = self._next_id
                 self._next_id += 1
                 self._deliveries[rid] = deliver
+                kind = type(request)
+                self._started[rid] = (
+                    now,
+                    self.add_latency if kind is AddRequest else self.read_latency if kind is ReadRequest else None,
+                )
                 try:
                     outputs = self.core.handle(request, rid)
                 except Exception:  # a request the core cannot digest is malformed, never a crash
@@ -208,14 +220,21 @@ class Bookie:
                     for held in self.core.waiting.pop(token, []):
                         assert isinstance(held, Reply) and request is not None
                         failed = Reply(held.request_id, error_response(request, ErrorCode.EIO))
-                        sends.append((self._deliveries.pop(held.request_id), failed))
+                        sends.append((self._delivery(held.request_id), failed))
                     return sends
             elif isinstance(out, AppendJournal):
                 records.extend(out.records)
                 tokens.append(out.token)
             else:
-                sends.append((self._deliveries.pop(out.request_id), out))
+                sends.append((self._delivery(out.request_id), out))
         return sends
+
+    def _delivery(self, request_id: int) -> Deliver:
+        """The request's reply goes out now (caller holds the lock): count its latency."""
+        started, latency = self._started.pop(request_id)
+        if latency is not None:
+            latency.record((time.monotonic() - started) * 1000)
+        return self._deliveries.pop(request_id)
 
     def _send(self, sends: list[tuple[Deliver, Reply | ReadEntry]]) -> None:
         """Outside the core lock: read entries from storage and deliver the replies; those of one
@@ -241,11 +260,11 @@ class Bookie:
 
     def _durable(self, tokens: list[int]) -> None:
         sends: list[tuple[Deliver, Reply | ReadEntry]] = []
-        deliveries = self._deliveries
+        delivery = self._delivery
         with self._lock:
             for token in tokens:
                 # What durability releases is the replies the core held (Reply or ReadEntry), nothing to perform.
-                sends += [(deliveries.pop(out.request_id), out) for out in self.core.on_durable(token)]
+                sends += [(delivery(out.request_id), out) for out in self.core.on_durable(token)]
         self._send(sends)
 
     # --- checkpoints and garbage collection ---------------------------------------------------
@@ -480,9 +499,12 @@ class StreamReply:
 
 
 class BookieServer:
-    """A Bookie served over gRPC on host:port (port 0 = any free port; see `.port`)."""
+    """A Bookie served over gRPC on host:port (port 0 = any free port; see `.port`), and, given an
+    `http_port`, its HTTP service (/metrics, bookie info and state: impl/bookie/http.py)."""
 
-    def __init__(self, bookie: Bookie, host: str = "127.0.0.1", port: int = 0, workers: int = 32) -> None:
+    def __init__(
+        self, bookie: Bookie, host: str = "127.0.0.1", port: int = 0, workers: int = 32, http_port: int | None = None
+    ) -> None:
         self.bookie = bookie
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers),
@@ -493,11 +515,20 @@ class BookieServer:
         if self.port == 0:
             raise OSError(f"cannot listen on {host}:{port}; pick a free port or use 0")
         self.host = host
+        self.http = None if http_port is None else bookie_http.http_server(bookie, host, http_port)
+
+    @property
+    def http_url(self) -> str | None:
+        return self.http.url if self.http is not None else None
 
     def start(self) -> None:
         self.server.start()
+        if self.http is not None:
+            self.http.start()
         heap.settle_after_startup()
 
     def stop(self) -> None:
+        if self.http is not None:
+            self.http.stop()
         self.server.stop(grace=1.0).wait()
         self.bookie.close()

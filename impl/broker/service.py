@@ -450,7 +450,7 @@ class Topic:
                 result.set_exception(PersistenceError(f"entry not confirmed on {self.name}: {outcome}"))
             else:
                 messages = append.highest_sequence_id - append.sequence_id + 1
-                self.counters.published(messages, append.payload_size, started)
+                self.counters.published(messages, len(append.data), started)
                 result.set_result((outcome, False))
 
         return finish

@@ -79,10 +79,10 @@ class _InProcessBookie:
         bookie = Bookie(self.data_dir, metadata=self.registry.store)
         for torn in bookie.replay_report.torn:
             log.warning("bookie %s: ignored torn journal tail %s at %d", self.bookie_id, torn.file, torn.offset)
-        server = BookieServer(bookie, port=self.port)
+        server = BookieServer(bookie, port=self.port, http_port=0)
         server.start()
         self.server = server
-        self.registry.register(self.bookie_id)
+        self.registry.register(self.bookie_id, http_url=server.http_url)
 
     def stop(self, graceful: bool = True) -> None:
         server, self.server = self.server, None
@@ -90,6 +90,8 @@ class _InProcessBookie:
             return
         if graceful:
             self.registry.unregister(self.bookie_id)
+        if server.http is not None:
+            server.http.stop()
         server.server.stop(grace=0).wait()  # a crash: requests in flight are lost
         server.bookie.close()
         if not graceful:

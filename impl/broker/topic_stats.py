@@ -3,19 +3,18 @@
 Counters only grow; rates are the counters' growth over the last completed interval (Pulsar
 computes its rates the same way, once per stats period). Publish latency, from a producer's
 entry reaching the topic to the managed ledger confirming it, is kept in the buckets Pulsar
-uses for `pulsar_storage_write_latency` (milliseconds), so metrics can report it as Pulsar does.
+uses (impl/latency.py), so metrics can report it as Pulsar does.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 from dataclasses import dataclass
 
+from impl.latency import LatencyBuckets
+
 RATE_INTERVAL_S = 5.0
-# Upper bounds (ms) of Pulsar's latency buckets; a last bucket holds everything slower.
-LATENCY_BUCKETS_MS = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 1000.0)
 
 
 @dataclass
@@ -41,20 +40,6 @@ class Rate:
             self._mark = (now, self.messages, self.bytes)
 
 
-class LatencyBuckets:
-    def __init__(self) -> None:
-        self.counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
-        self.sum_ms = 0.0
-
-    def record(self, latency_ms: float) -> None:
-        self.counts[bisect.bisect_left(LATENCY_BUCKETS_MS, latency_ms)] += 1
-        self.sum_ms += latency_ms
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-
 class TopicCounters:
     """One topic's counters; `published` and `dispatched` are called from the broker's threads."""
 
@@ -68,7 +53,7 @@ class TopicCounters:
         latency_ms = (time.monotonic() - started) * 1000
         with self._lock:
             self.inbound.add(messages, size)
-            self.publish_latency.record(latency_ms)
+        self.publish_latency.record(latency_ms)
 
     def dispatched(self, messages: int, size: int) -> None:
         with self._lock:

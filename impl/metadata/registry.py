@@ -47,6 +47,7 @@ class BookieInfo:
     bookie_id: BookieId
     readonly: bool
     rack: str | None
+    http_url: str | None = None  # the bookie's HTTP service (/metrics, info), when it runs one
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,13 @@ class BookieRegistry:
             self.store.ensure_path(layout.READONLY)  # also creates /ledgers/available
             self._prepared = True
 
-    def register(self, bookie_id: BookieId, readonly: bool = False, rack: str | None = None) -> None:
+    def register(
+        self, bookie_id: BookieId, readonly: bool = False, rack: str | None = None, http_url: str | None = None
+    ) -> None:
         """Announce this bookie with an ephemeral node owned by this store session."""
         self._prepare()
         path = layout.bookie_path(bookie_id, readonly)
-        data = json.dumps({"bookie_id": bookie_id, "readonly": readonly, "rack": rack}, sort_keys=True).encode()
+        data = _registration(bookie_id, readonly, rack, http_url)
         try:
             self.store.create(path, data, ephemeral=True)
         except NodeExists as e:
@@ -119,6 +122,7 @@ class BookieRegistry:
         bookie_id: BookieId,
         readonly: bool = False,
         rack: str | None = None,
+        http_url: str | None = None,
         *,
         wait_s: float,
         on_wait: Callable[[], None] | None = None,
@@ -130,7 +134,7 @@ class BookieRegistry:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                self.register(bookie_id, readonly, rack)
+                self.register(bookie_id, readonly, rack, http_url)
                 return
             except BookieAlreadyRegistered:
                 if time.monotonic() >= deadline:
@@ -147,7 +151,7 @@ class BookieRegistry:
             return
         source = layout.bookie_path(bookie_id, info.readonly)
         target = layout.bookie_path(bookie_id, readonly)
-        data = json.dumps({"bookie_id": bookie_id, "readonly": readonly, "rack": info.rack}, sort_keys=True).encode()
+        data = _registration(bookie_id, readonly, info.rack, info.http_url)
         try:
             self.store.multi([Delete(source), Create(target, data, ephemeral=True)])
         except MultiFailed as e:
@@ -172,8 +176,7 @@ class BookieRegistry:
                 data, _ = self.store.get(path)
             except NoNode:
                 continue
-            rack = _rack_of(data)
-            return BookieInfo(bookie_id, readonly, rack)
+            return BookieInfo(bookie_id, readonly, _rack_of(data), _field(data, "http_url"))
         raise BookieNotRegistered(f"bookie {bookie_id} is not registered (no node under {layout.AVAILABLE})")
 
     def writable_bookies(self) -> frozenset[BookieId]:
@@ -202,9 +205,20 @@ class BookieRegistry:
         )
 
 
-def _rack_of(data: bytes) -> str | None:
+def _registration(bookie_id: BookieId, readonly: bool, rack: str | None, http_url: str | None) -> bytes:
+    doc = {"bookie_id": bookie_id, "readonly": readonly, "rack": rack}
+    if http_url:
+        doc["http_url"] = http_url
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+def _field(data: bytes, name: str) -> str | None:
     try:
-        rack = json.loads(data.decode()).get("rack")
+        value = json.loads(data.decode()).get(name)
     except (ValueError, AttributeError):
-        return None  # a node written by other tooling: registered, rack unknown
-    return rack if isinstance(rack, str) else None
+        return None  # a node written by other tooling: registered, the field unknown
+    return value if isinstance(value, str) else None
+
+
+def _rack_of(data: bytes) -> str | None:
+    return _field(data, "rack")

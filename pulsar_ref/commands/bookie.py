@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 DEFAULTS: dict[str, Any] = {
     "port": 0,
+    "http_port": 0,  # the bookie's HTTP service (/metrics, info, state); -1: none
     "journal_dir": None,
     "min_free_mb": 0,
     "max_inflight": 10_000,
@@ -107,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
             f"(first {ledger_id}:{entry_id} in entry log {log_id}); reads of them answer EIO",
             file=sys.stderr,
         )
-    server = BookieServer(bookie, port=int(config["port"]))
+    http_port = int(config["http_port"])
+    server = BookieServer(bookie, port=int(config["port"]), http_port=http_port if http_port >= 0 else None)
     server.start()
     bookie_id.append(f"127.0.0.1:{server.port}")
     # a restart right after a crash (same port) finds the dead run's node until its session expires;
@@ -117,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         session.registry.register_after_expiry(
             bookie_id[0],
             readonly=bookie.core.readonly,
+            http_url=server.http_url,
             wait_s=wait_s,
             on_wait=lambda: print(
                 f"bookie {bookie_id[0]}: a previous session's registration is still there; "
@@ -139,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 store = connect(args.metadata)
                 registry = BookieRegistry(store)
-                registry.register(bookie_id[0], readonly=bookie.core.readonly)
+                registry.register(bookie_id[0], readonly=bookie.core.readonly, http_url=server.http_url)
             except MetadataError as e:
                 print(f"bookie {bookie_id[0]}: registering again failed ({e}); retrying", file=sys.stderr, flush=True)
                 stop.wait(1.0)
@@ -158,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
 
     session.store.add_session_listener(on_session)
     print(
-        f"bookie {bookie_id[0]} listening; replayed {bookie.replay_report.records} journal records "
+        f"bookie {bookie_id[0]} listening (HTTP: {server.http_url or 'none'}); replayed {bookie.replay_report.records} journal records "
         f"from checkpoint {bookie.checkpoint_mark}",
         flush=True,
     )
@@ -231,6 +234,9 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument("--metadata", required=True, help="metadata store URL (embedded:///dir or zk://host:port/x)")
     parser.add_argument("--data", required=True, help="data directory")
     parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default 0 = any free port)")
+    parser.add_argument(
+        "--http-port", type=int, help="port of the HTTP service: /metrics, bookie info (default 0 = any free; -1 = none)"
+    )
     parser.add_argument("--journal-dir", help="journal directory (default DATA/journal)")
     parser.add_argument("--min-free-mb", type=int, help="go read-only below this much free disk (default 0)")
     parser.add_argument("--max-inflight", type=int, help="requests in flight before ETOOMANYREQUESTS (10000)")

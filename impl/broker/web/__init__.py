@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from impl.broker.web import admin, lookup, topics
+from impl.broker.web import admin, lookup, metrics, topics
 from impl.broker.web.context import WebContext, http_error
 from impl.web.http import Router
 
@@ -13,4 +13,5 @@ def router(ctx: WebContext) -> Router:
     admin.install(r, ctx)
     topics.install(r, ctx)
     lookup.install(r, ctx)
+    metrics.install(r, ctx)
     return r

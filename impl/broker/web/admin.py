@@ -10,7 +10,7 @@ from typing import Any
 from impl.broker import namespaces
 from impl.broker.naming import NamespaceName, check_named_entity
 from impl.broker.web.context import WebContext
-from impl.metadata.registry import BookieRegistry
+from impl.metadata.registry import BookieNotRegistered, BookieRegistry
 from impl.web.http import HttpError, Request, Response, Router
 
 
@@ -197,9 +197,20 @@ class AdminRoutes:
         return Response.json(sorted(_web_address(load.web_url) for load in self.ctx.live_brokers().values()))
 
     def bookies(self, req: Request) -> Response:
-        membership = BookieRegistry(self.ctx.store).membership()
-        bookies = [{"bookieId": str(b), "state": "rw"} for b in sorted(membership.writable, key=str)]
-        bookies += [{"bookieId": str(b), "state": "ro"} for b in sorted(membership.readonly, key=str)]
+        """Pulsar's BookiesClusterInfo; each bookie also says whether it is read-only, and where its HTTP
+        service is (this project's bookies register it: /metrics, info)."""
+        registry = BookieRegistry(self.ctx.store)
+        membership = registry.membership()
+        bookies = []
+        for bookie_id in sorted(membership.writable | membership.readonly, key=str):
+            try:
+                info = registry.bookie_info(bookie_id)
+            except BookieNotRegistered:
+                continue  # gone since the listing
+            entry = {"bookieId": str(bookie_id), "state": "ro" if info.readonly else "rw"}
+            if info.http_url:
+                entry["httpUrl"] = info.http_url
+            bookies.append(entry)
         return Response.json({"bookies": bookies})
 
 

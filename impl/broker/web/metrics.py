@@ -1,0 +1,76 @@
+"""The broker's `/metrics`: Prometheus text under Pulsar's metric names, read at each scrape from the
+topics' own counters (impl/broker/topic_stats.py). Per topic, labelled cluster, namespace, topic."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from impl.bookie.http import PROMETHEUS_TEXT, histogram
+from impl.broker.web.context import WebContext
+from impl.latency import BUCKETS_MS, LatencyBuckets
+from impl.web.http import Request, Response, Router
+
+LABELS = ["cluster", "namespace", "topic"]
+# Pulsar's per-topic latency buckets: pulsar_storage_write_latency_le_0_5, ..._le_1000, ..._overflow
+_BUCKET_SUFFIXES = [f"le_{b:g}".replace(".", "_") for b in BUCKETS_MS] + ["overflow"]
+
+
+class BrokerCollector:
+    def __init__(self, ctx: WebContext) -> None:
+        self.ctx = ctx
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, GaugeMetricFamily] = {}
+
+        def gauge(name: str, documentation: str, labels: list[str], value: float) -> None:
+            family = families.get(name)
+            if family is None:
+                family = families[name] = GaugeMetricFamily(name, documentation, labels=LABELS)
+            family.add_metric(labels, value)
+
+        publish = LatencyBuckets()
+        topics = sorted(self.ctx.service.topics.values(), key=lambda t: str(t.name))
+        for topic in topics:
+            topic.counters.roll()
+            name = topic.name
+            labels = [self.ctx.cluster, str(name.namespace_name), str(name)]
+            inbound, outbound = topic.counters.inbound, topic.counters.outbound
+            gauge("pulsar_rate_in", "messages/s published", labels, inbound.message_rate)
+            gauge("pulsar_rate_out", "messages/s dispatched", labels, outbound.message_rate)
+            gauge("pulsar_throughput_in", "bytes/s published", labels, inbound.byte_rate)
+            gauge("pulsar_throughput_out", "bytes/s dispatched", labels, outbound.byte_rate)
+            gauge("pulsar_in_messages_total", "messages published", labels, inbound.messages)
+            gauge("pulsar_in_bytes_total", "bytes published", labels, inbound.bytes)
+            gauge("pulsar_out_messages_total", "messages dispatched", labels, outbound.messages)
+            gauge("pulsar_out_bytes_total", "bytes dispatched", labels, outbound.bytes)
+            gauge("pulsar_storage_size", "bytes in the topic's ledgers", labels, topic.ml.stats()["size"])
+            backlog = max((sub.cursor.backlog() for sub in topic.subscriptions.values()), default=0)
+            gauge("pulsar_msg_backlog", "entries not yet acknowledged (largest subscription)", labels, backlog)
+            gauge("pulsar_producers_count", "connected producers", labels, len(topic.attached))
+            gauge("pulsar_subscriptions_count", "subscriptions", labels, len(topic.subscriptions))
+            consumers = sum(len(sub.sinks) for sub in topic.subscriptions.values())
+            gauge("pulsar_consumers_count", "connected consumers", labels, consumers)
+            latency = topic.counters.publish_latency
+            for suffix, count in zip(_BUCKET_SUFFIXES, latency.counts, strict=True):
+                gauge(f"pulsar_storage_write_latency_{suffix}", "publishes in this latency bucket (ms)", labels, count)
+            gauge("pulsar_storage_write_latency_count", "publishes timed", labels, latency.count)
+            gauge("pulsar_storage_write_latency_sum", "sum of publish latencies (ms)", labels, latency.sum_ms)
+            for i, count in enumerate(latency.counts):
+                publish.counts[i] += count
+            publish.sum_ms += latency.sum_ms
+        yield GaugeMetricFamily("pulsar_topics_count", "topics loaded on this broker", len(topics))
+        yield from families.values()
+        yield histogram("pulsar_broker_publish_latency", "publish latency of the loaded topics (s)", publish)
+
+
+def install(router: Router, ctx: WebContext) -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(ctx))
+
+    def metrics(req: Request) -> Response:
+        return Response(200, generate_latest(registry), PROMETHEUS_TEXT)
+
+    router.add("GET", "/metrics", metrics)
