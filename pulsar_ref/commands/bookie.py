@@ -161,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
 
     session.store.add_session_listener(on_session)
     print(
-        f"bookie {bookie_id[0]} listening (HTTP: {server.http_url or 'none'}); replayed {bookie.replay_report.records} journal records "
+        f"bookie {bookie_id[0]} listening (HTTP: {server.http_url or 'none'}); "
+        f"replayed {bookie.replay_report.records} journal records "
         f"from checkpoint {bookie.checkpoint_mark}",
         flush=True,
     )
@@ -235,7 +236,9 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument("--data", required=True, help="data directory")
     parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default 0 = any free port)")
     parser.add_argument(
-        "--http-port", type=int, help="port of the HTTP service: /metrics, bookie info (default 0 = any free; -1 = none)"
+        "--http-port",
+        type=int,
+        help="port of the HTTP service: /metrics, bookie info (default 0 = any free; -1 = none)",
     )
     parser.add_argument("--journal-dir", help="journal directory (default DATA/journal)")
     parser.add_argument("--min-free-mb", type=int, help="go read-only below this much free disk (default 0)")
