@@ -28,6 +28,7 @@ _REASONS = {
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",
+    406: "Not Acceptable",
     409: "Conflict",
     412: "Precondition Failed",
     413: "Payload Too Large",

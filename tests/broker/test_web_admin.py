@@ -101,6 +101,8 @@ def test_topics_stats_subscriptions_and_cursor_reset(standalone: Standalone) -> 
     assert topic in admin.call("GET", "/admin/v2/persistent/public/default")
     assert admin.call("GET", path + "/partitions") == {"partitions": 0}
     assert status_of(lambda: admin.call("GET", topic_path("never-made") + "/stats")) == 404
+    assert status_of(lambda: admin.call("GET", topic_path("never-made") + "/partitions")) == 404
+    assert admin.call("GET", topic_path("never-made") + "/partitions?checkAllowAutoCreation=true") == {"partitions": 0}
 
     client = pulsar.Client(standalone.url, operation_timeout_seconds=20)
     try:
@@ -153,7 +155,7 @@ def test_topics_stats_subscriptions_and_cursor_reset(standalone: Standalone) -> 
 def test_partitioned_topics(standalone: Standalone) -> None:
     admin, base = standalone.admin, "persistent://public/default/web-parts"
     path = topic_path(base)
-    assert status_of(lambda: admin.call("PUT", path + "/partitions", 0)) == 412
+    assert status_of(lambda: admin.call("PUT", path + "/partitions", 0)) == 406
     admin.call("PUT", path + "/partitions", 3)
     assert status_of(lambda: admin.call("PUT", path + "/partitions", 3)) == 409
     assert admin.call("GET", path + "/partitions") == {"partitions": 3}
@@ -172,7 +174,7 @@ def test_partitioned_topics(standalone: Standalone) -> None:
     assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 30
     assert "partitions" not in admin.call("GET", path + "/partitioned-stats?perPartition=false")
     admin.call("DELETE", path + "/partitions")
-    assert admin.call("GET", path + "/partitions") == {"partitions": 0}
+    assert status_of(lambda: admin.call("GET", path + "/partitions")) == 404
     assert not [t for t in admin.call("GET", "/admin/v2/persistent/public/default") if t.startswith(base)]
 
 

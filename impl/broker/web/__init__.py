@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from impl.broker.web import admin, lookup, metrics, topics
+from impl.broker.web import admin, lookup, metrics, topics, view
 from impl.broker.web.context import WebContext, http_error
 from impl.web.http import Router
 
@@ -14,4 +14,5 @@ def router(ctx: WebContext) -> Router:
     topics.install(r, ctx)
     lookup.install(r, ctx)
     metrics.install(r, ctx)
+    view.install(r, ctx)
     return r

@@ -189,7 +189,7 @@ class AdminRoutes:
         leader = self.ctx.leader()
         load = self.ctx.live_brokers().get(leader or "")
         if load is None:
-            raise HttpError(503, "no leader broker elected yet; retry")
+            raise HttpError(404, "Couldn't find leader broker")
         return Response.json({"serviceUrl": load.web_url, "brokerId": _web_address(load.web_url)})
 
     def brokers(self, req: Request, cluster: str) -> Response:

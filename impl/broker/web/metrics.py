@@ -31,6 +31,12 @@ class BrokerCollector:
                 family = families[name] = GaugeMetricFamily(name, documentation, labels=LABELS)
             family.add_metric(labels, value)
 
+        def subscription(name: str, documentation: str, labels: list[str], value: float) -> None:
+            family = families.get(name)
+            if family is None:
+                family = families[name] = GaugeMetricFamily(name, documentation, labels=[*LABELS, "subscription"])
+            family.add_metric(labels, value)
+
         publish = LatencyBuckets()
         topics = sorted(self.ctx.service.topics.values(), key=lambda t: str(t.name))
         for topic in topics:
@@ -53,6 +59,13 @@ class BrokerCollector:
             gauge("pulsar_subscriptions_count", "subscriptions", labels, len(topic.subscriptions))
             consumers = sum(len(sub.sinks) for sub in topic.subscriptions.values())
             gauge("pulsar_consumers_count", "connected consumers", labels, consumers)
+            for sub_name, sub in sorted(topic.subscriptions.items()):
+                sub_labels = [*labels, sub_name]
+                subscription(
+                    "pulsar_subscription_back_log", "entries not yet acknowledged", sub_labels, sub.cursor.backlog()
+                )
+                unacked = sub.dispatcher.unacked()
+                subscription("pulsar_subscription_unacked_messages", "delivered, not acknowledged", sub_labels, unacked)
             latency = topic.counters.publish_latency
             for suffix, count in zip(_BUCKET_SUFFIXES, latency.counts, strict=True):
                 gauge(f"pulsar_storage_write_latency_{suffix}", "publishes in this latency bucket (ms)", labels, count)

@@ -60,10 +60,7 @@ class TopicRoutes:
         return self.ctx.store.exists(name.managed_ledger_path) is not None
 
     def _is_partitioned(self, name: TopicName) -> bool:
-        try:
-            return namespaces.get_partitions(self.ctx.store, name) > 0
-        except namespaces.PartitionedTopicNotFound:
-            return False
+        return namespaces.get_partitions(self.ctx.store, name) > 0
 
     def _owned(self, req: Request, name: TopicName, must_exist: bool = True) -> Topic | Response:
         """The loaded topic when this broker serves it; else the 307 to its owner."""
@@ -115,6 +112,8 @@ class TopicRoutes:
         partitions = req.json()
         if not isinstance(partitions, int) or isinstance(partitions, bool):
             raise HttpError(400, f"the body must be the number of partitions, not {partitions!r}")
+        if partitions <= 0:
+            raise HttpError(406, "Number of partitions should be more than 0")
         return partitions
 
     def create_partitioned(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
@@ -129,10 +128,11 @@ class TopicRoutes:
 
     def get_partitions(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
         name = self._name(tenant, namespace, topic)
-        try:
-            partitions = namespaces.get_partitions(self.ctx.store, name)
-        except namespaces.PartitionedTopicNotFound:
-            partitions = 0  # a non-partitioned topic, existing or to be created: as Pulsar answers
+        partitions = namespaces.get_partitions(self.ctx.store, name)  # 0: not partitioned
+        # One that does not exist yet is 0 too for a client that may create it (the official client asks
+        # with checkAllowAutoCreation=true; topics are created on first use); 404 for anyone else.
+        if partitions == 0 and not self._exists(name) and not req.flag("checkAllowAutoCreation"):
+            raise HttpError(404, f"Topic {name} not found")
         return Response.json({"partitions": partitions})
 
     def delete_partitioned(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:

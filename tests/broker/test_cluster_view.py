@@ -1,0 +1,125 @@
+"""The live cluster view in a real browser (Debian's headless Chromium, driven through chromedriver):
+seed 003's demo followed on the pages, produce, unload, and the topic's page, without a reload,
+shows the new ledger; a screenshot of each page is written under the test's temporary directory."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from impl.broker.web.admin_client import topic_path
+from tests.broker.pulsar_standalone import Standalone, running_standalone
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    yield from running_standalone(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver:
+        pytest.fail("Debian's chromium and chromium-driver are missing: `make setup` installs them")
+    options = Options()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.add_argument("--window-size=1280,1000")
+    session = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+    try:
+        yield session
+    finally:
+        session.quit()
+
+
+def rows(browser: WebDriver, table_id: str) -> list[list[str]]:
+    """The table's data rows as the browser renders them (the header row left out)."""
+    found = browser.find_elements(By.CSS_SELECTOR, f"#{table_id} tr")[1:]
+    return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")] for row in found]
+
+
+def screenshot(browser: WebDriver, path: Path) -> None:
+    assert browser.save_screenshot(str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5_000
+
+
+def produce(standalone: Standalone, topic: str, count: int) -> None:
+    client = pulsar.Client(standalone.url, operation_timeout_seconds=20)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(count):
+            producer.send(b"%d" % i)
+        producer.close()
+    finally:
+        client.close()
+
+
+def test_the_cluster_page_shows_brokers_bookies_and_the_metadata_store(
+    standalone: Standalone, browser: WebDriver, tmp_path: Path
+) -> None:
+    browser.get(standalone.web_url + "/")  # redirects to /view
+    assert browser.current_url.endswith("/view")
+    brokers = rows(browser, "brokers")
+    assert len(brokers) == 1 and "(leader)" in brokers[0][0] and brokers[0][1] == standalone.url
+    bookies = rows(browser, "bookies")
+    assert len(bookies) == 3 and {b[1] for b in bookies} == {"read-write"}
+    assert all("GiB" in b[2] for b in bookies), bookies
+    assert rows(browser, "metadata")[0][0] == "EmbeddedStore"
+    assert "public/default" in browser.find_element(By.ID, "tree").text
+    screenshot(browser, tmp_path / "cluster.png")
+
+
+def test_seed_003_demo_produce_unload_and_the_topic_page_shows_the_new_ledger(
+    standalone: Standalone, browser: WebDriver, tmp_path: Path
+) -> None:
+    topic = "persistent://public/default/demo-003"
+    produce(standalone, topic, 5)
+    browser.get(standalone.web_url + "/view")
+    browser.find_element(By.LINK_TEXT, topic).click()  # the tree links to the topic's page
+    WebDriverWait(browser, 10).until(lambda b: rows(b, "ledgers"))
+    first = rows(browser, "ledgers")
+    assert len(first) == 1 and first[0][1] == "open" and first[0][3] == "5", first
+    assert rows(browser, "summary")[0][3] == "5"
+    screenshot(browser, tmp_path / "topic-before-unload.png")
+
+    standalone.admin.call("PUT", topic_path(topic) + "/unload")
+    produce(standalone, topic, 3)  # the topic loads again: the old ledger is closed, a new one opens
+    # No reload: the page's own refresh brings the new ledger in.
+    WebDriverWait(browser, 20).until(lambda b: len(rows(b, "ledgers")) == 2)
+    WebDriverWait(browser, 10).until(lambda b: rows(b, "ledgers")[1][3] == "3")
+    old, new = rows(browser, "ledgers")
+    assert old[1] == "closed" and old[3] == "5" and new[1] == "open", (old, new)
+    assert int(new[0]) > int(old[0])
+    assert rows(browser, "summary")[0][3] == "8"
+    screenshot(browser, tmp_path / "topic-after-unload.png")
+
+    browser.find_element(By.LINK_TEXT, new[0]).click()  # the new ledger's page
+    WebDriverWait(browser, 10).until(lambda b: rows(b, "facts"))
+    facts = rows(browser, "facts")[0]
+    assert facts[0] == "open" and facts[1] == "2 / 2 / 2"
+    placement = rows(browser, "fragment-0")
+    ensemble = new[2].split(": ", 1)[1].split(", ")  # the topic page's ensemble column
+    headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#fragment-0 th")][1:]
+    assert headers == ensemble
+    assert placement and all(cells[1:] == ["held", "held"] for cells in placement)  # Qw = E = 2
+    screenshot(browser, tmp_path / "ledger.png")
+
+
+def test_unknown_pages_answer_404(standalone: Standalone, browser: WebDriver) -> None:
+    browser.get(standalone.web_url + "/view/ledger/987654")
+    assert "does not exist" in browser.find_element(By.TAG_NAME, "body").text
+    browser.get(standalone.web_url + "/view/topic/public/default/never-made")
+    assert "not found" in browser.find_element(By.TAG_NAME, "body").text
