@@ -4,21 +4,18 @@ shows the new ledger; a screenshot of each page is written under the test's temp
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pulsar
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from impl.broker.web.admin_client import topic_path
 from tests.broker.pulsar_standalone import Standalone, running_standalone
+from tests.browser import headless_chromium, rows, screenshot
 
 pytestmark = pytest.mark.processes
 
@@ -30,30 +27,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[WebDriver]:
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not chromium or not driver:
-        pytest.fail("Debian's chromium and chromium-driver are missing: `make setup` installs them")
-    options = Options()
-    options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(argument)
-    options.add_argument("--window-size=1280,1000")
-    session = webdriver.Chrome(service=Service(executable_path=driver), options=options)
-    try:
-        yield session
-    finally:
-        session.quit()
-
-
-def rows(browser: WebDriver, table_id: str) -> list[list[str]]:
-    """The table's data rows as the browser renders them (the header row left out)."""
-    found = browser.find_elements(By.CSS_SELECTOR, f"#{table_id} tr")[1:]
-    return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")] for row in found]
-
-
-def screenshot(browser: WebDriver, path: Path) -> None:
-    assert browser.save_screenshot(str(path))
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5_000
+    yield from headless_chromium()
 
 
 def produce(standalone: Standalone, topic: str, count: int) -> None:
@@ -77,7 +51,8 @@ def test_the_cluster_page_shows_brokers_bookies_and_the_metadata_store(
     bookies = rows(browser, "bookies")
     assert len(bookies) == 3 and {b[1] for b in bookies} == {"read-write"}
     assert all("GiB" in b[2] for b in bookies), bookies
-    assert rows(browser, "metadata")[0][0] == "EmbeddedStore"
+    store = rows(browser, "metadata")[0]
+    assert store[0] == "EmbeddedStore" and store[1].endswith("metadata")
     assert "public/default" in browser.find_element(By.ID, "tree").text
     screenshot(browser, tmp_path / "cluster.png")
 

@@ -134,9 +134,9 @@ class View:
     def _metadata(self) -> str:
         store = self.ctx.store
         kind = type(store).__name__
-        return "<h2>Metadata store</h2>" + table(
-            ["store", "this broker's session"], [[e(kind), e(f"0x{store.session_id:x}")]], "metadata"
-        )
+        where = getattr(store, "hosts", None) or getattr(store, "directory", "")  # ZooKeeper servers, or a file
+        row = [e(kind), e(where), e(f"0x{store.session_id:x}")]
+        return "<h2>Metadata store</h2>" + table(["store", "servers", "this broker's session"], [row], "metadata")
 
     def _tree(self) -> str:
         store = self.ctx.store
