@@ -15,7 +15,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from impl.broker.web.admin_client import topic_path
 from tests.broker.pulsar_standalone import Standalone, running_standalone
-from tests.browser import headless_chromium, rows, screenshot
+from tests.browser import click_link, headers, headless_chromium, rows, screenshot, text
 
 pytestmark = pytest.mark.processes
 
@@ -53,7 +53,7 @@ def test_the_cluster_page_shows_brokers_bookies_and_the_metadata_store(
     assert all("GiB" in b[2] for b in bookies), bookies
     store = rows(browser, "metadata")[0]
     assert store[0] == "EmbeddedStore" and store[1].endswith("metadata")
-    assert "public/default" in browser.find_element(By.ID, "tree").text
+    assert "public/default" in text(browser, "tree")
     screenshot(browser, tmp_path / "cluster.png")
 
 
@@ -63,7 +63,7 @@ def test_seed_003_demo_produce_unload_and_the_topic_page_shows_the_new_ledger(
     topic = "persistent://public/default/demo-003"
     produce(standalone, topic, 5)
     browser.get(standalone.web_url + "/view")
-    browser.find_element(By.LINK_TEXT, topic).click()  # the tree links to the topic's page
+    click_link(browser, topic)  # the tree links to the topic's page
     WebDriverWait(browser, 10).until(lambda b: rows(b, "ledgers"))
     first = rows(browser, "ledgers")
     assert len(first) == 1 and first[0][1] == "open" and first[0][3] == "5", first
@@ -81,14 +81,13 @@ def test_seed_003_demo_produce_unload_and_the_topic_page_shows_the_new_ledger(
     assert rows(browser, "summary")[0][3] == "8"
     screenshot(browser, tmp_path / "topic-after-unload.png")
 
-    browser.find_element(By.LINK_TEXT, new[0]).click()  # the new ledger's page
+    click_link(browser, new[0])  # the new ledger's page
     WebDriverWait(browser, 10).until(lambda b: rows(b, "facts"))
     facts = rows(browser, "facts")[0]
     assert facts[0] == "open" and facts[1] == "2 / 2 / 2"
     placement = rows(browser, "fragment-0")
     ensemble = new[2].split(": ", 1)[1].split(", ")  # the topic page's ensemble column
-    headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#fragment-0 th")][1:]
-    assert headers == ensemble
+    assert headers(browser, "fragment-0")[1:] == ensemble
     assert placement and all(cells[1:] == ["held", "held"] for cells in placement)  # Qw = E = 2
     screenshot(browser, tmp_path / "ledger.png")
 

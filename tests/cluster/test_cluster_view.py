@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pulsar
 import pytest
-from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from impl.broker.web.admin_client import AdminClient
-from tests.browser import headless_chromium, rows, screenshot
+from tests.browser import click_link, headless_chromium, rows, screenshot, text
 from tests.cluster.conftest import pulsar_ref, state
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
@@ -46,7 +45,7 @@ def test_any_broker_shows_the_whole_cluster(cluster_dir: Path, browser: WebDrive
     assert len(bookies) == 3 and {b[1] for b in bookies} == {"read-write"}
     store = rows(browser, "metadata")[0]
     assert store[0] == "ZooKeeperStore" and "127.0.0.1:" in store[1]
-    tree = browser.find_element(By.ID, "tree").text
+    tree = text(browser, "tree")
     assert all(t in tree for t in topics)
     screenshot(browser, tmp_path / "cluster.png")
 
@@ -55,7 +54,7 @@ def test_any_broker_shows_the_whole_cluster(cluster_dir: Path, browser: WebDrive
     theirs = next(
         t for t in topics if admin.call("GET", "/lookup/v2/topic/" + t.replace("://", "/"))["httpUrl"] == webs[1]
     )
-    browser.find_element(By.LINK_TEXT, theirs).click()
+    click_link(browser, theirs)
     WebDriverWait(browser, 10).until(lambda b: rows(b, "ledgers"))
     ledgers = rows(browser, "ledgers")
     assert len(ledgers) == 1 and ledgers[0][1] == "open" and ledgers[0][3] == "1", ledgers

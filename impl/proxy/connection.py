@@ -1,0 +1,211 @@
+"""One client connection of the Pulsar proxy (pure core; impl/proxy/listener.py is the shell).
+
+A client uses a proxy in two kinds of connection, as with Apache Pulsar's proxy:
+
+- a lookup connection: CONNECT without `proxy_to_broker_url`. The proxy answers CONNECTED itself,
+  then LOOKUP (always "connect, through the service URL": `proxy_through_service_url`, with the
+  owner's URL as the logical address), PARTITIONED_METADATA and GET_TOPICS_OF_NAMESPACE, from the
+  brokers it finds in the metadata store. Anything else is an ERROR that names the command.
+- a proxied connection: CONNECT with `proxy_to_broker_url` = the owner's host:port. The shell
+  connects to that broker (only a registered one), hands it the client's CONNECT, passes the
+  broker's CONNECTED back, and from then on relays bytes both ways without parsing them: the
+  broker's own frame checks apply to everything after CONNECT.
+
+Before CONNECT only CONNECT is accepted, and frames are checked (size, form) by the same decoder
+as the broker's. Keep-alive on a lookup connection is the broker's rule: PING after `keepalive_s`
+of silence, close after another.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.broker.protocol.connection import (
+    KEEPALIVE_S,
+    PROTOCOL_VERSION,
+    Close,
+    Reply,
+    command,
+    error_reply,
+)
+from impl.broker.protocol.frames import Frame, command_name
+
+T = api.BaseCommand
+SERVER_VERSION = "pulsar-ref-proxy"
+LookupType = api.CommandLookupTopicResponse.LookupType
+
+
+class State(enum.Enum):
+    AWAITING_CONNECT = "awaiting CONNECT"
+    LOOKUPS = "serving lookups"  # connected to the proxy itself
+    CONNECTING = "connecting to the broker"
+    RELAYING = "relaying to the broker"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class DoLookup:
+    request_id: int
+    topic: str
+
+
+@dataclass(frozen=True)
+class DoPartitions:
+    request_id: int
+    topic: str
+
+
+@dataclass(frozen=True)
+class DoTopics:
+    request_id: int
+    namespace: str
+
+
+@dataclass(frozen=True)
+class DoConnectBroker:
+    """Connect to `target` (host:port: must be a registered broker) and send it `connect` (the client's
+    CONNECT, without the proxy field); then feed its first frame to `broker_answered`."""
+
+    target: str
+    connect: api.BaseCommand
+
+
+@dataclass(frozen=True)
+class StartRelay:
+    """From now on copy bytes both ways between the client and the broker, unparsed."""
+
+
+Output = Reply | Close | DoLookup | DoPartitions | DoTopics | DoConnectBroker | StartRelay
+
+
+@dataclass
+class ProxyConnection:
+    keepalive_s: float = KEEPALIVE_S
+    state: State = State.AWAITING_CONNECT
+    protocol_version: int = 0
+    target: str = ""
+    _last_heard: float = 0.0
+    _ping_sent_at: float | None = field(default=None)
+
+    def start(self, now: float) -> None:
+        self._last_heard = now
+
+    def receive(self, frame: Frame, now: float) -> list[Output]:
+        self._last_heard, self._ping_sent_at = now, None
+        cmd = frame.command
+        if self.state is State.AWAITING_CONNECT:
+            if cmd.type != T.CONNECT:
+                self.state = State.CLOSED
+                return [Close(f"{command_name(cmd.type)} before CONNECT: the first command must be CONNECT")]
+            return self._connect(cmd.connect)
+        if self.state is not State.LOOKUPS:
+            # While connecting, the client waits for CONNECTED; once relaying, frames bypass the core.
+            was, self.state = self.state, State.CLOSED
+            return [Close(f"{command_name(cmd.type)} while {was.value}")]
+        if cmd.type == T.PING:
+            return [Reply(command(T.PONG, pong=api.CommandPong()))]
+        if cmd.type in (T.PONG, T.SUCCESS, T.ERROR):
+            return []
+        if cmd.type == T.LOOKUP:
+            return [DoLookup(cmd.lookupTopic.request_id, cmd.lookupTopic.topic)]
+        if cmd.type == T.PARTITIONED_METADATA:
+            return [DoPartitions(cmd.partitionMetadata.request_id, cmd.partitionMetadata.topic)]
+        if cmd.type == T.GET_TOPICS_OF_NAMESPACE:
+            return [DoTopics(cmd.getTopicsOfNamespace.request_id, cmd.getTopicsOfNamespace.namespace)]
+        return [self._not_here(cmd)]
+
+    def _connect(self, c: api.CommandConnect) -> list[Output]:
+        self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION)
+        if c.HasField("proxy_to_broker_url"):
+            self.state, self.target = State.CONNECTING, c.proxy_to_broker_url
+            forwarded = api.CommandConnect()
+            forwarded.CopyFrom(c)
+            forwarded.ClearField("proxy_to_broker_url")
+            return [DoConnectBroker(c.proxy_to_broker_url, command(T.CONNECT, connect=forwarded))]
+        self.state = State.LOOKUPS
+        connected = api.CommandConnected(server_version=SERVER_VERSION, protocol_version=self.protocol_version)
+        return [Reply(command(T.CONNECTED, connected=connected))]
+
+    def _not_here(self, cmd: api.BaseCommand) -> Reply:
+        name = command_name(cmd.type)
+        request_id = 0
+        for field_name in ("producer", "subscribe", "getSchema", "getLastMessageId", "seek"):
+            if cmd.HasField(field_name):
+                request_id = getattr(cmd, field_name).request_id
+        why = f"{name} goes to a broker: connect through the proxy with proxy_to_broker_url (a lookup gives it)"
+        return error_reply(request_id, api.NotAllowedError, why)
+
+    # ---- results of the shell's work -----------------------------------------------------------
+
+    def looked_up(self, request_id: int, broker_url: str) -> Reply:
+        answer = api.CommandLookupTopicResponse(
+            request_id=request_id,
+            response=LookupType.Connect,
+            brokerServiceUrl=broker_url,
+            authoritative=True,
+            proxy_through_service_url=True,
+        )
+        return Reply(command(T.LOOKUP_RESPONSE, lookupTopicResponse=answer))
+
+    def lookup_failed(self, request_id: int, error: int, message: str) -> Reply:
+        answer = api.CommandLookupTopicResponse(
+            request_id=request_id, response=LookupType.Failed, error=error, message=message  # type: ignore[arg-type]
+        )
+        return Reply(command(T.LOOKUP_RESPONSE, lookupTopicResponse=answer))
+
+    def partitions(self, request_id: int, partitions: int) -> Reply:
+        answer = api.CommandPartitionedTopicMetadataResponse(
+            request_id=request_id, partitions=partitions, response=api.CommandPartitionedTopicMetadataResponse.Success
+        )
+        return Reply(command(T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=answer))
+
+    def partitions_failed(self, request_id: int, error: int, message: str) -> Reply:
+        answer = api.CommandPartitionedTopicMetadataResponse(
+            request_id=request_id,
+            response=api.CommandPartitionedTopicMetadataResponse.Failed,
+            error=error,  # type: ignore[arg-type]
+            message=message,
+        )
+        return Reply(command(T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=answer))
+
+    def topics(self, request_id: int, topics: list[str]) -> Reply:
+        answer = api.CommandGetTopicsOfNamespaceResponse(request_id=request_id, topics=topics)
+        return Reply(command(T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=answer))
+
+    def request_failed(self, request_id: int, error: int, message: str) -> Reply:
+        return error_reply(request_id, error, message)
+
+    def broker_answered(self, frame: Frame) -> list[Output]:
+        """The broker's first frame on a proxied connection: CONNECTED starts the relay; an ERROR (or
+        anything else) goes to the client and the connection closes."""
+        if self.state is not State.CONNECTING:
+            return []
+        if frame.command.type == T.CONNECTED:
+            self.state = State.RELAYING
+            return [Reply(frame.command), StartRelay()]
+        self.state = State.CLOSED
+        return [Reply(frame.command), Close(f"broker {self.target} refused the connection")]
+
+    def broker_unreachable(self, message: str) -> list[Output]:
+        """The target is not a registered broker, or it could not be reached: the client's connect fails
+        (it looks the topic up again and retries)."""
+        self.state = State.CLOSED
+        return [error_reply(0, api.ServiceNotReady, message), Close(message)]
+
+    # ---- time ------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[Output]:
+        """Keep-alive on a lookup connection (a relayed one is the broker's to keep alive)."""
+        if self.state not in (State.AWAITING_CONNECT, State.LOOKUPS) or now - self._last_heard < self.keepalive_s:
+            return []
+        if self.state is State.AWAITING_CONNECT or (
+            self._ping_sent_at is not None and now - self._ping_sent_at >= self.keepalive_s
+        ):
+            self.state = State.CLOSED
+            return [Close(f"no frame from the client for {now - self._last_heard:.0f} s")]
+        if self._ping_sent_at is not None:
+            return []
+        self._ping_sent_at = now
+        return [Reply(command(T.PING, ping=api.CommandPing()))]

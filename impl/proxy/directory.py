@@ -1,0 +1,74 @@
+"""What the proxy knows of the cluster: the live brokers, from their registrations in the metadata
+store (each with its pulsar:// and http:// URLs), and the answers to lookups, partition counts and
+namespace listings, asked of the brokers' web services (impl/broker/web/), any broker that answers.
+The proxy keeps nothing else: a restarted proxy knows as much as before."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from impl.broker.naming import TopicName
+from impl.broker.ownership import BrokerLoad, BrokerRegistry
+from impl.metadata.store import MetadataStore
+from impl.web import client
+from impl.web.http import HttpError
+
+TIMEOUT_S = 10.0
+
+
+class NoBroker(Exception):
+    """No live broker answered."""
+
+
+class BrokerDirectory:
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    def brokers(self) -> list[BrokerLoad]:
+        return [load for _, load in sorted(BrokerRegistry(self.store).live_brokers().items())]
+
+    def broker_addresses(self) -> set[str]:
+        """host:port of every live broker's pulsar:// listener: the only places the proxy connects to."""
+        return {b.service_url.removeprefix("pulsar://") for b in self.brokers() if b.service_url}
+
+    def web_urls(self) -> list[str]:
+        return [b.web_url for b in self.brokers() if b.web_url]
+
+    def call(self, path: str) -> object:
+        """GET `path` from the first live broker that answers (a 307 to the owner is followed)."""
+        urls = self.web_urls()
+        if not urls:
+            raise NoBroker("no live broker is registered in the metadata store")
+        failure: HttpError | None = None
+        for url in urls:
+            try:
+                return client.call("GET", url + path, timeout_s=TIMEOUT_S)
+            except client.Unreachable as e:
+                failure = e
+            except HttpError as e:
+                if e.status < 500:
+                    raise  # the brokers' answer (404, 412, ...): another broker would say the same
+                failure = e
+        raise NoBroker(f"no broker answered {path}: {failure}")
+
+    def lookup(self, topic: str) -> str:
+        """The pulsar:// URL of the broker that owns (or now takes) the topic."""
+        name = TopicName.parse(topic)
+        found = self.call(f"/lookup/v2/topic/{_path(name)}")
+        if not isinstance(found, dict) or not found.get("brokerUrl"):
+            raise NoBroker(f"the lookup of {name} gave no broker URL: {found!r}")
+        return str(found["brokerUrl"])
+
+    def partitions(self, topic: str) -> int:
+        name = TopicName.parse(topic)
+        found = self.call(f"/admin/v2/{_path(name)}/partitions?checkAllowAutoCreation=true")
+        return int(found["partitions"]) if isinstance(found, dict) else 0
+
+    def topics(self, namespace: str) -> list[str]:
+        tenant, _, ns = namespace.partition("/")
+        found = self.call(f"/admin/v2/namespaces/{quote(tenant, safe='')}/{quote(ns, safe='')}/topics")
+        return [str(t) for t in found] if isinstance(found, list) else []
+
+
+def _path(name: TopicName) -> str:
+    return f"{name.domain}/{name.tenant}/{name.namespace_portion}/{quote(name.local_name, safe='')}"
