@@ -251,6 +251,7 @@ class Cluster:
         bookies: int = 3,
         brokers: int = 2,
         base_port: int = 0,
+        proxies: int = 0,
         die_with_parent: bool = False,
         broker_options: tuple[str, ...] = (),
         trace_dir: str | Path | None = None,
@@ -266,6 +267,8 @@ class Cluster:
             raise ClusterError(f"--zookeepers must be 1 or 3, not {zookeepers}")
         if bookies < 1 or brokers < 0:
             raise ClusterError(f"need at least 1 bookie and 0 or more brokers, not {bookies} and {brokers}")
+        if proxies < 0 or (proxies and not brokers):
+            raise ClusterError(f"proxies need brokers behind them: {proxies} proxies, {brokers} brokers")
         ports = iter(range(base_port, base_port + 1000)) if base_port else None
 
         def port() -> int:
@@ -318,6 +321,20 @@ class Cluster:
                     "command": command,
                 }
             )
+        for i in range(1, proxies + 1):
+            p, wp = port(), port()
+            command = pulsar_ref_command("proxy", "--metadata", metadata, "--port", str(p), "--web-port", str(wp))
+            nodes.append(
+                {
+                    "name": f"proxy-{i}",
+                    "role": "proxy",
+                    "port": p,
+                    "web_port": wp,
+                    "dir": str(directory / f"proxy-{i}"),
+                    "command": command,
+                }
+            )
+        proxy_ports = [n["port"] for n in nodes if n["role"] == "proxy"]
         broker_ports = [n["port"] for n in nodes if n["role"] == "broker"]
         pulsar_ports = [n["pulsar_port"] for n in nodes if n["role"] == "broker"]
         web_ports = [n["web_port"] for n in nodes if n["role"] == "broker"]
@@ -330,6 +347,8 @@ class Cluster:
             "pulsar_service": "pulsar://" + ",".join(f"127.0.0.1:{p}" for p in pulsar_ports) if pulsar_ports else None,
             # the brokers' web services (admin REST API, HTTP lookups, /metrics, the cluster view)
             "web_services": [f"http://127.0.0.1:{p}" for p in web_ports],
+            # the proxies: when there are any, clients use them (the service URL) rather than the brokers
+            "proxy_service": "pulsar://" + ",".join(f"127.0.0.1:{p}" for p in proxy_ports) if proxy_ports else None,
             "zookeepers": [
                 {"name": f"zk-{s.server_id}", "role": "zookeeper", "port": s.client_port, "dir": str(s.directory)}
                 for s in ensemble.servers
@@ -418,7 +437,14 @@ class Cluster:
 
     @property
     def pulsar_service_url(self) -> str | None:
-        """Where Pulsar's own clients connect (every broker's pulsar:// listener)."""
+        """Where Pulsar's clients connect: the proxies when the cluster has some, else every broker's
+        pulsar:// listener."""
+        service = self.state.get("proxy_service") or self.state.get("pulsar_service")
+        return str(service) if service else None
+
+    @property
+    def broker_service_url(self) -> str | None:
+        """Every broker's pulsar:// listener, bypassing the proxies."""
         service = self.state.get("pulsar_service")
         return str(service) if service else None
 
@@ -497,7 +523,7 @@ class Cluster:
                     wait_exec(server)
                     server.wait_serving(max(1.0, deadline - time.monotonic()))
                 progress(f"  ZooKeeper serving at {ensemble.connect_string}")
-            for role in ("bookie", "broker", "standalone"):
+            for role in ("bookie", "broker", "proxy", "standalone"):
                 group = [n for n in self.nodes(role) if isinstance(n, Node)]
                 if not group:
                     continue

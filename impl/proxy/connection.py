@@ -151,7 +151,10 @@ class ProxyConnection:
 
     def lookup_failed(self, request_id: int, error: int, message: str) -> Reply:
         answer = api.CommandLookupTopicResponse(
-            request_id=request_id, response=LookupType.Failed, error=error, message=message  # type: ignore[arg-type]
+            request_id=request_id,
+            response=LookupType.Failed,
+            error=error,  # type: ignore[arg-type]
+            message=message,
         )
         return Reply(command(T.LOOKUP_RESPONSE, lookupTopicResponse=answer))
 

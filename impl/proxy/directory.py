@@ -5,11 +5,14 @@ The proxy keeps nothing else: a restarted proxy knows as much as before."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable
 from urllib.parse import quote
 
 from impl.broker.naming import TopicName
 from impl.broker.ownership import BrokerLoad, BrokerRegistry
-from impl.metadata.store import MetadataStore
+from impl.metadata.store import ConnectionLoss, MetadataStore, SessionExpired
 from impl.web import client
 from impl.web.http import HttpError
 
@@ -21,11 +24,26 @@ class NoBroker(Exception):
 
 
 class BrokerDirectory:
-    def __init__(self, store: MetadataStore) -> None:
-        self.store = store
+    """`connect` opens a metadata session; an expired one is replaced at the next read."""
+
+    def __init__(self, connect: Callable[[], MetadataStore]) -> None:
+        self.connect = connect
+        self.store = connect()
+        self._lock = threading.Lock()
 
     def brokers(self) -> list[BrokerLoad]:
-        return [load for _, load in sorted(BrokerRegistry(self.store).live_brokers().items())]
+        try:
+            loads = BrokerRegistry(self.store).live_brokers()
+        except (SessionExpired, ConnectionLoss):
+            with self._lock:
+                stale, self.store = self.store, self.connect()
+            with contextlib.suppress(Exception):  # the old session is gone either way
+                stale.close()
+            loads = BrokerRegistry(self.store).live_brokers()
+        return [load for _, load in sorted(loads.items())]
+
+    def close(self) -> None:
+        self.store.close()
 
     def broker_addresses(self) -> set[str]:
         """host:port of every live broker's pulsar:// listener: the only places the proxy connects to."""

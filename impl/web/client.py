@@ -24,16 +24,23 @@ def call(method: str, url: str, body: Any = None, timeout_s: float = 30.0, raw: 
     """Send a request; the decoded JSON answer (None for an empty one), or the text when `raw`.
     An error status raises HttpError with the server's reason."""
     data = None if body is None else json.dumps(body).encode()
+    status, _, content = exchange(method, url, data, timeout_s)
+    if status >= 400:
+        raise HttpError(status, _reason(content) or f"HTTP {status} from {method} {url}")
+    if raw:
+        return content.decode("utf-8", "replace")
+    return json.loads(content) if content.strip() else None
+
+
+def exchange(method: str, url: str, data: bytes | None, timeout_s: float = 30.0) -> tuple[int, dict[str, str], bytes]:
+    """One request and its final answer, whatever the status: (status, headers, body), redirects followed
+    with the same method and body."""
     for _ in range(MAX_REDIRECTS + 1):
         status, headers, content = _send(method, url, data, timeout_s)
         if status in (301, 302, 307, 308) and "location" in headers:
             url = urljoin(url, headers["location"])
             continue
-        if status >= 400:
-            raise HttpError(status, _reason(content) or f"HTTP {status} from {method} {url}")
-        if raw:
-            return content.decode("utf-8", "replace")
-        return json.loads(content) if content.strip() else None
+        return status, headers, content
     raise HttpError(508, f"{method} {url}: more than {MAX_REDIRECTS} redirects")
 
 

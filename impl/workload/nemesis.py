@@ -9,8 +9,8 @@ Every step is an event of process "nemesis" in the history (type "info", f = the
 anomalies up with the faults.
 
 Fault kinds:
-  kill-bookie / kill-broker / kill-standalone     SIGKILL; healed by starting it (same data, port)
-  pause-bookie / pause-broker / pause-standalone  SIGSTOP; healed by SIGCONT
+  kill-bookie / kill-broker / kill-proxy / kill-standalone     SIGKILL; healed by starting it (same data, port)
+  pause-bookie / pause-broker / pause-proxy / pause-standalone  SIGSTOP; healed by SIGCONT
   expire-session       ZooKeeper ends a bookie's or broker's session; healed by restarting the node
                        if it did not register again by itself
   restart-zookeeper    SIGKILL one ZooKeeper server; healed by starting it again (same data)
@@ -33,6 +33,8 @@ FAULT_ROLES = {
     "pause-broker": ("broker",),
     "expire-session": ("bookie", "broker"),
     "restart-zookeeper": ("zookeeper",),
+    "kill-proxy": ("proxy",),
+    "pause-proxy": ("proxy",),
     "kill-standalone": ("standalone",),
     "pause-standalone": ("standalone",),
 }

@@ -54,6 +54,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     up.add_argument("--zookeepers", type=int, choices=(1, 3), default=1, help="ZooKeeper servers (default 1)")
     up.add_argument("--bookies", type=int, default=3, help="bookie processes (default 3)")
     up.add_argument("--brokers", type=int, default=2, help="broker processes (default 2; 0 = metadata and bookies)")
+    up.add_argument(
+        "--proxies",
+        type=int,
+        default=0,
+        help="Pulsar proxy processes in front of the brokers (default 0); with some, the printed service URL is "
+        "the proxies'",
+    )
     up.add_argument("--ensemble", type=int, help="brokers' ledger ensemble size E (default: the broker's, 3)")
     up.add_argument("--write-quorum", type=int, help="brokers' ledger write quorum Qw (default: the broker's, 3)")
     up.add_argument("--ack-quorum", type=int, help="brokers' ledger ack quorum Qa (default: the broker's, 2)")
@@ -141,11 +148,13 @@ def up(args: argparse.Namespace) -> int:
             die_with_parent=args.foreground,
             broker_options=tuple(broker_options),
             trace_dir=args.trace_dir,
+            proxies=args.proxies,
         )
     cluster.up(args.timeout, _progress)
     _progress(f"cluster up; state in {directory / STATE_FILE}; metadata {cluster.metadata_url}")
     if cluster.pulsar_service_url:
-        _progress(f"Pulsar clients: {cluster.pulsar_service_url}")
+        through = " (through the proxies)" if cluster.pulsar_service_url != cluster.broker_service_url else ""
+        _progress(f"Pulsar clients: {cluster.pulsar_service_url}{through}")
     if cluster.web_service_urls:
         _progress(f"web service (admin REST API, cluster view): {', '.join(cluster.web_service_urls)}")
     print(cluster.pulsar_service_url or cluster.metadata_url, flush=True)
@@ -182,6 +191,8 @@ def status(args: argparse.Namespace) -> int:
         print(f"{r.name:<13} {r.role:<10} {r.state:<12} {r.pid or '-':>8} {r.port:>6}  {r.details}")
     print(f"metadata: {cluster.metadata_url}")
     print(f"pulsar:   {cluster.pulsar_service_url or '(no brokers)'}")
+    if cluster.pulsar_service_url != cluster.broker_service_url:
+        print(f"brokers:  {cluster.broker_service_url}")
     print(f"web:      {', '.join(cluster.web_service_urls) or '(no brokers)'}")
     print(f"grpc:     {cluster.service_url or '(no brokers)'}")
     return 0 if all(r.state == "up" for r in rows) else 1

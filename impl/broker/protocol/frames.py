@@ -78,12 +78,18 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buffer)
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def take_buffered(self) -> bytes:
+        """What was received but not decoded (a proxy relays it as it is)."""
+        rest, self._buffer = bytes(self._buffer), bytearray()
+        return rest
+
+    def feed(self, data: bytes, max_frames: int | None = None) -> list[Frame]:
+        """The whole frames buffered so far (at most `max_frames`; the rest stays buffered)."""
         self._buffer += data
         frames: list[Frame] = []
         offset = 0
         buffer = self._buffer
-        while len(buffer) - offset >= 4:
+        while len(buffer) - offset >= 4 and (max_frames is None or len(frames) < max_frames):
             (total,) = _U32.unpack_from(buffer, offset)
             if total > self.max_frame_size:
                 raise FrameTooLarge(f"a frame of {total} bytes is over the limit of {self.max_frame_size}")

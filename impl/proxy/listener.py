@@ -1,0 +1,254 @@
+"""The proxy's `pulsar://` listener: the asyncio shell around impl/proxy/connection.py.
+
+One event loop thread serves every client connection. Lookups, partition counts and namespace
+listings go to the brokers' web services on a small thread pool (impl/proxy/directory.py). A
+proxied connection opens its own connection to the broker and, once the broker has answered
+CONNECTED, two tasks copy bytes, one each way; when either side closes, both are closed, and the
+client reconnects through the proxy (looking the topic up again, so it reaches a new owner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from impl.broker.naming import InvalidTopicName
+from impl.broker.protocol import frames
+from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.broker.protocol.connection import Close, Reply
+from impl.proxy import connection as core
+from impl.proxy.directory import BrokerDirectory, NoBroker
+from impl.web.http import HttpError
+
+log = logging.getLogger(__name__)
+
+TICK_S = 1.0
+READ_CHUNK = 256 * 1024
+CONNECT_TIMEOUT_S = 10.0
+
+
+class ProxyListener:
+    def __init__(self, directory: BrokerDirectory, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.directory = directory
+        self._socket = socket.create_server((host, port))
+        self.host, self.port = self._socket.getsockname()[:2]
+        self.loop = asyncio.new_event_loop()
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="proxy-lookup")
+        self.connections: set[_ClientConnection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+
+            async def serve() -> None:
+                self._server = await asyncio.start_server(self._accept, sock=self._socket)
+                self.loop.call_later(TICK_S, self._tick)
+
+            self.loop.run_until_complete(serve())
+            started.set()
+            self.loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name=f"proxy-listener-{self.port}", daemon=True)
+        self._thread.start()
+        started.wait(10)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = _ClientConnection(self, reader, writer)
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for connection in list(self.connections):
+            connection.perform(connection.core.tick(now))
+        self.loop.call_later(TICK_S, self._tick)
+
+    def stop(self) -> None:
+        if self._thread is None:
+            self._socket.close()
+            return
+
+        async def shut() -> None:
+            if self._server is not None:
+                self._server.close()
+            for connection in list(self.connections):
+                connection.close("the proxy is stopping")
+
+        with contextlib.suppress(Exception):  # the loop died already: nothing left to close
+            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _ClientConnection:
+    def __init__(self, listener: ProxyListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.listener = listener
+        self.loop = listener.loop
+        self.reader, self.writer = reader, writer
+        self.core = core.ProxyConnection()
+        self.core.start(time.monotonic())
+        self.decoder = frames.FrameDecoder()
+        self.broker: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self.relaying = asyncio.Event()
+        self.open = True
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+
+    async def serve(self) -> None:
+        try:
+            while self.open and self.core.state is not core.State.RELAYING:
+                data = await self.reader.read(READ_CHUNK)
+                if not data:
+                    return
+                # Before CONNECT one frame at a time: what follows a proxied CONNECT is relayed untouched.
+                try:
+                    received = self.decoder.feed(data, max_frames=1)
+                    while received and self.open:
+                        self.perform(self.core.receive(received[0], time.monotonic()))
+                        if self.core.state is not core.State.LOOKUPS:
+                            break
+                        received = self.decoder.feed(b"", max_frames=1)
+                except frames.FrameError as e:
+                    log.warning("closing the proxy connection from %s: %s", self.peer, e)
+                    return
+                if self.core.state is core.State.CONNECTING:
+                    await self.relaying.wait()
+            if self.open and self.broker is not None:
+                await self._relay(self.broker)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.close("the client went away")
+
+    def perform(self, outputs: list[core.Output]) -> None:
+        for out in outputs:
+            if isinstance(out, Reply):
+                if self.open:
+                    self.writer.write(frames.encode(out.command, out.payload))
+            elif isinstance(out, Close):
+                self.close(out.reason)
+            elif isinstance(out, core.DoLookup):
+                lookup = functools.partial(self._looked_up, out.request_id, out.topic)
+                self._ask(out.request_id, lookup, self.core.lookup_failed)
+            elif isinstance(out, core.DoPartitions):
+                partitions = functools.partial(self._partitions, out.request_id, out.topic)
+                self._ask(out.request_id, partitions, self.core.partitions_failed)
+            elif isinstance(out, core.DoTopics):
+                topics = functools.partial(self._topics, out.request_id, out.namespace)
+                self._ask(out.request_id, topics, self.core.request_failed)
+            elif isinstance(out, core.DoConnectBroker):
+                asyncio.ensure_future(self._connect_broker(out))
+            elif isinstance(out, core.StartRelay):
+                self.relaying.set()
+
+    @property
+    def directory(self) -> BrokerDirectory:
+        return self.listener.directory
+
+    def _looked_up(self, request_id: int, topic: str) -> Reply:
+        return self.core.looked_up(request_id, self.directory.lookup(topic))
+
+    def _partitions(self, request_id: int, topic: str) -> Reply:
+        return self.core.partitions(request_id, self.directory.partitions(topic))
+
+    def _topics(self, request_id: int, namespace: str) -> Reply:
+        return self.core.topics(request_id, self.directory.topics(namespace))
+
+    def _ask(self, request_id: int, work: Callable[[], Reply], failed: Callable[[int, int, str], Reply]) -> None:
+        """Run `work` (it returns the answer) on the pool; a failure is answered with `failed`."""
+
+        def run() -> Reply:
+            try:
+                return work()
+            except (InvalidTopicName, ValueError) as e:
+                return failed(request_id, api.InvalidTopicName, str(e))
+            except HttpError as e:
+                return failed(request_id, api.TopicNotFound if e.status == 404 else api.ServiceNotReady, e.reason)
+            except NoBroker as e:
+                return failed(request_id, api.ServiceNotReady, f"{e}; retry")
+
+        future = self.loop.run_in_executor(self.listener.pool, run)
+        future.add_done_callback(lambda f: self.perform([f.result()]) if not f.cancelled() else None)
+
+    async def _connect_broker(self, out: core.DoConnectBroker) -> None:
+        """Connect to a registered broker only, hand it the client's CONNECT, pass its answer back."""
+        try:
+            allowed = await self.loop.run_in_executor(self.listener.pool, self.directory.broker_addresses)
+        except Exception as e:  # the metadata store is unreachable: the client retries
+            self.perform(self.core.broker_unreachable(f"cannot read the brokers' registrations: {e}"))
+            return
+        if out.target not in allowed:
+            self.perform(self.core.broker_unreachable(f"{out.target} is not a registered broker"))
+            return
+        host, _, port = out.target.rpartition(":")
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+            writer.write(frames.encode(out.connect))
+            decoder = frames.FrameDecoder()
+            answer: list[frames.Frame] = []
+            while not answer:
+                data = await asyncio.wait_for(reader.read(READ_CHUNK), CONNECT_TIMEOUT_S)
+                if not data:
+                    raise ConnectionError("the broker closed the connection")
+                answer = decoder.feed(data, max_frames=1)
+        except (OSError, TimeoutError, frames.FrameError, ConnectionError) as e:
+            self.perform(self.core.broker_unreachable(f"cannot connect to broker {out.target}: {e}; retry"))
+            return
+        self.broker = (reader, writer)
+        leftover_from_broker = decoder.take_buffered()
+        self.perform(self.core.broker_answered(answer[0]))
+        if self.open and leftover_from_broker:
+            self.writer.write(leftover_from_broker)
+        if not self.open:
+            writer.close()
+
+    async def _relay(self, broker: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+        broker_reader, broker_writer = broker
+        pending = self.decoder.take_buffered()
+        if pending:
+            broker_writer.write(pending)
+        upstream = asyncio.ensure_future(_pipe(self.reader, broker_writer))
+        downstream = asyncio.ensure_future(_pipe(broker_reader, self.writer))
+        done, others = await asyncio.wait({upstream, downstream}, return_when=asyncio.FIRST_COMPLETED)
+        for task in others:
+            task.cancel()
+        broker_writer.close()
+
+    def close(self, reason: str) -> None:
+        if not self.open:
+            return
+        self.open = False
+        self.relaying.set()
+        log.debug("proxy connection from %s closed: %s", self.peer, reason)
+        self.writer.close()
+        if self.broker is not None:
+            self.broker[1].close()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError, OSError):
+        while True:
+            data = await reader.read(READ_CHUNK)
+            if not data:
+                return
+            writer.write(data)
+            await writer.drain()
