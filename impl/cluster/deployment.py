@@ -45,7 +45,7 @@ from impl.metadata.zkserver import ZooKeeperEnsemble, ZooKeeperError, ZooKeeperS
 
 STATE_FILE = "cluster.json"
 CHROOT = "/pulsar-ref"
-ROLES = ("zookeeper", "bookie", "broker", "standalone")
+ROLES = ("zookeeper", "bookie", "broker", "proxy", "standalone")
 Progress = Callable[[str], None]
 
 
@@ -544,8 +544,8 @@ class Cluster:
             raise
 
     def down(self, progress: Progress = _quiet) -> None:
-        """Stop every node (brokers first, ZooKeeper last); safe at any time, also after a failed `up`."""
-        order = {"broker": 0, "standalone": 0, "bookie": 1, "zookeeper": 2}
+        """Stop every node (proxies, then brokers, ZooKeeper last); safe at any time, also after a failed `up`."""
+        order = {"proxy": 0, "broker": 1, "standalone": 1, "bookie": 2, "zookeeper": 3}
         persistent = [self.node(e["name"]) for e in self.state["zookeepers"] + self.state["nodes"]]
         for node in sorted(persistent, key=lambda n: order[n.role]):
             pid = node.stop()

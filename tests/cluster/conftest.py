@@ -21,7 +21,7 @@ def pulsar_ref(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[
     )
 
 
-def processes_under(directory: Path) -> list[psutil.Process]:
+def processes_under(directory: Path | str) -> list[psutil.Process]:
     """Every live process whose command line mentions `directory` (ZooKeeper's config, a node's data dir)."""
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
@@ -31,6 +31,21 @@ def processes_under(directory: Path) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def processes_of(directory: Path) -> list[psutil.Process]:
+    """Every live process of the cluster in `directory`: those naming the directory, and those naming its
+    metadata store (brokers and proxies are started with its URL only)."""
+    found = processes_under(directory)
+    try:
+        metadata = state(directory)["metadata"]
+    except (OSError, ValueError, KeyError):
+        return found
+    return (
+        found + [p for p in processes_under(Path(metadata)) if p not in found]
+        if metadata.startswith("zk://")
+        else found
+    )
 
 
 def state(directory: Path) -> dict:
@@ -67,5 +82,5 @@ def cluster_dir(tmp_path: Path) -> Iterator[Path]:
     finally:
         if (directory / "cluster.json").exists():
             pulsar_ref("cluster", "down", "--dir", str(directory), timeout=120)
-        for p in processes_under(directory):  # belt and braces: the test must leave nothing behind
+        for p in processes_of(directory):  # belt and braces: the test must leave nothing behind
             p.kill()

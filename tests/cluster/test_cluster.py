@@ -10,7 +10,7 @@ import psutil
 import pytest
 from kazoo.client import KazooClient
 
-from tests.cluster.conftest import free_port_block, processes_under, pulsar_ref, state
+from tests.cluster.conftest import free_port_block, processes_of, processes_under, pulsar_ref, state
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
 
@@ -119,7 +119,7 @@ def test_up_status_faults_and_down_with_zookeeper_and_bookies(cluster_dir: Path)
     assert processes_under(cluster_dir)
     down = pulsar_ref("cluster", "down", "--dir", str(cluster_dir))
     assert down.returncode == 0, down.stderr
-    assert processes_under(cluster_dir) == []
+    assert processes_of(cluster_dir) == []
 
 
 def test_down_leaves_nothing_after_a_failed_up(cluster_dir: Path) -> None:
@@ -135,10 +135,10 @@ def test_down_leaves_nothing_after_a_failed_up(cluster_dir: Path) -> None:
         blocker.close()
     assert up.returncode == 1
     assert "bookie-2" in up.stderr and "start-up failed" in up.stderr
-    assert processes_under(cluster_dir) == []  # `up` cleaned up after itself
+    assert processes_of(cluster_dir) == []  # `up` cleaned up after itself
     down = pulsar_ref("cluster", "down", "--dir", str(cluster_dir))
     assert down.returncode == 0
-    assert processes_under(cluster_dir) == []
+    assert processes_of(cluster_dir) == []
 
 
 def test_down_after_an_interrupted_up(cluster_dir: Path) -> None:
@@ -171,7 +171,7 @@ def test_down_after_an_interrupted_up(cluster_dir: Path) -> None:
     assert processes_under(cluster_dir)  # the ZooKeeper JVM outlived its launcher
     down = pulsar_ref("cluster", "down", "--dir", str(cluster_dir))
     assert down.returncode == 0, down.stderr
-    assert processes_under(cluster_dir) == []
+    assert processes_of(cluster_dir) == []
 
 
 def test_three_zookeepers_survive_a_member_restart(cluster_dir: Path) -> None:
@@ -195,7 +195,7 @@ def test_three_zookeepers_survive_a_member_restart(cluster_dir: Path) -> None:
     assert pulsar_ref("cluster", "expire-session", "--dir", str(cluster_dir), "bookie-1").returncode == 0
     assert registers_again(metadata, bookie1, before)
     assert pulsar_ref("cluster", "down", "--dir", str(cluster_dir)).returncode == 0
-    assert processes_under(cluster_dir) == []
+    assert processes_of(cluster_dir) == []
 
 
 def test_standalone_topology_faults_in_place_and_whole_process(cluster_dir: Path) -> None:
@@ -228,4 +228,4 @@ def test_standalone_topology_faults_in_place_and_whole_process(cluster_dir: Path
     assert restart.returncode == 0, restart.stderr
     assert state(cluster_dir)["nodes"][0]["pid"] not in (None, pid)
     assert pulsar_ref("cluster", "down", "--dir", str(cluster_dir)).returncode == 0
-    assert processes_under(cluster_dir) == []
+    assert processes_of(cluster_dir) == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import REPO, processes_under, pulsar_ref
+from tests.cluster.conftest import REPO, processes_of, pulsar_ref
 
 FAULTS = "kill-bookie,kill-broker,expire-session,pause-bookie"
 
@@ -62,4 +62,4 @@ def test_cluster_run_with_faults_is_valid_and_loses_no_acknowledged_write(cluste
     assert acknowledged <= final_values
 
     assert pulsar_ref("cluster", "down", "--dir", str(cluster_dir)).returncode == 0
-    assert processes_under(cluster_dir) == []
+    assert processes_of(cluster_dir) == []

@@ -24,7 +24,7 @@ from impl.broker.web.admin_client import AdminClient, topic_path
 from impl.cluster.deployment import Cluster
 from spark.history import read_history
 from spark.reference import check
-from tests.cluster.conftest import REPO, processes_under, pulsar_ref, state
+from tests.cluster.conftest import REPO, processes_of, pulsar_ref, state
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
 T = api.BaseCommand
@@ -41,7 +41,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     finally:
         if (directory / "cluster.json").exists():
             pulsar_ref("cluster", "down", "--dir", str(directory), timeout=120)
-        for p in processes_under(directory):
+        for p in processes_of(directory):
             p.kill()
 
 
