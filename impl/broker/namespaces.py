@@ -128,7 +128,9 @@ class NamespacePolicies:
 
     def to_json(self) -> bytes:
         retention = {"time_minutes": self.retention.time_minutes, "size_mb": self.retention.size_mb}
-        doc = {"bundles": self.bundles, "retention": retention, "deduplication": self.deduplication}
+        doc: dict[str, Any] = {"bundles": self.bundles, "retention": retention}
+        if self.deduplication is not None:  # unset: the broker's setting (and the node as before the policy)
+            doc["deduplication"] = self.deduplication
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod

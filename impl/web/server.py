@@ -27,6 +27,8 @@ MAX_HEADERS = 16 * 1024
 MAX_BODY = 1024 * 1024  # Pulsar's admin bodies are small JSON documents
 READ_CHUNK = 64 * 1024
 IDLE_TIMEOUT_S = 60.0
+LINGER_S = 1.0  # after refusing a request: how long to drain what the client still sends
+LINGER_BYTES = 8 * 1024 * 1024
 
 
 class WebServer:
@@ -126,7 +128,7 @@ class WebServer:
                 event = conn.next_event()
             except h11.RemoteProtocolError as e:
                 status = e.error_status_hint if e.error_status_hint >= 400 else 400
-                await self._refuse(conn, writer, status, f"malformed HTTP request: {e}")
+                await self._refuse(conn, reader, writer, status, f"malformed HTTP request: {e}")
                 return None
             if event is h11.NEED_DATA:
                 data = await asyncio.wait_for(reader.read(READ_CHUNK), IDLE_TIMEOUT_S)
@@ -138,12 +140,14 @@ class WebServer:
                 head = event
                 length = _content_length(event)
                 if length is not None and length > self.max_body:
-                    await self._refuse(conn, writer, 413, f"the body ({length} bytes) is over {self.max_body} bytes")
+                    await self._refuse(
+                        conn, reader, writer, 413, f"the body ({length} bytes) is over {self.max_body} bytes"
+                    )
                     return None
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self.max_body:
-                    await self._refuse(conn, writer, 413, f"the body is over {self.max_body} bytes")
+                    await self._refuse(conn, reader, writer, 413, f"the body is over {self.max_body} bytes")
                     return None
             elif isinstance(event, h11.EndOfMessage):
                 assert head is not None
@@ -153,11 +157,23 @@ class WebServer:
             elif isinstance(event, h11.ConnectionClosed):
                 return None
 
-    async def _refuse(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+    async def _refuse(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int, reason: str
+    ) -> None:
+        """Answer with the error, then read and drop what the client is still sending for a moment before
+        closing: closing with unread data would reset the connection, and the client could lose the answer."""
         response = Response.error(status, reason)
-        with contextlib.suppress(h11.LocalProtocolError):
+        with contextlib.suppress(h11.LocalProtocolError, ConnectionError, OSError, TimeoutError):
             writer.write(_encode(conn, response, len(response.body), close=True))
             await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+            dropped = 0
+            while dropped < LINGER_BYTES:
+                data = await asyncio.wait_for(reader.read(READ_CHUNK), LINGER_S)
+                if not data:
+                    break
+                dropped += len(data)  # a slow or endless sender is cut off by LINGER_S or LINGER_BYTES
 
 
 def _content_length(request: h11.Request) -> int | None:

@@ -39,7 +39,7 @@ def append(sequence_id: int) -> Append:
 
 def topic() -> tuple[Topic, HeldAdds]:
     ml = HeldAdds()
-    service = SimpleNamespace(config=BrokerConfig(), executor=None)
+    service = SimpleNamespace(config=BrokerConfig(), executor=None, deduplication_in=lambda _name: True)
     return Topic(TopicName.parse("t"), ml, service), ml  # type: ignore[arg-type]
 
 

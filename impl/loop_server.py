@@ -1,0 +1,71 @@
+"""A TCP server on an asyncio event loop of its own thread: what the broker's pulsar:// listener, the
+proxy's and every web service share. The socket is bound at construction (so its URL is known before
+anything serves) and listens once `start` runs; `stop` closes the server, lets the owner close its
+connections on the loop, and ends the thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class LoopServer:
+    def __init__(self, host: str, port: int, name: str, purpose: str = "clients") -> None:
+        try:
+            self.sock = socket.create_server((host, port), backlog=128)
+        except OSError as e:
+            raise OSError(f"cannot listen for {purpose} on {host}:{port}: {e}; pick a free port or use 0") from e
+        self.host, self.port = self.sock.getsockname()[:2]
+        self.name = name
+        self.loop = asyncio.new_event_loop()
+        self._server: asyncio.AbstractServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, handle: Handler, tick: tuple[float, Callable[[], None]] | None = None) -> None:
+        """Serve each connection with `handle`; call tick[1] every tick[0] seconds on the loop."""
+        started = threading.Event()
+
+        def every(interval: float, action: Callable[[], None]) -> None:
+            action()
+            self.loop.call_later(interval, every, interval, action)
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+
+            async def serve() -> None:
+                self._server = await asyncio.start_server(handle, sock=self.sock)
+                if tick is not None:
+                    self.loop.call_later(tick[0], every, *tick)
+
+            self.loop.run_until_complete(serve())
+            started.set()
+            self.loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name=f"{self.name}-{self.port}", daemon=True)
+        self._thread.start()
+        started.wait(10)
+
+    def stop(self, closing: Callable[[], None] = lambda: None) -> None:
+        """Stop accepting, run `closing` on the loop (close the connections), end the loop's thread."""
+        if self._thread is None:
+            self.sock.close()
+            return
+
+        async def shut() -> None:
+            if self._server is not None:
+                self._server.close()
+            closing()
+
+        with contextlib.suppress(Exception):  # the loop died already: nothing left to close
+            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
