@@ -179,6 +179,17 @@ class BookieRegistry:
             return BookieInfo(bookie_id, readonly, _rack_of(data), _field(data, "http_url"))
         raise BookieNotRegistered(f"bookie {bookie_id} is not registered (no node under {layout.AVAILABLE})")
 
+    def all_bookies(self) -> list[BookieInfo]:
+        """Every registered bookie, writable or read-only, by id (one that leaves meanwhile is left out)."""
+        membership = self.membership()
+        found = []
+        for bookie_id in sorted(membership.writable | membership.readonly, key=str):
+            try:
+                found.append(self.bookie_info(bookie_id))
+            except BookieNotRegistered:
+                continue
+        return found
+
     def writable_bookies(self) -> frozenset[BookieId]:
         return self._membership().writable
 

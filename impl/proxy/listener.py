@@ -13,8 +13,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import socket
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +21,7 @@ from impl.broker.naming import InvalidTopicName
 from impl.broker.protocol import frames
 from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.protocol.connection import Close, Reply
+from impl.loop_server import LoopServer
 from impl.proxy import connection as core
 from impl.proxy.directory import BrokerDirectory, NoBroker
 from impl.web.http import HttpError
@@ -37,35 +36,17 @@ CONNECT_TIMEOUT_S = 10.0
 class ProxyListener:
     def __init__(self, directory: BrokerDirectory, host: str = "127.0.0.1", port: int = 0) -> None:
         self.directory = directory
-        self._socket = socket.create_server((host, port))
-        self.host, self.port = self._socket.getsockname()[:2]
-        self.loop = asyncio.new_event_loop()
+        self.server = LoopServer(host, port, "proxy-listener", "Pulsar clients")
+        self.host, self.port, self.loop = self.server.host, self.server.port, self.server.loop
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="proxy-lookup")
         self.connections: set[_ClientConnection] = set()
-        self._server: asyncio.base_events.Server | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def service_url(self) -> str:
         return f"pulsar://{self.host}:{self.port}"
 
     def start(self) -> None:
-        started = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self.loop)
-
-            async def serve() -> None:
-                self._server = await asyncio.start_server(self._accept, sock=self._socket)
-                self.loop.call_later(TICK_S, self._tick)
-
-            self.loop.run_until_complete(serve())
-            started.set()
-            self.loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name=f"proxy-listener-{self.port}", daemon=True)
-        self._thread.start()
-        started.wait(10)
+        self.server.start(self._accept, (TICK_S, self._tick))
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = _ClientConnection(self, reader, writer)
@@ -79,23 +60,13 @@ class ProxyListener:
         now = time.monotonic()
         for connection in list(self.connections):
             connection.perform(connection.core.tick(now))
-        self.loop.call_later(TICK_S, self._tick)
 
     def stop(self) -> None:
-        if self._thread is None:
-            self._socket.close()
-            return
-
-        async def shut() -> None:
-            if self._server is not None:
-                self._server.close()
+        def close_connections() -> None:
             for connection in list(self.connections):
                 connection.close("the proxy is stopping")
 
-        with contextlib.suppress(Exception):  # the loop died already: nothing left to close
-            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
+        self.server.stop(close_connections)
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 

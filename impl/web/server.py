@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import h11
 
+from impl.loop_server import LoopServer
 from impl.web.http import Request, Response, reason_phrase
 
 log = logging.getLogger(__name__)
@@ -46,54 +45,29 @@ class WebServer:
         self.app = app
         self.max_body = max_body
         self.name = name
-        self._socket = socket.create_server((host, port), reuse_port=False)
-        self.host, self.port = self._socket.getsockname()[:2]
-        self.loop = asyncio.new_event_loop()
+        self.server = LoopServer(host, port, f"{name}-http", "HTTP")
+        self.host, self.port = self.server.host, self.server.port
+        self.loop = self.server.loop
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{name}-http")
-        self._server: asyncio.base_events.Server | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return self.server.address
 
     @property
     def url(self) -> str:
         return f"http://{self.address}"
 
     def start(self) -> None:
-        started = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self.loop)
-
-            async def serve() -> None:
-                self._server = await asyncio.start_server(self._connection, sock=self._socket)
-
-            self.loop.run_until_complete(serve())
-            started.set()
-            self.loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name=f"{self.name}-http-{self.port}", daemon=True)
-        self._thread.start()
-        started.wait(10)
+        self.server.start(self._connection)
 
     def stop(self) -> None:
-        if self._thread is None:
-            self._socket.close()
-            return
-
-        async def shut() -> None:
-            if self._server is not None:
-                self._server.close()
-            for task in asyncio.all_tasks():
+        def cancel_connections() -> None:
+            for task in asyncio.all_tasks(self.loop):
                 if task is not asyncio.current_task():
                     task.cancel()
 
-        with contextlib.suppress(Exception):  # the loop died already: nothing left to close
-            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
+        self.server.stop(cancel_connections)
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -17,7 +17,6 @@ import collections
 import contextlib
 import logging
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from impl.broker.protocol import connection as conn
 from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
 from impl.broker.subscription import Message, MessageId
+from impl.loop_server import LoopServer
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
 
 log = logging.getLogger(__name__)
@@ -94,21 +94,11 @@ class PulsarListener:
     service URL before its service exists; `start` begins serving."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, max_message_size: int = frames.DEFAULT_MAX_MESSAGE_SIZE):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self.sock.bind((host, port))
-        except OSError as e:
-            self.sock.close()
-            raise OSError(f"cannot listen for Pulsar clients on {host}:{port}: {e}; pick a free port or use 0") from e
-        self.sock.listen(128)
-        self.host, self.port = host, self.sock.getsockname()[1]
+        self.server = LoopServer(host, port, "pulsar-listener", "Pulsar clients")
+        self.host, self.port, self.loop = self.server.host, self.server.port, self.server.loop
         self.max_message_size = max_message_size
-        self.loop = asyncio.new_event_loop()
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="pulsar-conn")
         self.connections: set[_Connection] = set()
-        self._thread: threading.Thread | None = None
-        self._server: asyncio.AbstractServer | None = None
 
     @property
     def service_url(self) -> str:
@@ -116,22 +106,7 @@ class PulsarListener:
 
     def start(self, service: BrokerService, lookup: PulsarLookup) -> None:
         self.service, self.lookup = service, lookup
-        started = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self.loop)
-
-            async def serve() -> None:
-                self._server = await asyncio.start_server(self._accept, sock=self.sock)
-                self.loop.call_later(TICK_S, self._tick)
-                started.set()
-
-            self.loop.run_until_complete(serve())
-            self.loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name=f"pulsar-listener-{self.port}", daemon=True)
-        self._thread.start()
-        started.wait(10)
+        self.server.start(self._accept, (TICK_S, self._tick))
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = _Connection(self, reader, writer)
@@ -145,27 +120,14 @@ class PulsarListener:
         now = time.monotonic()
         for c in list(self.connections):
             c.perform(c.core.tick(now))
-        self.loop.call_later(TICK_S, self._tick)
 
     def stop(self) -> None:
-        if self._thread is None:
-            self.sock.close()
-            return
-
-        async def shut() -> None:
-            if self._server is not None:
-                self._server.close()
+        def close_connections() -> None:
             for c in list(self.connections):
                 c.close("the broker is stopping")
 
-        try:
-            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
-        except Exception as e:  # the loop died already: nothing left to close
-            log.debug("stopping the Pulsar listener: %s", e)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
+        self.server.stop(close_connections)
         self.pool.shutdown(wait=False, cancel_futures=True)
-        self.sock.close()
 
 
 class _Sink(ConsumerSink):

@@ -10,7 +10,7 @@ from typing import Any
 from impl.broker import namespaces
 from impl.broker.naming import NamespaceName, check_named_entity
 from impl.broker.web.context import WebContext
-from impl.metadata.registry import BookieNotRegistered, BookieRegistry
+from impl.metadata.registry import BookieRegistry
 from impl.web.http import HttpError, Request, Response, Router
 
 
@@ -199,15 +199,9 @@ class AdminRoutes:
     def bookies(self, req: Request) -> Response:
         """Pulsar's BookiesClusterInfo; each bookie also says whether it is read-only, and where its HTTP
         service is (this project's bookies register it: /metrics, info)."""
-        registry = BookieRegistry(self.ctx.store)
-        membership = registry.membership()
         bookies = []
-        for bookie_id in sorted(membership.writable | membership.readonly, key=str):
-            try:
-                info = registry.bookie_info(bookie_id)
-            except BookieNotRegistered:
-                continue  # gone since the listing
-            entry = {"bookieId": str(bookie_id), "state": "ro" if info.readonly else "rw"}
+        for info in BookieRegistry(self.ctx.store).all_bookies():
+            entry = {"bookieId": str(info.bookie_id), "state": "ro" if info.readonly else "rw"}
             if info.http_url:
                 entry["httpUrl"] = info.http_url
             bookies.append(entry)

@@ -25,7 +25,7 @@ from impl.broker.naming import NamespaceName, TopicName, check_named_entity
 from impl.broker.web.context import WebContext
 from impl.metadata.ledger import LedgerMetadata, LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
-from impl.metadata.registry import BookieNotRegistered, BookieRegistry
+from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import NoNode
 from impl.web import client
 from impl.web.http import HttpError, Request, Response, Router
@@ -112,14 +112,8 @@ class View:
         return "<h2>Brokers</h2>" + table(["broker", "Pulsar URL", "web service", "bundles", "topics"], rows, "brokers")
 
     def _bookies(self) -> str:
-        registry = BookieRegistry(self.ctx.store)
-        membership = registry.membership()
         rows = []
-        for bookie_id in sorted(membership.writable | membership.readonly, key=str):
-            try:
-                info = registry.bookie_info(bookie_id)
-            except BookieNotRegistered:
-                continue
+        for info in BookieRegistry(self.ctx.store).all_bookies():
             free = "?"
             if info.http_url:
                 try:
@@ -128,7 +122,7 @@ class View:
                 except (HttpError, KeyError, TypeError) as err:
                     free = f"unknown ({e(err)})"
             state = "<span class='ro'>read-only</span>" if info.readonly else "<span class='rw'>read-write</span>"
-            rows.append([e(bookie_id), state, free, e(info.rack or "")])
+            rows.append([e(info.bookie_id), state, free, e(info.rack or "")])
         return "<h2>Bookies</h2>" + table(["bookie", "state", "free space", "rack"], rows, "bookies")
 
     def _metadata(self) -> str:
