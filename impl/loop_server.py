@@ -9,7 +9,9 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -69,3 +71,48 @@ class LoopServer:
             asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
+
+
+class Connection(Protocol):
+    async def serve(self) -> None: ...
+
+    def tick(self, now: float) -> None: ...
+
+    def close(self, reason: str) -> None: ...
+
+
+class ConnectionListener:
+    """A LoopServer whose connections are objects (`connection` makes one per client) that serve, keep
+    time once a second and close when the listener stops."""
+
+    def __init__(self, host: str, port: int, name: str, purpose: str, tick_s: float = 1.0) -> None:
+        self.server = LoopServer(host, port, name, purpose)
+        self.host, self.port, self.loop = self.server.host, self.server.port, self.server.loop
+        self.tick_s = tick_s
+        self.connections: set[Connection] = set()
+
+    def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Connection:
+        raise NotImplementedError
+
+    def serve(self) -> None:
+        self.server.start(self._accept, (self.tick_s, self._tick))
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = self.connection(reader, writer)
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for connection in list(self.connections):
+            connection.tick(now)
+
+    def stop_serving(self, reason: str) -> None:
+        def close_connections() -> None:
+            for connection in list(self.connections):
+                connection.close(reason)
+
+        self.server.stop(close_connections)

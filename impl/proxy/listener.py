@@ -21,7 +21,7 @@ from impl.broker.naming import InvalidTopicName
 from impl.broker.protocol import frames
 from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.protocol.connection import Close, Reply
-from impl.loop_server import LoopServer
+from impl.loop_server import ConnectionListener
 from impl.proxy import connection as core
 from impl.proxy.directory import BrokerDirectory, NoBroker
 from impl.web.http import HttpError
@@ -33,40 +33,24 @@ READ_CHUNK = 256 * 1024
 CONNECT_TIMEOUT_S = 10.0
 
 
-class ProxyListener:
+class ProxyListener(ConnectionListener):
     def __init__(self, directory: BrokerDirectory, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host, port, "proxy-listener", "Pulsar clients", TICK_S)
         self.directory = directory
-        self.server = LoopServer(host, port, "proxy-listener", "Pulsar clients")
-        self.host, self.port, self.loop = self.server.host, self.server.port, self.server.loop
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="proxy-lookup")
-        self.connections: set[_ClientConnection] = set()
 
     @property
     def service_url(self) -> str:
         return f"pulsar://{self.host}:{self.port}"
 
+    def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _ClientConnection:
+        return _ClientConnection(self, reader, writer)
+
     def start(self) -> None:
-        self.server.start(self._accept, (TICK_S, self._tick))
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = _ClientConnection(self, reader, writer)
-        self.connections.add(connection)
-        try:
-            await connection.serve()
-        finally:
-            self.connections.discard(connection)
-
-    def _tick(self) -> None:
-        now = time.monotonic()
-        for connection in list(self.connections):
-            connection.perform(connection.core.tick(now))
+        self.serve()
 
     def stop(self) -> None:
-        def close_connections() -> None:
-            for connection in list(self.connections):
-                connection.close("the proxy is stopping")
-
-        self.server.stop(close_connections)
+        self.stop_serving("the proxy is stopping")
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -109,6 +93,9 @@ class _ClientConnection:
             pass
         finally:
             self.close("the client went away")
+
+    def tick(self, now: float) -> None:
+        self.perform(self.core.tick(now))
 
     def perform(self, outputs: list[core.Output]) -> None:
         for out in outputs:

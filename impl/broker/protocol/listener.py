@@ -44,7 +44,7 @@ from impl.broker.protocol import connection as conn
 from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
 from impl.broker.subscription import Message, MessageId
-from impl.loop_server import LoopServer
+from impl.loop_server import ConnectionListener
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
 
 log = logging.getLogger(__name__)
@@ -89,44 +89,28 @@ class PulsarLookup:
         return redirect, self.url_of(broker), auth
 
 
-class PulsarListener:
+class PulsarListener(ConnectionListener):
     """Pulsar clients' endpoint of one broker. Bound at construction, so the broker knows its
     service URL before its service exists; `start` begins serving."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, max_message_size: int = frames.DEFAULT_MAX_MESSAGE_SIZE):
-        self.server = LoopServer(host, port, "pulsar-listener", "Pulsar clients")
-        self.host, self.port, self.loop = self.server.host, self.server.port, self.server.loop
+        super().__init__(host, port, "pulsar-listener", "Pulsar clients", TICK_S)
         self.max_message_size = max_message_size
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="pulsar-conn")
-        self.connections: set[_Connection] = set()
 
     @property
     def service_url(self) -> str:
         return f"pulsar://{self.host}:{self.port}"
 
+    def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _Connection:
+        return _Connection(self, reader, writer)
+
     def start(self, service: BrokerService, lookup: PulsarLookup) -> None:
         self.service, self.lookup = service, lookup
-        self.server.start(self._accept, (TICK_S, self._tick))
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = _Connection(self, reader, writer)
-        self.connections.add(connection)
-        try:
-            await connection.serve()
-        finally:
-            self.connections.discard(connection)
-
-    def _tick(self) -> None:
-        now = time.monotonic()
-        for c in list(self.connections):
-            c.perform(c.core.tick(now))
+        self.serve()
 
     def stop(self) -> None:
-        def close_connections() -> None:
-            for c in list(self.connections):
-                c.close("the broker is stopping")
-
-        self.server.stop(close_connections)
+        self.stop_serving("the broker is stopping")
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -248,6 +232,9 @@ class _Connection:
         log.debug("Pulsar connection from %s closed: %s", self.peer, reason)
         self.writer.close()
         self.perform(self.core.closed())
+
+    def tick(self, now: float) -> None:
+        self.perform(self.core.tick(now))
 
     def perform(self, outputs: list[conn.Output]) -> None:
         for out in outputs:
