@@ -50,6 +50,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--cluster", action="store_true", help="multi-process cluster with real ZooKeeper")
+    parser.add_argument(
+        "--proxies",
+        type=int,
+        default=0,
+        help="with --cluster: Pulsar proxies in front of the brokers; the workload goes through them and the "
+        "nemesis also kills and pauses them (default 0)",
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="workload duration, roughly (default 60)")
     parser.add_argument("--dir", type=Path, default=Path("var/demo"), help="parent of the run directory (var/demo)")
     parser.add_argument("--rate", type=float, default=40.0, help="operations per second (default 40)")
@@ -66,10 +73,14 @@ def main(argv: list[str], prog: str) -> int:
     run_dir.mkdir(parents=True, exist_ok=False)
     history_path, json_path, html_path = run_dir / "history.jsonl", run_dir / "audit.json", run_dir / "audit.html"
     say(f"demo run directory: {run_dir}")
+    if args.proxies and not args.cluster:
+        say("error: --proxies needs --cluster (the standalone has no proxy)")
+        return 2
     if args.cluster:
-        cluster = Cluster.plan(run_dir / "cluster", 1, 3, 2, broker_options=LEDGER_QUORUMS)
-        faults = CLUSTER_FAULTS
-        say("cluster: 1 ZooKeeper, 3 bookies, 2 brokers as separate processes (ledgers E=2, Qw=2, Qa=2)")
+        cluster = Cluster.plan(run_dir / "cluster", 1, 3, 2, broker_options=LEDGER_QUORUMS, proxies=args.proxies)
+        faults = CLUSTER_FAULTS + (["kill-proxy", "pause-proxy"] if args.proxies else [])
+        proxies = f", {args.proxies} proxies in front of them" if args.proxies else ""
+        say(f"cluster: 1 ZooKeeper, 3 bookies, 2 brokers{proxies}, as separate processes (ledgers E=2, Qw=2, Qa=2)")
     else:
         cluster = Cluster.plan_standalone(run_dir / "cluster")
         faults = STANDALONE_FAULTS
