@@ -184,7 +184,7 @@ def main() -> None:
         metavar="REPEAT",
         help="instead: run the whole `pulsar-ref audit HISTORY` in a fresh process REPEAT times per history",
     )
-    p.add_argument("--inject", metavar="ANOMALY", help="with --fresh: inject this anomaly (HISTORY.md) first")
+    p.add_argument("--inject", metavar="ANOMALY", help="with --fresh: inject this anomaly (docs/history.md) first")
     p.add_argument("--no-archive", action="store_true", help="with --fresh: also run without the class archive")
     a = p.parse_args()
     if a.fresh:

@@ -1,1 +1,1 @@
-"""Reference implementation: metadata <- bookie <- broker (see ../shared/ARCHITECTURE.md)."""
+"""Reference implementation: metadata <- bookie <- broker (see docs/architecture.md)."""

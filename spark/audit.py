@@ -9,7 +9,7 @@ Definitions of every anomaly are in spark/reference.py's docstring; this job com
 witness events) so the two can be compared on every test history.
 
 Several histories are audited in one job: every key carries the history number `h`. Positions are structs
-(l, e, b), which Spark orders lexicographically like HISTORY.md. The job reads the JSON once with an explicit
+(l, e, b), which Spark orders lexicographically like docs/history.md. The job reads the JSON once with an explicit
 schema, uses no Python UDFs, and shuffles the big data four times:
 1. events by process: invokes paired with their completions (lead), cached as `ops`; read entries are parsed
    there once; nonmonotonic-append (lag over each process's acks per topic) needs no further shuffle;
@@ -137,7 +137,7 @@ def _cases(df: Any, *candidates: Any) -> Any:
 
 
 def _pairs(spark: Any, events: Any) -> Any:
-    """Operations: each invoke with its completion, the next event of its process (HISTORY.md)."""
+    """Operations: each invoke with its completion, the next event of its process (docs/history.md)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 

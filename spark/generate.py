@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--processes", type=int, default=10)
     p.add_argument("--topics", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--inject", help="one anomaly name of HISTORY.md")
+    p.add_argument("--inject", help="one anomaly name of docs/history.md")
     a = p.parse_args(argv)
     events = generate(seed=a.seed, ops=a.ops, processes=a.processes, topics=a.topics)
     if a.inject:

@@ -1,4 +1,4 @@
-"""Reading and validating run logs (histories) in the format of ../shared/HISTORY.md.
+"""Reading and validating run logs (histories) in the format of docs/history.md.
 
 A history is JSON Lines (or Parquet with the same columns; there, a read's `value` is JSON text). The reader
 checks the format in one streaming pass and rejects a broken history with the 1-based line number and the
@@ -32,7 +32,7 @@ COMPLETIONS = ("ok", "fail", "info")
 
 
 class HistoryError(Exception):
-    """The history breaks the format of HISTORY.md: nothing is audited (exit status 2)."""
+    """The history breaks the format of docs/history.md: nothing is audited (exit status 2)."""
 
     def __init__(self, path: str, line: int, reason: str) -> None:
         super().__init__(f"{path}:{line}: {reason}")

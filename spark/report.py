@@ -1,4 +1,4 @@
-"""The audit report of HISTORY.md: anomaly names, witnesses (cases) and the JSON form."""
+"""The audit report of docs/history.md: anomaly names, witnesses (cases) and the JSON form."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The audit's screen: cheap fixed-width aggregates over the whole history that find the topics that may be wrong.
 
-Every anomaly of HISTORY.md belongs to one topic, so the exact job (spark/audit.py `run_checks`, which computes
+Every anomaly of docs/history.md belongs to one topic, so the exact job (spark/audit.py `run_checks`, which computes
 the minimal witnesses) only needs the topics the screen flags; for a valid history it does not run at all. The
 screen decides "may this topic hold an anomaly?" with long integers only, so that Spark aggregates in hash
 tables and shuffles narrow rows:

@@ -2,7 +2,7 @@
 (***************************************************************************)
 (* One BookKeeper ledger: a writer adding entries to bookies, recovery    *)
 (* clients fencing and closing it, and faults (lost messages, bookie      *)
-(* crashes, a permanently failed bookie). Facts from shared/PROTOCOL.md.  *)
+(* crashes, a permanently failed bookie); docs/protocol-rules.md          *)
 (*                                                                         *)
 (* Entry ids start at 0; -1 means "no entry" (an empty ledger's end, an   *)
 (* initial LAC). Metadata is updated only by conditional write (CW): each *)

@@ -1,4 +1,4 @@
-"""The entry wire format and digests (../shared/PROTOCOL.md, "Add path").
+"""The entry wire format and digests (docs/protocol-rules.md, "Adding entries").
 
     header  : ledger id, entry id, LAC, total length; four big-endian int64 (32 bytes)
     digest  : over header + payload; CRC32C 4 bytes, CRC32 8 bytes, HMAC-SHA1 20 bytes, none 0

@@ -1,4 +1,4 @@
-"""Every metadata path in the project, in one place (../shared/PROTOCOL.md).
+"""Every metadata path in the project, in one place (docs/protocol-rules.md).
 
 BookKeeper (HierarchicalLedgerManager):
   - a ledger id below 2^31-1 is printed as 10 digits and split 2-4-4, the last part

@@ -1,4 +1,4 @@
-"""The ledger metadata model (../shared/PROTOCOL.md, "Ledger metadata").
+"""The ledger metadata model (docs/protocol-rules.md, "Ledger metadata").
 
 Immutable values: every change is a new `LedgerMetadata` produced by a pure
 transition (`impl.metadata.transitions`) and stored with a conditional write.

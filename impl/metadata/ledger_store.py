@@ -1,6 +1,6 @@
 """Ledger metadata in the metadata store: create, read, the conditional-write loop, delete, list.
 
-Every mutation is read-modify-conditional-write (../shared/PROTOCOL.md): read the
+Every mutation is read-modify-conditional-write (docs/protocol-rules.md): read the
 metadata and its version, apply a pure transition (impl.metadata.transitions), write
 the result with the version read. On BadVersion someone else wrote in between:
 re-read and apply the transition again, so its precondition is re-checked on what

@@ -1,4 +1,4 @@
-"""The ledger metadata state transitions, as pure functions (../shared/PROTOCOL.md).
+"""The ledger metadata state transitions, as pure functions (docs/protocol-rules.md).
 
 Each function takes the metadata just read and returns what to do about it:
   - `Write(metadata)`: conditionally write this new metadata with the version read;

@@ -1,5 +1,5 @@
 """The Jepsen-style workload: logical processes append and read through the Pulsar client while a
-nemesis injects faults, and every step goes to a history (../shared/HISTORY.md).
+nemesis injects faults, and every step goes to a history (docs/history.md).
 
 - `history`: the history writer (one monotonic clock, one index sequence, JSON Lines).
 - `operations`: one append or read through the client, and how its outcome is classified.

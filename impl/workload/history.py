@@ -1,4 +1,4 @@
-"""Writing a history in the format of ../shared/HISTORY.md.
+"""Writing a history in the format of docs/history.md.
 
 Index and time are assigned under one lock, at the moment the event is written: an invoke is
 written before the operation starts and a completion after it ended, so the order of lines is a

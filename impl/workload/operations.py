@@ -1,6 +1,6 @@
 """One workload operation through the Pulsar client, and the rule that classifies its outcome.
 
-The rule (HISTORY.md: never guess):
+The rule (docs/history.md: never guess):
 - append `ok`: the client returned a message id, the entry is durable on Qa bookies.
 - append `fail`: the broker said it certainly did not write it (`SendRejected`).
 - append `info`: anything else -- a timeout, a dropped connection, an unexpected error: the

@@ -1,7 +1,7 @@
 """A workload run: P logical processes append and read on several topics while the nemesis acts,
 then every fault is healed and one final read per topic reads everything.
 
-Processes are threads. Each runs one operation at a time (HISTORY.md); when one of its operations
+Processes are threads. Each runs one operation at a time (docs/history.md); when one of its operations
 ends `info` the thread continues as a fresh process id with a fresh client, because the old
 process's operation may still take effect at any later time. Appended values are "<process>-<n>",
 unique in the run. Topics get a per-run prefix, so a run against a long-lived cluster never reads

@@ -1,6 +1,6 @@
 """`pulsar-ref audit`: decide whether each topic of a run log behaved as a linearizable append-only log.
 
-Exit status: 0 valid, 1 anomalies found, 2 unusable input (the history breaks HISTORY.md's format).
+Exit status: 0 valid, 1 anomalies found, 2 unusable input (the history breaks docs/history.md's format).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _out_path(base: str, path: str, many: bool) -> Path:
 
 
 def _unusable(prog: str, error: object) -> None:
-    print(f"{prog}: unusable history: {error}. Fix the line (see HISTORY.md) and rerun.", file=sys.stderr)
+    print(f"{prog}: unusable history: {error}. Fix the line (see docs/history.md) and rerun.", file=sys.stderr)
 
 
 def _validate_while_auditing(paths: list[str], master: str | None, reports: dict[str, Report]) -> str | None:
@@ -96,7 +96,7 @@ def _validate_while_auditing(paths: list[str], master: str | None, reports: dict
 def main(argv: list[str], prog: str) -> int:
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Audit run logs (HISTORY.md: JSON Lines or Parquet) for the anomalies of a linearizable "
+        description="Audit run logs (docs/history.md: JSON Lines or Parquet) for the anomalies of a linearizable "
         "append-only log. Exit status: 0 valid, 1 anomalies found, 2 unusable input.",
         epilog="A local Spark starts ~2 s faster with the class archive that `make setup` records once per JDK "
         "and Spark install (`python -m spark.classes`; `--where` prints where it is).",

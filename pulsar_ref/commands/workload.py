@@ -26,7 +26,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             'Run P logical processes that append unique values ("<process>-<n>") and read (full scans and '
             "tail reads, some with a limit) on N topics plus the partitions of one partitioned topic, while "
             "an optional nemesis injects faults into a `pulsar-ref cluster`. Every invoke and completion is "
-            "written to the history (../shared/HISTORY.md). At the end all faults are healed and one final "
+            "written to the history (docs/history.md). At the end all faults are healed and one final "
             "read per topic reads everything. Audit the result with: pulsar-ref audit HISTORY"
         ),
         epilog=(

@@ -1,7 +1,7 @@
 """A deterministic simulated cluster for driving the client cores in-process.
 
 Until H7's pure bookie core (impl/bookie/core.py) lands, `SimBookie` stands in for it:
-a few lines following ../shared/PROTOCOL.md's "Bookie" section (key check, fence flag,
+a few lines following docs/protocol-rules.md's "The bookie" section (key check, fence flag,
 recovery adds, read of -1). Metadata is real: `SimLedgerStore` runs the cores' named
 changes through impl.metadata.ledger_store and impl.metadata.transitions over the
 in-memory metadata store.

@@ -155,7 +155,7 @@ def test_racing_closes_one_wins_the_other_sees_a_version_conflict(connect: Conne
 
 def test_writer_close_after_recovery_started_still_closes_and_recovery_adopts_it(connect: Connect) -> None:
     """The recoverer's start_recovery wins the race: the writer's close re-applies on IN_RECOVERY and still
-    closes (PROTOCOL.md: writer close also from IN_RECOVERY), and the recoverer's close then adopts it."""
+    closes (docs/protocol-rules.md: writer close also from IN_RECOVERY), and the recoverer's close then adopts it."""
     ledger_id = LedgerMetadataStore(connect()).create(new_ledger())
     writer, recoverer = LedgerMetadataStore(connect()), LedgerMetadataStore(connect())
     assert recoverer.update(ledger_id, t.start_recovery).written

@@ -1,4 +1,4 @@
-"""Properties of the pure metadata transitions (PROTOCOL.md's preconditions)."""
+"""Properties of the pure metadata transitions (docs/protocol-rules.md's preconditions)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The workload's history against ../shared/HISTORY.md: the writer alone, and whole runs on a real standalone.
+"""The workload's history against docs/history.md: the writer alone, and whole runs on a real standalone.
 
 The format is checked with the audit's own validator (spark/history.py) and the plain-Python reference
 checker (spark/reference.py): using them in a *test* is fine; the workload itself never imports spark/.
@@ -80,7 +80,7 @@ def run_workload(*args: str, timeout: float = 150) -> subprocess.CompletedProces
 
 
 def assert_well_formed(history: Path, expected_topics: int) -> None:
-    """Every rule of HISTORY.md the workload is responsible for."""
+    """Every rule of docs/history.md the workload is responsible for."""
     ops = read_history(str(history))  # index, time, process discipline, unique values, positions on ok appends
     evs = events(history)
     assert [e["index"] for e in evs] == list(range(len(evs)))

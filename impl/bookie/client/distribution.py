@@ -1,7 +1,7 @@
 """The distribution schedule: which bookies store an entry, and when a quorum has spoken.
 
 Pure functions over bookie *indices* in a fragment's ensemble (0..E-1), following
-BookKeeper's round-robin schedule (../shared/PROTOCOL.md, "Add path" and "Recovery"):
+BookKeeper's round-robin schedule (docs/protocol-rules.md, "Adding entries" and "Recovery"):
 
 - write set of entry e: indices (e + i) mod E for i in 0..Qw-1 (absolute entry id);
 - an add completes once Qa bookies of its write set acknowledged it;

@@ -1,4 +1,4 @@
-"""The read-LAC op (../shared/PROTOCOL.md, "Recovery" step 3).
+"""The read-LAC op (docs/protocol-rules.md, "Recovery" step 3).
 
 Read entry -1 ("the last entry you store") from every bookie of the last fragment;
 in the recovery variant with the fence flag, so that each answering bookie refuses the

@@ -1,4 +1,4 @@
-"""The recovery op: opening a ledger for recovery (../shared/PROTOCOL.md, "Recovery", steps 1-6).
+"""The recovery op: opening a ledger for recovery (docs/protocol-rules.md, "Recovery", steps 1-6).
 
 1. CLOSED: nothing to do.                2. StartRecovery: OPEN -> IN_RECOVERY.
 3. Fencing read-LAC over the last fragment (coverage rule): the max LAC, and the ledger

@@ -1,4 +1,4 @@
-"""The ledger writer core (../shared/PROTOCOL.md, "Add path").
+"""The ledger writer core (docs/protocol-rules.md, "Adding entries").
 
 `entry_id = ++last_add_pushed`; each entry goes to its write set with the writer's
 current LAC piggybacked; it completes once Qa bookies of its write set acknowledged
