@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, UpdateMetadata, apply_change
+from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, UpdateMetadata
+from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.recovery import RecoveryFailed, RecoveryOp, RecoveryPhase
 from impl.bookie.client.writer import ChooseReplacement, LedgerWriter, Send, WriterState
 from impl.bookie.core import AppendJournal, BookieCore, JournalRecord, ReadEntry, RecordKind, Reply, StoreEntry

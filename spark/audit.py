@@ -720,6 +720,6 @@ def audit(paths: Sequence[str], master: str | None = None, exact: bool = False) 
 
 
 if __name__ == "__main__":
-    from pulsar_ref.commands.audit import main
+    from spark.cli import main
 
     sys.exit(main(sys.argv[1:], prog="spark-submit spark/audit.py"))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import crc32c
 from google.protobuf.message import DecodeError
 
-from impl.broker.managed_ledger import Position
+from impl.broker.ledger_list import Position
 from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.subscription import Message, MessageId
 

@@ -26,7 +26,7 @@ import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from impl.broker.managed_ledger import Position
+from impl.broker.ledger_list import Position
 
 READ_BATCH = 100  # entries read per ReadEntries at most
 

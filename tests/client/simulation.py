@@ -16,7 +16,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from impl.bookie.client.ledger_update import LedgerChange, MetadataResult, UpdateMetadata, apply_change
+from impl.bookie.client.ledger_update import LedgerChange, MetadataResult, UpdateMetadata
+from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.writer import ChooseReplacement, Send
 from impl.bookie.entry_format import read_header
 from impl.bookie.protocol import (

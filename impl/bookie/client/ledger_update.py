@@ -3,17 +3,20 @@
 A core never checks a transition's precondition itself: it names the transition
 (impl.metadata.transitions: start recovery, ensemble change, writer close, recovery
 close) in an `UpdateMetadata` output; the shell runs it through the conditional-write
-loop of impl.metadata.ledger_store and returns a `MetadataResult` (`apply_change` does
-exactly that; it is the one function here that touches a store, for the shells).
+loop of impl.metadata.ledger_store and returns a `MetadataResult` (`apply_change`, in the
+shell module impl/bookie/client/metadata_writes.py, does exactly that).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from impl.metadata import transitions
 from impl.metadata.ledger import BookieId, Fragment, LedgerMetadata
-from impl.metadata.ledger_store import LedgerMetadataStore, UpdateOutcome
+
+if TYPE_CHECKING:
+    from impl.metadata.ledger_store import UpdateOutcome
 
 
 @dataclass(frozen=True)
@@ -103,15 +106,3 @@ def result_of(change: LedgerChange, outcome: UpdateOutcome | transitions.Transit
         version = -1 if outcome.version is None else outcome.version
         return MetadataResult(change, False, outcome.metadata, f"{outcome.code}: {outcome}", version)
     return MetadataResult(change, not outcome.adopted, outcome.metadata, "", outcome.version, outcome.written)
-
-
-def apply_change(store: LedgerMetadataStore, change: LedgerChange) -> MetadataResult:
-    """Shell side: run `change` through the conditional-write loop and return the cores' input.
-
-    Store failures (connection loss, a deleted ledger) propagate: the shell decides to retry.
-    """
-    try:
-        outcome = store.update(change.ledger_id, transition_for(change))
-    except transitions.TransitionError as e:
-        return result_of(change, e)
-    return result_of(change, outcome)

@@ -1,0 +1,132 @@
+"""The import rules of docs/architecture.md, read from the source with `ast`: who may import whom, and
+that the pure cores (and the pure modules they are made of) do no I/O and import no shell. A broken
+rule fails with the importing file, its line, what it imports and the rule."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (package, what it must not import): metadata <- bookie <- broker <- proxy; impl/ never imports the
+# checkers or the CLI; the audit imports nothing of what it audits.
+PACKAGE_RULES: list[tuple[str, tuple[str, ...]]] = [
+    ("impl", ("conformance", "spark", "pulsar_ref", "tests", "bench")),
+    ("spark", ("impl", "conformance", "pulsar_ref", "tests")),
+    ("impl.metadata", ("impl.bookie", "impl.broker", "impl.proxy", "impl.cluster", "impl.workload", "impl.web")),
+    ("impl.bookie", ("impl.broker", "impl.proxy", "impl.cluster", "impl.workload")),
+    ("impl.broker", ("impl.proxy", "impl.cluster", "impl.workload")),
+    ("impl.proxy", ("impl.cluster", "impl.workload")),
+]
+
+# The pure modules: the protocol cores and the message types, codecs and errors they are made of.
+PURE = frozenset(
+    """
+    impl.metadata.store impl.metadata.ledger impl.metadata.transitions impl.metadata.layout
+    impl.bookie.core impl.bookie.protocol impl.bookie.entry_format
+    impl.bookie.client.writer impl.bookie.client.recovery impl.bookie.client.read_lac
+    impl.bookie.client.distribution impl.bookie.client.failures impl.bookie.client.ledger_update
+    impl.broker.managed_ledger_core impl.broker.managed_ledger_errors impl.broker.ledger_list
+    impl.broker.subscription impl.broker.entry_codec impl.broker.naming
+    impl.broker.protocol.frames impl.broker.protocol.connection impl.broker.protocol.bitset
+    impl.broker.protocol.pulsar_api_pb2 impl.broker.client.connection
+    impl.proxy.connection impl.web.http
+    """.split()
+)
+# What a pure module may not import: threads, clocks, randomness, sockets, processes, files, RPC, stores.
+IO_MODULES = frozenset(
+    "threading time random socket selectors asyncio subprocess concurrent os shutil tempfile sqlite3 grpc kazoo "
+    "psutil h11 prometheus_client pyspark".split()
+)
+# The one shell a core may call today: the global tracing hook (impl/trace.py). A tracer per core
+# instance, handed in by the shell, is to replace it (issue 25, item 3).
+TRACING_HOOK = "impl.trace"
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def is_module(name: str) -> bool:
+    base = ROOT / name.replace(".", "/")
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def imports(source: str) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import that runs (those under `if TYPE_CHECKING:` do not); `from p import m`
+    names the module p.m when m is one."""
+    tree = ast.parse(source)
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(n) for child in node.body for n in ast.walk(child)}
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                yield node.lineno, full if is_module(full) else node.module
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def violations(module: str, source: str) -> list[str]:
+    found = []
+    for line, imported in imports(source):
+        where = f"{module.replace('.', '/')}.py:{line} imports {imported}"
+        for package, banned in PACKAGE_RULES:
+            if within(module, package):
+                found += [f"{where}: {package} must not import {b}" for b in banned if within(imported, b)]
+        if module in PURE:
+            if imported.split(".")[0] in IO_MODULES:
+                found.append(f"{where}: {module} is a pure module and does no I/O")
+            elif within(imported, "impl") and imported not in PURE and imported not in ("impl", TRACING_HOOK):
+                found.append(f"{where}: {module} is a pure module and imports only pure modules")
+    return found
+
+
+def sources() -> Iterator[tuple[str, str]]:
+    for top in ("impl", "spark"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            yield module_name(path), path.read_text()
+
+
+def test_every_module_keeps_the_import_rules() -> None:
+    broken = [v for module, source in sources() for v in violations(module, source)]
+    assert not broken, "\n".join(broken)
+
+
+def test_every_pure_module_exists() -> None:
+    assert not [m for m in PURE if not is_module(m)]
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "rule"),
+    [
+        ("impl.broker.subscription", "from impl.broker.managed_ledger import Position", "imports only pure modules"),
+        ("impl.bookie.core", "import threading", "does no I/O"),
+        ("impl.proxy.connection", "from time import monotonic", "does no I/O"),
+        ("impl.metadata.layout", "from impl.bookie import protocol", "must not import impl.bookie"),
+        ("impl.broker.service", "import spark.reference", "must not import spark"),
+        ("spark.audit", "from pulsar_ref.commands import audit", "must not import pulsar_ref"),
+        ("spark.history", "from impl.workload.history import HistoryWriter", "must not import impl"),
+    ],
+)
+def test_each_kind_of_violation_is_caught(module: str, source: str, rule: str) -> None:
+    found = violations(module, source)
+    assert any(rule in v for v in found), found
+
+
+def test_type_checking_imports_do_not_count() -> None:
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from impl.metadata.ledger_store import X\n"
+    assert violations("impl.bookie.client.ledger_update", source) == []
