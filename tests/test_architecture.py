@@ -25,22 +25,57 @@ PACKAGE_RULES: list[tuple[str, tuple[str, ...]]] = [
 
 # The pure modules: the protocol cores and the message types, codecs and errors they are made of.
 PURE = frozenset(
-    """
-    impl.metadata.store impl.metadata.ledger impl.metadata.transitions impl.metadata.layout
-    impl.bookie.core impl.bookie.protocol impl.bookie.entry_format
-    impl.bookie.client.writer impl.bookie.client.recovery impl.bookie.client.read_lac
-    impl.bookie.client.distribution impl.bookie.client.failures impl.bookie.client.ledger_update
-    impl.broker.managed_ledger_core impl.broker.managed_ledger_errors impl.broker.ledger_list
-    impl.broker.subscription impl.broker.entry_codec impl.broker.naming
-    impl.broker.protocol.frames impl.broker.protocol.connection impl.broker.protocol.bitset
-    impl.broker.protocol.pulsar_api_pb2 impl.broker.client.connection
-    impl.proxy.connection impl.web.http
-    """.split()
+    [
+        "impl.metadata.store",
+        "impl.metadata.ledger",
+        "impl.metadata.transitions",
+        "impl.metadata.layout",
+        "impl.bookie.core",
+        "impl.bookie.protocol",
+        "impl.bookie.entry_format",
+        "impl.bookie.client.writer",
+        "impl.bookie.client.recovery",
+        "impl.bookie.client.read_lac",
+        "impl.bookie.client.distribution",
+        "impl.bookie.client.failures",
+        "impl.bookie.client.ledger_update",
+        "impl.broker.managed_ledger_core",
+        "impl.broker.managed_ledger_errors",
+        "impl.broker.ledger_list",
+        "impl.broker.subscription",
+        "impl.broker.entry_codec",
+        "impl.broker.naming",
+        "impl.broker.protocol.frames",
+        "impl.broker.protocol.connection",
+        "impl.broker.protocol.bitset",
+        "impl.broker.protocol.pulsar_api_pb2",
+        "impl.broker.client.connection",
+        "impl.proxy.connection",
+        "impl.web.http",
+    ]
 )
 # What a pure module may not import: threads, clocks, randomness, sockets, processes, files, RPC, stores.
 IO_MODULES = frozenset(
-    "threading time random socket selectors asyncio subprocess concurrent os shutil tempfile sqlite3 grpc kazoo "
-    "psutil h11 prometheus_client pyspark".split()
+    [
+        "threading",
+        "time",
+        "random",
+        "socket",
+        "selectors",
+        "asyncio",
+        "subprocess",
+        "concurrent",
+        "os",
+        "shutil",
+        "tempfile",
+        "sqlite3",
+        "grpc",
+        "kazoo",
+        "psutil",
+        "h11",
+        "prometheus_client",
+        "pyspark",
+    ]
 )
 # The one shell a core may call today: the global tracing hook (impl/trace.py). A tracer per core
 # instance, handed in by the shell, is to replace it (issue 25, item 3).

@@ -13,7 +13,9 @@ so a completion thread never waits for a subscription lock.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -654,6 +656,25 @@ class BrokerService:
                 except Exception as e:  # a fenced or closing topic: its owner handles it
                     log.debug("tick of %s: %s", topic.name, e)
 
+    def managed_ledger_config(self, name: TopicName) -> ManagedLedgerConfig:
+        """The broker's managed-ledger settings, with the namespace's retention policy when it sets one
+        (-1 = unlimited). Read when the topic loads, as the deduplication policy is."""
+        try:
+            retention = namespaces.get_policies(self.store, name.namespace_name).retention
+        except (namespaces.AdminError, MetadataError):
+            return self.config.managed_ledger
+        if retention.time_minutes == 0 and retention.size_mb == 0:
+            return self.config.managed_ledger
+
+        def limit(value: int) -> float:
+            return math.inf if value == -1 else float(value)
+
+        return dataclasses.replace(
+            self.config.managed_ledger,
+            retention_minutes=limit(retention.time_minutes),
+            retention_size_mb=limit(retention.size_mb),
+        )
+
     def deduplication_in(self, name: TopicName) -> bool:
         """Whether the topic's producers are de-duplicated: its namespace's policy, else the broker's
         setting. Read when the topic loads: a changed policy applies from the topic's next load."""
@@ -698,7 +719,7 @@ class BrokerService:
             self.ownership.check_namespace(name)
             try:
                 ml = ManagedLedger.open(
-                    name.managed_ledger_name, self.store, self.bookkeeper, self.config.managed_ledger
+                    name.managed_ledger_name, self.store, self.bookkeeper, self.managed_ledger_config(name)
                 )
             except ManagedLedgerFencedError as e:
                 raise ServiceNotReady(f"{name} is being taken over: {e}; retry") from e

@@ -349,3 +349,39 @@ def raw_url(url: str) -> tuple[int, dict[str, str], str]:
     data = response.read().decode()
     connection.close()
     return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+
+def test_a_namespace_retention_policy_keeps_consumed_ledgers_that_are_otherwise_trimmed(standalone: Standalone) -> None:
+    admin = standalone.admin
+    admin.call("PUT", "/admin/v2/namespaces/public/kept")
+    admin.call(
+        "POST", "/admin/v2/namespaces/public/kept/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
+    )
+    topics = {"kept": "persistent://public/kept/t", "trimmed": "persistent://public/default/retention-none"}
+    client = pulsar.Client(standalone.url, operation_timeout_seconds=20)
+    try:
+        for topic in topics.values():
+            consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+            for round_ in range(3):  # three ledgers: each unload closes one, the next load opens another
+                producer = client.create_producer(topic, batching_enabled=False)
+                for i in range(3):
+                    producer.send(b"%d-%d" % (round_, i))
+                producer.close()
+                admin.call("PUT", topic_path(topic) + "/unload")
+            seen, last = set(), None
+            while len(seen) < 9:  # an unload closes the consumer: what it had not acknowledged comes again
+                last = consumer.receive(10_000)
+                seen.add(last.data())
+            consumer.acknowledge_cumulative(last)  # the newest message: everything is consumed
+            consumer.close()
+    finally:
+        client.close()
+
+    def ledgers(topic: str) -> int:
+        return len(admin.call("GET", topic_path(topic) + "/internalStats")["ledgers"])
+
+    deadline = time.monotonic() + 40  # trimming runs after acknowledgements and on the broker's 10 s tick
+    while ledgers(topics["trimmed"]) > 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ledgers(topics["trimmed"]) == 1  # every consumed ledger went; the open one stays
+    assert ledgers(topics["kept"]) >= 4  # unlimited retention: all three consumed ledgers are still there
