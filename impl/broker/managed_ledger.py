@@ -20,6 +20,7 @@ entries from the entry cache of recent adds, else from the bookies (no lock held
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -274,6 +275,12 @@ class ManagedLedger:
                 yield self._core
         finally:
             self._drain()
+
+    def set_retention(self, minutes: float, size_mb: float) -> None:
+        """Keep this much of what every cursor consumed from the next trim on (a changed policy)."""
+        with self._state() as core:
+            core.config = dataclasses.replace(core.config, retention_minutes=minutes, retention_size_mb=size_mb)
+            self.config = core.config
 
     def _wait(self, future: Future[Any], what: str) -> Any:
         deadline = time.monotonic() + self.timeout_s

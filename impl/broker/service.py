@@ -48,7 +48,7 @@ from impl.broker.managed_ledger import (
     NonDurableCursor,
     Position,
 )
-from impl.broker.naming import InvalidTopicName, TopicName
+from impl.broker.naming import InvalidTopicName, NamespaceName, TopicName
 from impl.broker.subscription import (
     AckEntries,
     ActiveChanged,
@@ -273,6 +273,16 @@ class Topic:
         ml.add_listener(self._on_new_entry)
 
     # ---- producers ---------------------------------------------------------------------------
+
+    def set_deduplication(self, enabled: bool) -> None:
+        """Turn de-duplication on or off for the producers to come (turning it on reads the topic)."""
+        with self.lock:
+            if enabled == self.deduplication:
+                return
+            if enabled:
+                self._rebuild_dedup()
+            self.deduplication = enabled
+        log.info("de-duplication %s on %s", "enabled" if enabled else "disabled", self.name)
 
     def _rebuild_dedup(self) -> None:
         """Highest sequence id per producer, from the entries on the ledgers (O(topic size))."""
@@ -639,6 +649,7 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._policy_watches: set[tuple[int, NamespaceName]] = set()  # (store, namespace) being watched
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dispatch")
         self._consumer_ids = 0
         self._stopping = threading.Event()
@@ -657,23 +668,61 @@ class BrokerService:
                     log.debug("tick of %s: %s", topic.name, e)
 
     def managed_ledger_config(self, name: TopicName) -> ManagedLedgerConfig:
-        """The broker's managed-ledger settings, with the namespace's retention policy when it sets one
-        (-1 = unlimited). Read when the topic loads, as the deduplication policy is."""
+        """The broker's managed-ledger settings, with the namespace's retention policy when it sets one."""
         try:
             retention = namespaces.get_policies(self.store, name.namespace_name).retention
         except (namespaces.AdminError, MetadataError):
             return self.config.managed_ledger
+        minutes, size_mb = self._retention(retention)
+        return dataclasses.replace(self.config.managed_ledger, retention_minutes=minutes, retention_size_mb=size_mb)
+
+    def _retention(self, retention: namespaces.RetentionPolicy) -> tuple[float, float]:
+        """(minutes, MB) to keep: the policy's (-1 = unlimited), or the broker's when it sets none."""
         if retention.time_minutes == 0 and retention.size_mb == 0:
-            return self.config.managed_ledger
+            return self.config.managed_ledger.retention_minutes, self.config.managed_ledger.retention_size_mb
 
         def limit(value: int) -> float:
             return math.inf if value == -1 else float(value)
 
-        return dataclasses.replace(
-            self.config.managed_ledger,
-            retention_minutes=limit(retention.time_minutes),
-            retention_size_mb=limit(retention.size_mb),
-        )
+        return limit(retention.time_minutes), limit(retention.size_mb)
+
+    def _watch_policies(self, namespace: NamespaceName) -> None:
+        """Follow the namespace's policies while topics of it are loaded here: a change of retention or
+        deduplication applies to them at once, as in Pulsar (a watch fires once: it is set again)."""
+        key = (id(self.store), namespace)
+        with self._lock:
+            if key in self._policy_watches:
+                return
+            self._policy_watches.add(key)
+
+        def changed(_event: object) -> None:
+            with self._lock:
+                self._policy_watches.discard(key)
+            if not self._stopping.is_set():
+                self.executor.submit(self._apply_policies, namespace)
+
+        try:
+            namespaces.get_policies(self.store, namespace, watch=changed)
+        except (namespaces.AdminError, MetadataError):
+            with self._lock:
+                self._policy_watches.discard(key)
+
+    def _apply_policies(self, namespace: NamespaceName) -> None:
+        loaded = [t for t in list(self.topics.values()) if t.name.namespace_name == namespace and not t.closed]
+        if not loaded:
+            return  # nothing to follow any more; the next load watches again
+        try:
+            policies = namespaces.get_policies(self.store, namespace)
+        except (namespaces.AdminError, MetadataError) as e:
+            log.debug("policies of %s: %s", namespace, e)
+            return
+        finally:
+            self._watch_policies(namespace)
+        minutes, size_mb = self._retention(policies.retention)
+        dedup = self.config.deduplication if policies.deduplication is None else policies.deduplication
+        for topic in loaded:
+            topic.ml.set_retention(minutes, size_mb)
+            topic.set_deduplication(dedup)
 
     def deduplication_in(self, name: TopicName) -> bool:
         """Whether the topic's producers are de-duplicated: its namespace's policy, else the broker's
@@ -727,6 +776,7 @@ class BrokerService:
                 raise ServiceNotReady(f"cannot load {name}: {e}; retry") from e
             loaded = Topic(name, ml, self)
             self.topics[key] = loaded
+            self._watch_policies(name.namespace_name)
             log.info("loaded %s", name)
             return loaded
 

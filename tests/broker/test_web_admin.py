@@ -385,3 +385,28 @@ def test_a_namespace_retention_policy_keeps_consumed_ledgers_that_are_otherwise_
         time.sleep(0.5)
     assert ledgers(topics["trimmed"]) == 1  # every consumed ledger went; the open one stays
     assert ledgers(topics["kept"]) >= 4  # unlimited retention: all three consumed ledgers are still there
+
+
+def test_a_changed_deduplication_policy_applies_to_a_loaded_topic_at_once(standalone: Standalone) -> None:
+    admin = standalone.admin
+    admin.call("PUT", "/admin/v2/namespaces/public/live-policies")
+    topic = "persistent://public/live-policies/t"
+    client = pulsar.Client(standalone.url, operation_timeout_seconds=20)
+
+    def entries() -> int:
+        return int(admin.call("GET", topic_path(topic) + "/internalStats")["numberOfEntries"])
+
+    try:
+        producer = client.create_producer(topic, producer_name="p", batching_enabled=False)
+        for sequence in (0, 1, 1):  # the repeated sequence id is a duplicate: dropped
+            producer.send(b"%d" % sequence, sequence_id=sequence)
+        assert entries() == 2
+        admin.call("POST", "/admin/v2/namespaces/public/live-policies/deduplication", False)
+        deadline = time.monotonic() + 20
+        while entries() < 3 and time.monotonic() < deadline:  # applied by a watch on the policies
+            producer.send(b"again", sequence_id=1)
+            time.sleep(0.2)
+        assert entries() >= 3  # a resent sequence id is written now, on the same loaded topic
+        assert admin.call("GET", topic_path(topic) + "/stats")["deduplicationStatus"] == "Disabled"
+    finally:
+        client.close()
