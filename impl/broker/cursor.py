@@ -33,7 +33,6 @@ import contextlib
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -53,7 +52,7 @@ from impl.metadata.ledger_store import NoSuchLedger
 from impl.metadata.store import BadVersion, MetadataError, NodeExists, NoNode
 
 if TYPE_CHECKING:
-    from impl.broker.managed_ledger import ManagedLedger
+    from impl.broker.managed_ledger import Cancellable, ManagedLedger
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +334,7 @@ class ManagedCursor(_CursorBase):
         # Rate-limited persistence: whether the state changed since it was last written, the pending
         # flush timer, when the last write started; one write at a time (_write_lock, taken before _lock).
         self._dirty = False
-        self._flush_timer: threading.Timer | None = None
+        self._flush_timer: Cancellable | None = None
         self._last_write = 0.0
         self._write_lock = threading.Lock()
 
@@ -486,14 +485,11 @@ class ManagedCursor(_CursorBase):
             return
         self._dirty = True
         if self._flush_timer is None:
-            self._schedule_flush(max(0.0, self._last_write + interval - time.monotonic()))
+            self._schedule_flush(max(0.0, self._last_write + interval - self.ml.clock()))
 
     def _schedule_flush(self, delay_s: float) -> None:
         """Under the cursor lock, with no flush pending: run `_flush` in `delay_s`."""
-        timer = self._flush_timer = threading.Timer(delay_s, self._flush)
-        timer.daemon = True
-        timer.name = f"cursor-flush-{self.name}"
-        timer.start()
+        self._flush_timer = self.ml.call_later(delay_s, self._flush)
 
     def _flush(self) -> None:
         """The timer: write the newest state if it changed (one cursor-ledger add for every ack since
@@ -526,7 +522,7 @@ class ManagedCursor(_CursorBase):
         handle = self.cursor_ledger
         if handle is None:
             raise ManagedLedgerError(self.ml.name, f"cursor {self.name!r} is closed")
-        self._last_write = time.monotonic()
+        self._last_write = self.ml.clock()
         try:
             handle.add(state.encode())
         except LedgerFencedError:

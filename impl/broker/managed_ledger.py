@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from impl.bookie.client.api import BookKeeperClient, ReadHandle, WriteHandle
 from impl.bookie.client.failures import LedgerClientError, LedgerFencedError, PlacementError
@@ -103,6 +103,21 @@ AddCallback = Callable[["Position | ManagedLedgerError"], None]  # where the ent
 DEFAULT_TIMEOUT_S = 60.0
 
 
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+CallLater = Callable[[float, Callable[[], None]], Cancellable]
+
+
+def thread_timer(delay_s: float, action: Callable[[], None]) -> Cancellable:
+    """Run `action` on a timer thread in `delay_s` seconds (real time)."""
+    timer = threading.Timer(delay_s, action)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 class ManagedLedger:
     def __init__(
         self,
@@ -113,6 +128,7 @@ class ManagedLedger:
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         executor: Executor | None = None,
+        call_later: CallLater | None = None,
     ) -> None:
         self.path = f"{MANAGED_LEDGERS_ROOT}/{name}"
         parse_managed_ledger_path(self.path)  # InvalidName for anything but tenant/ns/persistent/topic
@@ -122,6 +138,7 @@ class ManagedLedger:
         self.config = config
         self.clock = clock
         self.wall_clock = wall_clock
+        self.call_later = call_later or thread_timer
         self.timeout_s = DEFAULT_TIMEOUT_S
         self._core = ManagedLedgerCore(name, config)
         self._lock = threading.Lock()
@@ -171,15 +188,18 @@ class ManagedLedger:
         *,
         wall_clock: Callable[[], float] = time.time,
         executor: Executor | None = None,
+        call_later: CallLater | None = None,
     ) -> ManagedLedger:
         """Take the topic over: read the list, recover (fence) its last ledger, drop empty ledgers,
         create a new ledger, conditional-write the list, recover the durable cursors.
 
         `clock` measures ledger age (rollover); `wall_clock` stamps closed ledgers (retention);
-        `executor` runs the steps that BookKeeper completions trigger (default: a thread of its own).
+        `executor` runs the steps that BookKeeper completions trigger (default: a thread of its own);
+        `call_later(delay_s, action)` runs an action later, on `clock`'s time (cursors' rate-limited
+        flushes; default: a timer thread), so that tests can move time by hand.
         Raises ManagedLedgerFencedError if another broker changed the list meanwhile.
         """
-        ml = cls(name, store, bookkeeper, config or ManagedLedgerConfig(), clock, wall_clock, executor)
+        ml = cls(name, store, bookkeeper, config or ManagedLedgerConfig(), clock, wall_clock, executor, call_later)
         ml._run(ml._core.open)
         if ml._open_error is not None:
             ml._stop_worker()

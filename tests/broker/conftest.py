@@ -7,6 +7,7 @@ can be made silent (no answer: the writer changes its ensemble).
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -102,16 +103,41 @@ def cluster() -> Iterator[Cluster]:
 
 
 class FakeClock:
-    """An injected clock: both the monotonic clock (ledger age) and the wall clock (retention)."""
+    """An injected clock: both the monotonic clock (ledger age) and the wall clock (retention), and the
+    timers that run on it (`call_later`): `advance` runs the actions that come due, in time order, on the
+    caller's thread."""
 
     def __init__(self, now: float = 1_000_000.0) -> None:
         self.now = now
+        self._due: list[tuple[float, int, _FakeTimer]] = []
+        self._count = 0
 
     def __call__(self) -> float:
         return self.now
 
+    def call_later(self, delay_s: float, action: Callable[[], None]) -> _FakeTimer:
+        timer = _FakeTimer(action)
+        self._count += 1
+        heapq.heappush(self._due, (self.now + delay_s, self._count, timer))
+        return timer
+
     def advance(self, seconds: float) -> None:
-        self.now += seconds
+        until = self.now + seconds
+        while self._due and self._due[0][0] <= until:
+            at, _, timer = heapq.heappop(self._due)
+            self.now = max(self.now, at)
+            if not timer.cancelled:
+                timer.action()
+        self.now = until
+
+
+class _FakeTimer:
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action = action
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -50,7 +49,7 @@ def open_ml(
     config = config or ManagedLedgerConfig()
     if write_through:
         config = dataclasses.replace(config, cursor_persist_interval_s=0)
-    return ManagedLedger.open(TOPIC, store, bk, config, clock, wall_clock=clock)
+    return ManagedLedger.open(TOPIC, store, bk, config, clock, wall_clock=clock, call_later=clock.call_later)
 
 
 # ---- the pure state ------------------------------------------------------------------------------
@@ -376,30 +375,28 @@ def cursor_ledger_entries(ml: ManagedLedger, cursor_name: str) -> int:
     return ml.cursors()[cursor_name].ledger_entries
 
 
-def wait_until(condition: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
-
-
 def test_rate_limited_acks_return_at_once_and_are_persisted_together_within_the_interval(cluster: Cluster) -> None:
     config = ManagedLedgerConfig(cursor_persist_interval_s=1.0)
-    ml = open_ml(cluster, config, write_through=False)
+    clock = FakeClock()
+    ml = open_ml(cluster, config, clock, write_through=False)
     positions = [ml.add(b"%d" % i) for i in range(20)]
     cursor = ml.open_cursor("sub", "earliest")
     assert cursor_ledger_entries(ml, "sub") == 1  # the initial state
     for p in positions[:10]:
         cursor.delete([p])  # applied at once ...
     assert cursor.mark_delete_position == positions[9]
-    # ... and persisted by at most two writes for all ten: one at once, the newest state an interval later
-    time.sleep(2.2)
-    settled = cursor_ledger_entries(ml, "sub")
-    assert 2 <= settled <= 3
-    time.sleep(1.2)
-    assert cursor_ledger_entries(ml, "sub") == settled  # nothing new to write: no write
+    assert cursor_ledger_entries(ml, "sub") == 1  # ... and not written by the acknowledging thread
+    clock.advance(0)  # no write for longer than an interval: the flush is due at once, one write for all ten
+    assert cursor_ledger_entries(ml, "sub") == 2
+    cursor.delete([positions[10]])
+    clock.advance(0.99)
+    assert cursor_ledger_entries(ml, "sub") == 2  # within the interval of the last write: not yet
+    clock.advance(0.01)
+    assert cursor_ledger_entries(ml, "sub") == 3  # an interval after it
+    clock.advance(5.0)
+    assert cursor_ledger_entries(ml, "sub") == 3  # nothing new to write: no write
     new = open_ml(cluster, config, write_through=False)  # takeover after the flush: the acks survived
-    assert new.cursors()["sub"].mark_delete_position == positions[9]
+    assert new.cursors()["sub"].mark_delete_position == positions[10]
 
 
 def test_rate_limited_close_writes_the_acks_not_yet_persisted(cluster: Cluster) -> None:
@@ -418,13 +415,15 @@ def test_rate_limited_close_writes_the_acks_not_yet_persisted(cluster: Cluster) 
 
 def test_rate_limited_flush_into_a_fenced_cursor_ledger_fences_and_later_acks_are_refused(cluster: Cluster) -> None:
     config = ManagedLedgerConfig(cursor_persist_interval_s=0.05)
-    old = open_ml(cluster, config, write_through=False)
+    clock = FakeClock()
+    old = open_ml(cluster, config, clock, write_through=False)
     positions = [old.add(b"%d" % i) for i in range(3)]
     cursor = old.open_cursor("sub", "earliest")
     store, bk = cluster.broker()
     node = json.loads(store.get(cursor.path)[0])
     bk.open_ledger(node["cursor_ledger"], old.config.password, recovery=True)  # another broker recovers it
     cursor.delete([positions[0]])  # applied; its flush finds the cursor ledger fenced
-    wait_until(lambda: old.state.value == "fenced")
+    clock.advance(0.05)
+    assert old.state.value == "fenced"
     with pytest.raises(ManagedLedgerFencedError):
         cursor.delete([positions[1]])
