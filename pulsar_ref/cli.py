@@ -35,6 +35,7 @@ COMMANDS: dict[str, Command] = {
     "produce": Command("pulsar_ref.commands.produce", "publish messages to a topic", 6),
     "consume": Command("pulsar_ref.commands.consume", "consume messages from a subscription", 6),
     "admin": Command("pulsar_ref.commands.admin", "tenants, namespaces, topics and their stats (admin REST API)", 6),
+    "tokens": Command("pulsar_ref.commands.tokens", "keys and tokens for token authentication", 31),
     "proxy": Command("pulsar_ref.commands.proxy", "a Pulsar proxy: one gateway in front of a cluster's brokers", 29),
     "conform": Command("pulsar_ref.commands.conform", "replay TLC behaviours against the implementation", 7),
     "cluster": Command("pulsar_ref.commands.cluster", "deploy a multi-process reference cluster and inject faults", 8),

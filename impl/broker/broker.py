@@ -86,7 +86,7 @@ class Broker:
         self.address = self.server.address
         self.pulsar = PulsarListener(host, pulsar_port, self.config.max_message_size)
         self.cluster = cluster
-        self.web = WebServer(web.router(self), host, web_port, name="broker")
+        self.web = WebServer(web.app(self, self.config.authenticator), host, web_port, name="broker")
         self.store = connect_store()
         self.bookkeeper: BookKeeperClient = connect_bookkeeper(self.store, request_timeout_s=bookie_request_timeout_s)
         self.load_manager = LoadManager(
@@ -123,6 +123,10 @@ class Broker:
     def web_url(self) -> str:
         """The admin REST API, HTTP lookups, /metrics and the cluster view."""
         return self.web.url
+
+    def internal_headers(self) -> dict[str, str]:
+        token = self.config.authenticator.internal_token() if self.config.authenticator else None
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     def live_brokers(self) -> dict[str, BrokerLoad]:
         return self.load_manager.registry.live_brokers()

@@ -35,6 +35,7 @@ from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import MetadataError, MetadataStore, NoNode
 from impl.metadata.url import connect
 from impl.metadata.zkserver import free_port, port_is_free
+from impl.security.tokens import TokenAuthenticator
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ class Standalone:
         bookies: int = 3,
         pulsar_port: int | None = None,
         web_port: int | None = None,
+        authenticator: TokenAuthenticator | None = None,
         ensemble: int = 2,
         write_quorum: int = 2,
         ack_quorum: int = 2,
@@ -152,7 +154,7 @@ class Standalone:
             _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry) for i, p in enumerate(ports[:bookies])
         ]
         ml_config = ManagedLedgerConfig(ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum)
-        self.config = BrokerConfig(managed_ledger=ml_config)
+        self.config = BrokerConfig(managed_ledger=ml_config, authenticator=authenticator)
         self.broker_port = broker_port
         self.broker: Broker | None = None
         self._lock = threading.Lock()

@@ -20,11 +20,18 @@ class Unreachable(HttpError):
         super().__init__(0, f"cannot reach {url}: {cause}")
 
 
-def call(method: str, url: str, body: Any = None, timeout_s: float = 30.0, raw: bool = False) -> Any:
+def call(
+    method: str,
+    url: str,
+    body: Any = None,
+    timeout_s: float = 30.0,
+    raw: bool = False,
+    headers: dict[str, str] | None = None,
+) -> Any:
     """Send a request; the decoded JSON answer (None for an empty one), or the text when `raw`.
     An error status raises HttpError with the server's reason."""
     data = None if body is None else json.dumps(body).encode()
-    status, _, content = exchange(method, url, data, timeout_s)
+    status, _, content = exchange(method, url, data, timeout_s, headers)
     if status >= 400:
         raise HttpError(status, _reason(content) or f"HTTP {status} from {method} {url}")
     if raw:
@@ -32,25 +39,29 @@ def call(method: str, url: str, body: Any = None, timeout_s: float = 30.0, raw: 
     return json.loads(content) if content.strip() else None
 
 
-def exchange(method: str, url: str, data: bytes | None, timeout_s: float = 30.0) -> tuple[int, dict[str, str], bytes]:
+def exchange(
+    method: str, url: str, data: bytes | None, timeout_s: float = 30.0, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     """One request and its final answer, whatever the status: (status, headers, body), redirects followed
-    with the same method and body."""
+    with the same method, body and headers."""
     for _ in range(MAX_REDIRECTS + 1):
-        status, headers, content = _send(method, url, data, timeout_s)
-        if status in (301, 302, 307, 308) and "location" in headers:
-            url = urljoin(url, headers["location"])
+        status, answer_headers, content = _send(method, url, data, timeout_s, headers or {})
+        if status in (301, 302, 307, 308) and "location" in answer_headers:
+            url = urljoin(url, answer_headers["location"])
             continue
-        return status, headers, content
+        return status, answer_headers, content
     raise HttpError(508, f"{method} {url}: more than {MAX_REDIRECTS} redirects")
 
 
-def _send(method: str, url: str, data: bytes | None, timeout_s: float) -> tuple[int, dict[str, str], bytes]:
+def _send(
+    method: str, url: str, data: bytes | None, timeout_s: float, extra: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise HttpError(400, f"{url!r} is not an http://HOST:PORT/... URL")
     connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
-    headers = {"Accept": "application/json"}
+    headers = {"Accept": "application/json", **extra}
     if data is not None:
         headers["Content-Type"] = "application/json"
     try:

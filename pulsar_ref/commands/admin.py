@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
@@ -158,6 +159,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="a broker's web service URL, http://HOST:PORT[,HOST:PORT...] (what `standalone` prints under "
         f"'web service', or `cluster status` under web; default {DEFAULT_ADMIN_URL})",
     )
+    parser.add_argument(
+        "--token", help="a token, when the brokers require authentication (sent as Authorization: Bearer)"
+    )
+    parser.add_argument("--token-file", help="a file holding the token")
     groups = parser.add_subparsers(dest="group", required=True)
     for group, verbs in VERBS.items():
         sub = groups.add_parser(group, help=f"{group} commands").add_subparsers(dest="verb", required=True)
@@ -188,11 +193,15 @@ def main(argv: list[str], prog: str) -> int:
             path = path.replace("{topic}", topic_path(args.topic))
         values = {k: str(v) for k, v in vars(args).items() if v is not None}
         path = path.format(**{k: values.get(k, "") for k in ("tenant", "namespace", "cluster", "subscription", "time")})
-        result = AdminClient(args.admin_url).call(
+        token = args.token or (Path(args.token_file).read_text().strip() if args.token_file else None)
+        result = AdminClient(args.admin_url, token=token).call(
             verb.method, path, verb.body(args) if verb.body else None, raw=verb.raw
         )
     except (InvalidTopicName, InvalidNamespaceName) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot read the token file: {e}", file=sys.stderr)
         return 2
     except HttpError as e:
         status = f" ({e.status})" if e.status else ""

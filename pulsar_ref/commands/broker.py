@@ -7,6 +7,10 @@ import logging
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from impl.security.tokens import TokenAuthenticator
 
 
 def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quorum: int, ack_quorum: int) -> None:
@@ -19,6 +23,35 @@ def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quo
         default=50_000,
         help="roll the topic's ledger over after this many entries (default 50000)",
     )
+
+
+def add_authentication_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--authentication-enabled",
+        action="store_true",
+        help="require a token from every client (CONNECT's token, HTTP's Authorization: Bearer); needs one key",
+    )
+    parser.add_argument("--token-secret-key", metavar="FILE", help="secret key checking HS256 tokens")
+    parser.add_argument("--token-public-key", metavar="FILE", help="RSA public key (PEM) checking RS256 tokens")
+
+
+def authenticator_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> TokenAuthenticator | None:
+    """The token authenticator the options ask for (None: authentication off); a usage error otherwise."""
+    from impl.security.tokens import TokenAuthenticator, read_key
+
+    keys = [k for k in (args.token_secret_key, args.token_public_key) if k]
+    if not args.authentication_enabled:
+        if keys:
+            parser.error("--token-secret-key/--token-public-key need --authentication-enabled")
+        return None
+    if len(keys) != 1:
+        parser.error("--authentication-enabled needs exactly one of --token-secret-key or --token-public-key")
+    try:
+        if args.token_secret_key:
+            return TokenAuthenticator(secret_key=read_key(args.token_secret_key))
+        return TokenAuthenticator(public_key=read_key(args.token_public_key))
+    except OSError as e:
+        parser.error(f"cannot read the key: {e}")
 
 
 def check_quorums(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -48,6 +81,7 @@ def main(argv: list[str], prog: str) -> int:
         "(default 0 = any free port)",
     )
     add_ledger_options(parser, 3, 3, 2)
+    add_authentication_options(parser)
     parser.add_argument(
         "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
     )
@@ -61,6 +95,7 @@ def main(argv: list[str], prog: str) -> int:
     )
     args = parser.parse_args(argv)
     check_quorums(parser, args)
+    args.authenticator = authenticator_of(parser, args)
     from impl.trace import run_traced
 
     return run_traced(args.trace, "broker", lambda: _run(args))
@@ -84,7 +119,8 @@ def _run(args: argparse.Namespace) -> int:
             write_quorum=args.write_quorum,
             ack_quorum=args.ack_quorum,
             max_entries_per_ledger=args.max_entries_per_ledger,
-        )
+        ),
+        authenticator=args.authenticator,
     )
     try:
         broker = Broker(

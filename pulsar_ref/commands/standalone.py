@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from pulsar_ref.commands.broker import add_ledger_options, check_quorums
+from pulsar_ref.commands.broker import add_authentication_options, add_ledger_options, authenticator_of, check_quorums
 
 
 def main(argv: list[str], prog: str) -> int:
@@ -37,9 +37,11 @@ def main(argv: list[str], prog: str) -> int:
     )
     parser.add_argument("--bookies", type=int, default=3, help="in-process bookies (default 3)")
     add_ledger_options(parser, 2, 2, 2)
+    add_authentication_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     args = parser.parse_args(argv)
     check_quorums(parser, args)
+    authenticator = authenticator_of(parser, args)
     if args.bookies < args.ensemble:
         parser.error(f"--bookies {args.bookies} is fewer than the ensemble size {args.ensemble}")
     logging.basicConfig(
@@ -58,6 +60,7 @@ def main(argv: list[str], prog: str) -> int:
             port=args.port,
             pulsar_port=args.pulsar_port,
             web_port=args.web_port,
+            authenticator=authenticator,
             bookies=args.bookies,
             ensemble=args.ensemble,
             write_quorum=args.write_quorum,

@@ -55,6 +55,7 @@ _UNSUPPORTED_REQUESTS: dict[int, str] = {
 
 class State(enum.Enum):
     AWAITING_CONNECT = "awaiting CONNECT"
+    AUTHENTICATING = "authenticating"
     CONNECTED = "connected"
     CLOSED = "closed"
 
@@ -187,6 +188,14 @@ class DoGetTopics:
     pattern: str | None
 
 
+@dataclass(frozen=True)
+class DoAuthenticate:
+    """Check the client's credentials; answer with `authenticated` or `authentication_failed`."""
+
+    method: str
+    data: bytes
+
+
 Output = (
     Reply
     | Close
@@ -204,6 +213,7 @@ Output = (
     | DoSeek
     | DoGetLastMessageId
     | DoGetTopics
+    | DoAuthenticate
 )
 
 
@@ -263,6 +273,8 @@ class ServerConnection:
 
     max_message_size: int
     keepalive_s: float = KEEPALIVE_S
+    authentication: bool = False  # CONNECT must carry credentials the broker accepts
+    role: str = ""  # who the client is, once authenticated
     state: State = State.AWAITING_CONNECT
     protocol_version: int = 0
     client_version: str = ""
@@ -284,15 +296,35 @@ class ServerConnection:
                 self.state = State.CLOSED
                 return [Close(f"{command_name(kind)} before CONNECT: the first command must be CONNECT")]
             return self._connect(cmd.connect)
+        if self.state is State.AUTHENTICATING:
+            self.state = State.CLOSED
+            return [Close(f"{command_name(kind)} before authentication completed")]
         handler = self._HANDLERS.get(kind)
         if handler is None:
             return self._unsupported(cmd, frame)
         return handler(self, cmd, frame)
 
     def _connect(self, c: api.CommandConnect) -> list[Output]:
-        self.state = State.CONNECTED
         self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION)
         self.client_version = c.client_version
+        if self.authentication:
+            self.state = State.AUTHENTICATING
+            return [DoAuthenticate(c.auth_method_name, c.auth_data)]
+        return self._connected()
+
+    def authenticated(self, role: str) -> list[Output]:
+        if self.state is not State.AUTHENTICATING:
+            return []
+        self.role = role
+        return self._connected()
+
+    def authentication_failed(self, message: str) -> list[Output]:
+        """As Pulsar: an ERROR (AuthenticationError), then the connection closes."""
+        self.state = State.CLOSED
+        return [error_reply(0, api.AuthenticationError, message), Close(f"authentication failed: {message}")]
+
+    def _connected(self) -> list[Output]:
+        self.state = State.CONNECTED
         connected = api.CommandConnected(
             server_version=SERVER_VERSION,
             protocol_version=self.protocol_version,

@@ -46,6 +46,7 @@ from impl.broker.service import Append, BrokerService, ConsumerSink, Subscriptio
 from impl.broker.subscription import Message, MessageId
 from impl.loop_server import ConnectionListener
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
+from impl.security import tokens
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,10 @@ class _Connection:
         self.service = listener.service
         self.loop = listener.loop
         self.reader, self.writer = reader, writer
-        self.core = conn.ServerConnection(max_message_size=listener.max_message_size)
+        self.core = conn.ServerConnection(
+            max_message_size=listener.max_message_size,
+            authentication=self.service.config.authenticator is not None,
+        )
         self.core.start(time.monotonic())
         self.decoder = frames.FrameDecoder(listener.max_message_size + frames.FRAME_PADDING)
         self.producers: dict[int, tuple[Topic, str]] = {}
@@ -603,7 +607,21 @@ class _Connection:
         cmd = conn.command(api.BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=resp)
         return [conn.Reply(cmd)]
 
+    def _authenticate(self, out: conn.DoAuthenticate) -> list[conn.Output]:
+        authenticator = self.service.config.authenticator
+        assert authenticator is not None
+        if out.method != tokens.AUTH_METHOD:
+            return self.core.authentication_failed(
+                f"authentication method {out.method or '(none)'!r} is not enabled; use token authentication"
+            )
+        try:
+            role = authenticator.authenticate(out.data.decode("utf-8", "replace"))
+        except tokens.AuthenticationFailed as e:
+            return self.core.authentication_failed(str(e))
+        return self.core.authenticated(role)
+
     _JOBS: dict[type, Callable[[Any, Any], list[conn.Output]]] = {
+        conn.DoAuthenticate: _authenticate,
         conn.DoLookup: _lookup,
         conn.DoPartitionedMetadata: _partitioned_metadata,
         conn.DoCreateProducer: _create_producer,

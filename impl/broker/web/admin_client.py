@@ -29,16 +29,17 @@ def topic_path(topic: str) -> str:
 
 
 class AdminClient:
-    def __init__(self, admin_url: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, admin_url: str, timeout_s: float = 30.0, token: str | None = None) -> None:
         self.urls = web_urls(admin_url)
         self.timeout_s = timeout_s
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def call(self, method: str, path: str, body: Any = None, raw: bool = False) -> Any:
         """The answer of the first broker that answers (redirects followed); HttpError otherwise."""
         unreachable: client.Unreachable | None = None
         for url in self.urls:
             try:
-                return client.call(method, url + path, body, self.timeout_s, raw=raw)
+                return client.call(method, url + path, body, self.timeout_s, raw=raw, headers=self.headers)
             except client.Unreachable as e:
                 unreachable = e
         assert unreachable is not None

@@ -32,6 +32,10 @@ class WebContext(Protocol):
 
     def leader(self) -> str | None: ...
 
+    def internal_headers(self) -> dict[str, str]:
+        """Headers of the broker's own calls to web services (credentials when authentication is on)."""
+        ...
+
 
 # Pulsar's status for each kind of failure (its RestException codes).
 _STATUS: list[tuple[type[Exception], int]] = [

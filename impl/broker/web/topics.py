@@ -144,7 +144,7 @@ class TopicRoutes:
         for i in range(count):
             partition = name.partition_name(i)
             if self._exists(partition):
-                fetch.call("DELETE", self.ctx.web_url + _path(partition) + query)
+                fetch.call("DELETE", self.ctx.web_url + _path(partition) + query, headers=self.ctx.internal_headers())
         namespaces.delete_partitioned_topic(self.ctx.store, name)
         return Response.empty()
 
@@ -167,7 +167,8 @@ class TopicRoutes:
             partition = name.partition_name(i)
             if not self._exists(partition):
                 continue
-            per_partition[str(partition)] = fetch.call("GET", self.ctx.web_url + _path(partition) + "/stats")
+            url = self.ctx.web_url + _path(partition) + "/stats"
+            per_partition[str(partition)] = fetch.call("GET", url, headers=self.ctx.internal_headers())
         result = stats.partitioned_stats(count, per_partition)
         if not req.flag("perPartition", True):
             result.pop("partitions")

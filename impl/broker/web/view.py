@@ -156,7 +156,9 @@ class View:
         listed = LedgerList.decode(data)
         path = f"/admin/v2/persistent/{name.tenant}/{name.namespace_portion}/{quote(name.local_name, safe='')}"
         try:  # live figures from the owner (the open ledger's entries, the cursors)
-            internal: dict[str, Any] = client.call("GET", self.ctx.web_url + path + "/internalStats", timeout_s=10)
+            internal: dict[str, Any] = client.call(
+                "GET", self.ctx.web_url + path + "/internalStats", timeout_s=10, headers=self.ctx.internal_headers()
+            )
         except HttpError as err:
             internal = {"ledgers": [], "cursors": {}, "state": f"unknown: {err.reason}"}
         live = {ledger["ledgerId"]: ledger for ledger in internal["ledgers"]}
