@@ -3,7 +3,6 @@ requires a token on the binary protocol and on the web service, judged by the of
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,7 +14,8 @@ import pytest
 from impl.broker.web.admin_client import AdminClient, topic_path
 from impl.security import tokens
 from impl.web.http import HttpError
-from tests.processes import ROOT, start_listening
+from tests.broker.pulsar_standalone import Standalone
+from tests.processes import ROOT
 
 
 def test_hs256_and_rs256_tokens_name_their_role_and_bad_ones_are_refused() -> None:
@@ -67,34 +67,17 @@ def test_the_tokens_command_makes_keys_and_tokens_that_validate(tmp_path: Path) 
     assert tokens_cli("create", "--subject", "x", "--secret-key", str(secret), "--expiry-time", "soon").returncode == 2
 
 
-class SecureStandalone:
-    def __init__(self, data: Path, key: Path) -> None:
-        args = ["standalone", "--data", str(data), "--pulsar-port", "0", "--web-port", "0"]
-        args += ["--authentication-enabled", "--token-secret-key", str(key)]
-        self.proc, _, banner = start_listening(args)
-        self.url = re.search(r"Pulsar clients: (pulsar://\S+);", banner).group(1)  # type: ignore[union-attr]
-        self.web_url = re.search(r"web service [^:]*: (http://\S+);", banner).group(1)  # type: ignore[union-attr]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture(scope="module")
 def secret(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return tokens.create_secret_key()
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory, secret: bytes) -> Iterator[SecureStandalone]:
+def secure(tmp_path_factory: pytest.TempPathFactory, secret: bytes) -> Iterator[Standalone]:
     directory = tmp_path_factory.mktemp("secure")
     key = directory / "secret.key"
     key.write_bytes(secret)
-    standalone = SecureStandalone(directory / "data", key)
+    standalone = Standalone(directory / "data", "--authentication-enabled", "--token-secret-key", str(key))
     try:
         yield standalone
     finally:
@@ -102,7 +85,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory, secret: bytes) -> Iterator[
 
 
 @pytest.mark.processes
-def test_clients_need_a_valid_token_on_the_binary_protocol(secure: SecureStandalone, secret: bytes) -> None:
+def test_clients_need_a_valid_token_on_the_binary_protocol(secure: Standalone, secret: bytes) -> None:
     good = tokens.create_token("app", secret_key=secret, expires_in_s=600)
     client = pulsar.Client(secure.url, authentication=pulsar.AuthenticationToken(good), operation_timeout_seconds=20)
     try:
@@ -133,7 +116,7 @@ def test_clients_need_a_valid_token_on_the_binary_protocol(secure: SecureStandal
 
 
 @pytest.mark.processes
-def test_the_web_service_needs_a_bearer_token_except_for_metrics(secure: SecureStandalone, secret: bytes) -> None:
+def test_the_web_service_needs_a_bearer_token_except_for_metrics(secure: Standalone, secret: bytes) -> None:
     with pytest.raises(HttpError) as missing:
         AdminClient(secure.web_url).call("GET", "/admin/v2/tenants")
     assert missing.value.status == 401 and "Bearer" in missing.value.reason
