@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import http.client
-import threading
-import time
 from pathlib import Path
 
 import pulsar
@@ -12,6 +10,7 @@ import pytest
 
 from impl.broker.web.admin_client import AdminClient, topic_path
 from tests.cluster.conftest import pulsar_ref, state
+from tests.producing import Producing
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
 
@@ -78,38 +77,18 @@ def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_
     try:
         producer = client.create_producer(topic, send_timeout_millis=60_000, producer_name="writer")
         owner = next(b for b in (first, second) if topics_of(b, [topic]))
-        acked: list[int] = []
-        stop = threading.Event()
-
-        def produce() -> None:
-            i = 0
-            while not stop.is_set():
-                try:
-                    producer.send(b"%d" % i)
-                    acked.append(i)
-                except pulsar.PulsarException:
-                    pass  # not acknowledged: it may or may not be on the topic
-                i += 1
-
-        writer = threading.Thread(target=produce, daemon=True)
-        writer.start()
-        while len(acked) < 50:
-            time.sleep(0.05)
+        producing = Producing(producer)
+        producing.progress(50, 30)
         kill = pulsar_ref("cluster", "kill", "--dir", str(cluster_dir), owner["name"])
         assert kill.returncode == 0, kill.stderr
-        before_kill = len(acked)
-        deadline = time.monotonic() + 90
-        while len(acked) < before_kill + 50 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        stop.set()
-        writer.join(70)
-        assert len(acked) >= before_kill + 50, "the producer never got going again on the new owner"
+        producing.progress(50, 90, "the producer never got going again on the new owner")
+        producing.stop()
         survivor = second if owner is first else first
         assert topics_of(survivor, [topic])
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
         seen = set()
         while reader.has_message_available():
             seen.add(int(reader.read_next(10_000).data()))
-        assert set(acked) <= seen
+        assert set(producing.acked) <= seen
     finally:
         client.close()

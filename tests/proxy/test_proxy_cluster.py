@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from impl.cluster.deployment import Cluster
 from spark.history import read_history
 from spark.reference import check
 from tests.cluster.conftest import REPO, processes_of, pulsar_ref, state
+from tests.producing import Producing
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
 T = api.BaseCommand
@@ -114,48 +114,28 @@ def test_unload_and_a_broker_sigkill_through_the_proxies_lose_nothing_acknowledg
     admin = AdminClient(f"http://127.0.0.1:{proxies[0]['web_port']}")  # admin calls through the proxy too
     client = pulsar.Client(service, operation_timeout_seconds=60)
     topic = "persistent://public/default/proxied-faults"
-    acked: list[int] = []
-    stop = threading.Event()
+    producing: Producing | None = None
     try:
         producer = client.create_producer(topic, send_timeout_millis=60_000, batching_enabled=False)
-
-        def produce() -> None:
-            i = 0
-            while not stop.is_set():
-                try:
-                    producer.send(b"%d" % i)
-                    acked.append(i)
-                except pulsar.PulsarException:
-                    pass  # not acknowledged: it may or may not be on the topic
-                i += 1
-
-        writer = threading.Thread(target=produce, daemon=True)
-        writer.start()
-
-        def progress(more: int, within_s: float) -> None:
-            target, deadline = len(acked) + more, time.monotonic() + within_s
-            while len(acked) < target and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert len(acked) >= target, f"the producer stalled at {len(acked)} acknowledged messages"
-
-        progress(50, 30)
+        producing = Producing(producer)
+        producing.progress(50, 30)
         admin.call("PUT", topic_path(topic) + "/unload")
-        progress(50, 30)
+        producing.progress(50, 30)
         owner = next(b for b in nodes(cluster, "broker") if owner_web(cluster, topic).endswith(str(b["web_port"])))
         kill = pulsar_ref("cluster", "kill", "--dir", str(cluster), owner["name"])
         assert kill.returncode == 0, kill.stderr
-        progress(50, 90)  # the dead broker's session expires, the other takes the topic over
-        stop.set()
-        writer.join(70)
+        producing.progress(50, 90)  # the dead broker's session expires, the other takes the topic over
+        producing.stop()
         stats = admin.call("GET", topic_path(topic) + "/internalStats")
         assert len(stats["ledgers"]) >= 3  # one per owner: first load, after the unload, after the kill
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
         seen = set()
         while reader.has_message_available():
             seen.add(int(reader.read_next(10_000).data()))
-        assert not set(acked) - seen
+        assert not set(producing.acked) - seen
     finally:
-        stop.set()
+        if producing is not None:
+            producing.stop()
         client.close()
     ensure_up(cluster)
 

@@ -1,0 +1,41 @@
+"""A producer that keeps sending on a thread of its own while a test breaks things, and remembers
+what was acknowledged (what must never be lost)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pulsar
+
+
+class Producing:
+    """Sends b"0", b"1", ... through `producer` until `stop`; `acked` holds the numbers acknowledged."""
+
+    def __init__(self, producer: pulsar.Producer) -> None:
+        self.producer = producer
+        self.acked: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="producing", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            try:
+                self.producer.send(b"%d" % i)
+                self.acked.append(i)
+            except pulsar.PulsarException:
+                pass  # not acknowledged: it may or may not be on the topic
+            i += 1
+
+    def progress(self, more: int, within_s: float, what: str = "the producer stalled") -> None:
+        """Wait until `more` further messages are acknowledged; fail after `within_s`."""
+        target, deadline = len(self.acked) + more, time.monotonic() + within_s
+        while len(self.acked) < target and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(self.acked) >= target, f"{what} at {len(self.acked)} acknowledged messages"
+
+    def stop(self, timeout_s: float = 70) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
