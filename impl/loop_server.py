@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -17,13 +18,16 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 class LoopServer:
-    def __init__(self, host: str, port: int, name: str, purpose: str = "clients") -> None:
+    def __init__(
+        self, host: str, port: int, name: str, purpose: str = "clients", tls: ssl.SSLContext | None = None
+    ) -> None:
         try:
             self.sock = socket.create_server((host, port), backlog=128)
         except OSError as e:
             raise OSError(f"cannot listen for {purpose} on {host}:{port}: {e}; pick a free port or use 0") from e
         self.host, self.port = self.sock.getsockname()[:2]
         self.name = name
+        self.tls = tls  # when set, every connection starts with a TLS handshake
         self.loop = asyncio.new_event_loop()
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
@@ -44,7 +48,7 @@ class LoopServer:
             asyncio.set_event_loop(self.loop)
 
             async def serve() -> None:
-                self._server = await asyncio.start_server(handle, sock=self.sock)
+                self._server = await asyncio.start_server(handle, sock=self.sock, ssl=self.tls)
                 if tick is not None:
                     self.loop.call_later(tick[0], every, *tick)
 
@@ -85,8 +89,10 @@ class ConnectionListener:
     """A LoopServer whose connections are objects (`connection` makes one per client) that serve, keep
     time once a second and close when the listener stops."""
 
-    def __init__(self, host: str, port: int, name: str, purpose: str, tick_s: float = 1.0) -> None:
-        self.server = LoopServer(host, port, name, purpose)
+    def __init__(
+        self, host: str, port: int, name: str, purpose: str, tick_s: float = 1.0, tls: ssl.SSLContext | None = None
+    ) -> None:
+        self.server = LoopServer(host, port, name, purpose, tls)
         self.host, self.port, self.loop = self.server.host, self.server.port, self.server.loop
         self.tick_s = tick_s
         self.connections: set[Connection] = set()

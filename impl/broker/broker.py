@@ -78,6 +78,7 @@ class Broker:
         pulsar_port: int = 0,
         web_port: int = 0,
         cluster: str = namespaces.DEFAULT_CLUSTER,
+        tls_ports: tuple[int, int] = (0, 0),  # (pulsar+ssl://, https://) when config.tls is set; 0 = any free
     ) -> None:
         self.connect_store = connect_store
         self.config = config or BrokerConfig()
@@ -86,7 +87,16 @@ class Broker:
         self.address = self.server.address
         self.pulsar = PulsarListener(host, pulsar_port, self.config.max_message_size)
         self.cluster = cluster
-        self.web = WebServer(web.app(self, self.config.authenticator), host, web_port, name="broker")
+        app = web.app(self, self.config.security.authenticator)
+        self.web = WebServer(app, host, web_port, name="broker")
+        # With TLS, a second listener and web server serve the same broker encrypted (Pulsar's
+        # brokerServicePortTls and webServicePortTls); the plain ones stay for internal calls.
+        self.pulsar_tls: PulsarListener | None = None
+        self.web_tls: WebServer | None = None
+        if self.config.security.tls is not None:
+            context = self.config.security.tls.server_context()
+            self.pulsar_tls = PulsarListener(host, tls_ports[0], self.config.max_message_size, tls=context)
+            self.web_tls = WebServer(app, host, tls_ports[1], name="broker-tls", tls=context)
         self.store = connect_store()
         self.bookkeeper: BookKeeperClient = connect_bookkeeper(self.store, request_timeout_s=bookie_request_timeout_s)
         self.load_manager = LoadManager(
@@ -95,9 +105,10 @@ class Broker:
             on_lost=self._bundles_lost,
             service_url=self.pulsar.service_url,
             web_url=self.web.url,
+            tls_urls=(self.service_url_tls, self.web_url_tls),
         )
         self.service = BrokerService(self.store, self.bookkeeper, Ownership(self), self.address, self.config)
-        self._service_urls: dict[str, str] = {self.address: self.pulsar.service_url}
+        self._service_urls: dict[str, tuple[str, str]] = {self.address: (self.service_url, self.service_url_tls)}
         self.admin = Admin(self.service, self.store)
         self.admin.verbs["brokers expire-session"] = lambda _args: self.expire_session()
         self.admin.verbs["brokers stats"] = lambda _args: self.stats()
@@ -108,8 +119,12 @@ class Broker:
         namespaces.ensure_default(self.store)
         self.load_manager.start()
         self.server.start(self.service, self.admin)
-        self.pulsar.start(self.service, PulsarLookup(self.service, self.service_url_of))
+        lookup = PulsarLookup(self.service, self.service_urls_of)
+        self.pulsar.start(self.service, lookup)
         self.web.start()
+        if self.pulsar_tls is not None and self.web_tls is not None:
+            self.pulsar_tls.start(self.service, lookup)
+            self.web_tls.start()
         self.leader()
         heap.settle_after_startup()
         log.info("broker %s started", self.address)
@@ -124,9 +139,27 @@ class Broker:
         """The admin REST API, HTTP lookups, /metrics and the cluster view."""
         return self.web.url
 
+    @property
+    def service_url_tls(self) -> str:
+        """pulsar+ssl://host:port when the broker serves TLS, else ""."""
+        return self.pulsar_tls.service_url if self.pulsar_tls else ""
+
+    @property
+    def web_url_tls(self) -> str:
+        """https://host:port when the broker serves TLS, else ""."""
+        return self.web_tls.url if self.web_tls else ""
+
     def internal_headers(self) -> dict[str, str]:
-        token = self.config.authenticator.internal_token() if self.config.authenticator else None
+        token = self.config.security.authenticator.internal_token() if self.config.security.authenticator else None
         return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _stop_listeners(self) -> None:
+        for listener in (self.pulsar, self.pulsar_tls):
+            if listener is not None:
+                listener.stop()
+        for web_server in (self.web, self.web_tls):
+            if web_server is not None:
+                web_server.stop()
 
     def live_brokers(self) -> dict[str, BrokerLoad]:
         return self.load_manager.registry.live_brokers()
@@ -148,15 +181,16 @@ class Broker:
                 return None
         return None
 
-    def service_url_of(self, broker_address: str) -> str:
-        """A live broker's pulsar:// URL, from its registration (cached: a broker's URL never changes)."""
-        url = self._service_urls.get(broker_address)
-        if url is None:
+    def service_urls_of(self, broker_address: str) -> tuple[str, str]:
+        """A live broker's pulsar:// and pulsar+ssl:// URLs ("" when it serves no TLS), from its
+        registration (cached: a broker's URLs never change)."""
+        urls = self._service_urls.get(broker_address)
+        if urls is None:
             load = self.load_manager.registry.live_brokers().get(broker_address)
             if load is None or not load.service_url:
                 raise ServiceNotReady(f"broker {broker_address} has no registered Pulsar service URL; retry")
-            url = self._service_urls[broker_address] = load.service_url
-        return url
+            urls = self._service_urls[broker_address] = (load.service_url, load.service_url_tls)
+        return urls
 
     def _bundles_lost(self, bundles: list[NamespaceBundle]) -> None:
         """Called on the store's thread: drop the topics now, renew the session elsewhere."""
@@ -195,6 +229,8 @@ class Broker:
             "address": self.address,
             "service_url": self.service_url,
             "web_url": self.web_url,
+            "service_url_tls": self.service_url_tls,
+            "web_url_tls": self.web_url_tls,
             "bundles": [str(b) for b in self.load_manager.ownership.owned_bundles()],
             "topics": sorted(self.service.topics),
         }
@@ -204,8 +240,7 @@ class Broker:
         written; the session ends, so its ephemeral nodes go at once (a real crash waits for the timeout)."""
         self._stopped.set()
         self.server.stop(grace_s=0)
-        self.pulsar.stop()
-        self.web.stop()
+        self._stop_listeners()
         self.service.unload_topics(lambda _n: True, graceful=False)
         try:
             self.store.expire_session()
@@ -218,8 +253,7 @@ class Broker:
     def stop(self) -> None:
         self._stopped.set()
         self.server.stop()
-        self.pulsar.stop()
-        self.web.stop()
+        self._stop_listeners()
         self.service.close()
         try:
             self.load_manager.close()

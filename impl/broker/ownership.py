@@ -158,10 +158,14 @@ class BrokerLoad:
     topics: int = 0
     service_url: str = ""  # where Pulsar clients connect: pulsar://host:port (Pulsar's pulsarServiceUrl)
     web_url: str = ""  # the admin REST API and lookups: http://host:port (Pulsar's webServiceUrl)
+    service_url_tls: str = ""  # pulsar+ssl://host:port when the broker serves TLS (pulsarServiceUrlTls)
+    web_url_tls: str = ""  # https://host:port when it does (webServiceUrlTls)
 
     def to_json(self) -> bytes:
         doc = {"broker": self.broker, "bundles": self.bundles, "topics": self.topics}
-        return json.dumps(doc | {"pulsarServiceUrl": self.service_url, "webServiceUrl": self.web_url}).encode()
+        urls = {"pulsarServiceUrl": self.service_url, "webServiceUrl": self.web_url}
+        tls = {"pulsarServiceUrlTls": self.service_url_tls, "webServiceUrlTls": self.web_url_tls}
+        return json.dumps(doc | urls | tls).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> BrokerLoad:
@@ -172,6 +176,8 @@ class BrokerLoad:
             int(raw["topics"]),
             str(raw.get("pulsarServiceUrl", "")),
             str(raw.get("webServiceUrl", "")),
+            str(raw.get("pulsarServiceUrlTls", "")),
+            str(raw.get("webServiceUrlTls", "")),
         )
 
 
@@ -519,10 +525,12 @@ class LoadManager:
         on_lost: LostCallback | None = None,
         service_url: str = "",
         web_url: str = "",
+        tls_urls: tuple[str, str] = ("", ""),  # (pulsar+ssl://, https://) when the broker serves TLS
     ) -> None:
         self.broker_address = broker_address
         self.service_url = service_url
         self.web_url = web_url
+        self.tls_urls = tls_urls
         self.on_lost = on_lost
         self.ownership = OwnershipCache(store, broker_address, on_lost=self._bundles_lost)
         self.registry = BrokerRegistry(store)
@@ -653,9 +661,8 @@ class LoadManager:
     # -- internals ----------------------------------------------------------------------------
 
     def _load(self) -> BrokerLoad:
-        return BrokerLoad(
-            self.broker_address, len(self.ownership.owned_bundles()), self._topics, self.service_url, self.web_url
-        )
+        owned = len(self.ownership.owned_bundles())
+        return BrokerLoad(self.broker_address, owned, self._topics, self.service_url, self.web_url, *self.tls_urls)
 
     def _publish_load(self) -> None:
         if self.ownership.expired:

@@ -65,7 +65,7 @@ from impl.broker.subscription import (
 )
 from impl.broker.topic_stats import TopicCounters
 from impl.metadata.store import MetadataError, MetadataStore
-from impl.security.tokens import TokenAuthenticator
+from impl.security.settings import Security
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class BrokerConfig:
     managed_ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     max_message_size: int = 5 * 1024 * 1024  # Pulsar's default maxMessageSize
     deduplication: bool = True  # producers' (name, sequence id) pairs are de-duplicated
-    authenticator: TokenAuthenticator | None = None  # None: no authentication (every client is let in)
+    security: Security = field(default_factory=Security)  # authentication, authorization, TLS (all off)
 
 
 def parse_topic(topic: str) -> TopicName:

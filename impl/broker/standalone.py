@@ -35,12 +35,14 @@ from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import MetadataError, MetadataStore, NoNode
 from impl.metadata.url import connect
 from impl.metadata.zkserver import free_port, port_is_free
-from impl.security.tokens import TokenAuthenticator
+from impl.security.settings import Security
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PULSAR_PORT = 6650  # Pulsar's own default for pulsar://
 DEFAULT_WEB_PORT = 8080  # Pulsar's own default for the web service (admin REST API, lookups, metrics)
+DEFAULT_PULSAR_TLS_PORT = 6651  # brokerServicePortTls
+DEFAULT_WEB_TLS_PORT = 8443  # webServicePortTls
 STATE_FILE = "standalone.json"
 LOCK_FILE = "standalone.lock"
 
@@ -121,7 +123,8 @@ class Standalone:
         bookies: int = 3,
         pulsar_port: int | None = None,
         web_port: int | None = None,
-        authenticator: TokenAuthenticator | None = None,
+        security: Security | None = None,
+        tls_ports: tuple[int | None, int | None] = (None, None),
         ensemble: int = 2,
         write_quorum: int = 2,
         ack_quorum: int = 2,
@@ -137,14 +140,23 @@ class Standalone:
         self.control_port = state.get("control_port") or free_port()
         self.pulsar_port = _choose_port(pulsar_port, state.get("pulsar_port"), DEFAULT_PULSAR_PORT)
         self.web_port = _choose_port(web_port, state.get("web_port"), DEFAULT_WEB_PORT)
+        security = security or Security()
+        self.tls_ports = (0, 0)
+        if security.tls is not None:
+            self.tls_ports = (
+                _choose_port(tls_ports[0], state.get("pulsar_tls_port"), DEFAULT_PULSAR_TLS_PORT),
+                _choose_port(tls_ports[1], state.get("web_tls_port"), DEFAULT_WEB_TLS_PORT),
+            )
         self._save_state(
-            {
+            state
+            | {
                 "bookie_ports": ports,
                 "broker_port": broker_port,
                 "control_port": self.control_port,
                 "pulsar_port": self.pulsar_port,
                 "web_port": self.web_port,
             }
+            | ({"pulsar_tls_port": self.tls_ports[0], "web_tls_port": self.tls_ports[1]} if security.tls else {})
         )
         self.metadata_url = f"embedded://{self.data_dir / 'metadata'}"
         self.store: MetadataStore = connect(self.metadata_url)
@@ -154,7 +166,7 @@ class Standalone:
             _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry) for i, p in enumerate(ports[:bookies])
         ]
         ml_config = ManagedLedgerConfig(ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum)
-        self.config = BrokerConfig(managed_ledger=ml_config, authenticator=authenticator)
+        self.config = BrokerConfig(managed_ledger=ml_config, security=security)
         self.broker_port = broker_port
         self.broker: Broker | None = None
         self._lock = threading.Lock()
@@ -212,6 +224,13 @@ class Standalone:
         """The broker's web service: admin REST API, HTTP lookups, /metrics, the cluster view."""
         return f"http://127.0.0.1:{self.web_port}"
 
+    @property
+    def tls_urls(self) -> tuple[str, str] | None:
+        """(pulsar+ssl://, https://) when TLS is on."""
+        if self.config.security.tls is None:
+            return None
+        return f"pulsar+ssl://127.0.0.1:{self.tls_ports[0]}", f"https://127.0.0.1:{self.tls_ports[1]}"
+
     def start(self) -> None:
         for bookie in self.bookies:
             bookie.start()
@@ -243,6 +262,7 @@ class Standalone:
                 port=self.broker_port,
                 pulsar_port=self.pulsar_port,
                 web_port=self.web_port,
+                tls_ports=self.tls_ports,
             )
             broker.start()
             self.broker = broker

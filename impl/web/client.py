@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -27,11 +28,13 @@ def call(
     timeout_s: float = 30.0,
     raw: bool = False,
     headers: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Any:
     """Send a request; the decoded JSON answer (None for an empty one), or the text when `raw`.
-    An error status raises HttpError with the server's reason."""
+    An error status raises HttpError with the server's reason. `tls`: how to check https:// servers
+    (default: the system's CAs)."""
     data = None if body is None else json.dumps(body).encode()
-    status, _, content = exchange(method, url, data, timeout_s, headers)
+    status, _, content = exchange(method, url, data, timeout_s, headers, tls)
     if status >= 400:
         raise HttpError(status, _reason(content) or f"HTTP {status} from {method} {url}")
     if raw:
@@ -40,12 +43,17 @@ def call(
 
 
 def exchange(
-    method: str, url: str, data: bytes | None, timeout_s: float = 30.0, headers: dict[str, str] | None = None
+    method: str,
+    url: str,
+    data: bytes | None,
+    timeout_s: float = 30.0,
+    headers: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     """One request and its final answer, whatever the status: (status, headers, body), redirects followed
     with the same method, body and headers."""
     for _ in range(MAX_REDIRECTS + 1):
-        status, answer_headers, content = _send(method, url, data, timeout_s, headers or {})
+        status, answer_headers, content = _send(method, url, data, timeout_s, headers or {}, tls)
         if status in (301, 302, 307, 308) and "location" in answer_headers:
             url = urljoin(url, answer_headers["location"])
             continue
@@ -54,12 +62,17 @@ def exchange(
 
 
 def _send(
-    method: str, url: str, data: bytes | None, timeout_s: float, extra: dict[str, str]
+    method: str, url: str, data: bytes | None, timeout_s: float, extra: dict[str, str], tls: ssl.SSLContext | None
 ) -> tuple[int, dict[str, str], bytes]:
     parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise HttpError(400, f"{url!r} is not an http://HOST:PORT/... URL")
-    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HttpError(400, f"{url!r} is not an http(s)://HOST:PORT/... URL")
+    connection: http.client.HTTPConnection
+    if parts.scheme == "https":
+        context = tls or ssl.create_default_context()
+        connection = http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout_s, context=context)
+    else:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     headers = {"Accept": "application/json", **extra}
     if data is not None:

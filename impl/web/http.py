@@ -58,11 +58,16 @@ class Request:
     query: dict[str, str] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)  # names in lower case
     body: bytes = b""
+    secure: bool = False  # it came over TLS (https://)
+    role: str | None = None  # who sent it, once authenticated
 
     @classmethod
-    def of(cls, method: str, target: str, headers: dict[str, str] | None = None, body: bytes = b"") -> Request:
+    def of(
+        cls, method: str, target: str, headers: dict[str, str] | None = None, body: bytes = b"", secure: bool = False
+    ) -> Request:
         path, _, query = target.partition("?")
-        return cls(method.upper(), path, dict(parse_qsl(query, keep_blank_values=True)), headers or {}, body)
+        query_args = dict(parse_qsl(query, keep_blank_values=True))
+        return cls(method.upper(), path, query_args, headers or {}, body, secure)
 
     def json(self) -> Any:
         """The body as JSON; 400 when it is missing or not JSON."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -41,11 +42,12 @@ class WebServer:
         max_body: int = MAX_BODY,
         name: str = "web",
         threads: int = 8,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.app = app
         self.max_body = max_body
         self.name = name
-        self.server = LoopServer(host, port, f"{name}-http", "HTTP")
+        self.server = LoopServer(host, port, f"{name}-http", "HTTPS" if tls else "HTTP", tls)
         self.host, self.port = self.server.host, self.server.port
         self.loop = self.server.loop
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{name}-http")
@@ -56,7 +58,7 @@ class WebServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}"
+        return f"{'https' if self.server.tls else 'http'}://{self.address}"
 
     def start(self) -> None:
         self.server.start(self._connection)
@@ -127,7 +129,9 @@ class WebServer:
                 assert head is not None
                 headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers}
                 target = head.target.decode("latin-1")
-                return Request.of(head.method.decode("ascii"), target, headers, bytes(body))
+                return Request.of(
+                    head.method.decode("ascii"), target, headers, bytes(body), self.server.tls is not None
+                )
             elif isinstance(event, h11.ConnectionClosed):
                 return None
 

@@ -7,10 +7,8 @@ import logging
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from impl.security.tokens import TokenAuthenticator
+from pulsar_ref.commands.security_options import add_security_options, security_of
 
 
 def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quorum: int, ack_quorum: int) -> None:
@@ -23,35 +21,6 @@ def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quo
         default=50_000,
         help="roll the topic's ledger over after this many entries (default 50000)",
     )
-
-
-def add_authentication_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--authentication-enabled",
-        action="store_true",
-        help="require a token from every client (CONNECT's token, HTTP's Authorization: Bearer); needs one key",
-    )
-    parser.add_argument("--token-secret-key", metavar="FILE", help="secret key checking HS256 tokens")
-    parser.add_argument("--token-public-key", metavar="FILE", help="RSA public key (PEM) checking RS256 tokens")
-
-
-def authenticator_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> TokenAuthenticator | None:
-    """The token authenticator the options ask for (None: authentication off); a usage error otherwise."""
-    from impl.security.tokens import TokenAuthenticator, read_key
-
-    keys = [k for k in (args.token_secret_key, args.token_public_key) if k]
-    if not args.authentication_enabled:
-        if keys:
-            parser.error("--token-secret-key/--token-public-key need --authentication-enabled")
-        return None
-    if len(keys) != 1:
-        parser.error("--authentication-enabled needs exactly one of --token-secret-key or --token-public-key")
-    try:
-        if args.token_secret_key:
-            return TokenAuthenticator(secret_key=read_key(args.token_secret_key))
-        return TokenAuthenticator(public_key=read_key(args.token_public_key))
-    except OSError as e:
-        parser.error(f"cannot read the key: {e}")
 
 
 def check_quorums(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -80,8 +49,17 @@ def main(argv: list[str], prog: str) -> int:
         help="port of the web service (admin REST API, HTTP lookups, /metrics, the cluster view) on 127.0.0.1 "
         "(default 0 = any free port)",
     )
+    parser.add_argument(
+        "--tls-port", type=int, default=0, help="port of the pulsar+ssl:// listener, with TLS on (default 0 = any free)"
+    )
+    parser.add_argument(
+        "--web-tls-port",
+        type=int,
+        default=0,
+        help="port of the https:// web service, with TLS on (default 0 = any free)",
+    )
     add_ledger_options(parser, 3, 3, 2)
-    add_authentication_options(parser)
+    add_security_options(parser)
     parser.add_argument(
         "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
     )
@@ -95,7 +73,7 @@ def main(argv: list[str], prog: str) -> int:
     )
     args = parser.parse_args(argv)
     check_quorums(parser, args)
-    args.authenticator = authenticator_of(parser, args)
+    args.security = security_of(parser, args)
     from impl.trace import run_traced
 
     return run_traced(args.trace, "broker", lambda: _run(args))
@@ -120,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
             ack_quorum=args.ack_quorum,
             max_entries_per_ledger=args.max_entries_per_ledger,
         ),
-        authenticator=args.authenticator,
+        security=args.security,
     )
     try:
         broker = Broker(
@@ -129,13 +107,15 @@ def _run(args: argparse.Namespace) -> int:
             port=args.port,
             pulsar_port=args.pulsar_port,
             web_port=args.web_port,
+            tls_ports=(args.tls_port, args.web_tls_port),
         )
         broker.start()
     except (MetadataError, OSError) as e:
         print(f"error: cannot start the broker: {e}", file=sys.stderr)
         return 2
+    tls = f"; TLS: {broker.service_url_tls}, {broker.web_url_tls}" if broker.service_url_tls else ""
     print(
-        f"broker {broker.address} listening; Pulsar clients: {broker.service_url}; web service: {broker.web_url}",
+        f"broker {broker.address} listening; Pulsar clients: {broker.service_url}; web service: {broker.web_url}{tls}",
         flush=True,
     )
     stop = threading.Event()

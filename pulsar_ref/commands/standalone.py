@@ -8,7 +8,8 @@ import signal
 import sys
 import threading
 
-from pulsar_ref.commands.broker import add_authentication_options, add_ledger_options, authenticator_of, check_quorums
+from pulsar_ref.commands.broker import add_ledger_options, check_quorums
+from pulsar_ref.commands.security_options import add_security_options, security_of
 
 
 def main(argv: list[str], prog: str) -> int:
@@ -35,13 +36,31 @@ def main(argv: list[str], prog: str) -> int:
         help="port of the web service: admin REST API, HTTP lookups, /metrics, the cluster view (default: the "
         "last one used, else 8080 when free, else any free; 0 = any free)",
     )
+    parser.add_argument(
+        "--tls-port",
+        type=int,
+        default=None,
+        help="port of the pulsar+ssl:// listener, with TLS on (default: the last one used, else 6651 when free)",
+    )
+    parser.add_argument(
+        "--web-tls-port",
+        type=int,
+        default=None,
+        help="port of the https:// web service, with TLS on (default: the last one used, else 8443 when free)",
+    )
     parser.add_argument("--bookies", type=int, default=3, help="in-process bookies (default 3)")
     add_ledger_options(parser, 2, 2, 2)
-    add_authentication_options(parser)
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS, token authentication and authorization on, with a CA, certificate, secret key and a super-user "
+        "token made under DATA/security on first start (their paths are printed)",
+    )
+    add_security_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     args = parser.parse_args(argv)
     check_quorums(parser, args)
-    authenticator = authenticator_of(parser, args)
+    security = security_of(parser, args)
     if args.bookies < args.ensemble:
         parser.error(f"--bookies {args.bookies} is fewer than the ensemble size {args.ensemble}")
     logging.basicConfig(
@@ -60,7 +79,8 @@ def main(argv: list[str], prog: str) -> int:
             port=args.port,
             pulsar_port=args.pulsar_port,
             web_port=args.web_port,
-            authenticator=authenticator,
+            tls_ports=(args.tls_port, args.web_tls_port),
+            security=security,
             bookies=args.bookies,
             ensemble=args.ensemble,
             write_quorum=args.write_quorum,
@@ -74,7 +94,8 @@ def main(argv: list[str], prog: str) -> int:
         f"standalone {standalone.service_url} listening; Pulsar clients: {standalone.pulsar_service_url}; "
         f"web service (admin, lookups, metrics, cluster view): {standalone.web_service_url}; "
         f"control 127.0.0.1:{standalone.control_port}; "
-        f"bookies {', '.join(b.bookie_id for b in standalone.bookies)}; data {standalone.data_dir}",
+        f"bookies {', '.join(b.bookie_id for b in standalone.bookies)}; data {standalone.data_dir}"
+        + (f"; TLS: {standalone.tls_urls[0]}, {standalone.tls_urls[1]}" if standalone.tls_urls else ""),
         flush=True,
     )
     stop = threading.Event()

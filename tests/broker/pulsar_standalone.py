@@ -19,13 +19,15 @@ class Standalone:
     def __init__(self, data: Path, *options: str) -> None:
         """`options`: more `pulsar-ref standalone` arguments."""
         self.proc, self.grpc_address, banner = start_listening(
-            ["standalone", "--data", str(data), "--pulsar-port", "0", "--web-port", "0", *options]
+            ["standalone", "--data", str(data), "--pulsar-port", "0", "--web-port", "0", *_tls_ports(options), *options]
         )
         found = re.search(r"Pulsar clients: (pulsar://\S+);", banner)
         web = re.search(r"web service [^:]*: (http://\S+);", banner)
         assert found and web, banner
         self.url = found.group(1)
         self.web_url = web.group(1)
+        tls = re.search(r"TLS: (pulsar\+ssl://\S+), (https://\S+)", banner)
+        self.tls_url, self.web_tls_url = (tls.group(1), tls.group(2)) if tls else ("", "")
         self.admin = AdminClient(self.web_url, timeout_s=20)
 
     def stop(self) -> None:
@@ -35,6 +37,11 @@ class Standalone:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def _tls_ports(options: tuple[str, ...]) -> list[str]:
+    """Any free ports for TLS, when it is on (never Pulsar's defaults, which another test may hold)."""
+    return ["--tls-port", "0", "--web-tls-port", "0"] if "--tls-cert-file" in options or "--secure" in options else []
 
 
 def running_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:

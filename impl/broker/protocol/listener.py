@@ -17,6 +17,7 @@ import collections
 import contextlib
 import logging
 import re
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -80,28 +81,35 @@ def server_error(e: Exception) -> tuple[int, str]:
 
 @dataclass
 class PulsarLookup:
-    """What a lookup answers: (redirect, the owner's service URL, authoritative)."""
+    """What a lookup answers: (redirect, the owner's service URLs, authoritative)."""
 
     service: BrokerService
-    url_of: Callable[[str], str]  # a broker address -> its pulsar:// URL
+    urls_of: Callable[[str], tuple[str, str]]  # a broker address -> its pulsar:// and pulsar+ssl:// URLs
 
-    def __call__(self, topic: str, authoritative: bool) -> tuple[bool, str, bool]:
+    def __call__(self, topic: str, authoritative: bool) -> tuple[bool, tuple[str, str], bool]:
         redirect, broker, auth = self.service.lookup(topic, authoritative)
-        return redirect, self.url_of(broker), auth
+        return redirect, self.urls_of(broker), auth
 
 
 class PulsarListener(ConnectionListener):
     """Pulsar clients' endpoint of one broker. Bound at construction, so the broker knows its
     service URL before its service exists; `start` begins serving."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, max_message_size: int = frames.DEFAULT_MAX_MESSAGE_SIZE):
-        super().__init__(host, port, "pulsar-listener", "Pulsar clients", TICK_S)
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_message_size: int = frames.DEFAULT_MAX_MESSAGE_SIZE,
+        tls: ssl.SSLContext | None = None,
+    ):
+        super().__init__(host, port, "pulsar-listener", "Pulsar clients" + (" over TLS" if tls else ""), TICK_S, tls)
         self.max_message_size = max_message_size
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="pulsar-conn")
 
     @property
     def service_url(self) -> str:
-        return f"pulsar://{self.host}:{self.port}"
+        scheme = "pulsar+ssl" if self.server.tls else "pulsar"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _Connection:
         return _Connection(self, reader, writer)
@@ -169,7 +177,7 @@ class _Connection:
         self.reader, self.writer = reader, writer
         self.core = conn.ServerConnection(
             max_message_size=listener.max_message_size,
-            authentication=self.service.config.authenticator is not None,
+            authentication=self.service.config.security.authenticator is not None,
         )
         self.core.start(time.monotonic())
         self.decoder = frames.FrameDecoder(listener.max_message_size + frames.FRAME_PADDING)
@@ -367,7 +375,7 @@ class _Connection:
     def _lookup(self, out: conn.DoLookup) -> list[conn.Output]:
         resp = api.CommandLookupTopicResponse(request_id=out.request_id)
         try:
-            redirect, url, authoritative = self.listener.lookup(out.topic, out.authoritative)
+            redirect, (url, url_tls), authoritative = self.listener.lookup(out.topic, out.authoritative)
         except Exception as e:
             resp.response = api.CommandLookupTopicResponse.Failed
             resp.error, resp.message = server_error(e)  # type: ignore[assignment]
@@ -376,6 +384,8 @@ class _Connection:
                 api.CommandLookupTopicResponse.Redirect if redirect else api.CommandLookupTopicResponse.Connect
             )
             resp.brokerServiceUrl, resp.authoritative = url, authoritative
+            if url_tls:  # a client on pulsar+ssl:// connects there
+                resp.brokerServiceUrlTls = url_tls
         return [conn.Reply(conn.command(api.BaseCommand.LOOKUP_RESPONSE, lookupTopicResponse=resp))]
 
     def _partitioned_metadata(self, out: conn.DoPartitionedMetadata) -> list[conn.Output]:
@@ -608,7 +618,7 @@ class _Connection:
         return [conn.Reply(cmd)]
 
     def _authenticate(self, out: conn.DoAuthenticate) -> list[conn.Output]:
-        authenticator = self.service.config.authenticator
+        authenticator = self.service.config.security.authenticator
         assert authenticator is not None
         if out.method != tokens.AUTH_METHOD:
             return self.core.authentication_failed(

@@ -59,7 +59,13 @@ class AdminRoutes:
     def cluster(self, req: Request, cluster: str) -> Response:
         self._check_cluster(cluster)
         return Response.json(
-            {"serviceUrl": self.ctx.web_url, "brokerServiceUrl": self.ctx.service_url, "brokerClientTlsEnabled": False}
+            {
+                "serviceUrl": self.ctx.web_url,
+                "serviceUrlTls": self.ctx.web_url_tls,
+                "brokerServiceUrl": self.ctx.service_url,
+                "brokerServiceUrlTls": self.ctx.service_url_tls,
+                "brokerClientTlsEnabled": False,
+            }
         )
 
     def _check_cluster(self, cluster: str) -> None:

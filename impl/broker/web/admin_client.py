@@ -4,6 +4,7 @@ the workload and the tests call it. The URL may name several brokers
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 from urllib.parse import quote
 
@@ -13,13 +14,14 @@ from impl.web.http import HttpError
 
 
 def web_urls(admin_url: str) -> list[str]:
-    """The brokers an `http://host:port[,host:port...]` URL names, each as http://host:port."""
-    if not admin_url.startswith("http://"):
-        raise HttpError(400, f"{admin_url!r} is not an admin URL: give http://HOST:PORT[,HOST:PORT...]")
-    hosts = [h.strip().rstrip("/") for h in admin_url.removeprefix("http://").split(",") if h.strip()]
+    """The brokers an `http[s]://host:port[,host:port...]` URL names, each as http[s]://host:port."""
+    scheme, sep, rest = admin_url.partition("://")
+    if not sep or scheme not in ("http", "https"):
+        raise HttpError(400, f"{admin_url!r} is not an admin URL: give http[s]://HOST:PORT[,HOST:PORT...]")
+    hosts = [h.strip().rstrip("/") for h in rest.split(",") if h.strip()]
     if not hosts:
         raise HttpError(400, f"{admin_url!r} names no broker")
-    return [f"http://{h}" for h in hosts]
+    return [f"{scheme}://{h}" for h in hosts]
 
 
 def topic_path(topic: str) -> str:
@@ -29,17 +31,22 @@ def topic_path(topic: str) -> str:
 
 
 class AdminClient:
-    def __init__(self, admin_url: str, timeout_s: float = 30.0, token: str | None = None) -> None:
+    def __init__(
+        self, admin_url: str, timeout_s: float = 30.0, token: str | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.urls = web_urls(admin_url)
         self.timeout_s = timeout_s
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.tls = tls  # how https:// brokers are checked (default: the system's CAs)
 
     def call(self, method: str, path: str, body: Any = None, raw: bool = False) -> Any:
         """The answer of the first broker that answers (redirects followed); HttpError otherwise."""
         unreachable: client.Unreachable | None = None
         for url in self.urls:
             try:
-                return client.call(method, url + path, body, self.timeout_s, raw=raw, headers=self.headers)
+                return client.call(
+                    method, url + path, body, self.timeout_s, raw=raw, headers=self.headers, tls=self.tls
+                )
             except client.Unreachable as e:
                 unreachable = e
         assert unreachable is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Protocol
+from urllib.parse import urlencode
 
 from impl.broker import namespaces
 from impl.broker.errors import BrokerError, ConsumerBusyError, NotEmptyError, NotOwner, ServiceNotReady, TopicNotFound
@@ -10,7 +11,7 @@ from impl.broker.naming import InvalidNamespaceName, InvalidTopicName
 from impl.broker.ownership import BrokerLoad
 from impl.broker.service import BrokerService
 from impl.metadata.store import ConnectionLoss, MetadataStore, SessionExpired
-from impl.web.http import HttpError
+from impl.web.http import HttpError, Request, Response
 
 
 class WebContext(Protocol):
@@ -28,6 +29,12 @@ class WebContext(Protocol):
     @property
     def service_url(self) -> str: ...
 
+    @property
+    def web_url_tls(self) -> str: ...
+
+    @property
+    def service_url_tls(self) -> str: ...
+
     def live_brokers(self) -> dict[str, BrokerLoad]: ...
 
     def leader(self) -> str | None: ...
@@ -35,6 +42,16 @@ class WebContext(Protocol):
     def internal_headers(self) -> dict[str, str]:
         """Headers of the broker's own calls to web services (credentials when authentication is on)."""
         ...
+
+
+def redirect_to_owner(ctx: WebContext, req: Request, what: object, owner: str, authoritative: bool) -> Response:
+    """The 307 that sends a request to the broker that owns its topic, over https when it came so."""
+    load = ctx.live_brokers().get(owner)
+    url = "" if load is None else (load.web_url_tls if req.secure else load.web_url)
+    if not url:
+        raise HttpError(503, f"the owner of {what}, {owner}, has no registered web service URL; retry")
+    query = dict(req.query) | {"authoritative": "true" if authoritative else "false"}
+    return Response.redirect(f"{url}{req.path}?{urlencode(query)}")
 
 
 # Pulsar's status for each kind of failure (its RestException codes).

@@ -4,11 +4,9 @@ API's own calls; a topic without a schema answers 404, as Pulsar does)."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from impl.broker import namespaces
 from impl.broker.naming import NON_PERSISTENT, PERSISTENT, TopicName
-from impl.broker.web.context import WebContext
+from impl.broker.web.context import WebContext, redirect_to_owner
 from impl.web.http import HttpError, Request, Response, Router
 
 
@@ -20,17 +18,13 @@ def install(router: Router, ctx: WebContext) -> None:
         namespaces.get_policies(ctx.store, name.namespace_name)  # 404 for a namespace that does not exist
         found = ctx.service.ownership.lookup(name, req.flag("authoritative"))
         if found.kind == "redirect":
-            load = ctx.live_brokers().get(found.broker_address)
-            if load is None or not load.web_url:
-                raise HttpError(503, f"the owner of {name}, {found.broker_address}, is not registered; retry")
-            query = dict(req.query) | {"authoritative": "true" if found.authoritative else "false"}
-            return Response.redirect(f"{load.web_url}{req.path}?{urlencode(query)}")
+            return redirect_to_owner(ctx, req, name, found.broker_address, found.authoritative)
         return Response.json(
             {
                 "brokerUrl": ctx.service_url,
-                "brokerUrlTls": "",
+                "brokerUrlTls": ctx.service_url_tls,
                 "httpUrl": ctx.web_url,
-                "httpUrlTls": "",
+                "httpUrlTls": ctx.web_url_tls,
                 "nativeUrl": ctx.service_url,
             }
         )

@@ -7,14 +7,14 @@ finds the topic unowned makes this broker (or the one the load manager picks) it
 
 from __future__ import annotations
 
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from impl.broker import namespaces
 from impl.broker.errors import ConsumerBusyError, NotEmptyError
 from impl.broker.naming import NamespaceName, TopicName, check_named_entity
 from impl.broker.service import Topic
 from impl.broker.web import stats
-from impl.broker.web.context import WebContext
+from impl.broker.web.context import WebContext, redirect_to_owner
 from impl.web import client as fetch
 from impl.web.http import HttpError, Request, Response, Router
 
@@ -68,11 +68,7 @@ class TopicRoutes:
             raise HttpError(404, f"Topic {name} not found")
         lookup = self.ctx.service.ownership.lookup(name, req.flag("authoritative"))
         if lookup.kind == "redirect":
-            load = self.ctx.live_brokers().get(lookup.broker_address)
-            if load is None or not load.web_url:
-                raise HttpError(503, f"the owner of {name}, {lookup.broker_address}, has no web service URL; retry")
-            query = dict(req.query) | {"authoritative": "true" if lookup.authoritative else "false"}
-            return Response.redirect(f"{load.web_url}{req.path}?{urlencode(query)}")
+            return redirect_to_owner(self.ctx, req, name, lookup.broker_address, lookup.authoritative)
         return self.ctx.service.topic(str(name))
 
     # ---- listing and creating -----------------------------------------------------------------
