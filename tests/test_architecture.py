@@ -21,6 +21,7 @@ PACKAGE_RULES: list[tuple[str, tuple[str, ...]]] = [
     ("impl.bookie", ("impl.broker", "impl.proxy", "impl.cluster", "impl.workload")),
     ("impl.broker", ("impl.proxy", "impl.cluster", "impl.workload")),
     ("impl.proxy", ("impl.cluster", "impl.workload")),
+    ("impl.security", ("impl.metadata", "impl.bookie", "impl.broker", "impl.proxy", "impl.cluster", "impl.workload")),
 ]
 
 # The pure modules: the protocol cores and the message types, codecs and errors they are made of.
@@ -52,6 +53,8 @@ PURE = frozenset(
         "impl.broker.client.connection",
         "impl.proxy.connection",
         "impl.web.http",
+        "impl.security.authorization",
+        "impl.broker.web.access",
     ]
 )
 # What a pure module may not import: threads, clocks, randomness, sockets, processes, files, RPC, stores.

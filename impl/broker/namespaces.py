@@ -38,6 +38,7 @@ from impl.metadata.store import (
     Watcher,
 )
 from impl.metadata.store import NotEmpty as StoreNotEmpty
+from impl.security.authorization import AuthPolicies, InvalidPermissions
 
 DEFAULT_NUMBER_OF_BUNDLES = 4  # Pulsar's defaultNumberOfNamespaceBundles
 MAX_NUMBER_OF_BUNDLES = 1024
@@ -120,6 +121,7 @@ class NamespacePolicies:
     bundles: int = DEFAULT_NUMBER_OF_BUNDLES
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     deduplication: bool | None = None  # None: the broker's setting (Pulsar's deduplicationEnabled)
+    auth: AuthPolicies = field(default_factory=AuthPolicies)  # who may produce and consume (auth_policies)
 
     def __post_init__(self) -> None:
         n = self.bundles
@@ -131,6 +133,8 @@ class NamespacePolicies:
         doc: dict[str, Any] = {"bundles": self.bundles, "retention": retention}
         if self.deduplication is not None:  # unset: the broker's setting (and the node as before the policy)
             doc["deduplication"] = self.deduplication
+        if self.auth.namespace_auth or any(self.auth.destination_auth.values()):
+            doc["auth_policies"] = self.auth.to_json()
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -141,7 +145,11 @@ class NamespacePolicies:
             dedup = raw.get("deduplication")
             if dedup is not None and not isinstance(dedup, bool):
                 raise InvalidPolicies(f"policies node {path}: deduplication is {dedup!r}, not true/false/null")
-            return cls(raw["bundles"], RetentionPolicy(retention["time_minutes"], retention["size_mb"]), dedup)
+            try:
+                auth = AuthPolicies.from_json(raw.get("auth_policies"))
+            except InvalidPermissions as e:
+                raise InvalidPolicies(f"policies node {path}: {e}") from None
+            return cls(raw["bundles"], RetentionPolicy(retention["time_minutes"], retention["size_mb"]), dedup, auth)
         except (KeyError, TypeError) as e:
             raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
 
@@ -247,6 +255,27 @@ def set_retention(store: MetadataStore, namespace: NamespaceName | str, retentio
 def set_deduplication(store: MetadataStore, namespace: NamespaceName | str, enabled: bool | None) -> None:
     """Enable or disable de-duplication in the namespace; None returns it to the broker's setting."""
     _update_policies(store, namespace, lambda p: dataclasses.replace(p, deduplication=enabled))
+
+
+def grant_permission(
+    store: MetadataStore, namespace: NamespaceName | str, role: str, actions: frozenset[str], topic: str | None = None
+) -> None:
+    """Give `role` exactly `actions` on the namespace (or on one of its topics)."""
+    _update_policies(store, namespace, lambda p: dataclasses.replace(p, auth=p.auth.grant(role, actions, topic)))
+
+
+def revoke_permission(
+    store: MetadataStore, namespace: NamespaceName | str, role: str, topic: str | None = None
+) -> None:
+    """Take away what `role` was granted on the namespace (or on the topic); InvalidPolicies if nothing."""
+
+    def revoke(p: NamespacePolicies) -> NamespacePolicies:
+        try:
+            return dataclasses.replace(p, auth=p.auth.revoke(role, topic))
+        except InvalidPermissions as e:
+            raise InvalidPolicies(str(e)) from None
+
+    _update_policies(store, namespace, revoke)
 
 
 def _update_policies(

@@ -25,6 +25,7 @@ from typing import Any
 
 from impl.bookie.client.api import BookKeeperClient
 from impl.broker import entry_codec, namespaces
+from impl.broker.authorization import Authorizer
 from impl.broker.entry_codec import CorruptEntry, messages_of
 from impl.broker.errors import (
     BrokerError,
@@ -648,6 +649,7 @@ class BrokerService:
         self.ownership = ownership
         self.address = address
         self.config = config or BrokerConfig()
+        self.authorizer = Authorizer(lambda: self.store, self.config.security)
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 AUTH_METHOD = "token"  # CONNECT's auth_method_name for this provider
+BROKER_ROLE = "pulsar-ref-broker"  # the role of a broker's own calls (a super-user)
 
 
 class AuthenticationFailed(Exception):
@@ -96,4 +97,4 @@ class TokenAuthenticator:
         broker holds the secret key that can sign one."""
         if self.secret_key is None:
             return None
-        return create_token("pulsar-ref-broker", secret_key=self.secret_key, expires_in_s=3600)
+        return create_token(BROKER_ROLE, secret_key=self.secret_key, expires_in_s=3600)

@@ -27,6 +27,14 @@ class Verb:
 
 
 _SUB = ("--subscription", str, None, "subscription name")
+_ROLE = ("--role", str, None, "the role (a token's subject)")
+_ACTIONS = ("--actions", str, None, "comma-separated actions: produce, consume (Pulsar's AuthAction names)")
+
+
+def _actions(args: argparse.Namespace) -> list[str]:
+    return [a.strip() for a in args.actions.split(",") if a.strip()]
+
+
 VERBS: dict[str, dict[str, Verb]] = {
     "clusters": {
         "list": Verb("GET", "/admin/v2/clusters", help="the clusters"),
@@ -39,11 +47,13 @@ VERBS: dict[str, dict[str, Verb]] = {
             "PUT",
             "/admin/v2/tenants/{tenant}",
             "tenant",
-            options=(("--allowed-clusters", str, "", "comma-separated clusters (default: this one)"),),
+            options=(
+                ("--allowed-clusters", str, "", "comma-separated clusters (default: this one)"),
+                ("--admin-roles", str, "", "comma-separated roles that administer the tenant"),
+            ),
             body=lambda a: (
-                {"adminRoles": [], "allowedClusters": [c for c in a.allowed_clusters.split(",") if c]}
-                if a.allowed_clusters
-                else {"adminRoles": []}
+                {"adminRoles": [r for r in a.admin_roles.split(",") if r]}
+                | ({"allowedClusters": [c for c in a.allowed_clusters.split(",") if c]} if a.allowed_clusters else {})
             ),
             help="create a tenant",
         ),
@@ -81,6 +91,24 @@ VERBS: dict[str, dict[str, Verb]] = {
                 ("--size", int, 0, "megabytes to keep (-1 = no limit)"),
             ),
             body=lambda a: {"retentionTimeInMinutes": a.time, "retentionSizeInMB": a.size},
+        ),
+        "permissions": Verb(
+            "GET", "/admin/v2/namespaces/{namespace}/permissions", "namespace", help="roles and their actions"
+        ),
+        "grant-permission": Verb(
+            "POST",
+            "/admin/v2/namespaces/{namespace}/permissions/{role}",
+            "namespace",
+            options=(_ROLE, _ACTIONS),
+            body=_actions,
+            help="let a role produce and/or consume on every topic of the namespace",
+        ),
+        "revoke-permission": Verb(
+            "DELETE",
+            "/admin/v2/namespaces/{namespace}/permissions/{role}",
+            "namespace",
+            options=(_ROLE,),
+            help="take a role's namespace permissions away",
         ),
     },
     "topics": {
@@ -134,6 +162,18 @@ VERBS: dict[str, dict[str, Verb]] = {
             help="move a subscription to the first message published at or after a time",
         ),
         "last-message-id": Verb("GET", "{topic}/lastMessageId", "topic", help="the last persisted message's id"),
+        "permissions": Verb("GET", "{topic}/permissions", "topic", help="roles and their actions on the topic"),
+        "grant-permission": Verb(
+            "POST",
+            "{topic}/permissions/{role}",
+            "topic",
+            options=(_ROLE, _ACTIONS),
+            body=_actions,
+            help="let a role produce and/or consume on this topic",
+        ),
+        "revoke-permission": Verb(
+            "DELETE", "{topic}/permissions/{role}", "topic", options=(_ROLE,), help="take the topic's grant away"
+        ),
     },
     "brokers": {
         "list": Verb("GET", "/admin/v2/brokers/{cluster}", "cluster", help="the live brokers of a cluster"),
@@ -156,13 +196,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--admin-url",
         default=DEFAULT_ADMIN_URL,
-        help="a broker's web service URL, http://HOST:PORT[,HOST:PORT...] (what `standalone` prints under "
+        help="a broker's web service URL, http[s]://HOST:PORT[,HOST:PORT...] (what `standalone` prints under "
         f"'web service', or `cluster status` under web; default {DEFAULT_ADMIN_URL})",
     )
     parser.add_argument(
         "--token", help="a token, when the brokers require authentication (sent as Authorization: Bearer)"
     )
     parser.add_argument("--token-file", help="a file holding the token")
+    parser.add_argument(
+        "--tls-trust-certs-file", metavar="PEM", help="CAs to trust for an https:// admin URL (default: the system's)"
+    )
     groups = parser.add_subparsers(dest="group", required=True)
     for group, verbs in VERBS.items():
         sub = groups.add_parser(group, help=f"{group} commands").add_subparsers(dest="verb", required=True)
@@ -185,6 +228,7 @@ def main(argv: list[str], prog: str) -> int:
 
     from impl.broker.naming import InvalidNamespaceName, InvalidTopicName
     from impl.broker.web.admin_client import AdminClient, topic_path
+    from impl.security.tls import TlsConfigError, client_context
     from impl.web.http import HttpError
 
     try:
@@ -192,12 +236,15 @@ def main(argv: list[str], prog: str) -> int:
         if verb.positional == "topic":
             path = path.replace("{topic}", topic_path(args.topic))
         values = {k: str(v) for k, v in vars(args).items() if v is not None}
-        path = path.format(**{k: values.get(k, "") for k in ("tenant", "namespace", "cluster", "subscription", "time")})
+        path = path.format(
+            **{k: values.get(k, "") for k in ("tenant", "namespace", "cluster", "subscription", "time", "role")}
+        )
         token = args.token or (Path(args.token_file).read_text().strip() if args.token_file else None)
-        result = AdminClient(args.admin_url, token=token).call(
+        tls = client_context(args.tls_trust_certs_file) if args.tls_trust_certs_file else None
+        result = AdminClient(args.admin_url, token=token, tls=tls).call(
             verb.method, path, verb.body(args) if verb.body else None, raw=verb.raw
         )
-    except (InvalidTopicName, InvalidNamespaceName) as e:
+    except (InvalidTopicName, InvalidNamespaceName, TlsConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:

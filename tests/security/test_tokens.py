@@ -105,6 +105,8 @@ def test_clients_need_a_valid_token_on_the_binary_protocol(secure: Standalone, s
         auth = pulsar.AuthenticationToken(token) if token else None
         refused = pulsar.Client(secure.url, authentication=auth, operation_timeout_seconds=3)
         try:
+            # The broker answers CONNECT with an AuthenticationError (tests/security/test_authorization.py
+            # reads it); the official client takes any answer but CONNECTED as a disconnection and retries.
             with pytest.raises(pulsar.PulsarException):
                 refused.create_producer("persistent://public/default/secured").send(b"refused: " + why.encode())
         finally:

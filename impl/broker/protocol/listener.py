@@ -40,6 +40,7 @@ from impl.broker.errors import (
     UnknownMessageIdError,
 )
 from impl.broker.managed_ledger import Position
+from impl.broker.naming import NamespaceName
 from impl.broker.protocol import bitset, frames
 from impl.broker.protocol import connection as conn
 from impl.broker.protocol import pulsar_api_pb2 as api
@@ -48,6 +49,7 @@ from impl.broker.subscription import Message, MessageId
 from impl.loop_server import ConnectionListener
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
 from impl.security import tokens
+from impl.security.authorization import Access, AuthorizationFailed
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,8 @@ def server_error(e: Exception) -> tuple[int, str]:
     """Pulsar's ServerError for a failure, and the sentence to send with it."""
     if isinstance(e, BrokerError):
         return _SERVER_ERRORS.get(type(e), api.UnknownError), str(e)
+    if isinstance(e, AuthorizationFailed):
+        return api.AuthorizationError, str(e)
     if isinstance(e, (SessionExpired, ConnectionLoss)):
         return api.ServiceNotReady, f"metadata session not usable now: {e}; retry"
     if isinstance(e, MetadataError):
@@ -240,6 +244,9 @@ class _Connection:
     def close(self, reason: str) -> None:
         if not self.open:
             return
+        out, self._out = self._out, []
+        if out:  # what the core answered last (an ERROR before a close) goes out before the close
+            self.writer.write(b"".join(out))
         self.open = False
         log.debug("Pulsar connection from %s closed: %s", self.peer, reason)
         self.writer.close()
@@ -375,6 +382,7 @@ class _Connection:
     def _lookup(self, out: conn.DoLookup) -> list[conn.Output]:
         resp = api.CommandLookupTopicResponse(request_id=out.request_id)
         try:
+            self._authorize(out.topic, Access.LOOKUP, "Lookup")
             redirect, (url, url_tls), authoritative = self.listener.lookup(out.topic, out.authoritative)
         except Exception as e:
             resp.response = api.CommandLookupTopicResponse.Failed
@@ -392,6 +400,7 @@ class _Connection:
         resp = api.CommandPartitionedTopicMetadataResponse(request_id=out.request_id)
         try:
             name = parse_topic(out.topic)
+            self._authorize(out.topic, Access.LOOKUP, "Lookup")
             namespaces.get_policies(self.service.store, name.namespace_name)
             resp.partitions = 0 if name.is_partition else namespaces.get_partitions(self.service.store, name)
             resp.response = api.CommandPartitionedTopicMetadataResponse.Success
@@ -405,6 +414,7 @@ class _Connection:
 
     def _create_producer(self, out: conn.DoCreateProducer) -> list[conn.Output]:
         try:
+            self._authorize(out.topic, Access.PRODUCE, "Produce")
             topic = self.service.topic(out.topic)
             name, last = topic.attach_producer(out.producer_name, (self, out.producer_id), out.epoch, out.exclusive)
         except Exception as e:
@@ -427,6 +437,7 @@ class _Connection:
 
     def _subscribe(self, out: conn.DoSubscribe) -> list[conn.Output]:
         try:
+            self._authorize(out.topic, Access.CONSUME, "subscribe")
             topic = self.service.topic(out.topic)
             service_id = self.service.next_consumer_id()
             sink = _Sink(self, out.consumer_id)
@@ -601,7 +612,9 @@ class _Connection:
 
     def _get_topics(self, out: conn.DoGetTopics) -> list[conn.Output]:
         try:
-            topics = namespaces.all_topics(self.service.store, out.namespace)
+            namespace = NamespaceName.parse(out.namespace)
+            self.service.authorizer.check(self.core.role or None, Access.CONSUME, namespace=namespace)
+            topics = namespaces.all_topics(self.service.store, namespace)
         except Exception as e:
             code, message = server_error(e)
             return [conn.error_reply(out.request_id, code, message)]
@@ -616,6 +629,13 @@ class _Connection:
         resp.topics.extend(topics)
         cmd = conn.command(api.BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=resp)
         return [conn.Reply(cmd)]
+
+    def _authorize(self, topic: str, need: Access, operation: str) -> None:
+        """AuthorizationFailed, worded as Pulsar's, when the connection's role may not do this."""
+        try:
+            self.service.authorizer.check(self.core.role or None, need, topic=parse_topic(topic))
+        except AuthorizationFailed as e:
+            raise AuthorizationFailed(f"Client is not authorized to {operation}: {e}") from None
 
     def _authenticate(self, out: conn.DoAuthenticate) -> list[conn.Output]:
         authenticator = self.service.config.security.authenticator

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
-from impl.broker.web import admin, lookup, metrics, topics, view
+from impl.broker.web import admin, lookup, metrics, permissions, topics, view
+from impl.broker.web.access import OPEN, need_of
 from impl.broker.web.context import WebContext, http_error
+from impl.security.authorization import AuthorizationFailed
 from impl.security.tokens import AuthenticationFailed, TokenAuthenticator
 from impl.web.http import Request, Response, Router
-
-OPEN_PATHS = ("/metrics",)  # served without credentials, as Pulsar's metrics are by default
 
 
 def router(ctx: WebContext) -> Router:
@@ -17,6 +18,7 @@ def router(ctx: WebContext) -> Router:
     r = Router(translate=http_error)
     admin.install(r, ctx)
     topics.install(r, ctx)
+    permissions.install(r, ctx)
     lookup.install(r, ctx)
     metrics.install(r, ctx)
     view.install(r, ctx)
@@ -24,21 +26,34 @@ def router(ctx: WebContext) -> Router:
 
 
 def app(ctx: WebContext, authenticator: TokenAuthenticator | None) -> Callable[[Request], Response]:
-    """The router, behind token authentication when it is on: `Authorization: Bearer <token>`, else 401."""
+    """The router, behind token authentication when it is on (`Authorization: Bearer <token>`, else
+    401) and behind the authorizer when that is on too (403 for a role without the access it needs)."""
     routes = router(ctx)
     if authenticator is None:
         return routes
 
     def guarded(req: Request) -> Response:
-        if req.path in OPEN_PATHS:
+        if req.path in OPEN:
             return routes(req)
         scheme, _, token = req.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return Response.error(401, "Authentication required: send Authorization: Bearer <token>")
         try:
-            authenticator.authenticate(token.strip())
+            role = authenticator.authenticate(token.strip())
         except AuthenticationFailed as e:
             return Response.error(401, f"Authentication failed: {e}")
-        return routes(req)
+        need = need_of(req.method, req.path)
+        try:
+            ctx.service.authorizer.check(
+                role, need.access, tenant=need.tenant, namespace=need.namespace, topic=need.topic
+            )
+        except AuthorizationFailed as e:
+            return Response.error(403, f"Not authorized: {e}")
+        except Exception as e:  # the metadata store could not be read: the router's answer for it
+            error = http_error(e)
+            if error is None:
+                raise
+            return Response.error(error.status, error.reason)
+        return routes(dataclasses.replace(req, role=role))
 
     return guarded
