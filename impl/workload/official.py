@@ -16,9 +16,10 @@ Positions are [ledger, entry, batch index], with batch index 0 for a message alo
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
-from impl.workload.operations import APPEND_TIMEOUT_S, READ_TIMEOUT_S, Outcome, Position, describe
+from impl.workload.operations import APPEND_TIMEOUT_S, READ_TIMEOUT_S, Credentials, Outcome, Position, describe
 
 # Errors the client raises before anything reaches the broker.
 _CERTAINLY_NOT_SENT = ("MessageTooBig", "InvalidMessage", "ProducerQueueIsFull", "InvalidConfiguration")
@@ -28,13 +29,43 @@ def official_position(message_id: Any) -> Position:
     return [int(message_id.ledger_id()), int(message_id.entry_id()), max(0, int(message_id.batch_index()))]
 
 
+def _has_message_available(reader: Any) -> bool:
+    """reader.has_message_available(), but a failed check raises. The client answers a check whose
+    GET_LAST_MESSAGE_ID was cut off by a lost connection with `False` (its value is `result == Ok and
+    ...`), which would end a read early and look like a stale read; the asynchronous call reports the
+    result beside the value."""
+    import _pulsar
+
+    done = threading.Event()
+    answer: list[Any] = []
+
+    def callback(result: Any, available: bool) -> None:
+        answer.extend((result, available))
+        done.set()
+
+    reader._reader.has_message_available_async(callback)
+    if not done.wait(READ_TIMEOUT_S * 2):
+        raise TimeoutError("has_message_available did not answer")
+    result, available = answer
+    if result != _pulsar.Result.Ok:
+        # Not every result has a name in the binding (a lost connection's prints as ???): give its code.
+        raise RuntimeError(f"has_message_available failed: result code {int(result)} ({result})")
+    return bool(available)
+
+
 class OfficialSession:
-    def __init__(self, service_url: str) -> None:
+    def __init__(self, service_url: str, credentials: Credentials | None = None) -> None:
         import pulsar
 
+        credentials = credentials or Credentials()
         self.pulsar = pulsar
         self.client = pulsar.Client(
-            service_url, operation_timeout_seconds=int(READ_TIMEOUT_S * 2), connection_timeout_ms=5000
+            service_url,
+            operation_timeout_seconds=int(READ_TIMEOUT_S * 2),
+            connection_timeout_ms=5000,
+            authentication=pulsar.AuthenticationToken(credentials.token) if credentials.token else None,
+            tls_trust_certs_file_path=credentials.tls_trust_certs_file,
+            tls_validate_hostname=True,
         )
         self.producers: dict[str, Any] = {}
 
@@ -75,7 +106,7 @@ class OfficialSession:
             )
             reader = self.client.create_reader(topic, start_id, start_message_id_inclusive=True)
             value: list[list[Any]] = []
-            while (limit is None or len(value) < limit) and reader.has_message_available():
+            while (limit is None or len(value) < limit) and _has_message_available(reader):
                 msg = reader.read_next(int(READ_TIMEOUT_S * 1000))
                 value.append([official_position(msg.message_id()), msg.data().decode()])
         except Exception as e:  # a read has no effect: fail
