@@ -42,6 +42,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from impl.cluster.nodes import Node, NodeError, pulsar_ref_command
 from impl.cluster.sessions import SessionExpiryError, ZooKeeperAdmin, expire_node_session
 from impl.metadata.zkserver import ZooKeeperEnsemble, ZooKeeperError, ZooKeeperServer, free_port
+from impl.security.secure_setup import SUPER_USER, ensure_secure_files
 
 STATE_FILE = "cluster.json"
 CHROOT = "/pulsar-ref"
@@ -51,6 +52,12 @@ Progress = Callable[[str], None]
 
 class ClusterError(Exception):
     """The cluster could not be started, found or changed; the message says what to do."""
+
+
+def _tls_service(nodes: list[dict[str, Any]], role: str) -> str | None:
+    """The pulsar+ssl:// service URL of a secure cluster's brokers or proxies (None: there are none)."""
+    ports = [n["tls_port"] for n in nodes if n["role"] == role and "tls_port" in n]
+    return "pulsar+ssl://" + ",".join(f"127.0.0.1:{p}" for p in ports) if ports else None
 
 
 def _quiet(_: str) -> None:
@@ -255,12 +262,16 @@ class Cluster:
         die_with_parent: bool = False,
         broker_options: tuple[str, ...] = (),
         trace_dir: str | Path | None = None,
+        secure: bool = False,
     ) -> Cluster:
         """Lay out a new multi-process cluster in `directory` (ports chosen now, fixed for its lifetime).
 
         `trace_dir`: every bookie and broker appends its protocol events (`--trace`) to
         TRACE_DIR/<node>.trace.jsonl (a restart continues its file), and TRACE_DIR/nodes.json names
-        each node's address, for trace validation (conformance/cluster_traces.py)."""
+        each node's address, for trace validation (conformance/cluster_traces.py).
+
+        `secure`: brokers and proxies with token authentication, authorization and TLS, from files made
+        in DIRECTORY/security (impl/security/secure_setup.py); clients need its token and CA."""
         directory = Path(directory).resolve()
         cls._refuse_reuse(directory)
         if zookeepers not in (1, 3):
@@ -281,6 +292,19 @@ class Cluster:
         metadata = f"zk://{ensemble.connect_string}{CHROOT}"
         nodes: list[dict[str, Any]] = []
         traces = Path(trace_dir).resolve() if trace_dir is not None else None
+        files = ensure_secure_files(directory / "security") if secure else None
+
+        def security(server: str, node: dict[str, Any]) -> list[str]:
+            """The security options of a broker or proxy of a secure cluster; its TLS ports go in `node`."""
+            if files is None:
+                return []
+            node["tls_port"], node["web_tls_port"] = port(), port()
+            tls = ["--tls-port", str(node["tls_port"]), "--web-tls-port", str(node["web_tls_port"])]
+            tls += ["--tls-cert-file", str(files.tls.cert_file), "--tls-key-file", str(files.tls.key_file)]
+            auth = ["--authentication-enabled", "--token-secret-key", str(files.secret_key)]
+            if server == "broker":
+                auth += ["--authorization-enabled", "--super-user-roles", SUPER_USER]
+            return auth + tls
 
         def traced(name: str) -> list[str]:
             if traces is None:
@@ -309,36 +333,22 @@ class Cluster:
                 str(wp),
                 *broker_options,
             )
-            command += traced(f"broker-{i}")
-            nodes.append(
-                {
-                    "name": f"broker-{i}",
-                    "role": "broker",
-                    "port": p,
-                    "pulsar_port": pp,
-                    "web_port": wp,
-                    "dir": str(d),
-                    "command": command,
-                }
-            )
+            node: dict[str, Any] = {"name": f"broker-{i}", "role": "broker", "port": p, "pulsar_port": pp}
+            node |= {"web_port": wp, "dir": str(d)}
+            node["command"] = command + security("broker", node) + traced(f"broker-{i}")
+            nodes.append(node)
         for i in range(1, proxies + 1):
             p, wp = port(), port()
             command = pulsar_ref_command("proxy", "--metadata", metadata, "--port", str(p), "--web-port", str(wp))
-            nodes.append(
-                {
-                    "name": f"proxy-{i}",
-                    "role": "proxy",
-                    "port": p,
-                    "web_port": wp,
-                    "dir": str(directory / f"proxy-{i}"),
-                    "command": command,
-                }
-            )
+            node = {"name": f"proxy-{i}", "role": "proxy", "port": p, "web_port": wp}
+            node["dir"] = str(directory / f"proxy-{i}")
+            node["command"] = command + security("proxy", node)
+            nodes.append(node)
         proxy_ports = [n["port"] for n in nodes if n["role"] == "proxy"]
         broker_ports = [n["port"] for n in nodes if n["role"] == "broker"]
         pulsar_ports = [n["pulsar_port"] for n in nodes if n["role"] == "broker"]
         web_ports = [n["web_port"] for n in nodes if n["role"] == "broker"]
-        state = {
+        state: dict[str, Any] = {
             "topology": "cluster",
             "metadata": metadata,
             # the brokers' gRPC API (admin); Pulsar clients use pulsar_service
@@ -355,6 +365,12 @@ class Cluster:
             ],
             "nodes": nodes,
         }
+        if files is not None:
+            state["security"] = {
+                "super_user_token": str(files.super_user_token),
+                "trust_certs_file": str(files.tls.trust_certs_file),
+                "pulsar_service_tls": _tls_service(nodes, "proxy") or _tls_service(nodes, "broker"),
+            }
         if traces is not None:
             traces.mkdir(parents=True, exist_ok=True)
             addresses = {n["name"]: f"127.0.0.1:{n['port']}" for n in nodes}
@@ -441,6 +457,18 @@ class Cluster:
         pulsar:// listener."""
         service = self.state.get("proxy_service") or self.state.get("pulsar_service")
         return str(service) if service else None
+
+    @property
+    def security(self) -> dict[str, str] | None:
+        """A secure cluster's `super_user_token` and `trust_certs_file` paths and `pulsar_service_tls`."""
+        security = self.state.get("security")
+        return dict(security) if security else None
+
+    def credentials(self) -> tuple[str | None, str | None]:
+        """(the super-user's token, the CA file) of a secure cluster; (None, None) otherwise."""
+        if not self.security:
+            return None, None
+        return Path(self.security["super_user_token"]).read_text().strip(), self.security["trust_certs_file"]
 
     @property
     def broker_service_url(self) -> str | None:

@@ -11,6 +11,11 @@ A client uses a proxy in two kinds of connection, as with Apache Pulsar's proxy:
   broker's CONNECTED back, and from then on relays bytes both ways without parsing them: the
   broker's own frame checks apply to everything after CONNECT.
 
+With authentication on, the proxy checks CONNECT's token before either kind (an ERROR with
+AuthenticationError, then the close, as a broker does); a proxied connection's CONNECT still goes to
+the broker with the client's own credentials, so the broker authenticates and authorizes the client's
+role itself, and the proxy's lookups ask the brokers with the client's token too.
+
 Before CONNECT only CONNECT is accepted, and frames are checked (size, form) by the same decoder
 as the broker's. Keep-alive on a lookup connection is the broker's rule: PING after `keepalive_s`
 of silence, close after another.
@@ -26,6 +31,7 @@ from impl.broker.protocol.connection import (
     KEEPALIVE_S,
     PROTOCOL_VERSION,
     Close,
+    DoAuthenticate,
     Reply,
     command,
     error_reply,
@@ -39,6 +45,7 @@ LookupType = api.CommandLookupTopicResponse.LookupType
 
 class State(enum.Enum):
     AWAITING_CONNECT = "awaiting CONNECT"
+    AUTHENTICATING = "checking the client's credentials"
     LOOKUPS = "serving lookups"  # connected to the proxy itself
     CONNECTING = "connecting to the broker"
     RELAYING = "relaying to the broker"
@@ -77,13 +84,16 @@ class StartRelay:
     """From now on copy bytes both ways between the client and the broker, unparsed."""
 
 
-Output = Reply | Close | DoLookup | DoPartitions | DoTopics | DoConnectBroker | StartRelay
+Output = Reply | Close | DoAuthenticate | DoLookup | DoPartitions | DoTopics | DoConnectBroker | StartRelay
 
 
 @dataclass
 class ProxyConnection:
     keepalive_s: float = KEEPALIVE_S
+    authentication: bool = False  # CONNECT must carry credentials the proxy accepts
     state: State = State.AWAITING_CONNECT
+    role: str = ""  # who the client is, once authenticated
+    _connect_command: api.CommandConnect | None = None  # the CONNECT being authenticated
     protocol_version: int = 0
     target: str = ""
     _last_heard: float = 0.0
@@ -99,9 +109,13 @@ class ProxyConnection:
             if cmd.type != T.CONNECT:
                 self.state = State.CLOSED
                 return [Close(f"{command_name(cmd.type)} before CONNECT: the first command must be CONNECT")]
+            if self.authentication:
+                self.state, self._connect_command = State.AUTHENTICATING, cmd.connect
+                return [DoAuthenticate(cmd.connect.auth_method_name, cmd.connect.auth_data)]
             return self._connect(cmd.connect)
         if self.state is not State.LOOKUPS:
-            # While connecting, the client waits for CONNECTED; once relaying, frames bypass the core.
+            # While authenticating or connecting, the client waits for CONNECTED; once relaying,
+            # frames bypass the core.
             was, self.state = self.state, State.CLOSED
             return [Close(f"{command_name(cmd.type)} while {was.value}")]
         if cmd.type == T.PING:
@@ -128,6 +142,17 @@ class ProxyConnection:
         connected = api.CommandConnected(server_version=SERVER_VERSION, protocol_version=self.protocol_version)
         return [Reply(command(T.CONNECTED, connected=connected))]
 
+    def authenticated(self, role: str) -> list[Output]:
+        if self.state is not State.AUTHENTICATING or self._connect_command is None:
+            return []
+        self.role, connect, self._connect_command = role, self._connect_command, None
+        return self._connect(connect)
+
+    def authentication_failed(self, message: str) -> list[Output]:
+        """As a broker: an ERROR (AuthenticationError), then the connection closes."""
+        self.state, self._connect_command = State.CLOSED, None
+        return [error_reply(0, api.AuthenticationError, message), Close(f"authentication failed: {message}")]
+
     def _not_here(self, cmd: api.BaseCommand) -> Reply:
         name = command_name(cmd.type)
         request_id = 0
@@ -139,11 +164,14 @@ class ProxyConnection:
 
     # ---- results of the shell's work -----------------------------------------------------------
 
-    def looked_up(self, request_id: int, broker_url: str) -> Reply:
+    def looked_up(self, request_id: int, broker_url: str, broker_url_tls: str) -> Reply:
+        """The owner's URLs, as the logical addresses a client names in `proxy_to_broker_url` (a client
+        on pulsar+ssl:// names the TLS one)."""
         answer = api.CommandLookupTopicResponse(
             request_id=request_id,
             response=LookupType.Connect,
             brokerServiceUrl=broker_url,
+            brokerServiceUrlTls=broker_url_tls,
             authoritative=True,
             proxy_through_service_url=True,
         )

@@ -45,22 +45,31 @@ class BrokerDirectory:
     def close(self) -> None:
         self.store.close()
 
-    def broker_addresses(self) -> set[str]:
-        """host:port of every live broker's pulsar:// listener: the only places the proxy connects to."""
-        return {b.service_url.removeprefix("pulsar://") for b in self.brokers() if b.service_url}
+    def broker_addresses(self) -> dict[str, str]:
+        """Every address a lookup may give a client (host:port of a live broker's pulsar:// or
+        pulsar+ssl:// listener) -> the pulsar:// host:port the proxy connects to: the only places it does."""
+        addresses: dict[str, str] = {}
+        for b in self.brokers():
+            if b.service_url:
+                plain = _host_port(b.service_url)
+                addresses[plain] = plain
+                if b.service_url_tls:
+                    addresses[_host_port(b.service_url_tls)] = plain
+        return addresses
 
     def web_urls(self) -> list[str]:
         return [b.web_url for b in self.brokers() if b.web_url]
 
-    def call(self, path: str) -> object:
-        """GET `path` from the first live broker that answers (a 307 to the owner is followed)."""
+    def call(self, path: str, headers: dict[str, str] | None = None) -> object:
+        """GET `path` from the first live broker that answers (a 307 to the owner is followed);
+        `headers`: the client's credentials, so the brokers authorize the client's role."""
         urls = self.web_urls()
         if not urls:
             raise NoBroker("no live broker is registered in the metadata store")
         failure: HttpError | None = None
         for url in urls:
             try:
-                return client.call("GET", url + path, timeout_s=TIMEOUT_S)
+                return client.call("GET", url + path, timeout_s=TIMEOUT_S, headers=headers)
             except client.Unreachable as e:
                 failure = e
             except HttpError as e:
@@ -69,23 +78,30 @@ class BrokerDirectory:
                 failure = e
         raise NoBroker(f"no broker answered {path}: {failure}")
 
-    def lookup(self, topic: str) -> str:
-        """The pulsar:// URL of the broker that owns (or now takes) the topic."""
+    def lookup(self, topic: str, headers: dict[str, str] | None = None) -> tuple[str, str]:
+        """The pulsar:// and pulsar+ssl:// URLs of the broker that owns (or now takes) the topic; a
+        broker without TLS gets its pulsar:// address under the TLS scheme (the proxy reaches it in
+        plain text either way)."""
         name = TopicName.parse(topic)
-        found = self.call(f"/lookup/v2/topic/{_path(name)}")
+        found = self.call(f"/lookup/v2/topic/{_path(name)}", headers)
         if not isinstance(found, dict) or not found.get("brokerUrl"):
             raise NoBroker(f"the lookup of {name} gave no broker URL: {found!r}")
-        return str(found["brokerUrl"])
+        url = str(found["brokerUrl"])
+        return url, str(found.get("brokerUrlTls") or "") or f"pulsar+ssl://{_host_port(url)}"
 
-    def partitions(self, topic: str) -> int:
+    def partitions(self, topic: str, headers: dict[str, str] | None = None) -> int:
         name = TopicName.parse(topic)
-        found = self.call(f"/admin/v2/{_path(name)}/partitions?checkAllowAutoCreation=true")
+        found = self.call(f"/admin/v2/{_path(name)}/partitions?checkAllowAutoCreation=true", headers)
         return int(found["partitions"]) if isinstance(found, dict) else 0
 
-    def topics(self, namespace: str) -> list[str]:
+    def topics(self, namespace: str, headers: dict[str, str] | None = None) -> list[str]:
         tenant, _, ns = namespace.partition("/")
-        found = self.call(f"/admin/v2/namespaces/{quote(tenant, safe='')}/{quote(ns, safe='')}/topics")
+        found = self.call(f"/admin/v2/namespaces/{quote(tenant, safe='')}/{quote(ns, safe='')}/topics", headers)
         return [str(t) for t in found] if isinstance(found, list) else []
+
+
+def _host_port(url: str) -> str:
+    return url.split("://", 1)[-1].rstrip("/")
 
 
 def _path(name: TopicName) -> str:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,13 +21,17 @@ from concurrent.futures import ThreadPoolExecutor
 from impl.broker.naming import InvalidTopicName
 from impl.broker.protocol import frames
 from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.protocol.connection import Close, Reply
+from impl.broker.protocol.connection import Close, DoAuthenticate, Reply
 from impl.loop_server import ConnectionListener
 from impl.proxy import connection as core
 from impl.proxy.directory import BrokerDirectory, NoBroker
+from impl.security.tokens import AuthenticationFailed, TokenAuthenticator
 from impl.web.http import HttpError
 
 log = logging.getLogger(__name__)
+
+# A broker's HTTP refusal, as the binary protocol's error for the client.
+_HTTP_ERRORS = {401: api.AuthenticationError, 403: api.AuthorizationError, 404: api.TopicNotFound}
 
 TICK_S = 1.0
 READ_CHUNK = 256 * 1024
@@ -34,14 +39,23 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 class ProxyListener(ConnectionListener):
-    def __init__(self, directory: BrokerDirectory, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__(host, port, "proxy-listener", "Pulsar clients", TICK_S)
+    def __init__(
+        self,
+        directory: BrokerDirectory,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        authenticator: TokenAuthenticator | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        purpose = "Pulsar clients" + (" over TLS" if tls else "")
+        super().__init__(host, port, "proxy-listener", purpose, TICK_S, tls)
         self.directory = directory
+        self.authenticator = authenticator
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="proxy-lookup")
 
     @property
     def service_url(self) -> str:
-        return f"pulsar://{self.host}:{self.port}"
+        return f"{'pulsar+ssl' if self.server.tls else 'pulsar'}://{self.host}:{self.port}"
 
     def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _ClientConnection:
         return _ClientConnection(self, reader, writer)
@@ -59,7 +73,8 @@ class _ClientConnection:
         self.listener = listener
         self.loop = listener.loop
         self.reader, self.writer = reader, writer
-        self.core = core.ProxyConnection()
+        self.core = core.ProxyConnection(authentication=listener.authenticator is not None)
+        self.credentials: dict[str, str] = {}  # the client's token, for the lookups asked on its behalf
         self.core.start(time.monotonic())
         self.decoder = frames.FrameDecoder()
         self.broker: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
@@ -104,6 +119,8 @@ class _ClientConnection:
                     self.writer.write(frames.encode(out.command, out.payload))
             elif isinstance(out, Close):
                 self.close(out.reason)
+            elif isinstance(out, DoAuthenticate):
+                self.perform(self._authenticate(out))
             elif isinstance(out, core.DoLookup):
                 lookup = functools.partial(self._looked_up, out.request_id, out.topic)
                 self._ask(out.request_id, lookup, self.core.lookup_failed)
@@ -122,14 +139,23 @@ class _ClientConnection:
     def directory(self) -> BrokerDirectory:
         return self.listener.directory
 
+    def _authenticate(self, out: DoAuthenticate) -> list[core.Output]:
+        assert self.listener.authenticator is not None
+        try:
+            role = self.listener.authenticator.authenticate_connect(out.method, out.data)
+        except AuthenticationFailed as e:
+            return self.core.authentication_failed(str(e))
+        self.credentials = {"Authorization": f"Bearer {out.data.decode('utf-8', 'replace')}"}
+        return self.core.authenticated(role)
+
     def _looked_up(self, request_id: int, topic: str) -> Reply:
-        return self.core.looked_up(request_id, self.directory.lookup(topic))
+        return self.core.looked_up(request_id, *self.directory.lookup(topic, self.credentials))
 
     def _partitions(self, request_id: int, topic: str) -> Reply:
-        return self.core.partitions(request_id, self.directory.partitions(topic))
+        return self.core.partitions(request_id, self.directory.partitions(topic, self.credentials))
 
     def _topics(self, request_id: int, namespace: str) -> Reply:
-        return self.core.topics(request_id, self.directory.topics(namespace))
+        return self.core.topics(request_id, self.directory.topics(namespace, self.credentials))
 
     def _ask(self, request_id: int, work: Callable[[], Reply], failed: Callable[[int, int, str], Reply]) -> None:
         """Run `work` (it returns the answer) on the pool; a failure is answered with `failed`."""
@@ -140,7 +166,7 @@ class _ClientConnection:
             except (InvalidTopicName, ValueError) as e:
                 return failed(request_id, api.InvalidTopicName, str(e))
             except HttpError as e:
-                return failed(request_id, api.TopicNotFound if e.status == 404 else api.ServiceNotReady, e.reason)
+                return failed(request_id, _HTTP_ERRORS.get(e.status, api.ServiceNotReady), e.reason)
             except NoBroker as e:
                 return failed(request_id, api.ServiceNotReady, f"{e}; retry")
 
@@ -157,7 +183,7 @@ class _ClientConnection:
         if out.target not in allowed:
             self.perform(self.core.broker_unreachable(f"{out.target} is not a registered broker"))
             return
-        host, _, port = out.target.rpartition(":")
+        host, _, port = allowed[out.target].rpartition(":")  # its pulsar:// listener, for a TLS address too
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
             writer.write(frames.encode(out.connect))

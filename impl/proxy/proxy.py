@@ -9,15 +9,32 @@ from impl.metadata.store import MetadataStore
 from impl.proxy.directory import BrokerDirectory
 from impl.proxy.listener import ProxyListener
 from impl.proxy.web import web_server
+from impl.security.settings import Security
+from impl.web.server import WebServer
 
 
 class Proxy:
+    """With `security.tls`, a second listener and web port serve TLS (at `tls_ports`; 0 = any free)."""
+
     def __init__(
-        self, connect_store: Callable[[], MetadataStore], host: str = "127.0.0.1", port: int = 0, web_port: int = 0
+        self,
+        connect_store: Callable[[], MetadataStore],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        web_port: int = 0,
+        security: Security | None = None,
+        tls_ports: tuple[int, int] = (0, 0),
     ) -> None:
+        security = security or Security()
         self.directory = BrokerDirectory(connect_store)
-        self.listener = ProxyListener(self.directory, host, port)
+        self.listener = ProxyListener(self.directory, host, port, security.authenticator)
         self.web = web_server(self.directory, host, web_port)
+        self.listener_tls: ProxyListener | None = None
+        self.web_tls: WebServer | None = None
+        if security.tls is not None:
+            context = security.tls.server_context()
+            self.listener_tls = ProxyListener(self.directory, host, tls_ports[0], security.authenticator, context)
+            self.web_tls = web_server(self.directory, host, tls_ports[1], context)
 
     @property
     def service_url(self) -> str:
@@ -27,11 +44,25 @@ class Proxy:
     def web_url(self) -> str:
         return self.web.url
 
+    @property
+    def tls_urls(self) -> tuple[str, str] | None:
+        if self.listener_tls is None or self.web_tls is None:
+            return None
+        return self.listener_tls.service_url, self.web_tls.url
+
     def start(self) -> None:
-        self.listener.start()
-        self.web.start()
+        for listener in (self.listener, self.listener_tls):
+            if listener is not None:
+                listener.start()
+        for web in (self.web, self.web_tls):
+            if web is not None:
+                web.start()
 
     def stop(self) -> None:
-        self.listener.stop()
-        self.web.stop()
+        for listener in (self.listener, self.listener_tls):
+            if listener is not None:
+                listener.stop()
+        for web in (self.web, self.web_tls):
+            if web is not None:
+                web.stop()
         self.directory.close()

@@ -4,6 +4,7 @@ that can reach only the proxy still reaches the owner."""
 
 from __future__ import annotations
 
+import ssl
 from urllib.parse import urlencode
 
 from impl.proxy.directory import BrokerDirectory
@@ -21,10 +22,12 @@ def router(directory: BrokerDirectory) -> Router:
         if not urls:
             raise HttpError(503, "no live broker is registered in the metadata store; retry")
         target = req.path + (f"?{_query(req)}" if req.query else "")
+        # The client's credentials go to the broker, which authenticates and authorizes them.
+        passed = {"Authorization": req.headers["authorization"]} if "authorization" in req.headers else {}
         failure = ""
         for url in urls:
             try:
-                status, headers, body = client.exchange(req.method, url + target, req.body or None, TIMEOUT_S)
+                status, headers, body = client.exchange(req.method, url + target, req.body or None, TIMEOUT_S, passed)
             except client.Unreachable as e:
                 failure = e.reason
                 continue
@@ -43,5 +46,5 @@ def _query(req: Request) -> str:
     return urlencode(req.query)
 
 
-def web_server(directory: BrokerDirectory, host: str, port: int) -> WebServer:
-    return WebServer(router(directory), host, port, name="proxy")
+def web_server(directory: BrokerDirectory, host: str, port: int, tls: ssl.SSLContext | None = None) -> WebServer:
+    return WebServer(router(directory), host, port, name="proxy-tls" if tls else "proxy", tls=tls)

@@ -92,6 +92,15 @@ class TokenAuthenticator:
             raise AuthenticationFailed("the token names no role (its 'sub' claim)")
         return subject
 
+    def authenticate_connect(self, method: str, data: bytes) -> str:
+        """The role of a CONNECT's credentials (`auth_method_name`, `auth_data`); AuthenticationFailed
+        when the method is not "token" or the token is not good."""
+        if method != AUTH_METHOD:
+            raise AuthenticationFailed(
+                f"authentication method {method or '(none)'!r} is not enabled; use token authentication"
+            )
+        return self.authenticate(data.decode("utf-8", "replace"))
+
     def internal_token(self) -> str | None:
         """A token for the broker's own calls to the web services (role `pulsar-ref-broker`), when the
         broker holds the secret key that can sign one."""

@@ -41,21 +41,32 @@ class Session(Protocol):
     def close(self) -> None: ...
 
 
-def create_partitioned_topic(admin_url: str, topic: str, partitions: int) -> None:
+def create_partitioned_topic(admin_url: str, topic: str, partitions: int, credentials: Credentials) -> None:
     """Through the admin REST API of any Pulsar service (set-up, not an operation of the history); a
     topic that exists already (an earlier try that did reach the broker) is fine."""
     from impl.broker.web.admin_client import AdminClient
+    from impl.security.tls import client_context
 
-    AdminClient(admin_url, timeout_s=10.0).create_partitioned_topic(topic, partitions, exist_ok=True)
+    tls = client_context(credentials.tls_trust_certs_file) if credentials.tls_trust_certs_file else None
+    admin = AdminClient(admin_url, timeout_s=10.0, token=credentials.token, tls=tls)
+    admin.create_partitioned_topic(topic, partitions, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a secured service asks of its clients: a token, and the CAs to trust over TLS."""
+
+    token: str | None = None
+    tls_trust_certs_file: str | None = None
 
 
 class ClientSession:
     """Through the project's own Pulsar client (impl/broker/client/)."""
 
-    def __init__(self, service_url: str) -> None:
+    def __init__(self, service_url: str, credentials: Credentials | None = None) -> None:
         from impl.broker.client import Client
 
-        self.client = Client(service_url)
+        self.client = Client(service_url, token=credentials.token if credentials else None)
         self.producers: dict[str, Any] = {}
 
     def producer(self, topic: str) -> Any:

@@ -53,6 +53,7 @@ class WorkloadConfig:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     client: str = "project"  # "project": the project's client; "official": Apache Pulsar's (pulsar-client)
     admin_url: str | None = None  # the admin REST API (http://) that creates the partitioned topic
+    credentials: operations.Credentials = field(default_factory=operations.Credentials)  # token, TLS trust
 
     def plain_topics(self) -> list[str]:
         return [f"persistent://public/default/w{self.run_id}-t{i}" for i in range(self.topics)]
@@ -138,7 +139,7 @@ class Workload:
             raise WorkloadError("the partitioned topic needs a broker's admin REST API (admin_url)")
         admin = self.config.admin_url
         self._retrying(
-            lambda: operations.create_partitioned_topic(admin, base, self.config.partitions),
+            lambda: operations.create_partitioned_topic(admin, base, self.config.partitions, self.config.credentials),
             lambda e: f"could not create the partitioned topic {base} at {admin}: {e}",
             pause_s=1.0,
         )
@@ -151,8 +152,8 @@ class Workload:
             if self.config.client == "official":
                 from impl.workload.official import OfficialSession
 
-                return OfficialSession(service)
-            return ClientSession(service)
+                return OfficialSession(service, self.config.credentials)
+            return ClientSession(service, self.config.credentials)
 
         return self._retrying(
             session,

@@ -61,6 +61,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="Pulsar proxy processes in front of the brokers (default 0); with some, the printed service URL is "
         "the proxies'",
     )
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="brokers and proxies with TLS, token authentication and authorization: a CA, certificate, secret key "
+        "and a super-user token are made in DIR/security (status prints the paths)",
+    )
     up.add_argument("--ensemble", type=int, help="brokers' ledger ensemble size E (default: the broker's, 3)")
     up.add_argument("--write-quorum", type=int, help="brokers' ledger write quorum Qw (default: the broker's, 3)")
     up.add_argument("--ack-quorum", type=int, help="brokers' ledger ack quorum Qa (default: the broker's, 2)")
@@ -120,6 +126,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def up(args: argparse.Namespace) -> int:
     directory: Path = args.dir.resolve()
+    if args.secure and args.standalone:
+        print("error: for a secure standalone run `pulsar-ref standalone --secure`", file=sys.stderr)
+        return 2
     if (directory / STATE_FILE).exists():
         cluster = Cluster.load(directory)
         running = [n.name for n in cluster.nodes() if n.pid() is not None]
@@ -149,6 +158,7 @@ def up(args: argparse.Namespace) -> int:
             broker_options=tuple(broker_options),
             trace_dir=args.trace_dir,
             proxies=args.proxies,
+            secure=args.secure,
         )
     cluster.up(args.timeout, _progress)
     _progress(f"cluster up; state in {directory / STATE_FILE}; metadata {cluster.metadata_url}")
@@ -157,6 +167,8 @@ def up(args: argparse.Namespace) -> int:
         _progress(f"Pulsar clients: {cluster.pulsar_service_url}{through}")
     if cluster.web_service_urls:
         _progress(f"web service (admin REST API, cluster view): {', '.join(cluster.web_service_urls)}")
+    if cluster.security:
+        _progress(_security_line(cluster.security))
     print(cluster.pulsar_service_url or cluster.metadata_url, flush=True)
     if not args.foreground:
         return 0
@@ -172,6 +184,13 @@ def up(args: argparse.Namespace) -> int:
         time.sleep(0.2)
     cluster.down(_progress)
     return 0
+
+
+def _security_line(security: dict[str, str]) -> str:
+    return (
+        f"TLS {security['pulsar_service_tls']} (trust {security['trust_certs_file']}); super-user token "
+        f"{security['super_user_token']}; every client needs a token"
+    )
 
 
 def down(args: argparse.Namespace) -> int:
@@ -195,6 +214,8 @@ def status(args: argparse.Namespace) -> int:
         print(f"brokers:  {cluster.broker_service_url}")
     print(f"web:      {', '.join(cluster.web_service_urls) or '(no brokers)'}")
     print(f"grpc:     {cluster.service_url or '(no brokers)'}")
+    if cluster.security:
+        print(f"secure:   {_security_line(cluster.security)}")
     return 0 if all(r.state == "up" for r in rows) else 1
 
 

@@ -8,6 +8,8 @@ import signal
 import sys
 import threading
 
+from pulsar_ref.commands.security_options import add_security_options, security_of
+
 
 def main(argv: list[str], prog: str) -> int:
     parser = argparse.ArgumentParser(
@@ -26,8 +28,14 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument(
         "--web-port", type=int, default=8080, help="HTTP port, passed to the brokers (default 8080; 0 = any)"
     )
+    parser.add_argument(
+        "--tls-port", type=int, default=0, help="pulsar+ssl:// port, with TLS on (default 0 = any free)"
+    )
+    parser.add_argument("--web-tls-port", type=int, default=0, help="https:// port, with TLS on (default 0 = any)")
+    add_security_options(parser, authorization=False)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     args = parser.parse_args(argv)
+    security = security_of(parser, args)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -38,13 +46,22 @@ def main(argv: list[str], prog: str) -> int:
     from impl.proxy.proxy import Proxy
 
     try:
-        proxy = Proxy(lambda: connect(args.metadata), port=args.port, web_port=args.web_port)
+        proxy = Proxy(
+            lambda: connect(args.metadata),
+            port=args.port,
+            web_port=args.web_port,
+            security=security,
+            tls_ports=(args.tls_port, args.web_tls_port),
+        )
         proxy.start()
     except (MetadataError, OSError, ValueError) as e:
         print(f"error: cannot start the proxy: {e}", file=sys.stderr)
         return 2
     address = proxy.service_url.removeprefix("pulsar://")
-    print(f"proxy {address} listening; Pulsar clients: {proxy.service_url}; web service: {proxy.web_url}", flush=True)
+    tls = f"; TLS: {proxy.tls_urls[0]}, {proxy.tls_urls[1]}" if proxy.tls_urls else ""
+    print(
+        f"proxy {address} listening; Pulsar clients: {proxy.service_url}; web service: {proxy.web_url}{tls}", flush=True
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

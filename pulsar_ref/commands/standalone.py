@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from pulsar_ref.commands.broker import add_ledger_options, check_quorums
 from pulsar_ref.commands.security_options import add_security_options, security_of
@@ -61,14 +62,20 @@ def main(argv: list[str], prog: str) -> int:
     args = parser.parse_args(argv)
     check_quorums(parser, args)
     security = security_of(parser, args)
+    secure_files = None
+    if args.secure:
+        if security.authenticator or security.authorization or security.tls:
+            parser.error("--secure sets up authentication, authorization and TLS itself: give no other security option")
+        from impl.security.secure_setup import ensure_secure_files
+
+        secure_files = ensure_secure_files(Path(args.data) / "security")
+        security = secure_files.security()
     if args.bookies < args.ensemble:
         parser.error(f"--bookies {args.bookies} is fewer than the ensemble size {args.ensemble}")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-
-    from pathlib import Path
 
     from impl.broker.standalone import Standalone
     from impl.metadata.store import MetadataError
@@ -95,7 +102,13 @@ def main(argv: list[str], prog: str) -> int:
         f"web service (admin, lookups, metrics, cluster view): {standalone.web_service_url}; "
         f"control 127.0.0.1:{standalone.control_port}; "
         f"bookies {', '.join(b.bookie_id for b in standalone.bookies)}; data {standalone.data_dir}"
-        + (f"; TLS: {standalone.tls_urls[0]}, {standalone.tls_urls[1]}" if standalone.tls_urls else ""),
+        + (f"; TLS: {standalone.tls_urls[0]}, {standalone.tls_urls[1]}" if standalone.tls_urls else "")
+        + (
+            f"; super-user token {secure_files.super_user_token.resolve()}; "
+            f"trust certs {secure_files.tls.trust_certs_file.resolve()}"  # type: ignore[union-attr]
+            if secure_files
+            else ""
+        ),
         flush=True,
     )
     stop = threading.Event()

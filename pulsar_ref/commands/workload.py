@@ -12,6 +12,7 @@ from pathlib import Path
 from impl.cluster.deployment import Cluster, ClusterError
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import FAULTS, Nemesis, NemesisError
+from impl.workload.operations import Credentials
 from impl.workload.run import Workload, WorkloadConfig, WorkloadError
 
 
@@ -91,6 +92,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="seconds the final reads may keep failing before the run is declared unrecovered (120)",
     )
     parser.add_argument("--seed", type=int, help="random seed for operation choice and fault schedule")
+    parser.add_argument("--token", help="a token for brokers with authentication (default: a secure cluster's)")
+    parser.add_argument("--token-file", type=Path, help="a file holding the token")
+    parser.add_argument(
+        "--tls-trust-certs-file",
+        help="CAs to trust for a pulsar+ssl:// service (official client; default: a secure cluster's CA)",
+    )
     return parser
 
 
@@ -111,7 +118,20 @@ def main(argv: list[str], prog: str) -> int:
     if faults and cluster is None:
         print("error: --nemesis needs --cluster-dir (the cluster whose nodes it may kill)", file=sys.stderr)
         return 2
-    service = args.service or (cluster.pulsar_service_url if cluster else None)
+    token, trust = cluster.credentials() if cluster else (None, None)
+    try:
+        token = args.token or (args.token_file.read_text().strip() if args.token_file else None) or token
+    except OSError as e:
+        print(f"error: cannot read the token file: {e}", file=sys.stderr)
+        return 2
+    trust = args.tls_trust_certs_file or trust
+    cluster_service = cluster.pulsar_service_url if cluster else None
+    if cluster and cluster.security and args.client == "official":
+        cluster_service = cluster.security["pulsar_service_tls"]  # a secure cluster: over TLS
+    service = args.service or cluster_service
+    if service and service.startswith("pulsar+ssl://") and args.client != "official":
+        print("error: the project's client speaks plain pulsar:// only; use --client official", file=sys.stderr)
+        return 2
     if not service:
         print("error: give --service pulsar://HOST:PORT (or --cluster-dir of a cluster with brokers)", file=sys.stderr)
         return 2
@@ -136,6 +156,7 @@ def main(argv: list[str], prog: str) -> int:
         final_read_timeout_s=args.final_read_timeout,
         client=args.client,
         admin_url=admin_url,
+        credentials=Credentials(token, trust),
     )
     history = HistoryWriter(args.out)
     try:

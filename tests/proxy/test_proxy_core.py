@@ -33,7 +33,7 @@ def test_a_lookup_connection_is_answered_by_the_proxy_itself() -> None:
     assert c.state is core.State.LOOKUPS
     lookup = api.CommandLookupTopic(topic="persistent://public/default/t", request_id=7)
     assert c.receive(frame(command(T.LOOKUP, lookupTopic=lookup)), 1.0) == [core.DoLookup(7, lookup.topic)]
-    answer = c.looked_up(7, "pulsar://127.0.0.1:6651").command.lookupTopicResponse
+    answer = c.looked_up(7, "pulsar://127.0.0.1:6651", "pulsar+ssl://127.0.0.1:6652").command.lookupTopicResponse
     assert answer.response == api.CommandLookupTopicResponse.Connect
     assert answer.proxy_through_service_url and answer.brokerServiceUrl == "pulsar://127.0.0.1:6651"
     metadata = api.CommandPartitionedTopicMetadata(topic="t", request_id=8)

@@ -67,6 +67,8 @@ class ConsumerMessage:
 
 def service_urls(url: str) -> list[str]:
     scheme, sep, rest = url.partition("://")
+    if scheme == "pulsar+ssl":  # a socket shared by a reader and writers cannot be an SSLSocket safely
+        raise ClientError("the project's client speaks plain pulsar:// only; use the official client for TLS")
     if not sep or scheme != "pulsar":
         raise ClientError(f"bad service URL {url!r}; use pulsar://HOST:PORT[,HOST:PORT...]")
     hosts = [h.strip().rstrip("/") for h in rest.split(",") if h.strip()]
@@ -76,9 +78,12 @@ def service_urls(url: str) -> list[str]:
 
 
 class Client:
-    def __init__(self, service_url: str, *, timeout_s: float = 10.0) -> None:
+    """`token`: sent in CONNECT, for brokers with token authentication."""
+
+    def __init__(self, service_url: str, *, timeout_s: float = 10.0, token: str | None = None) -> None:
         self.service = service_urls(service_url)
         self.timeout_s = timeout_s
+        self.token = token
         self._pool: dict[str, BrokerConnection] = {}
         self._lock = threading.Lock()
         self._rotation = itertools.count()
@@ -94,7 +99,7 @@ class Client:
             existing = self._pool.get(url)
             if existing is not None and existing.open:
                 return existing
-        conn = BrokerConnection(url, self.timeout_s)
+        conn = BrokerConnection(url, self.timeout_s, self.token)
         with self._lock:
             current = self._pool.get(url)
             if current is not None and current.open:

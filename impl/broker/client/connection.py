@@ -149,10 +149,13 @@ class ClientConnection:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _pending: dict[int, int] = field(default_factory=dict)  # request id -> its command type
 
-    def connect(self) -> bytes:
+    def connect(self, token: str | None = None) -> bytes:
+        """CONNECT, with a token when the brokers authenticate (Pulsar's token provider)."""
         c = api.CommandConnect(
             client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION, auth_method_name="none"
         )
+        if token is not None:
+            c.auth_method_name, c.auth_data = "token", token.encode()
         return encode(build(T.CONNECT, "connect", c))
 
     def request(self, type_: int, message: Any) -> tuple[int, bytes]:

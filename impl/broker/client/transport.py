@@ -44,7 +44,7 @@ def parse_address(url: str) -> tuple[str, int]:
 
 
 class BrokerConnection:
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, token: str | None = None) -> None:
         self.url = url
         self.timeout_s = timeout_s
         self.core = core.ClientConnection()
@@ -63,7 +63,7 @@ class BrokerConnection:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._reader = threading.Thread(target=self._read_loop, name=f"pulsar-conn-{port}", daemon=True)
         self._reader.start()
-        self.write(self.core.connect())
+        self.write(self.core.connect(token))
         try:
             self._connected.result(timeout_s)
         except FutureTimeout:

@@ -640,12 +640,8 @@ class _Connection:
     def _authenticate(self, out: conn.DoAuthenticate) -> list[conn.Output]:
         authenticator = self.service.config.security.authenticator
         assert authenticator is not None
-        if out.method != tokens.AUTH_METHOD:
-            return self.core.authentication_failed(
-                f"authentication method {out.method or '(none)'!r} is not enabled; use token authentication"
-            )
         try:
-            role = authenticator.authenticate(out.data.decode("utf-8", "replace"))
+            role = authenticator.authenticate_connect(out.method, out.data)
         except tokens.AuthenticationFailed as e:
             return self.core.authentication_failed(str(e))
         return self.core.authenticated(role)
