@@ -75,8 +75,9 @@ class Standalone:
     name = "standalone"
     durability = "ack after Qa=2 bookies fsynced (E2/Qw2/Qa2)"
 
-    def __init__(self, data: Path) -> None:
-        args = ["standalone", "--data", str(data), "--pulsar-port", "0", *QUORUMS]
+    def __init__(self, data: Path, *options: str) -> None:
+        """`options`: more `pulsar-ref standalone` arguments (`--secure`: `tls_url`, `token`, `trust` are set)."""
+        args = ["standalone", "--data", str(data), "--pulsar-port", "0", "--web-port", "0", *QUORUMS, *options]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pulsar_ref.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, cwd=ROOT,
@@ -88,6 +89,11 @@ class Standalone:
             self.proc.kill()
             raise RuntimeError(f"standalone did not start: {line!r}")
         self.url = found.group(1)
+        tls = re.search(r"TLS: (pulsar\+ssl://\S+),", line)
+        self.tls_url = tls.group(1) if tls else ""
+        secure = re.search(r"super-user token (\S+); trust certs (\S+)", line)
+        self.token = Path(secure.group(1)).read_text().strip() if secure else ""
+        self.trust = secure.group(2) if secure else ""
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -65,14 +65,18 @@ def _send(
     method: str, url: str, data: bytes | None, timeout_s: float, extra: dict[str, str], tls: ssl.SSLContext | None
 ) -> tuple[int, dict[str, str], bytes]:
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
         raise HttpError(400, f"{url!r} is not an http(s)://HOST:PORT/... URL")
     connection: http.client.HTTPConnection
     if parts.scheme == "https":
         context = tls or ssl.create_default_context()
-        connection = http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout_s, context=context)
+        connection = http.client.HTTPSConnection(parts.hostname, port or 443, timeout=timeout_s, context=context)
     else:
-        connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+        connection = http.client.HTTPConnection(parts.hostname, port or 80, timeout=timeout_s)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     headers = {"Accept": "application/json", **extra}
     if data is not None:

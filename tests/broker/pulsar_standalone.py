@@ -26,8 +26,10 @@ class Standalone:
         assert found and web, banner
         self.url = found.group(1)
         self.web_url = web.group(1)
-        tls = re.search(r"TLS: (pulsar\+ssl://\S+), (https://\S+)", banner)
+        tls = re.search(r"TLS: (pulsar\+ssl://[^\s,]+), (https://[^\s;]+)", banner)
         self.tls_url, self.web_tls_url = (tls.group(1), tls.group(2)) if tls else ("", "")
+        secure = re.search(r"super-user token ([^\s;]+); trust certs (\S+)", banner)  # --secure
+        self.token_file, self.trust_file = (Path(secure.group(1)), Path(secure.group(2))) if secure else (None, None)
         self.admin = AdminClient(self.web_url, timeout_s=20)
 
     def stop(self) -> None:

@@ -141,3 +141,19 @@ def test_unusable_tls_files_stop_the_start_with_their_names(tmp_path: Path, cert
     )
     assert mismatched.returncode == 2 and "the PEM key that matches it" in mismatched.stderr
     assert not (tmp_path / "d").exists()  # refused before anything was written
+
+
+def test_a_malformed_https_admin_url_is_a_usage_error_not_a_traceback(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "pulsar_ref.cli",
+        "admin",
+        "--admin-url",
+        "https://127.0.0.1:84x3",
+        "clusters",
+        "list",
+    ]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "is not an http(s)://HOST:PORT" in result.stderr
+    assert "Traceback" not in result.stderr

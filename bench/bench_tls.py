@@ -1,0 +1,113 @@
+"""Publishing with TLS and tokens against plaintext, in one run, with the official client.
+
+Two `pulsar-ref standalone` processes (E2/Qw2/Qa2): one plain (pulsar://, no authentication), one
+`--secure` (TLS, token authentication and authorization on). Three ways, each row on each in
+alternation, on topics of their own:
+  plain    the plain standalone's pulsar:// listener
+  token    the secure standalone's pulsar:// listener, with the super-user's token (no TLS)
+  secure   the secure standalone's pulsar+ssl:// listener, with the token and the CA it made
+The ratio column is secure / plain.
+
+Rows (1 KiB):
+  fixed rate        --rate msg/s for --seconds, unbatched, one consumer: publish latency p50/p99;
+                    after a 2-second warm-up on each, two rounds in alternation
+  async unbatched   up to 1,000 outstanding sends                     (target: >= 70% of plaintext)
+  async batched     client-side batching (1,000 messages or 10 ms)     (target: >= 70% of plaintext)
+
+The table ends with a calibration line from the same run (a fixed pure-Python loop, the load average).
+
+    .venv/bin/python bench/bench_tls.py [--messages 20000] [--rate 1000] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pulsar  # noqa: E402
+from bench_pulsar import Standalone, async_send, calibration, fixed_rate  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=20_000, help="messages per publish row (20,000)")
+    parser.add_argument("--rate", type=int, default=1000, help="fixed-rate row: messages per second (1,000)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="fixed-rate row: seconds (10)")
+    args = parser.parse_args()
+    print(f"command: {' '.join(sys.argv)}\n{calibration()}\n", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-tls-"))
+    plain = Standalone(work / "plain")
+    secure = Standalone(work / "secure", "--secure", "--tls-port", "0", "--web-tls-port", "0")
+    quiet = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    try:
+        clients = {
+            "plain": pulsar.Client(plain.url, operation_timeout_seconds=60, logger=quiet),
+            "token": pulsar.Client(
+                secure.url,
+                authentication=pulsar.AuthenticationToken(secure.token),
+                operation_timeout_seconds=60,
+                logger=quiet,
+            ),
+            "secure": pulsar.Client(
+                secure.tls_url,
+                authentication=pulsar.AuthenticationToken(secure.token),
+                tls_trust_certs_file_path=secure.trust,
+                tls_validate_hostname=True,
+                operation_timeout_seconds=60,
+                logger=quiet,
+            ),
+        }
+        ways = ("plain", "token", "secure")
+        results: dict[str, dict[str, tuple[float, ...]]] = {way: {} for way in ways}
+        try:
+            for way in ways:
+                fixed_rate(clients[way], args.rate, 2.0)  # warm-up: first ledgers, lookups, handshakes
+            for round_ in (1, 2):
+                for way in ways:
+                    results[way][f"fixed {round_}"] = fixed_rate(clients[way], args.rate, args.seconds)
+            for row, batching in (("async unbatched", False), ("async batched 1 KiB", True)):
+                for way in ways:
+                    results[way][row] = (async_send(clients[way], args.messages, 1024, batching),)
+        finally:
+            for client in clients.values():
+                client.close()
+    finally:
+        plain.stop()
+        secure.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    p, t, s = results["plain"], results["token"], results["secure"]
+    lines = [
+        "### TLS and tokens against plaintext: two standalone processes (E2/Qw2/Qa2), the official client",
+        "",
+        "| row | plaintext | token, no TLS | TLS + token | secure / plain | target |",
+        "|---|---|---|---|---|---|",
+    ]
+    for round_ in (1, 2):
+        key = f"fixed {round_}"
+        row = f"fixed {args.rate:,} msg/s, round {round_}, publish"
+        for i, name in ((0, "p50"), (1, "p99")):
+            plain_ms, token_ms, secure_ms = p[key][i], t[key][i], s[key][i]
+            lines.append(
+                f"| {row} {name} ms | {plain_ms:.2f} | {token_ms:.2f} | {secure_ms:.2f} | "
+                f"{secure_ms - plain_ms:+.2f} ms | |"
+            )
+    for row in ("async unbatched", "async batched 1 KiB"):
+        plain_rate, token_rate, secure_rate = p[row][0], t[row][0], s[row][0]
+        lines.append(
+            f"| {row} msg/s | {plain_rate:,.0f} | {token_rate:,.0f} | {secure_rate:,.0f} | "
+            f"{secure_rate / plain_rate:.0%} | >= 70% |"
+        )
+    lines += ["", calibration(), ""]
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

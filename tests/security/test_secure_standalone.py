@@ -1,0 +1,71 @@
+"""`standalone --secure`: one command starts TLS, tokens and authorization, and prints what a client
+needs; the official client and `pulsar-ref admin` use it; a restart keeps the same token and CA."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from tests.broker.pulsar_standalone import Standalone
+from tests.processes import ROOT
+
+
+def admin_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pulsar_ref.cli", "admin", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.processes
+def test_secure_standalone_is_one_command_and_keeps_its_credentials(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    tokens_seen = []
+    for run in (1, 2):
+        standalone = Standalone(data, "--secure")
+        try:
+            assert standalone.token_file and standalone.trust_file, "the banner names the token and the CA"
+            assert standalone.token_file.stat().st_mode & 0o777 == 0o600
+            token = standalone.token_file.read_text().strip()
+            tokens_seen.append(token)
+            client = pulsar.Client(
+                standalone.tls_url,
+                authentication=pulsar.AuthenticationToken(token),
+                tls_trust_certs_file_path=str(standalone.trust_file),
+                tls_validate_hostname=True,
+                operation_timeout_seconds=10,
+            )
+            try:
+                client.create_producer("persistent://public/default/secure-standalone").send(f"run {run}".encode())
+            finally:
+                client.close()
+            anonymous = pulsar.Client(standalone.url, operation_timeout_seconds=3)
+            try:
+                with pytest.raises(pulsar.PulsarException):
+                    anonymous.create_producer("persistent://public/default/secure-standalone").send(b"no")
+            finally:
+                anonymous.close()
+            stats = admin_cli(
+                "--admin-url", standalone.web_tls_url, "--token-file", str(standalone.token_file),
+                "--tls-trust-certs-file", str(standalone.trust_file),
+                "topics", "internal-stats", "persistent://public/default/secure-standalone",
+            )  # fmt: skip
+            assert stats.returncode == 0, stats.stderr
+            assert f'"numberOfEntries": {run}' in stats.stdout
+            refused = admin_cli("--admin-url", standalone.web_url, "tenants", "list")
+            assert refused.returncode == 2 and "(401)" in refused.stderr
+        finally:
+            standalone.stop()
+    assert tokens_seen[0] == tokens_seen[1]  # the files made on the first start are kept
+
+
+def test_secure_takes_no_other_security_option(tmp_path: Path) -> None:
+    key = tmp_path / "secret.key"
+    key.write_bytes(b"0" * 32)
+    command = [sys.executable, "-m", "pulsar_ref.cli", "standalone", "--data", str(tmp_path / "d"), "--secure"]
+    result = subprocess.run(
+        [*command, "--authentication-enabled", "--token-secret-key", str(key)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 2 and "give no other security option" in result.stderr
