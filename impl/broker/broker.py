@@ -154,12 +154,9 @@ class Broker:
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def _stop_listeners(self) -> None:
-        for listener in (self.pulsar, self.pulsar_tls):
-            if listener is not None:
-                listener.stop()
-        for web_server in (self.web, self.web_tls):
-            if web_server is not None:
-                web_server.stop()
+        for server in (self.pulsar, self.pulsar_tls, self.web, self.web_tls):
+            if server is not None:
+                server.stop()
 
     def live_brokers(self) -> dict[str, BrokerLoad]:
         return self.load_manager.registry.live_brokers()

@@ -30,7 +30,8 @@ from impl.web.http import HttpError
 
 log = logging.getLogger(__name__)
 
-# A broker's HTTP refusal, as the binary protocol's error for the client.
+# A broker's HTTP refusal, as the binary protocol's error for the client (a broker answers a role
+# without permission 401 too, as Pulsar does: see _ask).
 _HTTP_ERRORS = {401: api.AuthenticationError, 403: api.AuthorizationError, 404: api.TopicNotFound}
 
 TICK_S = 1.0
@@ -166,7 +167,10 @@ class _ClientConnection:
             except (InvalidTopicName, ValueError) as e:
                 return failed(request_id, api.InvalidTopicName, str(e))
             except HttpError as e:
-                return failed(request_id, _HTTP_ERRORS.get(e.status, api.ServiceNotReady), e.reason)
+                code = _HTTP_ERRORS.get(e.status, api.ServiceNotReady)
+                if e.status == 401 and self.credentials:  # a token the proxy accepted: its role lacks the access
+                    code = api.AuthorizationError
+                return failed(request_id, code, e.reason)
             except NoBroker as e:
                 return failed(request_id, api.ServiceNotReady, f"{e}; retry")
 

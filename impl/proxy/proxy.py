@@ -50,19 +50,15 @@ class Proxy:
             return None
         return self.listener_tls.service_url, self.web_tls.url
 
+    def _servers(self) -> list[ProxyListener | WebServer]:
+        servers = [self.listener, self.listener_tls, self.web, self.web_tls]
+        return [s for s in servers if s is not None]
+
     def start(self) -> None:
-        for listener in (self.listener, self.listener_tls):
-            if listener is not None:
-                listener.start()
-        for web in (self.web, self.web_tls):
-            if web is not None:
-                web.start()
+        for server in self._servers():
+            server.start()
 
     def stop(self) -> None:
-        for listener in (self.listener, self.listener_tls):
-            if listener is not None:
-                listener.stop()
-        for web in (self.web, self.web_tls):
-            if web is not None:
-                web.stop()
+        for server in self._servers():
+            server.stop()
         self.directory.close()

@@ -5,7 +5,6 @@ going through unloads, a broker's SIGKILL and a proxy's SIGKILL, and loses nothi
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from spark.history import read_history
 from spark.reference import check
 from tests.cluster.conftest import REPO, processes_of, pulsar_ref, state
 from tests.producing import Producing
+from tests.raw_socket import exchange
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
 T = api.BaseCommand
@@ -181,29 +181,16 @@ def _connect_frame(proxy_to: str | None = None) -> bytes:
     return frames.encode(command(T.CONNECT, connect=c))
 
 
-def _exchange(port: int, data: bytes) -> bytes:
-    """Send `data`, read until the proxy closes the connection (or 5 s pass)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(data)
-        received = b""
-        try:
-            while chunk := s.recv(65536):
-                received += chunk
-        except TimeoutError:
-            pass
-        return received
-
-
 def test_bad_input_is_refused_before_anything_is_forwarded(cluster: Path) -> None:
     ensure_up(cluster)
     proxy = nodes(cluster, "proxy")[0]
     port = proxy["port"]
     ping = frames.encode(command(T.PING, ping=api.CommandPing()))
-    assert _exchange(port, ping) == b""  # anything before CONNECT: closed, nothing answered
-    assert _exchange(port, (10 * 1024 * 1024).to_bytes(4, "big") + b"\0" * 64) == b""  # an oversized frame
-    assert _exchange(port, b"\0\0\0\x08\0\0\0\x04junk") == b""  # not a protobuf command
+    assert exchange(port, ping) == b""  # anything before CONNECT: closed, nothing answered
+    assert exchange(port, (10 * 1024 * 1024).to_bytes(4, "big") + b"\0" * 64) == b""  # an oversized frame
+    assert exchange(port, b"\0\0\0\x08\0\0\0\x04junk") == b""  # not a protobuf command
     zookeeper = state(cluster)["zookeepers"][0]["port"]
-    answer = frames.FrameDecoder().feed(_exchange(port, _connect_frame(f"127.0.0.1:{zookeeper}")))
+    answer = frames.FrameDecoder().feed(exchange(port, _connect_frame(f"127.0.0.1:{zookeeper}")))
     assert [f.command.type for f in answer] == [T.ERROR]  # only registered brokers are connected to
     assert "not a registered broker" in answer[0].command.error.message
     # And the proxy still serves.

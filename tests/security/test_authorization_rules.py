@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from impl.broker.naming import NamespaceName, TopicName
-from impl.broker.web.access import need_of
+from impl.broker.web.access import need_of, refusal
 from impl.security.authorization import (
     Access,
     AuthPolicies,
@@ -72,6 +72,8 @@ def test_every_web_request_needs_what_pulsar_asks_for_it() -> None:
         ("PUT", "/admin/v2/clusters/x", Access.SUPER_USER, None),
         ("GET", "/admin/v2/tenants", Access.SUPER_USER, None),
         ("PUT", "/admin/v2/tenants/acme", Access.SUPER_USER, None),
+        ("GET", "/admin/v2/tenants/acme", Access.TENANT_ADMIN, None),
+        ("DELETE", "/admin/v2/tenants/acme", Access.TENANT_ADMIN, None),
         ("GET", "/admin/v2/namespaces/acme", Access.TENANT_ADMIN, None),
         ("PUT", "/admin/v2/namespaces/acme/ns", Access.TENANT_ADMIN, None),
         ("POST", "/admin/v2/namespaces/acme/ns/permissions/app", Access.TENANT_ADMIN, None),
@@ -99,3 +101,8 @@ def test_every_web_request_needs_what_pulsar_asks_for_it() -> None:
         assert need.topic == on_topic, (method, path)
         if on_topic is not None or "/namespaces/acme/ns" in path:
             assert need.namespace == ns, path
+    # Pulsar's statuses: 403 for a namespace operation, 401 for the rest.
+    assert refusal(need_of("GET", "/admin/v2/namespaces/acme/ns/topics"), "x")[0] == 403
+    status, reason = refusal(need_of("GET", "/admin/v2/persistent/acme/ns/t/stats"), "x")
+    assert status == 401 and reason.startswith("Unauthorized to validateTopicOperation for operation [LOOKUP]")
+    assert refusal(need_of("PUT", "/admin/v2/tenants/a"), "x")[1].startswith("This operation requires super-user")

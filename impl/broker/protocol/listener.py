@@ -400,7 +400,7 @@ class _Connection:
         resp = api.CommandPartitionedTopicMetadataResponse(request_id=out.request_id)
         try:
             name = parse_topic(out.topic)
-            self._authorize(out.topic, Access.LOOKUP, "Lookup")
+            self._authorize(out.topic, Access.LOOKUP, "Get Partition Metadata")
             namespaces.get_policies(self.service.store, name.namespace_name)
             resp.partitions = 0 if name.is_partition else namespaces.get_partitions(self.service.store, name)
             resp.response = api.CommandPartitionedTopicMetadataResponse.Success

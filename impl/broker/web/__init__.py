@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 
 from impl.broker.web import admin, lookup, metrics, permissions, topics, view
-from impl.broker.web.access import OPEN, need_of
+from impl.broker.web.access import OPEN, need_of, refusal
 from impl.broker.web.context import WebContext, http_error
 from impl.security.authorization import AuthorizationFailed
 from impl.security.tokens import AuthenticationFailed, TokenAuthenticator
@@ -27,7 +27,8 @@ def router(ctx: WebContext) -> Router:
 
 def app(ctx: WebContext, authenticator: TokenAuthenticator | None) -> Callable[[Request], Response]:
     """The router, behind token authentication when it is on (`Authorization: Bearer <token>`, else
-    401) and behind the authorizer when that is on too (403 for a role without the access it needs)."""
+    401) and behind the authorizer when that is on too (Pulsar's status and sentence for a role without
+    the access it needs: 401 or 403, see access.refusal)."""
     routes = router(ctx)
     if authenticator is None:
         return routes
@@ -47,8 +48,8 @@ def app(ctx: WebContext, authenticator: TokenAuthenticator | None) -> Callable[[
             ctx.service.authorizer.check(
                 role, need.access, tenant=need.tenant, namespace=need.namespace, topic=need.topic
             )
-        except AuthorizationFailed as e:
-            return Response.error(403, f"Not authorized: {e}")
+        except AuthorizationFailed:
+            return Response.error(*refusal(need, role))
         except Exception as e:  # the metadata store could not be read: the router's answer for it
             error = http_error(e)
             if error is None:

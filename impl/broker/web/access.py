@@ -1,8 +1,8 @@
 """What each web request needs when authorization is on, read from its method and path alone (so no
 route can be added without a rule: an unknown path needs a super-user).
 
-As Pulsar's: clusters are readable by any role; tenants, brokers, bookies and the cluster view need a
-super-user; a tenant's namespaces and their permissions need its admin role; a topic's stats,
+As Pulsar's: clusters are readable by any role; listing and creating tenants, brokers, bookies and
+the cluster view need a super-user; a tenant, its namespaces and their permissions need its admin role; a topic's stats,
 partitions and lookups need produce or consume, its subscriptions consume, and creating, deleting or
 unloading it the tenant's admin role.
 """
@@ -40,6 +40,10 @@ def need_of(method: str, path: str) -> Need:
         kind, rest = segments[2], segments[3:]
         if kind == "clusters" and method == "GET":
             return Need(Access.AUTHENTICATED)
+        if kind == "tenants" and len(rest) == 1 and method in ("GET", "DELETE"):
+            return Need(
+                Access.TENANT_ADMIN, rest[0]
+            )  # its admins may read and delete it; creating one is a super-user's
         if kind == "schemas" and len(rest) >= 3:
             return _topic_need(Access.LOOKUP, "persistent", *rest[:3])
         if kind == "namespaces" and rest:
@@ -63,6 +67,27 @@ def need_of(method: str, path: str) -> Need:
     except ValueError:  # a name that does not parse: only a super-user gets as far as its 4xx
         pass
     return Need(Access.SUPER_USER)
+
+
+def refusal(need: Need, role: str) -> tuple[int, str]:
+    """Pulsar's status and sentence for a request the role may not make, with what the role lacked:
+    401 for a super-user's, a tenant admin's or a topic's operation, 403 for a namespace's (Pulsar's
+    code answers so, whatever its API documentation lists)."""
+    lacked = f"role {role!r} lacks {need.access.value}"
+    if need.access is Access.SUPER_USER:
+        return 401, f"This operation requires super-user access ({lacked})"
+    if need.access is Access.TENANT_ADMIN:
+        return 401, f"Don't have permission to administrate resources on this tenant ({lacked} of {need.tenant})"
+    operation = {Access.LOOKUP: "LOOKUP", Access.PRODUCE: "PRODUCE", Access.CONSUME: "CONSUME"}.get(need.access, "")
+    if need.topic is not None:
+        return (
+            401,
+            f"Unauthorized to validateTopicOperation for operation [{operation}] on topic [{need.topic}] ({lacked})",
+        )
+    return 403, (
+        f"Unauthorized to validateNamespaceOperation for operation [GET_TOPICS] on namespace [{need.namespace}] "
+        f"({lacked})"
+    )
 
 
 def _topic_need(access: Access, domain: str, tenant: str, namespace: str, local: str) -> Need:
