@@ -16,7 +16,12 @@ Rows (1 KiB):
 
 The table ends with a calibration line from the same run (a fixed pure-Python loop, the load average).
 
+`--alone WAY` runs only the fixed-rate row, four times, on one way with only its own standalone
+running and only its own client: the rows above run one after another, and the order of the ways
+shows in their latencies.
+
     .venv/bin/python bench/bench_tls.py [--messages 20000] [--rate 1000] [--seconds 10]
+    .venv/bin/python bench/bench_tls.py --alone token|secure|plain [--seconds 6]
 """
 
 from __future__ import annotations
@@ -39,8 +44,11 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=20_000, help="messages per publish row (20,000)")
     parser.add_argument("--rate", type=int, default=1000, help="fixed-rate row: messages per second (1,000)")
     parser.add_argument("--seconds", type=float, default=10.0, help="fixed-rate row: seconds (10)")
+    parser.add_argument("--alone", choices=("plain", "token", "secure"), help="one way on its own (see above)")
     args = parser.parse_args()
     print(f"command: {' '.join(sys.argv)}\n{calibration()}\n", flush=True)
+    if args.alone:
+        return alone(args)
     work = Path(tempfile.mkdtemp(prefix="bench-tls-"))
     plain = Standalone(work / "plain")
     secure = Standalone(work / "secure", "--secure", "--tls-port", "0", "--web-tls-port", "0")
@@ -104,6 +112,40 @@ def main() -> int:
             f"| {row} msg/s | {plain_rate:,.0f} | {token_rate:,.0f} | {secure_rate:,.0f} | "
             f"{secure_rate / plain_rate:.0%} | >= 70% |"
         )
+    lines += ["", calibration(), ""]
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+def alone(args: argparse.Namespace) -> int:
+    work = Path(tempfile.mkdtemp(prefix="bench-tls-"))
+    secure = args.alone != "plain"
+    options = ("--secure", "--tls-port", "0", "--web-tls-port", "0") if secure else ()
+    standalone = Standalone(work / "standalone", *options)
+    auth = pulsar.AuthenticationToken(standalone.token) if secure else None
+    url = standalone.tls_url if args.alone == "secure" else standalone.url
+    trust = standalone.trust if args.alone == "secure" else None
+    lines = [
+        f"### {args.alone} alone: one standalone (E2/Qw2/Qa2), fixed {args.rate:,} msg/s, {args.seconds:g} s rows",
+        "",
+        "| row | publish p50 ms | publish p99 ms |",
+        "|---|---|---|",
+    ]
+    client = pulsar.Client(
+        url,
+        authentication=auth,
+        tls_trust_certs_file_path=trust,
+        operation_timeout_seconds=60,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )
+    try:
+        for row in range(1, 5):
+            p50, p99 = fixed_rate(client, args.rate, args.seconds)[:2]
+            lines.append(f"| {row} | {p50:.2f} | {p99:.2f} |")
+    finally:
+        client.close()
+        standalone.stop()
+        shutil.rmtree(work, ignore_errors=True)
     lines += ["", calibration(), ""]
     print("\n".join(lines), flush=True)
     return 0
