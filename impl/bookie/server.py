@@ -151,6 +151,7 @@ class Bookie:
         self.checkpoints = 0
         self._lock = threading.Lock()
         self._maintenance_lock = threading.Lock()  # one checkpoint or GC round at a time
+        self.maintenance_rounds = 0  # rounds of the maintenance thread so far (tests wait on it, not on time)
         self._deliveries: dict[int, Deliver] = {}
         # request id -> (when it arrived, the latency it counts towards): add and read latency for /metrics
         self._started: dict[int, tuple[float, LatencyBuckets | None]] = {}
@@ -322,6 +323,7 @@ class Bookie:
             min(self.checkpoint_interval, MAINTENANCE_TICK_S) if self.entry_log_sync_bytes else self.checkpoint_interval
         )
         while not self._stop.wait(tick):
+            self.maintenance_rounds += 1
             try:
                 now = time.monotonic()
                 if now >= next_checkpoint:

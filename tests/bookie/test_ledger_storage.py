@@ -35,6 +35,7 @@ from impl.metadata.store import SessionExpired
 from impl.metadata.url import connect
 from pulsar_ref.commands import bookie as bookie_command
 from tests.bookie.bookie_process import BookieProcess
+from tests.waiting import wait_for
 
 KEY = master_key(b"secret")
 SLOW = 3600.0  # no periodic checkpoint or GC unless a test asks for one
@@ -170,10 +171,11 @@ def test_entry_logs_are_fsynced_by_volume_between_checkpoints(
     monkeypatch.setattr(logger, "sync", lambda logs, new: (synced.append(logs), real_sync(logs, new)))
     try:
         add(bookie, 1, range(150), size=1000)  # ~150 KiB
-        deadline = time.monotonic() + 10
-        while sync_bytes and not synced and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.3)  # several maintenance ticks
+        if sync_bytes:  # the maintenance thread ticks often: wait for the sync, then a few more rounds
+            wait_for(lambda: synced, "an entry-log sync by volume")
+            rounds = bookie.maintenance_rounds
+            wait_for(lambda: bookie.maintenance_rounds >= rounds + 3, "three more maintenance rounds")
+        # (without entry_log_sync_bytes it ticks only at checkpoint_interval, which is SLOW: no round runs)
         assert bookie.checkpoints == 0
         if sync_bytes:
             assert synced and synced[0] == [logger.current], synced
@@ -213,15 +215,18 @@ def test_reads_never_wait_for_the_journal_fsync(tmp_path: Path, monkeypatch: pyt
         real = journal_module.os.writev
         journal_fd = bookie.journal._fd
 
+        stuck = threading.Event()
+
         def stuck_disk(fd: int, parts: list[bytes]) -> int:  # the journal's write is its sync (O_DSYNC)
             if fd == journal_fd:
+                stuck.set()
                 release.wait(30)
             return real(fd, parts)
 
         monkeypatch.setattr(journal_module.os, "writev", stuck_disk)
         acked: queue.Queue[Response] = queue.Queue()
         bookie.submit(AddRequest(1, 5, KEY, body(1, 5)), acked.put)
-        time.sleep(0.05)
+        assert stuck.wait(10), "the journal never wrote the add"
         assert acked.empty()  # the journal is stuck in its synchronous write
         for eid in range(6):  # stored entries, and the one not yet durable (stored before its journal append)
             assert call(bookie, ReadRequest(1, eid)).body == body(1, eid)

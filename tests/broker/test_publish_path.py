@@ -13,6 +13,7 @@ from impl.broker import broker_pb2 as pb
 from impl.broker.grpc_client import Client, MessageId
 from impl.broker.service import Subscription
 from impl.broker.standalone import Standalone
+from tests.waiting import wait_for
 
 
 def topic() -> str:
@@ -22,13 +23,6 @@ def topic() -> str:
 def subscription(standalone: Standalone, t: str, name: str) -> Subscription:
     assert standalone.broker is not None
     return standalone.broker.service.topics[t].subscriptions[name]
-
-
-def wait_for(condition, what: str, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_a_pipelined_send_acknowledges_every_entry_in_order_and_stops_at_a_refusal(client: Client) -> None:
