@@ -91,6 +91,10 @@ class OfficialSession:
             with contextlib.suppress(Exception):
                 producer.close()
             return Outcome("info", {"error": describe(e)})
+        if message_id.ledger_id() < 0:
+            # A resend the broker de-duplicated (an earlier copy is stored): Pulsar acknowledges it with the
+            # id -1:-1, so where it is is unknown; `info` says it may be written, and the final read finds it.
+            return Outcome("info", {"error": "acknowledged as a duplicate: its position is unknown"})
         return Outcome("ok", {"position": official_position(message_id)})
 
     def read(self, topic: str, start: Position | None, limit: int | None) -> Outcome:
