@@ -22,9 +22,6 @@ class Authorizer:
         self.enabled = security.authorization
         self.super_users = security.super_user_roles | {BROKER_ROLE}  # brokers' calls to each other
 
-    def is_super_user(self, role: str | None) -> bool:
-        return not self.enabled or role in self.super_users
-
     def check(
         self,
         role: str | None,

@@ -92,7 +92,6 @@ class ProxyConnection:
     keepalive_s: float = KEEPALIVE_S
     authentication: bool = False  # CONNECT must carry credentials the proxy accepts
     state: State = State.AWAITING_CONNECT
-    role: str = ""  # who the client is, once authenticated
     _connect_command: api.CommandConnect | None = None  # the CONNECT being authenticated
     protocol_version: int = 0
     target: str = ""
@@ -142,10 +141,11 @@ class ProxyConnection:
         connected = api.CommandConnected(server_version=SERVER_VERSION, protocol_version=self.protocol_version)
         return [Reply(command(T.CONNECTED, connected=connected))]
 
-    def authenticated(self, role: str) -> list[Output]:
+    def authenticated(self) -> list[Output]:
+        """The token was good: go on with the CONNECT (the broker learns the role from it again)."""
         if self.state is not State.AUTHENTICATING or self._connect_command is None:
             return []
-        self.role, connect, self._connect_command = role, self._connect_command, None
+        connect, self._connect_command = self._connect_command, None
         return self._connect(connect)
 
     def authentication_failed(self, message: str) -> list[Output]:

@@ -143,11 +143,11 @@ class _ClientConnection:
     def _authenticate(self, out: DoAuthenticate) -> list[core.Output]:
         assert self.listener.authenticator is not None
         try:
-            role = self.listener.authenticator.authenticate_connect(out.method, out.data)
+            self.listener.authenticator.authenticate_connect(out.method, out.data)
         except AuthenticationFailed as e:
             return self.core.authentication_failed(str(e))
         self.credentials = {"Authorization": f"Bearer {out.data.decode('utf-8', 'replace')}"}
-        return self.core.authenticated(role)
+        return self.core.authenticated()
 
     def _looked_up(self, request_id: int, topic: str) -> Reply:
         return self.core.looked_up(request_id, *self.directory.lookup(topic, self.credentials))

@@ -26,9 +26,6 @@ class SecureFiles:
         authenticator = tokens.TokenAuthenticator(secret_key=tokens.read_key(self.secret_key))
         return Security(authenticator, True, frozenset({SUPER_USER}), self.tls)
 
-    def token(self) -> str:
-        return self.super_user_token.read_text().strip()
-
 
 def _private(path: Path, data: bytes) -> None:
     path.touch(mode=0o600)

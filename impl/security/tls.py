@@ -41,9 +41,6 @@ class TlsFiles:
             ) from e
         return context
 
-    def client_context(self) -> ssl.SSLContext:
-        return client_context(self.trust_certs_file)
-
 
 def client_context(trust_certs_file: Path | str | None, verify_hostname: bool = True) -> ssl.SSLContext:
     """A client's context: trusts the CAs of `trust_certs_file` (else the system's), checks the name."""

@@ -59,7 +59,6 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)  # names in lower case
     body: bytes = b""
     secure: bool = False  # it came over TLS (https://)
-    role: str | None = None  # who sent it, once authenticated
 
     @classmethod
     def of(

@@ -632,6 +632,8 @@ class _Connection:
 
     def _authorize(self, topic: str, need: Access, operation: str) -> None:
         """AuthorizationFailed, worded as Pulsar's, when the connection's role may not do this."""
+        if not self.service.authorizer.enabled:
+            return  # nothing to check: not even the name is parsed twice
         try:
             self.service.authorizer.check(self.core.role or None, need, topic=parse_topic(topic))
         except AuthorizationFailed as e:

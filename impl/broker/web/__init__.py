@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from impl.broker.web import admin, lookup, metrics, permissions, topics, view
@@ -55,6 +54,6 @@ def app(ctx: WebContext, authenticator: TokenAuthenticator | None) -> Callable[[
             if error is None:
                 raise
             return Response.error(error.status, error.reason)
-        return routes(dataclasses.replace(req, role=role))
+        return routes(req)
 
     return guarded
