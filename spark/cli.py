@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from spark.history import HistoryError, Op, is_parquet, read_history
+from spark.history import HistoryError, NemesisEvent, Op, is_parquet, read_history
 from spark.report import Report
 
 EXIT_VALID, EXIT_ANOMALIES, EXIT_UNUSABLE = 0, 1, 2
@@ -111,6 +111,7 @@ def main(argv: list[str], prog: str) -> int:
     many = len(args.histories) > 1
     need_ops = args.reference or bool(args.html)
     ops_of: dict[str, list[Op]] = {}
+    nemesis_of: dict[str, list[NemesisEvent]] = {}
     reports: dict[str, Report] = {}
     if not need_ops and not any(is_parquet(p) for p in args.histories if Path(p).exists()):
         error = _validate_while_auditing(args.histories, args.master, reports)
@@ -121,7 +122,8 @@ def main(argv: list[str], prog: str) -> int:
         for path in args.histories:
             print(f"validating {path} ...", file=sys.stderr, flush=True)
             try:
-                ops_of[path] = read_history(path, keep_ops=need_ops)
+                nemesis_of[path] = []
+                ops_of[path] = read_history(path, keep_ops=need_ops, nemesis=nemesis_of[path])
             except HistoryError as e:
                 _unusable(prog, e)
                 return EXIT_UNUSABLE
@@ -129,7 +131,7 @@ def main(argv: list[str], prog: str) -> int:
             from spark.reference import check
 
             for path in args.histories:
-                reports[path] = check(ops_of[path])
+                reports[path] = check(ops_of[path], nemesis_of[path])
         else:
             from spark.audit import audit
 

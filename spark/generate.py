@@ -19,6 +19,9 @@ import random
 import sys
 from typing import Any
 
+from spark import generate_queues as queues
+from spark.report import QUEUE_ANOMALIES
+
 Event = dict[str, Any]
 Pos = list[int]
 
@@ -35,7 +38,10 @@ def generate(
     limit_ratio: float = 0.3,
     nemesis: bool = True,
     final: bool = True,
+    consumers: int = 0,
 ) -> list[Event]:
+    """`consumers` > 0 adds that many consumer processes and a subscription of every type per topic
+    (spark/generate_queues.py); appends then carry keys."""
     rng = random.Random(seed)
     names = [f"persistent://public/default/t{i}" for i in range(topics)]
     # Per-process timelines: (invoke, effect, completion) triples; nanosecond times made unique by a sequence.
@@ -57,6 +63,8 @@ def generate(
         spec: dict[str, Any] = {"process": pids[slot], "f": f, "topic": topic, "outcome": outcome, "seq": seq}
         if f == "append":
             spec["value"] = f"{pids[slot]}-{n}"
+            if consumers:
+                spec["key"] = rng.choice(queues.KEYS)
             spec["effective"] = outcome == "ok" or (outcome == "info" and rng.random() < 0.5)
         else:
             spec["limit"] = rng.randrange(1, 8) if rng.random() < limit_ratio else None
@@ -67,8 +75,9 @@ def generate(
             next_pid += 1
     # Apply effects in time order to the true log.
     log: dict[str, list[tuple[Pos, str]]] = {t: [] for t in names}
+    effects: list[tuple[int, str, Pos, str, str]] = []  # appends that took effect, for the consumers
     cursor = {t: [rng.randrange(1, 50), -1, 0] for t in names}
-    for _, _, _, _, spec in sorted(planned, key=lambda p: p[1]):
+    for _, eff, _, _, spec in sorted(planned, key=lambda p: p[1]):
         entries = log[spec["topic"]]
         if spec["f"] == "append":
             if not spec["effective"]:
@@ -83,6 +92,7 @@ def generate(
             pos = list(c)
             entries.append((pos, spec["value"]))
             spec["position"] = pos
+            effects.append((eff, spec["topic"], pos, spec["value"], spec.get("key", "")))
         else:
             start = None
             if entries and spec["from_choice"] < 0.5:
@@ -99,6 +109,8 @@ def generate(
         done: Event | None = {**base, "type": spec["outcome"]}
         if spec["f"] == "append":
             invoke["value"] = spec["value"]
+            if "key" in spec:
+                invoke["key"] = spec["key"]
             done["value"] = spec["value"]  # type: ignore[index]
             if spec["outcome"] == "ok":
                 done["position"] = spec["position"]  # type: ignore[index]
@@ -115,18 +127,26 @@ def generate(
         if done is not None:
             raw.append((cmp, seq * 2 + 1, done))
     end = max(c for _, _, c, _, _ in planned) if planned else 0
+    consumer_ops, subscriptions = (
+        queues.plan(rng, names, next_pid + topics, consumers, end // 1000) if consumers else ([], [])
+    )
+    queues.apply(consumer_ops, subscriptions, effects)
+    raw += queues.render(consumer_ops)
     if nemesis and planned:
         for k in range(3):
             t = rng.randrange(0, end + 1)
             raw.append((t, -1 - k, {"process": "nemesis", "type": "info", "f": "kill-bookie", "value": f"bookie-{k}"}))
+    t = end + 1_000_000
     if final:
-        t = end + 1_000_000
         for i, topic in enumerate(names):
             everything = [[list(p), v] for p, v in log[topic]]
             base = {"process": next_pid + i, "f": "read", "topic": topic, "from": None, "final": True}
             raw.append((t, 10**12 + 2 * i, {**base, "type": "invoke"}))
             raw.append((t + 1000, 10**12 + 2 * i + 1, {**base, "type": "ok", "value": everything}))
             t += 2000
+    if subscriptions:
+        t = max([t, *(p.cmp for p in consumer_ops)]) + 1_000_000
+        raw += queues.drain(subscriptions, t, next_pid + topics + consumers)
     raw.sort(key=lambda x: (x[0], x[1]))
     out = []
     for i, (t, _, ev) in enumerate(raw):
@@ -172,6 +192,12 @@ def _not_cut(inv: Event, c: Event) -> bool:
 
 def inject(events: list[Event], anomaly: str, rng: random.Random) -> tuple[list[Event], list[int]] | None:
     events = copy.deepcopy(events)
+    if anomaly in QUEUE_ANOMALIES:
+        changed = queues.inject(events, anomaly, rng)
+        if not changed:
+            return None
+        reindex(events)
+        return events, sorted(ev["index"] for ev in changed)
     pairs = _ops(events)
     acks = _acks(pairs)
     reads = _ok_reads(pairs)

@@ -9,7 +9,11 @@ reason (`HistoryError`), before anything is audited:
 - a process does not invoke twice before completing, and never invokes again after an `info`;
 - an append's `value` is a string unique in the whole history; an `ok` append carries a position
   `[ledger_id, entry_id, batch_index]` of non-negative integers; a read's `from` is null or a position, its
-  optional `limit` a positive integer, and an `ok` read's value a list of `[position, value]` pairs.
+  optional `limit` a positive integer, and an `ok` read's value a list of `[position, value]` pairs;
+- a consumer's operations (subscribe, receive, ack, nack, close, drain) carry a `subscription` and (but drain) a
+  `consumer`; a subscribe names a known subscription type, an `ok` receive carries the delivery (value,
+  position, redelivery count, optional key and partition), an ack or nack names the delivery it answers; an
+  ack or nack ending `info` does not retire its process.
 
 Events of process `"nemesis"` (fault injection) are allowed and ignored by the checks. An invoke still pending
 at the end of the history counts as `info`.
@@ -29,6 +33,10 @@ import orjson
 Position = tuple[int, int, int]
 NEMESIS = "nemesis"
 COMPLETIONS = ("ok", "fail", "info")
+LOG_OPS = ("append", "read")
+CONSUMER_OPS = ("subscribe", "receive", "ack", "nack", "close", "drain")
+SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
+NOT_RETIRING = ("ack", "nack")  # an unconfirmed acknowledgement does not retire its process
 
 
 class HistoryError(Exception):
@@ -57,12 +65,44 @@ class Op:
     type: str = "info"
     cmp_index: int | None = None
     cmp_time: int | None = None
-    position: Position | None = None  # ok append
+    position: Position | None = None  # ok append; ok receive, ack, nack: the delivery's
     entries: list[tuple[Position, str]] = field(default_factory=list)  # ok read
+    # A consumer's operations (value: the delivered value, or the one acknowledged).
+    subscription: str | None = None
+    consumer: str | None = None
+    sub_type: str | None = None  # subscribe
+    key: str | None = None  # append (optional), ok receive
+    partition: str | None = None  # receive, ack, nack on a partitioned topic
+    redelivery_count: int = 0  # ok receive
+    cumulative: bool = False  # ack
+
+    @property
+    def log(self) -> str:
+        """The log a delivery or acknowledgement belongs to: its partition, else its topic."""
+        return self.partition or self.topic
 
     @property
     def cut_by_limit(self) -> bool:
         return self.limit is not None and len(self.entries) >= self.limit
+
+
+@dataclass(frozen=True)
+class NemesisEvent:
+    """A fault injected, healed or failed to inject (process "nemesis")."""
+
+    index: int
+    time: int
+    f: str  # the fault kind, or "heal", or "stopped"
+    failed: bool  # it carries an error: nothing changed
+
+    @property
+    def injection(self) -> bool:
+        return self.f not in ("heal", "stopped") and not self.failed
+
+    @property
+    def boundary(self) -> bool:
+        """A fault began or healed here."""
+        return self.f != "stopped" and not self.failed
 
 
 def _position(raw: Any) -> Position | None:
@@ -143,8 +183,14 @@ def iter_events(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
     return iter_parquet(path) if is_parquet(path) else iter_jsonl(path)
 
 
-def validate(path: str, events: Iterable[tuple[int, dict[str, Any]]], keep_ops: bool = True) -> list[Op]:
-    """Check the format; return the operations (in invoke order) if `keep_ops`, else just validate.
+def validate(
+    path: str,
+    events: Iterable[tuple[int, dict[str, Any]]],
+    keep_ops: bool = True,
+    nemesis: list[NemesisEvent] | None = None,
+) -> list[Op]:
+    """Check the format; return the operations (in invoke order) if `keep_ops`, else just validate. The nemesis's
+    events are appended to `nemesis` when it is given.
 
     This pass reads every event in Python before Spark starts, so it is written for speed: a pending invoke is
     a plain tuple (f, topic, invoke index, value, Op or None), and an Op is built only if `keep_ops`.
@@ -169,12 +215,14 @@ def validate(path: str, events: Iterable[tuple[int, dict[str, Any]]], keep_ops: 
             raise fail(line, f"time must be an integer (nanoseconds), got {time!r}")
         process = get("process")
         if process == NEMESIS:
+            if nemesis is not None:
+                nemesis.append(NemesisEvent(index, time, str(get("f")), "error" in ev))
             continue
         if type(process) is not int:
             raise fail(line, f'process must be an integer or "nemesis", got {process!r}')
         kind, f, topic = get("type"), get("f"), get("topic")
-        if f != "append" and f != "read":
-            raise fail(line, f'f must be "append" or "read", got {f!r}')
+        if f != "append" and f != "read" and f not in CONSUMER_OPS:
+            raise fail(line, f"f must be one of {', '.join(LOG_OPS + CONSUMER_OPS)}, got {f!r}")
         if not isinstance(topic, str):
             raise fail(line, f"topic must be a string, got {topic!r}")
         if kind == "invoke":
@@ -196,6 +244,14 @@ def validate(path: str, events: Iterable[tuple[int, dict[str, Any]]], keep_ops: 
                 appended.add(value)
                 if op is not None:
                     op.value = value
+                    key = get("key")
+                    if key is not None and not isinstance(key, str):
+                        raise fail(line, f"an append's key must be a string, got {key!r}")
+                    op.key = key
+            elif f != "read":
+                problem = _consumer_invoke(ev, op)
+                if problem:
+                    raise fail(line, problem)
             else:
                 raw_from = get("from")
                 start = None
@@ -227,9 +283,14 @@ def validate(path: str, events: Iterable[tuple[int, dict[str, Any]]], keep_ops: 
                 )
             if op is not None:
                 op.type, op.cmp_index, op.cmp_time = kind, index, time
-            if kind == "info":
+            if kind == "info" and f not in NOT_RETIRING:
                 crashed.add(process)
-            if f == "append":
+            if f != "append" and f != "read":
+                if kind == "ok" and f == "receive":
+                    problem = _delivery(ev, op)
+                    if problem:
+                        raise fail(line, problem)
+            elif f == "append":
                 if "value" in ev and ev["value"] != inv_value:
                     raise fail(line, f"the completion's value {ev['value']!r} differs from the invoke's {inv_value!r}")
                 if kind == "ok":
@@ -256,8 +317,56 @@ def validate(path: str, events: Iterable[tuple[int, dict[str, Any]]], keep_ops: 
     return ops
 
 
-def read_history(path: str, keep_ops: bool = True) -> list[Op]:
-    return validate(path, iter_events(path), keep_ops)
+def _consumer_invoke(ev: dict[str, Any], op: Op | None) -> str | None:
+    """The fields of a consumer's invoke (docs/history.md, Consumers): what is wrong with them, or None."""
+    f = ev["f"]
+    subscription, consumer = ev.get("subscription"), ev.get("consumer")
+    if not isinstance(subscription, str) or not subscription:
+        return f"a {f} needs its subscription's name, got {subscription!r}"
+    if f != "drain" and (not isinstance(consumer, str) or not consumer):
+        return f"a {f} needs its consumer's name, got {consumer!r}"
+    sub_type = ev.get("subscription_type")
+    if f == "subscribe" and sub_type not in SUBSCRIPTION_TYPES:
+        return f"subscription_type must be one of {', '.join(SUBSCRIPTION_TYPES)}, got {sub_type!r}"
+    value = position = partition = None
+    if f in ("ack", "nack"):
+        value, position, partition = ev.get("value"), _position(ev.get("position")), ev.get("partition")
+        if not isinstance(value, str) or position is None:
+            return f"a {f} names the delivery it answers: value and position [ledger, entry, batch]"
+        if partition is not None and not _partition_of(partition, ev["topic"]):
+            return f"partition {partition!r} is not a partition of {ev['topic']!r}"
+    cumulative = ev.get("cumulative", False)
+    if not isinstance(cumulative, bool):
+        return f"cumulative must be true or false, got {cumulative!r}"
+    if op is not None:
+        op.subscription, op.consumer, op.sub_type = subscription, consumer, sub_type
+        op.value, op.position, op.partition, op.cumulative = value, position, partition, cumulative
+    return None
+
+
+def _delivery(ev: dict[str, Any], op: Op | None) -> str | None:
+    """The delivery an `ok` receive carries: what is wrong with it, or None."""
+    value, position = ev.get("value"), _position(ev.get("position"))
+    if not isinstance(value, str) or position is None:
+        return "an ok receive carries the delivered value and its position [ledger, entry, batch]"
+    count, key, partition = ev.get("redelivery_count", 0), ev.get("key"), ev.get("partition")
+    if type(count) is not int or count < 0:
+        return f"redelivery_count must be a non-negative integer, got {count!r}"
+    if key is not None and not isinstance(key, str):
+        return f"a delivery's key must be a string, got {key!r}"
+    if partition is not None and not _partition_of(partition, ev["topic"]):
+        return f"partition {partition!r} is not a partition of {ev['topic']!r}"
+    if op is not None:
+        op.value, op.position, op.redelivery_count, op.key, op.partition = value, position, count, key, partition
+    return None
+
+
+def _partition_of(partition: Any, topic: str) -> bool:
+    return isinstance(partition, str) and partition.startswith(topic + "-partition-")
+
+
+def read_history(path: str, keep_ops: bool = True, nemesis: list[NemesisEvent] | None = None) -> list[Op]:
+    return validate(path, iter_events(path), keep_ops, nemesis)
 
 
 def main(paths: list[str]) -> int:

@@ -32,15 +32,19 @@ with position p (event: the `ok`), or an `ok` read listing the pair [p, v] (even
 
 `info` appends may appear at most once (duplicate-value catches a second appearance) and are never required to
 appear; `fail` appends must never appear.
+
+The anomalies of subscriptions and their figures are defined in spark/queue_reference.py.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
-from spark.history import Op, Position, format_position, format_time
+from spark import queue_reference
+from spark.history import LOG_OPS, NemesisEvent, Op, Position, format_position, format_time
 from spark.report import Case, Report, TopicSummary
 
 Obs = tuple[Any, ...]  # (event index, position, value, topic)
@@ -63,8 +67,9 @@ def _summaries(ops: list[Op]) -> dict[str, TopicSummary]:
     return dict(topics)
 
 
-def check(ops: list[Op]) -> Report:
-    cases: list[Case] = []
+def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
+    ops = [op for op in all_ops if op.f in LOG_OPS]
+    cases: list[Case] = queue_reference.check(all_ops, nemesis)
     add = cases.append
     appends = {op.value: op for op in ops if op.f == "append"}
     acks = [op for op in ops if op.f == "append" and op.type == "ok"]
@@ -304,4 +309,6 @@ def check(ops: list[Op]) -> Report:
     summaries = _summaries(ops)
     for c in cases:
         summaries.setdefault(c.topic, TopicSummary()).anomalies += 1
-    return Report(ops=len(ops), cases=cases, topics=summaries)
+    return Report(
+        ops=len(all_ops), cases=cases, topics=summaries, subscriptions=queue_reference.figures(all_ops, nemesis)
+    )

@@ -23,6 +23,7 @@ class Shape:
     info_ratio: float
     rollover: float
     limit_ratio: float
+    consumers: int = 0
 
     def events(self) -> list[dict[str, Any]]:
         return generate(
@@ -35,6 +36,7 @@ class Shape:
             info_ratio=self.info_ratio,
             rollover=self.rollover,
             limit_ratio=self.limit_ratio,
+            consumers=self.consumers,
         )
 
 
@@ -49,6 +51,7 @@ shapes = st.builds(
     info_ratio=st.floats(0.0, 0.1),
     rollover=st.floats(0.0, 0.5),
     limit_ratio=st.floats(0.0, 0.8),
+    consumers=st.integers(0, 8),
 )
 
 
@@ -57,7 +60,9 @@ def fixed_corpus(n: int) -> list[tuple[str | None, list[dict[str, Any]], list[in
     out: list[tuple[str | None, list[dict[str, Any]], list[int]]] = []
     for k in range(n):
         rng = random.Random(k)
-        shape = Shape(k, rng.randrange(50, 300), [1, 5, 50, 200][k % 4], 1 + k % 3, 0.3, 0.08, 0.05, 0.2, 0.4)
+        shape = Shape(
+            k, rng.randrange(50, 300), [1, 5, 50, 200][k % 4], 1 + k % 3, 0.3, 0.08, 0.05, 0.2, 0.4, [0, 4, 8][k % 3]
+        )
         events = shape.events()
         out.append((None, events, []))
         for anomaly in ANOMALIES:

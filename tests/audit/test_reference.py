@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from spark.generate import inject, write_jsonl
-from spark.history import read_history
+from spark.history import NemesisEvent, read_history
 from spark.reference import check
 from spark.report import ANOMALIES
 from tests.audit.corpus import Shape, shapes
@@ -21,7 +21,8 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 def _audit(events: list[dict], tmp_path: Path) -> object:
     path = tmp_path / "h.jsonl"
     write_jsonl(events, str(path))
-    return check(read_history(str(path)))
+    nemesis: list[NemesisEvent] = []
+    return check(read_history(str(path), nemesis=nemesis), nemesis)
 
 
 @SETTINGS
