@@ -5,8 +5,11 @@ Pulsar's four subscription types differ only in who may receive a message:
 - Failover: many consumers, one active (the first by name, shifted by the partition index so
   partitions spread over consumers); the others stand by and take over when it leaves.
 - Shared: round-robin over consumers that have permits.
-- Key_Shared: a message goes to the consumer owning its key's hash (hash mod consumer count,
-  over consumers sorted by name), so one key is consumed in order by one consumer at a time.
+- Key_Shared: a message goes to the consumer that holds unacknowledged messages of its key, if
+  one does, else to the consumer owning its key's hash (hash mod consumer count, over consumers
+  sorted by name). A key whose owner changed (a consumer joined or left) thus stays with its
+  previous consumer until that one has acknowledged it (Pulsar's "draining hashes"), so one key
+  is consumed in order by one consumer at a time.
 
 Flow control is by permits: a consumer grants N, and receives at most N messages until it
 grants more. Messages are delivered per message; a batch entry counts as consumed (its
@@ -127,6 +130,7 @@ class Dispatcher:
         self._active: int | None = None
         self._rr = 0
         self._messages_per_entry = 1  # of the last entry read: a read asks for about as many entries as permits allow
+        self._key_holders: dict[str, tuple[int, int]] = {}  # Key_Shared: key -> (consumer, its pending messages)
 
     # ---- consumers ---------------------------------------------------------------------------
 
@@ -141,6 +145,7 @@ class Dispatcher:
         if gone is None:
             return []
         for msg in gone.pending.values():
+            self._unhold(msg)
             self._requeue(msg)
         return self._update_active() + self._dispatch()
 
@@ -190,7 +195,7 @@ class Dispatcher:
             acked = [m for m in ids if m in owner.pending]
         done: list[Position] = []
         for mid in acked:
-            del owner.pending[mid]
+            self._unhold(owner.pending.pop(mid))
             self._redelivery_count.pop(mid, None)
             left = self._unacked_in_entry.get(mid.position, 1) - 1
             if left <= 0:
@@ -206,6 +211,7 @@ class Dispatcher:
         for mid in ids:
             msg = owner.pending.pop(mid, None)
             if msg is not None:
+                self._unhold(msg)
                 self._requeue(msg)
         return self._dispatch()
 
@@ -214,6 +220,16 @@ class Dispatcher:
             raise UnknownMessageId(f"message {mid} was never delivered on this subscription; ack only received ids")
 
     # ---- dispatch ----------------------------------------------------------------------------
+
+    def _unhold(self, msg: Message) -> None:
+        """Key_Shared: `msg` is no longer pending at its consumer."""
+        holder = self._key_holders.get(msg.key)
+        if holder is None:
+            return
+        if holder[1] <= 1:
+            del self._key_holders[msg.key]
+        else:
+            self._key_holders[msg.key] = (holder[0], holder[1] - 1)
 
     def _requeue(self, msg: Message) -> None:
         self._redeliver[msg.id] = msg
@@ -246,8 +262,12 @@ class Dispatcher:
             target = self._active if self.type is SubscriptionType.FAILOVER else next(iter(self.consumers))
             return target if target is not None and self.consumers[target].permits > 0 else None
         if self.type is SubscriptionType.KEY_SHARED:
-            ordered = sorted(self.consumers, key=lambda c: (self.consumers[c].name, c))
-            target = ordered[key_hash(msg.key) % len(ordered)]
+            holder = self._key_holders.get(msg.key)
+            if holder is not None:
+                target = holder[0]
+            else:
+                ordered = sorted(self.consumers, key=lambda c: (self.consumers[c].name, c))
+                target = ordered[key_hash(msg.key) % len(ordered)]
             return target if self.consumers[target].permits > 0 else None
         ids = list(self.consumers)
         for i in range(len(ids)):  # Shared: round robin over those with permits
@@ -275,6 +295,9 @@ class Dispatcher:
             consumer.permits -= 1
             left -= 1
             consumer.pending[msg.id] = msg
+            if self.type is SubscriptionType.KEY_SHARED:
+                holder = self._key_holders.get(msg.key)
+                self._key_holders[msg.key] = (target, (holder[1] if holder else 0) + 1)
             batches.setdefault(target, []).append((msg, self._redelivery_count.get(msg.id, 0)))
         return [Deliver(c, tuple(ms)) for c, ms in batches.items()]
 

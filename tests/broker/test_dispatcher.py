@@ -111,6 +111,26 @@ def test_key_shared_sends_each_key_to_one_consumer() -> None:
     assert {owner[k] for k in keys} == {1, 2} or len({key_hash(k) % 2 for k in keys}) == 1
 
 
+def test_key_shared_keeps_a_key_with_its_consumer_until_that_one_acknowledges_it() -> None:
+    """A consumer that joins takes over keys by hash, but not a key another consumer still holds unacknowledged:
+    that would let the two process one key at once, and out of order (Pulsar's draining hashes)."""
+    keys = [f"k{i}" for i in range(8)]
+    log, d = Log(16, keys), Dispatcher(SubscriptionType.KEY_SHARED)
+    log.run(d, d.add_consumer(1, "a") + d.flow(1, 8))  # alone: a holds k0..k7, one message each
+    held = [m for m, _ in log.delivered[1]]
+    assert len(held) == 8
+    log.run(d, d.add_consumer(2, "b") + d.flow(2, 100) + d.flow(1, 100))
+    moving = {k for k in keys if sorted([1, 2], key=lambda c: "ab"[c - 1])[key_hash(k) % 2] == 2}
+    assert moving, "no key hashes to the new consumer: pick other keys"
+    assert all(log.messages[m.entry_id].key not in moving for m, _ in log.delivered.get(2, []))
+    log.run(d, d.ack(1, [m for m, _ in log.delivered[1]]))  # a lets go of every key
+    log.run(d, d.add_consumer(3, "c") + d.remove_consumer(3))  # any change of consumers dispatches again
+    log.messages += [Message(MessageId(1, 16 + i), k, b"x") for i, k in enumerate(keys)]
+    log.run(d, d.new_entries())
+    later = {log.messages[m.entry_id].key for m, _ in log.delivered.get(2, []) if m.entry_id >= 16}
+    assert later == moving
+
+
 def test_nack_redelivers_with_a_higher_count_and_unknown_acks_are_refused() -> None:
     log, d = Log(3), Dispatcher(SubscriptionType.EXCLUSIVE)
     log.run(d, d.add_consumer(1, "a") + d.flow(1, 3))
