@@ -10,7 +10,7 @@ from impl.broker.client.api import (
     Producer,
     Reader,
 )
-from impl.broker.client.errors import ClientError, ConnectionLost, SendRejected, SendUnknown
+from impl.broker.client.errors import ClientError, ConnectionLost, NotAttached, SendRejected, SendUnknown
 from impl.broker.subscription import MessageId
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "Consumer",
     "ConsumerMessage",
     "MessageId",
+    "NotAttached",
     "PartitionedConsumer",
     "PartitionedProducer",
     "Producer",

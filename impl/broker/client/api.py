@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from impl.broker import entry_codec
 from impl.broker.client import connection as core
-from impl.broker.client.errors import ClientError, ConnectionLost, SendRejected, SendUnknown
+from impl.broker.client.errors import ClientError, ConnectionLost, NotAttached, SendRejected, SendUnknown
 from impl.broker.client.transport import BrokerConnection
 from impl.broker.protocol import bitset
 from impl.broker.protocol import pulsar_api_pb2 as api
@@ -470,9 +470,9 @@ class PartitionConsumer(Protocol):
 
     def receive(self, timeout_s: float | None = ...) -> Any: ...
 
-    def acknowledge(self, message: Any) -> None: ...
+    def acknowledge(self, message: Any, receipt: bool = ...) -> None: ...
 
-    def acknowledge_cumulative(self, message: Any) -> None: ...
+    def acknowledge_cumulative(self, message: Any, receipt: bool = ...) -> None: ...
 
     def negative_acknowledge(self, message: Any) -> None: ...
 
@@ -572,7 +572,7 @@ class Consumer:
     def _write(self, type_: int, field_name: str, message: object) -> None:
         conn = self._conn
         if conn is None:
-            raise ClientError(f"consumer of {self.subscription} is reconnecting; try again")
+            raise NotAttached(f"consumer of {self.subscription} is reconnecting; try again")
         conn.write(core.ClientConnection.command(type_, field_name, message))
 
     # ---- the broker's messages -----------------------------------------------------------------
@@ -635,9 +635,10 @@ class Consumer:
                 self._write(T.FLOW, "flow", api.CommandFlow(consumer_id=self._id, messagePermits=permits))
         return msg
 
-    def acknowledge(self, message: ConsumerMessage) -> None:
+    def acknowledge(self, message: ConsumerMessage, receipt: bool = False) -> None:
         """Individual ack. A batch entry is acknowledged whole once all its messages are; before
-        that, with an ack_set of the batch indexes still unacknowledged."""
+        that, with an ack_set of the batch indexes still unacknowledged. With `receipt`, wait for the
+        broker's ACK_RESPONSE (a refusal raises ClientError); without, the ack is only sent."""
         mid = _id_to_wire(message.id)
         if message.batch_size:
             key = (message.id.ledger_id, message.id.entry_id)
@@ -651,15 +652,24 @@ class Consumer:
                 mid.ack_set.extend(bitset.to_words(rest))
         ack = api.CommandAck(consumer_id=self._id, ack_type=api.CommandAck.Individual)
         ack.message_id.append(mid)
-        self._write(T.ACK, "ack", ack)
+        self._send_ack(ack, receipt)
 
-    def acknowledge_cumulative(self, message: ConsumerMessage) -> None:
+    def acknowledge_cumulative(self, message: ConsumerMessage, receipt: bool = False) -> None:
         mid = _id_to_wire(message.id)
         if message.batch_size and message.id.batch_index < message.batch_size - 1:
             mid.ack_set.extend(bitset.to_words(list(range(message.id.batch_index + 1, message.batch_size))))
         ack = api.CommandAck(consumer_id=self._id, ack_type=api.CommandAck.Cumulative)
         ack.message_id.append(mid)
-        self._write(T.ACK, "ack", ack)
+        self._send_ack(ack, receipt)
+
+    def _send_ack(self, ack: api.CommandAck, receipt: bool) -> None:
+        if not receipt:
+            self._write(T.ACK, "ack", ack)
+            return
+        conn = self._conn
+        if conn is None:
+            raise NotAttached(f"consumer of {self.subscription} is reconnecting; try again")
+        conn.call(T.ACK, ack)
 
     def negative_acknowledge(self, message: ConsumerMessage) -> None:
         """Have the message delivered again (at once: no delay, as a reference needs no timer)."""
@@ -759,11 +769,13 @@ class PartitionedConsumer:
             raise ClientError(f"{message.topic!r} is not a partition of this consumer; pass the received message")
         return consumer
 
-    def acknowledge(self, message: Any) -> None:
-        self._owner(message).acknowledge(message)
+    def acknowledge(self, message: Any, receipt: bool = False) -> None:
+        owner = self._owner(message)
+        owner.acknowledge(message, receipt=True) if receipt else owner.acknowledge(message)
 
-    def acknowledge_cumulative(self, message: Any) -> None:
-        self._owner(message).acknowledge_cumulative(message)
+    def acknowledge_cumulative(self, message: Any, receipt: bool = False) -> None:
+        owner = self._owner(message)
+        owner.acknowledge_cumulative(message, receipt=True) if receipt else owner.acknowledge_cumulative(message)
 
     def negative_acknowledge(self, message: Any) -> None:
         self._owner(message).negative_acknowledge(message)

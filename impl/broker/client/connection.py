@@ -31,6 +31,7 @@ REQUESTS: dict[int, tuple[str, str]] = {
     T.SEEK: ("seek", "request_id"),
     T.GET_LAST_MESSAGE_ID: ("getLastMessageId", "request_id"),
     T.GET_TOPICS_OF_NAMESPACE: ("getTopicsOfNamespace", "request_id"),
+    T.ACK: ("ack", "request_id"),  # only when the consumer wants a receipt (ACK_RESPONSE)
 }
 # Answers to requests, and where their request id is.
 ANSWERS: dict[int, str] = {
@@ -40,6 +41,7 @@ ANSWERS: dict[int, str] = {
     T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse",
     T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
     T.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
+    T.ACK_RESPONSE: "ackResponse",
 }
 
 
@@ -226,7 +228,7 @@ class ClientConnection:
             return [ActiveChanged(a.consumer_id, a.is_active)]
         if kind == T.PING:
             return [Write(encode(build(T.PONG, "pong", api.CommandPong())))]
-        if kind in (T.PONG, T.ACK_RESPONSE):
+        if kind == T.PONG:
             return []
         raise ProtocolViolation(f"unexpected {command_name(kind)} from the broker")
 
@@ -239,12 +241,14 @@ class ClientConnection:
 
 
 def _refusal(kind: int, answer: Any) -> Refused | None:
-    """Lookups and partitioned metadata carry their failure in the answer itself."""
+    """Lookups, partitioned metadata and ack receipts carry their failure in the answer itself."""
     if kind == T.LOOKUP_RESPONSE and answer.response == api.CommandLookupTopicResponse.Failed:
         return Refused(answer.request_id, answer.error, answer.message)
     if (
         kind == T.PARTITIONED_METADATA_RESPONSE
         and answer.response == api.CommandPartitionedTopicMetadataResponse.Failed
     ):
+        return Refused(answer.request_id, answer.error, answer.message)
+    if kind == T.ACK_RESPONSE and answer.HasField("error"):
         return Refused(answer.request_id, answer.error, answer.message)
     return None

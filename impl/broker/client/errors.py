@@ -23,6 +23,10 @@ class ConnectionLost(ClientError):
     """The connection to a broker could not be made or broke."""
 
 
+class NotAttached(ClientError):
+    """The consumer is between connections (it subscribes again by itself): nothing was sent; try again."""
+
+
 class SendRejected(ClientError):
     """The broker certainly did not write the message."""
 
