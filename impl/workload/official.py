@@ -9,6 +9,9 @@ The outcome rule is operations.py's, applied to what the official client can tel
 - read: a reader from the start (inclusive) to the last message id the broker reported at the
   start of the read; `fail` on any error.
 
+- consumers: the client offers no ack receipt, so an ack it accepted ends `info` (sent, unconfirmed)
+  and one it refused ends `fail`.
+
 Positions are [ledger, entry, batch index], with batch index 0 for a message alone in its entry
 (the official client says -1), as the project's client reports them.
 """
@@ -19,7 +22,17 @@ import contextlib
 import threading
 from typing import Any
 
-from impl.workload.operations import APPEND_TIMEOUT_S, READ_TIMEOUT_S, Credentials, Outcome, Position, describe
+from impl.workload.operations import (
+    APPEND_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    RECEIVE_TIMEOUT_S,
+    Credentials,
+    Outcome,
+    Position,
+    Received,
+    delivery,
+    describe,
+)
 
 # Errors the client raises before anything reaches the broker.
 _CERTAINLY_NOT_SENT = ("MessageTooBig", "InvalidMessage", "ProducerQueueIsFull", "InvalidConfiguration")
@@ -66,6 +79,7 @@ class OfficialSession:
             authentication=pulsar.AuthenticationToken(credentials.token) if credentials.token else None,
             tls_trust_certs_file_path=credentials.tls_trust_certs_file,
             tls_validate_hostname=True,
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),  # its INFO lines would drown the progress
         )
         self.producers: dict[str, Any] = {}
 
@@ -73,7 +87,7 @@ class OfficialSession:
         with contextlib.suppress(Exception):
             self.client.close()
 
-    def append(self, topic: str, value: str) -> Outcome:
+    def append(self, topic: str, value: str, key: str | None = None) -> Outcome:
         try:
             producer = self.producers.get(topic)
             if producer is None:
@@ -83,7 +97,7 @@ class OfficialSession:
         except Exception as e:  # no producer, nothing sent
             return Outcome("fail", {"error": describe(e)})
         try:
-            message_id = producer.send(value.encode())
+            message_id = producer.send(value.encode(), partition_key=key)
         except Exception as e:
             if type(e).__name__ in _CERTAINLY_NOT_SENT:
                 return Outcome("fail", {"error": describe(e)})
@@ -120,3 +134,57 @@ class OfficialSession:
                 with contextlib.suppress(Exception):
                     reader.close()
         return Outcome("ok", {"value": value})
+
+    def subscribe(self, topic: str, subscription: str, sub_type: str, name: str) -> tuple[Outcome, Any]:
+        pulsar = self.pulsar
+        try:
+            consumer = self.client.subscribe(
+                topic,
+                subscription,
+                consumer_type=getattr(pulsar.ConsumerType, sub_type.replace("_", "")),
+                initial_position=pulsar.InitialPosition.Earliest,
+                consumer_name=name,
+                negative_ack_redelivery_delay_ms=100,
+            )
+        except Exception as e:
+            return Outcome("fail", {"error": describe(e)}), None
+        return Outcome("ok"), consumer
+
+    def receive(self, consumer: Any, topic: str, timeout_s: float = RECEIVE_TIMEOUT_S) -> Received:
+        try:
+            msg = consumer.receive(int(timeout_s * 1000))
+        except Exception as e:
+            return Received(Outcome("fail", {"error": describe(e)}))
+        fields = delivery(
+            topic,
+            msg.data(),
+            official_position(msg.message_id()),
+            int(msg.redelivery_count()),
+            msg.partition_key(),
+            msg.topic_name(),
+        )
+        return Received(Outcome("ok", fields), msg)
+
+    def ack(self, consumer: Any, message: Any, cumulative: bool) -> Outcome:
+        try:
+            if cumulative:
+                consumer.acknowledge_cumulative(message)
+            else:
+                consumer.acknowledge(message)
+        except Exception as e:  # refused by the client: not sent
+            return Outcome("fail", {"error": describe(e)})
+        return Outcome("info", {"error": "sent; the client offers no ack receipt"})
+
+    def nack(self, consumer: Any, message: Any) -> Outcome:
+        try:
+            consumer.negative_acknowledge(message)
+        except Exception as e:
+            return Outcome("info", {"error": describe(e)})
+        return Outcome("ok")
+
+    def close_consumer(self, consumer: Any) -> Outcome:
+        try:
+            consumer.close()
+        except Exception as e:
+            return Outcome("info", {"error": describe(e)})
+        return Outcome("ok")

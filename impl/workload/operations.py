@@ -7,6 +7,9 @@ The rule (docs/history.md: never guess):
   entry may or may not have been written, and may still appear later.
 - read `ok`: the entries returned. A read that raised is `fail`: a read changes nothing, so it
   certainly took no effect (Jepsen records failed reads the same way); this keeps the process.
+- consumers (docs/history.md, Consumers): receive `ok` with the delivery, `fail` when nothing came;
+  ack `ok` on the broker's receipt, `fail` when it certainly was not applied (refused, or never sent),
+  `info` otherwise; nack `ok` once sent.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Protocol
 Position = list[int]
 APPEND_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 5.0
+RECEIVE_TIMEOUT_S = 1.0
 
 
 @dataclass
@@ -31,14 +35,43 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
 
 
-class Session(Protocol):
-    """One logical process's client, replaced after an `info`; each operation classified as above."""
+@dataclass
+class Received:
+    """A receive's outcome, and the client's message to acknowledge (None unless `ok`)."""
 
-    def append(self, topic: str, value: str) -> Outcome: ...
+    outcome: Outcome
+    message: Any = None
+
+
+class Session(Protocol):
+    """One logical process's client, replaced after an `info`; each operation classified as above.
+    A consumer is the client's own object, opaque to the workload."""
+
+    def append(self, topic: str, value: str, key: str | None = None) -> Outcome: ...
 
     def read(self, topic: str, start: Position | None, limit: int | None) -> Outcome: ...
 
+    def subscribe(self, topic: str, subscription: str, sub_type: str, name: str) -> tuple[Outcome, Any]: ...
+
+    def receive(self, consumer: Any, topic: str, timeout_s: float = RECEIVE_TIMEOUT_S) -> Received: ...
+
+    def ack(self, consumer: Any, message: Any, cumulative: bool) -> Outcome: ...
+
+    def nack(self, consumer: Any, message: Any) -> Outcome: ...
+
+    def close_consumer(self, consumer: Any) -> Outcome: ...
+
     def close(self) -> None: ...
+
+
+def delivery(topic: str, value: bytes, position: Position, redelivery_count: int, key: str, log: str) -> dict[str, Any]:
+    """The fields of an `ok` receive (and, but the redelivery count, of its ack)."""
+    fields: dict[str, Any] = {"value": value.decode(), "position": position, "redelivery_count": redelivery_count}
+    if key:
+        fields["key"] = key
+    if log != topic:
+        fields["partition"] = log
+    return fields
 
 
 def create_partitioned_topic(admin_url: str, topic: str, partitions: int, credentials: Credentials) -> None:
@@ -79,11 +112,11 @@ class ClientSession:
         with contextlib.suppress(Exception):
             self.client.close()
 
-    def append(self, topic: str, value: str) -> Outcome:
+    def append(self, topic: str, value: str, key: str | None = None) -> Outcome:
         from impl.broker.client import SendRejected
 
         try:
-            message_id = self.producer(topic).send(value.encode(), timeout_s=APPEND_TIMEOUT_S)
+            message_id = self.producer(topic).send(value.encode(), key or "", timeout_s=APPEND_TIMEOUT_S)
         except SendRejected as e:
             return Outcome("fail", {"error": describe(e)})
         except Exception as e:  # unknown outcome, see the module docstring
@@ -102,6 +135,54 @@ class ClientSession:
         except Exception as e:  # a read has no effect: fail, see the module docstring
             return Outcome("fail", {"error": describe(e)})
         return Outcome("ok", {"value": value})
+
+    def subscribe(self, topic: str, subscription: str, sub_type: str, name: str) -> tuple[Outcome, Any]:
+        try:
+            consumer = self.client.subscribe(
+                topic, subscription, subscription_type=sub_type, initial_position="earliest", consumer_name=name
+            )
+        except Exception as e:  # not subscribed; a half-made subscription is the broker's to forget
+            return Outcome("fail", {"error": describe(e)}), None
+        return Outcome("ok"), consumer
+
+    def receive(self, consumer: Any, topic: str, timeout_s: float = RECEIVE_TIMEOUT_S) -> Received:
+        try:
+            msg = consumer.receive(timeout_s)
+        except Exception as e:  # a timeout, or closed: nothing delivered
+            return Received(Outcome("fail", {"error": describe(e)}))
+        fields = delivery(topic, msg.data, position_of(msg.id), msg.redelivery_count, msg.key, msg.topic)
+        return Received(Outcome("ok", fields), msg)
+
+    def ack(self, consumer: Any, message: Any, cumulative: bool) -> Outcome:
+        from impl.broker.client import ClientError, NotAttached
+
+        try:
+            if cumulative:
+                consumer.acknowledge_cumulative(message, receipt=True)
+            else:
+                consumer.acknowledge(message, receipt=True)
+        except NotAttached as e:  # never sent
+            return Outcome("fail", {"error": describe(e)})
+        except ClientError as e:
+            # The broker refused it (a ServerError), or the answer never came: it may have been applied.
+            return Outcome("fail" if e.code is not None else "info", {"error": describe(e)})
+        except Exception as e:
+            return Outcome("info", {"error": describe(e)})
+        return Outcome("ok")
+
+    def nack(self, consumer: Any, message: Any) -> Outcome:
+        try:
+            consumer.negative_acknowledge(message)
+        except Exception as e:
+            return Outcome("info", {"error": describe(e)})
+        return Outcome("ok")
+
+    def close_consumer(self, consumer: Any) -> Outcome:
+        try:
+            consumer.close()
+        except Exception as e:
+            return Outcome("info", {"error": describe(e)})
+        return Outcome("ok")
 
 
 def position_of(message_id: Any) -> Position:

@@ -1,5 +1,7 @@
 """A workload run: P logical processes append and read on several topics while the nemesis acts,
-then every fault is healed and one final read per topic reads everything.
+then every fault is healed and one final read per topic reads everything. With consumers, C more
+processes consume from a subscription of every type on every topic (impl/workload/consumers.py), and
+after the final reads every subscription drains.
 
 Processes are threads. Each runs one operation at a time (docs/history.md); when one of its operations
 ends `info` the thread continues as a fresh process id with a fresh client, because the old
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from impl.workload import operations
+from impl.workload.consumers import Consumers, assign, backlog_of, subscriptions
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import Nemesis
 from impl.workload.operations import ClientSession, Position, Session
@@ -29,6 +32,7 @@ from impl.workload.operations import ClientSession, Position, Session
 CONNECT_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 120.0
 RECENT_POSITIONS = 32
+KEYS = 8  # distinct message keys when consumers run (Key_Shared routes by key)
 Progress = Callable[[str], None]
 T = TypeVar("T")
 
@@ -54,6 +58,7 @@ class WorkloadConfig:
     client: str = "project"  # "project": the project's client; "official": Apache Pulsar's (pulsar-client)
     admin_url: str | None = None  # the admin REST API (http://) that creates the partitioned topic
     credentials: operations.Credentials = field(default_factory=operations.Credentials)  # token, TLS trust
+    consumers: int = 0  # consumer processes (0: no subscriptions, no consumers)
 
     def plain_topics(self) -> list[str]:
         return [f"persistent://public/default/w{self.run_id}-t{i}" for i in range(self.topics)]
@@ -78,6 +83,8 @@ class Summary:
     faults: int
     unhealed: list[str]
     final_entries: dict[str, int]
+    subscriptions: int = 0
+    drained: int = 0
 
 
 class Workload:
@@ -95,6 +102,10 @@ class Workload:
         self._recent: dict[str, list[Position]] = {t: [] for t in self.topics}
         self._recent_lock = threading.Lock()
         self._stop = threading.Event()
+        self._consumers_stop = threading.Event()
+        base = config.partitioned_topic()
+        subs = subscriptions(config.plain_topics(), base, config.partitions) if config.consumers else []
+        self.consumers = Consumers(history, subs, self._new_process, self._connect, self._consumers_stop)
 
     # --- shared state --------------------------------------------------------------------------
 
@@ -131,10 +142,25 @@ class Workload:
     # --- the run ---------------------------------------------------------------------------------
 
     def prepare(self, progress: Progress) -> None:
-        """Create the partitioned topic (outside the history: it is set-up, not an operation)."""
+        """Create the partitioned topic and the subscriptions, among them one per topic that retains everything for
+        the final reads (outside the history: set-up, not operations)."""
         base = self.config.partitioned_topic()
-        if base is None:
-            return
+        if base is not None:
+            self._create_partitioned(base, progress)
+        topics = self.config.plain_topics() + ([base] if base else [])
+        session = self._connect()
+        try:
+            self._retrying(
+                lambda: self.consumers.create_subscriptions(session, topics),
+                lambda e: f"could not create the subscriptions: {e}",
+                pause_s=1.0,
+            )
+        finally:
+            session.close()
+        if self.consumers.subs:
+            progress(f"created {len(self.consumers.subs)} subscriptions (every type on every topic)")
+
+    def _create_partitioned(self, base: str, progress: Progress) -> None:
         if not self.config.admin_url:
             raise WorkloadError("the partitioned topic needs a broker's admin REST API (admin_url)")
         admin = self.config.admin_url
@@ -178,19 +204,33 @@ class Workload:
             threading.Thread(target=self._worker, args=(i,), name=f"process-{i}", daemon=True)
             for i in range(self.config.processes)
         ]
+        seed = self.config.seed
+        consumers = [
+            threading.Thread(
+                target=self.consumers.run,
+                args=(sub, None if seed is None else seed * 1000 + 500 + i),
+                name=f"consumer-{i}",
+                daemon=True,
+            )
+            for i, sub in enumerate(assign(self.consumers.subs, self.config.consumers) if self.consumers.subs else [])
+        ]
         reporter = threading.Thread(target=self._report, args=(progress,), name="progress", daemon=True)
         if self.nemesis is not None:
             self.nemesis.start()
-        for w in workers:
+        for w in workers + consumers:
             w.start()
         reporter.start()
         try:
             for w in workers:
                 w.join()
+            self._consumers_stop.set()
+            for w in consumers:
+                w.join()
         except KeyboardInterrupt:
             self._stop.set()
+            self._consumers_stop.set()
             progress("interrupted: finishing the operations in flight, healing, final reads ...")
-            for w in workers:
+            for w in workers + consumers:
                 w.join(3 * operations.APPEND_TIMEOUT_S)
         unhealed: list[str] = []
         if self.nemesis is not None:
@@ -200,6 +240,13 @@ class Workload:
                 progress(f"warning: could not heal {', '.join(unhealed)}; final reads may fail")
         self._stop.set()
         final = self._final_reads(progress)
+        drained = 0
+        if self.consumers.subs:
+            if not self.config.admin_url:
+                raise WorkloadError("draining the subscriptions needs a broker's admin REST API (admin_url)")
+            progress(f"draining {len(self.consumers.subs)} subscriptions ...")
+            backlog = backlog_of(self.config.admin_url, self.config.credentials)
+            drained = self.consumers.drain(backlog, time.monotonic() + self.config.final_read_timeout_s, progress)
         reporter.join(5)
         counts = self.history.counts
         return Summary(
@@ -211,6 +258,8 @@ class Workload:
             self.nemesis.injected if self.nemesis else 0,
             unhealed,
             final,
+            len(self.consumers.subs),
+            drained,
         )
 
     def _worker(self, slot: int) -> None:
@@ -228,7 +277,8 @@ class Workload:
                     kind = self._read(session, process, topic, rng)
                 else:
                     n += 1
-                    kind = self._append(session, process, topic, f"{process}-{n}")
+                    key = f"k{rng.randrange(KEYS)}" if self.config.consumers else None
+                    kind = self._append(session, process, topic, f"{process}-{n}", key)
                 if kind == "info":  # the old process may still take effect: continue as a new one
                     session.close()
                     session = None
@@ -239,10 +289,11 @@ class Workload:
             if session is not None:
                 session.close()
 
-    def _append(self, session: Session, process: int, topic: str, value: str) -> str:
-        self.history.invoke(process, "append", topic, value=value)
-        outcome = session.append(topic, value)
-        self.history.complete(process, outcome.kind, "append", topic, value=value, **outcome.fields)
+    def _append(self, session: Session, process: int, topic: str, value: str, key: str | None = None) -> str:
+        keyed = {"key": key} if key else {}
+        self.history.invoke(process, "append", topic, value=value, **keyed)
+        outcome = session.append(topic, value, key)
+        self.history.complete(process, outcome.kind, "append", topic, value=value, **keyed, **outcome.fields)
         if outcome.kind == "ok":
             self._remember(topic, [outcome.fields["position"]])
         return outcome.kind
