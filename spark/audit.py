@@ -24,6 +24,9 @@ consecutive keys (a bucket is a monotone function of the order key), each bucket
 and the few bucket boundaries are combined in a small table (the next bucket's first row for a lead, the maximum
 of all earlier buckets for a running maximum) joined back. Each anomaly comes out as a candidate row; only
 candidates reach the driver (none for a valid history).
+
+The log checks see appends and reads only; a history with consumers' operations also goes through the job of
+spark/queue_audit.py, which decides the anomalies of subscriptions and measures their figures.
 """
 
 from __future__ import annotations
@@ -43,7 +46,10 @@ from spark.report import Case, Report, TopicSummary  # noqa: E402
 
 SCHEMA = (
     "index long, time long, process string, type string, f string, topic string, value string, "
-    "position array<long>, `from` array<long>, limit long, final boolean"
+    "position array<long>, `from` array<long>, limit long, final boolean, "
+    # consumers (spark/queue_audit.py) and the nemesis's errors
+    "subscription string, consumer string, subscription_type string, key string, partition string, "
+    "redelivery_count long, cumulative boolean, error string"
 )
 # Bucket widths of the two-level windows: entries per (ledger, entry // POS_BUCKET) and events per
 # index // INDEX_BUCKET. Large enough that the table of bucket boundaries stays small, small enough that a
@@ -696,10 +702,20 @@ def explain(row: dict[str, Any]) -> str:
 
 def audit(paths: Sequence[str], master: str | None = None, exact: bool = False) -> list[Audited]:
     """Audit already-validated histories in one Spark job; one Report per path (`exact`: see `checked`)."""
+    from pyspark.sql import functions as F
+
+    from spark import queue_audit
+    from spark.history import LOG_OPS
     from spark.session import input_bytes, spark_session
 
     spark = spark_session(master, input_size=input_bytes(paths))
-    case_rows, summary_rows = checked(spark, load(spark, paths), exact=exact)
+    events = load(spark, paths)
+    case_rows, summary_rows = checked(spark, events.filter(F.col("f").isin(*LOG_OPS)), exact=exact)
+    queue_rows: list[dict[str, Any]] = []
+    figure_rows: list[dict[str, Any]] = []
+    consumer_ops: dict[int, int] = {}
+    if queue_audit.has_consumers(events):
+        queue_rows, figure_rows, consumer_ops = queue_audit.run(spark, events)
     out = []
     for h, path in enumerate(paths):
         topics = {
@@ -715,7 +731,17 @@ def audit(paths: Sequence[str], master: str | None = None, exact: bool = False) 
                 r["witness"], r["read"] = r["ops"][0], r["ops"][1]
             cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), explain(r)))
             topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
-        out.append(Audited(path, Report(ops=sum(s.ops for s in topics.values()), cases=cases, topics=topics)))
+        for r in queue_rows:
+            if r["h"] == h:
+                cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), queue_audit.explain(r)))
+                topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
+        figures = [queue_audit.figures_of(r) for r in figure_rows if r["h"] == h]
+        ops = sum(s.ops for s in topics.values()) + consumer_ops.get(h, 0)
+        out.append(
+            Audited(
+                path, Report(ops=ops, cases=cases, topics=topics, subscriptions=sorted(figures, key=lambda f: f.key))
+            )
+        )
     return out
 
 

@@ -28,6 +28,15 @@ def _print_summary(path: str, report: Report) -> None:
             f"  {topic:<44} {s.ops:>8} {s.appends_ok:>8} {s.appends_fail:>6} {s.appends_info:>6} {s.reads:>8} "
             f"{s.anomalies:>9}"
         )
+    if report.subscriptions:
+        print(
+            f"  {'subscription':<44} {'fault':<16} {'delivered':>9} {'redelivered':>11} {'after ack':>9} "
+            f"{'lag p50 ms':>10}"
+        )
+        for f in report.subscriptions:
+            name = f"{f.topic.rsplit('/', 1)[-1]} {f.subscription}"
+            lag = "-" if f.lag_p50_ms is None else f"{f.lag_p50_ms:.1f}"
+            print(f"  {name:<44} {f.fault:<16} {f.deliveries:>9} {f.redeliveries:>11} {f.after_ack:>9} {lag:>10}")
     for c in report.cases[:20]:
         print(f"  {c.anomaly}: events {list(c.ops)}: {c.explanation}")
     if len(report.cases) > 20:

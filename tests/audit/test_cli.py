@@ -112,7 +112,14 @@ def test_nemesis_events_are_ignored_and_valid_exits_0(tmp_path: Path) -> None:
     path = _write(tmp_path, [json.dumps(e) for e in GOOD])
     out = tmp_path / "r.json"
     assert main([path, "--reference", "--json", str(out)], prog="pulsar-ref audit") == 0
-    assert json.loads(out.read_text()) == {"valid": True, "ops": 1, "topics": 1, "anomaly_types": [], "anomalies": {}, "subscriptions": []}
+    assert json.loads(out.read_text()) == {
+        "valid": True,
+        "ops": 1,
+        "topics": 1,
+        "anomaly_types": [],
+        "anomalies": {},
+        "subscriptions": [],
+    }
 
 
 def test_cli_reports_anomalies_json_and_html(tmp_path: Path) -> None:

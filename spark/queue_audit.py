@@ -1,0 +1,411 @@
+"""The Spark job of subscriptions: the cases and figures of spark/queue_reference.py (its docstring defines them),
+computed as a few aggregates and windows over the consumers' operations.
+
+1. Consumers' events by process: each invoke with its completion (lead), as for the logs.
+2. Deliveries by (subscription, value): the earliest delivery of each value, which decides whether a delivery is
+   first, the duplicates and the lag; the same rows join the appends by value for unexpected-delivery.
+3. Drained subscriptions against the acknowledged appends of their topic, less the values they delivered
+   (an anti-join): lost-message.
+4. First deliveries by (subscription, consumer, log) and by (subscription, log, key): lag over each gives the
+   consecutive pairs of subscription-reorder and key-order; the few key-order candidates whose consumers differ
+   are then joined with acks, nacks, closes, fault boundaries and redeliveries, which may excuse them.
+5. Figures per (subscription, fault kind): the fault kind of a delivery is a CASE over the few injections
+   (collected to the driver); cumulative acks cover positions through a running maximum per (subscription, log).
+Only cases and figure rows reach the driver.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from spark.history import CONSUMER_OPS, format_position, format_time
+from spark.report import SubscriptionFigures
+
+ORDERED_TYPES = ("Exclusive", "Failover")
+
+
+def _pos(col: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.struct(col[0].alias("l"), col[1].alias("e"), col[2].alias("b"))
+
+
+def has_consumers(events: Any) -> bool:
+    from pyspark.sql import functions as F
+
+    return bool(events.filter(F.col("f").isin(*CONSUMER_OPS)).limit(1).count())
+
+
+def _ops(events: Any) -> Any:
+    """The consumers' operations: invoke fields, and the completion's type, index, time and delivery."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ev = events.filter(F.col("f").isin(*CONSUMER_OPS) & (F.col("process") != "nemesis"))
+    w = Window.partitionBy("h", "process").orderBy("index")
+    nxt = F.lead(F.struct("index", "time", "type", "value", "position", "redelivery_count", "key", "partition"), 1)
+    paired = ev.withColumn("nxt", nxt.over(w)).filter(F.col("type") == "invoke")
+    receive = F.col("f") == "receive"
+    return paired.select(
+        "h",
+        "f",
+        "topic",
+        F.col("subscription").alias("sub"),
+        "consumer",
+        F.col("subscription_type").alias("stype"),
+        F.coalesce("cumulative", F.lit(False)).alias("cumulative"),
+        F.col("index").alias("inv"),
+        F.coalesce(F.col("nxt.type"), F.lit("info")).alias("outcome"),
+        F.col("nxt.index").alias("cmp"),
+        F.col("nxt.time").alias("cmp_time"),
+        F.when(receive, F.col("nxt.value")).otherwise(F.col("value")).alias("val"),
+        _pos(F.when(receive, F.col("nxt.position")).otherwise(F.col("position"))).alias("pos"),
+        F.coalesce(F.col("nxt.redelivery_count"), F.lit(0)).alias("rc"),
+        F.when(receive, F.col("nxt.key")).alias("key"),
+        F.coalesce(F.when(receive, F.col("nxt.partition")).otherwise(F.col("partition")), F.col("topic")).alias("log"),
+    )
+
+
+def _candidate(name: str, log: Any, ops: list[Any], detail: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.struct(
+        F.lit(name).alias("anomaly"),
+        log.alias("topic"),
+        F.array(*[o.cast("long") for o in ops]).alias("ops"),
+        detail.alias("detail"),
+    )
+
+
+def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, int]]:
+    """(case rows, figure rows, consumer operations per history)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ops = _ops(events).cache()
+    counts = {r["h"]: r["n"] for r in ops.groupBy("h").agg(F.count("*").alias("n")).collect()}
+    types = (
+        ops.filter(F.col("f") == "subscribe").groupBy("h", "topic", "sub").agg(F.min_by("stype", "inv").alias("stype"))
+    )
+    deliveries = (
+        ops.filter((F.col("f") == "receive") & (F.col("outcome") == "ok"))
+        .drop("stype")
+        .join(types, ["h", "topic", "sub"], "left")
+    )
+    earliest = deliveries.groupBy("h", "topic", "sub", "val").agg(F.min("cmp").alias("earliest"))
+    deliveries = deliveries.join(earliest, ["h", "topic", "sub", "val"]).withColumn(
+        "first", (F.col("cmp") == F.col("earliest")) & (F.col("rc") == 0)
+    )
+    deliveries = deliveries.cache()
+    appends = events.filter((F.col("f") == "append") & (F.col("process") != "nemesis"))
+    w_proc = Window.partitionBy("h", "process").orderBy("index")
+    appends = (
+        appends.withColumn("nxt", F.lead(F.struct("index", "time", "type"), 1).over(w_proc))
+        .filter(F.col("type") == "invoke")
+        .select(
+            "h",
+            F.col("topic").alias("atopic"),
+            F.col("value").alias("val"),
+            F.coalesce(F.col("nxt.type"), F.lit("info")).alias("aout"),
+            F.col("nxt.index").alias("acmp"),
+            F.col("nxt.time").alias("atime"),
+        )
+    )
+    cases = [
+        _unexpected(deliveries, appends),
+        _lost(ops, deliveries, appends),
+        _reordered(deliveries),
+        _key_order(spark, ops, deliveries, events),
+    ]
+    found = cases[0]
+    for part in cases[1:]:
+        found = found.unionByName(part)
+    case_rows = [r.asDict(recursive=True) for r in found.collect()]
+    for r in case_rows:  # a failed append's completion joins the witness of its delivery
+        extra = r.pop("extra")
+        if extra is not None:
+            r["ops"] = [extra, *r["ops"]]
+    figure_rows = _figures(ops, deliveries, appends, events)
+    wanted = sorted({(r["h"], i) for r in case_rows for i in r["ops"]})
+    times: dict[tuple[int, int], int] = {}
+    if wanted:
+        want = F.broadcast(spark.createDataFrame(wanted, "h int, index long"))
+        for r in events.select("h", "index", "time").join(want, ["h", "index"]).collect():
+            times[(r["h"], r["index"])] = r["time"]
+    for r in case_rows:
+        r["times"] = {i: times.get((r["h"], i)) for i in r["ops"]}
+    ops.unpersist()
+    deliveries.unpersist()
+    return case_rows, figure_rows, counts
+
+
+def _unexpected(deliveries: Any, appends: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    first_seen = deliveries.filter(F.col("cmp") == F.col("earliest")).join(appends, ["h", "val"], "left")
+    bad = first_seen.filter(F.col("aout").isNull() | (F.col("aout") == "fail") | (F.col("atopic") != F.col("log")))
+    failed = (F.col("aout") == "fail") & (F.col("atopic") == F.col("log"))
+    return bad.select(
+        "h",
+        _candidate(
+            "unexpected-delivery",
+            F.col("log"),
+            [F.col("cmp")],
+            F.to_json(F.struct("sub", "val", "pos", "consumer", failed.alias("failed"), "acmp")),
+        ).alias("c"),
+        F.when(failed, F.col("acmp")).alias("extra"),
+    ).select("h", "c.*", "extra")
+
+
+def _lost(ops: Any, deliveries: Any, appends: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    drained = (
+        ops.filter((F.col("f") == "drain") & (F.col("outcome") == "ok"))
+        .groupBy("h", "topic", "sub")
+        .agg(F.min("cmp").alias("drained"))
+    )
+    acked = appends.filter(F.col("aout") == "ok").withColumn(
+        "topic", F.regexp_replace("atopic", "-partition-[0-9]+$", "")
+    )
+    delivered = deliveries.select("h", "topic", "sub", "val").distinct()
+    lost = acked.join(F.broadcast(drained), ["h", "topic"]).join(delivered, ["h", "topic", "sub", "val"], "left_anti")
+    return lost.select(
+        "h",
+        _candidate(
+            "lost-message", F.col("atopic"), [F.col("acmp"), F.col("drained")], F.to_json(F.struct("sub", "val"))
+        ).alias("c"),
+        F.lit(None).cast("long").alias("extra"),
+    ).select("h", "c.*", "extra")
+
+
+def _reordered(deliveries: Any) -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    firsts = deliveries.filter(F.col("first") & F.col("stype").isin(*ORDERED_TYPES))
+    w = Window.partitionBy("h", "topic", "sub", "consumer", "log").orderBy("cmp")
+    pairs = firsts.withColumn("prev", F.lag(F.struct("cmp", "pos", "val"), 1).over(w)).filter(
+        F.col("prev").isNotNull() & (F.col("pos") < F.col("prev.pos"))
+    )
+    return pairs.select(
+        "h",
+        _candidate(
+            "subscription-reorder",
+            F.col("log"),
+            [F.col("prev.cmp"), F.col("cmp")],
+            F.to_json(
+                F.struct(
+                    "sub",
+                    "stype",
+                    "consumer",
+                    F.col("prev.val").alias("v1"),
+                    F.col("prev.pos").alias("p1"),
+                    "val",
+                    "pos",
+                )
+            ),
+        ).alias("c"),
+        F.lit(None).cast("long").alias("extra"),
+    ).select("h", "c.*", "extra")
+
+
+def _key_order(spark: Any, ops: Any, deliveries: Any, events: Any) -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    firsts = deliveries.filter(F.col("first") & (F.col("stype") == "Key_Shared") & F.col("key").isNotNull())
+    w = Window.partitionBy("h", "topic", "sub", "log", "key").orderBy("cmp")
+    pairs = firsts.withColumn("prev", F.lag(F.struct("cmp", "pos", "val", "consumer"), 1).over(w)).filter(
+        F.col("prev").isNotNull()
+    )
+    lower = pairs.filter(F.col("pos") < F.col("prev.pos")).withColumn("why", F.lit("lower"))
+    moved = pairs.filter((F.col("pos") >= F.col("prev.pos")) & (F.col("consumer") != F.col("prev.consumer")))
+    # What may excuse a move: the previous consumer's ack, nack or close invoked before this delivery completed.
+    released = (
+        ops.filter(F.col("f").isin("ack", "nack"))
+        .groupBy("h", F.col("consumer").alias("holder"), F.col("val").alias("held"))
+        .agg(F.min("inv").alias("released"))
+    )
+    closed = (
+        ops.filter(F.col("f") == "close")
+        .groupBy("h", F.col("consumer").alias("holder"))
+        .agg(F.min("inv").alias("closed"))
+    )
+    moved = (
+        moved.withColumn("holder", F.col("prev.consumer"))
+        .withColumn("held", F.col("prev.val"))
+        .join(released, ["h", "holder", "held"], "left")
+        .join(closed, ["h", "holder"], "left")
+        .filter(
+            (F.col("released").isNull() | (F.col("released") >= F.col("cmp")))
+            & (F.col("closed").isNull() | (F.col("closed") >= F.col("cmp")))
+        )
+    )
+    # ... or a fault beginning or healing between the two, or the earlier message delivered again between them.
+    # (Both sides of these joins come from the same history: the other side's columns get names of their own.)
+    boundaries = events.filter(
+        (F.col("process") == "nemesis") & (F.col("f") != "stopped") & F.col("error").isNull()
+    ).select(F.col("h").alias("b_h"), F.col("index").alias("b"))
+    moved = moved.join(
+        F.broadcast(boundaries),
+        (F.col("h") == F.col("b_h")) & (F.col("b") > F.col("prev.cmp")) & (F.col("b") < F.col("cmp")),
+        "left_anti",
+    )
+    again = deliveries.select(
+        F.col("h").alias("a_h"),
+        F.col("topic").alias("a_topic"),
+        F.col("sub").alias("a_sub"),
+        F.col("val").alias("a_val"),
+        F.col("cmp").alias("again"),
+    )
+    moved = moved.join(
+        again,
+        (F.col("h") == F.col("a_h"))
+        & (F.col("topic") == F.col("a_topic"))
+        & (F.col("sub") == F.col("a_sub"))
+        & (F.col("held") == F.col("a_val"))
+        & (F.col("again") > F.col("prev.cmp"))
+        & (F.col("again") < F.col("cmp")),
+        "left_anti",
+    ).withColumn("why", F.lit("held"))
+    cols = ["h", "log", "sub", "key", "prev", "cmp", "pos", "val", "consumer", "why"]
+    both = lower.select(*cols).unionByName(moved.select(*cols))
+    return both.select(
+        "h",
+        _candidate(
+            "key-order",
+            F.col("log"),
+            [F.col("prev.cmp"), F.col("cmp")],
+            F.to_json(F.struct("sub", "key", "prev", "val", "pos", "consumer", "why")),
+        ).alias("c"),
+        F.lit(None).cast("long").alias("extra"),
+    ).select("h", "c.*", "extra")
+
+
+def _fault_kind(events: Any) -> Any:
+    """A column expression: the kind of the latest fault injected before `cmp` in history `h` ('none' first)."""
+    from pyspark.sql import functions as F
+
+    injections = (
+        events.filter((F.col("process") == "nemesis") & ~F.col("f").isin("heal", "stopped") & F.col("error").isNull())
+        .select("h", "index", "f")
+        .collect()
+    )
+    expr = None
+    for r in sorted(injections, key=lambda r: (r["h"], -r["index"])):
+        cond = (F.col("h") == r["h"]) & (F.col("cmp") > r["index"])
+        expr = F.when(cond, F.lit(r["f"])) if expr is None else expr.when(cond, F.lit(r["f"]))
+    return F.lit("none") if expr is None else expr.otherwise(F.lit("none"))
+
+
+def _figures(ops: Any, deliveries: Any, appends: Any, events: Any) -> list[dict[str, Any]]:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    kind = _fault_kind(events)
+    d = deliveries.withColumn("fault", kind)
+    acks = ops.filter((F.col("f") == "ack") & (F.col("outcome") == "ok"))
+    confirmed = acks.groupBy("h", "topic", "sub", "val").agg(F.min("cmp").alias("confirmed"))
+    d = d.join(confirmed, ["h", "topic", "sub", "val"], "left")
+    # Cumulative acks: a running maximum of their positions per (subscription, log), in completion order.
+    cum = acks.filter(F.col("cumulative")).select(
+        "h", "topic", "sub", "log", "cmp", F.col("pos").alias("cpos"), F.lit(None).cast("boolean").alias("is_d")
+    )
+    rows = d.select(
+        "h",
+        "topic",
+        "sub",
+        "log",
+        "cmp",
+        F.lit(None).cast(cum.schema["cpos"].dataType).alias("cpos"),
+        F.lit(True).alias("is_d"),
+        "pos",
+    )
+    w = Window.partitionBy("h", "topic", "sub", "log").orderBy("cmp").rowsBetween(Window.unboundedPreceding, -1)
+    scanned = (
+        rows.unionByName(cum.withColumn("pos", F.lit(None).cast(cum.schema["cpos"].dataType)))
+        .withColumn("reach", F.max("cpos").over(w))
+        .filter(F.col("is_d"))
+        .select(
+            "h", "topic", "sub", "cmp", (F.col("reach").isNotNull() & (F.col("reach") >= F.col("pos"))).alias("cumcov")
+        )
+    )
+    d = d.join(scanned, ["h", "topic", "sub", "cmp"], "left")
+    covered = (F.col("confirmed").isNotNull() & (F.col("confirmed") < F.col("cmp"))) | F.coalesce(
+        "cumcov", F.lit(False)
+    )
+    acked = appends.filter(F.col("aout") == "ok").select("h", "val", "atime")
+    d = d.join(acked, ["h", "val"], "left")
+    lag = F.when(
+        (F.col("cmp") == F.col("earliest")) & F.col("atime").isNotNull(),
+        F.greatest(F.col("cmp_time") - F.col("atime"), F.lit(0)).cast("double") / 1e6,
+    )
+    d = d.withColumn("lag", lag)
+    figures = d.groupBy("h", "topic", "sub", "fault").agg(
+        F.first("stype", ignorenulls=True).alias("stype"),
+        F.count("*").alias("deliveries"),
+        F.sum(F.col("first").cast("int")).alias("first"),
+        F.sum((F.col("cmp") != F.col("earliest")).cast("int")).alias("duplicates"),
+        F.sum(covered.cast("int")).alias("after_ack"),
+        F.max("rc").alias("max_redelivery"),
+        F.expr("percentile(lag, 0.5)").alias("lag_p50_ms"),
+        F.expr("percentile(lag, 0.99)").alias("lag_p99_ms"),
+    )
+    return [r.asDict() for r in figures.collect()]
+
+
+def explain(row: dict[str, Any]) -> str:
+    d = json.loads(row["detail"])
+    t = {i: format_time(tt) for i, tt in row["times"].items()}
+    ops = row["ops"]
+
+    def p(x: Any) -> str:
+        return format_position(None if x is None else (x["l"], x["e"], x["b"]))
+
+    name = row["anomaly"]
+    if name == "unexpected-delivery":
+        why = "whose append completed fail" if d.get("failed") else "which no append to this log carried"
+        return (
+            f"subscription {d['sub']!r} delivered {d['val']!r} at {p(d['pos'])} to consumer {d['consumer']} at "
+            f"{t[ops[-1]]}, {why}"
+        )
+    if name == "lost-message":
+        return (
+            f"append {d['val']!r} was acknowledged at {t[ops[0]]}; subscription {d['sub']!r} drained at "
+            f"{t[ops[1]]} without ever delivering it"
+        )
+    if name == "subscription-reorder":
+        return (
+            f"{d['stype']} subscription {d['sub']!r} delivered {d['v1']!r} at {p(d['p1'])} to consumer {d['consumer']} "
+            f"at {t[ops[0]]}, then {d['val']!r} at the lower position {p(d['pos'])} at {t[ops[1]]}"
+        )
+    prev = d["prev"]
+    why = (
+        "the later delivery is at a lower position"
+        if d["why"] == "lower"
+        else f"consumer {prev['consumer']} still held {prev['val']!r} unacknowledged, and no fault came between"
+    )
+    return (
+        f"Key_Shared subscription {d['sub']!r}, key {d['key']!r}: {prev['val']!r} at {p(prev['pos'])} went to consumer "
+        f"{prev['consumer']} at {t[ops[0]]}, then {d['val']!r} at {p(d['pos'])} to consumer {d['consumer']} at "
+        f"{t[ops[1]]}: {why}"
+    )
+
+
+def figures_of(row: dict[str, Any]) -> SubscriptionFigures:
+    return SubscriptionFigures(
+        topic=row["topic"],
+        subscription=row["sub"],
+        type=row["stype"] or "?",
+        fault=row["fault"],
+        deliveries=row["deliveries"],
+        first=row["first"],
+        redeliveries=row["deliveries"] - row["first"],
+        duplicates=row["duplicates"],
+        after_ack=row["after_ack"],
+        max_redelivery=row["max_redelivery"],
+        lag_p50_ms=row["lag_p50_ms"],
+        lag_p99_ms=row["lag_p99_ms"],
+    )
