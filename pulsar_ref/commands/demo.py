@@ -61,6 +61,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--dir", type=Path, default=Path("var/demo"), help="parent of the run directory (var/demo)")
     parser.add_argument("--rate", type=float, default=40.0, help="operations per second (default 40)")
     parser.add_argument("--processes", type=int, default=5, help="logical processes (default 5)")
+    parser.add_argument(
+        "--consumers",
+        type=int,
+        default=8,
+        help="consumer processes on a subscription of every type of every topic, drained at the end (default 8)",
+    )
     parser.add_argument("--nemesis-interval", type=float, default=5.0, help="seconds per calm/fault phase (5)")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
     parser.add_argument("--seed", type=int, help="random seed (operations and fault schedule)")
@@ -105,10 +111,12 @@ def main(argv: list[str], prog: str) -> int:
             ops=max(1, int(args.seconds * args.rate)),
             rate=args.rate,
             seed=args.seed,
+            consumers=args.consumers,
         )
         nemesis = Nemesis(cluster, faults, args.nemesis_interval, history, args.seed, cycle=True)
         say(
-            f"workload: {config.ops} operations at {args.rate:g}/s by {args.processes} processes; "
+            f"workload: {config.ops} operations at {args.rate:g}/s by {args.processes} processes, "
+            f"{args.consumers} consumers; "
             f"faults: {', '.join(faults)}"
         )
         summary = Workload(config, nemesis, history).run(say)
@@ -131,6 +139,7 @@ def main(argv: list[str], prog: str) -> int:
     say(
         f"workload done: {summary.events} events, ok {summary.ok}, fail {summary.fail}, info {summary.info}; "
         f"faults injected: {', '.join(f'{k} x{v}' for k, v in sorted(injected.items())) or 'none'}"
+        + (f"; {summary.drained} of {summary.subscriptions} subscriptions drained" if summary.subscriptions else "")
     )
     say("auditing the history with Spark (pulsar-ref audit) ...")
     with open(run_dir / "audit.log", "w") as log:

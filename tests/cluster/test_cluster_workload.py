@@ -1,5 +1,6 @@
-"""The main job, short: a real cluster (ZooKeeper, 3 bookies, 2 brokers), the workload with every kind of kill,
-and the Spark audit of its history: valid, and no acknowledged write lost."""
+"""The main job, short: a real cluster (ZooKeeper, 3 bookies, 2 brokers), the workload with every kind of kill and
+consumers on every subscription type, and the Spark audit of its history: valid, no acknowledged write lost, no
+message lost to a drained subscription."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_cluster_run_with_faults_is_valid_and_loses_no_acknowledged_write(cluste
         [
             sys.executable, "-m", "pulsar_ref.cli", "workload", "--cluster-dir", str(cluster_dir),
             "--topics", "2", "--partitions", "2", "--processes", "4", "--ops", "1000", "--rate", "40",
-            "--seed", "5", "--nemesis", FAULTS, "--nemesis-order", "cycle", "--nemesis-max", "4",
+            "--consumers", "8", "--seed", "5", "--nemesis", FAULTS, "--nemesis-order", "cycle", "--nemesis-max", "4",
             "--nemesis-interval", "2", "--out", str(history),
         ],
         capture_output=True, text=True, timeout=240, cwd=REPO,
@@ -57,6 +58,13 @@ def test_cluster_run_with_faults_is_valid_and_loses_no_acknowledged_write(cluste
     report = json.loads(report_path.read_text())
     assert audit.returncode == 0, (audit.stdout, report["anomaly_types"])
     assert report["valid"] is True and "lost-write" not in report["anomaly_types"]
+    # 3 topics (2 plain, 1 partitioned) x 4 subscription types, each drained, each measured under the faults
+    assert "12 of 12 subscriptions drained" in workload.stdout
+    figures = report["subscriptions"]
+    assert {(f["topic"], f["subscription"]) for f in figures} == {
+        (e["topic"], e["subscription"]) for e in events if e["f"] == "drain" and e["type"] == "ok"
+    }
+    assert {f["fault"] for f in figures} > {"none"}
     # the final reads saw every acknowledged value (checked here too, independently of the audit)
     final_values = {v for e in events if e.get("final") and e["type"] == "ok" for _, v in e["value"]}
     assert acknowledged <= final_values
