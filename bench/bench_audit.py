@@ -7,6 +7,12 @@ tail reads with a limit of 5) and audits each in-process on local[*]: the valida
     .venv/bin/python bench/bench_audit.py --sizes 20000 --topics 1 --processes 50 --reference  # 10,000 ops
     .venv/bin/python bench/bench_audit.py --sizes 10000000 --topics 1 --cli  # as `pulsar-ref audit` runs
     .venv/bin/python bench/bench_audit.py --sizes 20000 --fresh 5 --inject stale-read  # whole command, 5 times
+    .venv/bin/python bench/bench_audit.py --sizes 1000000 10000000 --consumers 0.5  # half the processes consume
+
+Every table starts and ends with a calibration line (a fixed pure-Python loop's time, the load average) and gives
+CPU seconds per million events: on a machine whose speed varies those compare across runs, wall time does not.
+The first history is also audited once by `pulsar-ref audit HISTORY` in a fresh process, as a user runs it (Python
+and JVM start included), in a row of its own (`--no-first` skips it).
 
 Histories are written before each measurement (not timed); the Spark session is started once, before the first
 measurement, so the first row does not pay the JVM start.
@@ -26,17 +32,76 @@ import threading
 import time
 
 import psutil
+from bench_pulsar import calibration
 
 
-def write_history(path: str, events: int, topics: int, processes: int, seed: int = 0) -> int:
+def write_history(path: str, events: int, topics: int, processes: int, seed: int = 0, consumers: float = 0.0) -> int:
+    """A valid history of about `events` events. With `consumers` (a share of the processes), those processes
+    consume instead: consumer p shares the Shared subscription of topic p mod `topics` with the others of that
+    topic, and alternately receives the subscription's next message and acknowledges it; at the end every
+    subscription gets the rest and drains (the history stops early enough for that to fit in `events`)."""
     rng = random.Random(seed)
     names = [f"persistent://public/default/t{i}" for i in range(topics)]
     logs: dict[str, list[tuple[int, str]]] = {t: [] for t in names}
+    consumer_of = {p: (names[p % topics], "s-shared") for p in range(int(processes * consumers))}
+    cursor = dict.fromkeys(consumer_of.values(), 0)  # (topic, subscription) -> next entry to deliver
+    holding: dict[int, tuple[int, str] | None] = dict.fromkeys(consumer_of)  # the delivery a consumer must ack
     idx = t_ns = n_op = 0
+
+    def consumer_step(p: int, phase: str) -> str | None:
+        """One consumer operation's invoke ('inv') or completion ('cmp') as JSON, or None for a receive that
+        finds nothing (no operation this round)."""
+        topic, sub = consumer_of[p]
+        who = f'"subscription":"{sub}","consumer":"c{p}"'
+        held = holding[p]
+        if held is not None:
+            entry, value = held
+            if phase == "cmp":
+                holding[p] = None
+            kind = "invoke" if phase == "inv" else "ok"
+            return (
+                f'"type":"{kind}","f":"ack","topic":"{topic}",{who},"value":"{value}","position":[1,{entry},0],'
+                f'"cumulative":false'
+            )
+        at = cursor[(topic, sub)]
+        if at >= len(logs[topic]):
+            return None
+        if phase == "inv":
+            return f'"type":"invoke","f":"receive","topic":"{topic}",{who}'
+        entry, value = logs[topic][at]
+        cursor[(topic, sub)] = at + 1
+        holding[p] = (entry, value)
+        return (
+            f'"type":"ok","f":"receive","topic":"{topic}",{who},"value":"{value}","position":[1,{entry},0],'
+            f'"redelivery_count":0'
+        )
+
     with open(path, "w", encoding="utf-8") as fh:
-        while idx + 2 * processes <= events:
+        for p, (topic, sub) in consumer_of.items():  # subscribe
+            for kind in ("invoke", "ok"):
+                t_ns += 1000
+                fh.write(
+                    f'{{"index":{idx},"time":{t_ns},"process":{p},"type":"{kind}","f":"subscribe","topic":"{topic}",'
+                    f'"subscription":"{sub}","consumer":"c{p}","subscription_type":"Shared"}}\n'
+                )
+                idx += 1
+        subscribed = {topic for topic, _ in consumer_of.values()}
+
+        def drain_left() -> int:  # events the drain will need
+            left = sum(len(logs[t]) - cursor[(t, s)] for t, s in cursor)
+            return 4 * left + 4 * len(consumer_of) + 2 * len(cursor)
+
+        while idx + 2 * processes + (drain_left() if subscribed else 0) <= events:
             batch: list[tuple[int, str, str, object]] = []
-            for p in range(processes):
+            acting: list[int] = []
+            for p in consumer_of:
+                line = consumer_step(p, "inv")
+                if line is not None:
+                    t_ns += 1000
+                    fh.write(f'{{"index":{idx},"time":{t_ns},"process":{p},{line}}}\n')
+                    idx += 1
+                    acting.append(p)
+            for p in range(len(consumer_of), processes):
                 topic = names[rng.randrange(topics)]
                 t_ns += 1000
                 if rng.random() < 0.2:
@@ -74,6 +139,27 @@ def write_history(path: str, events: int, topics: int, processes: int, seed: int
                         f'{{"index":{idx},"time":{t_ns},"process":{p},"type":"ok","f":"append",'
                         f'"topic":"{topic}","value":"{arg}","position":[1,{entry},0]}}\n'
                     )
+                idx += 1
+            for p in acting:
+                t_ns += 1000
+                fh.write(f'{{"index":{idx},"time":{t_ns},"process":{p},{consumer_step(p, "cmp")}}}\n')
+                idx += 1
+        drained: set[tuple[str, str]] = set()
+        for p, (topic, sub) in consumer_of.items():  # the drain: everything left, then the backlog is 0
+            while holding[p] is not None or cursor[(topic, sub)] < len(logs[topic]):
+                for phase in ("inv", "cmp"):
+                    t_ns += 1000
+                    fh.write(f'{{"index":{idx},"time":{t_ns},"process":{p},{consumer_step(p, phase)}}}\n')
+                    idx += 1
+            if (topic, sub) in drained:
+                continue
+            drained.add((topic, sub))
+            for kind in ("invoke", "ok"):
+                t_ns += 1000
+                fh.write(
+                    f'{{"index":{idx},"time":{t_ns},"process":{p},"type":"{kind}","f":"drain","topic":"{topic}",'
+                    f'"subscription":"{sub}"}}\n'
+                )
                 idx += 1
     return idx
 
@@ -161,6 +247,35 @@ def fresh_runs(a: argparse.Namespace) -> None:
                 os.unlink(path)
 
 
+def fresh_row(path: str, n: int, topics: int, processes: int) -> None:
+    """`pulsar-ref audit HISTORY` in a fresh process, as a user runs it: its own row. Its CPU is the sum over its
+    process tree (the Python command, the format check, the JVM), sampled while it runs (a JVM that is not waited
+    for never reaches the parent's rusage)."""
+    import subprocess
+    import sys
+
+    t0 = time.perf_counter()
+    cmd = subprocess.Popen(
+        [sys.executable, "-m", "pulsar_ref.cli", "audit", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    seen: dict[int, float] = {}
+    root = psutil.Process(cmd.pid)
+    while cmd.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            for proc in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    seen[proc.pid] = max(seen.get(proc.pid, 0.0), sum(proc.cpu_times()[:2]))
+        time.sleep(0.2)
+    wall = time.perf_counter() - t0
+    cpu = sum(seen.values())
+    verdict = {0: "valid", 1: "INVALID"}.get(cmd.returncode, f"exit {cmd.returncode}")
+    print(
+        f"{n:>10} {topics:>6} {processes:>5} {'(fresh process: the whole command)':>28} {wall:>8.1f} "
+        f"{n / wall:>9.0f} {cpu:>7.0f} {cpu / n * 1e6:>7.1f} {'':>8} {verdict:>7}",
+        flush=True,
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
@@ -186,6 +301,14 @@ def main() -> None:
     )
     p.add_argument("--inject", metavar="ANOMALY", help="with --fresh: inject this anomaly (docs/history.md) first")
     p.add_argument("--no-archive", action="store_true", help="with --fresh: also run without the class archive")
+    p.add_argument(
+        "--consumers",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="share of the processes that consume (receive and ack on Shared subscriptions) instead (default 0)",
+    )
+    p.add_argument("--no-first", action="store_true", help="skip the fresh-process audit of the first history")
     a = p.parse_args()
     if a.fresh:
         fresh_runs(a)
@@ -198,16 +321,21 @@ def main() -> None:
     # The JVM is tuned for the input size (spark/session.py); the generator writes ~160 bytes per event.
     spark_session(a.master, input_size=160 * max(a.sizes))
     rows = []
+    print(calibration(), flush=True)
     print(
         f"{'events':>10} {'topics':>6} {'procs':>5} {'validate s':>10} {'spark s':>8} {'total s':>8} "
-        f"{'events/s':>9} {'cpu s':>7} {'peak MB':>8} {'verdict':>7}",
+        f"{'events/s':>9} {'cpu s':>7} {'cpu s/M':>7} {'peak MB':>8} {'verdict':>7}",
         flush=True,
     )
+    first = not a.no_first
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as d:
         for topics in a.topics:
             for size in a.sizes:
                 path = os.path.join(d, f"h-{size}-{topics}.jsonl")
-                n = write_history(path, size, topics, a.processes)
+                n = write_history(path, size, topics, a.processes, consumers=a.consumers)
+                if first:
+                    first = False
+                    fresh_row(path, n, topics, a.processes)
                 with PeakRss() as peak:
                     c0, t0 = cpu_seconds(), time.perf_counter()
                     if a.cli:
@@ -235,7 +363,8 @@ def main() -> None:
                 rows.append((n, topics, t1 - t0, t2 - t1))
                 print(
                     f"{n:>10} {topics:>6} {a.processes:>5} {t1 - t0:>10.1f} {t2 - t1:>8.1f} {t2 - t0:>8.1f} "
-                    f"{n / (t2 - t0):>9.0f} {c2 - c0:>7.0f} {peak.peak / 2**20:>8.0f} {verdict:>7}",
+                    f"{n / (t2 - t0):>9.0f} {c2 - c0:>7.0f} {(c2 - c0) / n * 1e6:>7.1f} {peak.peak / 2**20:>8.0f} "
+                    f"{verdict:>7}",
                     flush=True,
                 )
                 os.unlink(path)
@@ -248,6 +377,7 @@ def main() -> None:
                 f"(n x{n1 / n0:.2f}, n log n x{n1 * math.log(n1) / (n0 * math.log(n0)):.2f})"
             )
     print(f"(python driver max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
+    print(calibration(), flush=True)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,25 @@ from spark.history import CONSUMER_OPS, format_position, format_time
 from spark.report import SubscriptionFigures
 
 ORDERED_TYPES = ("Exclusive", "Failover")
+NEEDED = [
+    "h",
+    "index",
+    "time",
+    "process",
+    "type",
+    "f",
+    "topic",
+    "value",
+    "position",
+    "subscription",
+    "consumer",
+    "subscription_type",
+    "key",
+    "partition",
+    "redelivery_count",
+    "cumulative",
+    "error",
+]
 
 
 def _pos(col: Any) -> Any:
@@ -32,9 +51,10 @@ def _pos(col: Any) -> Any:
 
 
 def has_consumers(events: Any) -> bool:
+    """Whether the history holds consumers' operations (a scan of `f` alone: JSON parsing prunes the rest)."""
     from pyspark.sql import functions as F
 
-    return bool(events.filter(F.col("f").isin(*CONSUMER_OPS)).limit(1).count())
+    return bool(events.select("f").filter(F.col("f").isin(*CONSUMER_OPS)).limit(1).count())
 
 
 def _ops(events: Any) -> Any:
@@ -83,6 +103,13 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    # What this job reads, parsed once and kept: consumers' events, appends and the nemesis's events (the rest of
+    # the history, reads above all, is the log checks' alone).
+    events = (
+        events.filter(F.col("f").isin(*CONSUMER_OPS, "append") | (F.col("process") == "nemesis"))
+        .select(*NEEDED)
+        .cache()
+    )
     ops = _ops(events).cache()
     counts = {r["h"]: r["n"] for r in ops.groupBy("h").agg(F.count("*").alias("n")).collect()}
     types = (
@@ -93,11 +120,17 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
         .drop("stype")
         .join(types, ["h", "topic", "sub"], "left")
     )
-    earliest = deliveries.groupBy("h", "topic", "sub", "val").agg(F.min("cmp").alias("earliest"))
-    deliveries = deliveries.join(earliest, ["h", "topic", "sub", "val"]).withColumn(
-        "first", (F.col("cmp") == F.col("earliest")) & (F.col("rc") == 0)
+    # One aggregate per (subscription, value) over its deliveries and confirmed acks: the earliest delivery (which
+    # decides first deliveries and duplicates) and the earliest confirmation; then the value's append, once.
+    acks_ok = ops.filter((F.col("f") == "ack") & (F.col("outcome") == "ok"))
+    per_value = (
+        deliveries.select("h", "topic", "sub", "val", "cmp", F.lit(None).cast("long").alias("ack"))
+        .unionByName(
+            acks_ok.select("h", "topic", "sub", "val", F.lit(None).cast("long").alias("cmp"), F.col("cmp").alias("ack"))
+        )
+        .groupBy("h", "topic", "sub", "val")
+        .agg(F.min("cmp").alias("earliest"), F.min("ack").alias("confirmed"))
     )
-    deliveries = deliveries.cache()
     appends = events.filter((F.col("f") == "append") & (F.col("process") != "nemesis"))
     w_proc = Window.partitionBy("h", "process").orderBy("index")
     appends = (
@@ -112,8 +145,14 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
             F.col("nxt.time").alias("atime"),
         )
     )
+    deliveries = (
+        deliveries.join(per_value.filter(F.col("earliest").isNotNull()), ["h", "topic", "sub", "val"])
+        .join(appends, ["h", "val"], "left")
+        .withColumn("first", (F.col("cmp") == F.col("earliest")) & (F.col("rc") == 0))
+        .cache()
+    )
     cases = [
-        _unexpected(deliveries, appends),
+        _unexpected(deliveries),
         _lost(ops, deliveries, appends),
         _reordered(deliveries),
         _key_order(spark, ops, deliveries, events),
@@ -126,7 +165,7 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
         extra = r.pop("extra")
         if extra is not None:
             r["ops"] = [extra, *r["ops"]]
-    figure_rows = _figures(ops, deliveries, appends, events)
+    figure_rows = _figures(acks_ok, deliveries, events)
     wanted = sorted({(r["h"], i) for r in case_rows for i in r["ops"]})
     times: dict[tuple[int, int], int] = {}
     if wanted:
@@ -137,13 +176,14 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
         r["times"] = {i: times.get((r["h"], i)) for i in r["ops"]}
     ops.unpersist()
     deliveries.unpersist()
+    events.unpersist()
     return case_rows, figure_rows, counts
 
 
-def _unexpected(deliveries: Any, appends: Any) -> Any:
+def _unexpected(deliveries: Any) -> Any:
     from pyspark.sql import functions as F
 
-    first_seen = deliveries.filter(F.col("cmp") == F.col("earliest")).join(appends, ["h", "val"], "left")
+    first_seen = deliveries.filter(F.col("cmp") == F.col("earliest"))
     bad = first_seen.filter(F.col("aout").isNull() | (F.col("aout") == "fail") | (F.col("atopic") != F.col("log")))
     failed = (F.col("aout") == "fail") & (F.col("atopic") == F.col("log"))
     return bad.select(
@@ -300,34 +340,24 @@ def _fault_kind(events: Any) -> Any:
     return F.lit("none") if expr is None else expr.otherwise(F.lit("none"))
 
 
-def _figures(ops: Any, deliveries: Any, appends: Any, events: Any) -> list[dict[str, Any]]:
+def _figures(acks_ok: Any, deliveries: Any, events: Any) -> list[dict[str, Any]]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    kind = _fault_kind(events)
-    d = deliveries.withColumn("fault", kind)
-    acks = ops.filter((F.col("f") == "ack") & (F.col("outcome") == "ok"))
-    confirmed = acks.groupBy("h", "topic", "sub", "val").agg(F.min("cmp").alias("confirmed"))
-    d = d.join(confirmed, ["h", "topic", "sub", "val"], "left")
-    # Cumulative acks: a running maximum of their positions per (subscription, log), in completion order.
-    cum = acks.filter(F.col("cumulative")).select(
-        "h", "topic", "sub", "log", "cmp", F.col("pos").alias("cpos"), F.lit(None).cast("boolean").alias("is_d")
-    )
-    rows = d.select(
-        "h",
-        "topic",
-        "sub",
-        "log",
-        "cmp",
-        F.lit(None).cast(cum.schema["cpos"].dataType).alias("cpos"),
-        F.lit(True).alias("is_d"),
-        "pos",
+    d = deliveries.withColumn("fault", _fault_kind(events))
+    # Cumulative acks cover every position up to theirs: a running maximum of their positions per (subscription,
+    # log) in completion order, scanned only where there are cumulative acks.
+    cum = acks_ok.filter(F.col("cumulative")).select("h", "topic", "sub", "log", "cmp", F.col("pos").alias("cpos"))
+    groups = cum.select("h", "topic", "sub", "log").distinct()
+    pos_type = cum.schema["cpos"].dataType
+    rows = d.join(F.broadcast(groups), ["h", "topic", "sub", "log"], "left_semi").select(
+        "h", "topic", "sub", "log", "cmp", "pos", F.lit(None).cast(pos_type).alias("cpos")
     )
     w = Window.partitionBy("h", "topic", "sub", "log").orderBy("cmp").rowsBetween(Window.unboundedPreceding, -1)
     scanned = (
-        rows.unionByName(cum.withColumn("pos", F.lit(None).cast(cum.schema["cpos"].dataType)))
+        rows.unionByName(cum.withColumn("pos", F.lit(None).cast(pos_type)))
         .withColumn("reach", F.max("cpos").over(w))
-        .filter(F.col("is_d"))
+        .filter(F.col("cpos").isNull())
         .select(
             "h", "topic", "sub", "cmp", (F.col("reach").isNotNull() & (F.col("reach") >= F.col("pos"))).alias("cumcov")
         )
@@ -336,10 +366,8 @@ def _figures(ops: Any, deliveries: Any, appends: Any, events: Any) -> list[dict[
     covered = (F.col("confirmed").isNotNull() & (F.col("confirmed") < F.col("cmp"))) | F.coalesce(
         "cumcov", F.lit(False)
     )
-    acked = appends.filter(F.col("aout") == "ok").select("h", "val", "atime")
-    d = d.join(acked, ["h", "val"], "left")
     lag = F.when(
-        (F.col("cmp") == F.col("earliest")) & F.col("atime").isNotNull(),
+        (F.col("cmp") == F.col("earliest")) & (F.col("aout") == "ok") & F.col("atime").isNotNull(),
         F.greatest(F.col("cmp_time") - F.col("atime"), F.lit(0)).cast("double") / 1e6,
     )
     d = d.withColumn("lag", lag)
