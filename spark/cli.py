@@ -155,9 +155,10 @@ def main(argv: list[str], prog: str) -> int:
             out.write_text(json.dumps(report.to_json(), indent=1) + "\n")
             print(f"  JSON report: {out}")
         if args.html:
+            from spark.faults import read_steps
             from spark.html import render
 
             out = _out_path(args.html, path, many)
-            out.write_text(render(path, report, ops_of[path]))
+            out.write_text(render(path, report, ops_of[path], read_steps(path)))
             print(f"  HTML report: {out}")
     return EXIT_VALID if all(r.valid for r in reports.values()) else EXIT_ANOMALIES
