@@ -58,11 +58,11 @@ def has_consumers(events: Any) -> bool:
 
 
 def _ops(events: Any) -> Any:
-    """The consumers' operations: invoke fields, and the completion's type, index, time and delivery."""
+    """Consumers' operations and appends: invoke fields, and the completion's type, index, time and delivery."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    ev = events.filter(F.col("f").isin(*CONSUMER_OPS) & (F.col("process") != "nemesis"))
+    ev = events.filter(F.col("process") != "nemesis")
     w = Window.partitionBy("h", "process").orderBy("index")
     nxt = F.lead(F.struct("index", "time", "type", "value", "position", "redelivery_count", "key", "partition"), 1)
     paired = ev.withColumn("nxt", nxt.over(w)).filter(F.col("type") == "invoke")
@@ -98,9 +98,15 @@ def _candidate(name: str, log: Any, ops: list[Any], detail: Any) -> Any:
     )
 
 
+def _cases(df: Any, candidate: Any, extra: Any = None) -> Any:
+    from pyspark.sql import functions as F
+
+    extra = F.lit(None).cast("long") if extra is None else extra
+    return df.select("h", candidate.alias("c"), extra.alias("extra")).select("h", "c.*", "extra")
+
+
 def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, int]]:
     """(case rows, figure rows, consumer operations per history)."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     # What this job reads, parsed once and kept: consumers' events, appends and the nemesis's events (the rest of
@@ -111,51 +117,15 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
         .cache()
     )
     ops = _ops(events).cache()
-    counts = {r["h"]: r["n"] for r in ops.groupBy("h").agg(F.count("*").alias("n")).collect()}
-    types = (
-        ops.filter(F.col("f") == "subscribe").groupBy("h", "topic", "sub").agg(F.min_by("stype", "inv").alias("stype"))
-    )
-    deliveries = (
-        ops.filter((F.col("f") == "receive") & (F.col("outcome") == "ok"))
-        .drop("stype")
-        .join(types, ["h", "topic", "sub"], "left")
-    )
-    # One aggregate per (subscription, value) over its deliveries and confirmed acks: the earliest delivery (which
-    # decides first deliveries and duplicates) and the earliest confirmation; then the value's append, once.
-    acks_ok = ops.filter((F.col("f") == "ack") & (F.col("outcome") == "ok"))
-    per_value = (
-        deliveries.select("h", "topic", "sub", "val", "cmp", F.lit(None).cast("long").alias("ack"))
-        .unionByName(
-            acks_ok.select("h", "topic", "sub", "val", F.lit(None).cast("long").alias("cmp"), F.col("cmp").alias("ack"))
-        )
-        .groupBy("h", "topic", "sub", "val")
-        .agg(F.min("cmp").alias("earliest"), F.min("ack").alias("confirmed"))
-    )
-    appends = events.filter((F.col("f") == "append") & (F.col("process") != "nemesis"))
-    w_proc = Window.partitionBy("h", "process").orderBy("index")
-    appends = (
-        appends.withColumn("nxt", F.lead(F.struct("index", "time", "type"), 1).over(w_proc))
-        .filter(F.col("type") == "invoke")
-        .select(
-            "h",
-            F.col("topic").alias("atopic"),
-            F.col("value").alias("val"),
-            F.coalesce(F.col("nxt.type"), F.lit("info")).alias("aout"),
-            F.col("nxt.index").alias("acmp"),
-            F.col("nxt.time").alias("atime"),
-        )
-    )
-    deliveries = (
-        deliveries.join(per_value.filter(F.col("earliest").isNotNull()), ["h", "topic", "sub", "val"])
-        .join(appends, ["h", "val"], "left")
-        .withColumn("first", (F.col("cmp") == F.col("earliest")) & (F.col("rc") == 0))
-        .cache()
-    )
+    consumer_ops = ops.filter(F.col("f") != "append")
+    counts = {r["h"]: r["n"] for r in consumer_ops.groupBy("h").agg(F.count("*").alias("n")).collect()}
+    per_value = _per_value(ops).cache()
+    deliveries = _deliveries(per_value, ops).cache()
     cases = [
         _unexpected(deliveries),
-        _lost(ops, deliveries, appends),
+        _lost(per_value, ops),
         _reordered(deliveries),
-        _key_order(spark, ops, deliveries, events),
+        _key_order(ops, deliveries, events),
     ]
     found = cases[0]
     for part in cases[1:]:
@@ -165,7 +135,7 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
         extra = r.pop("extra")
         if extra is not None:
             r["ops"] = [extra, *r["ops"]]
-    figure_rows = _figures(acks_ok, deliveries, events)
+    figure_rows = _figures(ops, deliveries, events)
     wanted = sorted({(r["h"], i) for r in case_rows for i in r["ops"]})
     times: dict[tuple[int, int], int] = {}
     if wanted:
@@ -174,10 +144,73 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
             times[(r["h"], r["index"])] = r["time"]
     for r in case_rows:
         r["times"] = {i: times.get((r["h"], i)) for i in r["ops"]}
-    ops.unpersist()
-    deliveries.unpersist()
-    events.unpersist()
+    for df in (deliveries, per_value, ops, events):
+        df.unpersist()
     return case_rows, figure_rows, counts
+
+
+def _per_value(ops: Any) -> Any:
+    """One row per value: its append (`app`), its deliveries (`dels`), its confirmed acks (`oks`) and the acks and
+    nacks sent of it (`sent`)."""
+    from pyspark.sql import functions as F
+
+    delivered = (F.col("f") == "receive") & (F.col("outcome") == "ok")
+    return (
+        ops.filter(F.col("f").isin("append", "ack", "nack") | delivered)
+        .groupBy("h", "val")
+        .agg(
+            F.max(
+                F.when(
+                    F.col("f") == "append",
+                    F.struct(
+                        F.col("topic").alias("atopic"),
+                        F.col("outcome").alias("aout"),
+                        F.col("cmp").alias("acmp"),
+                        F.col("cmp_time").alias("atime"),
+                    ),
+                )
+            ).alias("app"),
+            F.collect_list(
+                F.when(delivered, F.struct("cmp", "topic", "sub", "consumer", "rc", "log", "pos", "key", "cmp_time"))
+            ).alias("dels"),
+            F.collect_list(
+                F.when((F.col("f") == "ack") & (F.col("outcome") == "ok"), F.struct("topic", "sub", "cmp"))
+            ).alias("oks"),
+            F.collect_list(F.when(F.col("f").isin("ack", "nack"), F.struct("consumer", "inv"))).alias("sent"),
+        )
+    )
+
+
+def _deliveries(per_value: Any, ops: Any) -> Any:
+    """Every delivery with what its value's other operations say of it: `earliest` (the subscription's first
+    delivery of the value), `first`, `confirmed` (its earliest confirmed ack on the subscription), `released` (the
+    earliest ack or nack of it by this consumer), `again` (the subscription's next delivery of it), and the
+    append's topic, outcome, completion and time."""
+    from pyspark.sql import functions as F
+
+    d = (
+        per_value.filter(F.size("dels") > 0)
+        .select("h", "val", "app", "dels", "oks", "sent", F.explode("dels").alias("d"))
+        .select("h", "val", "app.*", "dels", "oks", "sent", "d.*")
+    )
+    same_sub = lambda x: (x["topic"] == F.col("topic")) & (x["sub"] == F.col("sub"))  # noqa: E731
+    d = d.select(
+        "*",
+        F.array_min(F.transform(F.filter("dels", same_sub), lambda x: x["cmp"])).alias("earliest"),
+        F.array_min(
+            F.transform(F.filter("dels", lambda x: same_sub(x) & (x["cmp"] > F.col("cmp"))), lambda x: x["cmp"])
+        ).alias("again"),
+        F.array_min(F.transform(F.filter("oks", same_sub), lambda x: x["cmp"])).alias("confirmed"),
+        F.array_min(
+            F.transform(F.filter("sent", lambda x: x["consumer"] == F.col("consumer")), lambda x: x["inv"])
+        ).alias("released"),
+    ).drop("dels", "oks", "sent")
+    types = (
+        ops.filter(F.col("f") == "subscribe").groupBy("h", "topic", "sub").agg(F.min_by("stype", "inv").alias("stype"))
+    )
+    return d.join(F.broadcast(types), ["h", "topic", "sub"], "left").withColumn(
+        "first", (F.col("cmp") == F.col("earliest")) & (F.col("rc") == 0)
+    )
 
 
 def _unexpected(deliveries: Any) -> Any:
@@ -186,19 +219,14 @@ def _unexpected(deliveries: Any) -> Any:
     first_seen = deliveries.filter(F.col("cmp") == F.col("earliest"))
     bad = first_seen.filter(F.col("aout").isNull() | (F.col("aout") == "fail") | (F.col("atopic") != F.col("log")))
     failed = (F.col("aout") == "fail") & (F.col("atopic") == F.col("log"))
-    return bad.select(
-        "h",
-        _candidate(
-            "unexpected-delivery",
-            F.col("log"),
-            [F.col("cmp")],
-            F.to_json(F.struct("sub", "val", "pos", "consumer", failed.alias("failed"), "acmp")),
-        ).alias("c"),
-        F.when(failed, F.col("acmp")).alias("extra"),
-    ).select("h", "c.*", "extra")
+    detail = F.to_json(F.struct("sub", "val", "pos", "consumer", failed.alias("failed"), "acmp"))
+    return _cases(
+        bad, _candidate("unexpected-delivery", F.col("log"), [F.col("cmp")], detail), F.when(failed, F.col("acmp"))
+    )
 
 
-def _lost(ops: Any, deliveries: Any, appends: Any) -> Any:
+def _lost(per_value: Any, ops: Any) -> Any:
+    """Acknowledged appends x the drained subscriptions of their topic (few: broadcast) that never delivered them."""
     from pyspark.sql import functions as F
 
     drained = (
@@ -206,18 +234,15 @@ def _lost(ops: Any, deliveries: Any, appends: Any) -> Any:
         .groupBy("h", "topic", "sub")
         .agg(F.min("cmp").alias("drained"))
     )
-    acked = appends.filter(F.col("aout") == "ok").withColumn(
-        "topic", F.regexp_replace("atopic", "-partition-[0-9]+$", "")
+    acked = per_value.filter(F.col("app.aout") == "ok").select(
+        "h", "val", "dels", F.col("app.atopic").alias("atopic"), F.col("app.acmp").alias("acmp"),
+        F.regexp_replace("app.atopic", "-partition-[0-9]+$", "").alias("topic"),
+    )  # fmt: skip
+    lost = acked.join(F.broadcast(drained), ["h", "topic"]).filter(
+        ~F.exists("dels", lambda x: (x["topic"] == F.col("topic")) & (x["sub"] == F.col("sub")))
     )
-    delivered = deliveries.select("h", "topic", "sub", "val").distinct()
-    lost = acked.join(F.broadcast(drained), ["h", "topic"]).join(delivered, ["h", "topic", "sub", "val"], "left_anti")
-    return lost.select(
-        "h",
-        _candidate(
-            "lost-message", F.col("atopic"), [F.col("acmp"), F.col("drained")], F.to_json(F.struct("sub", "val"))
-        ).alias("c"),
-        F.lit(None).cast("long").alias("extra"),
-    ).select("h", "c.*", "extra")
+    detail = F.to_json(F.struct("sub", "val"))
+    return _cases(lost, _candidate("lost-message", F.col("atopic"), [F.col("acmp"), F.col("drained")], detail))
 
 
 def _reordered(deliveries: Any) -> Any:
@@ -229,99 +254,50 @@ def _reordered(deliveries: Any) -> Any:
     pairs = firsts.withColumn("prev", F.lag(F.struct("cmp", "pos", "val"), 1).over(w)).filter(
         F.col("prev").isNotNull() & (F.col("pos") < F.col("prev.pos"))
     )
-    return pairs.select(
-        "h",
-        _candidate(
-            "subscription-reorder",
-            F.col("log"),
-            [F.col("prev.cmp"), F.col("cmp")],
-            F.to_json(
-                F.struct(
-                    "sub",
-                    "stype",
-                    "consumer",
-                    F.col("prev.val").alias("v1"),
-                    F.col("prev.pos").alias("p1"),
-                    "val",
-                    "pos",
-                )
-            ),
-        ).alias("c"),
-        F.lit(None).cast("long").alias("extra"),
-    ).select("h", "c.*", "extra")
+    detail = F.to_json(
+        F.struct("sub", "stype", "consumer", F.col("prev.val").alias("v1"), F.col("prev.pos").alias("p1"), "val", "pos")
+    )
+    return _cases(pairs, _candidate("subscription-reorder", F.col("log"), [F.col("prev.cmp"), F.col("cmp")], detail))
 
 
-def _key_order(spark: Any, ops: Any, deliveries: Any, events: Any) -> Any:
+def _key_order(ops: Any, deliveries: Any, events: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     firsts = deliveries.filter(F.col("first") & (F.col("stype") == "Key_Shared") & F.col("key").isNotNull())
     w = Window.partitionBy("h", "topic", "sub", "log", "key").orderBy("cmp")
-    pairs = firsts.withColumn("prev", F.lag(F.struct("cmp", "pos", "val", "consumer"), 1).over(w)).filter(
-        F.col("prev").isNotNull()
-    )
+    prev = F.lag(F.struct("cmp", "pos", "val", "consumer", "released", "again"), 1)
+    pairs = firsts.withColumn("prev", prev.over(w)).filter(F.col("prev").isNotNull())
     lower = pairs.filter(F.col("pos") < F.col("prev.pos")).withColumn("why", F.lit("lower"))
-    moved = pairs.filter((F.col("pos") >= F.col("prev.pos")) & (F.col("consumer") != F.col("prev.consumer")))
-    # What may excuse a move: the previous consumer's ack, nack or close invoked before this delivery completed.
-    released = (
-        ops.filter(F.col("f").isin("ack", "nack"))
-        .groupBy("h", F.col("consumer").alias("holder"), F.col("val").alias("held"))
-        .agg(F.min("inv").alias("released"))
-    )
+    # A move to another consumer is excused by the previous consumer's ack or nack of its message, or its close,
+    # invoked before this delivery completed, by a fault beginning or healing in between, or by the previous
+    # message delivered again in between.
     closed = (
         ops.filter(F.col("f") == "close")
         .groupBy("h", F.col("consumer").alias("holder"))
         .agg(F.min("inv").alias("closed"))
     )
     moved = (
-        moved.withColumn("holder", F.col("prev.consumer"))
-        .withColumn("held", F.col("prev.val"))
-        .join(released, ["h", "holder", "held"], "left")
-        .join(closed, ["h", "holder"], "left")
-        .filter(
-            (F.col("released").isNull() | (F.col("released") >= F.col("cmp")))
-            & (F.col("closed").isNull() | (F.col("closed") >= F.col("cmp")))
-        )
+        pairs.filter((F.col("pos") >= F.col("prev.pos")) & (F.col("consumer") != F.col("prev.consumer")))
+        .filter(F.col("prev.released").isNull() | (F.col("prev.released") >= F.col("cmp")))
+        .filter(F.col("prev.again").isNull() | (F.col("prev.again") >= F.col("cmp")))
+        .withColumn("holder", F.col("prev.consumer"))
+        .join(F.broadcast(closed), ["h", "holder"], "left")
+        .filter(F.col("closed").isNull() | (F.col("closed") >= F.col("cmp")))
     )
-    # ... or a fault beginning or healing between the two, or the earlier message delivered again between them.
-    # (Both sides of these joins come from the same history: the other side's columns get names of their own.)
     boundaries = events.filter(
         (F.col("process") == "nemesis") & (F.col("f") != "stopped") & F.col("error").isNull()
-    ).select(F.col("h").alias("b_h"), F.col("index").alias("b"))
+    ).select(F.col("h").alias("b_h"), F.col("index").alias("b"))  # another name than h: both come from `events`
     moved = moved.join(
         F.broadcast(boundaries),
         (F.col("h") == F.col("b_h")) & (F.col("b") > F.col("prev.cmp")) & (F.col("b") < F.col("cmp")),
         "left_anti",
-    )
-    again = deliveries.select(
-        F.col("h").alias("a_h"),
-        F.col("topic").alias("a_topic"),
-        F.col("sub").alias("a_sub"),
-        F.col("val").alias("a_val"),
-        F.col("cmp").alias("again"),
-    )
-    moved = moved.join(
-        again,
-        (F.col("h") == F.col("a_h"))
-        & (F.col("topic") == F.col("a_topic"))
-        & (F.col("sub") == F.col("a_sub"))
-        & (F.col("held") == F.col("a_val"))
-        & (F.col("again") > F.col("prev.cmp"))
-        & (F.col("again") < F.col("cmp")),
-        "left_anti",
     ).withColumn("why", F.lit("held"))
     cols = ["h", "log", "sub", "key", "prev", "cmp", "pos", "val", "consumer", "why"]
     both = lower.select(*cols).unionByName(moved.select(*cols))
-    return both.select(
-        "h",
-        _candidate(
-            "key-order",
-            F.col("log"),
-            [F.col("prev.cmp"), F.col("cmp")],
-            F.to_json(F.struct("sub", "key", "prev", "val", "pos", "consumer", "why")),
-        ).alias("c"),
-        F.lit(None).cast("long").alias("extra"),
-    ).select("h", "c.*", "extra")
+    prev_shown = F.struct(*[F.col("prev")[k].alias(k) for k in ("cmp", "pos", "val", "consumer")])
+    detail = F.to_json(F.struct("sub", "key", prev_shown.alias("prev"), "val", "pos", "consumer", "why"))
+    return _cases(both, _candidate("key-order", F.col("log"), [F.col("prev.cmp"), F.col("cmp")], detail))
 
 
 def _fault_kind(events: Any) -> Any:
@@ -340,14 +316,15 @@ def _fault_kind(events: Any) -> Any:
     return F.lit("none") if expr is None else expr.otherwise(F.lit("none"))
 
 
-def _figures(acks_ok: Any, deliveries: Any, events: Any) -> list[dict[str, Any]]:
+def _figures(ops: Any, deliveries: Any, events: Any) -> list[dict[str, Any]]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     d = deliveries.withColumn("fault", _fault_kind(events))
     # Cumulative acks cover every position up to theirs: a running maximum of their positions per (subscription,
     # log) in completion order, scanned only where there are cumulative acks.
-    cum = acks_ok.filter(F.col("cumulative")).select("h", "topic", "sub", "log", "cmp", F.col("pos").alias("cpos"))
+    acks_ok = ops.filter((F.col("f") == "ack") & (F.col("outcome") == "ok") & F.col("cumulative"))
+    cum = acks_ok.select("h", "topic", "sub", "log", "cmp", F.col("pos").alias("cpos"))
     groups = cum.select("h", "topic", "sub", "log").distinct()
     pos_type = cum.schema["cpos"].dataType
     rows = d.join(F.broadcast(groups), ["h", "topic", "sub", "log"], "left_semi").select(
