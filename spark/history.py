@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +126,16 @@ def format_time(ns: int | None) -> str:
     if ns < 1_000_000_000:
         return f"t={ns / 1e6:.1f} ms"
     return f"t={ns / 1e9:.3f} s"
+
+
+def time_teller(ops: Iterable[Op]) -> Callable[[int | None], str]:
+    """The formatted time of any invoke or completion of `ops`, by its event index (for explanations)."""
+    time_of: dict[int, int | None] = {}
+    for op in ops:
+        time_of[op.inv_index] = op.inv_time
+        if op.cmp_index is not None:
+            time_of[op.cmp_index] = op.cmp_time
+    return lambda idx: format_time(time_of.get(idx)) if idx is not None else "t=?"
 
 
 def iter_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -29,7 +29,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Sequence
 
-from spark.history import NemesisEvent, Op, format_position, format_time
+from spark.history import NemesisEvent, Op, format_position, time_teller
 from spark.report import Case, SubscriptionFigures
 
 Sub = tuple[str, str]  # (subscribed topic, subscription name)
@@ -68,14 +68,7 @@ def first_deliveries(delivered: Sequence[Op]) -> list[bool]:
 def check(ops: Sequence[Op], nemesis: Sequence[NemesisEvent] = ()) -> list[Case]:
     cases: list[Case] = []
     add = cases.append
-    time_of: dict[int, int | None] = {}
-    for op in ops:
-        time_of[op.inv_index] = op.inv_time
-        if op.cmp_index is not None:
-            time_of[op.cmp_index] = op.cmp_time
-
-    def t(idx: int | None) -> str:
-        return format_time(time_of.get(idx)) if idx is not None else "t=?"
+    t = time_teller(ops)
 
     types = subscription_types(ops)
     appends = {op.value: op for op in ops if op.f == "append"}

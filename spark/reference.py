@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spark import queue_reference
-from spark.history import LOG_OPS, NemesisEvent, Op, Position, format_position, format_time
+from spark.history import LOG_OPS, NemesisEvent, Op, Position, format_position, time_teller
 from spark.report import Case, Report, TopicSummary
 
 Obs = tuple[Any, ...]  # (event index, position, value, topic)
@@ -74,14 +74,7 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
     appends = {op.value: op for op in ops if op.f == "append"}
     acks = [op for op in ops if op.f == "append" and op.type == "ok"]
     reads = [op for op in ops if op.f == "read" and op.type == "ok"]
-    time_of: dict[int, int | None] = {}
-    for op in ops:
-        time_of[op.inv_index] = op.inv_time
-        if op.cmp_index is not None:
-            time_of[op.cmp_index] = op.cmp_time
-
-    def t(idx: int | None) -> str:
-        return format_time(time_of.get(idx)) if idx is not None else "t=?"
+    t = time_teller(ops)
 
     ack_obs: list[Obs] = [(a.cmp_index, a.position, a.value, a.topic) for a in acks]
     read_obs: list[Obs] = [(r.cmp_index, p, v, r.topic) for r in reads for p, v in r.entries]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from impl.workload.history import HistoryWriter
-from impl.workload.operations import Credentials, Session, describe
+from impl.workload.operations import RECEIVE_TIMEOUT_S, Credentials, Outcome, Received, Session, describe
 
 SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
 # A durable subscription that never consumes: without one, a broker may delete ledgers every subscription has
@@ -106,11 +106,8 @@ class Consumers:
 
     def _session(self, session: Session, process: int, sub: Subscription, name: str, rng: random.Random) -> bool:
         """One consumer session; False when an operation ended `info` (the process must be retired)."""
-        h = self.history
-        fields = {"subscription": sub.name, "consumer": name}
-        h.invoke(process, "subscribe", sub.topic, **fields, subscription_type=sub.type)
-        outcome, consumer = session.subscribe(sub.topic, sub.name, sub.type, name)
-        h.complete(process, outcome.kind, "subscribe", sub.topic, **fields, **outcome.fields)
+        acting = Acting(self.history, session, process, sub, name)
+        outcome = acting.subscribe()
         if outcome.kind != "ok":
             if outcome.kind == "fail":
                 self.stop.wait(0.5)
@@ -118,56 +115,15 @@ class Consumers:
         for _ in range(rng.randrange(5, 40)):
             if self.stop.is_set():
                 break
-            self._receive_and_answer(session, process, sub, fields, consumer, rng)
-        h.invoke(process, "close", sub.topic, **fields)
-        outcome = session.close_consumer(consumer)
-        h.complete(process, outcome.kind, "close", sub.topic, **fields, **outcome.fields)
-        return outcome.kind != "info"
-
-    def _receive_and_answer(
-        self,
-        session: Session,
-        process: int,
-        sub: Subscription,
-        fields: dict[str, Any],
-        consumer: Any,
-        rng: random.Random,
-    ) -> bool:
-        h = self.history
-        h.invoke(process, "receive", sub.topic, **fields)
-        received = session.receive(consumer, sub.topic)
-        h.complete(process, received.outcome.kind, "receive", sub.topic, **fields, **received.outcome.fields)
-        if received.outcome.kind != "ok":
-            return False
-        r = rng.random()
-        if r < 0.7:
-            cumulative = sub.type in ORDERED and rng.random() < 0.3
-            self._answer(session, process, sub, fields, consumer, received, "ack", cumulative=cumulative)
-        elif r < 0.8:
-            self._answer(session, process, sub, fields, consumer, received, "nack")
-        return True
-
-    def _answer(
-        self,
-        session: Session,
-        process: int,
-        sub: Subscription,
-        fields: dict[str, Any],
-        consumer: Any,
-        received: Any,
-        f: str,
-        cumulative: bool = False,
-    ) -> str:
-        delivered = received.outcome.fields
-        about = {k: delivered[k] for k in ("value", "position", "partition") if k in delivered}
-        extra = {"cumulative": cumulative} if f == "ack" else {}
-        self.history.invoke(process, f, sub.topic, **fields, **about, **extra)
-        if f == "ack":
-            outcome = session.ack(consumer, received.message, cumulative)
-        else:
-            outcome = session.nack(consumer, received.message)
-        self.history.complete(process, outcome.kind, f, sub.topic, **fields, **about, **extra, **outcome.fields)
-        return outcome.kind
+            received = acting.receive()
+            if received.outcome.kind != "ok":
+                continue
+            r = rng.random()
+            if r < 0.7:
+                acting.answer(received, "ack", cumulative=sub.type in ORDERED and rng.random() < 0.3)
+            elif r < 0.8:
+                acting.answer(received, "nack")
+        return acting.close().kind != "info"
 
     # --- the drain ---------------------------------------------------------------------------------
 
@@ -181,45 +137,91 @@ class Consumers:
         return drained
 
     def _drain(self, sub: Subscription, backlog: Callable[[Subscription], int], deadline: float) -> bool:
-        h = self.history
         process = self.new_process()
-        session = self.connect()
-        name = f"drain-{process}"
-        fields = {"subscription": sub.name, "consumer": name}
-        consumer = None
+        acting = Acting(self.history, self.connect(), process, sub, f"drain-{process}")
         try:
-            while consumer is None:
-                h.invoke(process, "subscribe", sub.topic, **fields, subscription_type=sub.type)
-                outcome, consumer = session.subscribe(sub.topic, sub.name, sub.type, name)
-                h.complete(process, outcome.kind, "subscribe", sub.topic, **fields, **outcome.fields)
-                if outcome.kind == "info" or (consumer is None and time.monotonic() > deadline):
+            while acting.consumer is None:
+                outcome = acting.subscribe()
+                if outcome.kind == "info" or (acting.consumer is None and time.monotonic() > deadline):
                     return False
-                if consumer is None:
+                if acting.consumer is None:
                     time.sleep(1.0)
             while True:
-                h.invoke(process, "receive", sub.topic, **fields)
-                received = session.receive(consumer, sub.topic, DRAIN_QUIET_S)
-                h.complete(process, received.outcome.kind, "receive", sub.topic, **fields, **received.outcome.fields)
+                received = acting.receive(DRAIN_QUIET_S)
                 if received.outcome.kind == "ok":
-                    self._answer(session, process, sub, fields, consumer, received, "ack")
+                    acting.answer(received, "ack")
                     continue
-                h.invoke(process, "drain", sub.topic, subscription=sub.name)
-                try:
-                    left = backlog(sub)
-                    kind, extra = ("ok", {}) if left == 0 else ("fail", {"error": f"backlog {left}"})
-                except Exception as e:
-                    kind, extra = "fail", {"error": describe(e)}
-                h.complete(process, kind, "drain", sub.topic, subscription=sub.name, **extra)
-                if kind == "ok":
+                if acting.drained(backlog).kind == "ok":
                     return True
                 if time.monotonic() > deadline:
                     return False
         finally:
-            if consumer is not None:
-                h.invoke(process, "close", sub.topic, **fields)
-                outcome = session.close_consumer(consumer)
-                h.complete(process, outcome.kind, "close", sub.topic, **fields, **outcome.fields)
-            session.close()
+            if acting.consumer is not None:
+                acting.close()
+            acting.session.close()
+
+
+@dataclass
+class Acting:
+    """One consumer session of one process on one subscription: each operation recorded as an invoke and its
+    completion."""
+
+    history: HistoryWriter
+    session: Session
+    process: int
+    sub: Subscription
+    name: str
+    consumer: Any = None
+
+    def _record(self, f: str, call: Callable[[], Outcome], **fields: Any) -> Outcome:
+        who = (
+            {"subscription": self.sub.name} if f == "drain" else {"subscription": self.sub.name, "consumer": self.name}
+        )
+        self.history.invoke(self.process, f, self.sub.topic, **who, **fields)
+        outcome = call()
+        self.history.complete(self.process, outcome.kind, f, self.sub.topic, **who, **fields, **outcome.fields)
+        return outcome
+
+    def subscribe(self) -> Outcome:
+        def call() -> Outcome:
+            outcome, self.consumer = self.session.subscribe(self.sub.topic, self.sub.name, self.sub.type, self.name)
+            return outcome
+
+        return self._record("subscribe", call, subscription_type=self.sub.type)
+
+    def receive(self, timeout_s: float = RECEIVE_TIMEOUT_S) -> Received:
+        got: list[Received] = []
+
+        def call() -> Outcome:
+            got.append(self.session.receive(self.consumer, self.sub.topic, timeout_s))
+            return got[0].outcome
+
+        self._record("receive", call)
+        return got[0]
+
+    def answer(self, received: Received, f: str, cumulative: bool = False) -> Outcome:
+        """An ack (individual or cumulative) or a nack of what `received` delivered."""
+        delivered = received.outcome.fields
+        about = {k: delivered[k] for k in ("value", "position", "partition") if k in delivered}
+        if f == "ack":
+            call = lambda: self.session.ack(self.consumer, received.message, cumulative)  # noqa: E731
+            return self._record(f, call, **about, cumulative=cumulative)
+        return self._record(f, lambda: self.session.nack(self.consumer, received.message), **about)
+
+    def close(self) -> Outcome:
+        return self._record("close", lambda: self.session.close_consumer(self.consumer))
+
+    def drained(self, backlog: Callable[[Subscription], int]) -> Outcome:
+        """`ok` when the brokers report a backlog of 0 for the subscription."""
+
+        def call() -> Outcome:
+            try:
+                left = backlog(self.sub)
+            except Exception as e:
+                return Outcome("fail", {"error": describe(e)})
+            return Outcome("ok") if left == 0 else Outcome("fail", {"error": f"backlog {left}"})
+
+        return self._record("drain", call)
 
 
 def backlog_of(admin_url: str, credentials: Credentials) -> Callable[[Subscription], int]:

@@ -32,6 +32,7 @@ from impl.workload.operations import (
     Received,
     delivery,
     describe,
+    sent,
 )
 
 # Errors the client raises before anything reaches the broker.
@@ -176,15 +177,7 @@ class OfficialSession:
         return Outcome("info", {"error": "sent; the client offers no ack receipt"})
 
     def nack(self, consumer: Any, message: Any) -> Outcome:
-        try:
-            consumer.negative_acknowledge(message)
-        except Exception as e:
-            return Outcome("info", {"error": describe(e)})
-        return Outcome("ok")
+        return sent(lambda: consumer.negative_acknowledge(message))
 
     def close_consumer(self, consumer: Any) -> Outcome:
-        try:
-            consumer.close()
-        except Exception as e:
-            return Outcome("info", {"error": describe(e)})
-        return Outcome("ok")
+        return sent(consumer.close)

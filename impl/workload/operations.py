@@ -15,6 +15,7 @@ The rule (docs/history.md: never guess):
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -171,18 +172,20 @@ class ClientSession:
         return Outcome("ok")
 
     def nack(self, consumer: Any, message: Any) -> Outcome:
-        try:
-            consumer.negative_acknowledge(message)
-        except Exception as e:
-            return Outcome("info", {"error": describe(e)})
-        return Outcome("ok")
+        return sent(lambda: consumer.negative_acknowledge(message))
 
     def close_consumer(self, consumer: Any) -> Outcome:
-        try:
-            consumer.close()
-        except Exception as e:
-            return Outcome("info", {"error": describe(e)})
-        return Outcome("ok")
+        return sent(consumer.close)
+
+
+def sent(action: Callable[[], Any]) -> Outcome:
+    """A nack or a consumer's close, which no answer confirms: `ok` once done, `info` if it raised (it may have
+    reached the broker)."""
+    try:
+        action()
+    except Exception as e:
+        return Outcome("info", {"error": describe(e)})
+    return Outcome("ok")
 
 
 def position_of(message_id: Any) -> Position:
