@@ -34,7 +34,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Literal, Protocol
 
 from impl.bookie.client.api import BookKeeperClient, ReadHandle, WriteHandle
-from impl.bookie.client.failures import LedgerClientError, LedgerFencedError, PlacementError
+from impl.bookie.client.failures import LedgerClientError, LedgerFencedError, MetadataVersionError, PlacementError
 from impl.broker.cursor import ManagedCursor, NonDurableCursor
 from impl.broker.entry_cache import EntryCache
 from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView
@@ -454,17 +454,11 @@ class ManagedLedger:
         if handle is None:
             return
         try:
+            # A writer that failed (no bookie to replace a failed one) closes at the entries it
+            # acknowledged, as BookKeeper's handle does; the adds after them go to the next ledger.
             md = handle.close()
-            if md is None or not md.is_closed:
-                # The writer had failed (no bookie to replace a failed one): close the ledger by
-                # recovering it, which finds the adds that were stored after all.
-                try:
-                    md = self.bookkeeper.open_ledger(ledger_id, self.config.password, recovery=True).metadata
-                except (LedgerClientError, TimeoutError) as e:
-                    why = f"{type(e).__name__}: {e}"
-                    self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, False, why, transient=True))
-                    return
-        except LedgerFencedError as e:
+        except MetadataVersionError as e:
+            # Stored CLOSED at another end: another broker recovered the ledger (a takeover).
             why = str(e)
             self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, True, why))
             return
@@ -472,8 +466,7 @@ class ManagedLedger:
             why = f"{type(e).__name__}: {e}"
             self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, False, why))
             return
-        # Read the closed ledger through its closed metadata from now on: a failed writer's LAC
-        # can be below the end its recovery found, and those entries are on the list too.
+        # Read the closed ledger through its closed metadata from now on (the writer is done).
         with self._handles_lock:
             self._writers.pop(ledger_id, None)
             self._readers[ledger_id] = ReadHandle(self.bookkeeper, ledger_id, md)

@@ -24,12 +24,12 @@ sent to the new ledger. Only one metadata change of the list is in flight at a t
 
 Beyond the spec (which abstracts BookKeeper failures away): an add that fails for another
 reason than fencing (no bookie to replace a failed one) stops the ledger's writer. The core
-then rolls over; the shell closes the failed ledger by recovery, and the closed end decides
-which of the failed adds were stored after all (they complete) and which go to the next
-ledger. If the next ledger fails too before storing anything, the adds fail (retriable)
-rather than creating ledgers in a loop; if the failed ledger cannot be recovered yet, the adds
-fail with an unknown outcome and the close is retried at the next add. A metadata session
-expiry fences the managed ledger at once (BookKeeper issue 4462).
+then rolls over, as Pulsar does: the shell closes the failed ledger with its writer's close
+(at the entries it acknowledged, as BookKeeper's handle closes itself on such an error; a
+metadata write only, no bookie needed), and the closed end decides which adds completed and
+which go to the next ledger. If the next ledger fails too before storing anything, the adds
+fail (retriable) rather than creating ledgers in a loop. A metadata session expiry fences
+the managed ledger at once (BookKeeper issue 4462).
 """
 
 from __future__ import annotations
@@ -469,9 +469,8 @@ class ManagedLedgerCore:
             return []
         self.ledgers[-1] = LedgerInfo(ledger_id, last_entry_id + 1, length, wall_now)
         self.confirmed = last_entry_id
-        # The closed end is the truth: adds sent to this ledger up to it are stored (a failed
-        # writer's ledger is closed by recovery, which may keep adds the writer never saw
-        # acknowledged); the ones after it are not, and go to the next ledger.
+        # The closed end is the truth: adds sent to this ledger up to it are stored; the ones
+        # after it are not (beyond the end no reader sees them), and go to the next ledger.
         resend: list[PendingAdd] = []
         for p in self.pending:
             if p.entry_id <= last_entry_id:
@@ -498,29 +497,14 @@ class ManagedLedgerCore:
         self.phase = Phase.CREATING
         return outputs + [CreateLedger()]
 
-    def on_ledger_close_failed(
-        self, ledger_id: int, fenced: bool, reason: str, transient: bool = False
-    ) -> list[Output]:
+    def on_ledger_close_failed(self, ledger_id: int, recovered: bool, reason: str) -> list[Output]:
+        """The rollover's writer close failed. `recovered`: the ledger is stored CLOSED at another end
+        (another broker's recovery closed it: a takeover); else the metadata store failed."""
         if self.phase is not Phase.CLOSING or ledger_id != self.current:
             return []
-        if transient:
-            # The failed writer's ledger could not be recovered yet (bookies unreachable): the
-            # adds fail with an unknown outcome (a later close may still find them stored), and
-            # the next add tries the close again.
-            self.phase = Phase.IDLE
-            outputs: list[Output] = []
-            for p in self._all_pending():
-                error = ManagedLedgerNotReadyError(
-                    self.name,
-                    f"ledger {ledger_id} failed and could not be closed yet ({reason}); retry the add",
-                    rejected=p.ledger_id is None,
-                )
-                outputs.append(FailAdd(p.token, error))
-            self._clear_pending()
-            return outputs
-        # Fenced (someone recovered it), closed by someone else at another end (spec closeOk),
-        # or the metadata session is gone: another broker may own the topic now, so stop.
-        why = "fenced by another broker's recovery" if fenced else "the close failed"
+        # Closed by someone else at another end (spec closeOk), or the metadata session is gone:
+        # another broker may own the topic now, so stop.
+        why = "another broker's recovery closed it at another end" if recovered else "the metadata store failed"
         return self._fence(f"rollover could not close ledger {ledger_id}: {why} ({reason})")
 
     def tick(self, now: float) -> list[Output]:

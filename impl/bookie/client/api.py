@@ -39,7 +39,6 @@ from impl.bookie.client.writer import (
     LedgerWriter,
     Send,
     WriterClosed,
-    WriterState,
 )
 from impl.futures import settle
 from impl.metadata import transitions
@@ -346,7 +345,8 @@ class WriteHandle:
         self.ledger_id = ledger_id
         self.writer = LedgerWriter(ledger_id, metadata)
         self._waiters: dict[int, AddCallback] = {}  # entry id -> whom to tell its outcome
-        self._close: Future[LedgerMetadata | None] | None = None
+        self._closes: list[Future[LedgerMetadata]] = []  # close() calls waiting for the writer's answer
+        self._closes_lock = threading.Lock()
         self._driver = _Driver(client, self.writer, self._on_event)
 
     @property
@@ -389,12 +389,18 @@ class WriteHandle:
     def add(self, data: bytes) -> int:
         return _wait(self.add_async(data), self.client.timeout_s, f"add to ledger {self.ledger_id}")
 
-    def close(self) -> LedgerMetadata | None:
-        """Write CLOSED with LAC and length; adds still pending fail as closed."""
-        if self.writer.state is WriterState.CLOSED:
-            return self.writer.metadata  # closing twice is harmless
-        future: Future[LedgerMetadata | None] = Future()
-        self._close = future
+    def close(self) -> LedgerMetadata:
+        """Close the ledger at the entries this handle acknowledged: write CLOSED with the LAC and the
+        length there; adds still pending fail as closed. Returns the closed metadata as stored.
+
+        Also after the handle failed (fenced by another client's recovery, no bookie left to replace
+        a failed one), as BookKeeper's handle closes itself then. Raises MetadataVersionError when the
+        ledger is stored CLOSED at another end (another client recovered it further), and
+        MetadataUpdateError when the metadata store failed (close again later). Once it has answered,
+        every later close answers the same."""
+        future: Future[LedgerMetadata] = Future()
+        with self._closes_lock:
+            self._closes.append(future)
         self._driver.feed(self.writer.close)
         return _wait(future, self.client.timeout_s, f"close of ledger {self.ledger_id}")
 
@@ -412,10 +418,14 @@ class WriteHandle:
             waiter = self._waiters.pop(event.entry_id, None)
             if waiter is not None:
                 waiter(event.error)
-        elif isinstance(event, WriterClosed) and self._close is not None:
-            self._close.set_result(event.metadata)
-        elif isinstance(event, CloseFailed) and self._close is not None:
-            self._close.set_exception(event.error)
+        elif isinstance(event, WriterClosed | CloseFailed):
+            with self._closes_lock:
+                closes, self._closes = self._closes, []
+            for future in closes:
+                if isinstance(event, WriterClosed):
+                    future.set_result(event.metadata)
+                else:
+                    future.set_exception(event.error)
 
 
 class ReadHandle:

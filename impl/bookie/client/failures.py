@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from impl.metadata.ledger import LedgerMetadata
+
 
 class LedgerClientError(Exception):
     """Base of every BookKeeper client failure."""
@@ -24,7 +29,25 @@ class NotEnoughBookiesError(LedgerClientError):
 
 
 class MetadataUpdateError(LedgerClientError):
-    """A conditional metadata write was refused (e.g. a conflicting close: metadata version error)."""
+    """A conditional metadata write was refused or failed (the store answered an error or not at all)."""
+
+
+class MetadataVersionError(MetadataUpdateError):
+    """BookKeeper's BKMetadataVersionException at a close: the ledger is stored CLOSED at another end than
+    the one this handle acknowledged (another client recovered it and closed it). `stored` is the closed
+    metadata as stored; `last_add_confirmed` and `length` are the handle's. Final: the stored close never
+    changes, so every later close of the handle raises this again."""
+
+    def __init__(self, ledger_id: int, stored: LedgerMetadata, last_add_confirmed: int, length: int) -> None:
+        super().__init__(
+            ledger_id,
+            f"close with last entry {last_add_confirmed} (length {length}) refused (metadata version error): "
+            f"the ledger is already CLOSED at entry {stored.last_entry_id} (length {stored.length}), closed by "
+            "another client's recovery; read it through a handle opened now to see its entries",
+        )
+        self.stored = stored
+        self.last_add_confirmed = last_add_confirmed
+        self.length = length
 
 
 class BadEntryError(LedgerClientError):

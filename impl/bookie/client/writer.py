@@ -28,6 +28,7 @@ from impl.bookie.client.failures import (
     LedgerClosedError,
     LedgerFencedError,
     MetadataUpdateError,
+    MetadataVersionError,
     NotEnoughBookiesError,
 )
 from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, UpdateMetadata, WriterClose
@@ -67,7 +68,7 @@ class AddFailed:
 
 @dataclass(frozen=True)
 class WriterClosed:
-    metadata: LedgerMetadata | None  # None: closed locally only (the writer had already failed)
+    metadata: LedgerMetadata  # the CLOSED metadata as stored: its end is the writer's LAC and length
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class WriterState(enum.Enum):
     WRITING = "writing"
     CLOSING = "closing"
     CLOSED = "closed"
-    FAILED = "failed"  # fenced, unauthorised, or the ledger turned out closed / in recovery
+    FAILED = "failed"  # fenced, unauthorised, no replacement bookie, the ledger closed elsewhere, or a refused close
 
 
 @dataclass
@@ -128,6 +129,7 @@ class LedgerWriter:
         self._failed_bookies: list[BookieId] = []  # waiting for an ensemble change, oldest first
         self._changing: tuple[BookieId, BookieId | None] | None = None  # (failed, replacement) in flight
         self._failure: LedgerClientError | None = None
+        self._close_refused: MetadataVersionError | None = None  # the final answer of a conflicting close
 
     @property
     def pending_entry_ids(self) -> list[int]:
@@ -258,11 +260,7 @@ class LedgerWriter:
         """The shell found no bookie to replace `failed`: the ensemble change, and the pending adds, fail."""
         if self._changing is None or self._changing[0] != failed or self.state is not WriterState.WRITING:
             return []
-        return self._fail(
-            NotEnoughBookiesError(
-                self.ledger_id, f"cannot replace failed bookie {failed}: {reason}; start more bookies"
-            )
-        )
+        return self._fail(NotEnoughBookiesError(self.ledger_id, f"cannot replace failed bookie {failed}: {reason}"))
 
     def on_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
         change = result.change
@@ -323,31 +321,45 @@ class LedgerWriter:
             # Still OPEN: the failed bookie was no longer in place; take the stored ensemble and go on.
             return self._ensemble_changed(current)
         if isinstance(change, WriterClose) and self.state is WriterState.CLOSING:
-            if result.applied and result.metadata is not None:
+            self.state = WriterState.FAILED  # unless the close is stored (below)
+            stored = result.metadata
+            if result.applied and stored is not None:
+                # Written now, or found CLOSED at this very end (another client's close that agrees).
                 self.state = WriterState.CLOSED
-                self.metadata = result.metadata
-                return [WriterClosed(result.metadata)]
-            self.state = WriterState.FAILED
-            reason = result.error or (
-                f"already closed with last entry {result.metadata.last_entry_id}, length {result.metadata.length}"
-                if result.metadata is not None
-                else "the metadata store refused the write"
-            )
+                self.metadata = stored
+                return [WriterClosed(stored)]
+            if stored is not None and stored.state is LedgerState.CLOSED:
+                # CLOSED at another end: BookKeeper's metadata version error. Final, as the close is.
+                refused = MetadataVersionError(self.ledger_id, stored, change.last_entry_id, change.length)
+                self.metadata = stored  # nothing the writer reports contradicts the store
+                self._failure = self._close_refused = refused
+                return [CloseFailed(refused)]
+            # The store failed (the write may or may not have applied): a later close tries again.
             error = MetadataUpdateError(
                 self.ledger_id,
-                f"writer close with last entry {change.last_entry_id} refused (metadata version error): {reason}",
+                f"close with last entry {change.last_entry_id} failed in the metadata store "
+                f"({result.error or 'no answer'}); close again once the store is reachable",
             )
             self._failure = error
             return [CloseFailed(error)]
         return []
 
     def close(self) -> list[WriterOutput]:
-        """Fail still-pending adds as closed and write CLOSED with LAC and length."""
-        if self.state is WriterState.FAILED:
-            self.state = WriterState.CLOSED
-            return [WriterClosed(None)]
-        if self.state is not WriterState.WRITING:
-            return []
+        """Fail still-pending adds as closed and write CLOSED with LAC and length.
+
+        Also after the writer failed (fenced by a recovery, no bookie to replace a failed one):
+        BookKeeper's handle closes itself on such an error, with the LAC it acknowledged. The
+        conditional write finds the ledger OPEN or IN_RECOVERY (the close is written; a recovery
+        still running adopts it), CLOSED at this end (success, nothing written) or CLOSED at
+        another end (CloseFailed with MetadataVersionError). Once answered, every later close
+        answers the same: WriterClosed with the stored metadata, or the same refusal.
+        """
+        if self.state is WriterState.CLOSED:
+            return [WriterClosed(self.metadata)]
+        if self._close_refused is not None:
+            return [CloseFailed(self._close_refused)]
+        if self.state is WriterState.CLOSING:
+            return []  # the close in flight answers
         self.state = WriterState.CLOSING
         outputs: list[WriterOutput] = self._fail_pending(
             LedgerClosedError(self.ledger_id, "closed while the add was pending")
