@@ -68,6 +68,7 @@ from impl.broker.managed_ledger_errors import (
 )
 from impl.futures import settle
 from impl.metadata.layout import MANAGED_LEDGERS_ROOT, cursor_path, parse_managed_ledger_path
+from impl.metadata.ledger import LedgerState
 from impl.metadata.ledger_store import NoSuchLedger
 from impl.metadata.store import (
     BadVersion,
@@ -101,6 +102,7 @@ log = logging.getLogger(__name__)
 Step = Callable[[], list[Output]]
 AddCallback = Callable[["Position | ManagedLedgerError"], None]  # where the entry is, or why it is not
 DEFAULT_TIMEOUT_S = 60.0
+OPEN_ATTEMPTS = 5  # an open that lost the list to the previous owner's rollover reads it again
 
 
 class Cancellable(Protocol):
@@ -163,6 +165,7 @@ class ManagedLedger:
         self._cursors: dict[str, ManagedCursor] = {}
         self._cursors_lock = threading.Lock()
         self._open_error: ManagedLedgerError | None = None
+        self._list_conflict = False  # a conditional write of the list met another broker's write
         self.cache = EntryCache(config.cache_bytes)
         # The store has no way to remove a listener: hold this managed ledger weakly, so that a
         # broker that loads and unloads many topics on one session does not keep them all alive.
@@ -197,13 +200,23 @@ class ManagedLedger:
         `executor` runs the steps that BookKeeper completions trigger (default: a thread of its own);
         `call_later(delay_s, action)` runs an action later, on `clock`'s time (cursors' rate-limited
         flushes; default: a timer thread), so that tests can move time by hand.
-        Raises ManagedLedgerFencedError if another broker changed the list meanwhile.
+        When the list changed between our read and our write (the previous owner rolled over), the
+        open starts again from the read, up to OPEN_ATTEMPTS times; then ManagedLedgerFencedError,
+        naming what changed.
         """
-        ml = cls(name, store, bookkeeper, config or ManagedLedgerConfig(), clock, wall_clock, executor, call_later)
-        ml._run(ml._core.open)
-        if ml._open_error is not None:
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            ml = cls(name, store, bookkeeper, config or ManagedLedgerConfig(), clock, wall_clock, executor, call_later)
+            ml._run(ml._core.open)
+            if ml._open_error is None:
+                break
             ml._stop_worker()
-            raise ml._open_error
+            if not ml._list_conflict or attempt == OPEN_ATTEMPTS:
+                raise ml._open_error
+            # The previous owner wrote the list between our read and our write (it rolled over). Its
+            # current ledger is the last one listed now: read again and recover (fence) that one.
+            log.info(
+                "managed ledger %s: open attempt %d lost the list: %s; reading it again", name, attempt, ml._open_error
+            )
         try:
             ml._recover_cursors()
         except BaseException:
@@ -439,7 +452,8 @@ class ManagedLedger:
             else:
                 version = self.store.set(self.path, output.data, output.expected_version).version
         except (BadVersion, NodeExists, NoNode) as e:
-            detail = f"{type(e).__name__}, expected version {output.expected_version}"
+            self._list_conflict = True
+            detail = self._describe_list_change(output.expected_version, e)
             self._inbox.append(lambda: core.on_list_bad_version(detail))
             return
         except MetadataError as e:
@@ -448,18 +462,53 @@ class ManagedLedger:
             return
         self._inbox.append(lambda: core.on_list_written(version))
 
+    def _describe_list_change(self, expected: int | None, error: MetadataError) -> str:
+        """What another broker did to the list, for the error message: its version now, the ledgers it
+        added and removed since the version we expected."""
+        try:
+            data, stat = self.store.get(self.path)
+            now = LedgerList.decode(data)
+        except NoNode:
+            return f"{type(error).__name__}: the list node is gone (expected version {expected})"
+        except (MetadataError, ValueError) as e:
+            return f"{type(error).__name__}, expected version {expected} (cannot read it again: {e})"
+        ours = {i.ledger_id for i in self._core.ledgers}
+        theirs = [i.ledger_id for i in now.ledgers]
+        added = [i for i in theirs if i not in ours]
+        removed = sorted(ours - set(theirs))
+        changes = []
+        if added:
+            changes.append(f"ledgers {added} added")
+        if removed:
+            changes.append(f"ledgers {removed} removed")
+        what = ", ".join(changes) or "the same ledgers"
+        where = "created" if expected is None else f"version {expected}"
+        return f"{type(error).__name__}: expected {where}, found version {stat.version} with {what}"
+
     def _close_ledger(self, ledger_id: int) -> None:
         core = self._core
         handle = self._writers.get(ledger_id)
         if handle is None:
             return
         try:
+            # Another broker taking the topic over recovers our current ledger first (IN_RECOVERY, then
+            # CLOSED). A writer close would still succeed then (over IN_RECOVERY, or at the same end),
+            # and the rollover would go on to write the list before the new owner does, again and
+            # again: the takeover starved (issue 26). Our ledger in anyone's recovery means we stop.
+            seen, _ = self.bookkeeper.ledgers.read(ledger_id)
+            if seen.state is not LedgerState.OPEN:
+                if seen.state is LedgerState.IN_RECOVERY:
+                    why = "another broker is recovering it (IN_RECOVERY), taking the topic over"
+                else:
+                    why = f"another broker recovered it (CLOSED at entry {seen.last_entry_id}), taking the topic over"
+                self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, True, why))
+                return
             # A writer that failed (no bookie to replace a failed one) closes at the entries it
             # acknowledged, as BookKeeper's handle does; the adds after them go to the next ledger.
             md = handle.close()
         except MetadataVersionError as e:
             # Stored CLOSED at another end: another broker recovered the ledger (a takeover).
-            why = str(e)
+            why = f"another broker recovered it, taking the topic over ({e})"
             self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, True, why))
             return
         except (LedgerClientError, MetadataError, TimeoutError) as e:

@@ -355,8 +355,13 @@ class ManagedLedgerCore:
         orphan = (self.next_ledger,) if self.next_ledger is not None else ()
         self.next_ledger = None
         outputs: list[Output] = [DeleteLedgers(orphan)] if orphan else []
-        what = "trimming" if self.phase is Phase.TRIMMING else "updating"
-        reason = f"the ledger list changed under us while {what} it ({detail}): another broker took the topic over"
+        if self.state is ManagedLedgerState.RECOVERED:
+            what = "while this broker was opening the topic: the previous owner wrote it (a rollover or a trim)"
+        elif self.phase is Phase.TRIMMING:
+            what = "while this broker trimmed it: another broker took the topic over"
+        else:
+            what = "while this broker rolled over: another broker took the topic over"
+        reason = f"the ledger list changed under us {what} ({detail})"
         if self.state is ManagedLedgerState.RECOVERED:
             self.state = ManagedLedgerState.FENCED
             self.fence_reason = reason
@@ -498,14 +503,14 @@ class ManagedLedgerCore:
         return outputs + [CreateLedger()]
 
     def on_ledger_close_failed(self, ledger_id: int, recovered: bool, reason: str) -> list[Output]:
-        """The rollover's writer close failed. `recovered`: the ledger is stored CLOSED at another end
-        (another broker's recovery closed it: a takeover); else the metadata store failed."""
+        """The rollover's writer close failed. `recovered`: another broker recovers or recovered the ledger
+        (a takeover; `reason` says what the shell found); else the metadata store failed."""
         if self.phase is not Phase.CLOSING or ledger_id != self.current:
             return []
         # Closed by someone else at another end (spec closeOk), or the metadata session is gone:
         # another broker may own the topic now, so stop.
-        why = "another broker's recovery closed it at another end" if recovered else "the metadata store failed"
-        return self._fence(f"rollover could not close ledger {ledger_id}: {why} ({reason})")
+        why = reason if recovered else f"the metadata store failed ({reason})"
+        return self._fence(f"rollover could not close ledger {ledger_id}: {why}")
 
     def tick(self, now: float) -> list[Output]:
         """Time passes: roll an idle ledger over once it is too old (Pulsar's periodic check)."""

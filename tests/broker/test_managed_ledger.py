@@ -5,12 +5,15 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from impl.bookie.client.api import BookKeeperClient
+from impl.bookie.client.ledger_update import StartRecovery
+from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.transport import ThreadedTransport
 from impl.bookie.protocol import Request, Response
 from impl.bookie.server import Bookie
@@ -127,19 +130,90 @@ def test_takeover_fences_the_old_owner_for_good(cluster: Cluster) -> None:
     assert [d for _, d in new.read(None, 10)] == [b"m0", b"m1", b"m2", b"m3", b"new"]
 
 
-def test_bad_version_on_rollover_fences(cluster: Cluster) -> None:
+def test_a_rollover_stops_at_a_ledger_another_broker_recovered(cluster: Cluster) -> None:
+    """The old owner's ledger is full and idle when the new owner recovers it (closed at the same end):
+    a writer close would succeed, and the rollover would write the list before the new owner. It stops
+    at the close instead, naming the takeover, and creates no ledger."""
     old = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=1))
-    old.add(b"a")  # the ledger is full: the next add rolls over
+    first = old.add(b"a")  # the ledger is full: the next add rolls over
     new = open_ml(cluster)
-    with pytest.raises(ManagedLedgerFencedError, match="ledger list changed under us"):
+    with pytest.raises(ManagedLedgerFencedError, match=r"could not close ledger \d+: another broker recovered it"):
         old.add(b"b")
     assert old.state is ManagedLedgerState.FENCED
-    # the orphan ledger old created is deleted and not on the list
     listed = [i.ledger_id for i in new.stored_list().ledgers]
-    assert old.stats()["current_ledger"] in listed  # old's current was the one new recovered
+    assert first.ledger_id in listed and old.stats()["current_ledger"] == first.ledger_id
     assert new.add(b"c").entry_id == 0
+    assert [d for _, d in new.read(None, 10)] == [b"a", b"c"]
     with pytest.raises(ManagedLedgerFencedError):
         old.add(b"d")
+
+
+def test_a_rollover_stops_at_a_ledger_in_recovery(cluster: Cluster) -> None:
+    """Another broker has started recovering the old owner's full ledger (IN_RECOVERY, not closed yet):
+    the old owner must not close it over the recovery and roll over; it is fenced, saying so."""
+    old = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=1))
+    first = old.add(b"a")
+    ledgers = LedgerMetadataStore(cluster.store())
+    apply_change(ledgers, StartRecovery(first.ledger_id))  # a recoverer's first step
+    with pytest.raises(ManagedLedgerFencedError, match=r"another broker is recovering it \(IN_RECOVERY\)"):
+        old.add(b"b")
+    assert ledgers.read(first.ledger_id)[0].state is LedgerState.IN_RECOVERY  # left to the recoverer
+    assert [i.ledger_id for i in old.stored_list().ledgers] == [first.ledger_id]
+
+
+def test_a_bad_version_at_a_rollover_names_what_the_other_broker_wrote(cluster: Cluster) -> None:
+    old = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=1))
+    old.add(b"a")
+    store = cluster.store()
+    data, stat = store.get(old.path)
+    listed = LedgerList.decode(data)
+    store.set(old.path, LedgerList(listed.ledgers[:0], listed.properties).encode(), stat.version)  # a trim
+    with pytest.raises(
+        ManagedLedgerFencedError,
+        match=r"changed under us while this broker rolled over: another broker took the topic over "
+        rf"\(BadVersion: expected version {stat.version}, found version {stat.version + 1} with ledgers "
+        rf"\[{listed.ledgers[0].ledger_id}\] removed\)",
+    ):
+        old.add(b"b")
+
+
+def test_a_takeover_is_not_starved_by_the_previous_owners_rollovers(cluster: Cluster) -> None:
+    """The worst case for a takeover: the previous owner rolls over (one entry per ledger) right before
+    each of the new owner's writes of the list (issue 26: such an open lost the list to the rollovers up
+    to 16 times in a row, each time told 'another broker took the topic over'). The new owner's recovery
+    of the previous owner's current ledger stops those rollovers: the open wins at its first write, and
+    the previous owner is fenced for good, its acknowledged adds all on the topic."""
+    old = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=1))
+    acked = [old.add(b"old-0")]  # full: its next add rolls over
+    old_outcomes: list[str] = []
+
+    def previous_owner_rolls_over() -> None:
+        try:
+            acked.append(old.add(b"old-%d" % len(acked)))
+            old_outcomes.append("rolled over")
+        except ManagedLedgerFencedError as e:
+            old_outcomes.append(str(e))
+
+    store, bk = cluster.broker()
+    list_writes = 0
+    set_list = store.set
+
+    def set_after_a_rollover(path: str, data: bytes, version: int) -> Any:
+        nonlocal list_writes
+        if path.endswith("/persistent/t0"):
+            list_writes += 1
+            previous_owner_rolls_over()  # the adversary's timing: just before our conditional write
+        return set_list(path, data, version)
+
+    store.set = set_after_a_rollover  # type: ignore[method-assign]
+    clock = FakeClock()
+    new = ManagedLedger.open(TOPIC, store, bk, ManagedLedgerConfig(), clock, wall_clock=clock)
+
+    assert list_writes == 1, f"the open wrote the list {list_writes} times"
+    assert old_outcomes and "another broker recovered it" in old_outcomes[0], old_outcomes
+    assert old.state is ManagedLedgerState.FENCED
+    assert [p for p, _ in new.read(None, 100)] == acked
+    assert new.add(b"new") > acked[-1]
 
 
 def test_open_drops_empty_ledgers(cluster: Cluster) -> None:
