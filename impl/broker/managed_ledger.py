@@ -66,6 +66,7 @@ from impl.broker.managed_ledger_errors import (
     ManagedLedgerNotReadyError,
     NoSuchCursorError,
 )
+from impl.broker.naming import TopicName
 from impl.futures import settle
 from impl.metadata.layout import MANAGED_LEDGERS_ROOT, cursor_path, parse_managed_ledger_path
 from impl.metadata.ledger import LedgerState
@@ -132,6 +133,8 @@ class ManagedLedger:
         executor: Executor | None = None,
         call_later: CallLater | None = None,
     ) -> None:
+        if "://" in name:  # a topic name, persistent://tenant/ns/topic, as everywhere else
+            name = TopicName.parse(name).managed_ledger_name  # InvalidTopicName for a bad one
         self.path = f"{MANAGED_LEDGERS_ROOT}/{name}"
         parse_managed_ledger_path(self.path)  # InvalidName for anything but tenant/ns/persistent/topic
         self.name = name
@@ -195,6 +198,8 @@ class ManagedLedger:
     ) -> ManagedLedger:
         """Take the topic over: read the list, recover (fence) its last ledger, drop empty ledgers,
         create a new ledger, conditional-write the list, recover the durable cursors.
+
+        `name`: the topic (persistent://tenant/ns/topic) or its managed ledger name (tenant/ns/persistent/topic).
 
         `clock` measures ledger age (rollover); `wall_clock` stamps closed ledgers (retention);
         `executor` runs the steps that BookKeeper completions trigger (default: a thread of its own);

@@ -238,6 +238,7 @@ class NodeStatus:
     pid: int | None
     port: int
     details: str
+    node_id: str = "-"  # a bookie's bookie id (as in ledger ensembles), a broker's id; "-" for ZooKeeper
 
 
 class Cluster:
@@ -725,7 +726,8 @@ class Cluster:
             if isinstance(node, ZooKeeperNode) and state == "up":
                 mode = node.server.mode()
                 details.setdefault(node.name, mode or "")
-            rows.append(NodeStatus(node.name, node.role, state, pid, node.port, details.get(node.name, "")))
+            node_id = node.address if node.role in ("bookie", "broker") else "-"
+            rows.append(NodeStatus(node.name, node.role, state, pid, node.port, details.get(node.name, ""), node_id))
         return rows
 
     def _details(self) -> dict[str, str]:

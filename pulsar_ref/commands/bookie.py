@@ -230,31 +230,60 @@ def main(argv: list[str], prog: str) -> int:
         parser.add_argument("--journal-dir", help="journal directory (default DATA/journal)")
         return inspect(parser.parse_args(argv[1:]))
     parser = argparse.ArgumentParser(
-        prog=prog, description="Run one bookie (SIGTERM = graceful). Subcommand: inspect --data DIR."
+        prog=prog,
+        description="Run one bookie (SIGTERM or Ctrl-C stops it gracefully). It prints "
+        "'bookie ID listening ...' once it serves; ID (127.0.0.1:PORT) is its bookie id, as ledger "
+        "ensembles and `pulsar-ref cluster status` show it. `pulsar-ref bookie inspect --data DIR` "
+        "lists a stopped bookie's ledgers and journal.",
     )
-    parser.add_argument("--metadata", required=True, help="metadata store URL (embedded:///dir or zk://host:port/x)")
-    parser.add_argument("--data", required=True, help="data directory")
-    parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default 0 = any free port)")
+    parser.add_argument(
+        "--metadata", required=True, metavar="URL", help="metadata store URL (zk://127.0.0.1:2181/x or embedded:///dir)"
+    )
+    parser.add_argument(
+        "--data", required=True, metavar="DIR", help="data directory (entry logs, indexes, checkpoints)"
+    )
+    parser.add_argument(
+        "--port", type=int, help="port on 127.0.0.1; the bookie id is 127.0.0.1:PORT (default 0 = any free port)"
+    )
     parser.add_argument(
         "--http-port",
         type=int,
-        help="port of the HTTP service: /metrics, bookie info (default 0 = any free; -1 = none)",
+        metavar="PORT",
+        help="port of the HTTP service: /metrics, bookie info (default 0 = any free port; -1 = none)",
     )
-    parser.add_argument("--journal-dir", help="journal directory (default DATA/journal)")
-    parser.add_argument("--min-free-mb", type=int, help="go read-only below this much free disk (default 0)")
-    parser.add_argument("--max-inflight", type=int, help="requests in flight before ETOOMANYREQUESTS (10000)")
-    parser.add_argument("--checkpoint-interval", type=float, help="seconds between checkpoints (10)")
+    parser.add_argument("--journal-dir", metavar="DIR", help="journal directory (default DATA/journal)")
+    parser.add_argument(
+        "--min-free-mb", type=int, metavar="MIB", help="go read-only below this much free disk (default 0)"
+    )
+    parser.add_argument(
+        "--max-inflight", type=int, metavar="N", help="requests in flight before ETOOMANYREQUESTS (default 10000)"
+    )
+    parser.add_argument(
+        "--checkpoint-interval", type=float, metavar="SECONDS", help="seconds between checkpoints (default 10)"
+    )
     parser.add_argument(
         "--entry-log-sync-mb",
         type=float,
-        help="fsync the entry logs whenever they took this many MiB (4; 0 = at checkpoints)",
+        metavar="MIB",
+        help="fsync the entry logs whenever they took this many MiB (default 4; 0 = only at checkpoints)",
     )
-    parser.add_argument("--gc-interval", type=float, help="seconds between garbage collections, 0 = never (60)")
-    parser.add_argument("--entry-log-size", type=int, help="bytes at which entry logs roll (64 MiB)")
-    parser.add_argument("--journal-roll-size", type=int, help="bytes at which journal files roll (256 MiB)")
-    parser.add_argument("--read-cache-mb", type=int, help="read cache size in MiB (16)")
+    parser.add_argument(
+        "--gc-interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between garbage collections of deleted ledgers (default 60; 0 = never)",
+    )
+    parser.add_argument(
+        "--entry-log-size", type=int, metavar="BYTES", help="entry logs roll at this size (default 64 MiB)"
+    )
+    parser.add_argument(
+        "--journal-roll-size", type=int, metavar="BYTES", help="journal files roll at this size (default 256 MiB)"
+    )
+    parser.add_argument("--read-cache-mb", type=int, metavar="MIB", help="read cache size (default 16)")
     parser.add_argument("--crash-at", help=argparse.SUPPRESS)  # tests: SIGKILL itself at this fault point
-    parser.add_argument("--config", help="TOML file with any of the options above, in snake_case")
+    parser.add_argument(
+        "--config", metavar="FILE", help="TOML file with any of the options above, in snake_case (options given win)"
+    )
     parser.add_argument(
         "--trace",
         metavar="FILE",

@@ -92,7 +92,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     for name, text in (
         ("down", "stop every process of the cluster (also after a failed `up`)"),
-        ("status", "per node: state, pid, port, role, bundles (brokers) or ledgers (bookies); exit 1 if any is down"),
+        (
+            "status",
+            "per node: role, state, pid, port, id (a bookie's bookie id, as ledger ensembles name it), "
+            "bundles (brokers) or ledgers (bookies); exit 1 if any is down",
+        ),
     ):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--dir", required=True, type=Path, help="the directory given to `up`")
@@ -205,9 +209,9 @@ def down(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     cluster = Cluster.load(args.dir)
     rows = cluster.status()
-    print(f"{'NODE':<13} {'ROLE':<10} {'STATE':<12} {'PID':>8} {'PORT':>6}  DETAILS")
+    print(f"{'NODE':<13} {'ROLE':<10} {'STATE':<12} {'PID':>8} {'PORT':>6}  {'ID':<16}  DETAILS")
     for r in rows:
-        print(f"{r.name:<13} {r.role:<10} {r.state:<12} {r.pid or '-':>8} {r.port:>6}  {r.details}")
+        print(f"{r.name:<13} {r.role:<10} {r.state:<12} {r.pid or '-':>8} {r.port:>6}  {r.node_id:<16}  {r.details}")
     print(f"metadata: {cluster.metadata_url}")
     print(f"pulsar:   {cluster.pulsar_service_url or '(no brokers)'}")
     if cluster.pulsar_service_url != cluster.broker_service_url:

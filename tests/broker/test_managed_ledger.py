@@ -27,6 +27,7 @@ from impl.broker.managed_ledger import (
     ManagedLedgerState,
     Position,
 )
+from impl.broker.naming import InvalidTopicName, NonPersistentNotSupported
 from impl.metadata.layout import InvalidName
 from impl.metadata.ledger import LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
@@ -314,6 +315,20 @@ def test_a_bad_topic_name_is_refused(cluster: Cluster) -> None:
     store, bk = cluster.broker()
     with pytest.raises(InvalidName, match="not a managed ledger path"):
         ManagedLedger.open("no-such-shape", store, bk)
+    with pytest.raises(NonPersistentNotSupported):
+        ManagedLedger.open("non-persistent://public/default/t0", store, bk)
+    with pytest.raises(InvalidTopicName):
+        ManagedLedger.open("persistent://public/t0", store, bk)
+
+
+def test_the_topic_name_and_the_managed_ledger_name_open_the_same_ledger(cluster: Cluster) -> None:
+    store, bk = cluster.broker()
+    first = ManagedLedger.open("persistent://public/default/t0", store, bk)
+    assert first.name == TOPIC
+    position = first.add(b"by topic name")
+    first.close()
+    again = open_ml(cluster)  # TOPIC, the managed ledger name
+    assert again.read(None, 10) == [(position, b"by topic name")]
 
 
 def test_unreachable_bookies_fail_adds_then_the_ledger_recovers(cluster: Cluster) -> None:

@@ -73,6 +73,8 @@ def test_up_status_faults_and_down_with_zookeeper_and_bookies(cluster_dir: Path)
 
     code, rows = status_rows(cluster_dir)
     assert code == 0 and all(r[1] == "up" for r in rows.values()), rows
+    # each bookie's id, as ledger ensembles and the registry name it (issue 26)
+    assert sorted(rows[n["name"]][4] for n in cluster["nodes"]) == bookie_ids
 
     # kill: the process is gone, status says so and fails
     old_pid = cluster["nodes"][0]["pid"]

@@ -45,7 +45,7 @@ from impl.metadata import transitions
 from impl.metadata.ledger import BookieId, DigestType, LedgerMetadata, LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.registry import BookieRegistry
-from impl.metadata.store import MetadataError
+from impl.metadata.store import MetadataError, MetadataStore
 from impl.trace import emit
 
 __all__ = ["BookKeeperClient", "BookieTransport", "LedgerEntry", "ReadHandle", "WriteHandle"]
@@ -198,7 +198,10 @@ class BookKeeperClient:
         seed: int | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         recovery_read_ahead: int = 1,
+        owned_store: MetadataStore | None = None,
     ) -> None:
+        """`owned_store`: a metadata session the client opened for itself (connect_bookkeeper with a URL);
+        `close()` closes it. A store passed in `ledgers` and `registry` otherwise stays the caller's."""
         if recovery_read_ahead < 1:
             raise ValueError(f"recovery_read_ahead must be at least 1, got {recovery_read_ahead}")
         self.recovery_read_ahead = recovery_read_ahead  # entries read at once during recovery
@@ -208,12 +211,19 @@ class BookKeeperClient:
         self.timeout_s = timeout_s
         self._random = random.Random(seed)
         self._random_lock = threading.Lock()
+        self._owned_store = owned_store
 
     def close(self) -> None:
-        """Release the transport (e.g. close the gRPC channels); the metadata store stays open."""
-        close = getattr(self.transport, "close", None)
-        if close is not None:
-            close()
+        """Release the transport (e.g. close the gRPC channels) and the metadata session the client
+        opened itself; a store given by the caller stays open. Closing twice is harmless."""
+        try:
+            close = getattr(self.transport, "close", None)
+            if close is not None:
+                close()
+        finally:
+            owned, self._owned_store = self._owned_store, None
+            if owned is not None:
+                owned.close()
 
     def __enter__(self) -> BookKeeperClient:
         return self
@@ -408,9 +418,6 @@ class WriteHandle:
         _check_range(self.ledger_id, first, last, self.writer.last_add_confirmed)
         return self.client._read(self.ledger_id, self.writer.metadata, first, last)
 
-    def read_last_confirmed(self) -> int:
-        return self.writer.last_add_confirmed
-
     def _on_event(self, event: Any) -> None:
         if isinstance(event, AddCompleted):
             self._waiters.pop(event.entry_id)(event.entry_id)
@@ -429,7 +436,12 @@ class WriteHandle:
 
 
 class ReadHandle:
-    """A ledger opened for reading; after a recovering open its metadata is CLOSED."""
+    """A ledger opened for reading; after a recovering open its metadata is CLOSED.
+
+    Its end: `last_add_confirmed`, the last entry known to be readable (a closed ledger's last entry;
+    for a ledger still open, what was learnt so far). `read_last_confirmed()` asks the bookies for
+    more while the ledger is open and returns the new value; `is_closed` says whether it can still grow.
+    """
 
     def __init__(self, client: BookKeeperClient, ledger_id: int, metadata: LedgerMetadata) -> None:
         self.client = client
@@ -440,6 +452,15 @@ class ReadHandle:
     @property
     def last_add_confirmed(self) -> int:
         return self._lac
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.is_closed
+
+    @property
+    def length(self) -> int:
+        """Bytes of payload up to the last entry of a closed ledger (0 while it is open: not known yet)."""
+        return self.metadata.length
 
     def read_last_confirmed(self) -> int:
         """The closed ledger's last entry, or (still open) the largest LAC the bookies report."""

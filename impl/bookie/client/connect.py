@@ -1,14 +1,15 @@
-"""One call from a metadata store session to a BookKeeper client over real bookies.
+"""One call from a metadata store (a URL, or a session of your own) to a BookKeeper client over real bookies.
 
-    client = connect_bookkeeper(store)      # store: any MetadataStore (zk://, embedded://, memory://)
+    client = connect_bookkeeper("zk://127.0.0.1:2181/ledgers")   # or embedded:///dir, memory://
     try:
         handle = client.create_ledger(3, 3, 2, password=b"pw")
         ...
     finally:
-        client.close()                      # closes the bookie channels; the store stays open
+        client.close()             # closes the bookie channels and the metadata session it opened
 
-The caller owns `store` (a broker shares its session with the client), so closing
-the client never closes it.
+Given a URL, the client opens its own metadata session and closes it on `close()`. Given a
+MetadataStore, the caller owns it (a broker shares its session with the client), so closing
+the client leaves it open. docs/bookkeeper-client.md shows the whole API.
 
 Completions (an add's Future and its done-callbacks) run on the transport's bookie I/O
 thread, which serves every bookie stream: a callback must not block on another client
@@ -29,7 +30,7 @@ __all__ = ["connect_bookkeeper"]
 
 
 def connect_bookkeeper(
-    store: MetadataStore,
+    store: MetadataStore | str,
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
@@ -37,6 +38,9 @@ def connect_bookkeeper(
     recovery_read_ahead: int = 1,
 ) -> BookKeeperClient:
     """A BookKeeperClient whose bookies are reached over gRPC at their registry ids (host:port).
+
+    `store`: a metadata store URL (the client opens a session and closes it with itself) or an open
+    MetadataStore (the caller's: the client never closes it).
 
     `timeout_s` bounds each blocking API call (add, close, open, read); `request_timeout_s`
     is the per-request deadline after which a silent bookie counts as failed (the writer
@@ -49,7 +53,17 @@ def connect_bookkeeper(
             f"request_timeout_s ({request_timeout_s}) must be below timeout_s ({timeout_s}): "
             "an API call must outlive at least one bookie deadline"
         )
-    transport = GrpcTransport(timeout_s=request_timeout_s)
+    owned = None
+    if isinstance(store, str):
+        from impl.metadata.url import connect
+
+        store = owned = connect(store)
+    try:
+        transport = GrpcTransport(timeout_s=request_timeout_s)
+    except BaseException:
+        if owned is not None:
+            owned.close()
+        raise
     return BookKeeperClient(
         LedgerMetadataStore(store),
         BookieRegistry(store),
@@ -57,4 +71,5 @@ def connect_bookkeeper(
         seed=seed,
         timeout_s=timeout_s,
         recovery_read_ahead=recovery_read_ahead,
+        owned_store=owned,
     )
