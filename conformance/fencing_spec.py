@@ -271,8 +271,6 @@ class FencingWorld:
         for result in results:
             if isinstance(result, WriterClosed):
                 md = result.metadata
-                if md is None:  # the writer had failed: the shell closes the ledger by recovering it
-                    md = self.recover(ledger_id)
                 return broker.ml.on_ledger_closed(ledger_id, md.last_entry_id, md.length, self.now)
             if isinstance(result, CloseFailed):
                 return broker.ml.on_ledger_close_failed(ledger_id, False, str(result.error))

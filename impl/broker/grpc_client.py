@@ -682,11 +682,13 @@ class Consumer:
                 self._send(pb.ConsumeReq(flow=pb.Flow(permits=permits)))
         return msg
 
-    def acknowledge(self, message: ConsumerMessage | MessageId) -> None:
+    def acknowledge(self, message: ConsumerMessage | MessageId, receipt: bool = False) -> None:
+        _no_receipt(receipt)
         mid = message.id if isinstance(message, ConsumerMessage) else message
         self._send(pb.ConsumeReq(ack=pb.Ack(ids=[_id_pb(mid)])))
 
-    def acknowledge_cumulative(self, message: ConsumerMessage | MessageId) -> None:
+    def acknowledge_cumulative(self, message: ConsumerMessage | MessageId, receipt: bool = False) -> None:
+        _no_receipt(receipt)
         mid = message.id if isinstance(message, ConsumerMessage) else message
         self._send(pb.ConsumeReq(ack=pb.Ack(ids=[_id_pb(mid)], cumulative=True)))
 
@@ -728,3 +730,8 @@ class Reader:
     def has_message_available(self) -> bool:
         last = self.client.last_message_id(self.topic)
         return last is not None and (self._next is None or last >= self._next)
+
+
+def _no_receipt(receipt: bool) -> None:
+    if receipt:
+        raise ClientError("the gRPC Broker service has no ack receipts; use the pulsar:// client (impl/broker/client)")
