@@ -77,7 +77,7 @@ class Standalone:
 
     def __init__(self, data: Path, *options: str) -> None:
         """`options`: more `pulsar-ref standalone` arguments (`--secure`: `tls_url`, `token`, `trust` are set)."""
-        args = ["standalone", "--data", str(data), "--pulsar-port", "0", "--web-port", "0", *QUORUMS, *options]
+        args = ["standalone", "--data", str(data), "--port", "0", "--web-port", "0", *QUORUMS, *options]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pulsar_ref.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, cwd=ROOT,

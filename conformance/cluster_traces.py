@@ -428,7 +428,7 @@ def run_cluster(
     history_path = directory / "history.jsonl"
     try:
         cluster.up(90.0, progress)
-        assert cluster.service_url is not None and cluster.pulsar_service_url is not None
+        assert cluster.pulsar_service_url is not None
         config = WorkloadConfig(
             service=cluster.pulsar_service_url,
             admin_url=cluster.admin_url,

@@ -1,6 +1,7 @@
-"""One broker: the service, its gRPC endpoint, its registration and ownership, its session.
+"""One broker: the service, its listeners, its registration and ownership, its session.
 
-The broker's identity is its address (host:port). Its metadata session holds its ownership
+The broker's identity is its web service's address (host:port), as in Pulsar, where a broker
+is known by its advertised address and web service port. Its metadata session holds its ownership
 nodes; when the session expires the broker stops writing at once (every topic is dropped
 without a single metadata or bookie write: BookKeeper issue 4462), then continues on a new
 session, acquiring bundles afresh through lookups (which fence the old ledgers).
@@ -18,12 +19,10 @@ from impl import heap
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
 from impl.broker import namespaces, web
-from impl.broker.admin import Admin
 from impl.broker.errors import NotOwner, ServiceNotReady, TopicNotFound
 from impl.broker.naming import TopicName
 from impl.broker.ownership import BrokerLoad, LoadManager, NamespaceBundle
 from impl.broker.protocol.listener import PulsarListener, PulsarLookup
-from impl.broker.server import BrokerServer
 from impl.broker.service import BrokerConfig, BrokerService
 from impl.metadata import layout
 from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired
@@ -73,22 +72,20 @@ class Broker:
         connect_store: Callable[[], MetadataStore],
         config: BrokerConfig | None = None,
         host: str = "127.0.0.1",
-        port: int = 0,
-        bookie_request_timeout_s: float = 2.0,
         pulsar_port: int = 0,
         web_port: int = 0,
+        bookie_request_timeout_s: float = 2.0,
         cluster: str = namespaces.DEFAULT_CLUSTER,
         tls_ports: tuple[int, int] = (0, 0),  # (pulsar+ssl://, https://) when config.tls is set; 0 = any free
     ) -> None:
         self.connect_store = connect_store
         self.config = config or BrokerConfig()
         self.bookie_request_timeout_s = bookie_request_timeout_s
-        self.server = BrokerServer(host, port)
-        self.address = self.server.address
         self.pulsar = PulsarListener(host, pulsar_port, self.config.max_message_size)
         self.cluster = cluster
         app = web.app(self, self.config.security.authenticator)
         self.web = WebServer(app, host, web_port, name="broker")
+        self.address = self.web.address  # bound above, so the identity is known before registering
         # With TLS, a second listener and web server serve the same broker encrypted (Pulsar's
         # brokerServicePortTls and webServicePortTls); the plain ones stay for internal calls.
         self.pulsar_tls: PulsarListener | None = None
@@ -109,16 +106,12 @@ class Broker:
         )
         self.service = BrokerService(self.store, self.bookkeeper, Ownership(self), self.address, self.config)
         self._service_urls: dict[str, tuple[str, str]] = {self.address: (self.service_url, self.service_url_tls)}
-        self.admin = Admin(self.service, self.store)
-        self.admin.verbs["brokers expire-session"] = lambda _args: self.expire_session()
-        self.admin.verbs["brokers stats"] = lambda _args: self.stats()
         self._session_lock = threading.Lock()
         self._stopped = threading.Event()
 
     def start(self) -> None:
         namespaces.ensure_default(self.store)
         self.load_manager.start()
-        self.server.start(self.service, self.admin)
         lookup = PulsarLookup(self.service, self.service_urls_of)
         self.pulsar.start(self.service, lookup)
         self.web.start()
@@ -208,7 +201,6 @@ class Broker:
             self.store = self.connect_store()
             self.bookkeeper = connect_bookkeeper(self.store, request_timeout_s=self.bookie_request_timeout_s)
             self.service.store, self.service.bookkeeper = self.store, self.bookkeeper
-            self.admin.store = self.store
             self.load_manager.reconnect(self.store)
             for closing in (old_bookkeeper.close, old_store.close):
                 try:
@@ -236,7 +228,6 @@ class Broker:
         """Fault injection in one process (standalone): die as a killed broker does. Nothing more is
         written; the session ends, so its ephemeral nodes go at once (a real crash waits for the timeout)."""
         self._stopped.set()
-        self.server.stop(grace_s=0)
         self._stop_listeners()
         self.service.unload_topics(lambda _n: True, graceful=False)
         try:
@@ -249,7 +240,6 @@ class Broker:
 
     def stop(self) -> None:
         self._stopped.set()
-        self.server.stop()
         self._stop_listeners()
         self.service.close()
         try:

@@ -5,10 +5,10 @@ its bundle (impl/broker/ownership.py); a topic is one managed ledger (opened wit
 takeover sequence, which fences the previous owner); producers append entries; each
 subscription is a `Dispatcher` (impl/broker/subscription.py) over a durable cursor.
 
-Threads: gRPC handlers call in from many threads. Each topic has a lock for loading and
-publishing order; each subscription has a lock around its dispatcher. Managed-ledger
-listeners (new entries) only schedule work on the service's executor, never run it inline,
-so a completion thread never waits for a subscription lock.
+Threads: the Pulsar listener's and the web service's handlers call in from several threads.
+Each topic has a lock for loading and publishing order; each subscription has a lock around its
+dispatcher. Managed-ledger listeners (new entries) only schedule work on the service's executor,
+never run it inline, so a completion thread never waits for a subscription lock.
 """
 
 from __future__ import annotations
@@ -84,14 +84,11 @@ class Append:
     payload_size: int
 
 
-READ_LIMIT = 10_000  # entries one Read call returns at most
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
 TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and trimming
 # Entries of one Send handed to the managed ledger together: enough to share the steps, few enough
 # that the bookies start on the first ones while the broker encodes the rest.
 PUBLISH_CHUNK = 64
-# How long a producer's request waits for its earlier requests to arrive (they are in flight together).
-REORDER_WAIT_S = 1.0
 
 
 @dataclass
@@ -110,7 +107,7 @@ def parse_topic(topic: str) -> TopicName:
 
 
 class ConsumerSink:
-    """Where a subscription sends a consumer's messages (the gRPC stream's queue)."""
+    """Where a subscription sends a consumer's messages (a Pulsar connection's consumer)."""
 
     def deliver(self, messages: list[tuple[Message, int]]) -> None:
         raise NotImplementedError
@@ -257,10 +254,6 @@ class Topic:
         # Guards the two maps against completions; a leaf lock (nothing is taken while it is held), as
         # completions come from the managed ledger's threads while a publisher holds the topic lock.
         self._dedup_lock = threading.Lock()
-        # producer -> the sequence id its next request starts at: a client keeps several requests in
-        # flight, and they may reach us out of order; entries are appended in sequence-id order.
-        self.next_request: dict[str, int] = {}
-        self.sequenced = threading.Condition(self.lock)
         self._producer_seq = 0
         self._trim_scheduled = False
         # Producers attached over Pulsar connections: name -> (owner, epoch, exclusive). A name is
@@ -304,16 +297,6 @@ class Topic:
                     self.last_sequence[producer] = self.persisted_sequence[producer] = last
             position = self.ml.next_position(batch[-1][0])
 
-    def create_producer(self, requested: str) -> tuple[str, int]:
-        with self.lock:
-            name = requested
-            if not name:
-                self._producer_seq += 1
-                name = f"{self.service.address}-{int(time.time() * 1000)}-{self._producer_seq}"
-            last = self.last_sequence.get(name, -1)
-            self.next_request[name] = last + 1  # where the (re)connected client numbers from
-            return name, last
-
     def attach_producer(self, requested: str, owner: object, epoch: int, exclusive: bool) -> tuple[str, int]:
         """A producer connects: its name (chosen here when `requested` is empty) and the last sequence
         id it persisted. ProducerBusy when the name is connected, or when access is exclusive."""
@@ -328,9 +311,12 @@ class Topic:
                 raise ProducerFenced(f"{self.name} has other producers; exclusive access is not possible now")
             if any(a[2] for a in rivals.values()):
                 raise ProducerBusy(f"{self.name} has an exclusive producer")
-            name, last = self.create_producer(requested)
+            name = requested
+            if not name:
+                self._producer_seq += 1
+                name = f"{self.service.address}-{int(time.time() * 1000)}-{self._producer_seq}"
             self.attached[name] = (owner, epoch, exclusive)
-            return name, last
+            return name, self.last_sequence.get(name, -1)
 
     def detach_producer(self, name: str, owner: object) -> None:
         with self.lock:
@@ -349,26 +335,15 @@ class Topic:
             except Exception:
                 log.exception("closing a connection's producers and consumers on %s", self.name)
 
-    def publish(self, producer: str, append: Append) -> Future[tuple[Position | None, bool]]:
-        """Append one entry; the future gives its position once durable on Qa bookies (None, True: duplicate)."""
-        (result,) = self.publish_entries(producer, [append])
-        if isinstance(result, BrokerError):
-            raise result
-        return result
-
-    def publish_entries(self, producer: str, appends: list[Append], in_order: bool = False) -> list[Published]:
+    def publish_entries(self, producer: str, appends: list[Append]) -> list[Published]:
         """Append entries in order, in one step of the managed ledger. An entry refused gets its error,
         and so does every later one: nothing after a refusal is appended. An entry whose first sequence
-        id the producer already published is a duplicate: (None, True), nothing appended.
-
-        in_order: the producer's requests arrive in sequence order (one Pulsar connection), so none
-        waits for an earlier one (the gRPC API's requests race each other and may)."""
+        id the producer already published is a duplicate: (None, True), nothing appended. A producer's
+        sends arrive in sequence order (one Pulsar connection carries them)."""
         results: list[Published] = []
         adds: list[tuple[bytes, Callable[[Position | ManagedLedgerError], None]]] = []
         refusal: BrokerError | None = None
         with self.lock:
-            if appends and not in_order:
-                self._wait_turn(producer, appends[0].sequence_id)
             dedup = self.deduplication and producer
             for append in appends:
                 if refusal is None:
@@ -400,34 +375,7 @@ class Topic:
                     adds = []
             if adds:
                 self._add(adds)
-            if producer and appends:
-                # Past the whole request, refused entries too: the client never sends those again.
-                after = appends[-1].highest_sequence_id + 1
-                self.next_request[producer] = max(self.next_request.get(producer, 0), after)
-                self.sequenced.notify_all()
         return results
-
-    def _wait_turn(self, producer: str, sequence_id: int) -> None:
-        """Hold a request until the producer's earlier requests are appended (caller holds the lock).
-        An earlier one may never come (the client gave up on it, or it was lost with a connection):
-        after REORDER_WAIT_S the request goes ahead, as it would have without pipelining."""
-        if not producer:
-            return
-        if producer not in self.next_request and producer in self.last_sequence:
-            self.next_request[producer] = self.last_sequence[producer] + 1  # its producer connected elsewhere
-        deadline = time.monotonic() + REORDER_WAIT_S
-        while sequence_id > self.next_request.get(producer, sequence_id) and not self.closed:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                log.warning(
-                    "%s: producer %s sent sequence id %d, expected %d; appending it without the gap",
-                    self.name,
-                    producer,
-                    sequence_id,
-                    self.next_request[producer],
-                )
-                return
-            self.sequenced.wait(left)
 
     def _add(self, adds: list[tuple[bytes, Callable[[Position | ManagedLedgerError], None]]]) -> None:
         try:
@@ -470,27 +418,7 @@ class Topic:
 
         return finish
 
-    # ---- readers -----------------------------------------------------------------------------
-
-    def read(self, start: MessageId | None, limit: int) -> list[Message]:
-        """Messages from `start` (inclusive; None = the beginning) to the last confirmed entry."""
-        end = self.ml.last_confirmed()
-        if end is None:
-            return []
-        position = self.ml.first_position() if start is None else start.position
-        out: list[Message] = []
-        while position is not None and position <= end and len(out) < limit:
-            batch = self.ml.read(position, min(1000, limit - len(out) + 1))
-            if not batch:
-                break
-            for pos, data in batch:
-                if pos > end:
-                    break
-                for msg in messages_of(pos, data):
-                    if (start is None or msg.id >= start) and len(out) < limit:
-                        out.append(msg)
-            position = self.ml.next_position(batch[-1][0])
-        return out
+    # ---- reading ------------------------------------------------------------------------------
 
     def last_entry(self) -> tuple[Position, entry_codec.Entry] | None:
         """The last confirmed entry, parsed (None: the topic has none)."""
@@ -790,7 +718,6 @@ class BrokerService:
             if topic.closed:
                 return
             topic.closed = True
-            topic.sequenced.notify_all()  # requests waiting for their turn are refused now
         self.topics.pop(str(topic.name), None)
         topic.close_attached()
         log.warning("topic %s fenced: another broker took it over; closed", topic.name)
@@ -803,7 +730,6 @@ class BrokerService:
                 continue
             with topic.lock:
                 topic.closed = True
-                topic.sequenced.notify_all()
             self.topics.pop(key, None)
             topic.close_attached()
             if graceful:
@@ -813,14 +739,6 @@ class BrokerService:
                     log.warning("closing %s: %s", key, e)
             unloaded.append(key)
         return unloaded
-
-    # ---- the API the server exposes ------------------------------------------------------------
-
-    def send(self, topic: str, producer: str, append: Append) -> Future[tuple[Position | None, bool]]:
-        return self.topic(topic).publish(producer, append)
-
-    def read(self, topic: str, start: MessageId | None, limit: int) -> list[Message]:
-        return self.topic(topic).read(start, min(limit, READ_LIMIT) if limit > 0 else READ_LIMIT)
 
     def close(self) -> None:
         self._stopping.set()

@@ -6,8 +6,9 @@ the ports are remembered in `standalone.json`, because a bookie's id is its addr
 ledgers' ensembles name bookies by id.
 
 The bookies run in-process, each behind its own gRPC server on loopback, so the broker talks
-to them exactly as to remote bookies. Fault verbs (`kill_bookie`, `restart_bookie`,
-`pause_bookie`, `expire_broker_session`, ...) act on them in place, for the workload's nemesis.
+to them exactly as to remote bookies. Fault verbs (kill, restart, start, expire-session) act on
+them and on the broker in place, for the workload's nemesis; `cluster VERB NODE` sends them to
+the control endpoint, a small HTTP service that stays up while the broker is killed.
 """
 
 from __future__ import annotations
@@ -18,15 +19,10 @@ import json
 import logging
 import os
 import threading
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from impl.bookie.server import Bookie, BookieServer
-from impl.broker import broker_pb2 as pb
-from impl.broker import broker_pb2_grpc as pb_grpc
 from impl.broker.broker import Broker
 from impl.broker.managed_ledger import ManagedLedgerConfig
 from impl.broker.service import BrokerConfig
@@ -36,6 +32,8 @@ from impl.metadata.store import MetadataError, MetadataStore, NoNode
 from impl.metadata.url import connect
 from impl.metadata.zkserver import free_port, port_is_free
 from impl.security.settings import Security
+from impl.web.http import HttpError, Request, Response, Router
+from impl.web.server import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +117,8 @@ class Standalone:
     def __init__(
         self,
         data_dir: Path,
-        port: int = 0,
+        port: int | None = None,
         bookies: int = 3,
-        pulsar_port: int | None = None,
         web_port: int | None = None,
         security: Security | None = None,
         tls_ports: tuple[int | None, int | None] = (None, None),
@@ -136,9 +133,9 @@ class Standalone:
         ports = state.get("bookie_ports", [])
         while len(ports) < bookies:
             ports.append(free_port())
-        broker_port = port or state.get("broker_port") or free_port()
+        old_broker_port = state.pop("broker_port", None)  # the gRPC API's, before it was removed
         self.control_port = state.get("control_port") or free_port()
-        self.pulsar_port = _choose_port(pulsar_port, state.get("pulsar_port"), DEFAULT_PULSAR_PORT)
+        self.pulsar_port = _choose_port(port, state.get("pulsar_port"), DEFAULT_PULSAR_PORT)
         self.web_port = _choose_port(web_port, state.get("web_port"), DEFAULT_WEB_PORT)
         security = security or Security()
         self.tls_ports = (0, 0)
@@ -151,7 +148,6 @@ class Standalone:
             state
             | {
                 "bookie_ports": ports,
-                "broker_port": broker_port,
                 "control_port": self.control_port,
                 "pulsar_port": self.pulsar_port,
                 "web_port": self.web_port,
@@ -160,23 +156,25 @@ class Standalone:
         )
         self.metadata_url = f"embedded://{self.data_dir / 'metadata'}"
         self.store: MetadataStore = connect(self.metadata_url)
-        self._clear_stale_registrations(ports[:bookies], broker_port)
+        # A previous run may have registered under the web port it used then (or, before the
+        # broker's identity became its web address, under its gRPC port, kept as "broker_port").
+        previous = {self.web_port, state.get("web_port"), old_broker_port} - {None}
+        self._clear_stale_registrations(ports[:bookies], sorted(previous))
         registry = BookieRegistry(self.store)
         self.bookies = [
             _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry) for i, p in enumerate(ports[:bookies])
         ]
         ml_config = ManagedLedgerConfig(ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum)
         self.config = BrokerConfig(managed_ledger=ml_config, security=security)
-        self.broker_port = broker_port
         self.broker: Broker | None = None
         self._lock = threading.Lock()
 
-    def _clear_stale_registrations(self, bookie_ports: list[int], broker_port: int) -> None:
+    def _clear_stale_registrations(self, bookie_ports: list[int], broker_ports: list[int]) -> None:
         """Delete ephemeral nodes a killed run of this standalone left behind (its session has not
         timed out yet): what that session's expiry would delete. Safe because we hold the lock."""
-        broker = f"127.0.0.1:{broker_port}"
+        brokers = {f"127.0.0.1:{p}" for p in broker_ports}
         paths = [layout.bookie_path(f"127.0.0.1:{p}", ro) for p in bookie_ports for ro in (False, True)]
-        paths.append(layout.broker_path(broker))
+        paths += [layout.broker_path(b) for b in sorted(brokers)]
         with contextlib.suppress(NoNode):
             for tenant in self.store.children(layout.NAMESPACE_ROOT):
                 for ns in self.store.children(f"{layout.NAMESPACE_ROOT}/{tenant}"):
@@ -184,7 +182,7 @@ class Standalone:
                     for bundle in self.store.children(base):
                         with contextlib.suppress(NoNode):
                             data, _ = self.store.get(f"{base}/{bundle}")
-                            if data.decode(errors="replace") == broker:
+                            if data.decode(errors="replace") in brokers:
                                 paths.append(f"{base}/{bundle}")
         for path in paths:
             stat = self.store.exists(path)
@@ -210,9 +208,9 @@ class Standalone:
         tmp.replace(path)
 
     @property
-    def service_url(self) -> str:
-        """The broker's gRPC API (admin); Pulsar clients use pulsar_service_url."""
-        return f"grpc://127.0.0.1:{self.broker_port}"
+    def broker_address(self) -> str:
+        """The broker's identity: its web service's address, as in Pulsar."""
+        return f"127.0.0.1:{self.web_port}"
 
     @property
     def pulsar_service_url(self) -> str:
@@ -259,7 +257,6 @@ class Standalone:
             broker = Broker(
                 lambda: connect(self.metadata_url),
                 self.config,
-                port=self.broker_port,
                 pulsar_port=self.pulsar_port,
                 web_port=self.web_port,
                 tls_ports=self.tls_ports,
@@ -326,7 +323,7 @@ class Standalone:
                 "node": "broker",
                 "role": "broker",
                 "up": broker is not None,
-                "address": f"127.0.0.1:{self.broker_port}",
+                "address": self.broker_address,
                 **({"stats": broker.stats()} if broker else {}),
             }
         )
@@ -345,28 +342,38 @@ class Standalone:
 
 
 class ControlServer:
-    """The standalone's control endpoint: broker.proto's `Admin` call with verbs
-    "standalone <verb>" and {"node": NAME}; it stays up while the broker is killed."""
+    """The standalone's control endpoint, on 127.0.0.1 only: `GET /status` and `POST /VERB/NODE`
+    (kill, restart, start, expire-session), each answered with the nodes' status as JSON. It is not
+    the broker's web service, so it stays up while the broker is killed."""
 
     def __init__(self, standalone: Standalone, port: int) -> None:
-        class _Control(pb_grpc.BrokerServicer):
-            def Admin(self, request: pb.AdminReq, context: Any) -> pb.AdminResp:
-                verb = request.verb.removeprefix("standalone ")
-                try:
-                    args = json.loads(request.args or "{}")
-                    result = standalone.control(verb, str(args.get("node", "")))
-                except (ValueError, TypeError, AttributeError) as e:
-                    return pb.AdminResp(code=pb.INVALID_ARGUMENT, message=str(e))
-                except (MetadataError, OSError, RuntimeError) as e:  # the fault itself failed: say why
-                    log.exception("standalone %s %s failed", verb, request.args)
-                    return pb.AdminResp(code=pb.PERSISTENCE_ERROR, message=f"{type(e).__name__}: {e}")
-                return pb.AdminResp(code=pb.OK, result=json.dumps(result))
+        router = Router()
 
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_BrokerServicer_to_server(_Control(), self.server)
-        if self.server.add_insecure_port(f"127.0.0.1:{port}") == 0:
-            raise OSError(f"cannot listen on control port 127.0.0.1:{port}; remove {STATE_FILE} to pick new ports")
+        @router.get("/status")
+        def status(_request: Request) -> Response:
+            return Response.json(standalone.status())
+
+        @router.post("/{verb}/{node}")
+        def act(_request: Request, verb: str, node: str) -> Response:
+            try:
+                return Response.json(standalone.control(verb, node))
+            except ValueError as e:
+                raise HttpError(400, str(e)) from e
+            except (MetadataError, OSError, RuntimeError) as e:  # the fault itself failed: say why
+                log.exception("standalone %s %s failed", verb, node)
+                raise HttpError(500, f"{type(e).__name__}: {e}") from e
+
+        try:
+            self.server = WebServer(router, "127.0.0.1", port, name="standalone-control", threads=2)
+        except OSError as e:
+            raise OSError(
+                f"cannot listen on control port 127.0.0.1:{port} ({e}); remove {STATE_FILE} to pick new ports"
+            ) from e
         self.server.start()
 
+    @property
+    def url(self) -> str:
+        return self.server.url
+
     def stop(self) -> None:
-        self.server.stop(grace=0).wait()
+        self.server.stop()

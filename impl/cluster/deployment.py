@@ -1,8 +1,9 @@
 """A reference cluster in one directory: real ZooKeeper, bookie and broker processes on 127.0.0.1.
 
 Layout of the directory D:
-    cluster.json            the state: metadata URL, service URL, and per node its role, port,
-                            directory, command and pid (rewritten after every verb)
+    cluster.json            the state: metadata URL, service URLs, and per node its role, port
+                            (a broker's is its web port, which is its identity), directory,
+                            command and pid (rewritten after every verb)
     zookeeper/zk-N/         ZooKeeper servers (impl.metadata.zkserver's launcher and layout)
     bookie-N/               node.log, node.pid, data/ (journal, entry logs)
     broker-N/               node.log, node.pid
@@ -172,24 +173,22 @@ class InProcessNode:
             return None
 
     def _control(self, verb: str, node: str = "") -> Any:
-        import grpc
-
-        from impl.broker import broker_pb2 as pb
-        from impl.broker import broker_pb2_grpc as pb_grpc
+        """`status`, or a fault verb on `node`, through the standalone's control endpoint (HTTP)."""
+        from impl.web.client import Unreachable, call
+        from impl.web.http import HttpError
 
         port = self._control_port()
         if port is None or self.host.pid() is None or self.host.paused():
             raise NodeError(f"{self.host.name} is not running (or paused); its {self.name} cannot be reached")
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            try:
-                resp = pb_grpc.BrokerStub(channel).Admin(
-                    pb.AdminReq(verb=f"standalone {verb}", args=json.dumps({"node": node})), timeout=30
-                )
-            except grpc.RpcError as e:
-                raise NodeError(f"the control endpoint of {self.host.name} failed: {e.code()}") from None
-        if resp.code != pb.OK:
-            raise NodeError(f"{self.host.name} refused `{verb} {node}`: {resp.message}")
-        return json.loads(resp.result) if resp.result else None
+        base = f"http://127.0.0.1:{port}"
+        try:
+            if verb == "status":
+                return call("GET", f"{base}/status", timeout_s=30)
+            return call("POST", f"{base}/{verb}/{node}", timeout_s=30)
+        except Unreachable as e:
+            raise NodeError(f"the control endpoint of {self.host.name} failed: {e}") from None
+        except HttpError as e:
+            raise NodeError(f"{self.host.name} refused `{verb} {node}`: {e.reason}") from None
 
     def _status(self) -> list[dict[str, Any]]:
         try:
@@ -321,20 +320,13 @@ class Cluster:
             command += traced(f"bookie-{i}")
             nodes.append({"name": f"bookie-{i}", "role": "bookie", "port": p, "dir": str(d), "command": command})
         for i in range(1, brokers + 1):
-            p, pp, wp, d = port(), port(), port(), directory / f"broker-{i}"
+            pp, wp, d = port(), port(), directory / f"broker-{i}"
             command = pulsar_ref_command(
-                "broker",
-                "--metadata",
-                metadata,
-                "--port",
-                str(p),
-                "--pulsar-port",
-                str(pp),
-                "--web-port",
-                str(wp),
-                *broker_options,
+                "broker", "--metadata", metadata, "--port", str(pp), "--web-port", str(wp), *broker_options
             )
-            node: dict[str, Any] = {"name": f"broker-{i}", "role": "broker", "port": p, "pulsar_port": pp}
+            # A broker's "port" is its web port: 127.0.0.1:web_port is its identity (registration,
+            # ownership nodes), and its web service answers health checks.
+            node: dict[str, Any] = {"name": f"broker-{i}", "role": "broker", "port": wp, "pulsar_port": pp}
             node |= {"web_port": wp, "dir": str(d)}
             node["command"] = command + security("broker", node) + traced(f"broker-{i}")
             nodes.append(node)
@@ -346,14 +338,11 @@ class Cluster:
             node["command"] = command + security("proxy", node)
             nodes.append(node)
         proxy_ports = [n["port"] for n in nodes if n["role"] == "proxy"]
-        broker_ports = [n["port"] for n in nodes if n["role"] == "broker"]
         pulsar_ports = [n["pulsar_port"] for n in nodes if n["role"] == "broker"]
         web_ports = [n["web_port"] for n in nodes if n["role"] == "broker"]
         state: dict[str, Any] = {
             "topology": "cluster",
             "metadata": metadata,
-            # the brokers' gRPC API (admin); Pulsar clients use pulsar_service
-            "service": "grpc://" + ",".join(f"127.0.0.1:{p}" for p in broker_ports) if broker_ports else None,
             # Pulsar's own clients: every broker's pulsar:// listener, as Pulsar's multi-host service URL
             "pulsar_service": "pulsar://" + ",".join(f"127.0.0.1:{p}" for p in pulsar_ports) if pulsar_ports else None,
             # the brokers' web services (admin REST API, HTTP lookups, /metrics, the cluster view)
@@ -388,18 +377,15 @@ class Cluster:
         """One `pulsar-ref standalone` process (embedded metadata, bookies and a broker inside)."""
         directory = Path(directory).resolve()
         cls._refuse_reuse(directory)
-        p, pp, wp, d = port or free_port(), free_port(), free_port(), directory / "standalone-1"
-        command = pulsar_ref_command(
-            "standalone", "--data", str(d / "data"), "--port", str(p), "--pulsar-port", str(pp), "--web-port", str(wp)
-        )
+        pp, wp, d = port or free_port(), free_port(), directory / "standalone-1"
+        command = pulsar_ref_command("standalone", "--data", str(d / "data"), "--port", str(pp), "--web-port", str(wp))
         state = {
             "topology": "standalone",
             "metadata": f"embedded://{d / 'data' / 'metadata'}",  # where impl.broker.standalone keeps it
-            "service": f"grpc://127.0.0.1:{p}",
             "pulsar_service": f"pulsar://127.0.0.1:{pp}",
             "web_services": [f"http://127.0.0.1:{wp}"],
             "zookeepers": [],
-            "nodes": [{"name": "standalone-1", "role": "standalone", "port": p, "dir": str(d), "command": command}],
+            "nodes": [{"name": "standalone-1", "role": "standalone", "port": pp, "dir": str(d), "command": command}],
         }
         cluster = cls(directory, state, die_with_parent)
         cluster.save()
@@ -446,11 +432,6 @@ class Cluster:
     @property
     def metadata_url(self) -> str:
         return str(self.state["metadata"])
-
-    @property
-    def service_url(self) -> str | None:
-        service = self.state.get("service")
-        return str(service) if service else None
 
     @property
     def pulsar_service_url(self) -> str | None:

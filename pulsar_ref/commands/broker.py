@@ -1,4 +1,7 @@
-"""`pulsar-ref broker --metadata URL --port P`: run one broker until SIGTERM."""
+"""`pulsar-ref broker --metadata URL [--port P] [--web-port W]`: run one broker until SIGTERM.
+
+The broker is known (registration, ownership nodes, lookups) by its web service's address,
+127.0.0.1:W, as Pulsar knows a broker by its advertised address and web service port."""
 
 from __future__ import annotations
 
@@ -34,20 +37,20 @@ def main(argv: list[str], prog: str) -> int:
         "--metadata", required=True, help="metadata store URL (zk://127.0.0.1:2181/x or embedded:///dir)"
     )
     parser.add_argument(
-        "--port", type=int, default=0, help="port of the project's gRPC API on 127.0.0.1 (default 0 = any free port)"
-    )
-    parser.add_argument(
+        "--port",
         "--pulsar-port",
+        dest="port",
         type=int,
         default=0,
-        help="port of the pulsar:// listener (Pulsar's binary protocol) on 127.0.0.1 (default 0 = any free port)",
+        help="port of the pulsar:// listener (Pulsar's binary protocol, brokerServicePort) on 127.0.0.1 "
+        "(default 0 = any free port)",
     )
     parser.add_argument(
         "--web-port",
         type=int,
         default=0,
-        help="port of the web service (admin REST API, HTTP lookups, /metrics, the cluster view) on 127.0.0.1 "
-        "(default 0 = any free port)",
+        help="port of the web service (admin REST API, HTTP lookups, /metrics, the cluster view) on 127.0.0.1; "
+        "127.0.0.1:PORT is also the broker's identity (default 0 = any free port)",
     )
     parser.add_argument(
         "--tls-port", type=int, default=0, help="port of the pulsar+ssl:// listener, with TLS on (default 0 = any free)"
@@ -104,8 +107,7 @@ def _run(args: argparse.Namespace) -> int:
         broker = Broker(
             lambda: connect(args.metadata, session_timeout_s=args.session_timeout),
             config,
-            port=args.port,
-            pulsar_port=args.pulsar_port,
+            pulsar_port=args.port,
             web_port=args.web_port,
             tls_ports=(args.tls_port, args.web_tls_port),
         )

@@ -217,7 +217,6 @@ def status(args: argparse.Namespace) -> int:
     if cluster.pulsar_service_url != cluster.broker_service_url:
         print(f"brokers:  {cluster.broker_service_url}")
     print(f"web:      {', '.join(cluster.web_service_urls) or '(no brokers)'}")
-    print(f"grpc:     {cluster.service_url or '(no brokers)'}")
     if cluster.security:
         print(f"secure:   {_security_line(cluster.security)}")
     return 0 if all(r.state == "up" for r in rows) else 1

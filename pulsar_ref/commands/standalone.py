@@ -21,14 +21,13 @@ def main(argv: list[str], prog: str) -> int:
     )
     parser.add_argument("--data", default="var/standalone", help="data directory (default var/standalone)")
     parser.add_argument(
-        "--port", type=int, default=0, help="broker's gRPC API port (default: the last one used, else any free)"
-    )
-    parser.add_argument(
+        "--port",
         "--pulsar-port",
+        dest="port",
         type=int,
         default=None,
-        help="port of the pulsar:// listener for Pulsar clients (default: the last one used, else 6650 when free, "
-        "else any free; 0 = any free)",
+        help="port of the pulsar:// listener for Pulsar clients, Pulsar's brokerServicePort (default: the last "
+        "one used, else 6650 when free, else any free; 0 = any free)",
     )
     parser.add_argument(
         "--web-port",
@@ -84,7 +83,6 @@ def main(argv: list[str], prog: str) -> int:
         standalone = Standalone(
             Path(args.data),
             port=args.port,
-            pulsar_port=args.pulsar_port,
             web_port=args.web_port,
             tls_ports=(args.tls_port, args.web_tls_port),
             security=security,
@@ -98,9 +96,9 @@ def main(argv: list[str], prog: str) -> int:
         print(f"error: cannot start standalone: {e}", file=sys.stderr)
         return 2
     print(
-        f"standalone {standalone.service_url} listening; Pulsar clients: {standalone.pulsar_service_url}; "
+        f"standalone {standalone.broker_address} listening; Pulsar clients: {standalone.pulsar_service_url}; "
         f"web service (admin, lookups, metrics, cluster view): {standalone.web_service_url}; "
-        f"control 127.0.0.1:{standalone.control_port}; "
+        f"control http://127.0.0.1:{standalone.control_port}; "
         f"bookies {', '.join(b.bookie_id for b in standalone.bookies)}; data {standalone.data_dir}"
         + (f"; TLS: {standalone.tls_urls[0]}, {standalone.tls_urls[1]}" if standalone.tls_urls else "")
         + (

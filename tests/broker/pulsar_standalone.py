@@ -18,8 +18,8 @@ from tests.processes import ROOT, start_listening
 class Standalone:
     def __init__(self, data: Path, *options: str) -> None:
         """`options`: more `pulsar-ref standalone` arguments."""
-        self.proc, self.grpc_address, banner = start_listening(
-            ["standalone", "--data", str(data), "--pulsar-port", "0", "--web-port", "0", *_tls_ports(options), *options]
+        self.proc, self.broker_address, banner = start_listening(
+            ["standalone", "--data", str(data), "--port", "0", "--web-port", "0", *_tls_ports(options), *options]
         )
         found = re.search(r"Pulsar clients: (pulsar://\S+);", banner)
         web = re.search(r"web service [^:]*: (http://\S+);", banner)

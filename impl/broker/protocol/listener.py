@@ -328,7 +328,7 @@ class _Connection:
         topic, name = self.producers.get(pid, (None, ""))
         if topic is None:
             return
-        results = topic.publish_entries(name, [a for _, a in run], in_order=True)
+        results = topic.publish_entries(name, [a for _, a in run])
         for (out, _), result in zip(run, results, strict=True):
             if isinstance(result, BrokerError):
                 self._send_failed(pid, out.sequence_id, result)
