@@ -17,7 +17,7 @@ import pytest
 
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, Reply, StoreEntry
-from impl.broker.grpc_client import Client
+from impl.broker.client import Client
 from impl.broker.standalone import Standalone
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.memory import MemoryServer
@@ -153,5 +153,6 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
 
 @pytest.fixture
 def client(standalone: Standalone) -> Iterator[Client]:
-    with Client(standalone.service_url, timeout_s=10) as c:
+    """The project's Pulsar client (impl/broker/client/) on the standalone's pulsar:// listener."""
+    with Client(standalone.pulsar_service_url, timeout_s=10) as c:
         yield c

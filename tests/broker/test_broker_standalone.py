@@ -1,29 +1,55 @@
 """The broker end to end on the embedded default: a Standalone (embedded store, three real
-in-process bookies behind gRPC, one broker) and the client library, as a user runs them."""
+in-process bookies behind gRPC, one broker) with the project's Pulsar client (impl/broker/client/)
+on its pulsar:// listener and the admin REST API on its web service, as a user runs them."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
-import time
 import uuid
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
+import pulsar
 import pytest
 
-from impl.broker import broker_pb2 as pb
-from impl.broker.grpc_client import Client, ClientError, ConsumerMessage, SendRejected
+from impl.broker.client import (
+    Client,
+    ClientError,
+    Consumer,
+    ConsumerMessage,
+    MessageId,
+    PartitionedConsumer,
+    SendRejected,
+)
+from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.standalone import Standalone, StandaloneAlreadyRunning
+from impl.broker.web.admin_client import AdminClient, topic_path
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
-from tests.processes import start_listening
+from impl.web.http import HttpError
+from tests.broker import pulsar_standalone
+from tests.waiting import wait_for
 
 
 def topic() -> str:
     return f"persistent://public/default/t-{uuid.uuid4().hex[:8]}"
 
 
-def receive_all(consumer, n: int, ack: bool = True) -> list[ConsumerMessage]:  # type: ignore[no-untyped-def]
+def admin_of(standalone: Standalone) -> AdminClient:
+    """The admin REST API on the standalone's web service (what `pulsar-ref admin` calls)."""
+    return AdminClient(standalone.web_service_url, timeout_s=20)
+
+
+def http_status(call: Any) -> int:
+    try:
+        call()
+    except HttpError as e:
+        return e.status
+    return 200
+
+
+def receive_all(consumer: Consumer | PartitionedConsumer, n: int, ack: bool = True) -> list[ConsumerMessage]:
     got = []
     for _ in range(n):
         msg = consumer.receive(timeout_s=10)
@@ -56,7 +82,7 @@ def test_exclusive_refuses_a_second_consumer(client: Client) -> None:
     first = client.subscribe(t, "ex", subscription_type="Exclusive")
     with pytest.raises(ClientError) as err:
         client.subscribe(t, "ex", subscription_type="Exclusive")
-    assert err.value.code == pb.CONSUMER_BUSY
+    assert err.value.code == api.ConsumerBusy
     first.close()
 
 
@@ -101,16 +127,21 @@ def test_key_shared_keeps_each_key_on_one_consumer(client: Client) -> None:
         producer.send(b"%d" % i, key=f"k{i % 5}")
     owner: dict[str, int] = {}
     received = 0
-    for index, consumer in enumerate(consumers):
-        while True:
+
+    def receive_some() -> bool:
+        nonlocal received
+        for index, consumer in enumerate(consumers):
             try:
-                msg = consumer.receive(timeout_s=1.0)
+                msg = consumer.receive(timeout_s=0.05)
             except TimeoutError:
-                break
+                continue
             received += 1
-            assert owner.setdefault(msg.key, index) == index
+            assert owner.setdefault(msg.key, index) == index  # a key seen on two consumers fails here
             consumer.acknowledge(msg)
-    assert received == 20
+        return received >= 20
+
+    wait_for(receive_some, "the 20 messages")
+    assert received == 20 and set(owner) == {f"k{i}" for i in range(5)}
     for c in consumers:
         c.close()
 
@@ -124,69 +155,76 @@ def test_negative_ack_redelivers_and_unknown_ack_disturbs_nothing(client: Client
     consumer.negative_acknowledge(msg)
     again = consumer.receive(timeout_s=10)
     assert again.id == first and again.redelivery_count == 1
-    consumer.acknowledge(type(first)(first.ledger_id + 100, 0, 0))  # never delivered: refused, stream lives
+    never_delivered = ConsumerMessage(MessageId(first.ledger_id + 100, 0, 0), b"")
+    consumer.acknowledge(never_delivered)  # ignored, as Pulsar does: the connection and consumer live on
     consumer.acknowledge(again)
     producer.send(b"second")
     assert consumer.receive(timeout_s=10).data == b"second"
     consumer.close()
 
 
-def test_deduplication_of_a_resent_sequence_id_and_across_producer_reconnect(client: Client) -> None:
+def test_deduplication_of_a_resent_sequence_id_and_across_producer_reconnect(
+    client: Client, standalone: Standalone
+) -> None:
     t = topic()
     producer = client.create_producer(t, name="dedup-producer")
     producer.send(b"a")
     producer.send(b"b")
-    stub = client.stub(client.lookup(t))
-    resend = pb.SendReq(topic=t, producer_name="dedup-producer", sequence_id=1, messages=[pb.Message(payload=b"b")])
-    answer = stub.Send(resend)
-    assert answer.code == pb.OK and answer.duplicate
+    producer.close()
+    # The official client lets a test choose the sequence id: resend the second message as id 1.
+    official = pulsar.Client(standalone.pulsar_service_url, operation_timeout_seconds=20)
+    try:
+        resender = official.create_producer(t, producer_name="dedup-producer", batching_enabled=False)
+        assert resender.last_sequence_id() == 1  # what the broker persisted for this producer name
+        resender.send(b"b", sequence_id=1)  # acknowledged as a duplicate, not written
+        resender.close()
+    finally:
+        official.close()
     again = client.create_producer(t, name="dedup-producer")  # a reconnect continues after the last sequence id
     again.send(b"c")
     assert [m for _, m in client.read_topic(t)] == [b"a", b"b", b"c"]
 
 
-def test_bad_input_gets_clear_errors_and_disturbs_nothing(client: Client) -> None:
+def test_bad_input_gets_clear_errors_and_disturbs_nothing(client: Client, standalone: Standalone) -> None:
     t = topic()
     producer = client.create_producer(t)
     with pytest.raises(ClientError) as err:
         client.create_producer("persistent://public/default/")
-    assert err.value.code == pb.INVALID_TOPIC_NAME
+    assert err.value.code == api.InvalidTopicName
     with pytest.raises(ClientError) as err:
         client.create_producer("persistent://no-such-tenant/ns/t")
-    assert err.value.code == pb.TOPIC_NOT_FOUND
+    assert err.value.code == api.TopicNotFound
     with pytest.raises(SendRejected) as rejected:
-        producer.send(b"x" * (6 * 1024 * 1024))
-    assert rejected.value.code == pb.MESSAGE_TOO_LARGE
-    with pytest.raises(ClientError):
-        client.admin("topics no-such-verb")
+        producer.send(b"x" * (6 * 1024 * 1024))  # over the maximum size the broker advertised in CONNECTED
+    assert rejected.value.code == api.NotAllowedError
+    admin = admin_of(standalone)
+    assert http_status(lambda: admin.call("GET", "/admin/v2/no-such-resource")) == 404
+    assert http_status(lambda: admin.call("PUT", "/admin/v2/namespaces/public/bad", {"bundles": "many"})) == 400
     assert producer.send(b"still fine").entry_id >= 0
     assert [m for _, m in client.read_topic(t)] == [b"still fine"]
 
 
-def test_admin_tenants_namespaces_partitioned_topics_and_stats(client: Client) -> None:
-    client.admin("tenants create", {"tenant": "acme"})
-    client.admin("namespaces create", {"namespace": "acme/orders", "bundles": 8})
-    assert "acme/orders" in client.admin("namespaces list", {"tenant": "acme"})
-    client.admin_create_partitioned_topic("persistent://acme/orders/p", 3)
+def test_admin_tenants_namespaces_partitioned_topics_and_stats(client: Client, standalone: Standalone) -> None:
+    admin = admin_of(standalone)
+    admin.call("PUT", "/admin/v2/tenants/acme", {"allowedClusters": ["standalone"]})
+    admin.call("PUT", "/admin/v2/namespaces/acme/orders", {"bundles": {"numBundles": 8}})
+    assert "acme/orders" in admin.call("GET", "/admin/v2/namespaces/acme")
+    admin.create_partitioned_topic("persistent://acme/orders/p", 3)
     assert client.partitions("persistent://acme/orders/p") == 3
     for i in range(3):
         client.create_producer(f"persistent://acme/orders/p-partition-{i}").send(b"x")
-    listed = client.admin("topics list", {"namespace": "acme/orders"})
+    listed = admin.call("GET", "/admin/v2/persistent/acme/orders")
     assert {f"persistent://acme/orders/p-partition-{i}" for i in range(3)} <= set(listed)
-    stats = client.admin(
-        "topics internal-stats",
-        {"topic": "persistent://acme/orders/p-partition-0"},
-        route_topic="persistent://acme/orders/p-partition-0",
-    )
-    assert stats["entries"] == 1
-    with pytest.raises(ClientError) as err:
-        client.admin("tenants delete", {"tenant": "acme"})
-    assert err.value.code == pb.NOT_EMPTY
+    stats = admin.call("GET", topic_path("persistent://acme/orders/p-partition-0") + "/internalStats")
+    assert stats["numberOfEntries"] == 1
+    assert http_status(lambda: admin.call("DELETE", "/admin/v2/tenants/acme")) == 409  # it has a namespace
 
 
-def test_partitioned_topic_routes_keys_to_partitions_and_consumes_them_all(client: Client) -> None:
+def test_partitioned_topic_routes_keys_to_partitions_and_consumes_them_all(
+    client: Client, standalone: Standalone
+) -> None:
     t = topic()
-    client.admin_create_partitioned_topic(t, 3)
+    admin_of(standalone).create_partitioned_topic(t, 3)
     consumer = client.subscribe(t, "all", initial_position="earliest")
     producer = client.create_producer(t)
     for i in range(12):
@@ -203,13 +241,13 @@ def test_partitioned_topic_routes_keys_to_partitions_and_consumes_them_all(clien
 
 
 def test_rollover_and_trimming_delete_consumed_ledgers(tmp_path: Path) -> None:
-    s = Standalone(tmp_path / "roll")
+    s = Standalone(tmp_path / "roll", port=0, web_port=0)
     s.config.managed_ledger = type(s.config.managed_ledger)(
         ensemble=2, write_quorum=2, ack_quorum=2, max_entries_per_ledger=3
     )
     s.start()
     try:
-        with Client(s.service_url) as client:
+        with Client(s.pulsar_service_url) as client:
             t = topic()
             consumer = client.subscribe(t, "trim", initial_position="earliest")
             producer = client.create_producer(t)
@@ -238,10 +276,10 @@ def _exists(ledgers: LedgerMetadataStore, ledger_id: int) -> bool:
 
 def test_cursor_survives_a_restart_and_unacked_messages_are_redelivered(tmp_path: Path) -> None:
     t = topic()
-    s = Standalone(tmp_path / "restart")
+    s = Standalone(tmp_path / "restart", port=0, web_port=0)
     s.start()
     try:
-        with Client(s.service_url) as client:
+        with Client(s.pulsar_service_url) as client:
             consumer = client.subscribe(t, "durable", initial_position="earliest")
             producer = client.create_producer(t)
             for i in range(6):
@@ -250,19 +288,20 @@ def test_cursor_survives_a_restart_and_unacked_messages_are_redelivered(tmp_path
             for msg in got[:3]:
                 consumer.acknowledge(msg)
             consumer.acknowledge(got[4])
-            for _ in range(100):  # acks travel on the consumer's stream: wait until the broker has them
-                stats = client.admin("topics stats", {"topic": t}, route_topic=t)
-                if stats["subscriptions"]["durable"]["backlog"] == 2:
-                    break
-                time.sleep(0.05)
-            assert stats["subscriptions"]["durable"]["backlog"] == 2
+            admin = admin_of(s)
+
+            def backlog() -> int:
+                return int(admin.call("GET", topic_path(t) + "/stats")["subscriptions"]["durable"]["msgBacklog"])
+
+            # Acks are sent without waiting for an answer: wait until the broker has them all.
+            wait_for(lambda: backlog() == 2, "the broker to count the four acks")
             consumer.close()
     finally:
         s.stop()
-    s = Standalone(tmp_path / "restart")
+    s = Standalone(tmp_path / "restart", port=0, web_port=0)
     s.start()
     try:
-        with Client(s.service_url) as client:
+        with Client(s.pulsar_service_url) as client:
             consumer = client.subscribe(t, "durable")
             redelivered = [consumer.receive(timeout_s=10).data for _ in range(2)]
             assert redelivered == [b"3", b"5"]
@@ -273,29 +312,27 @@ def test_cursor_survives_a_restart_and_unacked_messages_are_redelivered(tmp_path
         s.stop()
 
 
-def start_standalone_process(data: Path) -> tuple[subprocess.Popen[str], str]:
-    proc, url, _ = start_listening(["standalone", "--data", str(data)])
-    return proc, url
-
-
 @pytest.mark.processes
 def test_standalone_killed_with_sigkill_restarts_at_once_with_all_its_data(tmp_path: Path) -> None:
     data = tmp_path / "killed"
-    proc, url = start_standalone_process(data)
+    survivor = "persistent://public/default/survivor"
+    s = pulsar_standalone.Standalone(data)
     try:
-        with Client(url) as client:
-            producer = client.create_producer("persistent://public/default/survivor")
+        with Client(s.url) as client:
+            producer = client.create_producer(survivor)
             acked = [producer.send(b"%d" % i) for i in range(5)]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        proc, url = start_standalone_process(data)  # at once: its old session has not expired yet
-        with Client(url) as client:
-            read = client.read_topic("persistent://public/default/survivor")
+        s.proc.send_signal(signal.SIGKILL)
+        s.proc.wait()
+        # At once, on the same ports (the same broker identity): its old session has not expired yet.
+        ports = ["--pulsar-port", str(urlsplit(s.url).port), "--web-port", str(urlsplit(s.web_url).port)]
+        s = pulsar_standalone.Standalone(data, *ports)
+        with Client(s.url) as client:
+            read = client.read_topic(survivor)
             assert [mid for mid, _ in read] == acked
-            assert client.create_producer("persistent://public/default/survivor").send(b"after") > acked[-1]
+            assert client.create_producer(survivor).send(b"after") > acked[-1]
     finally:
-        proc.kill()
-        proc.wait()
+        s.proc.kill()
+        s.proc.wait()
 
 
 def test_a_second_standalone_on_the_same_data_directory_is_refused(standalone: Standalone) -> None:
