@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from spark import queue_reference
@@ -67,55 +68,88 @@ def _summaries(ops: list[Op]) -> dict[str, TopicSummary]:
     return dict(topics)
 
 
+@dataclass(frozen=True)
+class Observed:
+    """What every check of the log reads: the log operations, and every observation of a value at a
+    position, sorted by event index. `t` tells an event's time for the messages."""
+
+    ops: list[Op]
+    appends: dict[str | None, Op]  # value -> its append
+    acks: list[Op]
+    reads: list[Op]
+    ack_obs: list[Obs]
+    read_obs: list[Obs]
+    all_obs: list[Obs]
+    t: Callable[[int | None], str]
+
+    @classmethod
+    def of(cls, all_ops: list[Op]) -> Observed:
+        ops = [op for op in all_ops if op.f in LOG_OPS]
+        acks = [op for op in ops if op.f == "append" and op.type == "ok"]
+        reads = [op for op in ops if op.f == "read" and op.type == "ok"]
+        ack_obs: list[Obs] = [(a.cmp_index, a.position, a.value, a.topic) for a in acks]
+        read_obs: list[Obs] = sorted((r.cmp_index, p, v, r.topic) for r in reads for p, v in r.entries)
+        appends = {op.value: op for op in ops if op.f == "append"}
+        return cls(ops, appends, acks, reads, ack_obs, read_obs, sorted(ack_obs + read_obs), time_teller(ops))
+
+
 def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
-    ops = [op for op in all_ops if op.f in LOG_OPS]
+    observed = Observed.of(all_ops)
     cases: list[Case] = queue_reference.check(all_ops, nemesis)
-    add = cases.append
-    appends = {op.value: op for op in ops if op.f == "append"}
-    acks = [op for op in ops if op.f == "append" and op.type == "ok"]
-    reads = [op for op in ops if op.f == "read" and op.type == "ok"]
-    t = time_teller(ops)
+    for family in LOG_CHECKS:
+        cases += family(observed)
+    summaries = _summaries(observed.ops)
+    for c in cases:
+        summaries.setdefault(c.topic, TopicSummary()).anomalies += 1
+    return Report(
+        ops=len(all_ops), cases=cases, topics=summaries, subscriptions=queue_reference.figures(all_ops, nemesis)
+    )
 
-    ack_obs: list[Obs] = [(a.cmp_index, a.position, a.value, a.topic) for a in acks]
-    read_obs: list[Obs] = [(r.cmp_index, p, v, r.topic) for r in reads for p, v in r.entries]
-    all_obs = sorted(ack_obs + read_obs)
 
-    # duplicate-position / divergent-read (b): group observations by (topic, position).
-    def by_position(observations: list[Obs], name: str, what: str) -> None:
-        first: dict[tuple[str, Position], Obs] = {}
-        second: dict[tuple[str, Position], Obs] = {}
-        for o in observations:
-            key = (o[3], o[1])
-            if key not in first:
-                first[key] = o
-            elif key not in second and o[2] != first[key][2]:
-                second[key] = o
-        for key, o2 in second.items():
-            o1 = first[key]
-            add(
-                Case(
-                    name,
-                    key[0],
-                    (o1[0], o2[0]),
-                    f"{what} {o1[2]!r} at {format_position(key[1])} (event {o1[0]}, {t(o1[0])}) and "
-                    f"{o2[2]!r} at the same position (event {o2[0]}, {t(o2[0])})",
-                )
-            )
+def _by_position(observations: list[Obs], name: str, what: str, t: Callable[[int | None], str]) -> list[Case]:
+    """Two different values observed at one (topic, position): the earliest, and the earliest other."""
+    first: dict[tuple[str, Position], Obs] = {}
+    second: dict[tuple[str, Position], Obs] = {}
+    for o in observations:
+        key = (o[3], o[1])
+        if key not in first:
+            first[key] = o
+        elif key not in second and o[2] != first[key][2]:
+            second[key] = o
+    return [
+        Case(
+            name,
+            key[0],
+            (first[key][0], o2[0]),
+            f"{what} {first[key][2]!r} at {format_position(key[1])} (event {first[key][0]}, {t(first[key][0])}) and "
+            f"{o2[2]!r} at the same position (event {o2[0]}, {t(o2[0])})",
+        )
+        for key, o2 in second.items()
+    ]
 
-    by_position(all_obs, "duplicate-position", "observed")
-    by_position(sorted(read_obs), "divergent-read", "a read showed")
 
-    # duplicate-value: group by value.
+def duplicate_position(o: Observed) -> list[Case]:
+    return _by_position(o.all_obs, "duplicate-position", "observed", o.t)
+
+
+def divergent_positions(o: Observed) -> list[Case]:
+    """divergent-read (b): two reads show different values at one position."""
+    return _by_position(o.read_obs, "divergent-read", "a read showed", o.t)
+
+
+def duplicate_value(o: Observed) -> list[Case]:
+    t = o.t
     firstv: dict[str, Obs] = {}
     secondv: dict[str, Obs] = {}
-    for o in all_obs:
-        if o[2] not in firstv:
-            firstv[o[2]] = o
-        elif o[2] not in secondv and o[1] != firstv[o[2]][1]:
-            secondv[o[2]] = o
+    for ob in o.all_obs:
+        if ob[2] not in firstv:
+            firstv[ob[2]] = ob
+        elif ob[2] not in secondv and ob[1] != firstv[ob[2]][1]:
+            secondv[ob[2]] = ob
+    cases = []
     for v, o2 in secondv.items():
         o1 = firstv[v]
-        add(
+        cases.append(
             Case(
                 "duplicate-value",
                 o1[3],
@@ -124,17 +158,22 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
                 f"{format_position(o2[1])} (event {o2[0]}, {t(o2[0])})",
             )
         )
+    return cases
 
-    # divergent-read (a), phantom-read, failed-write-visible: join read observations with appends by value.
+
+def reads_against_appends(o: Observed) -> list[Case]:
+    """divergent-read (a), phantom-read and failed-write-visible: each read value joined with its append."""
+    t = o.t
+    cases: list[Case] = []
     seen_div: set[str] = set()
     seen_phantom: set[str] = set()
     seen_failed: set[str] = set()
-    for idx, p, v, topic in sorted(read_obs):
-        a = appends.get(v)
+    for idx, p, v, topic in o.read_obs:
+        a = o.appends.get(v)
         if a is None:
             if v not in seen_phantom:
                 seen_phantom.add(v)
-                add(
+                cases.append(
                     Case(
                         "phantom-read",
                         topic,
@@ -146,7 +185,7 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
         elif a.type == "fail":
             if v not in seen_failed:
                 seen_failed.add(v)
-                add(
+                cases.append(
                     Case(
                         "failed-write-visible",
                         topic,
@@ -157,7 +196,7 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
                 )
         elif a.type == "ok" and a.position != p and v not in seen_div:
             seen_div.add(v)
-            add(
+            cases.append(
                 Case(
                     "divergent-read",
                     topic,
@@ -166,24 +205,29 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
                     f"the read completing at {t(idx)} shows it at {format_position(p)}",
                 )
             )
+    return cases
 
-    # gap: successor of a among the sorted known positions of the topic.
+
+def gap(o: Observed) -> list[Case]:
+    """The successor of a read's entry among the topic's sorted known positions lies before its next entry."""
+    t = o.t
     known: dict[str, list[Position]] = defaultdict(list)
     first_at: dict[tuple[str, Position], int] = {}
-    for idx, p, _v, topic in all_obs:
+    for idx, p, _v, topic in o.all_obs:
         if (topic, p) not in first_at:
             first_at[(topic, p)] = idx
             known[topic].append(p)
     for positions in known.values():
         positions.sort()
-    for r in reads:
+    cases = []
+    for r in o.reads:
         ks = known[r.topic]
         for (lo, _), (hi, _) in zip(r.entries, r.entries[1:], strict=False):
             i = bisect.bisect_right(ks, lo)
             if i < len(ks) and ks[i] < hi:
                 k = ks[i]
                 w = first_at[(r.topic, k)]
-                add(
+                cases.append(
                     Case(
                         "gap",
                         r.topic,
@@ -194,17 +238,22 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
                     )
                 )
                 break
+    return cases
 
-    # lost-write: acks x final reads of the topic.
+
+def lost_write(o: Observed) -> list[Case]:
+    """Acknowledged appends against the final reads of their topic."""
+    t = o.t
     finals: dict[str, list[Op]] = defaultdict(list)
-    for r in reads:
+    for r in o.reads:
         if r.final and not r.cut_by_limit:
             finals[r.topic].append(r)
     final_values = {r.cmp_index: {v for _, v in r.entries} for rs in finals.values() for r in rs}
-    for a in acks:
+    cases = []
+    for a in o.acks:
         for r in sorted(finals[a.topic], key=lambda r: r.cmp_index or 0):
             if a.value not in final_values[r.cmp_index]:
-                add(
+                cases.append(
                     Case(
                         "lost-write",
                         a.topic,
@@ -214,13 +263,18 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
                     )
                 )
                 break
+    return cases
 
-    # nonmonotonic-append: consecutive acks per (process, topic).
+
+def nonmonotonic_append(o: Observed) -> list[Case]:
+    """Consecutive acknowledged appends of one process to one topic."""
+    t = o.t
     last: dict[tuple[int, str], Op] = {}
-    for a in sorted(acks, key=lambda a: a.cmp_index or 0):
+    cases = []
+    for a in sorted(o.acks, key=lambda a: a.cmp_index or 0):
         prev = last.get((a.process, a.topic))
         if prev is not None and a.position <= prev.position:  # type: ignore[operator]
-            add(
+            cases.append(
                 Case(
                     "nonmonotonic-append",
                     a.topic,
@@ -231,11 +285,17 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
                 )
             )
         last[(a.process, a.topic)] = a
+    return cases
 
-    # One prefix-maximum scan per topic over events in index order: contributions at completions, queries at
-    # invokes. Ties on position keep the earliest event (the max is over (position, -index)).
+
+def realtime_order(o: Observed) -> list[Case]:
+    """realtime-reorder, stale-read and nonmonotonic-read: one prefix-maximum scan per topic over events in
+    index order, contributions at completions, queries at invokes. Ties on position keep the earliest event
+    (the max is over (position, -index))."""
+    t = o.t
+    cases: list[Case] = []
     by_topic: dict[str, list[tuple[Any, int, Op]]] = defaultdict(list)  # (index, kind 0=contrib 1=query, op)
-    for op in ops:
+    for op in o.ops:
         if op.type != "ok":
             continue
         by_topic[op.topic].append((op.inv_index, 1, op))
@@ -259,7 +319,7 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
             if op.f == "append":
                 if max_ack is not None and max_ack[0] > op.position:
                     a = max_ack[2]
-                    add(
+                    cases.append(
                         Case(
                             "realtime-reorder",
                             topic,
@@ -276,7 +336,7 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
             start = op.start or (0, 0, 0)
             if max_ack is not None and max_ack[0] >= start and (reach is None or reach < max_ack[0]):
                 a = max_ack[2]
-                add(
+                cases.append(
                     Case(
                         "stale-read",
                         topic,
@@ -288,7 +348,7 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
                 )
             if max_read is not None and max_read[0] >= start and (reach is None or reach < max_read[0]):
                 r1 = max_read[2]
-                add(
+                cases.append(
                     Case(
                         "nonmonotonic-read",
                         topic,
@@ -298,10 +358,16 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
                         f"{format_position(reach) if reach else 'nothing'} and misses it",
                     )
                 )
+    return cases
 
-    summaries = _summaries(ops)
-    for c in cases:
-        summaries.setdefault(c.topic, TopicSummary()).anomalies += 1
-    return Report(
-        ops=len(all_ops), cases=cases, topics=summaries, subscriptions=queue_reference.figures(all_ops, nemesis)
-    )
+
+LOG_CHECKS: tuple[Callable[[Observed], list[Case]], ...] = (
+    duplicate_position,
+    divergent_positions,
+    duplicate_value,
+    reads_against_appends,
+    gap,
+    lost_write,
+    nonmonotonic_append,
+    realtime_order,
+)
