@@ -1,6 +1,7 @@
 """Broker benchmark: publish throughput, latency at a fixed rate, catch-up reads from the bookies.
 
-Deployments (E2/Qw2/Qa2 in both, driven from this process with the client library):
+Deployments (E2/Qw2/Qa2 in both, driven from this process with the project's Pulsar client,
+impl/broker/client/, over Pulsar's binary protocol):
   standalone   `pulsar-ref standalone` as one process (embedded metadata, three in-process bookies, one broker)
   cluster      separate processes: a real ZooKeeper, three `pulsar-ref bookie`, one `pulsar-ref broker`
                (impl/cluster/deployment.py, as `pulsar-ref cluster up` lays them out)
@@ -13,7 +14,8 @@ Runs, per deployment:
                end-to-end latency to the receipt by a consumer on the same clock (so a sender falling
                behind its schedule shows up as latency)
   catch-up     the broker is restarted (its entry cache is empty) and the unbatched 1 KiB topic is read back
-               from the bookies: by a reader (Read calls of 1,000) and by a durable subscription from earliest
+               from the bookies: by a reader (a non-durable subscription from the earliest message to the
+               topic's last message id) and by a durable subscription from earliest
 
     .venv/bin/python bench/bench_broker.py [--deployment standalone|cluster|both] [--messages 5000]
                                            [--seconds 5] [--rate 1000] [--repeat 1]
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import re
 import shutil
 import statistics
 import subprocess
@@ -38,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from impl.broker.grpc_client import Client, MessageId  # noqa: E402
+from impl.broker.client import Client  # noqa: E402
 from impl.cluster.deployment import Cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +56,9 @@ class StandaloneDeployment:
         self._start()
 
     def _start(self) -> None:
+        ports = ("--pulsar-port", "0", "--web-port", "0")  # any free ones: never a port another run holds
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pulsar_ref.cli", "standalone", "--data", str(self.data), *QUORUMS],
+            [sys.executable, "-m", "pulsar_ref.cli", "standalone", "--data", str(self.data), *ports, *QUORUMS],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -62,10 +66,11 @@ class StandaloneDeployment:
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        if "listening" not in line:
+        found = re.search(r"Pulsar clients: (pulsar://[^\s;]+)", line)
+        if "listening" not in line or not found:
             self.proc.kill()
             raise RuntimeError(f"standalone did not start: {line!r}")
-        self.url = line.split()[1]
+        self.url = found.group(1)  # its pulsar:// listener
 
     def restart_broker(self) -> None:
         self.stop()
@@ -84,8 +89,8 @@ class ClusterDeployment:
             data, zookeepers=1, bookies=3, brokers=1, die_with_parent=True, broker_options=QUORUMS
         )
         self.cluster.up()
-        assert self.cluster.service_url is not None
-        self.url = self.cluster.service_url
+        assert self.cluster.pulsar_service_url is not None
+        self.url = self.cluster.pulsar_service_url  # the brokers' pulsar:// listeners
 
     def restart_broker(self) -> None:
         self.cluster.node("broker-1").stop()  # graceful: it closes its ledgers
@@ -183,14 +188,18 @@ def fixed_rate(client: Client, topic: str, seconds: float, rate: int, batching: 
 
 def catch_up_reader(client: Client, topic: str) -> Row:
     start = time.perf_counter()
-    count, nxt = 0, None
-    while True:
-        batch = client.read_topic(topic, nxt, limit=1000)
-        if not batch:
-            break
-        count += len(batch)
-        last = batch[-1][0]
-        nxt = MessageId(last.ledger_id, last.entry_id, last.batch_index + 1)
+    reader = client.create_reader(topic)  # from the earliest message
+    count = 0
+    try:
+        last = reader.last_message_id()
+        while last is not None:
+            mid, _ = reader.read_next(timeout_s=30)
+            count += 1
+            if mid >= last:
+                break
+    except TimeoutError:
+        print(f"  the reader read {count} messages, not up to {last}", flush=True)
+    reader.close()
     return Row("catch-up read from bookies, 1 KiB entries, reader", count, count / (time.perf_counter() - start))
 
 
