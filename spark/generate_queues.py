@@ -118,20 +118,8 @@ def plan(
                 if clock >= span and f == "receive":
                     continue
                 seq += 1
-                inv = clock + rng.randrange(1, 500) * 1000
-                eff = inv + rng.randrange(1, 2000) * 1000
-                cmp = eff + rng.randrange(1, 2000) * 1000
-                clock = cmp
-                op = Planned(
-                    inv * 1000 + seq % 1000,
-                    eff * 1000 + seq % 1000,
-                    cmp * 1000 + seq % 1000,
-                    seq,
-                    pid,
-                    f,
-                    sub,
-                    consumer,
-                )
+                op = _timed(rng, clock, (500, 2000, 2000), seq, pid, f, sub, consumer)
+                clock = op.cmp // 1000
                 out.append(op)
                 if f != "receive":
                     continue
@@ -139,21 +127,9 @@ def plan(
                 r = rng.random()
                 if r < 0.85:
                     seq += 1
-                    inv = clock + rng.randrange(1, 200) * 1000
-                    eff = inv + rng.randrange(1, 1000) * 1000
-                    cmp = eff + rng.randrange(1, 1000) * 1000
-                    clock = cmp
                     f2 = "ack" if r < 0.7 else "nack"
-                    ack = Planned(
-                        inv * 1000 + seq % 1000,
-                        eff * 1000 + seq % 1000,
-                        cmp * 1000 + seq % 1000,
-                        seq,
-                        pid,
-                        f2,
-                        sub,
-                        consumer,
-                    )
+                    ack = _timed(rng, clock, (200, 1000, 1000), seq, pid, f2, sub, consumer)
+                    clock = ack.cmp // 1000
                     ack.target = last_receive
                     if f2 == "ack":
                         ack.cumulative = sub.type in ("Exclusive", "Failover") and rng.random() < 0.3
@@ -161,6 +137,26 @@ def plan(
                             ack.outcome, ack.effective = "info", rng.random() < 0.5
                     out.append(ack)
     return out, subs
+
+
+def _timed(
+    rng: random.Random,
+    clock: int,
+    gaps: tuple[int, int, int],
+    seq: int,
+    pid: int,
+    f: str,
+    sub: Subscription,
+    consumer: str,
+) -> Planned:
+    """An operation invoked after `clock`, taking effect and completing after random gaps (at most `gaps`
+    ms each); its times carry `seq` in their last digits, so no two events share a time."""
+    inv = clock + rng.randrange(1, gaps[0]) * 1000
+    eff = inv + rng.randrange(1, gaps[1]) * 1000
+    cmp = eff + rng.randrange(1, gaps[2]) * 1000
+    return Planned(
+        inv * 1000 + seq % 1000, eff * 1000 + seq % 1000, cmp * 1000 + seq % 1000, seq, pid, f, sub, consumer
+    )
 
 
 def apply(

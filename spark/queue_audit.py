@@ -400,17 +400,5 @@ def explain(row: dict[str, Any]) -> str:
 
 
 def figures_of(row: dict[str, Any]) -> SubscriptionFigures:
-    return SubscriptionFigures(
-        topic=row["topic"],
-        subscription=row["sub"],
-        type=row["stype"] or "?",
-        fault=row["fault"],
-        deliveries=row["deliveries"],
-        first=row["first"],
-        redeliveries=row["deliveries"] - row["first"],
-        duplicates=row["duplicates"],
-        after_ack=row["after_ack"],
-        max_redelivery=row["max_redelivery"],
-        lag_p50_ms=row["lag_p50_ms"],
-        lag_p99_ms=row["lag_p99_ms"],
-    )
+    subscription = (row["topic"], row["sub"], row["stype"] or "?", row["fault"])
+    return SubscriptionFigures.of(subscription, row, (row["lag_p50_ms"], row["lag_p99_ms"]))

@@ -280,20 +280,6 @@ def figures(ops: Sequence[Op], nemesis: Sequence[NemesisEvent] = ()) -> list[Sub
     out = []
     for (sub, fault), row in rows.items():
         lag = sorted(lags[(sub, fault)])
-        out.append(
-            SubscriptionFigures(
-                topic=sub[0],
-                subscription=sub[1],
-                type=types.get(sub, "?"),
-                fault=fault,
-                deliveries=row["deliveries"],
-                first=row["first"],
-                redeliveries=row["deliveries"] - row["first"],
-                duplicates=row["duplicates"],
-                after_ack=row["after_ack"],
-                max_redelivery=row["max_redelivery"],
-                lag_p50_ms=quantile(lag, 0.5),
-                lag_p99_ms=quantile(lag, 0.99),
-            )
-        )
+        subscription = (sub[0], sub[1], types.get(sub, "?"), fault)
+        out.append(SubscriptionFigures.of(subscription, row, (quantile(lag, 0.5), quantile(lag, 0.99))))
     return sorted(out, key=lambda f: f.key)

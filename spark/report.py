@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,30 @@ class SubscriptionFigures:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.topic, self.subscription, self.fault)
+
+    @classmethod
+    def of(
+        cls,
+        subscription: tuple[str, str, str, str],  # topic, subscription, type, fault
+        counts: Mapping[str, Any],  # deliveries, first, duplicates, after_ack, max_redelivery
+        lag_ms: tuple[float | None, float | None],  # p50, p99
+    ) -> SubscriptionFigures:
+        """The figures from the counts both checkers compute (redeliveries are what was not first)."""
+        topic, name, kind, fault = subscription
+        return cls(
+            topic=topic,
+            subscription=name,
+            type=kind,
+            fault=fault,
+            deliveries=counts["deliveries"],
+            first=counts["first"],
+            redeliveries=counts["deliveries"] - counts["first"],
+            duplicates=counts["duplicates"],
+            after_ack=counts["after_ack"],
+            max_redelivery=counts["max_redelivery"],
+            lag_p50_ms=lag_ms[0],
+            lag_p99_ms=lag_ms[1],
+        )
 
 
 @dataclass
