@@ -269,6 +269,30 @@ def _trim_blindly(original: Any, core: Any, *args: Any, **kwargs: Any) -> Any:
     ]
 
 
+def _ack_when_sent(original: Any, core: Any, entries: Any) -> Any:
+    from impl.broker.replication.replicator import PublishToRemote, SendReceipt
+
+    outputs = original(core, entries)
+    for out in [o for o in outputs if isinstance(o, PublishToRemote)]:
+        outputs += core.step(SendReceipt(out.position))  # the bug: acknowledged before the remote's receipt
+    return outputs
+
+
+def _replicate_replicated(original: Any, core: Any, entries: Any) -> Any:
+    # the bug: the replicated_from check is gone, so what arrived by replication is sent on (a loop)
+    return original(
+        core, [dataclasses.replace(e, metadata=dataclasses.replace(e.metadata, replicated_from="")) for e in entries]
+    )
+
+
+def _dedup_never_drops(original: Any, dedup: Any, metadata: Any) -> Any:
+    enabled, dedup.enabled = dedup.enabled, False  # the bug: duplicates are persisted
+    try:
+        return original(dedup, metadata)
+    finally:
+        dedup.enabled = enabled
+
+
 _CLIENT = "impl.bookie.client"
 _ML = "impl.broker.managed_ledger_core:ManagedLedgerCore"
 _FENCING, _BAD_VERSION = "fencing-ci", "fencing-mutation5-badversion-ci"
@@ -276,6 +300,7 @@ _WITNESS_FENCED_ADD = "fencing-witness-fencedadd-ci"
 _LIVENESS, _STRIPING, _TINY = "ledger-ci-liveness", "ledger-ci-striping", "ledger-ci-tiny-fragments"
 _CRASH = "ledger-ci-crash"
 _TRACES = "traces:e2-qw2-qa2:20"
+_REPLICATOR = "impl.broker.replication.replicator:Replicator"
 
 CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
@@ -385,6 +410,27 @@ CATALOGUE: tuple[Mutant, ...] = (
         "setData ignores the expected version: every write is blind",
         (Patch("impl.metadata.memory:MemoryServer", "transact", _method(_blind_set)),),
         (_FENCING, "metadata-ci"),  # the managed ledger's list writes are conditional sets
+    ),
+    Mutant(
+        "replicator-acks-before-receipt",
+        "impl/broker/replication/replicator.py",
+        "the replicator acknowledges its cursor when it sends an entry, before the remote's receipt (a crash loses it)",
+        (Patch(_REPLICATOR, "_entries_read", _method(_ack_when_sent)),),
+        ("replication-mutation-ackbeforereceipt-ci", "replication-ci"),
+    ),
+    Mutant(
+        "replicator-replicates-replicated",
+        "impl/broker/replication/replicator.py",
+        "entries that arrived by replication (replicated_from set) are replicated again (a loop)",
+        (Patch(_REPLICATOR, "_entries_read", _method(_replicate_replicated)),),
+        ("replication-mutation-loop-ci", "replication-ci"),
+    ),
+    Mutant(
+        "dedup-never-drops",
+        "impl/broker/replication/replicator.py",
+        "the remote topic persists a message at or below its producer's highest sequence id (no de-duplication)",
+        (Patch("impl.broker.replication.replicator:Deduplication", "step", _method(_dedup_never_drops)),),
+        ("replication-ci",),
     ),
 )
 

@@ -26,6 +26,7 @@ from conformance.fencing_spec import FencingMapping
 from conformance.ledger_spec import LedgerMapping
 from conformance.metadata_spec import MetadataMapping
 from conformance.replay import GraphReplay, TraceReplay, has_symmetry, read_constants, replay_graph, replay_trace
+from conformance.replication_spec import ReplicationMapping
 from conformance.statespace import StateGraph, dump_state_graph
 from conformance.tla_values import Value
 from conformance.tlc import SPEC_DIR, Model, Outcome, run_tlc
@@ -35,6 +36,7 @@ MAPPINGS: dict[str, Callable[..., Any]] = {
     "fencing.tla": FencingMapping,
     "ledger.tla": LedgerMapping,
     "metadata.tla": MetadataMapping,
+    "replication.tla": ReplicationMapping,
 }
 
 
