@@ -19,9 +19,11 @@ from impl import heap
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
 from impl.broker import namespaces, web
+from impl.broker.bundles import NamespaceBundle
 from impl.broker.errors import NotOwner, ServiceNotReady, TopicNotFound
+from impl.broker.load_manager import LoadManager
+from impl.broker.lookup import BrokerLoad
 from impl.broker.naming import TopicName
-from impl.broker.ownership import BrokerLoad, LoadManager, NamespaceBundle
 from impl.broker.protocol.listener import PulsarListener, PulsarLookup
 from impl.broker.service import BrokerConfig, BrokerService
 from impl.metadata import layout

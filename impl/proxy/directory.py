@@ -10,8 +10,9 @@ import threading
 from collections.abc import Callable
 from urllib.parse import quote
 
+from impl.broker.broker_registry import BrokerRegistry
+from impl.broker.lookup import BrokerLoad
 from impl.broker.naming import TopicName
-from impl.broker.ownership import BrokerLoad, BrokerRegistry
 from impl.metadata.store import ConnectionLoss, MetadataStore, SessionExpired
 from impl.web import client
 from impl.web.http import HttpError

@@ -14,23 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from impl.broker import namespaces
+from impl.broker.broker_registry import BrokerAlreadyRegistered, BrokerRegistry
+from impl.broker.bundles import NamespaceBundle, bundle_boundaries, bundle_for, namespace_bundles, topic_hash
+from impl.broker.load_manager import LoadManager
+from impl.broker.lookup import BrokerLoad, LookupDecision, NoBrokerAvailable, decide_lookup, least_loaded
 from impl.broker.naming import NamespaceName, TopicName
-from impl.broker.ownership import (
-    BrokerAlreadyRegistered,
-    BrokerLoad,
-    BrokerRegistry,
-    LoadManager,
-    LookupDecision,
-    NamespaceBundle,
-    NoBrokerAvailable,
-    OwnershipCache,
-    bundle_boundaries,
-    bundle_for,
-    decide_lookup,
-    least_loaded,
-    namespace_bundles,
-    topic_hash,
-)
+from impl.broker.ownership import OwnershipCache
 from impl.metadata.layout import InvalidName
 from impl.metadata.memory import MemoryServer, MemoryStore
 from impl.metadata.store import (

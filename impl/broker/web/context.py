@@ -7,8 +7,8 @@ from urllib.parse import urlencode
 
 from impl.broker import namespaces
 from impl.broker.errors import BrokerError, ConsumerBusyError, NotEmptyError, NotOwner, ServiceNotReady, TopicNotFound
+from impl.broker.lookup import BrokerLoad
 from impl.broker.naming import InvalidNamespaceName, InvalidTopicName
-from impl.broker.ownership import BrokerLoad
 from impl.broker.service import BrokerService
 from impl.metadata.store import ConnectionLoss, MetadataStore, SessionExpired
 from impl.web.http import HttpError, Request, Response
