@@ -44,7 +44,7 @@ PURE = frozenset(
         "impl.broker.replication.replicator",
         "impl.broker.managed_ledger_errors",
         "impl.broker.ledger_list",
-        "impl.broker.subscription",
+        "impl.broker.dispatcher",
         "impl.broker.entry_codec",
         "impl.broker.naming",
         "impl.broker.protocol.frames",
@@ -152,7 +152,7 @@ def test_every_pure_module_exists() -> None:
 @pytest.mark.parametrize(
     ("module", "source", "rule"),
     [
-        ("impl.broker.subscription", "from impl.broker.managed_ledger import Position", "imports only pure modules"),
+        ("impl.broker.dispatcher", "from impl.broker.managed_ledger import Position", "imports only pure modules"),
         ("impl.bookie.core", "import threading", "does no I/O"),
         ("impl.proxy.connection", "from time import monotonic", "does no I/O"),
         ("impl.metadata.layout", "from impl.bookie import protocol", "must not import impl.bookie"),

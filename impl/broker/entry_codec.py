@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import crc32c
 from google.protobuf.message import DecodeError
 
+from impl.broker.dispatcher import Message, MessageId
 from impl.broker.ledger_list import Position
 from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.subscription import Message, MessageId
 
 MAGIC_CRC32C = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA = 0x0E02

@@ -3,7 +3,7 @@
 This is the shell that ties the cores together: a topic is served only by the broker owning
 its bundle (impl/broker/ownership.py); a topic is one managed ledger (opened with the
 takeover sequence, which fences the previous owner); producers append entries; each
-subscription is a `Dispatcher` (impl/broker/subscription.py) over a durable cursor.
+subscription is a `Dispatcher` (impl/broker/dispatcher.py) over a durable cursor.
 
 Threads: the Pulsar listener's and the web service's handlers call in from several threads.
 Each topic has a lock for loading and publishing order; each subscription has a lock around its
@@ -41,6 +41,7 @@ from impl.broker.errors import (
     UnknownMessageIdError,
 )
 from impl.broker.managed_ledger import (
+    AddCallback,
     ManagedCursor,
     ManagedLedger,
     ManagedLedgerConfig,
@@ -50,7 +51,7 @@ from impl.broker.managed_ledger import (
     Position,
 )
 from impl.broker.naming import InvalidTopicName, NamespaceName, TopicName
-from impl.broker.subscription import (
+from impl.broker.dispatcher import (
     AckEntries,
     ActiveChanged,
     ConsumerBusy,
@@ -89,6 +90,9 @@ TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and
 # Entries of one Send handed to the managed ledger together: enough to share the steps, few enough
 # that the bookies start on the first ones while the broker encodes the rest.
 PUBLISH_CHUNK = 64
+import os as _os  # EXPERIMENT-TOGGLE
+
+_ONE_STEP = _os.environ.get("PR_ONE_STEP", "1") == "1"  # EXPERIMENT-TOGGLE
 
 
 @dataclass
@@ -254,6 +258,11 @@ class Topic:
         # Guards the two maps against completions; a leaf lock (nothing is taken while it is held), as
         # completions come from the managed ledger's threads while a publisher holds the topic lock.
         self._dedup_lock = threading.Lock()
+        # One managed-ledger step of adds in flight at a time: adds published while a step is with the
+        # bookies wait, and all of them go in the next step together (see `_submit`).
+        self._step_lock = threading.Lock()  # a leaf lock too
+        self._adds_in_flight = 0
+        self._waiting_adds: list[tuple[bytes, AddCallback]] = []
         self._producer_seq = 0
         self._trim_scheduled = False
         # Producers attached over Pulsar connections: name -> (owner, epoch, exclusive). A name is
@@ -370,19 +379,45 @@ class Topic:
                     if dedup:
                         with self._dedup_lock:
                             self.last_sequence[producer] = append.highest_sequence_id
-                if len(adds) >= PUBLISH_CHUNK:
-                    self._add(adds)
-                    adds = []
             if adds:
-                self._add(adds)
+                self._submit(adds)
         return results
 
-    def _add(self, adds: list[tuple[bytes, Callable[[Position | ManagedLedgerError], None]]]) -> None:
-        try:
-            self.ml.add_many_with_callback(adds)
-        except ManagedLedgerFencedError as e:
-            self.service.topic_fenced(self)
-            raise TopicFenced(str(e)) from e
+    def _submit(self, adds: list[tuple[bytes, AddCallback]]) -> None:
+        """Hand the adds to the managed ledger now, or, while an earlier step's adds are still with
+        the bookies, with the next step. Every step costs the broker, the BookKeeper client and the
+        bookies about the same whatever its size, so a producer's sends that arrive one by one (an
+        unbatched client at a steady rate) share steps instead of each paying for its own; the wait
+        is at most one round trip to the bookies. Order is kept: waiting adds go before later ones."""
+        with self._step_lock:
+            if self._adds_in_flight and _ONE_STEP:
+                self._waiting_adds += adds
+                return
+            self._adds_in_flight = len(adds)
+        self._add(adds)
+
+    def _add(self, adds: list[tuple[bytes, AddCallback]]) -> None:
+        counted = [(data, self._counted(callback)) for data, callback in adds]
+        for first in range(0, len(counted), PUBLISH_CHUNK):
+            try:
+                self.ml.add_many_with_callback(counted[first : first + PUBLISH_CHUNK])
+            except ManagedLedgerError as e:  # fenced or closed: these adds were never handed over
+                for _data, callback in counted[first:]:
+                    callback(e)
+                return
+
+    def _counted(self, callback: AddCallback) -> AddCallback:
+        def done(outcome: Position | ManagedLedgerError) -> None:
+            callback(outcome)
+            with self._step_lock:
+                self._adds_in_flight -= 1
+                if self._adds_in_flight or not self._waiting_adds:
+                    return
+                waiting, self._waiting_adds = self._waiting_adds, []
+                self._adds_in_flight = len(waiting)
+            self._add(waiting)  # on the managed ledger's completion thread: the adds that waited
+
+        return done
 
     def _check_entry(self, append: Append) -> None:
         size = append.payload_size
@@ -409,6 +444,9 @@ class Topic:
             if isinstance(outcome, ManagedLedgerFencedError):
                 self.service.topic_fenced(self)
                 result.set_exception(TopicFenced(str(outcome)))
+            elif isinstance(outcome, ManagedLedgerError) and outcome.rejected and self.closed:
+                # It waited for a step and the topic closed (unload) meanwhile: nothing was written.
+                result.set_exception(ServiceNotReady(f"topic {self.name} closed before the entry was written; retry"))
             elif isinstance(outcome, ManagedLedgerError):
                 result.set_exception(PersistenceError(f"entry not confirmed on {self.name}: {outcome}"))
             else:

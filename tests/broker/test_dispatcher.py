@@ -1,4 +1,4 @@
-"""The subscription dispatcher core (impl/broker/subscription.py), driven directly: no I/O."""
+"""The subscription dispatcher core (impl/broker/dispatcher.py), driven directly: no I/O."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl.broker.managed_ledger import Position
-from impl.broker.subscription import (
+from impl.broker.dispatcher import (
     AckEntries,
     ActiveChanged,
     ConsumerBusy,
@@ -22,6 +21,7 @@ from impl.broker.subscription import (
     UnknownMessageId,
     key_hash,
 )
+from impl.broker.managed_ledger import Position
 
 
 class Log:

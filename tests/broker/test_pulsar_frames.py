@@ -140,7 +140,7 @@ def test_keepalive_pings_a_silent_client_then_closes() -> None:
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    s = Standalone(Path(tmp_path_factory.mktemp("raw")), pulsar_port=0)
+    s = Standalone(Path(tmp_path_factory.mktemp("raw")), port=0)
     s.start()
     try:
         yield s

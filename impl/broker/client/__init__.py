@@ -11,7 +11,7 @@ from impl.broker.client.api import (
     Reader,
 )
 from impl.broker.client.errors import ClientError, ConnectionLost, NotAttached, SendRejected, SendUnknown
-from impl.broker.subscription import MessageId
+from impl.broker.dispatcher import MessageId
 
 __all__ = [
     "Client",

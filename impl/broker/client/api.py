@@ -32,9 +32,9 @@ from impl.broker import entry_codec
 from impl.broker.client import connection as core
 from impl.broker.client.errors import ClientError, ConnectionLost, NotAttached, SendRejected, SendUnknown
 from impl.broker.client.transport import BrokerConnection
+from impl.broker.dispatcher import MessageId
 from impl.broker.protocol import bitset
 from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.subscription import MessageId
 
 T = api.BaseCommand
 PARTITION_SUFFIX = "-partition-"

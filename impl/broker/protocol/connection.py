@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from impl.broker.dispatcher import MessageId, SubscriptionType
 from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.protocol.frames import Frame, command_name
-from impl.broker.subscription import MessageId, SubscriptionType
 
 PROTOCOL_VERSION = 20  # what this broker speaks: the official 4.x client's
 SERVER_VERSION = "pulsar-ref"

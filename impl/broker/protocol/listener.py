@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from impl.broker import entry_codec, namespaces
+from impl.broker.dispatcher import Message, MessageId
 from impl.broker.errors import (
     BrokerError,
     ConsumerBusyError,
@@ -45,7 +46,6 @@ from impl.broker.protocol import bitset, frames
 from impl.broker.protocol import connection as conn
 from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
-from impl.broker.subscription import Message, MessageId
 from impl.loop_server import ConnectionListener
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
 from impl.security import tokens
