@@ -26,6 +26,20 @@ from typing import Any
 from impl.bookie.client.api import BookKeeperClient
 from impl.broker import entry_codec, namespaces
 from impl.broker.authorization import Authorizer
+from impl.broker.dispatcher import (
+    AckEntries,
+    ActiveChanged,
+    ConsumerBusy,
+    Deliver,
+    Dispatcher,
+    Message,
+    MessageId,
+    Output,
+    ReadEntries,
+    SubscriptionError,
+    SubscriptionType,
+    UnknownMessageId,
+)
 from impl.broker.entry_codec import CorruptEntry, messages_of
 from impl.broker.errors import (
     BrokerError,
@@ -51,20 +65,6 @@ from impl.broker.managed_ledger import (
     Position,
 )
 from impl.broker.naming import InvalidTopicName, NamespaceName, TopicName
-from impl.broker.dispatcher import (
-    AckEntries,
-    ActiveChanged,
-    ConsumerBusy,
-    Deliver,
-    Dispatcher,
-    Message,
-    MessageId,
-    Output,
-    ReadEntries,
-    SubscriptionError,
-    SubscriptionType,
-    UnknownMessageId,
-)
 from impl.broker.topic_stats import TopicCounters
 from impl.metadata.store import MetadataError, MetadataStore
 from impl.security.settings import Security
@@ -87,12 +87,9 @@ class Append:
 
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
 TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and trimming
-# Entries of one Send handed to the managed ledger together: enough to share the steps, few enough
-# that the bookies start on the first ones while the broker encodes the rest.
+# Adds handed to the managed ledger in one call: enough to share the steps, few enough that the
+# bookies start on the first ones while the broker encodes the rest.
 PUBLISH_CHUNK = 64
-import os as _os  # EXPERIMENT-TOGGLE
-
-_ONE_STEP = _os.environ.get("PR_ONE_STEP", "1") == "1"  # EXPERIMENT-TOGGLE
 
 
 @dataclass
@@ -390,7 +387,7 @@ class Topic:
         unbatched client at a steady rate) share steps instead of each paying for its own; the wait
         is at most one round trip to the bookies. Order is kept: waiting adds go before later ones."""
         with self._step_lock:
-            if self._adds_in_flight and _ONE_STEP:
+            if self._adds_in_flight:
                 self._waiting_adds += adds
                 return
             self._adds_in_flight = len(adds)

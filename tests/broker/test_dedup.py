@@ -45,22 +45,22 @@ def topic() -> tuple[Topic, HeldAdds]:
 
 def test_a_resend_while_the_first_copy_is_written_is_refused_then_acknowledged_as_a_duplicate() -> None:
     t, ml = topic()
-    (first,) = t.publish_entries("p", [append(0)], in_order=True)
-    (resend,) = t.publish_entries("p", [append(0)], in_order=True)
+    (first,) = t.publish_entries("p", [append(0)])
+    (resend,) = t.publish_entries("p", [append(0)])
     assert isinstance(resend, PersistenceError)  # not known yet whether the first copy is written
     ml.complete(Position(1, 0))
     assert not isinstance(first, PersistenceError) and first.result(1) == (Position(1, 0), False)
-    (later,) = t.publish_entries("p", [append(0)], in_order=True)
+    (later,) = t.publish_entries("p", [append(0)])
     assert not isinstance(later, PersistenceError) and later.result(1) == (None, True)
     assert len(ml.callbacks) == 0  # nothing was appended twice
 
 
 def test_a_resend_after_the_first_copy_failed_is_written() -> None:
     t, ml = topic()
-    (first,) = t.publish_entries("p", [append(0)], in_order=True)
+    (first,) = t.publish_entries("p", [append(0)])
     ml.complete(ManagedLedgerError("t", "bookies down"))
     assert not isinstance(first, PersistenceError) and first.exception(1) is not None
-    (resend,) = t.publish_entries("p", [append(0)], in_order=True)
+    (resend,) = t.publish_entries("p", [append(0)])
     assert not isinstance(resend, PersistenceError)
     assert len(ml.callbacks) == 1  # appended again
     ml.complete(Position(1, 1))
