@@ -143,7 +143,7 @@ class _FakeTimer:
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     """One `Standalone` (embedded metadata, three bookies, a broker) per test module."""
-    s = Standalone(tmp_path_factory.mktemp("standalone"))
+    s = Standalone(tmp_path_factory.mktemp("standalone"), port=0, web_port=0)
     s.start()
     try:
         yield s

@@ -187,3 +187,23 @@ def test_produce_and_consume_commands_use_the_pulsar_listener(standalone: Standa
     consumed = run("consume", t, "-s", "sub", "-n", "2", "-p", "earliest")
     assert consumed.returncode == 0, consumed.stderr
     assert [line.split()[1] for line in consumed.stdout.splitlines()] == ["one", "two"]
+
+
+def test_a_broker_that_accepts_but_never_answers_does_not_stall_lookups(standalone: Standalone) -> None:
+    """A paused broker still accepts TCP connections (the kernel does) and answers nothing; the
+    lookup gives it a share of the timeout and asks the next broker of the service URL."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        dead = f"127.0.0.1:{silent.getsockname()[1]}"
+        live = standalone.url.removeprefix("pulsar://")
+        with Client(f"pulsar://{dead},{live}", timeout_s=4) as c:
+            t = topic("silent-first")
+            for _ in range(2):  # the rotation starts at the silent one, then alternates
+                assert c.partitions(t) == 0
+                assert c.lookup(t) == standalone.url
+    finally:
+        silent.close()

@@ -92,14 +92,14 @@ class Client:
 
     # ---- connections and lookup --------------------------------------------------------------
 
-    def connection(self, url: str) -> BrokerConnection:
+    def connection(self, url: str, connect_timeout_s: float | None = None) -> BrokerConnection:
         with self._lock:
             if self._closed:
                 raise ClientError("the client is closed")
             existing = self._pool.get(url)
             if existing is not None and existing.open:
                 return existing
-        conn = BrokerConnection(url, self.timeout_s, self.token)
+        conn = BrokerConnection(url, self.timeout_s, self.token, connect_timeout_s)
         with self._lock:
             current = self._pool.get(url)
             if current is not None and current.open:
@@ -112,13 +112,21 @@ class Client:
         """Producer and consumer ids: unique in this client, so per connection too."""
         return next(self._handler_ids)
 
+    def _attempt_s(self, deadline: float) -> float:
+        """How long one broker may take to answer a lookup-like request: a share of the whole
+        timeout, so that a broker that accepts connections but never answers (paused, overloaded)
+        leaves time to ask the others."""
+        return max(0.1, min(deadline - time.monotonic(), max(1.0, self.timeout_s / 4)))
+
     def _any_broker(self, type_: int, message_of: type, fill: dict[str, object]) -> api.BaseCommand:
         """A request any broker of the service URL can answer; each is tried in turn."""
         errors = []
+        deadline = time.monotonic() + self.timeout_s
         for _ in range(len(self.service)):
             url = self.service[next(self._rotation) % len(self.service)]
+            attempt_s = self._attempt_s(deadline)
             try:
-                return self.connection(url).call(type_, message_of(**fill))
+                return self.connection(url, attempt_s).call(type_, message_of(**fill), attempt_s)
             except ClientError as e:
                 if e.code is not None and e.code not in RETRYABLE:
                     raise
@@ -135,7 +143,8 @@ class Client:
             try:
                 for _ in range(MAX_REDIRECTS):
                     lookup = api.CommandLookupTopic(topic=topic, authoritative=authoritative)
-                    resp = self.connection(url).call(T.LOOKUP, lookup).lookupTopicResponse
+                    attempt_s = self._attempt_s(deadline)
+                    resp = self.connection(url, attempt_s).call(T.LOOKUP, lookup, attempt_s).lookupTopicResponse
                     if resp.response == api.CommandLookupTopicResponse.Connect:
                         return resp.brokerServiceUrl
                     url, authoritative = resp.brokerServiceUrl, resp.authoritative

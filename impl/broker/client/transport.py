@@ -44,7 +44,11 @@ def parse_address(url: str) -> tuple[str, int]:
 
 
 class BrokerConnection:
-    def __init__(self, url: str, timeout_s: float, token: str | None = None) -> None:
+    def __init__(
+        self, url: str, timeout_s: float, token: str | None = None, connect_timeout_s: float | None = None
+    ) -> None:
+        """`timeout_s`: how long a request waits for its answer by default; `connect_timeout_s`: how
+        long to wait for the TCP connection and CONNECTED (default `timeout_s`)."""
         self.url = url
         self.timeout_s = timeout_s
         self.core = core.ClientConnection()
@@ -55,8 +59,9 @@ class BrokerConnection:
         self._connected: Future[core.Connected] = Future()
         self.open = True
         host, port = parse_address(url)
+        connect_timeout_s = connect_timeout_s or timeout_s
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout_s)
+            self.sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         except OSError as e:
             raise ConnectionLost(f"cannot connect to {url}: {e}") from e
         self.sock.settimeout(None)
@@ -65,10 +70,10 @@ class BrokerConnection:
         self._reader.start()
         self.write(self.core.connect(token))
         try:
-            self._connected.result(timeout_s)
+            self._connected.result(connect_timeout_s)
         except FutureTimeout:
             self.close()
-            raise ConnectionLost(f"{url} did not answer CONNECT within {timeout_s}s") from None
+            raise ConnectionLost(f"{url} did not answer CONNECT within {connect_timeout_s}s") from None
 
     # ---- requests ------------------------------------------------------------------------------
 
