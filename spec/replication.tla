@@ -245,6 +245,10 @@ NoLoop ==
 \* The cursor is where the replicator's own state says (mark-delete = before the first entry waiting).
 CursorIsMarkDelete == \A x \in Pairs : cursor[x] = MarkDelete(readPos[x], outstanding[x])
 
+\* Reachability witness (its model expects TLC to violate it, so NoDuplicates is not vacuous): the
+\* remote drops a message sent again as a duplicate.
+WitnessNoDuplicateDropped == ~(lastAction.name = "RemoteReceives" /\ lastAction.params.duplicate)
+
 \* Liveness (under FairSpec): every message acknowledged at its origin reaches every other cluster.
 ReplicationCatchesUp ==
     \A x \in Pairs : \A n \in 1..MaxMsgs : (x[1] \in Producing /\ Published(x[1]) >= n) ~> InLog(x[2], x[1], n)
