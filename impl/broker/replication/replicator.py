@@ -19,8 +19,10 @@ cursor, as the outputs ask.
                         every entry done (received or skipped) up to the first still waiting ->
                         PersistMarkDelete; a receipt for an entry not waiting (a connection
                         before a restart) is ignored
-  ProducerDisconnected  the connection to the remote was lost: what was not acknowledged is sent
-                        again, so the replicator rewinds to its cursor -> ReadEntries
+  ProducerDisconnected  the connection to the remote was lost, or a send failed: what was not
+                        acknowledged is sent again, so the replicator rewinds to its cursor ->
+                        ReadEntries (Pulsar's replicator rewinds its cursor when its producer is
+                        created again, and when a send fails)
 
 A restart (a broker crash, or an ownership change: another broker loads the topic) is a new
 `Replicator` built from the persisted mark-delete position (`Replicator.restart`). Receipts are
@@ -107,7 +109,8 @@ class SendReceipt:
 
 @dataclass(frozen=True)
 class ProducerDisconnected:
-    """The producer's connection to the remote was lost (the remote's broker crashed, the topic moved)."""
+    """The producer's connection to the remote was lost (the remote's broker crashed, the topic moved), or a send
+    failed: the replicator rewinds to its cursor."""
 
 
 Event = Start | EntriesRead | SendReceipt | ProducerDisconnected
