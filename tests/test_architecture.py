@@ -41,6 +41,7 @@ PURE = frozenset(
         "impl.bookie.client.failures",
         "impl.bookie.client.ledger_update",
         "impl.broker.managed_ledger_core",
+        "impl.broker.cursor_core",
         "impl.broker.replication.replicator",
         "impl.broker.managed_ledger_errors",
         "impl.broker.ledger_list",
