@@ -83,6 +83,16 @@ class Append:
     sequence_id: int
     highest_sequence_id: int
     payload_size: int
+    # De-duplication's producer name when it is not the sending producer's: a replicator sends
+    # other producers' messages, which are de-duplicated on their origin's name (`of_replicated`).
+    origin_producer: str = ""
+
+    @classmethod
+    def of_replicated(cls, data: bytes, entry: entry_codec.Entry) -> Append:
+        """A message a replicator (a producer named `pulsar.repl.<cluster>`) sends: as in Pulsar, it is
+        de-duplicated on the producer name and sequence ids its origin gave it, not the replicator's."""
+        meta = entry.metadata
+        return cls(data, meta.sequence_id, entry.highest_sequence_id, len(entry.payload), meta.producer_name)
 
 
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
@@ -350,8 +360,9 @@ class Topic:
         adds: list[tuple[bytes, Callable[[Position | ManagedLedgerError], None]]] = []
         refusal: BrokerError | None = None
         with self.lock:
-            dedup = self.deduplication and producer
             for append in appends:
+                key = append.origin_producer or producer  # whose sequence ids these are
+                dedup = self.deduplication and key
                 if refusal is None:
                     try:
                         self._check_entry(append)
@@ -359,23 +370,23 @@ class Topic:
                         refusal = e
                 if refusal is not None:
                     results.append(refusal)
-                elif dedup and append.sequence_id <= self.last_sequence.get(producer, -1):
-                    if append.sequence_id <= self.persisted_sequence.get(producer, -1):
+                elif dedup and append.sequence_id <= self.last_sequence.get(key, -1):
+                    if append.sequence_id <= self.persisted_sequence.get(key, -1):
                         done: Future[tuple[Position | None, bool]] = Future()
                         done.set_result((None, True))
                         results.append(done)
                     else:  # its first copy is still being written: its outcome is not known yet (as Pulsar)
                         refusal = PersistenceError(
-                            f"sequence id {append.sequence_id} of {producer} is still being persisted; resend it later"
+                            f"sequence id {append.sequence_id} of {key} is still being persisted; resend it later"
                         )
                         results.append(refusal)
                 else:
                     result: Future[tuple[Position | None, bool]] = Future()
-                    adds.append((append.data, self._finisher(result, producer if dedup else "", append)))
+                    adds.append((append.data, self._finisher(result, key if dedup else "", append)))
                     results.append(result)
                     if dedup:
                         with self._dedup_lock:
-                            self.last_sequence[producer] = append.highest_sequence_id
+                            self.last_sequence[key] = append.highest_sequence_id
             if adds:
                 self._submit(adds)
         return results

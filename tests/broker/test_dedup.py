@@ -65,3 +65,26 @@ def test_a_resend_after_the_first_copy_failed_is_written() -> None:
     assert len(ml.callbacks) == 1  # appended again
     ml.complete(Position(1, 1))
     assert resend.result(1) == (Position(1, 1), False)
+
+
+def test_a_replicators_messages_are_deduplicated_on_their_origins_producer_and_sequence_id() -> None:
+    """A producer named pulsar.repl.<cluster> sends other producers' messages: de-duplication keys on the
+    producer name and sequence id in each message's metadata (Pulsar's rule), so a replay after the
+    replicator rewound is dropped, whatever sequence ids the replicator's own sends carry."""
+    from impl.broker import entry_codec
+
+    t, ml = topic()
+
+    def replicated(origin: str, sequence_id: int) -> Append:
+        data = build_messages(origin, sequence_id, 0, [SingleMessage(b"r")])
+        return Append.of_replicated(data, entry_codec.parse(data))
+
+    (first,) = t.publish_entries("pulsar.repl.west", [replicated("east-producer", 7)])
+    ml.complete(Position(1, 0))
+    assert not isinstance(first, PersistenceError) and first.result(1) == (Position(1, 0), False)
+    (replay,) = t.publish_entries("pulsar.repl.west", [replicated("east-producer", 7)])
+    assert not isinstance(replay, PersistenceError) and replay.result(1) == (None, True)
+    (other,) = t.publish_entries("pulsar.repl.west", [replicated("another-producer", 7)])
+    assert len(ml.callbacks) == 1  # another origin producer's sequence 7 is new: appended
+    ml.complete(Position(1, 1))
+    assert not isinstance(other, PersistenceError) and other.result(1) == (Position(1, 1), False)

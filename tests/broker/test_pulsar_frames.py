@@ -238,3 +238,26 @@ def test_a_wrong_checksum_is_refused_and_nothing_is_written(standalone: Standalo
     assert receipt.command.type == T.SEND_RECEIPT
     with Client(standalone.pulsar_service_url, timeout_s=10) as client:
         assert [data for _, data in client.read_topic(topic)] == [b"payload"]  # the damaged copy is not there
+
+
+def test_a_replicator_producers_resend_is_dropped_on_its_origins_sequence_id(standalone: Standalone) -> None:
+    """A producer named pulsar.repl.<cluster> (a remote cluster's replicator) sends messages that keep their
+    origin's producer name and sequence id; a replay with a new SEND sequence id is still a duplicate."""
+    sock = raw(standalone)
+    sock.sendall(connect_frame())
+    read_frames(sock)
+    topic = "persistent://public/default/raw-replicated"
+    producer = api.CommandProducer(topic=topic, producer_id=0, request_id=1, producer_name="pulsar.repl.east")
+    sock.sendall(frames.encode(conn.command(T.PRODUCER, producer=producer)))
+    assert read_frames(sock)[0].command.type == T.PRODUCER_SUCCESS
+    entry = entry_codec.build_messages("east-app", 41, 1, [entry_codec.SingleMessage(b"from-east")])
+    receipts = []
+    for send_sequence in (0, 1):  # the replicator rewound and sent the same message again
+        send = conn.command(T.SEND, send=api.CommandSend(producer_id=0, sequence_id=send_sequence))
+        sock.sendall(frames.encode(send, entry))
+        (receipt,) = read_frames(sock)
+        assert receipt.command.type == T.SEND_RECEIPT
+        receipts.append(receipt.command.send_receipt.message_id)
+    assert receipts[0].entryId >= 0 and (receipts[1].ledgerId, receipts[1].entryId) == (-1, -1)  # a duplicate
+    with Client(standalone.pulsar_service_url, timeout_s=10) as client:
+        assert [data for _, data in client.read_topic(topic)] == [b"from-east"]

@@ -53,6 +53,8 @@ from impl.security.authorization import Access, AuthorizationFailed
 
 log = logging.getLogger(__name__)
 
+REPLICATOR_PREFIX = "pulsar.repl"  # Pulsar's replicatorPrefix: the names of replicators' producers
+
 TICK_S = 1.0
 READ_CHUNK = 256 * 1024
 
@@ -321,6 +323,8 @@ class _Connection:
         except entry_codec.CorruptEntry as e:
             self.write(self.core.send_error(pid, seq, api.UnknownError, f"the message is malformed: {e}"))
             return None
+        if self.producers[pid][1].startswith(REPLICATOR_PREFIX):
+            return Append.of_replicated(out.data, entry)
         return Append(out.data, seq, out.highest_sequence_id, len(entry.payload))
 
     def _publish(self, run: list[tuple[conn.DoPublish, Append]]) -> None:
