@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given, settings
@@ -427,3 +428,34 @@ def test_rate_limited_flush_into_a_fenced_cursor_ledger_fences_and_later_acks_ar
     assert old.state.value == "fenced"
     with pytest.raises(ManagedLedgerFencedError):
         cursor.delete([positions[1]])
+
+
+def test_write_through_acks_from_many_threads_are_all_persisted(cluster: Cluster) -> None:
+    """Acks that arrive while another thread's write is in flight queue in the core; the thread that
+    performs the write completes them, and each ack returns only once its state is in the cursor ledger."""
+    ml = open_ml(cluster)
+    positions = [ml.add(b"%d" % i) for i in range(40)]
+    cursor = ml.open_cursor("sub", "earliest")
+    chunks = [positions[i::8] for i in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for done in [pool.submit(lambda ps=ps: [cursor.delete([p]) for p in ps]) for ps in chunks]:
+            done.result(timeout=30)
+    assert cursor.backlog() == 0 and cursor.mark_delete_position == positions[-1]
+    assert 2 <= cursor_ledger_entries(ml, "sub") <= 41  # one add per write, several acks per add when they queue
+    recovered = open_ml(cluster).cursors()["sub"]
+    assert recovered.mark_delete_position == positions[-1] and recovered.individually_deleted == []
+
+
+def test_a_flush_after_the_managed_ledger_was_fenced_writes_nothing(cluster: Cluster) -> None:
+    config = ManagedLedgerConfig(cursor_persist_interval_s=1.0)
+    clock = FakeClock()
+    ml = open_ml(cluster, config, clock, write_through=False)
+    positions = [ml.add(b"%d" % i) for i in range(3)]
+    cursor = ml.open_cursor("sub", "earliest")
+    cursor.delete([positions[0]])  # applied; its flush is due at once
+    ml.fence("its metadata session expired")  # e.g. the session listener
+    clock.advance(0)
+    assert cursor_ledger_entries(ml, "sub") == 1 and cursor.fenced_reason == "its metadata session expired"
+    ml.close()  # the close writes nothing either
+    recovered = open_ml(cluster, config, write_through=False).cursors()["sub"]
+    assert recovered.mark_delete_position == positions[0].before()  # the ack was never persisted
