@@ -13,6 +13,7 @@ never run it inline, so a completion thread never waits for a subscription lock.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import math
@@ -100,6 +101,10 @@ TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and
 # Adds handed to the managed ledger in one call: enough to share the steps, few enough that the
 # bookies start on the first ones while the broker encodes the rest.
 PUBLISH_CHUNK = 64
+# Managed-ledger steps of a topic's adds with the bookies at once (Topic._submit). One was best in an
+# A/B of 1, 2 and unlimited on the standalone (bench/RESULTS.md): lowest publish latency at 1,000
+# msg/s, and async throughput, batched or not, no lower than with more.
+STEPS_IN_FLIGHT = 1
 
 
 @dataclass
@@ -268,7 +273,7 @@ class Topic:
         # One managed-ledger step of adds in flight at a time: adds published while a step is with the
         # bookies wait, and all of them go in the next step together (see `_submit`).
         self._step_lock = threading.Lock()  # a leaf lock too
-        self._adds_in_flight = 0
+        self._steps: collections.deque[int] = collections.deque()  # adds still out, per step in flight
         self._waiting_adds: list[tuple[bytes, AddCallback]] = []
         self._producer_seq = 0
         self._trim_scheduled = False
@@ -392,16 +397,16 @@ class Topic:
         return results
 
     def _submit(self, adds: list[tuple[bytes, AddCallback]]) -> None:
-        """Hand the adds to the managed ledger now, or, while an earlier step's adds are still with
-        the bookies, with the next step. Every step costs the broker, the BookKeeper client and the
+        """Hand the adds to the managed ledger now, or, while STEPS_IN_FLIGHT earlier steps' adds are
+        still with the bookies, with the next step. Every step costs the broker, the BookKeeper client and the
         bookies about the same whatever its size, so a producer's sends that arrive one by one (an
         unbatched client at a steady rate) share steps instead of each paying for its own; the wait
         is at most one round trip to the bookies. Order is kept: waiting adds go before later ones."""
         with self._step_lock:
-            if self._adds_in_flight:
+            if len(self._steps) >= STEPS_IN_FLIGHT:
                 self._waiting_adds += adds
                 return
-            self._adds_in_flight = len(adds)
+            self._steps.append(len(adds))
         self._add(adds)
 
     def _add(self, adds: list[tuple[bytes, AddCallback]]) -> None:
@@ -418,11 +423,14 @@ class Topic:
         def done(outcome: Position | ManagedLedgerError) -> None:
             callback(outcome)
             with self._step_lock:
-                self._adds_in_flight -= 1
-                if self._adds_in_flight or not self._waiting_adds:
+                self._steps[0] -= 1  # the managed ledger completes adds in order: the oldest step's
+                if self._steps[0]:
+                    return
+                self._steps.popleft()
+                if not self._waiting_adds:
                     return
                 waiting, self._waiting_adds = self._waiting_adds, []
-                self._adds_in_flight = len(waiting)
+                self._steps.append(len(waiting))
             self._add(waiting)  # on the managed ledger's completion thread: the adds that waited
 
         return done
@@ -617,13 +625,15 @@ class BrokerService:
         ownership: Any,
         address: str,
         config: BrokerConfig | None = None,
+        configuration_store: Callable[[], MetadataStore] | None = None,  # the /admin tree; default `store`
     ) -> None:
         self.store = store
+        self._configuration_store = configuration_store
         self.bookkeeper = bookkeeper
         self.ownership = ownership
         self.address = address
         self.config = config or BrokerConfig()
-        self.authorizer = Authorizer(lambda: self.store, self.config.security)
+        self.authorizer = Authorizer(lambda: self.configuration_store, self.config.security)
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -633,6 +643,11 @@ class BrokerService:
         self._stopping = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="topic-ticker", daemon=True)
         self._ticker.start()
+
+    @property
+    def configuration_store(self) -> MetadataStore:
+        """Tenants, namespaces, their policies (docs/geo-replication.md); the metadata store when shared."""
+        return self.store if self._configuration_store is None else self._configuration_store()
 
     def _tick_loop(self) -> None:
         """Time passes for every topic: roll idle ledgers over by age (Pulsar's periodic check), trim."""
@@ -648,7 +663,7 @@ class BrokerService:
     def managed_ledger_config(self, name: TopicName) -> ManagedLedgerConfig:
         """The broker's managed-ledger settings, with the namespace's retention policy when it sets one."""
         try:
-            retention = namespaces.get_policies(self.store, name.namespace_name).retention
+            retention = namespaces.get_policies(self.configuration_store, name.namespace_name).retention
         except (namespaces.AdminError, MetadataError):
             return self.config.managed_ledger
         minutes, size_mb = self._retention(retention)
@@ -667,7 +682,7 @@ class BrokerService:
     def _watch_policies(self, namespace: NamespaceName) -> None:
         """Follow the namespace's policies while topics of it are loaded here: a change of retention or
         deduplication applies to them at once, as in Pulsar (a watch fires once: it is set again)."""
-        key = (id(self.store), namespace)
+        key = (id(self.configuration_store), namespace)
         with self._lock:
             if key in self._policy_watches:
                 return
@@ -680,7 +695,7 @@ class BrokerService:
                 self.executor.submit(self._apply_policies, namespace)
 
         try:
-            namespaces.get_policies(self.store, namespace, watch=changed)
+            namespaces.get_policies(self.configuration_store, namespace, watch=changed)
         except (namespaces.AdminError, MetadataError):
             with self._lock:
                 self._policy_watches.discard(key)
@@ -690,7 +705,7 @@ class BrokerService:
         if not loaded:
             return  # nothing to follow any more; the next load watches again
         try:
-            policies = namespaces.get_policies(self.store, namespace)
+            policies = namespaces.get_policies(self.configuration_store, namespace)
         except (namespaces.AdminError, MetadataError) as e:
             log.debug("policies of %s: %s", namespace, e)
             return
@@ -706,7 +721,7 @@ class BrokerService:
         """Whether the topic's producers are de-duplicated: its namespace's policy, else the broker's
         setting. Read when the topic loads: a changed policy applies from the topic's next load."""
         try:
-            policy = namespaces.get_policies(self.store, name.namespace_name).deduplication
+            policy = namespaces.get_policies(self.configuration_store, name.namespace_name).deduplication
         except (namespaces.AdminError, MetadataError):
             policy = None
         return self.config.deduplication if policy is None else policy
