@@ -257,7 +257,8 @@ def run(deployment: str, args: argparse.Namespace, work: Path) -> list[str]:
         "| row | msg/s | p50 ms | p99 ms | target |",
         "|---|---|---|---|---|",
     ]
-    client = pulsar.Client(target.url, operation_timeout_seconds=60)
+    quiet = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)  # the client's INFO lines would bury the tables
+    client = pulsar.Client(target.url, operation_timeout_seconds=60, logger=quiet)
     try:
         # The fixed-rate row first, on the fresh deployment: after the backlog rows the broker goes on
         # trimming, persisting cursors and collecting a large heap for a while.
