@@ -338,3 +338,19 @@ def test_standalone_killed_with_sigkill_restarts_at_once_with_all_its_data(tmp_p
 def test_a_second_standalone_on_the_same_data_directory_is_refused(standalone: Standalone) -> None:
     with pytest.raises(StandaloneAlreadyRunning, match="another standalone is running"):
         Standalone(standalone.data_dir)
+
+
+def test_the_control_endpoint_reports_status_and_refuses_unknown_verbs_and_nodes(standalone: Standalone) -> None:
+    """What `cluster kill/start/expire-session NODE` sends to a standalone: plain HTTP on loopback."""
+    from impl.web.client import call
+    from impl.web.http import HttpError
+
+    base = f"http://127.0.0.1:{standalone.control_port}"
+    nodes = {n["node"]: n for n in call("GET", f"{base}/status")}
+    assert nodes["broker"]["up"] and nodes["broker"]["address"] == standalone.broker_address
+    assert {f"bookie-{i}" for i in range(len(standalone.bookies))} <= set(nodes)
+    for path, reason in (("/frobnicate/broker", "unknown verb"), ("/kill/bookie-99", "no node")):
+        with pytest.raises(HttpError) as refused:
+            call("POST", base + path)
+        assert refused.value.status == 400 and reason in refused.value.reason
+    assert all(n["up"] for n in call("GET", f"{base}/status"))  # nothing was done
