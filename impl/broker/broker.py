@@ -27,7 +27,7 @@ from impl.broker.naming import TopicName
 from impl.broker.protocol.listener import PulsarListener, PulsarLookup
 from impl.broker.service import BrokerConfig, BrokerService
 from impl.metadata import layout
-from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired
+from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired, SessionState
 from impl.web.server import WebServer
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class Ownership:
 
     def check_namespace(self, name: TopicName) -> None:
         try:
-            namespaces.get_policies(self.broker.store, name.namespace_name)
+            namespaces.get_policies(self.broker.configuration_store, name.namespace_name)
         except namespaces.AdminError as e:
             raise TopicNotFound(f"{name}: {e}") from e
         bundle = self.broker.load_manager.bundle_of(name)
@@ -79,8 +79,12 @@ class Broker:
         bookie_request_timeout_s: float = 2.0,
         cluster: str = namespaces.DEFAULT_CLUSTER,
         tls_ports: tuple[int, int] = (0, 0),  # (pulsar+ssl://, https://) when config.tls is set; 0 = any free
+        connect_configuration_store: Callable[[], MetadataStore] | None = None,  # None: the metadata store
     ) -> None:
         self.connect_store = connect_store
+        self.connect_configuration_store = connect_configuration_store
+        self._session_lock = threading.Lock()
+        self._stopped = threading.Event()
         self.config = config or BrokerConfig()
         self.bookie_request_timeout_s = bookie_request_timeout_s
         self.pulsar = PulsarListener(host, pulsar_port, self.config.max_message_size)
@@ -97,6 +101,11 @@ class Broker:
             self.pulsar_tls = PulsarListener(host, tls_ports[0], self.config.max_message_size, tls=context)
             self.web_tls = WebServer(app, host, tls_ports[1], name="broker-tls", tls=context)
         self.store = connect_store()
+        # The instance's configuration store (the /admin tree: clusters, tenants, namespaces), a session of
+        # its own when it is another store; None when it is the metadata store itself.
+        self._configuration_store: MetadataStore | None = None
+        if connect_configuration_store is not None:
+            self._configuration_store = self._open_configuration_store()
         self.bookkeeper: BookKeeperClient = connect_bookkeeper(self.store, request_timeout_s=bookie_request_timeout_s)
         self.load_manager = LoadManager(
             self.store,
@@ -105,14 +114,61 @@ class Broker:
             service_url=self.pulsar.service_url,
             web_url=self.web.url,
             tls_urls=(self.service_url_tls, self.web_url_tls),
+            configuration_store=lambda: self.configuration_store,
         )
-        self.service = BrokerService(self.store, self.bookkeeper, Ownership(self), self.address, self.config)
+        self.service = BrokerService(
+            self.store,
+            self.bookkeeper,
+            Ownership(self),
+            self.address,
+            self.config,
+            configuration_store=lambda: self.configuration_store,
+        )
         self._service_urls: dict[str, tuple[str, str]] = {self.address: (self.service_url, self.service_url_tls)}
-        self._session_lock = threading.Lock()
-        self._stopped = threading.Event()
+
+    @property
+    def configuration_store(self) -> MetadataStore:
+        """Where the /admin tree lives: clusters, tenants, namespaces and their policies, partitioned topics."""
+        return self.store if self._configuration_store is None else self._configuration_store
+
+    def _open_configuration_store(self) -> MetadataStore:
+        assert self.connect_configuration_store is not None
+        store = self.connect_configuration_store()
+        store.add_session_listener(self._configuration_session_changed)
+        return store
+
+    def _configuration_session_changed(self, state: SessionState) -> None:
+        """On the store's thread: an expired configuration session is replaced by a new one. Nothing of
+        this broker's is ephemeral there (no ownership, no fencing), so nothing else is to be undone;
+        until the new session is open, admin calls answer 503 (SessionExpired)."""
+        if state is SessionState.EXPIRED and not self._stopped.is_set():
+            threading.Thread(target=self._renew_configuration_session, name="renew-config", daemon=True).start()
+
+    def _renew_configuration_session(self) -> None:
+        with self._session_lock:
+            if self._stopped.is_set():
+                return
+            old = self._configuration_store
+            try:
+                self._configuration_store = self._open_configuration_store()
+            except Exception as e:  # the store is unreachable: the old session keeps answering SessionExpired
+                log.error("broker %s cannot open a new configuration store session: %s", self.address, e)
+                return
+            self.load_manager.configuration_reconnected()
+            if old is not None:
+                try:
+                    old.close()
+                except Exception as e:
+                    log.debug("closing the expired configuration store session: %s", e)
+            log.warning("broker %s continues on a new configuration store session", self.address)
+
+    def cluster_data(self) -> namespaces.ClusterData:
+        """This broker's cluster as it registers it when the instance does not know it yet."""
+        return namespaces.ClusterData(self.web_url, self.web_url_tls, self.service_url, self.service_url_tls)
 
     def start(self) -> None:
-        namespaces.ensure_default(self.store)
+        namespaces.register_cluster(self.configuration_store, self.cluster, self.cluster_data())
+        namespaces.ensure_default(self.configuration_store, self.cluster)
         self.load_manager.start()
         lookup = PulsarLookup(self.service, self.service_urls_of)
         self.pulsar.start(self.service, lookup)
@@ -215,6 +271,12 @@ class Broker:
         """Fault injection: have the metadata store expire this broker's session."""
         self.store.expire_session()
 
+    def expire_configuration_session(self) -> None:
+        """Fault injection: have the configuration store expire this broker's session there."""
+        if self._configuration_store is None:
+            raise ValueError("this broker's configuration store is its metadata store; use expire_session")
+        self._configuration_store.expire_session()
+
     def stats(self) -> dict[str, Any]:
         return {
             "address": self.address,
@@ -239,6 +301,14 @@ class Broker:
         self.service.close()
         self.bookkeeper.close()
         self.store.close()
+        self._close_configuration_store()
+
+    def _close_configuration_store(self) -> None:
+        if self._configuration_store is not None:
+            try:
+                self._configuration_store.close()
+            except Exception as e:  # closing a session that expired: nothing is left to release
+                log.debug("closing the configuration store session: %s", e)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -250,3 +320,4 @@ class Broker:
             log.warning("unregistering broker %s: %s", self.address, e)
         self.bookkeeper.close()
         self.store.close()
+        self._close_configuration_store()

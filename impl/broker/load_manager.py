@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 
 from impl.broker import namespaces
 from impl.broker.broker_registry import BrokerRegistry
@@ -41,7 +42,9 @@ class LoadManager:
         service_url: str = "",
         web_url: str = "",
         tls_urls: tuple[str, str] = ("", ""),  # (pulsar+ssl://, https://) when the broker serves TLS
+        configuration_store: Callable[[], MetadataStore] | None = None,  # namespaces' policies; default `store`
     ) -> None:
+        self._configuration_store = configuration_store
         self.broker_address = broker_address
         self.service_url = service_url
         self.web_url = web_url
@@ -59,6 +62,15 @@ class LoadManager:
     @property
     def store(self) -> MetadataStore:
         return self.ownership.store
+
+    @property
+    def configuration_store(self) -> MetadataStore:
+        """Where namespaces' policies are read: the instance's configuration store (docs/geo-replication.md)."""
+        return self.store if self._configuration_store is None else self._configuration_store()
+
+    def configuration_reconnected(self) -> None:
+        """The configuration store's session was renewed: the bundle counts' watches died with the old one."""
+        self._forget_bundle_counts()
 
     def start(self) -> None:
         """Register this broker as live (ephemeral node with its load)."""
@@ -88,7 +100,9 @@ class LoadManager:
         with self._counts_lock:
             count, epoch = self._bundle_counts.get(name.namespace_name), self._counts_epoch
         if count is None:
-            count = namespaces.get_policies(self.store, name.namespace_name, watch=self._policies_changed).bundles
+            count = namespaces.get_policies(
+                self.configuration_store, name.namespace_name, watch=self._policies_changed
+            ).bundles
             with self._counts_lock:
                 if self._counts_epoch == epoch:  # no change reported since the read armed the watch
                     self._bundle_counts[name.namespace_name] = count
@@ -105,7 +119,7 @@ class LoadManager:
     def check_namespace(self, topic: TopicName | str) -> None:
         """Raise NamespaceNotFound (namespaces.py) unless the topic's namespace exists now."""
         name = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
-        namespaces.get_policies(self.store, name.namespace_name)
+        namespaces.get_policies(self.configuration_store, name.namespace_name)
 
     def live_brokers(self) -> list[str]:
         """Addresses of the registered (live) brokers, sorted."""

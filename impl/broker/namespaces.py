@@ -1,6 +1,13 @@
-"""Tenants, namespaces and partitioned-topic metadata, kept in the metadata store.
+"""Clusters, tenants, namespaces and partitioned-topic metadata, kept in the configuration store.
+
+The configuration store is the instance-wide metadata store (docs/geo-replication.md): every
+cluster's brokers read and write this /admin tree through it, while each cluster's own metadata
+store keeps its ledgers, bookies, brokers and ownership. With one cluster it is the cluster's own
+metadata store. Functions that also look at a cluster's own data (managed ledgers, ownership
+nodes) take that store as `local` (default: `store`, the single-store case).
 
 Layout (impl/metadata/layout.py), as Pulsar's admin resources:
+  /admin/clusters/<cluster>                                    JSON ClusterData
   /admin/policies/<tenant>                                     JSON TenantInfo
   /admin/policies/<tenant>/<ns>                                JSON NamespacePolicies
   /admin/partitioned-topics/<tenant>/<ns>/persistent/<topic>   JSON {"partitions": N}
@@ -19,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -35,6 +42,8 @@ from impl.metadata.store import (
     MultiFailed,
     NodeExists,
     NoNode,
+    Op,
+    SetData,
     Watcher,
 )
 from impl.metadata.store import NotEmpty as StoreNotEmpty
@@ -81,7 +90,86 @@ class InvalidPolicies(AdminError):
     code = "InvalidPolicies"
 
 
+class ClusterNotFound(AdminError):
+    """No cluster of that name in the configuration store."""
+
+    code = "ClusterNotFound"
+
+
+class InvalidClusterData(AdminError):
+    """ClusterData that is not an object of URL strings with the right schemes."""
+
+    code = "InvalidClusterData"
+
+
+class ClusterInUse(AdminError):
+    """A cluster cannot be deleted while a tenant allows it or a namespace replicates to it."""
+
+    code = "ClusterInUse"
+
+
+class ClusterNotAllowed(AdminError):
+    """A namespace's replication cluster that its tenant does not allow."""
+
+    code = "ClusterNotAllowed"
+
+
 # --- values ---------------------------------------------------------------------------
+
+_CLUSTER_URL_SCHEMES = {
+    "serviceUrl": ("http://",),
+    "serviceUrlTls": ("https://",),
+    "brokerServiceUrl": ("pulsar://",),
+    "brokerServiceUrlTls": ("pulsar+ssl://",),
+}
+
+
+@dataclass(frozen=True)
+class ClusterData:
+    """Where a cluster is served, as Pulsar's ClusterData: its web service (http://, https://) and its
+    brokers' Pulsar service (pulsar://, pulsar+ssl://); "" for a URL the cluster does not serve. A URL
+    may list several hosts (http://h1:8080,h2:8080), as Pulsar's may."""
+
+    service_url: str = ""
+    service_url_tls: str = ""
+    broker_service_url: str = ""
+    broker_service_url_tls: str = ""
+
+    def __post_init__(self) -> None:
+        for key, value in zip(_CLUSTER_URL_SCHEMES, dataclasses.astuple(self), strict=True):
+            if not isinstance(value, str):
+                raise InvalidClusterData(f"{key} must be a string URL, not {value!r}")
+            schemes = _CLUSTER_URL_SCHEMES[key]
+            if value and (
+                not value.startswith(schemes) or len(value) == len(schemes[0]) or any(c.isspace() for c in value)
+            ):
+                raise InvalidClusterData(f"{key} must be a {schemes[0]}host:port URL, not {value!r}")
+        if not self.service_url and not self.broker_service_url and not self.service_url_tls:
+            raise InvalidClusterData("a cluster needs a serviceUrl (http://host:port) or a brokerServiceUrl")
+
+    def to_dict(self) -> dict[str, str]:
+        """Pulsar's JSON field names (the REST body and the stored node)."""
+        return dict(zip(_CLUSTER_URL_SCHEMES, dataclasses.astuple(self), strict=True))
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True).encode()
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> ClusterData:
+        """From Pulsar's JSON object; unknown fields (Pulsar has more, e.g. proxy settings) are ignored."""
+        if not isinstance(raw, dict):
+            raise InvalidClusterData(
+                'ClusterData must be a JSON object like {"serviceUrl": "http://h:8080", '
+                f'"brokerServiceUrl": "pulsar://h:6650"}}, not {type(raw).__name__}'
+            )
+        return cls(*("" if raw.get(key) is None else raw[key] for key in _CLUSTER_URL_SCHEMES))
+
+    @classmethod
+    def from_json(cls, data: bytes, path: str = "ClusterData") -> ClusterData:
+        try:
+            return cls.from_dict(json.loads(data))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InvalidClusterData(f"{path} is not JSON ({e})") from None
 
 
 @dataclass(frozen=True)
@@ -122,11 +210,18 @@ class NamespacePolicies:
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     deduplication: bool | None = None  # None: the broker's setting (Pulsar's deduplicationEnabled)
     auth: AuthPolicies = field(default_factory=AuthPolicies)  # who may produce and consume (auth_policies)
+    # The clusters whose brokers serve the namespace's topics and replicate them to each other (Pulsar's
+    # replication_clusters). () only on a node written before the policy existed: it means the local
+    # cluster alone, which get_policies(..., local_cluster=C) fills in.
+    replication_clusters: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         n = self.bundles
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_NUMBER_OF_BUNDLES:
             raise InvalidPolicies(f"a namespace needs between 1 and {MAX_NUMBER_OF_BUNDLES} bundles, got {n!r}")
+        clusters = self.replication_clusters
+        if not isinstance(clusters, tuple) or not all(isinstance(c, str) and c for c in clusters):
+            raise InvalidPolicies(f"replication clusters must be a tuple of cluster names, got {clusters!r}")
 
     def to_json(self) -> bytes:
         retention = {"time_minutes": self.retention.time_minutes, "size_mb": self.retention.size_mb}
@@ -135,6 +230,8 @@ class NamespacePolicies:
             doc["deduplication"] = self.deduplication
         if self.auth.namespace_auth or any(self.auth.destination_auth.values()):
             doc["auth_policies"] = self.auth.to_json()
+        if self.replication_clusters:
+            doc["replication_clusters"] = list(self.replication_clusters)
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -149,7 +246,18 @@ class NamespacePolicies:
                 auth = AuthPolicies.from_json(raw.get("auth_policies"))
             except InvalidPermissions as e:
                 raise InvalidPolicies(f"policies node {path}: {e}") from None
-            return cls(raw["bundles"], RetentionPolicy(retention["time_minutes"], retention["size_mb"]), dedup, auth)
+            clusters = raw.get("replication_clusters") or []
+            if not isinstance(clusters, list) or not all(isinstance(c, str) and c for c in clusters):
+                raise InvalidPolicies(
+                    f"policies node {path}: replication_clusters is {clusters!r}, not a list of names"
+                )
+            return cls(
+                raw["bundles"],
+                RetentionPolicy(retention["time_minutes"], retention["size_mb"]),
+                dedup,
+                auth,
+                tuple(clusters),
+            )
         except (KeyError, TypeError) as e:
             raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
 
@@ -170,6 +278,85 @@ def _namespace(namespace: NamespaceName | str) -> NamespaceName:
 
 def _topic(topic: TopicName | str) -> TopicName:
     return topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+
+
+# --- clusters ---------------------------------------------------------------------------
+
+
+def list_clusters(store: MetadataStore) -> list[str]:
+    """The instance's clusters, in name order."""
+    return sorted(_children(store, layout.CLUSTERS))
+
+
+def get_cluster(store: MetadataStore, name: str) -> ClusterData:
+    """A cluster's ClusterData; ClusterNotFound when the instance has no such cluster."""
+    path = layout.cluster_path(check_named_entity("cluster", name))
+    try:
+        data, _ = store.get(path)
+    except NoNode:
+        raise ClusterNotFound(f"cluster {name!r} does not exist; create it first (create_cluster)") from None
+    return ClusterData.from_json(data, path)
+
+
+def create_cluster(store: MetadataStore, name: str, data: ClusterData) -> None:
+    """Add a cluster to the instance; AlreadyExists when the name is taken."""
+    check_named_entity("cluster", name)
+    if not isinstance(data, ClusterData):
+        raise InvalidClusterData(f"a cluster needs ClusterData, not {type(data).__name__}")
+    store.ensure_path(layout.CLUSTERS)
+    try:
+        store.create(layout.cluster_path(name), data.to_json())
+    except NodeExists:
+        raise AlreadyExists(f"cluster {name!r} already exists") from None
+
+
+def update_cluster(store: MetadataStore, name: str, data: ClusterData) -> None:
+    """Replace a cluster's ClusterData; ClusterNotFound when it does not exist."""
+    path = layout.cluster_path(check_named_entity("cluster", name))
+    if not isinstance(data, ClusterData):
+        raise InvalidClusterData(f"a cluster needs ClusterData, not {type(data).__name__}")
+    try:
+        store.set(path, data.to_json())
+    except NoNode:
+        raise ClusterNotFound(f"cluster {name!r} does not exist") from None
+
+
+def delete_cluster(store: MetadataStore, name: str) -> None:
+    """Remove a cluster from the instance; ClusterInUse while a tenant allows it or a namespace
+    replicates to it (then nothing is deleted), ClusterNotFound when it does not exist."""
+    path = layout.cluster_path(check_named_entity("cluster", name))
+    try:
+        _, stat = store.get(path)
+    except NoNode:
+        raise ClusterNotFound(f"cluster {name!r} does not exist") from None
+    users: list[str] = []
+    for tenant in list_tenants(store):
+        with contextlib.suppress(TenantNotFound):
+            if name in get_tenant(store, tenant).allowed_clusters:
+                users.append(f"tenant {tenant}")
+        for ns in _children(store, layout.tenant_policies_path(tenant)):
+            with contextlib.suppress(NamespaceNotFound):
+                if name in get_policies(store, NamespaceName(tenant, ns)).replication_clusters:
+                    users.append(f"namespace {tenant}/{ns}")
+    if users:
+        raise ClusterInUse(
+            f"cluster {name!r} is in use by {', '.join(users)}; remove it from their allowed and replication "
+            "clusters first"
+        )
+    try:
+        store.delete(path, stat.version)  # a cluster re-created meanwhile is not deleted unchecked
+    except (NoNode, BadVersion):
+        raise ClusterNotFound(f"cluster {name!r} changed or vanished meanwhile; look again") from None
+
+
+def register_cluster(store: MetadataStore, name: str, data: ClusterData) -> bool:
+    """A broker's start: record its cluster's ClusterData unless the cluster is already known (an
+    operator's data is never overwritten). True when this call created it."""
+    try:
+        create_cluster(store, name, data)
+        return True
+    except AlreadyExists:
+        return False
 
 
 # --- tenants ----------------------------------------------------------------------------
@@ -198,6 +385,41 @@ def list_tenants(store: MetadataStore) -> list[str]:
         return store.children(layout.ADMIN_POLICIES)
     except NoNode:
         return []
+
+
+def update_tenant(store: MetadataStore, tenant: str, info: TenantInfo) -> None:
+    """Replace a tenant's TenantInfo; ClusterInUse (nothing changed) when it would stop allowing a cluster
+    one of its namespaces replicates to."""
+    path = layout.tenant_policies_path(check_named_entity("tenant", tenant))
+    while True:
+        try:
+            _, stat = store.get(path)
+        except NoNode:
+            raise TenantNotFound(f"tenant {tenant!r} does not exist") from None
+        checks: list[Op] = []
+        for ns in _children(store, path):
+            ns_path = layout.namespace_policies_path(tenant, ns)
+            try:
+                data, ns_stat = store.get(ns_path)
+            except NoNode:
+                continue
+            used = [
+                c
+                for c in NamespacePolicies.from_json(ns_path, data).replication_clusters
+                if c not in info.allowed_clusters
+            ]
+            if used:
+                raise ClusterInUse(
+                    f"namespace {tenant}/{ns} replicates to {used}; take them out of its replication clusters first"
+                )
+            checks.append(Check(ns_path, ns_stat.version))
+        try:
+            # One step with the namespaces as read: none starts replicating to a dropped cluster meanwhile.
+            store.multi([*checks, SetData(path, info.to_json(), stat.version)])
+            return
+        except MultiFailed as failed:
+            if not isinstance(failed.cause, (NoNode, BadVersion)):
+                raise failed.cause from None
 
 
 def delete_tenant(store: MetadataStore, tenant: str) -> None:
@@ -236,16 +458,69 @@ def create_namespace(
 
 
 def get_policies(
-    store: MetadataStore, namespace: NamespaceName | str, watch: Watcher | None = None
+    store: MetadataStore,
+    namespace: NamespaceName | str,
+    watch: Watcher | None = None,
+    *,
+    local_cluster: str | None = None,
 ) -> NamespacePolicies:
-    """The namespace's policies; `watch` (one-shot) fires when they change or the namespace is deleted."""
+    """The namespace's policies; `watch` (one-shot) fires when they change or the namespace is deleted.
+    With `local_cluster`, a node written before replication clusters existed reads as replicated to that
+    cluster alone (without it, such a node's replication_clusters is ())."""
     ns = _namespace(namespace)
     path = layout.namespace_policies_path(ns.tenant, ns.namespace)
     try:
         data, _ = store.get(path, watch=watch)
     except NoNode:
         raise NamespaceNotFound(f"namespace {ns} does not exist; create it first (create_namespace)") from None
-    return NamespacePolicies.from_json(path, data)
+    policies = NamespacePolicies.from_json(path, data)
+    if local_cluster is not None and not policies.replication_clusters:
+        policies = dataclasses.replace(policies, replication_clusters=(local_cluster,))
+    return policies
+
+
+def set_replication_clusters(store: MetadataStore, namespace: NamespaceName | str, clusters: Sequence[str]) -> None:
+    """Make `clusters` the namespace's replication clusters. Each must exist (ClusterNotFound) and be
+    allowed by the namespace's tenant (ClusterNotAllowed); an empty list is InvalidPolicies. The write
+    checks, in the same atomic step, that every cluster still exists and the tenant is unchanged."""
+    ns = _namespace(namespace)
+    names = tuple(dict.fromkeys(clusters))  # once each, in the given order
+    if not names:
+        raise InvalidPolicies("replication clusters must not be empty: name at least the local cluster")
+    for name in names:
+        check_named_entity("cluster", name)
+    path = layout.namespace_policies_path(ns.tenant, ns.namespace)
+    tenant_path = layout.tenant_policies_path(ns.tenant)
+    while True:
+        get_policies(store, ns)  # NamespaceNotFound first, as Pulsar answers
+        for name in names:
+            get_cluster(store, name)
+        try:
+            tenant_data, tenant_stat = store.get(tenant_path)
+        except NoNode:
+            raise TenantNotFound(f"tenant {ns.tenant!r} does not exist") from None
+        allowed = TenantInfo.from_json(tenant_path, tenant_data).allowed_clusters
+        refused = [name for name in names if name not in allowed]
+        if refused:
+            raise ClusterNotAllowed(
+                f"clusters {refused} are not in the allowed clusters of tenant {ns.tenant!r} ({list(allowed)})"
+            )
+        try:
+            data, stat = store.get(path)
+        except NoNode:
+            raise NamespaceNotFound(f"namespace {ns} does not exist") from None
+        current = NamespacePolicies.from_json(path, data)
+        changed = dataclasses.replace(current, replication_clusters=names)
+        checks = [Check(layout.cluster_path(name), ANY_VERSION) for name in names]
+        try:
+            store.multi(
+                [*checks, Check(tenant_path, tenant_stat.version), SetData(path, changed.to_json(), stat.version)]
+            )
+            return
+        except MultiFailed as failed:
+            if not isinstance(failed.cause, (NoNode, BadVersion)):
+                raise failed.cause from None
+            continue  # a cluster, the tenant or the policies changed meanwhile: decide again
 
 
 def set_retention(store: MetadataStore, namespace: NamespaceName | str, retention: RetentionPolicy) -> None:
@@ -304,12 +579,14 @@ def list_namespaces(store: MetadataStore, tenant: str) -> list[NamespaceName]:
         raise TenantNotFound(f"tenant {tenant!r} does not exist") from None
 
 
-def delete_namespace(store: MetadataStore, namespace: NamespaceName | str) -> None:
-    """Delete an empty namespace: no partitioned topics and no topics with data (managed ledgers)."""
+def delete_namespace(store: MetadataStore, namespace: NamespaceName | str, local: MetadataStore | None = None) -> None:
+    """Delete an empty namespace: no partitioned topics and no topics with data (managed ledgers, in
+    the `local` cluster's store; another cluster's topics are that cluster's to delete)."""
+    local = store if local is None else local
     ns = _namespace(namespace)
     get_policies(store, ns)  # NamespaceNotFound before NotEmpty, as Pulsar answers
     partitioned = _children(store, layout.partitioned_topics_path(ns.tenant, ns.namespace))
-    ledgers = _children(store, f"{layout.MANAGED_LEDGERS_ROOT}/{ns.tenant}/{ns.namespace}/persistent")
+    ledgers = _children(local, f"{layout.MANAGED_LEDGERS_ROOT}/{ns.tenant}/{ns.namespace}/persistent")
     if partitioned or ledgers:
         topics = [str(TopicName(ns.tenant, ns.namespace, unquote(c))) for c in sorted(set(partitioned) | set(ledgers))]
         raise NotEmpty(f"namespace {ns} still has topics ({', '.join(topics)}); delete them first")
@@ -318,25 +595,29 @@ def delete_namespace(store: MetadataStore, namespace: NamespaceName | str) -> No
     except NoNode:
         raise NamespaceNotFound(f"namespace {ns} does not exist") from None
     # Tidy the empty bookkeeping parents; a broker still owning a bundle keeps its node until it unloads.
-    for path in (
-        layout.partitioned_topics_path(ns.tenant, ns.namespace),
-        f"{layout.PARTITIONED_TOPICS}/{ns.tenant}/{ns.namespace}",
-        layout.namespace_path(ns.tenant, ns.namespace),
+    for tidy, path in (
+        (store, layout.partitioned_topics_path(ns.tenant, ns.namespace)),
+        (store, f"{layout.PARTITIONED_TOPICS}/{ns.tenant}/{ns.namespace}"),
+        (local, layout.namespace_path(ns.tenant, ns.namespace)),
     ):
         with contextlib.suppress(NoNode, StoreNotEmpty):
-            store.delete(path)
+            tidy.delete(path)
 
 
 # --- partitioned topics -----------------------------------------------------------------
 
 
-def create_partitioned_topic(store: MetadataStore, topic: TopicName | str, partitions: int) -> TopicName:
-    """Record that `topic` has `partitions` partitions (topic-partition-0 ... -(N-1))."""
+def create_partitioned_topic(
+    store: MetadataStore, topic: TopicName | str, partitions: int, local: MetadataStore | None = None
+) -> TopicName:
+    """Record that `topic` has `partitions` partitions (topic-partition-0 ... -(N-1)); AlreadyExists
+    when the `local` cluster holds a non-partitioned topic of that name."""
+    local = store if local is None else local
     name = _topic(topic)
     if name.is_partition:
         raise AlreadyExists(f"{name} is a partition name; create the partitioned topic {name.base} instead")
     _check_partitions(partitions)
-    if store.exists(name.managed_ledger_path) is not None:
+    if local.exists(name.managed_ledger_path) is not None:
         raise AlreadyExists(f"{name} already exists as a non-partitioned topic")
     parent = layout.partitioned_topics_path(name.tenant, name.namespace_portion)
     store.ensure_path(parent)
@@ -391,18 +672,22 @@ def update_partitions(store: MetadataStore, topic: TopicName | str, partitions: 
             raise PartitionedTopicNotFound(f"{name} was deleted meanwhile") from None
 
 
-def list_topics(store: MetadataStore, namespace: NamespaceName | str) -> list[TopicName]:
-    """The topics of a namespace that have a managed ledger (partitions among them), in name order."""
+def list_topics(
+    store: MetadataStore, namespace: NamespaceName | str, local: MetadataStore | None = None
+) -> list[TopicName]:
+    """The topics of a namespace that have a managed ledger in the `local` cluster (partitions among
+    them), in name order."""
+    local = store if local is None else local
     ns = _namespace(namespace)
     get_policies(store, ns)  # NamespaceNotFound if missing
     base = TopicName.of(ns, "x").managed_ledger_path.rsplit("/", 1)[0]
-    return sorted((TopicName.of(ns, name) for name in _children(store, base)), key=str)
+    return sorted((TopicName.of(ns, name) for name in _children(local, base)), key=str)
 
 
-def all_topics(store: MetadataStore, namespace: NamespaceName | str) -> list[str]:
-    """Every persistent topic of a namespace: those with a managed ledger, and every partition of its
-    partitioned topics (Pulsar's "topics of a namespace")."""
-    found = {str(t) for t in list_topics(store, namespace)}
+def all_topics(store: MetadataStore, namespace: NamespaceName | str, local: MetadataStore | None = None) -> list[str]:
+    """Every persistent topic of a namespace: those with a managed ledger in the `local` cluster, and
+    every partition of its partitioned topics (Pulsar's "topics of a namespace")."""
+    found = {str(t) for t in list_topics(store, namespace, local)}
     for topic in list_partitioned_topics(store, namespace):
         found |= {str(topic.partition_name(i)) for i in range(get_partitions(store, topic))}
     return sorted(found)
@@ -438,9 +723,29 @@ def _partitions_json(partitions: int) -> bytes:
 # --- standalone defaults ----------------------------------------------------------------
 
 
-def ensure_default(store: MetadataStore) -> None:
-    """Create tenant `public` and namespace `public/default` if missing, as Pulsar standalone does."""
+def ensure_default(store: MetadataStore, cluster: str = DEFAULT_CLUSTER) -> None:
+    """Create tenant `public` (allowing `cluster`) and namespace `public/default` (served by `cluster`)
+    if missing, as Pulsar's cluster set-up does; a cluster joining an instance whose `public` tenant
+    exists is added to its allowed clusters. public/default's replication is left as it is."""
+    tenant_path = layout.tenant_policies_path("public")
+    while True:
+        try:
+            create_tenant(store, "public", TenantInfo(allowed_clusters=(cluster,)))
+            break
+        except AlreadyExists:
+            pass
+        try:
+            data, stat = store.get(tenant_path)
+        except NoNode:
+            continue  # deleted meanwhile: create it
+        info = TenantInfo.from_json(tenant_path, data)
+        if cluster in info.allowed_clusters:
+            break
+        widened = dataclasses.replace(info, allowed_clusters=(*info.allowed_clusters, cluster))
+        try:
+            store.set(tenant_path, widened.to_json(), stat.version)
+            break
+        except (BadVersion, NoNode):
+            continue
     with contextlib.suppress(AlreadyExists):
-        create_tenant(store, "public")
-    with contextlib.suppress(AlreadyExists):
-        create_namespace(store, NamespaceName("public", "default"))
+        create_namespace(store, NamespaceName("public", "default"), NamespacePolicies(replication_clusters=(cluster,)))

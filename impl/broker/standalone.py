@@ -19,10 +19,12 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from impl.bookie.server import Bookie, BookieServer
+from impl.broker import namespaces
 from impl.broker.broker import Broker
 from impl.broker.managed_ledger import ManagedLedgerConfig
 from impl.broker.service import BrokerConfig
@@ -125,7 +127,11 @@ class Standalone:
         ensemble: int = 2,
         write_quorum: int = 2,
         ack_quorum: int = 2,
+        cluster: str = namespaces.DEFAULT_CLUSTER,
+        configuration_store: str | None = None,  # URL of the instance's configuration store; None: the embedded one
     ) -> None:
+        self.cluster = cluster
+        self.configuration_store_url = configuration_store
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_data_dir(self.data_dir)
@@ -250,6 +256,10 @@ class Standalone:
         actions[verb](node)
         return self.status()
 
+    def _connect_configuration_store(self) -> Callable[[], MetadataStore] | None:
+        url = self.configuration_store_url
+        return None if url is None else lambda: connect(url)
+
     def start_broker(self) -> None:
         with self._lock:
             if self.broker is not None:
@@ -260,6 +270,8 @@ class Standalone:
                 pulsar_port=self.pulsar_port,
                 web_port=self.web_port,
                 tls_ports=self.tls_ports,
+                cluster=self.cluster,
+                connect_configuration_store=self._connect_configuration_store(),
             )
             broker.start()
             self.broker = broker

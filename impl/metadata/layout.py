@@ -192,8 +192,14 @@ def broker_path(broker_address: str) -> str:
 # --- Pulsar admin metadata (tenants, namespaces, partitioned topics) ------------------------
 
 ADMIN_POLICIES = "/admin/policies"
+CLUSTERS = "/admin/clusters"  # in the configuration store: /admin/clusters/<name> holds JSON ClusterData
 PARTITIONED_TOPICS = "/admin/partitioned-topics"
 BUNDLE_ASSIGNMENTS = "/loadbalance/bundle-assignments"
+
+
+def cluster_path(cluster: str) -> str:
+    """A cluster's node in the configuration store, /admin/clusters/<name> (JSON ClusterData)."""
+    return f"{CLUSTERS}/{_component('cluster', cluster)}"
 
 
 def tenant_policies_path(tenant: str) -> str:

@@ -35,10 +35,60 @@ def _actions(args: argparse.Namespace) -> list[str]:
     return [a.strip() for a in args.actions.split(",") if a.strip()]
 
 
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+# pulsar-admin's flags for ClusterData (serviceUrl, serviceUrlTls, brokerServiceUrl, brokerServiceUrlTls)
+_CLUSTER_URLS = (
+    ("--url", str, "", "the cluster's web service, http://host:port"),
+    ("--url-secure", str, "", "its https:// web service, if any"),
+    ("--broker-url", str, "", "its brokers' Pulsar service, pulsar://host:port"),
+    ("--broker-url-secure", str, "", "its pulsar+ssl:// service, if any"),
+)
+
+
+def _cluster_data(a: argparse.Namespace) -> dict[str, str]:
+    return {
+        "serviceUrl": a.url,
+        "serviceUrlTls": a.url_secure,
+        "brokerServiceUrl": a.broker_url,
+        "brokerServiceUrlTls": a.broker_url_secure,
+    }
+
+
+def _tenant_info(a: argparse.Namespace) -> dict[str, list[str]]:
+    return {"adminRoles": _names(a.admin_roles)} | (
+        {"allowedClusters": _names(a.allowed_clusters)} if a.allowed_clusters else {}
+    )
+
+
 VERBS: dict[str, dict[str, Verb]] = {
     "clusters": {
         "list": Verb("GET", "/admin/v2/clusters", help="the clusters"),
         "get": Verb("GET", "/admin/v2/clusters/{cluster}", "cluster", help="a cluster's service URLs"),
+        "create": Verb(
+            "PUT",
+            "/admin/v2/clusters/{cluster}",
+            "cluster",
+            options=_CLUSTER_URLS,
+            body=_cluster_data,
+            help="add a cluster to the instance (--url and/or --broker-url)",
+        ),
+        "update": Verb(
+            "POST",
+            "/admin/v2/clusters/{cluster}",
+            "cluster",
+            options=_CLUSTER_URLS,
+            body=_cluster_data,
+            help="replace a cluster's service URLs",
+        ),
+        "delete": Verb(
+            "DELETE",
+            "/admin/v2/clusters/{cluster}",
+            "cluster",
+            help="remove a cluster no tenant allows and no namespace replicates to",
+        ),
     },
     "tenants": {
         "list": Verb("GET", "/admin/v2/tenants", help="the tenants"),
@@ -51,11 +101,19 @@ VERBS: dict[str, dict[str, Verb]] = {
                 ("--allowed-clusters", str, "", "comma-separated clusters (default: this one)"),
                 ("--admin-roles", str, "", "comma-separated roles that administer the tenant"),
             ),
-            body=lambda a: (
-                {"adminRoles": [r for r in a.admin_roles.split(",") if r]}
-                | ({"allowedClusters": [c for c in a.allowed_clusters.split(",") if c]} if a.allowed_clusters else {})
-            ),
+            body=_tenant_info,
             help="create a tenant",
+        ),
+        "update": Verb(
+            "POST",
+            "/admin/v2/tenants/{tenant}",
+            "tenant",
+            options=(
+                ("--allowed-clusters", str, None, "comma-separated clusters the tenant may use"),
+                ("--admin-roles", str, "", "comma-separated roles that administer the tenant"),
+            ),
+            body=_tenant_info,
+            help="replace a tenant's admin roles and allowed clusters",
         ),
         "delete": Verb("DELETE", "/admin/v2/tenants/{tenant}", "tenant", help="delete a tenant without namespaces"),
     },
@@ -80,6 +138,20 @@ VERBS: dict[str, dict[str, Verb]] = {
             options=(("--enable", bool, False, "turn it on (the default)"), ("--disable", bool, False, "turn it off")),
             body=lambda a: not a.disable,
             help="de-duplicate producers in the namespace (applies as its topics load)",
+        ),
+        "get-clusters": Verb(
+            "GET",
+            "/admin/v2/namespaces/{namespace}/replication",
+            "namespace",
+            help="a namespace's replication clusters",
+        ),
+        "set-clusters": Verb(
+            "POST",
+            "/admin/v2/namespaces/{namespace}/replication",
+            "namespace",
+            options=(("--clusters", str, None, "comma-separated clusters, each allowed by the tenant"),),
+            body=lambda a: _names(a.clusters),
+            help="set the clusters a namespace is replicated to",
         ),
         "get-retention": Verb("GET", "/admin/v2/namespaces/{namespace}/retention", "namespace"),
         "set-retention": Verb(
@@ -189,7 +261,7 @@ VERBS: dict[str, dict[str, Verb]] = {
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Administer tenants, namespaces, topics, brokers and bookies through the admin REST API, "
+        description="Administer clusters, tenants, namespaces, topics, brokers and bookies through the admin REST API, "
         "as pulsar-admin does (works against any Pulsar service).",
         epilog="example: %(prog)s --admin-url http://127.0.0.1:8080 topics internal-stats my-topic",
     )

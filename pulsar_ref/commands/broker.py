@@ -26,6 +26,23 @@ def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quo
     )
 
 
+def add_instance_options(parser: argparse.ArgumentParser) -> None:
+    """--cluster and --configuration-store: the cluster this broker serves, in which Pulsar instance."""
+    parser.add_argument(
+        "--cluster",
+        default="standalone",
+        help="the name of this broker's cluster, registered in the configuration store with the broker's URLs "
+        "if the instance does not know it yet (default standalone)",
+    )
+    parser.add_argument(
+        "--configuration-store",
+        metavar="URL",
+        help="the instance's configuration store (clusters, tenants, namespaces and their policies): a metadata "
+        "store URL such as zk://127.0.0.1:2184/config, possibly the same ZooKeeper under another root "
+        "(default: this broker's own metadata store, a one-cluster instance)",
+    )
+
+
 def check_quorums(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if not args.ensemble >= args.write_quorum >= args.ack_quorum >= 1:
         parser.error("need ensemble >= write quorum >= ack quorum >= 1")
@@ -63,6 +80,7 @@ def main(argv: list[str], prog: str) -> int:
     )
     add_ledger_options(parser, 3, 3, 2)
     add_security_options(parser)
+    add_instance_options(parser)
     parser.add_argument(
         "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
     )
@@ -110,6 +128,12 @@ def _run(args: argparse.Namespace) -> int:
             pulsar_port=args.port,
             web_port=args.web_port,
             tls_ports=(args.tls_port, args.web_tls_port),
+            cluster=args.cluster,
+            connect_configuration_store=(
+                None
+                if args.configuration_store is None
+                else lambda: connect(args.configuration_store, session_timeout_s=args.session_timeout)
+            ),
         )
         broker.start()
     except (MetadataError, OSError) as e:

@@ -9,7 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
-from pulsar_ref.commands.broker import add_ledger_options, check_quorums
+from pulsar_ref.commands.broker import add_instance_options, add_ledger_options, check_quorums
 from pulsar_ref.commands.security_options import add_security_options, security_of
 
 
@@ -57,6 +57,7 @@ def main(argv: list[str], prog: str) -> int:
         "token made under DATA/security on first start (their paths are printed)",
     )
     add_security_options(parser)
+    add_instance_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     args = parser.parse_args(argv)
     check_quorums(parser, args)
@@ -90,6 +91,8 @@ def main(argv: list[str], prog: str) -> int:
             ensemble=args.ensemble,
             write_quorum=args.write_quorum,
             ack_quorum=args.ack_quorum,
+            cluster=args.cluster,
+            configuration_store=args.configuration_store,
         )
         standalone.start()
     except (MetadataError, OSError, ValueError) as e:

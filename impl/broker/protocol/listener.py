@@ -405,8 +405,10 @@ class _Connection:
         try:
             name = parse_topic(out.topic)
             self._authorize(out.topic, Access.LOOKUP, "Get Partition Metadata")
-            namespaces.get_policies(self.service.store, name.namespace_name)
-            resp.partitions = 0 if name.is_partition else namespaces.get_partitions(self.service.store, name)
+            namespaces.get_policies(self.service.configuration_store, name.namespace_name)
+            resp.partitions = (
+                0 if name.is_partition else namespaces.get_partitions(self.service.configuration_store, name)
+            )
             resp.response = api.CommandPartitionedTopicMetadataResponse.Success
         except namespaces.AdminError as e:
             resp.response = api.CommandPartitionedTopicMetadataResponse.Failed
@@ -618,7 +620,7 @@ class _Connection:
         try:
             namespace = NamespaceName.parse(out.namespace)
             self.service.authorizer.check(self.core.role or None, Access.CONSUME, namespace=namespace)
-            topics = namespaces.all_topics(self.service.store, namespace)
+            topics = namespaces.all_topics(self.service.configuration_store, namespace, self.service.store)
         except Exception as e:
             code, message = server_error(e)
             return [conn.error_reply(out.request_id, code, message)]

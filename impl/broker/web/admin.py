@@ -1,6 +1,8 @@
 """Pulsar's admin REST API v2: clusters, tenants, namespaces, brokers and bookies.
 
-Metadata-only calls run on any broker. Topic calls are in impl/broker/web/topics.py.
+Metadata-only calls run on any broker. Clusters, tenants and namespaces live in the instance's
+configuration store (`ctx.configuration_store`); bookies, brokers and topics' data in the cluster's
+own metadata store (`ctx.store`). Topic calls are in impl/broker/web/topics.py.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from impl.broker import namespaces
 from impl.broker.naming import NamespaceName, check_named_entity
 from impl.broker.web.context import WebContext
 from impl.metadata.registry import BookieRegistry
+from impl.metadata.store import MetadataStore
 from impl.web.http import HttpError, Request, Response, Router
 
 
@@ -32,9 +35,13 @@ class AdminRoutes:
         v2 = "/admin/v2"
         r.add("GET", f"{v2}/clusters", self.clusters)
         r.add("GET", f"{v2}/clusters/{{cluster}}", self.cluster)
+        r.add("PUT", f"{v2}/clusters/{{cluster}}", self.create_cluster)
+        r.add("POST", f"{v2}/clusters/{{cluster}}", self.update_cluster)
+        r.add("DELETE", f"{v2}/clusters/{{cluster}}", self.delete_cluster)
         r.add("GET", f"{v2}/tenants", self.tenants)
         r.add("GET", f"{v2}/tenants/{{tenant}}", self.get_tenant)
         r.add("PUT", f"{v2}/tenants/{{tenant}}", self.create_tenant)
+        r.add("POST", f"{v2}/tenants/{{tenant}}", self.update_tenant)
         r.add("DELETE", f"{v2}/tenants/{{tenant}}", self.delete_tenant)
         r.add("GET", f"{v2}/namespaces/{{tenant}}", self.namespaces)
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}", self.get_policies)
@@ -44,6 +51,8 @@ class AdminRoutes:
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/deduplication", self.get_deduplication)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/deduplication", self.set_deduplication)
         r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/deduplication", self.remove_deduplication)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/replication", self.get_replication)
+        r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/replication", self.set_replication)
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/retention", self.get_retention)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/retention", self.set_retention)
         r.add("GET", f"{v2}/brokers/health", self.health)
@@ -53,20 +62,31 @@ class AdminRoutes:
 
     # ---- clusters -----------------------------------------------------------------------------
 
+    @property
+    def _config(self) -> MetadataStore:
+        return self.ctx.configuration_store
+
     def clusters(self, req: Request) -> Response:
-        return Response.json([self.ctx.cluster])
+        return Response.json(namespaces.list_clusters(self._config))
 
     def cluster(self, req: Request, cluster: str) -> Response:
-        self._check_cluster(cluster)
-        return Response.json(
-            {
-                "serviceUrl": self.ctx.web_url,
-                "serviceUrlTls": self.ctx.web_url_tls,
-                "brokerServiceUrl": self.ctx.service_url,
-                "brokerServiceUrlTls": self.ctx.service_url_tls,
-                "brokerClientTlsEnabled": False,
-            }
-        )
+        data = namespaces.get_cluster(self._config, check_named_entity("cluster", cluster))
+        return Response.json(data.to_dict() | {"brokerClientTlsEnabled": False})
+
+    def _cluster_data(self, req: Request) -> namespaces.ClusterData:
+        return namespaces.ClusterData.from_dict(req.json())  # InvalidClusterData: 400
+
+    def create_cluster(self, req: Request, cluster: str) -> Response:
+        namespaces.create_cluster(self._config, check_named_entity("cluster", cluster), self._cluster_data(req))
+        return Response.empty()
+
+    def update_cluster(self, req: Request, cluster: str) -> Response:
+        namespaces.update_cluster(self._config, check_named_entity("cluster", cluster), self._cluster_data(req))
+        return Response.empty()
+
+    def delete_cluster(self, req: Request, cluster: str) -> Response:
+        namespaces.delete_cluster(self._config, check_named_entity("cluster", cluster))
+        return Response.empty()
 
     def _check_cluster(self, cluster: str) -> None:
         if cluster != self.ctx.cluster:
@@ -75,14 +95,25 @@ class AdminRoutes:
     # ---- tenants ------------------------------------------------------------------------------
 
     def tenants(self, req: Request) -> Response:
-        return Response.json(namespaces.list_tenants(self.ctx.store))
+        return Response.json(namespaces.list_tenants(self._config))
 
     def get_tenant(self, req: Request, tenant: str) -> Response:
-        info = namespaces.get_tenant(self.ctx.store, check_named_entity("tenant", tenant))
+        info = namespaces.get_tenant(self._config, check_named_entity("tenant", tenant))
         return Response.json({"adminRoles": list(info.admin_roles), "allowedClusters": list(info.allowed_clusters)})
 
     def create_tenant(self, req: Request, tenant: str) -> Response:
         check_named_entity("tenant", tenant)
+        namespaces.create_tenant(self._config, tenant, self._tenant_info(req))
+        return Response.empty()
+
+    def update_tenant(self, req: Request, tenant: str) -> Response:
+        """Replace a tenant's admin roles and allowed clusters (a cluster its namespaces replicate to stays)."""
+        check_named_entity("tenant", tenant)
+        namespaces.get_tenant(self._config, tenant)  # 404 before the body's faults, as Pulsar answers
+        namespaces.update_tenant(self._config, tenant, self._tenant_info(req))
+        return Response.empty()
+
+    def _tenant_info(self, req: Request) -> namespaces.TenantInfo:
         body = req.json() if req.body.strip() else {}
         if not isinstance(body, dict):
             raise HttpError(
@@ -96,27 +127,27 @@ class AdminRoutes:
                 raise HttpError(400, f"{name} must be a list of strings, not {value!r}")
         if not clusters:
             raise HttpError(412, "Clusters should be specified")
-        unknown = [c for c in clusters if c != self.ctx.cluster]
+        known = set(namespaces.list_clusters(self._config))
+        unknown = [c for c in clusters if c not in known]
         if unknown:
-            raise HttpError(412, f"Clusters do not exist: {unknown}")
-        namespaces.create_tenant(self.ctx.store, tenant, namespaces.TenantInfo(tuple(roles), tuple(clusters)))
-        return Response.empty()
+            raise HttpError(412, f"Clusters do not exist: {unknown} (the instance has {sorted(known)})")
+        return namespaces.TenantInfo(tuple(roles), tuple(dict.fromkeys(clusters)))
 
     def delete_tenant(self, req: Request, tenant: str) -> Response:
-        namespaces.delete_tenant(self.ctx.store, check_named_entity("tenant", tenant))
+        namespaces.delete_tenant(self._config, check_named_entity("tenant", tenant))
         return Response.empty()
 
     # ---- namespaces ---------------------------------------------------------------------------
 
     def namespaces(self, req: Request, tenant: str) -> Response:
-        return Response.json([str(ns) for ns in namespaces.list_namespaces(self.ctx.store, tenant)])
+        return Response.json([str(ns) for ns in namespaces.list_namespaces(self._config, tenant)])
 
     def _ns(self, tenant: str, namespace: str) -> NamespaceName:
         return NamespaceName(check_named_entity("tenant", tenant), check_named_entity("namespace", namespace))
 
     def get_policies(self, req: Request, tenant: str, namespace: str) -> Response:
         ns = self._ns(tenant, namespace)
-        policies = namespaces.get_policies(self.ctx.store, ns)
+        policies = namespaces.get_policies(self._config, ns, local_cluster=self.ctx.cluster)
         step = 2**32 // policies.bundles
         boundaries = [f"0x{i * step:08x}" for i in range(policies.bundles)] + ["0xffffffff"]
         return Response.json(
@@ -124,7 +155,7 @@ class AdminRoutes:
                 "bundles": {"boundaries": boundaries, "numBundles": policies.bundles},
                 "deduplicationEnabled": policies.deduplication,
                 "retention_policies": _retention_json(policies.retention),
-                "replication_clusters": [self.ctx.cluster],
+                "replication_clusters": list(policies.replication_clusters),
             }
         )
 
@@ -140,13 +171,35 @@ class AdminRoutes:
         dedup = body.get("deduplicationEnabled")
         if dedup is not None and not isinstance(dedup, bool):
             raise HttpError(400, f"deduplicationEnabled must be true, false or null, not {dedup!r}")
-        namespaces.create_namespace(
-            self.ctx.store, ns, namespaces.NamespacePolicies(bundles=count, deduplication=dedup)
+        clusters = body.get("replication_clusters") or [self.ctx.cluster]
+        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+            raise HttpError(400, f"replication_clusters must be a list of cluster names, not {clusters!r}")
+        allowed = namespaces.get_tenant(self._config, ns.tenant).allowed_clusters  # 404 for no tenant
+        for cluster in clusters:
+            namespaces.get_cluster(self._config, check_named_entity("cluster", cluster))
+            if cluster not in allowed:
+                raise HttpError(403, f"Cluster {cluster!r} is not in the allowed clusters of tenant {ns.tenant!r}")
+        policies = namespaces.NamespacePolicies(
+            bundles=count, deduplication=dedup, replication_clusters=tuple(dict.fromkeys(clusters))
         )
+        namespaces.create_namespace(self._config, ns, policies)
         return Response.empty()
 
     def delete_namespace(self, req: Request, tenant: str, namespace: str) -> Response:
-        namespaces.delete_namespace(self.ctx.store, self._ns(tenant, namespace))
+        namespaces.delete_namespace(self._config, self._ns(tenant, namespace), self.ctx.store)
+        return Response.empty()
+
+    def get_replication(self, req: Request, tenant: str, namespace: str) -> Response:
+        ns = self._ns(tenant, namespace)
+        policies = namespaces.get_policies(self._config, ns, local_cluster=self.ctx.cluster)
+        return Response.json(list(policies.replication_clusters))
+
+    def set_replication(self, req: Request, tenant: str, namespace: str) -> Response:
+        ns = self._ns(tenant, namespace)
+        clusters = req.json()
+        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+            raise HttpError(400, f'the body must be a list of cluster names, e.g. ["cluster-1"], not {clusters!r}')
+        namespaces.set_replication_clusters(self._config, ns, clusters)
         return Response.empty()
 
     def namespace_topics(self, req: Request, tenant: str, namespace: str) -> Response:
@@ -154,25 +207,25 @@ class AdminRoutes:
         if mode not in ("PERSISTENT", "NON_PERSISTENT", "ALL"):
             raise HttpError(400, f"mode must be PERSISTENT, NON_PERSISTENT or ALL, not {mode!r}")
         ns = self._ns(tenant, namespace)
-        topics = namespaces.all_topics(self.ctx.store, ns) if mode != "NON_PERSISTENT" else []
+        topics = namespaces.all_topics(self._config, ns, self.ctx.store) if mode != "NON_PERSISTENT" else []
         return Response.json(topics)
 
     def get_deduplication(self, req: Request, tenant: str, namespace: str) -> Response:
-        return Response.json(namespaces.get_policies(self.ctx.store, self._ns(tenant, namespace)).deduplication)
+        return Response.json(namespaces.get_policies(self._config, self._ns(tenant, namespace)).deduplication)
 
     def set_deduplication(self, req: Request, tenant: str, namespace: str) -> Response:
         enabled = req.json()
         if not isinstance(enabled, bool):
             raise HttpError(400, f"the body must be true or false, not {enabled!r}")
-        namespaces.set_deduplication(self.ctx.store, self._ns(tenant, namespace), enabled)
+        namespaces.set_deduplication(self._config, self._ns(tenant, namespace), enabled)
         return Response.empty()
 
     def remove_deduplication(self, req: Request, tenant: str, namespace: str) -> Response:
-        namespaces.set_deduplication(self.ctx.store, self._ns(tenant, namespace), None)
+        namespaces.set_deduplication(self._config, self._ns(tenant, namespace), None)
         return Response.empty()
 
     def get_retention(self, req: Request, tenant: str, namespace: str) -> Response:
-        policies = namespaces.get_policies(self.ctx.store, self._ns(tenant, namespace))
+        policies = namespaces.get_policies(self._config, self._ns(tenant, namespace))
         return Response.json(_retention_json(policies.retention))
 
     def set_retention(self, req: Request, tenant: str, namespace: str) -> Response:
@@ -182,13 +235,14 @@ class AdminRoutes:
         minutes = _int(body.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
         size = _int(body.get("retentionSizeInMB", 0), "retentionSizeInMB")
         retention = namespaces.RetentionPolicy(minutes, size)
-        namespaces.set_retention(self.ctx.store, self._ns(tenant, namespace), retention)
+        namespaces.set_retention(self._config, self._ns(tenant, namespace), retention)
         return Response.empty()
 
     # ---- brokers and bookies ------------------------------------------------------------------
 
     def health(self, req: Request) -> Response:
-        namespaces.list_tenants(self.ctx.store)  # the metadata store answers
+        namespaces.list_tenants(self._config)  # the configuration store answers
+        self.ctx.store.exists("/")  # and the cluster's metadata store
         return Response.text("ok")
 
     def leader(self, req: Request) -> Response:

@@ -21,7 +21,14 @@ class WebContext(Protocol):
     service: BrokerService
 
     @property
-    def store(self) -> MetadataStore: ...
+    def store(self) -> MetadataStore:
+        """The cluster's own metadata store: ledgers, bookies, brokers, ownership, managed ledgers."""
+        ...
+
+    @property
+    def configuration_store(self) -> MetadataStore:
+        """The instance's configuration store: the /admin tree (clusters, tenants, namespaces)."""
+        ...
 
     @property
     def web_url(self) -> str: ...
@@ -59,6 +66,10 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (namespaces.TenantNotFound, 404),
     (namespaces.NamespaceNotFound, 404),
     (namespaces.PartitionedTopicNotFound, 404),
+    (namespaces.ClusterNotFound, 404),
+    (namespaces.InvalidClusterData, 400),
+    (namespaces.ClusterNotAllowed, 403),
+    (namespaces.ClusterInUse, 412),
     (TopicNotFound, 404),
     (namespaces.AlreadyExists, 409),
     (namespaces.NotEmpty, 409),

@@ -15,7 +15,7 @@ def install(router: Router, ctx: WebContext) -> None:
         if domain not in (PERSISTENT, NON_PERSISTENT):
             raise HttpError(400, f"the domain must be persistent or non-persistent, not {domain!r}")
         name = TopicName.parse(f"{domain}://{tenant}/{namespace}/{topic}")
-        namespaces.get_policies(ctx.store, name.namespace_name)  # 404 for a namespace that does not exist
+        namespaces.get_policies(ctx.configuration_store, name.namespace_name)  # 404 for a namespace that does not exist
         found = ctx.service.ownership.lookup(name, req.flag("authoritative"))
         if found.kind == "redirect":
             return redirect_to_owner(ctx, req, name, found.broker_address, found.authoritative)

@@ -33,29 +33,31 @@ def install(r: Router, ctx: WebContext) -> None:
         return Response.json({role: sorted(actions) for role, actions in sorted(grants.items())})
 
     def get_namespace(req: Request, tenant: str, namespace: str) -> Response:
-        policies = namespaces.get_policies(ctx.store, namespace_of(tenant, namespace))
+        policies = namespaces.get_policies(ctx.configuration_store, namespace_of(tenant, namespace))
         return grants_json(dict(policies.auth.namespace_auth))
 
     def grant_namespace(req: Request, tenant: str, namespace: str, role: str) -> Response:
-        namespaces.grant_permission(ctx.store, namespace_of(tenant, namespace), role, actions_of(req))
+        namespaces.grant_permission(ctx.configuration_store, namespace_of(tenant, namespace), role, actions_of(req))
         return Response.empty()
 
     def revoke_namespace(req: Request, tenant: str, namespace: str, role: str) -> Response:
-        namespaces.revoke_permission(ctx.store, namespace_of(tenant, namespace), role)
+        namespaces.revoke_permission(ctx.configuration_store, namespace_of(tenant, namespace), role)
         return Response.empty()
 
     def get_topic(req: Request, tenant: str, namespace: str, topic: str) -> Response:
         name = topic_of(tenant, namespace, topic)
-        return grants_json(namespaces.get_policies(ctx.store, name.namespace_name).auth.on_topic(str(name)))
+        return grants_json(
+            namespaces.get_policies(ctx.configuration_store, name.namespace_name).auth.on_topic(str(name))
+        )
 
     def grant_topic(req: Request, tenant: str, namespace: str, topic: str, role: str) -> Response:
         name = topic_of(tenant, namespace, topic)
-        namespaces.grant_permission(ctx.store, name.namespace_name, role, actions_of(req), str(name))
+        namespaces.grant_permission(ctx.configuration_store, name.namespace_name, role, actions_of(req), str(name))
         return Response.empty()
 
     def revoke_topic(req: Request, tenant: str, namespace: str, topic: str, role: str) -> Response:
         name = topic_of(tenant, namespace, topic)
-        namespaces.revoke_permission(ctx.store, name.namespace_name, role, str(name))
+        namespaces.revoke_permission(ctx.configuration_store, name.namespace_name, role, str(name))
         return Response.empty()
 
     r.add("GET", NS, get_namespace)

@@ -53,14 +53,14 @@ class TopicRoutes:
     def _name(self, tenant: str, namespace: str, topic: str) -> TopicName:
         ns = NamespaceName(check_named_entity("tenant", tenant), check_named_entity("namespace", namespace))
         name = TopicName.parse(f"persistent://{ns}/{topic}")
-        namespaces.get_policies(self.ctx.store, ns)  # 404 for a namespace that does not exist
+        namespaces.get_policies(self.ctx.configuration_store, ns)  # 404 for a namespace that does not exist
         return name
 
     def _exists(self, name: TopicName) -> bool:
         return self.ctx.store.exists(name.managed_ledger_path) is not None
 
     def _is_partitioned(self, name: TopicName) -> bool:
-        return namespaces.get_partitions(self.ctx.store, name) > 0
+        return namespaces.get_partitions(self.ctx.configuration_store, name) > 0
 
     def _owned(self, req: Request, name: TopicName, must_exist: bool = True) -> Topic | Response:
         """The loaded topic when this broker serves it; else the 307 to its owner."""
@@ -75,11 +75,13 @@ class TopicRoutes:
 
     def list_topics(self, req: Request, tenant: str, namespace: str) -> Response:
         ns = NamespaceName(check_named_entity("tenant", tenant), check_named_entity("namespace", namespace))
-        return Response.json(namespaces.all_topics(self.ctx.store, ns))
+        return Response.json(namespaces.all_topics(self.ctx.configuration_store, ns, self.ctx.store))
 
     def list_partitioned(self, req: Request, tenant: str, namespace: str) -> Response:
         ns = NamespaceName(check_named_entity("tenant", tenant), check_named_entity("namespace", namespace))
-        return Response.json(sorted(str(t) for t in namespaces.list_partitioned_topics(self.ctx.store, ns)))
+        return Response.json(
+            sorted(str(t) for t in namespaces.list_partitioned_topics(self.ctx.configuration_store, ns))
+        )
 
     def create(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
         name = self._name(tenant, namespace, topic)
@@ -114,17 +116,19 @@ class TopicRoutes:
 
     def create_partitioned(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
         name = self._name(tenant, namespace, topic)
-        namespaces.create_partitioned_topic(self.ctx.store, name, self._partitions_body(req))
+        namespaces.create_partitioned_topic(
+            self.ctx.configuration_store, name, self._partitions_body(req), self.ctx.store
+        )
         return Response.empty()
 
     def update_partitions(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
         name = self._name(tenant, namespace, topic)
-        namespaces.update_partitions(self.ctx.store, name, self._partitions_body(req))
+        namespaces.update_partitions(self.ctx.configuration_store, name, self._partitions_body(req))
         return Response.empty()
 
     def get_partitions(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
         name = self._name(tenant, namespace, topic)
-        partitions = namespaces.get_partitions(self.ctx.store, name)  # 0: not partitioned
+        partitions = namespaces.get_partitions(self.ctx.configuration_store, name)  # 0: not partitioned
         # One that does not exist yet is 0 too for a client that may create it (the official client asks
         # with checkAllowAutoCreation=true; topics are created on first use); 404 for anyone else.
         if partitions == 0 and not self._exists(name) and not req.flag("checkAllowAutoCreation"):
@@ -135,13 +139,13 @@ class TopicRoutes:
         """The partitions first, each by its owner (a DELETE through this web service, which redirects),
         then the partition count."""
         name = self._name(tenant, namespace, topic)
-        count = namespaces.get_partitions(self.ctx.store, name)
+        count = namespaces.get_partitions(self.ctx.configuration_store, name)
         query = "?force=true" if req.flag("force") else ""
         for i in range(count):
             partition = name.partition_name(i)
             if self._exists(partition):
                 fetch.call("DELETE", self.ctx.web_url + _path(partition) + query, headers=self.ctx.internal_headers())
-        namespaces.delete_partitioned_topic(self.ctx.store, name)
+        namespaces.delete_partitioned_topic(self.ctx.configuration_store, name)
         return Response.empty()
 
     # ---- one topic's data ---------------------------------------------------------------------
@@ -157,7 +161,7 @@ class TopicRoutes:
     def partitioned_stats(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
         """Each partition's stats come from its owner, which may be another broker: fetched over HTTP."""
         name = self._name(tenant, namespace, topic)
-        count = namespaces.get_partitions(self.ctx.store, name)
+        count = namespaces.get_partitions(self.ctx.configuration_store, name)
         per_partition = {}
         for i in range(count):
             partition = name.partition_name(i)

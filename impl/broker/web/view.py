@@ -133,12 +133,12 @@ class View:
         return "<h2>Metadata store</h2>" + table(["store", "servers", "this broker's session"], [row], "metadata")
 
     def _tree(self) -> str:
-        store = self.ctx.store
+        store, local = self.ctx.configuration_store, self.ctx.store
         items = []
         for tenant in namespaces.list_tenants(store):
             namespace_items = []
             for ns in namespaces.list_namespaces(store, tenant):
-                topics = [TopicName.parse(t) for t in namespaces.all_topics(store, ns)]
+                topics = [TopicName.parse(t) for t in namespaces.all_topics(store, ns, local)]
                 links = "".join(f"<li><a href='{topic_href(t)}'>{e(t)}</a></li>" for t in topics)
                 namespace_items.append(f"<li>{e(ns)}<ul>{links or '<li>(no topics)</li>'}</ul></li>")
             items.append(f"<li>{e(tenant)}<ul>{''.join(namespace_items)}</ul></li>")
