@@ -36,6 +36,11 @@ Mapping (spec action [lastAction params] -> what the harness does):
   AddEntry [broker, ledger, msg, fenced]
                                    core.add(msg) -> SendAdd -> LedgerWriter.add -> the bookie ->
                                    writer.receive -> on_add_completed, or on_add_failed (fenced)
+  AddEntryAckLost [broker, ledger, msg]
+                                   core.add(msg) -> SendAdd -> LedgerWriter.add -> the bookie stores
+                                   it; the reply is dropped (never given to the writer), and the broker
+                                   unloads the topic as after RevalidateOwnership (lost), keeping its
+                                   ownership belief; the producer gives the message up
   Rollover [broker, from, to, expectedVersion, closeOk, badVersion]
                                    time passes beyond the ledger's age limit: core.tick(now) ->
                                    CloseLedger -> writer close (WriterClose CW) -> on_ledger_closed /
@@ -45,7 +50,8 @@ Mapping (spec action [lastAction params] -> what the harness does):
                                    snapshot's head ledger: the spec trims one ledger a step) ->
                                    WriteLedgerList -> on_list_written -> DeleteLedgers (metadata
                                    deleted; the bookie keeps its data and fence until garbage collection)
-  Consume                          the harness's subscription consumes the next acknowledged message
+  Consume                          the harness's subscription consumes the next entry of the topic's
+                                   log (the listed ledgers' entries up to each closed end)
   CloseFencedManagedLedger [broker]
                                    core.close(); a new core for the next open
 
@@ -76,7 +82,7 @@ from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp
 from impl.bookie.client.writer import AddCompleted, AddFailed, CloseFailed, LedgerWriter, Send, WriterClosed
 from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, Reply, StoreEntry
 from impl.bookie.entry_format import decode_entry
-from impl.bookie.protocol import Request, Response
+from impl.bookie.protocol import AddResponse, ErrorCode, Request, Response
 from impl.broker.ledger_list import LedgerList, Position
 from impl.broker.managed_ledger_core import (
     CloseLedger,
@@ -142,7 +148,9 @@ class FencingWorld:
     deleted_end: dict[int, int] = field(default_factory=dict)  # deleted ledger -> its lastEntry (spec's)
     acked: list[tuple[int, int, str, Position]] = field(default_factory=list)  # msg, ledger, broker, position
     next_msg: int = 1
+    lost_acks: int = 0
     consumed: int = 0
+    consumed_at: Position | None = None  # the log position of the last entry consumed
     trimmed: int = 0
     expiries: int = 0
     now: float = 0.0
@@ -292,6 +300,20 @@ class FencingWorld:
     def alive(self, name: str) -> bool:
         session = self.server.sessions.get(self.brokers[name].store.session_id)
         return session is not None and session.alive
+
+    def log(self) -> list[Position]:
+        """The topic's log as a reader of the list sees it: each listed ledger up to its closed end."""
+        node = self.server.nodes.get(LIST_PATH)
+        positions: list[Position] = []
+        for ledger_id in _listed(node.data) if node is not None else ():
+            metadata = _metadata(self.server.nodes[_ledger_path(ledger_id)].data)
+            if metadata.state is LedgerState.CLOSED:
+                entries: list[int] = list(range(metadata.last_entry_id + 1))
+            else:
+                state = self.bookie.ledgers.get(ledger_id)
+                entries = sorted(state.entries) if state is not None else []
+            positions += [Position(ledger_id, e) for e in entries]
+        return positions
 
     def messages(self, ledger_id: int) -> tuple[int, ...]:
         """The messages the bookie stores for a ledger, in entry order."""
@@ -502,6 +524,24 @@ class FencingMapping:
         broker = world.brokers[name]
         world.perform(name, broker.ml.add(world.next_msg, payload(world.next_msg), world.now))
 
+    def _AddEntryAckLost(self, world: FencingWorld, name: str) -> None:
+        self._ready_AddEntry(world, name)
+        broker = world.brokers[name]
+        outputs = broker.ml.add(world.next_msg, payload(world.next_msg), world.now)
+        sends = [o for o in outputs if isinstance(o, SendAdd)]
+        if len(sends) != 1 or len(outputs) != 1:
+            raise FencingHarnessError(f"{name}'s managed ledger did not send the add: {outputs}")
+        writer = broker.writers[sends[0].ledger_id]
+        for out in writer.add(sends[0].data):
+            if not isinstance(out, Send):
+                raise FencingHarnessError(f"the writer did not send the add: {out}")
+            reply = world.bookie_handles(out.request)
+            if not isinstance(reply, AddResponse) or reply.code is not ErrorCode.EOK:  # the spec's step stores it
+                raise FencingHarnessError(f"the bookie refused the add to ledger {sends[0].ledger_id}")
+        world.next_msg += 1
+        world.lost_acks += 1
+        self._unload(world, name)
+
     _ready_Rollover = _ready_session
 
     def _Rollover(self, world: FencingWorld, name: str) -> None:
@@ -515,11 +555,12 @@ class FencingMapping:
 
     @staticmethod
     def _ready_Consume(world: FencingWorld) -> None:
-        if world.consumed >= len(world.acked):
+        if world.consumed >= world.trimmed + len(world.log()):
             raise FencingHarnessError("nothing to consume")
 
     def _Consume(self, world: FencingWorld) -> None:
         self._ready_Consume(world)
+        world.consumed_at = world.log()[world.consumed - world.trimmed]
         world.consumed += 1
 
     _ready_TrimConsumedLedger = _ready_session
@@ -528,7 +569,7 @@ class FencingMapping:
         self._ready_TrimConsumedLedger(world, name)
         broker = world.brokers[name]
         ml = broker.ml
-        slowest = world.acked[world.consumed - 1][3] if world.consumed else None
+        slowest = world.consumed_at
         if slowest is not None and ml.ledgers:
             head = ml.ledgers[0]
             if slowest.ledger_id > head.ledger_id:  # one ledger a step, as the spec
@@ -576,6 +617,7 @@ class FencingMapping:
                 Record.of({"msg": msg, "ledger": lid, "broker": ModelValue(b)}) for msg, lid, b, _ in world.acked
             ),
             "nextMsg": world.next_msg,
+            "lostAcks": world.lost_acks,
             "consumed": world.consumed,
             "trimmed": world.trimmed,
         }

@@ -112,6 +112,10 @@ class LedgerMapping:
         self.impl_id = {b: f"bookie-{i}:3181" for i, b in enumerate(self.bookies, start=1)}
         self.fail_fast = constants.get("FailFast") is True  # ledger.tla's switch, set by ledger-deep's cfg
         self.cores = cores or CoreTypes()  # tests swap in broken cores to prove that the replay can fail
+        # A counterexample of an unmutated model is a reachability witness (a situation BookKeeper's
+        # protocol reaches, e.g. a closed length that is not the length at the end), which the
+        # implementation must follow; a mutation's (a known bug) is a regression trace it must refuse.
+        self.counterexamples_are_followed = constants["Mutation"] == "none"
 
     # ---- Init -----------------------------------------------------------------------------------
     def initial(self, state: Mapping[str, Value]) -> tuple[LedgerCluster, Names]:

@@ -366,7 +366,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "impl/bookie/client/read_lac.py",
         "the fencing read-LAC is done after one answer, before every write set is covered",
         (Patch(f"{_CLIENT}.read_lac", "lac_coverage_reached", _function(_coverage_after_one_answer)),),
-        (_STRIPING,),
+        ("ledger-mutation4-readlacone-ci", _STRIPING),
     ),
     Mutant(
         "ml-writes-after-bad-version",

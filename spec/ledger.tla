@@ -30,7 +30,8 @@ ASSUME /\ E >= Qw /\ Qw >= Qa /\ Qa >= 1 /\ Cardinality(Bookies) >= E
        /\ Mutation \in {"none",
                         "recovery_read_no_fence",      \* BookKeeper issue 2614
                         "recovery_start_from_lac",     \* BookKeeper issue 2615
-                        "negative_threshold_qa"}       \* Qa negatives instead of Qw-Qa+1
+                        "negative_threshold_qa",       \* Qa negatives instead of Qw-Qa+1
+                        "read_lac_one_answer"}         \* the fencing read-LAC done after one answer
 
 Clients == {Writer} \cup Recoverers
 Entries == 0 .. NumEntries - 1
@@ -353,8 +354,11 @@ Reply(m) ==
 
 \* Per-write-set coverage: every write set of the ensemble has fewer than Qa bookies that did
 \* not answer, so the old writer can no longer reach Qa on any write set.
-Covered(c) ==
-    \A ws \in AllWriteSets(LastEnsemble(rReadFragments[c])) : Cardinality(ws \ rAnswered[c]) < Qa
+\* Mutation "read_lac_one_answer" weakens it to one answer (spec/README.md: safety does not depend on it).
+CoveredBy(c, answered) ==
+    IF Mutation = "read_lac_one_answer" THEN answered # {}
+    ELSE \A ws \in AllWriteSets(LastEnsemble(rReadFragments[c])) : Cardinality(ws \ answered) < Qa
+Covered(c) == CoveredBy(c, rAnswered[c])
 
 \* Where recovery starts reading (in RecoveryReceivesReadLacResponse): max(LAC, first entry of the
 \* last fragment - 1): entries before the last fragment were confirmed when the writer made it
@@ -398,7 +402,7 @@ RecoveryHandlesReadLacReply(m, req) ==
     /\ LET c == m.client
            answered == rAnswered[c] \cup {m.bookie}
            maxLac == Max(rMaxLac[c], m.val)
-           covered == \A ws \in AllWriteSets(LastEnsemble(rReadFragments[c])) : Cardinality(ws \ answered) < Qa
+           covered == CoveredBy(c, answered)
            start == IF Mutation = "recovery_start_from_lac" THEN maxLac
                     ELSE Max(maxLac, rReadFragments[c][Len(rReadFragments[c])].first - 1)
        IN /\ IF rPhase[c] = "fencing"
@@ -761,8 +765,82 @@ ValidFragments ==
     /\ \A i \in 1 .. Len(f) : Cardinality(Range(f[i].ens)) = E
     /\ meta.state = "CLOSED" => f[Len(f)].first <= meta.lastEntry + 1
 
+\* The closed length (meta.length) is the length some entry's header carries, or 0 (no header): the
+\* writer's close takes its LAC's, a recovery's the read-LAC's or the last entry it read (decision 1 in
+\* spec/README.md). It need not be the length at the closed end: WitnessClosedLengthAtEnd.
+ClosedLengthFromAHeader ==
+    meta.state = "CLOSED" => meta.length = 0 \/ \E b \in Bookies : meta.length - 1 \in entries[b]
+
+\* Witness (expected violated by ledger-witness-closedlength-ci): a recovery that reads nothing past
+\* its start point closes with the read-LAC's length, which can differ from the length at its end
+\* (BookKeeper's LedgerRecoveryOp does the same). A writer close at that end then fails (decision 4).
+WitnessClosedLengthAtEnd == meta.state = "CLOSED" => meta.length = LengthAt(meta.lastEntry)
+
+\* What the fencing read-LAC's coverage rule gives: from a recovery attempt's first read on, no write
+\* set of the ensemble it fenced has Qa unfenced bookies, so an add the old writer sends from then on
+\* cannot reach Qa (one stored on a bookie before its fence still can: the LAC can move). Safety does
+\* not depend on it (spec/README.md, "The read-LAC coverage rule"): mutation read_lac_one_answer
+\* violates only this.
+FencedBeforeReading ==
+    \A c \in Recoverers :
+        rPhase[c] \in {"reading", "closing"} =>
+            \A ws \in AllWriteSets(LastEnsemble(rReadFragments[c])) : Cardinality({b \in ws : ~fenced[b]}) < Qa
+
+\* Witness (expected violated by ledger-witness-lacmoves-ci): the claim fencing.tla's header used to
+\* rest on, "once a recoverer is reading, the writer's LAC never moves", is false: an entry stored on
+\* one bookie before its fence reaches Qa on another afterwards. AtomicLedgerSteps is what holds.
+WitnessLacFrozenWhileRecovering ==
+    [][(\E c \in Recoverers : rPhase[c] \in {"reading", "closing"}) => wLac' = wLac]_wLac
+
 \* A closed ledger never changes (action property).
 ClosedLedgerNeverChanges == [][meta.state = "CLOSED" => meta' = meta]_meta
+
+\* Refinement: ledger.tla implements the atomic ledger of atomic_ledger.tla (the abstraction fencing.tla
+\* uses). The ledger is CLOSED once the metadata is; its end is the closed metadata's last entry; the
+\* writer's sends and LAC are pushed and lac; what a reader reads is the entries at or below the end
+\* (the LAC while open) that Qa bookies of their write set store, per the closed metadata (the
+\* writer's fragments while open). TLC checks AtomicLedgerInit and AtomicLedgerSteps as properties:
+\* every step of ledger.tla is a step of the atomic ledger or leaves its variables unchanged.
+\* The atomic ledger's Init and Next are written out here over the mapped variables, with the same
+\* names and in the same words as atomic_ledger.tla, because trace validation and simulation copy
+\* ledger.tla alone; spec/ledger_refines_atomic.tla checks by INSTANCE that they are the module's
+\* (tests/spec/test_tlc_models.py runs it).
+AtomicClosed == meta.state = "CLOSED"
+AtomicTop == IF AtomicClosed THEN meta.lastEntry ELSE wLac
+AtomicFragments == IF AtomicClosed THEN meta.fragments ELSE wFragments
+\* the mapped variables: state, pushed, lac, end, content
+AState == IF AtomicClosed THEN "CLOSED" ELSE "OPEN"
+AEnd == IF AtomicClosed THEN meta.lastEntry ELSE NoEntry
+AContent == {e \in 0 .. AtomicTop : Cardinality(StoredOn(AtomicFragments, e)) >= Qa}
+atomicVars == <<AState, wPushed, wLac, AEnd, AContent>>
+AtomicInit ==
+    /\ AState = "OPEN"
+    /\ wPushed = NoEntry
+    /\ wLac = NoEntry
+    /\ AEnd = NoEntry
+    /\ AContent = {}
+AtomicPush ==
+    /\ wPushed < NumEntries - 1
+    /\ wPushed' = wPushed + 1
+    /\ UNCHANGED <<AState, wLac, AEnd, AContent>>
+AtomicConfirm(n) ==
+    /\ n \in wLac + 1 .. wPushed
+    /\ AState = "CLOSED" => n <= AEnd
+    /\ wLac' = n
+    /\ AContent' = IF AState = "OPEN" THEN 0 .. n ELSE AContent
+    /\ UNCHANGED <<AState, wPushed, AEnd>>
+AtomicClose(e) ==
+    /\ AState = "OPEN"
+    /\ e \in wLac .. wPushed
+    /\ AState' = "CLOSED"
+    /\ AEnd' = e
+    /\ AContent' = 0 .. e
+    /\ UNCHANGED <<wPushed, wLac>>
+AtomicNext == AtomicPush \/ (\E n \in Entries : AtomicConfirm(n)) \/ (\E e \in Entries \cup {NoEntry} : AtomicClose(e))
+\* atomic_ledger.tla's Spec in two properties (TLC names a violated action property only when it is
+\* one [][A]_v):
+AtomicLedgerInit == AtomicInit
+AtomicLedgerSteps == [][AtomicNext]_atomicVars
 
 \* Liveness: under FairSpec, some recovery client eventually finishes, the ledger is closed and
 \* that client agrees with its end (NoDivergence makes every other client agree too).
@@ -862,4 +940,7 @@ deepView == IF SafeForever THEN <<"safe forever">> ELSE deadView
 
 \* Symmetry: bookies are interchangeable (Init picks any ensemble; nothing CHOOSEs a bookie).
 BookieSymmetry == Permutations(Bookies)
+\* Recovery clients are interchangeable too (each runs the same code from "idle"): for the deep models
+\* with two of them (the conformance replay re-chooses bookies only, so the ci models keep BookieSymmetry).
+BookieAndRecovererSymmetry == Permutations(Bookies) \cup Permutations(Recoverers)
 =============================================================================

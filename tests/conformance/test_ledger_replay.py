@@ -22,7 +22,7 @@ from conformance.ledger_cluster import LEDGER_ID, CoreTypes, InFlight, LedgerClu
 from conformance.ledger_spec import LedgerMapping
 from conformance.replay import GraphReplay, has_symmetry, read_constants, replay_graph
 from conformance.statespace import StateGraph, dump_state_graph
-from conformance.suite import replay_model
+from conformance.suite import behaviours_of, replay_behaviours, replay_model
 from conformance.tla_values import Record
 from conformance.tlc import SPEC_DIR, Model, load_manifest
 from conformance.trace_validation import WRITER, Run, RunConfig, _as, _deliver, _Recorder, check_traces
@@ -159,7 +159,20 @@ def replay(graphs: Callable[[str], tuple[StateGraph, str]], name: str, cores: Co
 
 
 @pytest.mark.parametrize(
-    "name", ["ledger-ci-liveness", "ledger-ci-striping", "faults", "writer", "reads", "reads-abort", "fail-fast"]
+    "name",
+    [
+        "ledger-ci-liveness",
+        "ledger-ci-striping",
+        "ledger-basic",
+        "ledger-ci-recoverers",
+        "ledger-ci-liveness-crash",
+        "ledger-ci-liveness-qa",
+        "faults",
+        "writer",
+        "reads",
+        "reads-abort",
+        "fail-fast",
+    ],
 )
 def test_every_edge_of_the_state_graph_is_replayed(graphs: Callable[[str], tuple[StateGraph, str]], name: str) -> None:
     report = replay(graphs, name)
@@ -241,6 +254,65 @@ def test_mutation_counterexample_is_refused(name: str, action: str, differing: s
     assert mismatch.step < result.trace_states - 1, "refused before the violating state"
     assert (mismatch.action, mismatch.differing) == (action, differing), str(mismatch)
     assert len(mismatch.behaviour) == mismatch.step - 1 == result.trace.steps
+
+
+def test_mutation4_one_read_lac_answer_is_refused_where_fencing_would_end() -> None:
+    # The weakened coverage rule ends fencing at the first read-LAC answer (and starts reading); the
+    # implementation waits for every write set to be covered: refused at that answer, the last step
+    # (FencedBeforeReading is violated in the state it reaches).
+    result = replay_model(MODELS["ledger-mutation4-readlacone-ci"])
+    assert result.trace is not None and result.ok, "the implementation followed the weakened coverage rule"
+    mismatch = result.trace.mismatch
+    assert mismatch is not None and mismatch.step == result.trace_states - 1
+    assert mismatch.action == "RecoveryReceivesReadLacResponse" and "rPhase" in mismatch.differing, str(mismatch)
+
+
+@pytest.mark.parametrize(
+    ("name", "last_action"),
+    [
+        # The writer's LAC moves while r1 reads: its add reached one bookie before that bookie's fence.
+        ("ledger-witness-lacmoves-ci", "WriterReceivesAddResponse"),
+        # A recovery that read nothing past its start closes with the read-LAC's length.
+        ("ledger-witness-closedlength-ci", "RecoveryCloses"),
+    ],
+)
+def test_a_witness_of_the_protocol_is_followed_to_the_end(name: str, last_action: str) -> None:
+    behaviours = behaviours_of(MODELS[name])
+    assert behaviours.trace is not None and behaviours.trace[-1][0] == last_action
+    result = replay_behaviours(behaviours)
+    assert result.follow and result.ok, str(result.trace.mismatch if result.trace else result.tlc_outcome)
+    assert result.trace is not None and result.trace.steps == result.trace_states - 1 > 1
+
+
+def test_two_recoverers_race_and_the_second_adopts_the_close(
+    graphs: Callable[[str], tuple[StateGraph, str]],
+) -> None:
+    """ledger-ci-recoverers (replayed in full above) has both clients fencing the same ledger, and a
+    close of one that finds the other's CLOSED (it adopts its end, BookKeeper's closeRecovered)."""
+    graph, _ = graphs("ledger-ci-recoverers")
+
+    def phases(node: str) -> Mapping[Any, Any]:
+        value = graph.state(node)["rPhase"]
+        assert isinstance(value, Mapping)
+        return value
+
+    both = [n for n in graph.labels if all(p in ("fencing", "reading", "closing") for p in phases(n).values())]
+    assert both, "no state with both recovery clients at work"
+    adopted = [
+        e
+        for e in graph.edges
+        if e.action == "RecoveryCloses" and graph.state(e.source)["meta"]["state"] == "CLOSED"  # type: ignore[index]
+    ]
+    assert adopted, "no recovery close that adopts another's"
+
+
+def test_the_liveness_models_have_their_fault(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
+    crash, _ = graphs("ledger-ci-liveness-crash")
+    assert {"BookieCrashes", "BookieRestarts"} <= {e.action for e in crash.edges}
+    qa, config = graphs("ledger-ci-liveness-qa")
+    constants = read_constants(config)
+    assert constants["Qa"] == 1 and constants["Qw"] == 2  # type: ignore[comparison-overlap]
+    assert "MessageLost" in {e.action for e in qa.edges}
 
 
 def test_mutation1_fenced_reads_then_the_late_add_is_rejected() -> None:
