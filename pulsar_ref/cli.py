@@ -39,6 +39,9 @@ COMMANDS: dict[str, Command] = {
     "proxy": Command("pulsar_ref.commands.proxy", "a Pulsar proxy: one gateway in front of a cluster's brokers", 29),
     "conform": Command("pulsar_ref.commands.conform", "replay TLC behaviours against the implementation", 7),
     "cluster": Command("pulsar_ref.commands.cluster", "deploy a multi-process reference cluster and inject faults", 8),
+    "instance": Command(
+        "pulsar_ref.commands.instance", "several clusters sharing one configuration store (a Pulsar instance)", 30
+    ),
     "workload": Command("pulsar_ref.commands.workload", "run a Jepsen-style workload and write a history", 8),
     "demo": Command("pulsar_ref.commands.demo", "the main job: cluster, workload with faults, Spark audit", 8),
     "audit": Command("pulsar_ref.commands.audit", "Spark linearizability audit of run logs (histories)", 9),

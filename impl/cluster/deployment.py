@@ -40,6 +40,8 @@ import psutil
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from impl.broker.namespaces import DEFAULT_CLUSTER, AdminError, ClusterData, register_cluster
+from impl.broker.naming import InvalidNamespaceName, check_named_entity
 from impl.cluster.nodes import Node, NodeError, pulsar_ref_command
 from impl.cluster.sessions import SessionExpiryError, ZooKeeperAdmin, expire_node_session
 from impl.metadata.zkserver import ZooKeeperEnsemble, ZooKeeperError, ZooKeeperServer, free_port
@@ -47,6 +49,7 @@ from impl.security.secure_setup import SUPER_USER, ensure_secure_files
 
 STATE_FILE = "cluster.json"
 CHROOT = "/pulsar-ref"
+CONFIGURATION_CHROOT = "/pulsar-ref-configuration"  # an instance's configuration store, in its own ZooKeeper
 ROLES = ("zookeeper", "bookie", "broker", "proxy", "standalone")
 Progress = Callable[[str], None]
 
@@ -263,6 +266,8 @@ class Cluster:
         broker_options: tuple[str, ...] = (),
         trace_dir: str | Path | None = None,
         secure: bool = False,
+        name: str = DEFAULT_CLUSTER,
+        configuration_store: str | None = None,
     ) -> Cluster:
         """Lay out a new multi-process cluster in `directory` (ports chosen now, fixed for its lifetime).
 
@@ -271,9 +276,16 @@ class Cluster:
         each node's address, for trace validation (conformance/cluster_traces.py).
 
         `secure`: brokers and proxies with token authentication, authorization and TLS, from files made
-        in DIRECTORY/security (impl/security/secure_setup.py); clients need its token and CA."""
+        in DIRECTORY/security (impl/security/secure_setup.py); clients need its token and CA.
+
+        `name`: the cluster's name in its Pulsar instance; `configuration_store`: the instance's
+        configuration store URL (docs/geo-replication.md), None for the cluster's own ZooKeeper."""
         directory = Path(directory).resolve()
         cls._refuse_reuse(directory)
+        try:
+            check_named_entity("cluster", name)
+        except InvalidNamespaceName as e:
+            raise ClusterError(str(e)) from None
         if zookeepers not in (1, 3):
             raise ClusterError(f"--zookeepers must be 1 or 3, not {zookeepers}")
         if bookies < 1 or brokers < 0:
@@ -290,6 +302,7 @@ class Cluster:
             for _ in range(zookeepers):
                 next(ports)
         metadata = f"zk://{ensemble.connect_string}{CHROOT}"
+        instance = ["--cluster", name] + (["--configuration-store", configuration_store] if configuration_store else [])
         nodes: list[dict[str, Any]] = []
         traces = Path(trace_dir).resolve() if trace_dir is not None else None
         files = ensure_secure_files(directory / "security") if secure else None
@@ -322,7 +335,7 @@ class Cluster:
         for i in range(1, brokers + 1):
             pp, wp, d = port(), port(), directory / f"broker-{i}"
             command = pulsar_ref_command(
-                "broker", "--metadata", metadata, "--port", str(pp), "--web-port", str(wp), *broker_options
+                "broker", "--metadata", metadata, "--port", str(pp), "--web-port", str(wp), *instance, *broker_options
             )
             # A broker's "port" is its web port: 127.0.0.1:web_port is its identity (registration,
             # ownership nodes), and its web service answers health checks.
@@ -342,7 +355,9 @@ class Cluster:
         web_ports = [n["web_port"] for n in nodes if n["role"] == "broker"]
         state: dict[str, Any] = {
             "topology": "cluster",
+            "name": name,
             "metadata": metadata,
+            "configuration_store": configuration_store or metadata,
             # Pulsar's own clients: every broker's pulsar:// listener, as Pulsar's multi-host service URL
             "pulsar_service": "pulsar://" + ",".join(f"127.0.0.1:{p}" for p in pulsar_ports) if pulsar_ports else None,
             # the brokers' web services (admin REST API, HTTP lookups, /metrics, the cluster view)
@@ -369,6 +384,29 @@ class Cluster:
         cluster = cls(directory, state, die_with_parent)
         for server in ensemble.servers:
             server.write_config()  # so that `down` finds the servers even if `up` never got to launch them
+        cluster.save()
+        return cluster
+
+    @classmethod
+    def plan_configuration_store(cls, directory: str | Path, die_with_parent: bool = False) -> Cluster:
+        """An instance's configuration store alone: one ZooKeeper server, no bookies or brokers
+        (impl/cluster/instance.py starts it before the clusters that share it)."""
+        directory = Path(directory).resolve()
+        cls._refuse_reuse(directory)
+        ensemble = ZooKeeperEnsemble(directory / "zookeeper", 1)
+        state: dict[str, Any] = {
+            "topology": "configuration-store",
+            "metadata": f"zk://{ensemble.connect_string}{CONFIGURATION_CHROOT}",
+            "web_services": [],
+            "zookeepers": [
+                {"name": f"zk-{s.server_id}", "role": "zookeeper", "port": s.client_port, "dir": str(s.directory)}
+                for s in ensemble.servers
+            ],
+            "nodes": [],
+        }
+        cluster = cls(directory, state, die_with_parent)
+        for server in ensemble.servers:
+            server.write_config()
         cluster.save()
         return cluster
 
@@ -470,6 +508,45 @@ class Cluster:
         return "http://" + ",".join(u.removeprefix("http://") for u in urls) if urls else None
 
     @property
+    def name(self) -> str:
+        """The cluster's name in its Pulsar instance."""
+        return str(self.state.get("name", DEFAULT_CLUSTER))
+
+    @property
+    def configuration_store_url(self) -> str:
+        """The instance's configuration store (clusters, tenants, namespaces): the metadata store by default."""
+        return str(self.state.get("configuration_store") or self.metadata_url)
+
+    def cluster_data(self) -> ClusterData:
+        """Where the cluster is served, as its ClusterData: every broker's web service and pulsar:// listener."""
+        brokers = [n for n in self.state["nodes"] if n["role"] == "broker"]
+
+        def urls(scheme: str, key: str) -> str:
+            ports = [n[key] for n in brokers if key in n]
+            return f"{scheme}://" + ",".join(f"127.0.0.1:{p}" for p in ports) if ports else ""
+
+        return ClusterData(
+            urls("http", "web_port"),
+            urls("https", "web_tls_port"),
+            urls("pulsar", "pulsar_port"),
+            urls("pulsar+ssl", "tls_port"),
+        )
+
+    def register(self) -> bool:
+        """Record the cluster's ClusterData in the configuration store unless it is known there already
+        (its brokers would register only their own URLs). True when this call recorded it."""
+        from impl.metadata.store import MetadataError
+        from impl.metadata.url import connect
+
+        try:
+            with connect(self.configuration_store_url, session_timeout_s=10.0) as store:
+                return register_cluster(store, self.name, self.cluster_data())
+        except (MetadataError, AdminError, KazooException, KazooTimeoutError) as e:
+            raise ClusterError(
+                f"cannot register cluster {self.name!r} in the configuration store {self.configuration_store_url}: {e}"
+            ) from None
+
+    @property
     def topology(self) -> str:
         return str(self.state.get("topology", "cluster"))
 
@@ -537,6 +614,8 @@ class Cluster:
                 group = [n for n in self.nodes(role) if isinstance(n, Node)]
                 if not group:
                     continue
+                if role == "broker" and self.register():
+                    progress(f"  cluster {self.name} registered in {self.configuration_store_url}")
                 progress(f"starting {len(group)} {role}(s) ...")
                 offsets = [(n, n.launch()) for n in group]
                 self.save()

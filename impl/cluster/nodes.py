@@ -163,9 +163,21 @@ class Node:
         self.pid_file.unlink(missing_ok=True)
         return pid
 
+    def unrecorded_pid(self) -> int | None:
+        """A live process running exactly this node's command that no pidfile names: its launcher was
+        killed between starting it and writing the pidfile. Its command (ports included) is unique to
+        this node, so stopping it is safe."""
+        for process in psutil.process_iter(["cmdline", "status"]):
+            with contextlib.suppress(psutil.Error):
+                if process.info["status"] != psutil.STATUS_ZOMBIE and process.info["cmdline"] == self.command:
+                    return int(process.pid)
+        return None
+
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """Graceful stop: SIGCONT (it may be paused), SIGTERM, then SIGKILL after `timeout_s`."""
         pid = self.pid()
+        if pid is None:
+            pid = self.unrecorded_pid()
         self._process = None
         if pid is not None:
             with contextlib.suppress(psutil.Error):

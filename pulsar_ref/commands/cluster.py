@@ -71,6 +71,18 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     up.add_argument("--write-quorum", type=int, help="brokers' ledger write quorum Qw (default: the broker's, 3)")
     up.add_argument("--ack-quorum", type=int, help="brokers' ledger ack quorum Qa (default: the broker's, 2)")
     up.add_argument(
+        "--name",
+        default="standalone",
+        help="the cluster's name in its Pulsar instance (default standalone, as a one-cluster instance's)",
+    )
+    up.add_argument(
+        "--configuration-store",
+        metavar="URL",
+        help="join the Pulsar instance whose configuration store (clusters, tenants, namespaces) is at URL, e.g. "
+        "zk://127.0.0.1:2184/pulsar-ref-configuration; the cluster registers its URLs there as --name "
+        "(default: the cluster's own ZooKeeper, a one-cluster instance)",
+    )
+    up.add_argument(
         "--standalone", action="store_true", help="instead: one `pulsar-ref standalone` process (embedded metadata)"
     )
     up.add_argument(
@@ -163,9 +175,15 @@ def up(args: argparse.Namespace) -> int:
             trace_dir=args.trace_dir,
             proxies=args.proxies,
             secure=args.secure,
+            name=args.name,
+            configuration_store=args.configuration_store,
         )
     cluster.up(args.timeout, _progress)
     _progress(f"cluster up; state in {directory / STATE_FILE}; metadata {cluster.metadata_url}")
+    if cluster.configuration_store_url != cluster.metadata_url:
+        _progress(
+            f"cluster {cluster.name} of the instance whose configuration store is {cluster.configuration_store_url}"
+        )
     if cluster.pulsar_service_url:
         through = " (through the proxies)" if cluster.pulsar_service_url != cluster.broker_service_url else ""
         _progress(f"Pulsar clients: {cluster.pulsar_service_url}{through}")
