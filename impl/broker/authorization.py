@@ -1,6 +1,6 @@
 """The broker's authorization checks: read the tenant's admin roles and the namespace's permissions
-from the metadata store, let impl/security/authorization.py decide. Off (everything allowed) unless
-the broker runs with authorization enabled."""
+from the configuration store (docs/geo-replication.md), let impl/security/authorization.py decide.
+Off (everything allowed) unless the broker runs with authorization enabled."""
 
 from __future__ import annotations
 

@@ -105,7 +105,11 @@ class Broker:
         # its own when it is another store; None when it is the metadata store itself.
         self._configuration_store: MetadataStore | None = None
         if connect_configuration_store is not None:
-            self._configuration_store = self._open_configuration_store()
+            try:
+                self._configuration_store = self._open_configuration_store()
+            except BaseException:
+                self.store.close()  # no half-made broker keeps a session open
+                raise
         self.bookkeeper: BookKeeperClient = connect_bookkeeper(self.store, request_timeout_s=bookie_request_timeout_s)
         self.load_manager = LoadManager(
             self.store,

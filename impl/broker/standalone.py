@@ -258,7 +258,7 @@ class Standalone:
 
     def _connect_configuration_store(self) -> Callable[[], MetadataStore] | None:
         url = self.configuration_store_url
-        return None if url is None else lambda: connect(url)
+        return None if url in (None, self.metadata_url) else lambda: connect(url)
 
     def start_broker(self) -> None:
         with self._lock:

@@ -26,10 +26,20 @@ def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quo
     )
 
 
+def _cluster_name(name: str) -> str:
+    from impl.broker.naming import InvalidNamespaceName, check_named_entity
+
+    try:
+        return check_named_entity("cluster", name)
+    except InvalidNamespaceName as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_instance_options(parser: argparse.ArgumentParser) -> None:
     """--cluster and --configuration-store: the cluster this broker serves, in which Pulsar instance."""
     parser.add_argument(
         "--cluster",
+        type=_cluster_name,
         default="standalone",
         help="the name of this broker's cluster, registered in the configuration store with the broker's URLs "
         "if the instance does not know it yet (default standalone)",
@@ -130,8 +140,8 @@ def _run(args: argparse.Namespace) -> int:
             tls_ports=(args.tls_port, args.web_tls_port),
             cluster=args.cluster,
             connect_configuration_store=(
-                None
-                if args.configuration_store is None
+                None  # the metadata store itself: one session for both
+                if args.configuration_store in (None, args.metadata)
                 else lambda: connect(args.configuration_store, session_timeout_s=args.session_timeout)
             ),
         )
