@@ -794,6 +794,9 @@ class Cluster:
         """Per bookie its registration and ledger count, per broker its session and bundles (best effort)."""
         if not self.metadata_url.startswith("zk://"):
             return {}
+        zookeepers = self.nodes("zookeeper")
+        if zookeepers and all(z.pid() is None for z in zookeepers):
+            return {}  # every ZooKeeper of the cluster is down: nothing to read (and no client to time out)
         details: dict[str, str] = {}
         try:
             with ZooKeeperAdmin(self.metadata_url, timeout_s=3.0) as zk:

@@ -80,6 +80,8 @@ def test_instance_up_status_join_and_down(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     assert instance_processes(directory) == []
     assert processes_of(joined) == []
+    stopped = pulsar_ref("instance", "status", "--dir", str(directory), timeout=30)
+    assert stopped.returncode == 1 and stopped.stdout.count(" down ") == 1 + 2 * 4
 
 
 def test_instance_down_after_an_interrupted_up(tmp_path: Path) -> None:
