@@ -42,6 +42,7 @@ PURE = frozenset(
         "impl.bookie.client.ledger_update",
         "impl.broker.managed_ledger_core",
         "impl.broker.cursor_core",
+        "impl.broker.ownership_core",
         "impl.broker.replication.replicator",
         "impl.broker.managed_ledger_errors",
         "impl.broker.ledger_list",

@@ -1,14 +1,17 @@
 """Topic ownership: this broker's bundles, held by ephemeral nodes of its metadata session.
 
 As spec/fencing.tla models it. A broker owns a bundle while its metadata session holds the
-ephemeral node /namespace/<tenant>/<ns>/0x<lo>_0x<hi> with the broker's address as data.
-    AcquireOwnership(b)     `OwnershipCache.try_acquire`: create the node; NodeExists = someone else owns it
-    believesOwner[b]        `OwnershipCache.is_owned` / `owned_bundles` (the cache's beliefs)
-    ownerNode               `OwnershipCache.owner_of` (a known owner is cached until a watch fires)
+ephemeral node /namespace/<tenant>/<ns>/0x<lo>_0x<hi> with the broker's address as data. The
+decisions are the pure core impl/broker/ownership_core.py (`OwnershipCore`, one `step(event)`);
+`OwnershipCache` here is its shell: the metadata store's calls, watches, session listeners and
+the lock.
+    AcquireOwnership(b)     `OwnershipCache.try_acquire` (core: `Acquire`): create the node; NodeExists: another owns it
+    believesOwner[b]        `OwnershipCache.is_owned` / `owned_bundles` (core: `OwnershipCore.owned`)
+    ownerNode               `OwnershipCache.owner_of` (core: `OwnerOf`; a known owner is cached until a watch fires)
     ExpireSession(b)        the store expires the session (`MetadataStore.expire_session` in tests)
-    Reconnect(b)            `OwnershipCache.reconnect(new_store)`: a new session for the same broker
-    RevalidateOwnership(b)  done at once when the store reports EXPIRED, and always by its "lost"
-                            branch: the cache drops every bundle and calls `on_lost`, and never
+    Reconnect(b)            `OwnershipCache.reconnect(new_store)` (core: `Reconnect`): a new session for the same broker
+    RevalidateOwnership(b)  done at once when the store reports EXPIRED (core: `SessionExpiredEvent`), and always
+                            by its "lost" branch: the cache drops every bundle and calls `on_lost`, and never
                             writes on the old session again (BookKeeper issue 4462). It does not
                             re-create nodes from stale beliefs after a reconnect: the broker
                             acquires bundles afresh through lookup, which reopens (and fences)
@@ -24,21 +27,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
+from typing import cast
 
+from impl.broker import ownership_core as core
 from impl.broker.bundles import NamespaceBundle
+from impl.broker.ownership_core import OwnershipCore
 from impl.metadata import layout
-from impl.metadata.store import (
-    BadVersion,
-    InvalidArgument,
-    MetadataError,
-    MetadataStore,
-    NodeExists,
-    NoNode,
-    SessionExpired,
-    SessionState,
-    WatchedEvent,
-)
+from impl.metadata.store import MetadataError, MetadataStore, NoNode, SessionExpired, SessionState, WatchedEvent
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +43,15 @@ log = logging.getLogger(__name__)
 # --- the ownership cache (shell) -----------------------------------------------------------
 
 LostCallback = Callable[[list[NamespaceBundle]], None]
+Result = core.CompleteRequest | core.FailRequest
 
 
 class OwnershipCache:
     """This broker's owned bundles (its beliefs) and a watch-invalidated cache of other owners.
+
+    The shell of an `OwnershipCore`: each call, watch and session notification becomes one of the
+    core's inputs; the shell performs the outputs against the metadata store (on the session each
+    names) and feeds the answers back until the core asks for nothing more.
 
     `on_lost(bundles)` is called when bundles leave this broker other than by `release`: the
     session expired (all of them at once), someone deleted our node (a forced unload), or
@@ -62,100 +64,60 @@ class OwnershipCache:
         self.broker_address = broker_address
         self.on_lost = on_lost
         self._lock = threading.RLock()
-        self._store = store
-        self._expired = False
-        self._owned: dict[str, NamespaceBundle] = {}  # path -> bundle: believesOwner
-        self._owners: dict[str, str] = {}  # path -> another broker's address, until a watch fires
-        self._epochs: dict[str, int] = {}  # bumped by every invalidation of _owners[path]
-        self._unverified: set[str] = set()  # own nodes whose watch could not be armed (no answer)
-        self._listen(store)
+        self._core = OwnershipCore(broker_address, store.session_id)
+        self._stores: dict[int, MetadataStore] = {self._core.session: store}  # the sessions outputs may name
+        self._next_token = 0
+        self._listen(store, self._core.session)
 
     @property
     def store(self) -> MetadataStore:
-        return self._store
+        with self._lock:
+            return self._stores[self._core.session]
 
     @property
     def expired(self) -> bool:
         """The session this cache writes with has expired; nothing is written until `reconnect`."""
-        return self._expired
+        return self._core.expired
 
-    def _listen(self, store: MetadataStore) -> None:
-        store.add_session_listener(lambda state: self._on_session_state(store, state))
+    def _listen(self, store: MetadataStore, session: int) -> None:
+        store.add_session_listener(lambda state: self._on_session_state(session, state))
 
     # -- fencing.tla actions ------------------------------------------------------------------
 
     def try_acquire(self, bundle: NamespaceBundle) -> bool:
         """AcquireOwnership: True if this broker owns `bundle` now (already, or by creating its node)."""
-        path = bundle.path
-        with self._lock:
-            store = self._writable_store(f"acquire {bundle}")
-            if path in self._owned:
-                return True
-        try:
-            self._create_node(store, bundle)
-        except NodeExists:
-            self._invalidate(path)
-            stat = store.exists(path)
-            if stat is None or stat.ephemeral_owner != store.session_id:
-                return False
-            # Ours already: an earlier create applied although its answer was lost (ConnectionLoss).
-        with self._lock:
-            if self._store is not store or self._expired:
-                # The session died right after the create: the node went with it.
-                raise SessionExpired(f"lost the session while acquiring {bundle}; reconnect and look up again", path)
-            self._owned[path] = bundle
-            self._invalidate(path)
-        self._recheck_owned(path)  # arms the watch that notices a forced unload
-        return self.is_owned(bundle)
-
-    def _create_node(self, store: MetadataStore, bundle: NamespaceBundle) -> None:
-        try:
-            store.create(bundle.path, self.broker_address.encode(), ephemeral=True)
-        except NoNode:  # the first bundle of this namespace ever owned: create the parents, then retry once
-            store.ensure_path(layout.namespace_path(bundle.namespace.tenant, bundle.namespace.namespace))
-            store.create(bundle.path, self.broker_address.encode(), ephemeral=True)
+        return bool(self._request(lambda token: core.Acquire(token, bundle)))
 
     def reconnect(self, store: MetadataStore) -> None:
         """Reconnect: continue on a new session of the same broker (after the old one expired)."""
         with self._lock:
-            if not self._expired:
-                raise InvalidArgument(
-                    "reconnect() is for after the session expired; this cache's session is still alive"
-                )
-            self._store, self._expired = store, False
-            self._owners.clear()
-        self._listen(store)
+            token = self._take_token()
+            for out in self._core.step(core.Reconnect(token, store.session_id)):
+                if isinstance(out, core.FailRequest):
+                    raise out.error
+            session = self._core.session
+            self._stores = {s: st for s, st in self._stores.items() if s >= session - 1}  # answers still due
+            self._stores[session] = store
+        self._listen(store, session)
 
-    def _on_session_state(self, store: MetadataStore, state: SessionState) -> None:
-        """The store's notification: on EXPIRED, drop every belief at once (RevalidateOwnership, lost)."""
+    def _on_session_state(self, session: int, state: SessionState) -> None:
+        """The store's notification: EXPIRED drops every belief at once (RevalidateOwnership, lost);
+        CONNECTED checks the nodes whose watch could not be armed."""
         if state is SessionState.CONNECTED:
-            with self._lock:
-                unverified, self._unverified = self._unverified, set()
-            for path in sorted(unverified):
-                self._recheck_owned(path)
-            return
-        if state is not SessionState.EXPIRED:
-            return  # SUSPENDED: the session may live on; keep believing, as the spec's broker does
-        with self._lock:
-            if store is not self._store or self._expired:
-                return
-            self._expired = True
-            lost = list(self._owned.values())
-            self._owned.clear()
-            self._owners.clear()
-            self._unverified.clear()
-        log.warning("metadata session of broker %s expired; lost bundles %s", self.broker_address, lost)
-        self._fire_lost(lost)
+            self._drive(core.SessionConnected(session))
+        elif state is SessionState.EXPIRED:
+            self._drive(core.SessionExpiredEvent(session))
+        # SUSPENDED: the session may live on; keep believing, as the spec's broker does
 
     # -- beliefs and answers --------------------------------------------------------------------
 
     def is_owned(self, bundle: NamespaceBundle) -> bool:
         with self._lock:
-            return bundle.path in self._owned
+            return self._core.is_owned(bundle.path)
 
     def owned_bundles(self) -> list[NamespaceBundle]:
         with self._lock:
-            return sorted(self._owned.values())
+            return sorted(cast(list[NamespaceBundle], self._core.owned_bundles()))
 
     def owner_of(self, bundle: NamespaceBundle) -> str | None:
         """The address of the bundle's owner, or None if nobody owns it.
@@ -164,103 +126,128 @@ class OwnershipCache:
         one more redirect). "Unowned" is never cached: it lasts only until some broker acquires
         the bundle, and a stale "unowned" would make lookups choose and redirect needlessly.
         """
-        path = bundle.path
-        with self._lock:
-            if path in self._owned:
-                return self.broker_address
-            if path in self._owners:
-                return self._owners[path]
-            epoch, store = self._epochs.get(path, 0), self._store
-        try:
-            data, _ = store.get(path, watch=self._on_owner_event)
-        except NoNode:
-            return None
-        owner = data.decode("utf-8", errors="replace")
-        with self._lock:
-            # Keep it only if no watch fired since the read armed it, on a session that still delivers watches.
-            if self._epochs.get(path, 0) == epoch and self._store is store and not self._expired:
-                self._owners[path] = owner
+        owner = self._request(lambda token: core.OwnerOf(token, bundle))
+        assert owner is None or isinstance(owner, str)
         return owner
 
     # -- giving bundles up ------------------------------------------------------------------------
 
     def release(self, bundle: NamespaceBundle) -> None:
         """Give the bundle up (the caller has unloaded its topics): delete our node. No on_lost."""
-        with self._lock:
-            if self._owned.pop(bundle.path, None) is None or self._expired:
-                return  # not ours, or the node went with the expired session: write nothing
-            store = self._store
-        self._delete_own_node(store, bundle.path)
+        self._request(lambda token: core.Release(token, bundle))
 
     def unload(self, bundle: NamespaceBundle) -> bool:
         """Unload gracefully: stop believing, tell on_lost (topics close), then free the node."""
-        with self._lock:
-            if self._owned.pop(bundle.path, None) is None:
-                return False
-            store, expired = self._store, self._expired
-        self._fire_lost([bundle])
-        if not expired:
-            self._delete_own_node(store, bundle.path)
-        return True
+        return bool(self._request(lambda token: core.Unload(token, bundle)))
 
     def close(self) -> None:
         """Release every bundle (broker shutdown, after its topics were closed)."""
         for bundle in self.owned_bundles():
             self.release(bundle)
 
-    def _delete_own_node(self, store: MetadataStore, path: str) -> None:
-        try:
-            _, stat = store.get(path)
-            if stat.ephemeral_owner == store.session_id:  # never delete a successor's node
-                store.delete(path, stat.version)
-        except (NoNode, BadVersion):
-            pass  # already gone, or changed under us: it is not our node any more
-        except SessionExpired:
-            pass  # the node went with the session; the listener drops the beliefs
-        self._invalidate(path)
-
     # -- watches ----------------------------------------------------------------------------------
 
-    def _writable_store(self, what: str) -> MetadataStore:
-        if self._expired:
-            raise SessionExpired(
-                f"cannot {what}: the metadata session of broker {self.broker_address} expired and is never "
-                "written again (BookKeeper issue 4462); reconnect() with a new session first"
-            )
-        return self._store
-
-    def _invalidate(self, path: str) -> None:
-        with self._lock:
-            self._owners.pop(path, None)
-            self._epochs[path] = self._epochs.get(path, 0) + 1
-
     def _on_owner_event(self, event: WatchedEvent) -> None:
-        self._invalidate(event.path)
+        self._drive(core.OwnerNodeChanged(event.path))
 
     def _on_own_node_event(self, event: WatchedEvent) -> None:
         self._recheck_owned(event.path)
 
     def _recheck_owned(self, path: str) -> None:
         """Is our node still ours? Re-arms the watch; a node deleted or taken by others is a loss."""
+        self._drive(core.OwnNodeChanged(path))
+
+    # -- the loop: step the core, perform its outputs, feed back their answers ------------------
+
+    def _take_token(self) -> int:
         with self._lock:
-            if path not in self._owned or self._expired:
-                return
-            store = self._store
-        try:
-            stat = store.exists(path, watch=self._on_own_node_event)
-        except MetadataError as error:
-            # No answer, so no watch either: look again once the session reconnects (or expires: all lost).
-            log.info("could not re-check ownership node %s (%s); will on reconnection", path, error)
-            with self._lock:
-                self._unverified.add(path)
-            return
-        if stat is not None and stat.ephemeral_owner == store.session_id:
-            return
+            token = self._next_token
+            self._next_token += 1
+            return token
+
+    def _request(self, make: Callable[[int], core.Event]) -> bool | str | None:
+        token = self._take_token()
+        for result in self._drive(make(token)):
+            if result.token == token:
+                if isinstance(result, core.FailRequest):
+                    raise result.error
+                return result.result
+        raise MetadataError(f"broker {self.broker_address}: an ownership request got no answer; retry it")
+
+    def _drive(self, event: core.Event) -> list[Result]:
+        """Step the core with one input and perform what it asks, feeding each answer back, until it
+        asks for nothing more. Returns the requests' completions."""
+        results: list[Result] = []
         with self._lock:
-            bundle = self._owned.pop(path, None) if store is self._store else None
-        if bundle is not None:
-            log.warning("broker %s lost bundle %s: its ownership node was removed", self.broker_address, bundle)
-            self._fire_lost([bundle])
+            work = deque(self._core.step(event))
+        while work:
+            answer = self._perform(work.popleft(), results)
+            if answer is not None:
+                with self._lock:
+                    work.extend(self._core.step(answer))
+        return results
+
+    def _perform(self, out: core.Output, results: list[Result]) -> core.Event | None:
+        """Perform one output (outside the lock: the store may call our watches at once); returns its answer."""
+        match out:
+            case core.CompleteRequest() | core.FailRequest():
+                results.append(out)
+            case core.BundlesLost(bundles, why):
+                lost = cast(list[NamespaceBundle], list(bundles))
+                log.warning("broker %s lost bundles %s: %s", self.broker_address, lost, why)
+                self._fire_lost(lost)
+            case core.Unverified(path, reason):
+                log.info("could not re-check ownership node %s (%s); will on reconnection", path, reason)
+            case core.CreateOwnershipNode(token, session, bundle, data, with_parents):
+                try:
+                    store = self._session_store(session)
+                    if with_parents:
+                        ns = cast(NamespaceBundle, bundle).namespace
+                        store.ensure_path(layout.namespace_path(ns.tenant, ns.namespace))
+                    store.create(bundle.path, data, ephemeral=True)
+                except MetadataError as error:
+                    return core.NodeCreateFailed(token, session, error)
+                return core.NodeCreated(token, session)
+            case core.CheckOwnershipNode(token, session, path):
+                try:
+                    stat = self._session_store(session).exists(path)
+                except MetadataError as error:
+                    return core.NodeCreateFailed(token, session, error)
+                return core.NodeChecked(token, session, None if stat is None else stat.ephemeral_owner)
+            case core.WatchOwnNode(path, session, token):
+                try:
+                    stat = self._session_store(session).exists(path, watch=self._on_own_node_event)
+                except MetadataError as error:
+                    return core.WatchFailed(path, session, error, token)
+                return core.NodeWatched(path, session, None if stat is None else stat.ephemeral_owner, token)
+            case core.ReadOwnNode(token, session, path):
+                try:
+                    _, stat = self._session_store(session).get(path)
+                except MetadataError as error:
+                    return core.OwnNodeIoFailed(token, session, error)
+                return core.OwnNodeRead(token, session, stat.ephemeral_owner, stat.version)
+            case core.DeleteOwnNode(token, session, path, version):
+                try:
+                    self._session_store(session).delete(path, version)
+                except MetadataError as error:
+                    return core.OwnNodeIoFailed(token, session, error)
+                return core.OwnNodeDeleted(token, session)
+            case core.ReadOwner(token, session, path):
+                try:
+                    data, _ = self._session_store(session).get(path, watch=self._on_owner_event)
+                except NoNode:
+                    return core.OwnerRead(token, session, None)
+                except MetadataError as error:
+                    return core.OwnerReadFailed(token, session, error)
+                return core.OwnerRead(token, session, data)
+        return None
+
+    def _session_store(self, session: int) -> MetadataStore:
+        with self._lock:
+            store = self._stores.get(session)
+        if store is None:
+            raise SessionExpired(f"broker {self.broker_address}: session {session} is long gone", None)
+        return store
 
     def _fire_lost(self, bundles: list[NamespaceBundle]) -> None:
         callback = self.on_lost
