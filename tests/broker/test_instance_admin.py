@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pulsar
 import pytest
 
 from impl.broker.web.admin_client import AdminClient
@@ -141,6 +142,12 @@ def test_tenants_and_namespaces_are_shared_by_the_clusters(instance: Instance) -
     west.call("PUT", "/admin/v2/persistent/acme/orders/p/partitions", 3)
     assert east.call("GET", "/admin/v2/persistent/acme/orders/p/partitions") == {"partitions": 3}
     assert east.call("GET", "/admin/v2/persistent/acme/orders/partitioned") == ["persistent://acme/orders/p"]
+    # Pulsar's binary protocol answers from the configuration store too (partitioned-topic metadata).
+    client = pulsar.Client(instance.east.service_url, operation_timeout_seconds=10)
+    try:
+        assert len(client.get_topic_partitions("persistent://acme/orders/p")) == 3
+    finally:
+        client.close()
     # Neither cluster's own metadata store holds any of it.
     for node in (instance.east, instance.west):
         with connect(node.metadata) as own:
