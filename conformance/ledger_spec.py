@@ -115,7 +115,7 @@ class LedgerMapping:
         # A counterexample of an unmutated model is a reachability witness (a situation BookKeeper's
         # protocol reaches, e.g. a closed length that is not the length at the end), which the
         # implementation must follow; a mutation's (a known bug) is a regression trace it must refuse.
-        self.counterexamples_are_followed = constants["Mutation"] == "none"
+        self.counterexamples_are_followed = constants.get("Mutation", "none") == "none"
 
     # ---- Init -----------------------------------------------------------------------------------
     def initial(self, state: Mapping[str, Value]) -> tuple[LedgerCluster, Names]:
