@@ -47,7 +47,7 @@ from impl import heap  # noqa: E402
 from impl.bookie.channel import BookieChannel  # noqa: E402
 from impl.bookie.client.api import BookKeeperClient  # noqa: E402
 from impl.bookie.client.connect import connect_bookkeeper  # noqa: E402
-from impl.bookie.client.failures import LedgerClientError  # noqa: E402
+from impl.bookie.client.errors import LedgerClientError  # noqa: E402
 from impl.bookie.entry_format import encode_entry, master_key  # noqa: E402
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, Response  # noqa: E402
 from impl.metadata.ledger import DigestType  # noqa: E402

@@ -75,7 +75,7 @@ from typing import Any
 
 from conformance.replay import Candidate, Names
 from conformance.tla_values import Function, ModelValue, Record, Value
-from impl.bookie.client.failures import LedgerFencedError
+from impl.bookie.client.errors import LedgerFencedError
 from impl.bookie.client.ledger_update import UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp

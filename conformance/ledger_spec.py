@@ -69,7 +69,7 @@ from conformance.ledger_cluster import (
 )
 from conformance.replay import Candidate, Names
 from conformance.tla_values import Function, ModelValue, Record, Value
-from impl.bookie.client.failures import LedgerFencedError
+from impl.bookie.client.errors import LedgerFencedError
 from impl.bookie.client.recovery import RecoveryPhase
 from impl.bookie.client.writer import LedgerWriter, WriterState
 from impl.bookie.entry_format import read_header

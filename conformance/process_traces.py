@@ -953,7 +953,7 @@ def validate_process_runs(
 
 def _writer(args: argparse.Namespace) -> int:
     from impl.bookie.client.connect import connect_bookkeeper
-    from impl.bookie.client.failures import LedgerClientError
+    from impl.bookie.client.errors import LedgerClientError
     from impl.metadata.url import connect
     from impl.trace import TraceFile, tracing
 
@@ -1000,7 +1000,7 @@ def _settle(futures: list[Any], outcomes: list[str], errors: type[Exception]) ->
 
 def _recover(args: argparse.Namespace) -> int:
     from impl.bookie.client.connect import connect_bookkeeper
-    from impl.bookie.client.failures import LedgerClientError
+    from impl.bookie.client.errors import LedgerClientError
     from impl.metadata.url import connect
     from impl.trace import TraceFile, tracing
 

@@ -38,7 +38,7 @@ PURE = frozenset(
         "impl.bookie.client.recovery",
         "impl.bookie.client.read_lac",
         "impl.bookie.client.distribution",
-        "impl.bookie.client.failures",
+        "impl.bookie.client.errors",
         "impl.bookie.client.ledger_update",
         "impl.broker.managed_ledger_core",
         "impl.broker.cursor_core",

@@ -29,7 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Literal
 
 from impl.bookie.client.api import WriteHandle
-from impl.bookie.client.failures import LedgerClientError, LedgerFencedError, PlacementError
+from impl.bookie.client.errors import LedgerClientError, LedgerFencedError, PlacementError
 from impl.broker import cursor_core as core
 from impl.broker.cursor_core import CURSOR_FORMAT, CursorState, ManagedCursorCore, Range, initial_state
 from impl.broker.ledger_list import Position

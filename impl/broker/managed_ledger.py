@@ -34,7 +34,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Literal, Protocol
 
 from impl.bookie.client.api import BookKeeperClient, ReadHandle, WriteHandle
-from impl.bookie.client.failures import LedgerClientError, LedgerFencedError, MetadataVersionError, PlacementError
+from impl.bookie.client.errors import LedgerClientError, LedgerFencedError, MetadataVersionError, PlacementError
 from impl.broker.cursor import ManagedCursor, NonDurableCursor
 from impl.broker.entry_cache import EntryCache
 from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 
 from impl.bookie.client.api import BookKeeperClient
-from impl.bookie.client.failures import LedgerClientError, PlacementError
+from impl.bookie.client.errors import LedgerClientError, PlacementError
 from impl.metadata.ledger import DigestType, LedgerMetadata
 from impl.metadata.store import MetadataError
 

@@ -22,7 +22,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl.bookie.client.failures import MetadataVersionError
+from impl.bookie.client.errors import MetadataVersionError
 from impl.bookie.client.ledger_update import UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp

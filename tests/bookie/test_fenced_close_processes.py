@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from impl.bookie.client.failures import LedgerFencedError, MetadataVersionError
+from impl.bookie.client.errors import LedgerFencedError, MetadataVersionError
 from impl.metadata.ledger import LedgerState
 from tests.client.real_cluster import BookieCluster, bookie_cluster
 from tests.client.test_real_bookies import wait_until_stored

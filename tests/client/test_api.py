@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from impl.bookie.client.api import BookKeeperClient
-from impl.bookie.client.failures import LedgerFencedError, NoSuchEntryError, PlacementError, UnauthorizedError
+from impl.bookie.client.errors import LedgerFencedError, NoSuchEntryError, PlacementError, UnauthorizedError
 from impl.bookie.client.reader import LedgerEntry
 from impl.bookie.client.transport import ThreadedTransport
 from impl.bookie.protocol import Request, Response

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from impl.bookie.client.failures import BadEntryError, NoSuchEntryError, PlacementError
+from impl.bookie.client.errors import BadEntryError, NoSuchEntryError, PlacementError
 from impl.bookie.client.placement import BookieInfo, choose_ensemble, choose_replacement
 from impl.bookie.client.reader import LedgerEntry, ReadCompleted, ReadFailed, ReadOp
 from impl.bookie.client.writer import LedgerWriter, Send

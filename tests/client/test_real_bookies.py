@@ -21,7 +21,7 @@ import pytest
 
 from impl.bookie.channel import BookieChannel
 from impl.bookie.client.api import WriteHandle
-from impl.bookie.client.failures import LedgerFencedError, MetadataUpdateError, NotEnoughBookiesError, UnauthorizedError
+from impl.bookie.client.errors import LedgerFencedError, MetadataUpdateError, NotEnoughBookiesError, UnauthorizedError
 from impl.bookie.protocol import ErrorCode, ReadRequest, ReadResponse
 from impl.metadata.ledger import LedgerState
 from impl.metadata.zkserver import ZooKeeperServer

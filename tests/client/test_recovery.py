@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl.bookie.client.failures import LedgerFencedError, NotEnoughBookiesError
+from impl.bookie.client.errors import LedgerFencedError, NotEnoughBookiesError
 from impl.bookie.client.ledger_update import StartRecovery, UpdateMetadata
 from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
 from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp, RecoveryPhase

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from impl.bookie.client.failures import LedgerClosedError, LedgerFencedError, MetadataUpdateError
+from impl.bookie.client.errors import LedgerClosedError, LedgerFencedError, MetadataUpdateError
 from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, StartRecovery, UpdateMetadata, WriterClose
 from impl.bookie.client.writer import (
     AddCompleted,

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from impl.bookie.channel import after_answers
 from impl.bookie.client.aio_channel import on_io_loop_thread
-from impl.bookie.client.failures import LedgerClientError, NoSuchEntryError, PlacementError, UnauthorizedError
+from impl.bookie.client.errors import LedgerClientError, NoSuchEntryError, PlacementError, UnauthorizedError
 from impl.bookie.client.ledger_update import MetadataResult, UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.placement import BookieInfo, choose_ensemble, choose_replacement

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from impl.bookie.client.failures import PlacementError
+from impl.bookie.client.errors import PlacementError
 from impl.metadata.ledger import BookieId
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.bookie.client.distribution import Answer, lac_coverage_reached
-from impl.bookie.client.failures import LedgerClientError, NotEnoughBookiesError
+from impl.bookie.client.errors import LedgerClientError, NotEnoughBookiesError
 from impl.bookie.client.writer import Send
 from impl.bookie.entry_format import BadEntry, decode_entry, master_key
 from impl.bookie.protocol import LAST_ENTRY, ErrorCode, ReadRequest, ReadResponse, Request, Response

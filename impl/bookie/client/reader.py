@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from impl.bookie.client.distribution import write_set
-from impl.bookie.client.failures import BadEntryError, LedgerClientError, NoSuchEntryError, NotEnoughBookiesError
+from impl.bookie.client.errors import BadEntryError, LedgerClientError, NoSuchEntryError, NotEnoughBookiesError
 from impl.bookie.client.writer import Send
 from impl.bookie.entry_format import BadEntry, decode_entry
 from impl.bookie.protocol import ErrorCode, ReadRequest, ReadResponse, Request, Response

@@ -24,7 +24,7 @@ import enum
 from dataclasses import dataclass
 
 from impl.bookie.client.distribution import Answer, entry_absent, write_set
-from impl.bookie.client.failures import LedgerClientError, MetadataUpdateError, NotEnoughBookiesError
+from impl.bookie.client.errors import LedgerClientError, MetadataUpdateError, NotEnoughBookiesError
 from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, StartRecovery, UpdateMetadata
 from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
 from impl.bookie.client.writer import AddFailed, ChooseReplacement, LedgerWriter, Send, WriterOutput

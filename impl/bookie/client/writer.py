@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass, field, replace
 
 from impl.bookie.client.distribution import all_write_sets, write_set
-from impl.bookie.client.failures import (
+from impl.bookie.client.errors import (
     LedgerClientError,
     LedgerClosedError,
     LedgerFencedError,
