@@ -45,6 +45,7 @@ from impl.broker.naming import NamespaceName
 from impl.broker.protocol import bitset, frames
 from impl.broker.protocol import connection as conn
 from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.broker.replication.replicator import REPLICATOR_PREFIX
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
 from impl.loop_server import ConnectionListener
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
@@ -52,8 +53,6 @@ from impl.security import tokens
 from impl.security.authorization import Access, AuthorizationFailed
 
 log = logging.getLogger(__name__)
-
-REPLICATOR_PREFIX = "pulsar.repl"  # Pulsar's replicatorPrefix: the names of replicators' producers
 
 TICK_S = 1.0
 READ_CHUNK = 256 * 1024

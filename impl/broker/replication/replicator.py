@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 
 from impl.broker.ledger_list import Position
 
-CURSOR_PREFIX = "pulsar.repl."  # Pulsar's prefix of the replicators' cursor names
+REPLICATOR_PREFIX = "pulsar.repl"  # Pulsar's replicatorPrefix: replicators' cursor and producer names
+CURSOR_PREFIX = f"{REPLICATOR_PREFIX}."  # a replicator's cursor: pulsar.repl.<remote cluster>
 MAX_WAITING = 1000  # entries sent and waiting for their receipt before the replicator stops reading
 
 
