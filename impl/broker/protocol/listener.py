@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import re
 import ssl
@@ -336,13 +337,17 @@ class _Connection:
             if isinstance(result, BrokerError):
                 self._send_failed(pid, out.sequence_id, result)
             else:
-                done = (pid, out.sequence_id, out.highest_sequence_id, result)
-                result.add_done_callback(lambda _f, done=done: self._complete(done))  # type: ignore[misc]
+                # The callback is handed the future, so it holds no reference to it: a callback that did
+                # (a closure over it) would make a reference cycle per message, future -> callback ->
+                # future, which only the cycle collector frees; at 1,000 msg/s its middle-generation
+                # collections then took 10-40 ms each, every 2-3 s, stalling every thread of the broker.
+                done = functools.partial(self._complete, pid, out.sequence_id, out.highest_sequence_id)
+                result.add_done_callback(done)
 
-    def _complete(self, done: tuple[int, int, int, Future[tuple[Position | None, bool]]]) -> None:
+    def _complete(self, pid: int, seq: int, highest: int, future: Future[tuple[Position | None, bool]]) -> None:
         """On a bookie client thread: queue the outcome; wake the loop once for all that queue meanwhile."""
         with self._completed_lock:
-            self._completed.append(done)
+            self._completed.append((pid, seq, highest, future))
             if self._drain_scheduled:
                 return
             self._drain_scheduled = True
