@@ -127,6 +127,7 @@ class Broker:
             self.address,
             self.config,
             configuration_store=lambda: self.configuration_store,
+            cluster=self.cluster,
         )
         self._service_urls: dict[str, tuple[str, str]] = {self.address: (self.service_url, self.service_url_tls)}
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import math
 import threading
@@ -27,6 +28,8 @@ from typing import Any
 from impl.bookie.client.api import BookKeeperClient
 from impl.broker import entry_codec, namespaces
 from impl.broker.authorization import Authorizer
+from impl.broker.client.api import Client
+from impl.broker.client.errors import ClientError
 from impl.broker.dispatcher import (
     AckEntries,
     ActiveChanged,
@@ -66,6 +69,8 @@ from impl.broker.managed_ledger import (
     Position,
 )
 from impl.broker.naming import InvalidTopicName, NamespaceName, TopicName
+from impl.broker.replication.replicator import is_replicator_cursor
+from impl.broker.replication.topic_replicator import TopicReplicator
 from impl.broker.topic_stats import TopicCounters
 from impl.metadata.store import MetadataError, MetadataStore
 from impl.security.settings import Security
@@ -105,6 +110,7 @@ PUBLISH_CHUNK = 64
 # A/B of 1, 2 and unlimited on the standalone (bench/RESULTS.md): lowest publish latency at 1,000
 # msg/s, and async throughput, batched or not, no lower than with more.
 STEPS_IN_FLIGHT = 1
+REMOTE_TIMEOUT_S = 10.0  # replicators' requests to another cluster (lookup, PRODUCER)
 
 
 @dataclass
@@ -284,6 +290,8 @@ class Topic:
         # their producers and consumers on it, and the clients look the topic up again.
         self.close_watchers: dict[object, Callable[[], None]] = {}
         self.counters = TopicCounters()
+        # Geo-replication: one replicator per remote cluster of the namespace (set_replication).
+        self.replicators: dict[str, TopicReplicator] = {}
         self.deduplication = service.deduplication_in(name)
         if self.deduplication:
             self._rebuild_dedup()
@@ -591,6 +599,54 @@ class Topic:
     def _on_new_entry(self, _position: Position) -> None:
         for sub in list(self.subscriptions.values()):
             sub.wake()
+        for replicator in list(self.replicators.values()):
+            replicator.new_entries()
+
+    # ---- geo-replication -----------------------------------------------------------------------
+
+    def set_replication(self, clusters: tuple[str, ...]) -> None:
+        """Replicate to the namespace's clusters other than this one: a replicator starts for each new
+        remote (from its cursor, kept across restarts and owners); a remote no longer listed has its
+        replicator stopped and its cursor deleted, as Pulsar does. Replicator cursors of clusters not
+        listed, left from before, are deleted too."""
+        local = self.service.cluster
+        remotes = {c for c in clusters if c != local}
+        with self.lock:
+            if self.closed:
+                return
+            gone = [self.replicators.pop(r) for r in list(self.replicators) if r not in remotes]
+            added = []
+            for remote in sorted(remotes - set(self.replicators)):
+                replicator = TopicReplicator(
+                    str(self.name),
+                    self.ml,
+                    local,
+                    remote,
+                    functools.partial(self.service.remote_client, remote),
+                    self.service.executor,
+                )
+                self.replicators[remote] = replicator
+                added.append(replicator)
+            stale = [
+                n
+                for n in self.ml.cursors()
+                if is_replicator_cursor(n) and n not in {r.cursor.name for r in self.replicators.values()}
+            ]
+        for replicator in gone:
+            replicator.delete()
+            log.info("replication of %s to %s stopped", self.name, replicator.remote)
+        for name in stale:
+            self.ml.delete_cursor(name)
+        for replicator in added:
+            replicator.start()
+            log.info("replicating %s to %s", self.name, replicator.remote)
+
+    def stop_replication(self) -> None:
+        """The topic closes here (unload, fenced, lost ownership): its next owner replicates."""
+        with self.lock:
+            replicators = list(self.replicators.values())
+        for replicator in replicators:
+            replicator.stop()
 
     def stats(self) -> dict[str, Any]:
         ml_stats = self.ml.stats()
@@ -602,7 +658,12 @@ class Topic:
                 "unacked": sub.dispatcher.unacked(),
                 "backlog": sub.cursor.backlog(),
             }
-        return {"topic": str(self.name), "subscriptions": subs, "managed_ledger": ml_stats}
+        return {
+            "topic": str(self.name),
+            "subscriptions": subs,
+            "managed_ledger": ml_stats,
+            "replication": {remote: r.stats() for remote, r in sorted(self.replicators.items())},
+        }
 
 
 def consumer_step(sub: Subscription, step: Callable[[], list[Output]]) -> None:
@@ -626,12 +687,15 @@ class BrokerService:
         address: str,
         config: BrokerConfig | None = None,
         configuration_store: Callable[[], MetadataStore] | None = None,  # the /admin tree; default `store`
+        cluster: str = namespaces.DEFAULT_CLUSTER,
     ) -> None:
         self.store = store
         self._configuration_store = configuration_store
         self.bookkeeper = bookkeeper
         self.ownership = ownership
         self.address = address
+        self.cluster = cluster
+        self._remote_clients: dict[str, tuple[str, Client]] = {}  # cluster -> (its pulsar:// URL, client)
         self.config = config or BrokerConfig()
         self.authorizer = Authorizer(lambda: self.configuration_store, self.config.security)
         self.topics: dict[str, Topic] = {}
@@ -716,6 +780,33 @@ class BrokerService:
         for topic in loaded:
             topic.ml.set_retention(minutes, size_mb)
             topic.set_deduplication(dedup)
+            try:
+                topic.set_replication(policies.replication_clusters or (self.cluster,))
+            except Exception as e:  # the topic closed meanwhile, or a cursor could not be written
+                log.warning("replication of %s: %s", topic.name, e)
+
+    def replication_clusters(self, namespace: NamespaceName) -> tuple[str, ...]:
+        policies = namespaces.get_policies(self.configuration_store, namespace, local_cluster=self.cluster)
+        return policies.replication_clusters
+
+    def remote_client(self, cluster: str) -> Client:
+        """The client of another cluster of the instance, at its ClusterData's pulsar:// URL (ClientError
+        when the configuration store does not know it, or it has none)."""
+        try:
+            url = namespaces.get_cluster(self.configuration_store, cluster).broker_service_url
+        except (namespaces.AdminError, MetadataError) as e:
+            raise ClientError(f"cluster {cluster}: {e}") from e
+        if not url:
+            raise ClientError(f"cluster {cluster} has no brokerServiceUrl; set one with `admin clusters update`")
+        with self._lock:
+            known = self._remote_clients.get(cluster)
+            if known is not None and known[0] == url:
+                return known[1]
+            client = Client(url, timeout_s=REMOTE_TIMEOUT_S)
+            self._remote_clients[cluster] = (url, client)
+        if known is not None:
+            known[1].close()
+        return client
 
     def deduplication_in(self, name: TopicName) -> bool:
         """Whether the topic's producers are de-duplicated: its namespace's policy, else the broker's
@@ -768,6 +859,12 @@ class BrokerService:
             except MetadataError as e:
                 raise ServiceNotReady(f"cannot load {name}: {e}; retry") from e
             loaded = Topic(name, ml, self)
+            try:  # before any producer attaches: the replicators' cursors start at the latest entry
+                loaded.set_replication(self.replication_clusters(name.namespace_name))
+            except (namespaces.AdminError, MetadataError, ManagedLedgerError) as e:
+                loaded.stop_replication()
+                ml.close()
+                raise ServiceNotReady(f"cannot start the replication of {name}: {e}; retry") from e
             self.topics[key] = loaded
             self._watch_policies(name.namespace_name)
             log.info("loaded %s", name)
@@ -780,6 +877,7 @@ class BrokerService:
                 return
             topic.closed = True
         self.topics.pop(str(topic.name), None)
+        topic.stop_replication()
         topic.close_attached()
         log.warning("topic %s fenced: another broker took it over; closed", topic.name)
 
@@ -792,6 +890,7 @@ class BrokerService:
             with topic.lock:
                 topic.closed = True
             self.topics.pop(key, None)
+            topic.stop_replication()
             topic.close_attached()
             if graceful:
                 try:
@@ -805,3 +904,7 @@ class BrokerService:
         self._stopping.set()
         self.unload_topics(lambda _n: True, graceful=True)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            clients, self._remote_clients = list(self._remote_clients.values()), {}
+        for _url, client in clients:
+            client.close()

@@ -18,6 +18,10 @@ _ML_STATES = {
 }
 
 
+# A partitioned topic's replication figures are its partitions' sums (Pulsar's aggregation).
+REPLICATION_SUMS = ("msgRateOut", "msgThroughputOut", "msgOutCounter", "bytesOutCounter", "replicationBacklog")
+
+
 def topic_stats(topic: Topic) -> dict[str, Any]:
     """Pulsar's TopicStats: rates, counters, storage and backlog, publishers and subscriptions."""
     topic.counters.roll()
@@ -56,7 +60,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "backlogSize": backlog_entries,
         "publishers": publishers,
         "subscriptions": subscriptions,
-        "replication": {},
+        "replication": {remote: r.stats() for remote, r in sorted(topic.replicators.items())},
         "deduplicationStatus": "Enabled" if topic.deduplication else "Disabled",
     }
 
@@ -122,6 +126,7 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]])
     }
     publishers: list[dict[str, Any]] = []
     subscriptions: dict[str, dict[str, Any]] = {}
+    replication: dict[str, dict[str, Any]] = {}
     for stats in per_partition.values():
         for key in total:
             total[key] += stats[key]
@@ -130,12 +135,17 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]])
             merged = subscriptions.setdefault(name, {"msgBacklog": 0, "unackedMessages": 0, "type": sub["type"]})
             merged["msgBacklog"] += sub["msgBacklog"]
             merged["unackedMessages"] += sub["unackedMessages"]
+        for remote, repl in stats["replication"].items():
+            sums = replication.setdefault(remote, dict.fromkeys(REPLICATION_SUMS, 0) | {"connected": True})
+            for key in REPLICATION_SUMS:
+                sums[key] += repl[key]
+            sums["connected"] = sums["connected"] and repl["connected"]
     messages = total["msgInCounter"]
     return total | {
         "averageMsgSize": total["bytesInCounter"] / messages if messages else 0.0,
         "publishers": publishers,
         "subscriptions": subscriptions,
-        "replication": {},
+        "replication": replication,
         "metadata": {"partitions": partitions},
         "partitions": per_partition,
     }
