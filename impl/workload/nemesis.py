@@ -14,6 +14,9 @@ Fault kinds:
   expire-session       ZooKeeper ends a bookie's or broker's session; healed by restarting the node
                        if it did not register again by itself
   restart-zookeeper    SIGKILL one ZooKeeper server; healed by starting it again (same data)
+  kill-brokers / pause-brokers   on an instance (several clusters): every broker of one cluster at once
+
+On an instance, nodes are named <cluster>/<node> (impl/workload/geo.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 from impl.cluster.deployment import Cluster, ClusterError, InProcessNode
+from impl.workload.geo import InstanceNodes
 from impl.workload.history import HistoryWriter
 
 FAULT_ROLES = {
@@ -37,6 +41,10 @@ FAULT_ROLES = {
     "pause-proxy": ("proxy",),
     "kill-standalone": ("standalone",),
     "pause-standalone": ("standalone",),
+    # An instance's (impl/workload/geo.py): every broker of one cluster at once, so the other clusters'
+    # replicators find no remote to send to.
+    "kill-brokers": ("brokers",),
+    "pause-brokers": ("brokers",),
 }
 FAULTS = tuple(FAULT_ROLES)
 # How long a heal keeps trying to start a crashed node (ZooKeeper's and the embedded store's sessions time out
@@ -58,7 +66,7 @@ class ActiveFault:
 class Nemesis:
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: Cluster | InstanceNodes,
         faults: list[str],
         interval_s: float,
         history: HistoryWriter,
@@ -90,7 +98,7 @@ class Nemesis:
         self._broken: set[str] = set()  # nodes a heal could not bring back; retried by heal_all
 
     @staticmethod
-    def _targets(cluster: Cluster, kind: str, running: bool = False) -> list[str]:
+    def _targets(cluster: Cluster | InstanceNodes, kind: str, running: bool = False) -> list[str]:
         """Nodes this fault can hit (only running ones if `running`)."""
         nodes = [n for n in cluster.nodes() if n.role in FAULT_ROLES[kind]]
         if kind.startswith("pause-"):  # a signal stops a whole process, not a bookie inside standalone

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from impl.workload import operations
+from impl.workload import geo, operations
 from impl.workload.consumers import Consumers, assign, backlog_of, subscriptions
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import Nemesis
@@ -59,12 +59,24 @@ class WorkloadConfig:
     admin_url: str | None = None  # the admin REST API (http://) that creates the partitioned topic
     credentials: operations.Credentials = field(default_factory=operations.Credentials)  # token, TLS trust
     consumers: int = 0  # consumer processes (0: no subscriptions, no consumers)
+    # Several clusters of an instance (impl/workload/geo.py): name -> (pulsar:// service URL, http:// admin URL).
+    # Every operation goes to one of them, in a namespace replicated to all; empty: the one `service`.
+    clusters: dict[str, tuple[str, str]] = field(default_factory=dict)
+    geo_deduplication: bool = True  # the replicated namespace's de-duplication (off: at-least-once replication)
+
+    @property
+    def geo(self) -> bool:
+        return len(self.clusters) > 1
+
+    @property
+    def namespace(self) -> str:
+        return f"public/geo-{self.run_id}" if self.geo else "public/default"
 
     def plain_topics(self) -> list[str]:
-        return [f"persistent://public/default/w{self.run_id}-t{i}" for i in range(self.topics)]
+        return [f"persistent://{self.namespace}/w{self.run_id}-t{i}" for i in range(self.topics)]
 
     def partitioned_topic(self) -> str | None:
-        return f"persistent://public/default/w{self.run_id}-p" if self.partitions > 0 else None
+        return f"persistent://{self.namespace}/w{self.run_id}-p" if self.partitions > 0 else None
 
     def log_topics(self) -> list[str]:
         """Every topic that is one log in the history: the plain topics and each partition."""
@@ -99,7 +111,9 @@ class Workload:
         self._ops_lock = threading.Lock()
         self._next_slot = time.monotonic()
         self._pace_lock = threading.Lock()
-        self._recent: dict[str, list[Position]] = {t: [] for t in self.topics}
+        # Positions seen lately, per (cluster, topic): a read may start at one (each cluster has its own log).
+        self.clusters = sorted(config.clusters) if config.geo else [""]
+        self._recent: dict[tuple[str, str], list[Position]] = {(c, t): [] for c in self.clusters for t in self.topics}
         self._recent_lock = threading.Lock()
         self._stop = threading.Event()
         self._consumers_stop = threading.Event()
@@ -128,15 +142,15 @@ class Workload:
             self._next_slot = slot + 1.0 / self.config.rate
         time.sleep(max(0.0, slot - time.monotonic()))
 
-    def _remember(self, topic: str, positions: list[Position]) -> None:
+    def _remember(self, cluster: str, topic: str, positions: list[Position]) -> None:
         with self._recent_lock:
-            recent = self._recent[topic]
+            recent = self._recent[(cluster, topic)]
             recent.extend(positions)
             del recent[:-RECENT_POSITIONS]
 
-    def _recent_position(self, topic: str, rng: random.Random) -> Position | None:
+    def _recent_position(self, cluster: str, topic: str, rng: random.Random) -> Position | None:
         with self._recent_lock:
-            recent = self._recent[topic]
+            recent = self._recent[(cluster, topic)]
             return list(rng.choice(recent)) if recent else None
 
     # --- the run ---------------------------------------------------------------------------------
@@ -144,6 +158,8 @@ class Workload:
     def prepare(self, progress: Progress) -> None:
         """Create the partitioned topic and the subscriptions, among them one per topic that retains everything for
         the final reads (outside the history: set-up, not operations)."""
+        if self.config.geo:
+            self._create_namespace(progress)
         base = self.config.partitioned_topic()
         if base is not None:
             self._create_partitioned(base, progress)
@@ -160,6 +176,17 @@ class Workload:
         if self.consumers.subs:
             progress(f"created {len(self.consumers.subs)} subscriptions (every type on every topic)")
 
+    def _create_namespace(self, progress: Progress) -> None:
+        names = sorted(self.config.clusters)
+        admin = self.config.clusters[names[0]][1]
+        ns, dedup = self.config.namespace, self.config.geo_deduplication
+        self._retrying(
+            lambda: geo.create_replicated_namespace(admin, ns, names, dedup, self.config.credentials),
+            lambda e: f"could not create the replicated namespace {ns} at {admin}: {e}",
+            pause_s=1.0,
+        )
+        progress(f"created {ns}, replicated to {', '.join(names)}, de-duplication {'on' if dedup else 'off'}")
+
     def _create_partitioned(self, base: str, progress: Progress) -> None:
         if not self.config.admin_url:
             raise WorkloadError("the partitioned topic needs a broker's admin REST API (admin_url)")
@@ -171,8 +198,8 @@ class Workload:
         )
         progress(f"created {base} with {self.config.partitions} partitions")
 
-    def _connect(self) -> Session:
-        service = self.config.service
+    def _connect(self, cluster: str = "") -> Session:
+        service = self.config.clusters[cluster][0] if cluster else self.config.service
 
         def session() -> Session:
             if self.config.client == "official":
@@ -266,42 +293,52 @@ class Workload:
         seed = None if self.config.seed is None else self.config.seed * 1000 + slot
         rng = random.Random(seed)
         process, n = self._new_process(), 0
-        session: Session | None = None
+        sessions: dict[str, Session] = {}  # per cluster ("" when there is one)
         try:
             while self._take_op():
                 self._pace()
-                if session is None:
-                    session = self._connect()
+                cluster = rng.choice(self.clusters)
+                if cluster not in sessions:
+                    sessions[cluster] = self._connect(cluster)
+                session = sessions[cluster]
                 topic = rng.choice(self.topics)
                 if rng.random() < self.config.read_fraction:
-                    kind = self._read(session, process, topic, rng)
+                    kind = self._read(session, process, cluster, topic, rng)
                 else:
                     n += 1
                     key = f"k{rng.randrange(KEYS)}" if self.config.consumers else None
-                    kind = self._append(session, process, topic, f"{process}-{n}", key)
+                    kind = self._append(session, process, cluster, topic, f"{process}-{n}", key)
                 if kind == "info":  # the old process may still take effect: continue as a new one
-                    session.close()
-                    session = None
+                    for old in sessions.values():
+                        old.close()
+                    sessions = {}
                     process, n = self._new_process(), 0
         except WorkloadError as e:
             print(f"process slot {slot} stopped: {e}", file=sys.stderr, flush=True)
         finally:
-            if session is not None:
+            for session in sessions.values():
                 session.close()
 
-    def _append(self, session: Session, process: int, topic: str, value: str, key: str | None = None) -> str:
-        keyed = {"key": key} if key else {}
-        self.history.invoke(process, "append", topic, value=value, **keyed)
+    @staticmethod
+    def _where(cluster: str) -> dict[str, str]:
+        """The `cluster` field of an operation's events (none when the run has one cluster)."""
+        return {"cluster": cluster} if cluster else {}
+
+    def _append(
+        self, session: Session, process: int, cluster: str, topic: str, value: str, key: str | None = None
+    ) -> str:
+        fields = self._where(cluster) | ({"key": key} if key else {})
+        self.history.invoke(process, "append", topic, value=value, **fields)
         outcome = session.append(topic, value, key)
-        self.history.complete(process, outcome.kind, "append", topic, value=value, **keyed, **outcome.fields)
+        self.history.complete(process, outcome.kind, "append", topic, value=value, **fields, **outcome.fields)
         if outcome.kind == "ok":
-            self._remember(topic, [outcome.fields["position"]])
+            self._remember(cluster, topic, [outcome.fields["position"]])
         return outcome.kind
 
-    def _read(self, session: Session, process: int, topic: str, rng: random.Random) -> str:
-        start = self._recent_position(topic, rng) if rng.random() < 0.5 else None
+    def _read(self, session: Session, process: int, cluster: str, topic: str, rng: random.Random) -> str:
+        start = self._recent_position(cluster, topic, rng) if rng.random() < 0.5 else None
         limit = rng.randint(1, self.config.max_limit) if rng.random() < 0.3 else None
-        fields: dict[str, object] = {"from": start}
+        fields: dict[str, object] = {"from": start, **self._where(cluster)}
         if limit is not None:
             fields["limit"] = limit
         self.history.invoke(process, "read", topic, **fields)
@@ -309,31 +346,40 @@ class Workload:
         self.history.complete(process, outcome.kind, "read", topic, **fields, **outcome.fields)
         if outcome.kind == "ok" and outcome.fields["value"]:
             entries = outcome.fields["value"]
-            self._remember(topic, [entries[-1][0], rng.choice(entries)[0]])
+            self._remember(cluster, topic, [entries[-1][0], rng.choice(entries)[0]])
         return outcome.kind
 
     def _final_reads(self, progress: Progress) -> dict[str, int]:
-        """One successful read from the beginning per topic, retried (each try recorded) until it works."""
+        """One successful read from the beginning per topic (per cluster, once replication caught up), retried
+        (each try recorded) until it works."""
         process = self._new_process()
         session: Session | None = None
         counts: dict[str, int] = {}
+        if self.config.geo:
+            admins = {name: urls[1] for name, urls in self.config.clusters.items()}
+            timeout_s = self.config.final_read_timeout_s
+            geo.wait_replicated(admins, self.topics, self.config.credentials, timeout_s, progress)
         deadline = time.monotonic() + self.config.final_read_timeout_s
+        connected_to = ""
         try:
-            for topic in self.topics:
+            for cluster, topic in [(c, t) for c in self.clusters for t in self.topics]:
+                if session is not None and cluster != connected_to:
+                    session.close()
+                    session = None
+                fields: dict[str, object] = {"from": None, "final": True, **self._where(cluster)}
                 while True:
                     if session is None:
-                        session = self._connect()
-                    self.history.invoke(process, "read", topic, **{"from": None, "final": True})
+                        session, connected_to = self._connect(cluster), cluster
+                    self.history.invoke(process, "read", topic, **fields)
                     outcome = session.read(topic, None, None)
-                    self.history.complete(
-                        process, outcome.kind, "read", topic, **{"from": None, "final": True}, **outcome.fields
-                    )
+                    self.history.complete(process, outcome.kind, "read", topic, **fields, **outcome.fields)
                     if outcome.kind == "ok":
-                        counts[topic] = len(outcome.fields["value"])
+                        counts[f"{topic} @{cluster}" if cluster else topic] = len(outcome.fields["value"])
                         break
                     if time.monotonic() > deadline:
                         raise WorkloadError(
-                            f"the final read of {topic} kept failing for {self.config.final_read_timeout_s:.0f}s "
+                            f"the final read of {topic}{' in ' + cluster if cluster else ''} kept failing for "
+                            f"{self.config.final_read_timeout_s:.0f}s "
                             f"(last: {outcome.fields.get('error')}); the cluster did not recover"
                         )
                     session.close()

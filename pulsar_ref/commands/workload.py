@@ -10,10 +10,12 @@ import sys
 from pathlib import Path
 
 from impl.cluster.deployment import Cluster, ClusterError
+from impl.cluster.instance import Instance
+from impl.workload.geo import InstanceNodes
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import FAULTS, Nemesis, NemesisError
 from impl.workload.operations import Credentials
-from impl.workload.run import Workload, WorkloadConfig, WorkloadError
+from impl.workload.run import Summary, Workload, WorkloadConfig, WorkloadError
 
 
 def _progress(message: str) -> None:
@@ -35,6 +37,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             "  %(prog)s --service pulsar://127.0.0.1:6650 --out var/h.jsonl\n"
             "  %(prog)s --service $(pulsar-ref cluster up --dir var/c) --cluster-dir var/c \\\n"
             "      --nemesis kill-bookie,kill-broker,pause-broker --nemesis-interval 5 --ops 2000 --out var/h.jsonl\n"
+            "  %(prog)s --instance-dir var/i --nemesis kill-brokers,kill-broker,expire-session --out var/geo.jsonl\n"
             f"fault kinds: {', '.join(FAULTS)}"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -93,6 +96,21 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--nemesis-max", type=int, default=0, help="inject at most this many faults (0 = no limit)")
     parser.add_argument("--cluster-dir", type=Path, help="the --dir of `pulsar-ref cluster up` (for the nemesis)")
     parser.add_argument(
+        "--instance-dir",
+        type=Path,
+        help="the --dir of `pulsar-ref instance up`: every operation goes to one of its clusters (recorded as "
+        "its `cluster`), on topics of a namespace replicated to all of them; the nemesis acts on every "
+        "cluster (nodes <cluster>/<node>, and <cluster>/brokers for kill-brokers and pause-brokers); the "
+        "final reads wait for replication and read every topic in every cluster (docs/geo-replication.md)",
+    )
+    parser.add_argument(
+        "--replication-dedup",
+        choices=("on", "off"),
+        default="on",
+        help="with --instance-dir: de-duplication of the replicated namespace (on: exactly-once replication; "
+        "off: at-least-once, so replication-duplicate may be found)",
+    )
+    parser.add_argument(
         "--final-read-timeout",
         type=float,
         default=120.0,
@@ -117,6 +135,8 @@ def main(argv: list[str], prog: str) -> int:
     if args.processes < 1 or args.ops < 0 or args.consumers < 0:
         print("error: --processes must be >= 1, --ops and --consumers >= 0", file=sys.stderr)
         return 2
+    if args.instance_dir is not None:
+        return _geo(args, faults)
     try:
         cluster = Cluster.load(args.cluster_dir) if args.cluster_dir else None
     except ClusterError as e:
@@ -200,6 +220,11 @@ def main(argv: list[str], prog: str) -> int:
         return 1
     finally:
         history.close()
+    return _finish(summary)
+
+
+def _finish(summary: Summary) -> int:
+    """Print the run's summary; 1 when something was left broken."""
     print(
         f"history {summary.history}: {summary.events} events; ok {summary.ok}, fail {summary.fail}, "
         f"info {summary.info}; {summary.faults} faults injected"
@@ -213,3 +238,73 @@ def main(argv: list[str], prog: str) -> int:
         print("warning: some subscriptions did not drain; lost-message cannot be judged on them", file=sys.stderr)
         return 1
     return 0
+
+
+def _geo(args: argparse.Namespace, faults: list[str]) -> int:
+    """The workload across the clusters of an instance."""
+    if args.cluster_dir or args.service or args.admin_url:
+        print(
+            "error: --instance-dir names the services itself; drop --cluster-dir, --service, --admin-url",
+            file=sys.stderr,
+        )
+        return 2
+    if args.consumers:
+        print("error: consumers do not run across clusters yet; use --consumers 0 with --instance-dir", file=sys.stderr)
+        return 2
+    try:
+        instance = Instance.load(args.instance_dir)
+        clusters = {c.name: (c.pulsar_service_url, c.admin_url) for c in instance.clusters()}
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    usable = {name: (p, a) for name, (p, a) in clusters.items() if p and a}
+    if len(usable) < 2:
+        print(
+            f"error: {args.instance_dir} has {len(usable)} cluster(s) with brokers; replication needs 2",
+            file=sys.stderr,
+        )
+        return 2
+    first = sorted(usable)[0]
+    config = WorkloadConfig(
+        service=str(usable[first][0]),
+        out=args.out,
+        topics=args.topics,
+        partitions=args.partitions,
+        processes=args.processes,
+        ops=args.ops,
+        rate=args.rate,
+        read_fraction=args.read_fraction,
+        seed=args.seed,
+        final_read_timeout_s=args.final_read_timeout,
+        client=args.client,
+        admin_url=usable[first][1],
+        clusters={name: (str(p), str(a)) for name, (p, a) in usable.items()},
+        geo_deduplication=args.replication_dedup == "on",
+    )
+    history = HistoryWriter(args.out)
+    try:
+        nemesis = (
+            Nemesis(
+                InstanceNodes(instance),
+                faults,
+                args.nemesis_interval,
+                history,
+                args.seed,
+                cycle=args.nemesis_order == "cycle",
+                max_faults=args.nemesis_max,
+            )
+            if faults
+            else None
+        )
+        _progress(
+            f"workload {config.run_id}: {config.processes} processes, {config.ops} ops at {config.rate or 'max'}/s on "
+            f"{len(config.log_topics())} topic logs in each of {', '.join(sorted(usable))} ({args.client} client); "
+            f"nemesis: {', '.join(faults) or 'none'}"
+        )
+        summary = Workload(config, nemesis, history).run(_progress)
+    except (WorkloadError, NemesisError) as e:
+        print(f"error: {e}\nthe history so far is in {args.out}", file=sys.stderr)
+        return 1
+    finally:
+        history.close()
+    return _finish(summary)
