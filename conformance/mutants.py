@@ -130,6 +130,23 @@ def _function(wrapper: Callable[..., Any]) -> Callable[[Any], Any]:
     return make
 
 
+def _handler(event: str, wrapper: Callable[..., Any]) -> Callable[[Any], Any]:
+    """make() for a core that dispatches its events through a module-level table (`_HANDLERS`, event
+    type -> unbound method, bound at import, so patching the method itself would not reach `step`):
+    the table with `event`'s handler replaced by `wrapper(original, self, event)`."""
+
+    def make(table: Any) -> Any:
+        (key,) = [k for k in table if k.__name__ == event]
+        original = table[key]
+
+        def handler(self: Any, *args: Any) -> Any:
+            return wrapper(original, self, *args)
+
+        return {**table, key: handler}
+
+    return make
+
+
 # ---- the broken variants ---------------------------------------------------------------------------
 
 
@@ -293,6 +310,42 @@ def _dedup_never_drops(original: Any, dedup: Any, metadata: Any) -> Any:
         dedup.enabled = enabled
 
 
+def _ignore_recovered_entry(original: Any, core: Any, e: Any) -> Any:
+    # the bug: the recovered cursor ledger's last entry is dropped, the node's (older) state is taken
+    return original(core, dataclasses.replace(e, last_entry=None))
+
+
+def _mark_past_the_ack(original: Any, state: Any, p: Any, view: Any) -> Any:
+    after = view.next_position(p)  # the bug: the message after the acknowledged one is marked deleted too
+    return original(state, after if after is not None else p, view)
+
+
+def _blind_node_write(original: Any, core: Any, *args: Any) -> Any:
+    from impl.broker.cursor_core import WriteCursorNode
+    from impl.metadata.store import ANY_VERSION
+
+    return [
+        dataclasses.replace(o, expected_version=ANY_VERSION)
+        if isinstance(o, WriteCursorNode) and o.expected_version is not None
+        else o
+        for o in original(core, *args)
+    ]
+
+
+def _switch_despite_bad_version(original: Any, core: Any, e: Any) -> Any:
+    from impl.broker.cursor_core import CursorNodeWritten, NodeError, SwitchPurpose
+
+    switch = core._switch
+    if e.error is NodeError.BAD_VERSION and switch is not None and switch.purpose is SwitchPurpose.ROLLOVER:
+        # the bug (the cursor's Pulsar 17736): the new cursor ledger is used although the node still names another
+        return core._node_written(CursorNodeWritten(core.node_version + 1, e.now))
+    return original(core, e)
+
+
+def _fenced_append_as_failure(original: Any, core: Any, e: Any) -> Any:
+    return original(core, dataclasses.replace(e, fenced=False))  # the bug: retried, never FENCED
+
+
 _CLIENT = "impl.bookie.client"
 _ML = "impl.broker.managed_ledger_core:ManagedLedgerCore"
 _FENCING, _BAD_VERSION = "fencing-ci", "fencing-mutation5-badversion-ci"
@@ -301,6 +354,8 @@ _LIVENESS, _STRIPING, _TINY = "ledger-ci-liveness", "ledger-ci-striping", "ledge
 _CRASH = "ledger-ci-crash"
 _TRACES = "traces:e2-qw2-qa2:20"
 _REPLICATOR = "impl.broker.replication.replicator:Replicator"
+_CURSOR_MODULE = "impl.broker.cursor_core"
+_CURSOR = f"{_CURSOR_MODULE}:ManagedCursorCore"
 
 CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
@@ -431,6 +486,44 @@ CATALOGUE: tuple[Mutant, ...] = (
         "the remote topic persists a message at or below its producer's highest sequence id (no de-duplication)",
         (Patch("impl.broker.replication.replicator:Deduplication", "step", _method(_dedup_never_drops)),),
         ("replication-ci",),
+    ),
+    Mutant(
+        "cursor-ignores-recovered-entry",
+        "impl/broker/cursor_core.py",
+        "a new owner takes the cursor node's state instead of the recovered cursor ledger's last entry "
+        "(the persisted mark-delete moves back)",
+        (Patch(_CURSOR_MODULE, "_HANDLERS", _handler("CursorLedgerRecovered", _ignore_recovered_entry)),),
+        ("cursor-ci",),  # the spec's NoRecovery does not fence, which the harness's recovery always does
+    ),
+    Mutant(
+        "cursor-marks-past-the-ack",
+        "impl/broker/cursor_core.py",
+        "a cumulative acknowledgement marks the next message deleted too (a message skipped)",
+        (Patch("impl.broker.cursor_core:CursorState", "mark_delete_to", _method(_mark_past_the_ack)),),
+        ("cursor-ci",),  # the spec's PersistOnDelivery writes at delivery, where the core is not involved
+    ),
+    Mutant(
+        "cursor-blind-node-write",
+        "impl/broker/cursor_core.py",
+        "the cursor node is written without the expected version (a stale new owner overwrites the switch "
+        "of the cursor ledger)",
+        (Patch(_CURSOR, "_first_entry_appended", _method(_blind_node_write)),),
+        ("cursor-mutation-blindnodewrite-ci", "cursor-ci"),
+    ),
+    Mutant(
+        "cursor-ignores-fenced-append",
+        "impl/broker/cursor_core.py",
+        "an append refused by a fenced cursor ledger is taken for a failed write (retried) instead of FENCED",
+        (Patch(_CURSOR_MODULE, "_HANDLERS", _handler("CursorStateAppendFailed", _fenced_append_as_failure)),),
+        ("cursor-witness-fencedappend-ci", "cursor-ci"),
+    ),
+    Mutant(
+        "cursor-switches-despite-bad-version",
+        "impl/broker/cursor_core.py",
+        "a switch of cursor ledgers whose node write got a bad version goes on with the new ledger (the node "
+        "names another broker's)",
+        (Patch(_CURSOR_MODULE, "_HANDLERS", _handler("CursorNodeWriteFailed", _switch_despite_bad_version)),),
+        ("cursor-ci",),
     ),
 )
 

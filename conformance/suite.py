@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from conformance.cursor_spec import CursorMapping
 from conformance.fencing_spec import FencingMapping
 from conformance.ledger_spec import LedgerMapping
 from conformance.metadata_spec import MetadataMapping
@@ -33,6 +34,7 @@ from conformance.tlc import SPEC_DIR, Model, Outcome, run_tlc
 
 # spec module -> mapping class (constants of a model, core types) -> the mapping
 MAPPINGS: dict[str, Callable[..., Any]] = {
+    "cursor.tla": CursorMapping,
     "fencing.tla": FencingMapping,
     "ledger.tla": LedgerMapping,
     "metadata.tla": MetadataMapping,
