@@ -8,11 +8,13 @@ Run as `spark-submit spark/audit.py HISTORY... [--json OUT] [--html OUT]` or thr
 Definitions of every anomaly are in spark/reference.py's docstring; this job computes the same cases (the same
 witness events) so the two can be compared on every test history.
 
-Several histories are audited in one job: every key carries the history number `h`. Positions are structs
-(l, e, b), which Spark orders lexicographically like docs/history.md. The job reads the JSON once with an explicit
-schema, uses no Python UDFs, and shuffles the big data four times:
-1. events by process: invokes paired with their completions (lead), cached as `ops`; read entries are parsed
-   there once; nonmonotonic-append (lag over each process's acks per topic) needs no further shuffle;
+Several histories are audited in one job: every key carries the history's number (`history`). Positions are
+structs (ledger_id, entry_id, batch_index), which Spark orders lexicographically like docs/history.md. The job
+reads the JSON once with an explicit schema, uses no Python UDFs, and shuffles the big data four times:
+1. events by process: invokes paired with their completions (lead), cached as `ops` (one row per operation:
+   `invoke_index`, `completion_index`, `outcome`, an append's `value` and acknowledged `position`, a read's
+   `start`, `entries`, `highest_position` and `cut_by_limit`); read entries are parsed there once;
+   nonmonotonic-append (lag over each process's acks per topic) needs no further shuffle;
 2. observations (acks and read entries) by (topic, position bucket): one aggregate per position gives
    duplicate-position, divergent-read (b) and the known positions whose successor (lead) decides gap;
 3. appends and read entries by value: one aggregate per value gives duplicate-value, phantom-read,
@@ -56,7 +58,7 @@ SCHEMA = (
 # one-topic history of a million events makes dozens of buckets for the tasks to share.
 POS_BUCKET = 4096
 INDEX_BUCKET = 16384
-POS_TYPE = "struct<l:long,e:long,b:long>"
+POS_TYPE = "struct<ledger_id:long,entry_id:long,batch_index:long>"
 
 
 @dataclass
@@ -66,9 +68,10 @@ class Audited:
 
 
 def _pos(col: Any) -> Any:
+    """A history's position, [ledger_id, entry_id, batch_index], as a struct that orders like it."""
     from pyspark.sql import functions as F
 
-    return F.struct(col[0].alias("l"), col[1].alias("e"), col[2].alias("b"))
+    return F.struct(col[0].alias("ledger_id"), col[1].alias("entry_id"), col[2].alias("batch_index"))
 
 
 def load(spark: Any, paths: Sequence[str]) -> Any:
@@ -79,19 +82,22 @@ def load(spark: Any, paths: Sequence[str]) -> Any:
     frames = []
     jsonl = [(h, path) for h, path in enumerate(paths) if not is_parquet(path)]
     if len(jsonl) == 1:
-        frames.append(spark.read.schema(SCHEMA).json(jsonl[0][1]).withColumn("h", F.lit(jsonl[0][0])))
+        frames.append(spark.read.schema(SCHEMA).json(jsonl[0][1]).withColumn("history", F.lit(jsonl[0][0])))
     elif jsonl:
-        # One read for all JSON Lines files (a union of many reads makes a huge plan); h from the file name.
-        names = spark.createDataFrame([(Path(p).resolve().as_uri(), h) for h, p in jsonl], "fname string, h int")
+        # One read for all JSON Lines files (a union of many reads makes a huge plan); the history's number from
+        # the file name.
+        names = spark.createDataFrame(
+            [(Path(p).resolve().as_uri(), h) for h, p in jsonl], "file_uri string, history int"
+        )
         df = spark.read.schema(SCHEMA).json([p for _, p in jsonl]).withColumn("file", F.input_file_name())
-        df = df.join(F.broadcast(names), F.regexp_replace("file", "^file:/+", "file:///") == names.fname)
-        frames.append(df.drop("file", "fname"))
+        df = df.join(F.broadcast(names), F.regexp_replace("file", "^file:/+", "file:///") == names.file_uri)
+        frames.append(df.drop("file", "file_uri"))
     for h, path in enumerate(paths):
         if is_parquet(path):
             df = spark.read.parquet(path)
             cols = [F.col(c.split()[0].strip("`")).cast(c.split(maxsplit=1)[1]) for c in SCHEMA.split(", ")]
             df = df.select(*[c.alias(n.split()[0].strip("`")) for c, n in zip(cols, SCHEMA.split(", "), strict=True)])
-            frames.append(df.withColumn("h", F.lit(h)))
+            frames.append(df.withColumn("history", F.lit(h)))
     out = frames[0]
     for df in frames[1:]:
         out = out.unionByName(df)
@@ -99,7 +105,8 @@ def load(spark: Any, paths: Sequence[str]) -> Any:
 
 
 def read_entries(value: Any) -> Any:
-    """A read's `value` (JSON text) as an array of (p: [ledger, entry, batch], v) in delivery order.
+    """A read's `value` (JSON text) as an array of (position: [ledger_id, entry_id, batch_index], value) in
+    delivery order.
 
     from_json gives each position back as compact JSON text "[l,e,b]": it is split, not parsed again (a JSON
     parser per entry is slow).
@@ -108,7 +115,9 @@ def read_entries(value: Any) -> Any:
 
     return F.transform(
         F.from_json(value, "array<array<string>>"),
-        lambda x: F.struct(F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>").alias("p"), x[1].alias("v")),
+        lambda x: F.struct(
+            F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>").alias("position"), x[1].alias("value")
+        ),
     )
 
 
@@ -119,8 +128,9 @@ def _later(a: Any, b: Any) -> Any:
     return F.when(a.isNull() | (b > a), b).otherwise(a)
 
 
-def _candidate(name: str, topic: Any, ops: list[Any], detail: Any, gap_read: Any = None, rank: Any = None) -> Any:
-    """One anomaly case as a struct; gap candidates carry their read and rank (the first skip of a read wins)."""
+def _candidate(name: str, topic: Any, ops: list[Any], detail: Any, gap_read: Any = None, gap_order: Any = None) -> Any:
+    """One anomaly case as a struct; gap candidates carry their read and where in it the skip is (`gap_order`: the
+    first skip of a read wins)."""
     from pyspark.sql import functions as F
 
     return F.struct(
@@ -129,17 +139,17 @@ def _candidate(name: str, topic: Any, ops: list[Any], detail: Any, gap_read: Any
         F.array(*[o.cast("long") for o in ops]).alias("ops"),
         detail.alias("detail"),
         (gap_read if gap_read is not None else F.lit(None)).cast("long").alias("gap_read"),
-        (rank if rank is not None else F.lit(None)).cast("long").alias("rank"),
+        (gap_order if gap_order is not None else F.lit(None)).cast("long").alias("gap_order"),
     )
 
 
 def _cases(df: Any, *candidates: Any) -> Any:
-    """Rows (h, candidate fields) for the candidates that are not null; `candidates` are structs or arrays."""
+    """Rows (history, candidate fields) for the candidates that are not null; `candidates` are structs or arrays."""
     from pyspark.sql import functions as F
 
     arrays = [c if is_array else F.array(c) for c, is_array in candidates]
     found = F.filter(F.concat(*arrays), lambda c: c.isNotNull())
-    return df.select("h", F.explode(found).alias("c")).select("h", "c.*")
+    return df.select("history", F.explode(found).alias("case")).select("history", "case.*")
 
 
 def _pairs(spark: Any, events: Any) -> Any:
@@ -147,39 +157,41 @@ def _pairs(spark: Any, events: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    ev = events.filter(F.col("process") != "nemesis")
-    w_proc = Window.partitionBy("h", "process").orderBy("index")
-    paired = ev.withColumn("nxt", F.lead(F.struct("index", "time", "type", "value", "position"), 1).over(w_proc))
-    ok_read = (F.col("f") == "read") & (F.col("nxt.type") == "ok")
+    events = events.filter(F.col("process") != "nemesis")
+    by_process = Window.partitionBy("history", "process").orderBy("index")
+    completion = F.lead(F.struct("index", "time", "type", "value", "position"), 1).over(by_process)
+    paired = events.withColumn("completion", completion)
+    ok_read = (F.col("f") == "read") & (F.col("completion.type") == "ok")
     ops = paired.filter(F.col("type") == "invoke").select(
-        "h",
+        "history",
         "process",
         "f",
         "topic",
-        F.col("index").alias("inv"),
-        F.col("time").alias("inv_time"),
-        F.when(F.col("f") == "append", F.col("value")).alias("val"),
+        F.col("index").alias("invoke_index"),
+        F.col("time").alias("invoke_time"),
+        F.when(F.col("f") == "append", F.col("value")).alias("value"),
         _pos(F.col("from")).alias("start"),
         "limit",
         F.coalesce("final", F.lit(False)).alias("final"),
-        F.coalesce(F.col("nxt.type"), F.lit("info")).alias("outcome"),
-        F.col("nxt.index").alias("cmp"),
-        F.col("nxt.time").alias("cmp_time"),
-        F.when(F.col("f") == "append", _pos(F.col("nxt.position"))).alias("pos"),
-        # A read's entries parsed once: [(pos, val)] in delivery order.
+        F.coalesce(F.col("completion.type"), F.lit("info")).alias("outcome"),
+        F.col("completion.index").alias("completion_index"),
+        F.col("completion.time").alias("completion_time"),
+        F.when(F.col("f") == "append", _pos(F.col("completion.position"))).alias("position"),
+        # A read's entries parsed once: [(position, value)] in delivery order.
         F.when(
             ok_read,
             F.transform(
-                read_entries(F.col("nxt.value")), lambda x: F.struct(_pos(x["p"]).alias("pos"), x["v"].alias("val"))
+                read_entries(F.col("completion.value")),
+                lambda x: F.struct(_pos(x["position"]).alias("position"), x["value"].alias("value")),
             ),
         ).alias("entries"),
     )
-    ops = ops.withColumn("start", F.when(F.col("start.l").isNotNull(), F.col("start")))
+    ops = ops.withColumn("start", F.when(F.col("start.ledger_id").isNotNull(), F.col("start")))
     n = F.size("entries")
     return ops.select(
         "*",
-        (F.col("limit").isNotNull() & (n >= F.col("limit"))).alias("cut"),
-        F.array_max(F.transform("entries", lambda x: x["pos"])).alias("reach"),
+        (F.col("limit").isNotNull() & (n >= F.col("limit"))).alias("cut_by_limit"),
+        F.array_max(F.transform("entries", lambda x: x["position"])).alias("highest_position"),
     )
 
 
@@ -188,16 +200,25 @@ def _nonmonotonic_appends(acks: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    w_pt = Window.partitionBy("h", "process", "topic").orderBy("cmp")
-    nm = acks.withColumn("prev", F.lag(F.struct("cmp", "pos", "val"), 1).over(w_pt)).filter(
-        F.col("prev").isNotNull() & (F.col("pos") <= F.col("prev.pos"))
+    by_process_topic = Window.partitionBy("history", "process", "topic").orderBy("completion_index")
+    previous = F.lag(F.struct("completion_index", "position", "value"), 1).over(by_process_topic)
+    lower = acks.withColumn("previous", previous).filter(
+        F.col("previous").isNotNull() & (F.col("position") <= F.col("previous.position"))
     )
-    detail = F.to_json(F.struct("process", F.col("prev.val").alias("v1"), F.col("prev.pos").alias("p1"), "val", "pos"))
-    cand = _candidate("nonmonotonic-append", F.col("topic"), [F.col("prev.cmp"), F.col("cmp")], detail)
-    return _cases(nm, (cand, False))
+    detail = F.to_json(
+        F.struct(
+            "process",
+            F.col("previous.value").alias("v1"),
+            F.col("previous.position").alias("p1"),
+            F.col("value").alias("val"),
+            F.col("position").alias("pos"),
+        )
+    )
+    ops = [F.col("previous.completion_index"), F.col("completion_index")]
+    return _cases(lower, (_candidate("nonmonotonic-append", F.col("topic"), ops, detail), False))
 
 
-def _by_position(acks: Any, robs: Any) -> Any:
+def _by_position(acks: Any, shown: Any) -> Any:
     """duplicate-position, divergent-read (b) and gap from one aggregate per (topic, position).
 
     Two aggregation levels over one shuffle: per (position, value) first, so that the lists compared per
@@ -206,78 +227,107 @@ def _by_position(acks: Any, robs: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    obs = acks.select(
-        "h",
+    observations = acks.select(
+        "history",
         "topic",
-        F.col("cmp").alias("idx"),
-        "pos",
-        "val",
-        F.lit(False).alias("rd"),
-        F.lit(None).cast("long").alias("ord"),
-        F.lit(None).cast(POS_TYPE).alias("nxt"),
-    ).unionByName(robs.select("h", "topic", "idx", "pos", "val", F.lit(True).alias("rd"), "ord", "nxt"))
-    # The bucket (ledger, entry // POS_BUCKET) is monotone in the position: buckets partition a topic in order.
-    obs = obs.withColumn("pb", F.struct(F.col("pos.l").alias("l"), F.floor(F.col("pos.e") / POS_BUCKET).alias("e")))
-    per_value = (
-        obs.repartition("h", "topic", "pb")
-        .groupBy("h", "topic", "pb", "pos", "val")
-        .agg(
-            F.min("idx").alias("m"),
-            F.min(F.when(F.col("rd"), F.col("idx"))).alias("mr"),
-            # Consecutive read entries (this one, the next) for gap.
-            F.collect_list(F.when(F.col("nxt").isNotNull(), F.struct("idx", "ord", "nxt"))).alias("pairs"),
+        F.col("completion_index").alias("index"),
+        "position",
+        "value",
+        F.lit(False).alias("by_read"),
+        F.lit(None).cast("long").alias("order_in_read"),
+        F.lit(None).cast(POS_TYPE).alias("next_position"),
+    ).unionByName(
+        shown.select(
+            "history",
+            "topic",
+            "index",
+            "position",
+            "value",
+            F.lit(True).alias("by_read"),
+            "order_in_read",
+            "next_position",
         )
     )
-    known = per_value.groupBy("h", "topic", "pb", "pos").agg(
-        F.min("m").alias("w"),
-        F.collect_list(F.struct("m", "mr", "val")).alias("vals"),
-        F.flatten(F.collect_list("pairs")).alias("pairs"),
+    # The bucket (ledger, entry // POS_BUCKET) is monotone in the position: buckets partition a topic in order.
+    bucket = F.struct(
+        F.col("position.ledger_id").alias("ledger_id"), F.floor(F.col("position.entry_id") / POS_BUCKET).alias("entry")
+    )
+    observations = observations.withColumn("position_bucket", bucket)
+    per_value = (
+        observations.repartition("history", "topic", "position_bucket")
+        .groupBy("history", "topic", "position_bucket", "position", "value")
+        .agg(
+            F.min("index").alias("first_seen"),
+            F.min(F.when(F.col("by_read"), F.col("index"))).alias("first_read"),
+            # Consecutive read entries (this one, the next) for gap.
+            F.collect_list(
+                F.when(F.col("next_position").isNotNull(), F.struct("index", "order_in_read", "next_position"))
+            ).alias("read_steps"),
+        )
+    )
+    known = per_value.groupBy("history", "topic", "position_bucket", "position").agg(
+        F.min("first_seen").alias("first_seen"),
+        F.collect_list(F.struct("first_seen", "first_read", "value")).alias("values"),
+        F.flatten(F.collect_list("read_steps")).alias("read_steps"),
     )
     # Successor of each known position: lead within its bucket, else the first position of the next bucket.
-    w_bucket = Window.partitionBy("h", "topic", "pb").orderBy("pos")
-    known = known.withColumn("succ", F.lead(F.struct("pos", "w")).over(w_bucket))
+    in_bucket = Window.partitionBy("history", "topic", "position_bucket").orderBy("position")
+    known = known.withColumn("successor", F.lead(F.struct("position", "first_seen")).over(in_bucket))
     # The first position of each bucket (and its earliest observation), aggregated before any shuffle: a small
     # table. (Taking it from `known` would shuffle the observations a second time, pruned to fewer columns.)
-    firsts = obs.groupBy("h", "topic", "pb").agg(F.min(F.struct("pos", F.col("idx").alias("w"))).alias("head"))
-    w_topic = Window.partitionBy("h", "topic").orderBy("pb")
-    nexts = firsts.select("h", "topic", "pb", F.lead("head").over(w_topic).alias("next_head"))
-    known = known.join(nexts, ["h", "topic", "pb"], "left").withColumn("succ", F.coalesce("succ", "next_head"))
+    heads = observations.groupBy("history", "topic", "position_bucket").agg(
+        F.min(F.struct("position", F.col("index").alias("first_seen"))).alias("bucket_head")
+    )
+    in_topic = Window.partitionBy("history", "topic").orderBy("position_bucket")
+    next_heads = heads.select(
+        "history", "topic", "position_bucket", F.lead("bucket_head").over(in_topic).alias("next_bucket_head")
+    )
+    known = known.join(next_heads, ["history", "topic", "position_bucket"], "left").withColumn(
+        "successor", F.coalesce("successor", "next_bucket_head")
+    )
 
     def first_two(seen: Any) -> tuple[Any, Any]:
         first = F.array_min(seen)
-        return first, F.array_min(F.filter(seen, lambda x: x["val"] != first["val"]))
+        return first, F.array_min(F.filter(seen, lambda x: x["value"] != first["value"]))
 
-    o1, o2 = first_two(F.transform("vals", lambda x: F.struct(x["m"].alias("idx"), x["val"].alias("val"))))
-    r1, r2 = first_two(
+    seen1, seen2 = first_two(
+        F.transform("values", lambda x: F.struct(x["first_seen"].alias("index"), x["value"].alias("value")))
+    )
+    read1, read2 = first_two(
         F.transform(
-            F.filter("vals", lambda x: x["mr"].isNotNull()),
-            lambda x: F.struct(x["mr"].alias("idx"), x["val"].alias("val")),
+            F.filter("values", lambda x: x["first_read"].isNotNull()),
+            lambda x: F.struct(x["first_read"].alias("index"), x["value"].alias("value")),
         )
     )
     topic = F.col("topic")
 
     def dup(name: str, a: Any, b: Any) -> Any:
-        detail = F.to_json(F.struct("pos", a["val"].alias("v1"), b["val"].alias("v2")))
-        return F.when(b.isNotNull(), _candidate(name, topic, [a["idx"], b["idx"]], detail))
+        detail = F.to_json(F.struct(F.col("position").alias("pos"), a["value"].alias("v1"), b["value"].alias("v2")))
+        return F.when(b.isNotNull(), _candidate(name, topic, [a["index"], b["index"]], detail))
 
-    succ = F.col("succ")
+    successor = F.col("successor")
     gaps = F.transform(
-        F.filter("pairs", lambda x: succ.isNotNull() & (succ["pos"] < x["nxt"])),
+        F.filter("read_steps", lambda x: successor.isNotNull() & (successor["position"] < x["next_position"])),
         lambda x: _candidate(
             "gap",
             topic,
-            [succ["w"], x["idx"]],
-            F.to_json(F.struct(F.col("pos").alias("a"), x["nxt"].alias("b"), succ["pos"].alias("k"))),
-            gap_read=x["idx"],
-            rank=x["ord"],
+            [successor["first_seen"], x["index"]],
+            F.to_json(
+                F.struct(F.col("position").alias("a"), x["next_position"].alias("b"), successor["position"].alias("k"))
+            ),
+            gap_read=x["index"],
+            gap_order=x["order_in_read"],
         ),
     )
     return _cases(
-        known, (dup("duplicate-position", o1, o2), False), (dup("divergent-read", r1, r2), False), (gaps, True)
+        known,
+        (dup("duplicate-position", seen1, seen2), False),
+        (dup("divergent-read", read1, read2), False),
+        (gaps, True),
     )
 
 
-def _by_value(appends: Any, robs: Any, finals: Any) -> Any:
+def _by_value(appends: Any, shown: Any, finals: Any) -> Any:
     """duplicate-value, phantom-read, failed-write-visible, divergent-read (a), lost-write: one aggregate per value.
 
     As for positions, two levels: per (value, position), then per value over one entry per distinct position.
@@ -285,111 +335,126 @@ def _by_value(appends: Any, robs: Any, finals: Any) -> Any:
     from pyspark.sql import functions as F
 
     rows = appends.select(
-        "h",
-        "val",
-        "pos",
-        F.lit(True).alias("app"),
+        "history",
+        "value",
+        "position",
+        F.lit(True).alias("is_append"),
         "outcome",
-        F.col("cmp").alias("idx"),
+        F.col("completion_index").alias("index"),
         "topic",
-        F.lit(False).alias("fin"),
+        F.lit(False).alias("final_read"),
     ).unionByName(
-        robs.select(
-            "h",
-            "val",
-            "pos",
-            F.lit(False).alias("app"),
+        shown.select(
+            "history",
+            "value",
+            "position",
+            F.lit(False).alias("is_append"),
             F.lit(None).cast("string").alias("outcome"),
-            "idx",
+            "index",
             "topic",
-            "fin",
+            "final_read",
         )
     )
-    app, seen = F.col("app"), ~F.col("app") | (F.col("outcome") == "ok")
-    per_pos = (
-        rows.repartition("h", "val")
-        .groupBy("h", "val", "pos")
+    is_append, seen = F.col("is_append"), ~F.col("is_append") | (F.col("outcome") == "ok")
+    per_position = (
+        rows.repartition("history", "value")
+        .groupBy("history", "value", "position")
         .agg(
-            F.max(F.when(app, F.struct("outcome", "idx", "topic"))).alias("a"),  # at most one append per value
-            F.min(F.when(seen, F.struct("idx", "topic"))).alias("m"),  # earliest observation here
-            F.min(F.when(~app, F.struct("idx", "topic"))).alias("r"),  # earliest read showing it here
-            F.collect_list(F.when(F.col("fin"), F.col("idx"))).alias("fins"),  # final reads showing it
+            F.max(F.when(is_append, F.struct("outcome", "index", "topic"))).alias("append"),  # one per value at most
+            F.min(F.when(seen, F.struct("index", "topic"))).alias("first_seen"),  # earliest observation here
+            F.min(F.when(~is_append, F.struct("index", "topic"))).alias("first_read"),  # earliest read showing it
+            F.collect_list(F.when(F.col("final_read"), F.col("index"))).alias("final_reads"),  # final reads showing it
         )
     )
-    a_pos = F.struct(F.col("a.outcome").alias("outcome"), F.col("a.idx").alias("idx"), F.col("a.topic").alias("topic"))
-    per_value = per_pos.groupBy("h", "val").agg(
-        F.max(F.when(F.col("a").isNotNull(), F.struct(a_pos.alias("x"), F.col("pos").alias("pos")))).alias("ap"),
-        F.collect_list(F.struct("m", "r", "pos")).alias("at"),
-        F.flatten(F.collect_list("fins")).alias("fins"),
+    per_value = per_position.groupBy("history", "value").agg(
+        F.max(F.when(F.col("append").isNotNull(), F.struct(F.col("append").alias("append"), F.col("position")))).alias(
+            "appended"
+        ),
+        F.collect_list(F.struct("first_seen", "first_read", "position")).alias("seen_at"),
+        F.flatten(F.collect_list("final_reads")).alias("final_reads_showing"),
     )
     # The final reads of the append's topic (few: broadcast), for lost-write.
     per_value = per_value.withColumn(
-        "a",
+        "append",
         F.struct(
-            F.col("ap.x.outcome").alias("outcome"),
-            F.col("ap.x.idx").alias("idx"),
-            F.col("ap.x.topic").alias("topic"),
-            F.col("ap.pos").alias("pos"),
+            F.col("appended.append.outcome").alias("outcome"),
+            F.col("appended.append.index").alias("index"),
+            F.col("appended.append.topic").alias("topic"),
+            F.col("appended.position").alias("position"),
         ),
-    ).withColumn("a", F.when(F.col("ap").isNotNull(), F.col("a")))
-    per_value = per_value.withColumn("ftopic", F.col("a.topic")).join(F.broadcast(finals), ["h", "ftopic"], "left")
-    a = F.col("a")
+    ).withColumn("append", F.when(F.col("appended").isNotNull(), F.col("append")))
+    per_value = per_value.withColumn("final_topic", F.col("append.topic")).join(
+        F.broadcast(finals), ["history", "final_topic"], "left"
+    )
+    append = F.col("append")
 
-    def idx_pos_topic(o: str) -> Any:
-        return lambda x: F.struct(x[o]["idx"].alias("idx"), x["pos"].alias("pos"), x[o]["topic"].alias("topic"))
+    def index_position_topic(o: str) -> Any:
+        return lambda x: F.struct(
+            x[o]["index"].alias("index"), x["position"].alias("position"), x[o]["topic"].alias("topic")
+        )
 
-    obs = F.transform(F.filter("at", lambda x: x["m"].isNotNull()), idx_pos_topic("m"))
-    v1 = F.array_min(obs)
-    v2 = F.array_min(F.filter(obs, lambda x: x["pos"] != v1["pos"]))
-    reads = F.transform(F.filter("at", lambda x: x["r"].isNotNull()), idx_pos_topic("r"))
-    r = F.array_min(reads)
-    rdiv = F.array_min(F.filter(reads, lambda x: x["pos"] != a["pos"]))
-    missing = F.array_min(F.array_except(F.coalesce("finals", F.array().cast("array<long>")), F.col("fins")))
-    val = F.col("val")
-    ok = a["outcome"] == "ok"
+    observed = F.transform(
+        F.filter("seen_at", lambda x: x["first_seen"].isNotNull()), index_position_topic("first_seen")
+    )
+    seen1 = F.array_min(observed)
+    seen2 = F.array_min(F.filter(observed, lambda x: x["position"] != seen1["position"]))
+    reads = F.transform(F.filter("seen_at", lambda x: x["first_read"].isNotNull()), index_position_topic("first_read"))
+    read = F.array_min(reads)
+    elsewhere = F.array_min(F.filter(reads, lambda x: x["position"] != append["position"]))
+    final_reads = F.coalesce("final_reads", F.array().cast("array<long>"))
+    missing = F.array_min(F.array_except(final_reads, F.col("final_reads_showing")))
+    value = F.col("value")
+    ok = append["outcome"] == "ok"
     return _cases(
         per_value,
         (
             F.when(
-                v2.isNotNull(),
+                seen2.isNotNull(),
                 _candidate(
                     "duplicate-value",
-                    v1["topic"],
-                    [v1["idx"], v2["idx"]],
-                    F.to_json(F.struct(val.alias("val"), v1["pos"].alias("p1"), v2["pos"].alias("p2"))),
+                    seen1["topic"],
+                    [seen1["index"], seen2["index"]],
+                    F.to_json(
+                        F.struct(value.alias("val"), seen1["position"].alias("p1"), seen2["position"].alias("p2"))
+                    ),
                 ),
             ),
             False,
         ),
         (
             F.when(
-                a.isNull() & r.isNotNull(),
+                append.isNull() & read.isNotNull(),
                 _candidate(
-                    "phantom-read", r["topic"], [r["idx"]], F.to_json(F.struct(val.alias("val"), r["pos"].alias("p")))
+                    "phantom-read",
+                    read["topic"],
+                    [read["index"]],
+                    F.to_json(F.struct(value.alias("val"), read["position"].alias("p"))),
                 ),
             ),
             False,
         ),
         (
             F.when(
-                (a["outcome"] == "fail") & r.isNotNull(),
+                (append["outcome"] == "fail") & read.isNotNull(),
                 _candidate(
                     "failed-write-visible",
-                    r["topic"],
-                    [a["idx"], r["idx"]],
-                    F.to_json(F.struct(val.alias("val"), r["pos"].alias("p"))),
+                    read["topic"],
+                    [append["index"], read["index"]],
+                    F.to_json(F.struct(value.alias("val"), read["position"].alias("p"))),
                 ),
             ),
             False,
         ),
         (
             F.when(
-                ok & rdiv.isNotNull(),
+                ok & elsewhere.isNotNull(),
                 _candidate(
                     "divergent-read",
-                    rdiv["topic"],
-                    [a["idx"], rdiv["idx"]],
-                    F.to_json(F.struct(val.alias("val"), a["pos"].alias("p1"), rdiv["pos"].alias("p2"))),
+                    elsewhere["topic"],
+                    [append["index"], elsewhere["index"]],
+                    F.to_json(
+                        F.struct(value.alias("val"), append["position"].alias("p1"), elsewhere["position"].alias("p2"))
+                    ),
                 ),
             ),
             False,
@@ -399,9 +464,9 @@ def _by_value(appends: Any, robs: Any, finals: Any) -> Any:
                 ok & missing.isNotNull(),
                 _candidate(
                     "lost-write",
-                    a["topic"],
-                    [a["idx"], missing],
-                    F.to_json(F.struct(val.alias("val"), a["pos"].alias("pos"))),
+                    append["topic"],
+                    [append["index"], missing],
+                    F.to_json(F.struct(value.alias("val"), append["position"].alias("pos"))),
                 ),
             ),
             False,
@@ -420,106 +485,143 @@ def _running_maxima(acks: Any, reads: Any) -> Any:
     from pyspark.sql import functions as F
 
     none = F.lit(None)
-    ack_t, rd_t = f"struct<p:{POS_TYPE},ni:long,v:string>", f"struct<p:{POS_TYPE},ni:long>"
-    cols = ["h", "topic", "idx", "ack", "rd", "q", "qpos", "start", "qreach", "cut", "qcmp"]
+    ack_type = f"struct<position:{POS_TYPE},negated_index:long,value:string>"
+    reach_type = f"struct<position:{POS_TYPE},negated_index:long>"
+    columns = [
+        "history", "topic", "index", "ack", "read_reach", "query_value", "query_position", "start", "query_reach",
+        "cut_by_limit", "query_completion",
+    ]  # fmt: skip
 
     def row(
-        idx: Any,
+        index: Any,
         ack: Any = none,
-        rd: Any = none,
-        q: Any = none,
-        qpos: Any = none,
+        read_reach: Any = none,
+        query_value: Any = none,
+        query_position: Any = none,
         start: Any = none,
-        qreach: Any = none,
-        cut: Any = None,
-        qcmp: Any = none,
+        query_reach: Any = none,
+        cut_by_limit: Any = None,
+        query_completion: Any = none,
     ) -> list[Any]:
+        """One row of the scan: a contribution (an ack, a read's reach) or a query (an append's or a read's
+        invoke, with its completion), at event `index`."""
         return [
-            "h",
+            "history",
             "topic",
-            idx.alias("idx"),
-            ack.cast(ack_t).alias("ack"),
-            rd.cast(rd_t).alias("rd"),
-            q.cast("string").alias("q"),
-            qpos.cast(POS_TYPE).alias("qpos"),
+            index.alias("index"),
+            ack.cast(ack_type).alias("ack"),
+            read_reach.cast(reach_type).alias("read_reach"),
+            query_value.cast("string").alias("query_value"),
+            query_position.cast(POS_TYPE).alias("query_position"),
             start.cast(POS_TYPE).alias("start"),
-            qreach.cast(POS_TYPE).alias("qreach"),
-            (cut if cut is not None else F.lit(False)).alias("cut"),
-            qcmp.cast("long").alias("qcmp"),
+            query_reach.cast(POS_TYPE).alias("query_reach"),
+            (cut_by_limit if cut_by_limit is not None else F.lit(False)).alias("cut_by_limit"),
+            query_completion.cast("long").alias("query_completion"),
         ]
 
-    cmp, inv = F.col("cmp"), F.col("inv")
-    zero = F.struct(*[F.lit(0).cast("long").alias(k) for k in "leb"])
+    completed, invoked = F.col("completion_index"), F.col("invoke_index")
+    zero = F.struct(*[F.lit(0).cast("long").alias(k) for k in ("ledger_id", "entry_id", "batch_index")])
+    ack = F.struct(
+        F.col("position").alias("position"), (-completed).alias("negated_index"), F.col("value").alias("value")
+    )
+    reach = F.struct(F.col("highest_position").alias("position"), (-completed).alias("negated_index"))
     scan_in = (
-        acks.select(*row(cmp, ack=F.struct(F.col("pos").alias("p"), (-cmp).alias("ni"), F.col("val").alias("v"))))
+        acks.select(*row(completed, ack=ack))
+        .unionByName(reads.filter(F.col("highest_position").isNotNull()).select(*row(completed, read_reach=reach)))
         .unionByName(
-            reads.filter(F.col("reach").isNotNull()).select(
-                *row(cmp, rd=F.struct(F.col("reach").alias("p"), (-cmp).alias("ni")))
+            acks.select(
+                *row(invoked, query_value=F.col("value"), query_position=F.col("position"), query_completion=completed)
             )
         )
-        .unionByName(acks.select(*row(inv, q=F.col("val"), qpos=F.col("pos"), qcmp=cmp)))
         .unionByName(
-            reads.select(*row(inv, start=F.coalesce("start", zero), qreach=F.col("reach"), cut=F.col("cut"), qcmp=cmp))
+            reads.select(
+                *row(
+                    invoked,
+                    start=F.coalesce("start", zero),
+                    query_reach=F.col("highest_position"),
+                    cut_by_limit=F.col("cut_by_limit"),
+                    query_completion=completed,
+                )
+            )
         )
-        .select(*cols)
-        .withColumn("ib", F.floor(F.col("idx") / INDEX_BUCKET))
+        .select(*columns)
+        .withColumn("index_bucket", F.floor(F.col("index") / INDEX_BUCKET))
     )
-    w_bucket = Window.partitionBy("h", "topic", "ib").orderBy("idx")
-    upto = w_bucket.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    local = scan_in.select("*", F.max("ack").over(upto).alias("lack"), F.max("rd").over(upto).alias("lrd"))
+    in_bucket = Window.partitionBy("history", "topic", "index_bucket").orderBy("index")
+    upto = in_bucket.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    local = scan_in.select(
+        "*",
+        F.max("ack").over(upto).alias("bucket_highest_ack"),
+        F.max("read_reach").over(upto).alias("bucket_highest_reach"),
+    )
     # Bucket maxima aggregated before any shuffle (a small table), then the maximum of all earlier buckets.
-    ends = scan_in.groupBy("h", "topic", "ib").agg(F.max("ack").alias("back"), F.max("rd").alias("brd"))
-    before = Window.partitionBy("h", "topic").orderBy("ib").rowsBetween(Window.unboundedPreceding, -1)
+    ends = scan_in.groupBy("history", "topic", "index_bucket").agg(
+        F.max("ack").alias("bucket_end_ack"), F.max("read_reach").alias("bucket_end_reach")
+    )
+    before = Window.partitionBy("history", "topic").orderBy("index_bucket").rowsBetween(Window.unboundedPreceding, -1)
     carry = ends.select(
-        "h", "topic", "ib", F.max("back").over(before).alias("cack"), F.max("brd").over(before).alias("crd")
+        "history",
+        "topic",
+        "index_bucket",
+        F.max("bucket_end_ack").over(before).alias("earlier_highest_ack"),
+        F.max("bucket_end_reach").over(before).alias("earlier_highest_reach"),
     )
     queries = (
-        local.filter(F.col("qcmp").isNotNull())
-        .join(carry, ["h", "topic", "ib"], "left")
-        .withColumn("mack", _later(F.col("lack"), F.col("cack")))
-        .withColumn("mrd", _later(F.col("lrd"), F.col("crd")))
+        local.filter(F.col("query_completion").isNotNull())
+        .join(carry, ["history", "topic", "index_bucket"], "left")
+        .withColumn("highest_ack", _later(F.col("bucket_highest_ack"), F.col("earlier_highest_ack")))
+        .withColumn("highest_reach", _later(F.col("bucket_highest_reach"), F.col("earlier_highest_reach")))
     )
-    mack, mrd, qreach, topic = F.col("mack"), F.col("mrd"), F.col("qreach"), F.col("topic")
-    witness = [None, F.col("idx"), F.col("qcmp")]
-    misses = ~F.col("cut") & F.col("q").isNull()
+    highest_ack, highest_reach = F.col("highest_ack"), F.col("highest_reach")
+    query_reach, topic = F.col("query_reach"), F.col("topic")
+    query = [F.col("index"), F.col("query_completion")]
+    misses = ~F.col("cut_by_limit") & F.col("query_value").isNull()  # a read query that could miss something
 
     def missed(m: Any) -> Any:
-        return misses & (m["p"] >= F.col("start")) & (qreach.isNull() | (qreach < m["p"]))
+        return misses & (m["position"] >= F.col("start")) & (query_reach.isNull() | (query_reach < m["position"]))
 
     reorder = _candidate(
         "realtime-reorder",
         topic,
-        [-mack["ni"], *witness[1:]],
+        [-highest_ack["negated_index"], *query],
         F.to_json(
-            F.struct(mack["v"].alias("v1"), mack["p"].alias("p1"), F.col("q").alias("v2"), F.col("qpos").alias("p2"))
+            F.struct(
+                highest_ack["value"].alias("v1"),
+                highest_ack["position"].alias("p1"),
+                F.col("query_value").alias("v2"),
+                F.col("query_position").alias("p2"),
+            )
         ),
     )
     stale = _candidate(
         "stale-read",
         topic,
-        [-mack["ni"], *witness[1:]],
-        F.to_json(F.struct(mack["v"].alias("v1"), mack["p"].alias("p1"), qreach.alias("reach"))),
+        [-highest_ack["negated_index"], *query],
+        F.to_json(
+            F.struct(highest_ack["value"].alias("v1"), highest_ack["position"].alias("p1"), query_reach.alias("reach"))
+        ),
     )
-    nmr = _candidate(
+    nonmonotonic_read = _candidate(
         "nonmonotonic-read",
         topic,
-        [-mrd["ni"], *witness[1:]],
-        F.to_json(F.struct(mrd["p"].alias("p1"), qreach.alias("reach"))),
+        [-highest_reach["negated_index"], *query],
+        F.to_json(F.struct(highest_reach["position"].alias("p1"), query_reach.alias("reach"))),
     )
+    reordered = F.col("query_value").isNotNull() & (highest_ack["position"] > F.col("query_position"))
     return _cases(
         queries,
-        (F.when(F.col("q").isNotNull() & (mack["p"] > F.col("qpos")), reorder), False),
-        (F.when(missed(mack), stale), False),
-        (F.when(missed(mrd), nmr), False),
+        (F.when(reordered, reorder), False),
+        (F.when(missed(highest_ack), stale), False),
+        (F.when(missed(highest_reach), nonmonotonic_read), False),
     )
 
 
 def run_checks(
     spark: Any, events: Any, topics: dict[tuple[int, str], frozenset[str]] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Return (case rows, topic summary rows). Case rows: anomaly, h, topic, ops, times, detail.
+    """Return (case rows, topic summary rows). Case rows: anomaly, history, topic, ops, times, detail.
 
-    With `topics` (the screen's suspects: the (h, topic) pairs `events` holds, each with the families of checks of
+    With `topics` (the screen's suspects: the (history, topic) pairs `events` holds, each with the families of checks of
     spark/screen.py it needs) only those families run on each topic, and there is no summary (the screen has one).
     """
     from pyspark.sql import functions as F
@@ -529,37 +631,44 @@ def run_checks(
     ops = _pairs(spark, events).cache()
     if topics is None:
         every = frozenset(FAMILIES)
-        found_topics = ops.select("h", "topic").distinct().collect()
-        families = {(r["h"], r["topic"]): every for r in found_topics}
+        found_topics = ops.select("history", "topic").distinct().collect()
+        families = {(r["history"], r["topic"]): every for r in found_topics}
     else:
         families = topics
     # Topics become small integers for the shuffles and sorts (names are long and repeated); names come back at
     # the end.
     names = sorted(families)
-    topic_ids = spark.createDataFrame([(h, t, i) for i, (h, t) in enumerate(names)], "h int, topic string, tid int")
-    ops_t = ops.join(F.broadcast(topic_ids), ["h", "topic"]).drop("topic").withColumnRenamed("tid", "topic")
-    appends = ops_t.filter(F.col("f") == "append")
+    topic_ids = spark.createDataFrame(
+        [(h, t, i) for i, (h, t) in enumerate(names)], "history int, topic string, topic_id int"
+    )
+    numbered = ops.join(F.broadcast(topic_ids), ["history", "topic"]).drop("topic")
+    numbered = numbered.withColumnRenamed("topic_id", "topic")
+    appends = numbered.filter(F.col("f") == "append")
     acks = appends.filter(F.col("outcome") == "ok")
-    reads = ops_t.filter((F.col("f") == "read") & (F.col("outcome") == "ok"))
-    # Read entries with their order in the read and the next entry's position (for gap).
-    robs = reads.select(
-        "h",
+    reads = numbered.filter((F.col("f") == "read") & (F.col("outcome") == "ok"))
+    whole_final = F.col("final") & ~F.col("cut_by_limit")
+    # Read entries (`index`: the read's completion) with their order in the read and the next entry's position
+    # (for gap).
+    shown = reads.select(
+        "history",
         "topic",
-        F.col("cmp").alias("idx"),
-        (F.col("final") & ~F.col("cut")).alias("fin"),
+        F.col("completion_index").alias("index"),
+        whole_final.alias("final_read"),
         F.posexplode(
             F.transform(
                 "entries",
                 lambda x, i: F.struct(
-                    x["pos"].alias("pos"), x["val"].alias("val"), F.get("entries", i + 1)["pos"].alias("nxt")
+                    x["position"].alias("position"),
+                    x["value"].alias("value"),
+                    F.get("entries", i + 1)["position"].alias("next_position"),
                 ),
             )
-        ).alias("ord", "e"),
-    ).select("h", "topic", "idx", "fin", "ord", "e.*")
+        ).alias("order_in_read", "entry"),
+    ).select("history", "topic", "index", "final_read", "order_in_read", "entry.*")
     finals = (
-        reads.filter(F.col("final") & ~F.col("cut"))
-        .groupBy("h", F.col("topic").alias("ftopic"))
-        .agg(F.collect_list("cmp").alias("finals"))
+        reads.filter(whole_final)
+        .groupBy("history", F.col("topic").alias("final_topic"))
+        .agg(F.collect_list("completion_index").alias("final_reads"))
     )
 
     def of(family: str, *inputs: Any) -> list[Any]:
@@ -572,8 +681,8 @@ def run_checks(
 
     checks: list[tuple[Callable[..., Any], list[Any]]] = [
         (_nonmonotonic_appends, of("process", acks)),
-        (_by_position, of("position", acks, robs)),
-        (_by_value, of("value", appends, robs, finals)),
+        (_by_position, of("position", acks, shown)),
+        (_by_value, of("value", appends, shown, finals)),
         (_running_maxima, of("scan", acks, reads)),
     ]
     parts = [check(*args) for check, args in checks if args]
@@ -589,13 +698,13 @@ def run_checks(
     for r in found:
         if r["gap_read"] is None:
             case_rows.append(r)
-        elif (key := (r["h"], r["gap_read"])) not in first_gap or r["rank"] < first_gap[key]["rank"]:
+        elif (key := (r["history"], r["gap_read"])) not in first_gap or r["gap_order"] < first_gap[key]["gap_order"]:
             first_gap[key] = r
     case_rows.extend(first_gap.values())
 
     summary_rows: list[dict[str, Any]] = []
     if topics is None:
-        summary = ops.groupBy("h", "topic").agg(
+        summary = ops.groupBy("history", "topic").agg(
             F.count("*").alias("ops"),
             F.sum(((F.col("f") == "append") & (F.col("outcome") == "ok")).cast("int")).alias("appends_ok"),
             F.sum(((F.col("f") == "append") & (F.col("outcome") == "fail")).cast("int")).alias("appends_fail"),
@@ -604,19 +713,18 @@ def run_checks(
         )
         summary_rows = [r.asDict() for r in summary.collect()]
     # Times of the witness events, for the explanations (witnesses are invokes and completions of ops).
-    wanted = sorted({(r["h"], i) for r in case_rows for i in r["ops"]})
+    wanted = sorted({(r["history"], i) for r in case_rows for i in r["ops"]})
     times: dict[tuple[int, int], int] = {}
     if wanted:
-        want_df = F.broadcast(spark.createDataFrame(wanted, "h int, index long"))
-        stamps = ops.select("h", F.col("inv").alias("index"), F.col("inv_time").alias("time")).unionByName(
-            ops.filter(F.col("cmp").isNotNull()).select(
-                "h", F.col("cmp").alias("index"), F.col("cmp_time").alias("time")
-            )
+        want_df = F.broadcast(spark.createDataFrame(wanted, "history int, index long"))
+        invokes = ops.select("history", F.col("invoke_index").alias("index"), F.col("invoke_time").alias("time"))
+        completions = ops.filter(F.col("completion_index").isNotNull()).select(
+            "history", F.col("completion_index").alias("index"), F.col("completion_time").alias("time")
         )
-        for r in stamps.join(want_df, ["h", "index"]).collect():
-            times[(r["h"], r["index"])] = r["time"]
+        for r in invokes.unionByName(completions).join(want_df, ["history", "index"]).collect():
+            times[(r["history"], r["index"])] = r["time"]
     for r in case_rows:
-        r["times"] = {i: times.get((r["h"], i)) for i in r["ops"]}
+        r["times"] = {i: times.get((r["history"], i)) for i in r["ops"]}
     ops.unpersist()
     return case_rows, summary_rows
 
@@ -635,13 +743,13 @@ def checked(spark: Any, events: Any, exact: bool = False) -> tuple[list[dict[str
         return run_checks(spark, events)
     if not screened.suspects:
         return [], screened.summary
-    suspects = spark.createDataFrame(sorted(screened.suspects), "h int, topic string")
-    case_rows, _ = run_checks(spark, events.join(F.broadcast(suspects), ["h", "topic"]), screened.suspects)
+    suspects = spark.createDataFrame(sorted(screened.suspects), "history int, topic string")
+    case_rows, _ = run_checks(spark, events.join(F.broadcast(suspects), ["history", "topic"]), screened.suspects)
     return case_rows, screened.summary
 
 
 def _p(d: Any) -> str:
-    return format_position(None if d is None else (d["l"], d["e"], d["b"]))
+    return format_position(None if d is None else (d["ledger_id"], d["entry_id"], d["batch_index"]))
 
 
 def explain(row: dict[str, Any]) -> str:
@@ -721,21 +829,21 @@ def audit(paths: Sequence[str], master: str | None = None, exact: bool = False) 
         topics = {
             r["topic"]: TopicSummary(r["ops"], r["appends_ok"], r["appends_fail"], r["appends_info"], r["reads"])
             for r in summary_rows
-            if r["h"] == h
+            if r["history"] == h
         }
         cases = []
         for r in case_rows:
-            if r["h"] != h:
+            if r["history"] != h:
                 continue
             if r["anomaly"] == "gap":
                 r["witness"], r["read"] = r["ops"][0], r["ops"][1]
             cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), explain(r)))
             topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
         for r in queue_rows:
-            if r["h"] == h:
+            if r["history"] == h:
                 cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), queue_audit.explain(r)))
                 topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
-        figures = [queue_audit.figures_of(r) for r in figure_rows if r["h"] == h]
+        figures = [queue_audit.figures_of(r) for r in figure_rows if r["history"] == h]
         ops = sum(s.ops for s in topics.values()) + consumer_ops.get(h, 0)
         out.append(
             Audited(

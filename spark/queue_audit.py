@@ -24,7 +24,7 @@ from spark.report import SubscriptionFigures
 
 ORDERED_TYPES = ("Exclusive", "Failover")
 NEEDED = [
-    "h",
+    "history",
     "index",
     "time",
     "process",
@@ -63,12 +63,12 @@ def _ops(events: Any) -> Any:
     from pyspark.sql import functions as F
 
     ev = events.filter(F.col("process") != "nemesis")
-    w = Window.partitionBy("h", "process").orderBy("index")
+    w = Window.partitionBy("history", "process").orderBy("index")
     nxt = F.lead(F.struct("index", "time", "type", "value", "position", "redelivery_count", "key", "partition"), 1)
     paired = ev.withColumn("nxt", nxt.over(w)).filter(F.col("type") == "invoke")
     receive = F.col("f") == "receive"
     return paired.select(
-        "h",
+        "history",
         "f",
         "topic",
         F.col("subscription").alias("sub"),
@@ -102,7 +102,7 @@ def _cases(df: Any, candidate: Any, extra: Any = None) -> Any:
     from pyspark.sql import functions as F
 
     extra = F.lit(None).cast("long") if extra is None else extra
-    return df.select("h", candidate.alias("c"), extra.alias("extra")).select("h", "c.*", "extra")
+    return df.select("history", candidate.alias("c"), extra.alias("extra")).select("history", "c.*", "extra")
 
 
 def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, int]]:
@@ -118,7 +118,7 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
     )
     ops = _ops(events).cache()
     consumer_ops = ops.filter(F.col("f") != "append")
-    counts = {r["h"]: r["n"] for r in consumer_ops.groupBy("h").agg(F.count("*").alias("n")).collect()}
+    counts = {r["history"]: r["n"] for r in consumer_ops.groupBy("history").agg(F.count("*").alias("n")).collect()}
     per_value = _per_value(ops).cache()
     deliveries = _deliveries(per_value, ops).cache()
     cases = [
@@ -136,14 +136,14 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
         if extra is not None:
             r["ops"] = [extra, *r["ops"]]
     figure_rows = _figures(ops, deliveries, events)
-    wanted = sorted({(r["h"], i) for r in case_rows for i in r["ops"]})
+    wanted = sorted({(r["history"], i) for r in case_rows for i in r["ops"]})
     times: dict[tuple[int, int], int] = {}
     if wanted:
-        want = F.broadcast(spark.createDataFrame(wanted, "h int, index long"))
-        for r in events.select("h", "index", "time").join(want, ["h", "index"]).collect():
-            times[(r["h"], r["index"])] = r["time"]
+        want = F.broadcast(spark.createDataFrame(wanted, "history int, index long"))
+        for r in events.select("history", "index", "time").join(want, ["history", "index"]).collect():
+            times[(r["history"], r["index"])] = r["time"]
     for r in case_rows:
-        r["times"] = {i: times.get((r["h"], i)) for i in r["ops"]}
+        r["times"] = {i: times.get((r["history"], i)) for i in r["ops"]}
     for df in (deliveries, per_value, ops, events):
         df.unpersist()
     return case_rows, figure_rows, counts
@@ -157,7 +157,7 @@ def _per_value(ops: Any) -> Any:
     delivered = (F.col("f") == "receive") & (F.col("outcome") == "ok")
     return (
         ops.filter(F.col("f").isin("append", "ack", "nack") | delivered)
-        .groupBy("h", "val")
+        .groupBy("history", "val")
         .agg(
             F.max(
                 F.when(
@@ -190,8 +190,8 @@ def _deliveries(per_value: Any, ops: Any) -> Any:
 
     d = (
         per_value.filter(F.size("dels") > 0)
-        .select("h", "val", "app", "dels", "oks", "sent", F.explode("dels").alias("d"))
-        .select("h", "val", "app.*", "dels", "oks", "sent", "d.*")
+        .select("history", "val", "app", "dels", "oks", "sent", F.explode("dels").alias("d"))
+        .select("history", "val", "app.*", "dels", "oks", "sent", "d.*")
     )
     same_sub = lambda x: (x["topic"] == F.col("topic")) & (x["sub"] == F.col("sub"))  # noqa: E731
     d = d.select(
@@ -206,9 +206,11 @@ def _deliveries(per_value: Any, ops: Any) -> Any:
         ).alias("released"),
     ).drop("dels", "oks", "sent")
     types = (
-        ops.filter(F.col("f") == "subscribe").groupBy("h", "topic", "sub").agg(F.min_by("stype", "inv").alias("stype"))
+        ops.filter(F.col("f") == "subscribe")
+        .groupBy("history", "topic", "sub")
+        .agg(F.min_by("stype", "inv").alias("stype"))
     )
-    return d.join(F.broadcast(types), ["h", "topic", "sub"], "left").withColumn(
+    return d.join(F.broadcast(types), ["history", "topic", "sub"], "left").withColumn(
         "first", (F.col("cmp") == F.col("earliest")) & (F.col("rc") == 0)
     )
 
@@ -231,14 +233,14 @@ def _lost(per_value: Any, ops: Any) -> Any:
 
     drained = (
         ops.filter((F.col("f") == "drain") & (F.col("outcome") == "ok"))
-        .groupBy("h", "topic", "sub")
+        .groupBy("history", "topic", "sub")
         .agg(F.min("cmp").alias("drained"))
     )
     acked = per_value.filter(F.col("app.aout") == "ok").select(
-        "h", "val", "dels", F.col("app.atopic").alias("atopic"), F.col("app.acmp").alias("acmp"),
+        "history", "val", "dels", F.col("app.atopic").alias("atopic"), F.col("app.acmp").alias("acmp"),
         F.regexp_replace("app.atopic", "-partition-[0-9]+$", "").alias("topic"),
     )  # fmt: skip
-    lost = acked.join(F.broadcast(drained), ["h", "topic"]).filter(
+    lost = acked.join(F.broadcast(drained), ["history", "topic"]).filter(
         ~F.exists("dels", lambda x: (x["topic"] == F.col("topic")) & (x["sub"] == F.col("sub")))
     )
     detail = F.to_json(F.struct("sub", "val"))
@@ -250,7 +252,7 @@ def _reordered(deliveries: Any) -> Any:
     from pyspark.sql import functions as F
 
     firsts = deliveries.filter(F.col("first") & F.col("stype").isin(*ORDERED_TYPES))
-    w = Window.partitionBy("h", "topic", "sub", "consumer", "log").orderBy("cmp")
+    w = Window.partitionBy("history", "topic", "sub", "consumer", "log").orderBy("cmp")
     pairs = firsts.withColumn("prev", F.lag(F.struct("cmp", "pos", "val"), 1).over(w)).filter(
         F.col("prev").isNotNull() & (F.col("pos") < F.col("prev.pos"))
     )
@@ -265,7 +267,7 @@ def _key_order(ops: Any, deliveries: Any, events: Any) -> Any:
     from pyspark.sql import functions as F
 
     firsts = deliveries.filter(F.col("first") & (F.col("stype") == "Key_Shared") & F.col("key").isNotNull())
-    w = Window.partitionBy("h", "topic", "sub", "log", "key").orderBy("cmp")
+    w = Window.partitionBy("history", "topic", "sub", "log", "key").orderBy("cmp")
     prev = F.lag(F.struct("cmp", "pos", "val", "consumer", "released", "again"), 1)
     pairs = firsts.withColumn("prev", prev.over(w)).filter(F.col("prev").isNotNull())
     lower = pairs.filter(F.col("pos") < F.col("prev.pos")).withColumn("why", F.lit("lower"))
@@ -274,7 +276,7 @@ def _key_order(ops: Any, deliveries: Any, events: Any) -> Any:
     # message delivered again in between.
     closed = (
         ops.filter(F.col("f") == "close")
-        .groupBy("h", F.col("consumer").alias("holder"))
+        .groupBy("history", F.col("consumer").alias("holder"))
         .agg(F.min("inv").alias("closed"))
     )
     moved = (
@@ -282,18 +284,21 @@ def _key_order(ops: Any, deliveries: Any, events: Any) -> Any:
         .filter(F.col("prev.released").isNull() | (F.col("prev.released") >= F.col("cmp")))
         .filter(F.col("prev.again").isNull() | (F.col("prev.again") >= F.col("cmp")))
         .withColumn("holder", F.col("prev.consumer"))
-        .join(F.broadcast(closed), ["h", "holder"], "left")
+        .join(F.broadcast(closed), ["history", "holder"], "left")
         .filter(F.col("closed").isNull() | (F.col("closed") >= F.col("cmp")))
     )
     boundaries = events.filter(
         (F.col("process") == "nemesis") & (F.col("f") != "stopped") & F.col("error").isNull()
-    ).select(F.col("h").alias("b_h"), F.col("index").alias("b"))  # another name than h: both come from `events`
+    ).select(  # other names than `history` and `index`: both sides come from `events`
+        F.col("history").alias("boundary_history"), F.col("index").alias("boundary")
+    )
+    boundary = F.col("boundary")
     moved = moved.join(
         F.broadcast(boundaries),
-        (F.col("h") == F.col("b_h")) & (F.col("b") > F.col("prev.cmp")) & (F.col("b") < F.col("cmp")),
+        (F.col("history") == F.col("boundary_history")) & (boundary > F.col("prev.cmp")) & (boundary < F.col("cmp")),
         "left_anti",
     ).withColumn("why", F.lit("held"))
-    cols = ["h", "log", "sub", "key", "prev", "cmp", "pos", "val", "consumer", "why"]
+    cols = ["history", "log", "sub", "key", "prev", "cmp", "pos", "val", "consumer", "why"]
     both = lower.select(*cols).unionByName(moved.select(*cols))
     prev_shown = F.struct(*[F.col("prev")[k].alias(k) for k in ("cmp", "pos", "val", "consumer")])
     detail = F.to_json(F.struct("sub", "key", prev_shown.alias("prev"), "val", "pos", "consumer", "why"))
@@ -301,17 +306,17 @@ def _key_order(ops: Any, deliveries: Any, events: Any) -> Any:
 
 
 def _fault_kind(events: Any) -> Any:
-    """A column expression: the kind of the latest fault injected before `cmp` in history `h` ('none' first)."""
+    """A column expression: the kind of the latest fault injected before `cmp` in its history ('none' first)."""
     from pyspark.sql import functions as F
 
     injections = (
         events.filter((F.col("process") == "nemesis") & ~F.col("f").isin("heal", "stopped") & F.col("error").isNull())
-        .select("h", "index", "f")
+        .select("history", "index", "f")
         .collect()
     )
     expr = None
-    for r in sorted(injections, key=lambda r: (r["h"], -r["index"])):
-        cond = (F.col("h") == r["h"]) & (F.col("cmp") > r["index"])
+    for r in sorted(injections, key=lambda r: (r["history"], -r["index"])):
+        cond = (F.col("history") == r["history"]) & (F.col("cmp") > r["index"])
         expr = F.when(cond, F.lit(r["f"])) if expr is None else expr.when(cond, F.lit(r["f"]))
     return F.lit("none") if expr is None else expr.otherwise(F.lit("none"))
 
@@ -324,22 +329,26 @@ def _figures(ops: Any, deliveries: Any, events: Any) -> list[dict[str, Any]]:
     # Cumulative acks cover every position up to theirs: a running maximum of their positions per (subscription,
     # log) in completion order, scanned only where there are cumulative acks.
     acks_ok = ops.filter((F.col("f") == "ack") & (F.col("outcome") == "ok") & F.col("cumulative"))
-    cum = acks_ok.select("h", "topic", "sub", "log", "cmp", F.col("pos").alias("cpos"))
-    groups = cum.select("h", "topic", "sub", "log").distinct()
+    cum = acks_ok.select("history", "topic", "sub", "log", "cmp", F.col("pos").alias("cpos"))
+    groups = cum.select("history", "topic", "sub", "log").distinct()
     pos_type = cum.schema["cpos"].dataType
-    rows = d.join(F.broadcast(groups), ["h", "topic", "sub", "log"], "left_semi").select(
-        "h", "topic", "sub", "log", "cmp", "pos", F.lit(None).cast(pos_type).alias("cpos")
+    rows = d.join(F.broadcast(groups), ["history", "topic", "sub", "log"], "left_semi").select(
+        "history", "topic", "sub", "log", "cmp", "pos", F.lit(None).cast(pos_type).alias("cpos")
     )
-    w = Window.partitionBy("h", "topic", "sub", "log").orderBy("cmp").rowsBetween(Window.unboundedPreceding, -1)
+    w = Window.partitionBy("history", "topic", "sub", "log").orderBy("cmp").rowsBetween(Window.unboundedPreceding, -1)
     scanned = (
         rows.unionByName(cum.withColumn("pos", F.lit(None).cast(pos_type)))
         .withColumn("reach", F.max("cpos").over(w))
         .filter(F.col("cpos").isNull())
         .select(
-            "h", "topic", "sub", "cmp", (F.col("reach").isNotNull() & (F.col("reach") >= F.col("pos"))).alias("cumcov")
+            "history",
+            "topic",
+            "sub",
+            "cmp",
+            (F.col("reach").isNotNull() & (F.col("reach") >= F.col("pos"))).alias("cumcov"),
         )
     )
-    d = d.join(scanned, ["h", "topic", "sub", "cmp"], "left")
+    d = d.join(scanned, ["history", "topic", "sub", "cmp"], "left")
     covered = (F.col("confirmed").isNotNull() & (F.col("confirmed") < F.col("cmp"))) | F.coalesce(
         "cumcov", F.lit(False)
     )
@@ -348,7 +357,7 @@ def _figures(ops: Any, deliveries: Any, events: Any) -> list[dict[str, Any]]:
         F.greatest(F.col("cmp_time") - F.col("atime"), F.lit(0)).cast("double") / 1e6,
     )
     d = d.withColumn("lag", lag)
-    figures = d.groupBy("h", "topic", "sub", "fault").agg(
+    figures = d.groupBy("history", "topic", "sub", "fault").agg(
         F.first("stype", ignorenulls=True).alias("stype"),
         F.count("*").alias("deliveries"),
         F.sum(F.col("first").cast("int")).alias("first"),

@@ -53,7 +53,7 @@ FAMILIES = ("process", "position", "scan", "value")
 
 @dataclass
 class Screened:
-    """The screen's answer: topic summaries, and the (h, topic) pairs the exact job must audit with the families
+    """The screen's answer: topic summaries, and the (history, topic) pairs the exact job must audit with the families
     of checks each needs."""
 
     summary: list[dict[str, Any]]
@@ -75,7 +75,7 @@ def screen(events: Any) -> Screened | None:
     base = (
         events.filter(F.col("process") != "nemesis")
         .select(
-            "h",
+            "history",
             F.col("process").cast("long").alias("proc"),
             F.col("index").alias("idx"),
             "type",
@@ -109,7 +109,7 @@ def _screen(base: Any) -> Screened | None:
         return F.max(F.greatest(F.col("pos")[i], F.col("start")[i]))
 
     rows = (
-        base.groupBy("h", "topic", "tid")
+        base.groupBy("history", "topic", "tid")
         .agg(
             count(kind == "invoke").alias("ops"),
             count((f == "append") & (kind == "ok")).alias("appends_ok"),
@@ -124,7 +124,7 @@ def _screen(base: Any) -> Screened | None:
     )
     summary = [
         {
-            "h": r["h"],
+            "history": r["history"],
             "topic": r["topic"],
             "ops": r["ops"],
             "appends_ok": r["appends_ok"],
@@ -134,7 +134,7 @@ def _screen(base: Any) -> Screened | None:
         }
         for r in rows
     ]
-    names = {(r["h"], r["tid"]): r["topic"] for r in rows}
+    names = {(r["history"], r["tid"]): r["topic"] for r in rows}
     bl, be, bb = (_bits(max((r[k] or 0 for r in rows), default=0)) for k in "leb")
     if len(names) < len(rows) or bl + be + bb > 63:
         return None  # two topics share a hash, or positions do not pack into a long
@@ -161,10 +161,10 @@ def _screen(base: Any) -> Screened | None:
     for r in found:
         if r["all"]:  # a value in two topics: the exact job's joins by value cross topics
             for (h, _), topic in names.items():
-                if h == r["h"]:
+                if h == r["history"]:
                     flagged.setdefault((h, topic), set()).add("value")
         else:
-            flagged.setdefault((r["h"], names[(r["h"], r["tid"])]), set()).add(r["family"])
+            flagged.setdefault((r["history"], names[(r["history"], r["tid"])]), set()).add(r["family"])
     every = frozenset(FAMILIES)
     suspects = {k: every if "value" in f else frozenset(f) for k, f in flagged.items()}
     return Screened(summary, suspects)
@@ -177,7 +177,7 @@ def _ops(base: Any, pack: Any) -> Any:
 
     n = F.size("entries")
     ev = base.select(
-        "h",
+        "history",
         "proc",
         "idx",
         "type",
@@ -189,15 +189,15 @@ def _ops(base: Any, pack: Any) -> Any:
         "limit",
         "final",
         F.when(F.col("entries").isNotNull(), n).alias("n"),
-        F.array_max(F.transform("entries", lambda x: pack(x["p"]))).alias("reach"),
+        F.array_max(F.transform("entries", lambda x: pack(x["position"]))).alias("reach"),
     )
-    w = Window.partitionBy("h", "proc").orderBy("idx")
+    w = Window.partitionBy("history", "proc").orderBy("idx")
     nxt = F.lead(F.struct("idx", "type", "p", "n", "reach"), 1).over(w)
     return (
         ev.withColumn("nxt", nxt)
         .filter(F.col("type") == "invoke")
         .select(
-            "h",
+            "history",
             "proc",
             "tid",
             "f",
@@ -216,8 +216,8 @@ def _ops(base: Any, pack: Any) -> Any:
 
 
 def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) -> tuple[Any, Any]:
-    """Rows (h, tid, all, family): a topic (with `all`, every topic of history h) that may hold an anomaly of that
-    family of checks.
+    """Rows (history, tid, all, family): a topic (with `all`, every topic of the history) that may hold an anomaly
+    of that family of checks.
 
     Also returns the cached per-value table, for the caller to release once the rows are collected.
     """
@@ -231,14 +231,17 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
 
     # Final reads not cut by their limit: one bit each (in `cmp` order) per topic.
     finals = reads.filter(F.col("final") & ~F.col("cut")).select(
-        "h", "tid", "cmp", (F.row_number().over(Window.partitionBy("h", "tid").orderBy("cmp")) - 1).alias("bit")
+        "history",
+        "tid",
+        "cmp",
+        (F.row_number().over(Window.partitionBy("history", "tid").orderBy("cmp")) - 1).alias("bit"),
     )
-    final_masks = finals.groupBy("h", "tid").agg(F.count("*").alias("finals"))
+    final_masks = finals.groupBy("history", "tid").agg(F.count("*").alias("finals"))
     mask = F.when(F.col("finals") <= MAX_FINALS, F.expr("shiftleft(1L, finals)") - 1)
 
     def flagged(family: str, df: Any, cond: Any, everything: Any = None) -> Any:
         return df.filter(cond).select(
-            "h",
+            "history",
             "tid",
             (everything if everything is not None else F.lit(False)).alias("all"),
             F.lit(family).alias("family"),
@@ -246,25 +249,25 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
 
     # Read entries: value, packed position, the next entry's position, and the final-read bit.
     entries = base.filter((F.col("f") == "read") & (F.col("type") == "ok")).select(
-        "h",
+        "history",
         "tid",
         "idx",
         F.explode(
             F.transform(
                 "entries",
                 lambda x, i: F.struct(
-                    pack(x["p"]).alias("p"),
-                    x["v"].alias("v"),
-                    pack(F.get("entries", i + 1)["p"]).alias("nxt"),
-                    wider(x["p"]).cast("int").alias("wide"),
+                    pack(x["position"]).alias("p"),
+                    x["value"].alias("v"),
+                    pack(F.get("entries", i + 1)["position"]).alias("nxt"),
+                    wider(x["position"]).cast("int").alias("wide"),
                 ),
             )
         ).alias("x"),
     )
     entries = entries.join(
-        F.broadcast(finals.select("h", F.col("cmp").alias("idx"), "bit")), ["h", "idx"], "left"
+        F.broadcast(finals.select("history", F.col("cmp").alias("idx"), "bit")), ["history", "idx"], "left"
     ).select(
-        "h",
+        "history",
         F.col("x.v").alias("val"),
         "tid",
         F.lit(0).alias("app"),
@@ -277,7 +280,7 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
         F.col("x.wide").alias("wide"),
     )
     value_rows = appends.select(
-        "h",
+        "history",
         "val",
         "tid",
         F.lit(1).alias("app"),
@@ -290,7 +293,7 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
         F.lit(0).alias("wide"),
     ).unionByName(entries)
     per_value = (
-        value_rows.groupBy("h", "val")
+        value_rows.groupBy("history", "val")
         .agg(
             F.sum("app").alias("apps"),
             F.max("ok").alias("ok"),
@@ -304,7 +307,7 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
             F.bit_or("fin").alias("fin"),
             F.max("wide").alias("wide"),
         )
-        .join(F.broadcast(final_masks), ["h", "tid"], "left")
+        .join(F.broadcast(final_masks), ["history", "tid"], "left")
         .cache()
     )
     read, lo = F.col("rd") == 1, F.col("lo")
@@ -322,19 +325,19 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
     )
 
     # One row per value at its position, by (topic, position bucket): two values at one position, and gaps.
-    at = per_value.filter(lo.isNotNull()).select("h", "tid", lo.alias("p"), "mx")
+    at = per_value.filter(lo.isNotNull()).select("history", "tid", lo.alias("p"), "mx")
     at = at.withColumn("pb", F.shiftright("p", pos_bucket_shift))
     positions = (
-        at.repartition("h", "tid", "pb")
-        .groupBy("h", "tid", "pb", "p")
+        at.repartition("history", "tid", "pb")
+        .groupBy("history", "tid", "pb", "p")
         .agg(F.count("*").alias("c"), F.max("mx").alias("mx"))
     )
-    positions = positions.withColumn("succ", F.lead("p").over(Window.partitionBy("h", "tid", "pb").orderBy("p")))
-    heads = at.groupBy("h", "tid", "pb").agg(F.min("p").alias("head"))
+    positions = positions.withColumn("succ", F.lead("p").over(Window.partitionBy("history", "tid", "pb").orderBy("p")))
+    heads = at.groupBy("history", "tid", "pb").agg(F.min("p").alias("head"))
     heads = heads.select(
-        "h", "tid", "pb", F.lead("head").over(Window.partitionBy("h", "tid").orderBy("pb")).alias("nh")
+        "history", "tid", "pb", F.lead("head").over(Window.partitionBy("history", "tid").orderBy("pb")).alias("nh")
     )
-    positions = positions.join(heads, ["h", "tid", "pb"], "left").withColumn("succ", F.coalesce("succ", "nh"))
+    positions = positions.join(heads, ["history", "tid", "pb"], "left").withColumn("succ", F.coalesce("succ", "nh"))
     mx, succ = F.col("mx"), F.col("succ")
     by_position = flagged("position", positions, (F.col("c") > 1) | ((mx > F.col("p")) & (succ.isNull() | (mx > succ))))
 
@@ -342,7 +345,7 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
     done = ops.filter(ok)
     none = F.lit(None).cast("long")
     contributions = done.filter(is_append | F.col("shows")).select(
-        "h",
+        "history",
         "tid",
         F.col("cmp").alias("idx"),
         F.when(is_append, F.col("p")).alias("a"),
@@ -353,7 +356,7 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
         F.lit(False).alias("q"),
     )
     queries = done.filter(is_append | ~F.col("cut")).select(
-        "h",
+        "history",
         "tid",
         F.col("inv").alias("idx"),
         none.alias("a"),
@@ -364,12 +367,18 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
         (~is_append).alias("q"),
     )
     scan = contributions.unionByName(queries).withColumn("ib", F.shiftright("idx", INDEX_BUCKET_BITS))
-    upto = Window.partitionBy("h", "tid", "ib").orderBy("idx").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    upto = (
+        Window.partitionBy("history", "tid", "ib")
+        .orderBy("idx")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
     local = scan.select("*", F.max("a").over(upto).alias("la"), F.max("r").over(upto).alias("lr"))
-    ends = scan.groupBy("h", "tid", "ib").agg(F.max("a").alias("ba"), F.max("r").alias("br"))
-    before = Window.partitionBy("h", "tid").orderBy("ib").rowsBetween(Window.unboundedPreceding, -1)
-    carry = ends.select("h", "tid", "ib", F.max("ba").over(before).alias("ca"), F.max("br").over(before).alias("cr"))
-    asked = local.filter(F.col("qa").isNotNull() | F.col("q")).join(carry, ["h", "tid", "ib"], "left")
+    ends = scan.groupBy("history", "tid", "ib").agg(F.max("a").alias("ba"), F.max("r").alias("br"))
+    before = Window.partitionBy("history", "tid").orderBy("ib").rowsBetween(Window.unboundedPreceding, -1)
+    carry = ends.select(
+        "history", "tid", "ib", F.max("ba").over(before).alias("ca"), F.max("br").over(before).alias("cr")
+    )
+    asked = local.filter(F.col("qa").isNotNull() | F.col("q")).join(carry, ["history", "tid", "ib"], "left")
     m_ack, m_read = F.greatest("la", "ca"), F.greatest("lr", "cr")
     qs, qr = F.col("qs"), F.col("qr")
 
@@ -380,7 +389,7 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
 
     # nonmonotonic-append: ops are partitioned by process already.
     acks = appends.filter(ok)
-    prev = F.lag("p").over(Window.partitionBy("h", "proc", "tid").orderBy("cmp"))
+    prev = F.lag("p").over(Window.partitionBy("history", "proc", "tid").orderBy("cmp"))
     by_process = flagged("process", acks.withColumn("prev", prev), F.col("p") <= F.col("prev"))
 
     too_many_finals = flagged("value", final_masks, F.col("finals") > MAX_FINALS)
