@@ -96,6 +96,7 @@ __all__ = [
     "NoSuchCursorError",
     "NonDurableCursor",
     "Position",
+    "after_deliveries",
 ]
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,35 @@ Step = Callable[[], list[Output]]
 AddCallback = Callable[["Position | ManagedLedgerError"], None]  # where the entry is, or why it is not
 DEFAULT_TIMEOUT_S = 60.0
 OPEN_ATTEMPTS = 5  # an open that lost the list to the previous owner's rollover reads it again
+
+
+# Completions a thread delivers before it does what they put off (`after_deliveries`), when more keep
+# coming: what waits for the end of a round does not wait for ever.
+DELIVERIES_PER_ROUND = 256
+
+_delivering = threading.local()  # `deferred`: the work put off to the end of the round this thread delivers
+
+
+def after_deliveries(work: Callable[[], None]) -> bool:
+    """Put `work` off until this thread has delivered the round of completions it is delivering (the
+    adds a step of the managed ledger confirmed, in order), and return True; False (and nothing done)
+    outside one. The broker's Pulsar listener uses it to wake its event loop once for all the receipts
+    of a step, not once for each: a wake-up per receipt is a thread hand-over per message."""
+    deferred: list[Callable[[], None]] | None = getattr(_delivering, "deferred", None)
+    if deferred is None:
+        return False
+    deferred.append(work)
+    return True
+
+
+def _run_deferred() -> None:
+    deferred: list[Callable[[], None]] = _delivering.deferred
+    while deferred:
+        work = deferred.pop(0)
+        try:
+            work()
+        except Exception:
+            log.exception("work put off to the end of a round of managed-ledger completions failed")
 
 
 class Cancellable(Protocol):
@@ -165,6 +195,8 @@ class ManagedLedger:
         self._adds: dict[int, AddCallback] = {}  # token -> whom to tell the add's outcome
         self._trims: deque[Future[list[int]]] = deque()
         self._listeners: list[Callable[[Position], None]] = []
+        self._notify_position: Position | None = None  # confirmed, the listeners not yet told
+        self._notify_lock = threading.Lock()
         self._cursors: dict[str, ManagedCursor] = {}
         self._cursors_lock = threading.Lock()
         self._open_error: ManagedLedgerError | None = None
@@ -295,15 +327,43 @@ class ManagedLedger:
         while self._deliveries:
             if not self._deliver_lock.acquire(blocking=False):
                 return
+            outermost = getattr(_delivering, "deferred", None) is None
+            if outermost:
+                _delivering.deferred = []
             try:
+                delivered = 0
                 while self._deliveries:
                     callback = self._deliveries.popleft()
                     try:
                         callback()
                     except Exception:
                         log.exception("managed ledger %s: a completion callback failed", self.name)
+                    delivered += 1
+                    if outermost and delivered % DELIVERIES_PER_ROUND == 0:
+                        _run_deferred()  # completions keep coming: what waits for the round goes now
             finally:
+                if outermost:
+                    _run_deferred()
+                    _delivering.deferred = None
                 self._deliver_lock.release()
+
+    def _notify_after_round(self) -> None:
+        if not after_deliveries(self._notify):
+            self._notify()
+
+    def _notify(self) -> None:
+        """Tell the listeners the last confirmed position, once for every entry confirmed since the last
+        time: the entries of one step complete one by one, and a subscription woken for each would read
+        each on its own (a thread hand-over per entry)."""
+        with self._notify_lock:
+            position, self._notify_position = self._notify_position, None
+        listeners = list(self._listeners)
+        if position is not None:
+            for listener in listeners:
+                try:
+                    listener(position)
+                except Exception:
+                    log.exception("managed ledger %s: a listener failed", self.name)
 
     @contextlib.contextmanager
     def _state(self) -> Iterator[ManagedLedgerCore]:
@@ -360,8 +420,12 @@ class ManagedLedger:
         elif isinstance(output, FailAdd):
             self._deliveries.append(functools.partial(self._adds.pop(output.token), output.error))
         elif isinstance(output, NotifyConfirmed):
-            for listener in list(self._listeners):
-                self._deliveries.append(functools.partial(listener, output.position))
+            # One notification for all the entries a round of deliveries confirms (see `_notify`).
+            with self._notify_lock:
+                notify = self._notify_position is None
+                self._notify_position = output.position
+            if notify:
+                self._deliveries.append(self._notify_after_round)
         elif isinstance(output, ReadLedgerList):
             try:
                 data, stat = self.store.get(self.path)

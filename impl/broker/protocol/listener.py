@@ -41,7 +41,7 @@ from impl.broker.errors import (
     TopicNotFound,
     UnknownMessageIdError,
 )
-from impl.broker.managed_ledger import Position
+from impl.broker.managed_ledger import Position, after_deliveries
 from impl.broker.naming import NamespaceName
 from impl.broker.protocol import bitset, frames
 from impl.broker.protocol import connection as conn
@@ -345,12 +345,19 @@ class _Connection:
                 result.add_done_callback(done)
 
     def _complete(self, pid: int, seq: int, highest: int, future: Future[tuple[Position | None, bool]]) -> None:
-        """On a bookie client thread: queue the outcome; wake the loop once for all that queue meanwhile."""
+        """On the managed ledger's thread: queue the outcome; wake the loop once for all that queue meanwhile,
+        and not before the managed ledger delivered the step's other completions: woken at the first, the
+        loop would answer them one by one, each a hand-over of the GIL between the two threads (50 receipts
+        of a step took 25-30 ms that way, and the next step waited for them)."""
         with self._completed_lock:
             self._completed.append((pid, seq, highest, future))
             if self._drain_scheduled:
                 return
             self._drain_scheduled = True
+        if not after_deliveries(self._wake_to_drain):
+            self._wake_to_drain()
+
+    def _wake_to_drain(self) -> None:
         self.from_thread_call(self._drain)
 
     def _drain(self) -> None:
