@@ -11,14 +11,14 @@ recovers (fences and closes) the previous owner's last ledger.
 `split` cuts the logs per ledger: a broker's client events name their ledger (`ledger`), the
 bookies' `BookieHandles` too. A ledger's writer (`w`) is the broker process that created it
 (`LedgerCreated`: its first ensemble and quorums), its recovery client (`r1`) the broker process
-whose `Recovery*` events name it. Each ledger then goes through process_traces' merger
+whose `Recovery*` events name it. Each ledger then goes through conformance/linearization.py's merger
 (`linearize`: each bookie's handling order, each client's order, the store's version order for
 the conditional writes of different clients) and trace_validation's `check_traces` (one TLC run
 per batch of ledgers with the same quorums).
 
 Beyond the real-process runs' merge: a writer's ensemble change (a bookie died or stopped
 answering) needs the requests it timed out on out of flight; those no bookie logged become
-ledger.tla's `MessageLost` before the change (process_traces' `_lost_requests`), and the
+ledger.tla's `MessageLost` before the change (linearization's `_lost_requests`), and the
 replacement's copies count as sent by the change. A bookie restart after the ledger's creation
 becomes `BookieCrashes` (its state: what the new process replayed of the ledger; traced bookies
 never checkpoint, so that is their whole journal) and `BookieRestarts`; an add it handled but had
@@ -44,16 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.process_traces import (
-    RECOVERER,
-    WRITER,
-    CycleError,
-    Linearization,
-    MergeError,
-    Record,
-    linearize,
-    read_log,
-)
+from conformance.linearization import RECOVERER, WRITER, CycleError, Linearization, MergeError, linearize
+from conformance.trace_files import Record, read_log
 from conformance.trace_validation import Run, RunConfig, Verdict, check_traces
 
 BATCH = 40  # ledgers per TLC run (the JVM's start dominates)

@@ -295,13 +295,14 @@ def _traces(count: int, seed: int) -> int:
 def _real_processes(count: int, seed: int, restart_every: int) -> int:
     """`--real-processes N`: exit 1 if a run is rejected or its logs cannot be merged."""
     from conformance import process_traces
+    from conformance.process_runs import ProcessRun
 
     if count < 1 or restart_every < 0:
         print("--real-processes needs at least 1 run, --restart-every 0 or more", file=sys.stderr)
         return EXIT_USAGE
     started = time.monotonic()
 
-    def progress(run: process_traces.ProcessRun) -> None:
+    def progress(run: ProcessRun) -> None:
         killed = "".join(f"; {b} SIGKILLed and restarted" for b in run.restarts)
         print(f"run {run.config.name} seed {run.seed}: {run.writer_output}{killed}; {run.recovery_output}", flush=True)
 

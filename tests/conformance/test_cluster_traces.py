@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conformance import cluster_traces as ct
-from conformance.process_traces import RECOVERER, WRITER, linearize
+from conformance.linearization import RECOVERER, WRITER, linearize
 from conformance.trace_validation import Run, check_traces
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper, pytest.mark.tlc]
@@ -258,9 +258,9 @@ def test_writer_steps_at_their_decision_kept_real_e3_logs(monkeypatch: pytest.Mo
     assert moved.accepted and closed.accepted, (moved.describe(), closed.describe())
     assert undecidable.not_checkable.startswith("an ensemble change with no entry pending")
 
-    from conformance import process_traces
+    from conformance import linearization
 
-    monkeypatch.setattr(process_traces, "_changes_at_decision", lambda steps, chain: chain)
+    monkeypatch.setattr(linearization, "_changes_at_decision", lambda steps, chain: chain)
     logged = ct.check_ledgers(traces[:2])
     assert [v.rejected for v in logged] == [True, True], [v.describe() for v in logged]
     step = logged[0].verdict.steps[logged[0].verdict.reached]  # type: ignore[union-attr]
