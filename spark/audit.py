@@ -51,7 +51,9 @@ SCHEMA = (
     "position array<long>, `from` array<long>, limit long, final boolean, "
     # consumers (spark/queue_audit.py) and the nemesis's errors
     "subscription string, consumer string, subscription_type string, key string, partition string, "
-    "redelivery_count long, cumulative boolean, error string"
+    "redelivery_count long, cumulative boolean, error string, "
+    # the cluster an operation went to, in a history of several (spark/geo.py)
+    "cluster string"
 )
 # Bucket widths of the two-level windows: entries per (ledger, entry // POS_BUCKET) and events per
 # index // INDEX_BUCKET. Large enough that the table of bucket boundaries stays small, small enough that a
@@ -808,17 +810,25 @@ def explain(row: dict[str, Any]) -> str:
     )
 
 
-def audit(paths: Sequence[str], master: str | None = None, exact: bool = False) -> list[Audited]:
-    """Audit already-validated histories in one Spark job; one Report per path (`exact`: see `checked`)."""
+def audit(
+    paths: Sequence[str], master: str | None = None, exact: bool = False, replication_dedup: bool = True
+) -> list[Audited]:
+    """Audit already-validated histories in one Spark job; one Report per path (`exact`: see `checked`). A history
+    of several clusters is checked per cluster and for replication (spark/geo_audit.py)."""
     from pyspark.sql import functions as F
 
-    from spark import queue_audit
+    from spark import geo_audit, queue_audit
     from spark.history import LOG_OPS
     from spark.session import input_bytes, spark_session
 
     spark = spark_session(master, input_size=input_bytes(paths))
     events = load(spark, paths)
-    case_rows, summary_rows = checked(spark, events.filter(F.col("f").isin(*LOG_OPS)), exact=exact)
+    log_events = events.filter(F.col("f").isin(*LOG_OPS))
+    geo_rows: list[dict[str, Any]] = []
+    if geo_audit.has_clusters(events):
+        geo_rows = geo_audit.replication_rows(spark, log_events, replication_dedup)
+        log_events = geo_audit.local_events(log_events)
+    case_rows, summary_rows = checked(spark, log_events, exact=exact)
     queue_rows: list[dict[str, Any]] = []
     figure_rows: list[dict[str, Any]] = []
     consumer_ops: dict[int, int] = {}
@@ -842,6 +852,10 @@ def audit(paths: Sequence[str], master: str | None = None, exact: bool = False) 
         for r in queue_rows:
             if r["history"] == h:
                 cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), queue_audit.explain(r)))
+                topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
+        for r in geo_rows:
+            if r["history"] == h:
+                cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), r["explanation"]))
                 topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
         figures = [queue_audit.figures_of(r) for r in figure_rows if r["history"] == h]
         ops = sum(s.ops for s in topics.values()) + consumer_ops.get(h, 0)

@@ -54,7 +54,9 @@ def _unusable(prog: str, error: object) -> None:
     print(f"{prog}: unusable history: {error}. Fix the line (see docs/history.md) and rerun.", file=sys.stderr)
 
 
-def _validate_while_auditing(paths: list[str], master: str | None, reports: dict[str, Report]) -> str | None:
+def _validate_while_auditing(
+    paths: list[str], master: str | None, reports: dict[str, Report], replication_dedup: bool = True
+) -> str | None:
     """Check the format in a child process while Spark audits (JSON Lines only: Parquet is read through Spark).
 
     The Python check is single-threaded and Spark leaves a core idle for part of its run (JVM start, planning,
@@ -77,7 +79,7 @@ def _validate_while_auditing(paths: list[str], master: str | None, reports: dict
 
     def run() -> None:
         try:
-            outcome["audited"] = audit(paths, master=master)
+            outcome["audited"] = audit(paths, master=master, replication_dedup=replication_dedup)
         except BaseException as e:  # re-raised below unless the format check explains it
             outcome["error"] = e
 
@@ -115,7 +117,15 @@ def main(argv: list[str], prog: str) -> int:
     p.add_argument("--json", metavar="OUT", help="write the JSON report (with several histories: OUT.<name>.json)")
     p.add_argument("--html", metavar="OUT", help="write the self-contained HTML page")
     p.add_argument("--reference", action="store_true", help="use the plain-Python reference checker (no Spark)")
+    p.add_argument(
+        "--replication-dedup",
+        choices=("on", "off"),
+        default="on",
+        help="histories of several clusters: whether the replicated namespace de-duplicated (on, the default: a "
+        "value twice in a remote log is replication-duplicate; off: Pulsar promises at-least-once, so it is not)",
+    )
     args = p.parse_args(argv)
+    dedup = args.replication_dedup == "on"
 
     many = len(args.histories) > 1
     need_ops = args.reference or bool(args.html)
@@ -123,7 +133,7 @@ def main(argv: list[str], prog: str) -> int:
     nemesis_of: dict[str, list[NemesisEvent]] = {}
     reports: dict[str, Report] = {}
     if not need_ops and not any(is_parquet(p) for p in args.histories if Path(p).exists()):
-        error = _validate_while_auditing(args.histories, args.master, reports)
+        error = _validate_while_auditing(args.histories, args.master, reports, dedup)
         if error is not None:
             _unusable(prog, error)
             return EXIT_UNUSABLE
@@ -140,12 +150,12 @@ def main(argv: list[str], prog: str) -> int:
             from spark.reference import check
 
             for path in args.histories:
-                reports[path] = check(ops_of[path], nemesis_of[path])
+                reports[path] = check(ops_of[path], nemesis_of[path], replication_dedup=dedup)
         else:
             from spark.audit import audit
 
             print(f"auditing {len(args.histories)} histories with Spark ...", file=sys.stderr, flush=True)
-            for audited in audit(args.histories, master=args.master):
+            for audited in audit(args.histories, master=args.master, replication_dedup=dedup):
                 reports[audited.path] = audited.report
     for path in args.histories:
         report = reports[path]

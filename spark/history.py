@@ -75,6 +75,7 @@ class Op:
     partition: str | None = None  # receive, ack, nack on a partitioned topic
     redelivery_count: int = 0  # ok receive
     cumulative: bool = False  # ack
+    cluster: str | None = None  # the cluster it went to, in a history of several (spark/geo.py)
 
     @property
     def log(self) -> str:
@@ -206,7 +207,7 @@ def validate(
     a plain tuple (f, topic, invoke index, value, Op or None), and an Op is built only if `keep_ops`.
     """
     ops: list[Op] = []
-    pending: dict[int, tuple[str, str, int, str | None, Op | None]] = {}
+    pending: dict[int, tuple[str, str, int, str | None, Op | None, str | None]] = {}
     crashed: set[int] = set()
     appended: set[str] = set()
     count = 0
@@ -243,7 +244,10 @@ def validate(
                 )
             if process in crashed:
                 raise fail(line, f"process {process} invokes again after an info completion (use a fresh process)")
-            op = Op(process, f, topic, index, time) if keep_ops else None
+            cluster = get("cluster")
+            if cluster is not None and (not isinstance(cluster, str) or not cluster):
+                raise fail(line, f"cluster must be a cluster's name, got {cluster!r}")
+            op = Op(process, f, topic, index, time, cluster=cluster) if keep_ops else None
             value = None
             if f == "append":
                 value = get("value")
@@ -277,19 +281,19 @@ def validate(
                     raise fail(line, f"final must be true or false, got {final!r}")
                 if op is not None:
                     op.start, op.limit, op.final = start, limit, bool(final)
-            pending[process] = (f, topic, index, value, op)
+            pending[process] = (f, topic, index, value, op, cluster)
             if op is not None:
                 ops.append(op)
         elif kind == "ok" or kind == "fail" or kind == "info":
             waiting = pending.pop(process, None)
             if waiting is None:
                 raise fail(line, f"a {kind} completion of process {process} with no pending invoke")
-            inv_f, inv_topic, inv_index, inv_value, op = waiting
-            if inv_f != f or inv_topic != topic:
+            inv_f, inv_topic, inv_index, inv_value, op, inv_cluster = waiting
+            if inv_f != f or inv_topic != topic or get("cluster") != inv_cluster:
                 raise fail(
                     line,
-                    f"the completion ({f} on {topic}) does not match its invoke at line "
-                    f"{inv_index + 1} ({inv_f} on {inv_topic})",
+                    f"the completion ({f} on {topic}{_in(get('cluster'))}) does not match its invoke at line "
+                    f"{inv_index + 1} ({inv_f} on {inv_topic}{_in(inv_cluster)})",
                 )
             if op is not None:
                 op.type, op.cmp_index, op.cmp_time = kind, index, time
@@ -325,6 +329,10 @@ def validate(
     if count == 0:
         raise HistoryError(path, 0, "the history is empty")
     return ops
+
+
+def _in(cluster: object) -> str:
+    return f" in {cluster}" if cluster is not None else ""
 
 
 def _consumer_invoke(ev: dict[str, Any], op: Op | None) -> str | None:

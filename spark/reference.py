@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark import queue_reference
+from spark import geo, queue_reference
 from spark.history import LOG_OPS, NemesisEvent, Op, Position, format_position, time_teller
 from spark.report import Case, Report, TopicSummary
 
@@ -93,11 +93,14 @@ class Observed:
         return cls(ops, appends, acks, reads, ack_obs, read_obs, sorted(ack_obs + read_obs), time_teller(ops))
 
 
-def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = ()) -> Report:
-    observed = Observed.of(all_ops)
+def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = (), replication_dedup: bool = True) -> Report:
+    """Every anomaly of the history. A history of several clusters is checked per cluster, on each one's
+    local view, and across them for replication (spark/geo.py)."""
+    observed = Observed.of(geo.local_view(all_ops))
     cases: list[Case] = queue_reference.check(all_ops, nemesis)
     for family in LOG_CHECKS:
         cases += family(observed)
+    cases += geo.replication_cases(all_ops, replication_dedup)
     summaries = _summaries(observed.ops)
     for c in cases:
         summaries.setdefault(c.topic, TopicSummary()).anomalies += 1

@@ -22,9 +22,16 @@ ANOMALIES = (
     "unexpected-delivery",
     "subscription-reorder",
     "key-order",
+    # across the clusters of an instance (spark/geo.py)
+    "replication-lost",
+    "replication-duplicate",
+    "replication-reorder",
 )
 # The anomalies of subscriptions (docs/history.md, Consumers); the others are the anomalies of the logs.
 QUEUE_ANOMALIES = ("lost-message", "unexpected-delivery", "subscription-reorder", "key-order")
+# Across clusters (docs/history.md, Clusters): only a history of several clusters can show them.
+REPLICATION_ANOMALIES = ("replication-lost", "replication-duplicate", "replication-reorder")
+ONE_CLUSTER_ANOMALIES = tuple(a for a in ANOMALIES if a not in REPLICATION_ANOMALIES)
 
 
 @dataclass(frozen=True)

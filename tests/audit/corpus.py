@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from spark.generate import generate, inject
-from spark.report import ANOMALIES
+from spark.report import ONE_CLUSTER_ANOMALIES
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def fixed_corpus(n: int) -> list[tuple[str | None, list[dict[str, Any]], list[in
         )
         events = shape.events()
         out.append((None, events, []))
-        for anomaly in ANOMALIES:
+        for anomaly in ONE_CLUSTER_ANOMALIES:
             injected = inject(events, anomaly, random.Random(k))
             if injected is not None:
                 out.append((anomaly, injected[0], injected[1]))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from spark.generate import inject, write_jsonl
 from spark.history import NemesisEvent, read_history
 from spark.reference import check
-from spark.report import ANOMALIES
+from spark.report import ONE_CLUSTER_ANOMALIES
 from tests.audit.corpus import Shape, shapes
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -32,7 +32,7 @@ def test_generated_histories_are_valid(shape: Shape, tmp_path: Path) -> None:
     assert report.valid, report.to_json()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("anomaly", ANOMALIES)
+@pytest.mark.parametrize("anomaly", ONE_CLUSTER_ANOMALIES)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shape=shapes, seed=st.integers(0, 1000))
 def test_injected_anomaly_is_reported_with_its_events(anomaly: str, shape: Shape, seed: int, tmp_path: Path) -> None:

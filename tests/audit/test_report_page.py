@@ -1,6 +1,6 @@
 """The audit's HTML page (docs/history.md, The report) as a person sees it, in Debian's headless Chromium.
 
-One generated history with consumers holds one anomaly of every kind of spark.report.ANOMALIES (injected by
+One generated history with consumers holds one anomaly of every kind of spark.report.ONE_CLUSTER_ANOMALIES (injected by
 spark/generate.py) and nemesis steps of several kinds: healed faults, a heal without a kind, a failed injection,
 a failed heal (so one fault lasts to the end) and a stop. The plain-Python reference checker audits it, the page
 is rendered and opened, and what the page shows is compared with what the test works out from the events
@@ -27,7 +27,7 @@ from spark.generate import generate, inject, reindex, write_jsonl
 from spark.history import NemesisEvent, Op, read_history
 from spark.html import MAX_MARKS, render
 from spark.reference import check
-from spark.report import ANOMALIES, Case, Report, TopicSummary
+from spark.report import ONE_CLUSTER_ANOMALIES, Case, Report, TopicSummary
 from tests.browser import headless_chromium, rows, screenshot, text
 
 Event = dict[str, Any]
@@ -102,7 +102,7 @@ def _with_every_anomaly(events: list[Event], path: Path) -> tuple[list[Event], R
     seed = 0
     report, ops = _audit(events, path)
     for _ in range(6):
-        missing = [a for a in ANOMALIES if a not in {c.anomaly for c in report.cases}]
+        missing = [a for a in ONE_CLUSTER_ANOMALIES if a not in {c.anomaly for c in report.cases}]
         if not missing:
             return events, report, ops
         for anomaly in missing:
@@ -116,7 +116,7 @@ def _with_every_anomaly(events: list[Event], path: Path) -> tuple[list[Event], R
                     events = injected[0]
                     break
         report, ops = _audit(events, path)
-    missing = [a for a in ANOMALIES if a not in {c.anomaly for c in report.cases}]
+    missing = [a for a in ONE_CLUSTER_ANOMALIES if a not in {c.anomaly for c in report.cases}]
     pytest.fail(f"no generated history shows every anomaly; the audit never flagged {missing}")
 
 
@@ -176,7 +176,7 @@ def _js(browser: WebDriver, script: str, *args: Any) -> Any:
 def test_the_verdict_names_every_anomaly(shown: Shown) -> None:
     verdict = text(shown.browser, "verdict")
     assert verdict.startswith(f"INVALID: {len(shown.report.cases)} anomalies")
-    for anomaly in ANOMALIES:
+    for anomaly in ONE_CLUSTER_ANOMALIES:
         assert anomaly in verdict
     colour = _js(shown.browser, "return getComputedStyle(document.getElementById('verdict')).color")
     assert colour == "rgb(170, 0, 0)"
@@ -194,7 +194,7 @@ def test_each_anomaly_has_a_section_whose_witnesses_have_one_lane_per_process(sh
                  [...d.querySelectorAll('svg.timeline g.lane')].map(g => [g.dataset.process,
                       g.querySelector('text.lane-name').textContent, g.querySelectorAll('rect.op').length])])])""",
     )
-    assert [name for name, _, _ in drawn] == [a for a in ANOMALIES if a in cases]
+    assert [name for name, _, _ in drawn] == [a for a in ONE_CLUSTER_ANOMALIES if a in cases]
     for name, heading, witnesses in drawn:
         assert heading == f"{name} ({len(cases[name])})"
         assert len(witnesses) == min(len(cases[name]), 50)

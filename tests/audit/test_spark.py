@@ -82,9 +82,9 @@ def test_two_level_scans_agree_with_reference_across_buckets(
     from spark import audit as audit_module
     from spark import screen as screen_module
     from spark.generate import generate, inject
-    from spark.report import ANOMALIES, QUEUE_ANOMALIES
+    from spark.report import ONE_CLUSTER_ANOMALIES, QUEUE_ANOMALIES
 
-    logs = [a for a in ANOMALIES if a not in QUEUE_ANOMALIES]  # the scans cut into buckets are the logs'
+    logs = [a for a in ONE_CLUSTER_ANOMALIES if a not in QUEUE_ANOMALIES]  # the scans cut into buckets are the logs'
     monkeypatch.setattr(audit_module, "POS_BUCKET", 2)
     monkeypatch.setattr(audit_module, "INDEX_BUCKET", 8)
     monkeypatch.setattr(screen_module, "POS_BUCKET_BITS", 1)
