@@ -23,12 +23,13 @@ Mapping (spec action [lastAction params] -> what the harness does):
                           the next ledger id: step(CursorLedgerCreated) -> AppendCursorState (its
                           first entry: stored at once, nobody else knows the ledger) ->
                           step(CursorStateAppended) -> WriteCursorNode (kept in flight)
-  WriteCursorNode [broker, ledger, written]
+  WriteCursorNode [broker, ledger, written, applied, lost]
                           the conditional write of the node: step(CursorNodeWritten(version)) ->
                           DeleteCursorLedger(old) (done at once), Opened (delivery resumes after the
                           core's mark-delete), the queued append; or
                           step(CursorNodeWriteFailed(BadVersion)) -> DeleteCursorLedger(orphan), and
-                          OpenFailed or the cursor FENCED
+                          OpenFailed or the cursor FENCED; with LostNodeAnswers, the answer lost after
+                          the write applied or with the request: step(CursorNodeWriteFailed(OTHER))
   Deliver [broker, msg]   the broker's dispatcher delivers its next message (the core is not involved)
   Acknowledge [broker, msg]
                           step(MarkDelete(position of msg)) -> AppendCursorState, or queued behind the
@@ -77,6 +78,7 @@ from impl.broker.cursor_core import (
     Opened,
     OpenFailed,
     Output,
+    PersistFailed,
     ReadCursorNode,
     RecoverCursorLedger,
     WriteCursorNode,
@@ -196,8 +198,8 @@ class CursorWorld:
                 self.read_pos[broker] = md_of(core.state.mark_delete)  # delivery resumes after the mark-delete
             elif isinstance(out, FailRequest):
                 self.failed.append(f"{broker}: {out.error}")
-            elif isinstance(out, CompleteRequest | OpenFailed | FenceManagedLedger):
-                pass  # the request's, the open's and the managed ledger's business
+            elif isinstance(out, CompleteRequest | OpenFailed | FenceManagedLedger | PersistFailed):
+                pass  # the request's, the open's and the managed ledger's business; a line in the log
             else:
                 raise CursorHarnessError(f"{broker}'s core asked for {out!r}, which the spec has no step for")
 
@@ -214,11 +216,11 @@ class CursorMapping:
         self.max_msgs, max_entries = _bound(constants, "MaxMsgs"), _bound(constants, "MaxEntries")
         self.max_ledgers, self.max_expiries = _bound(constants, "MaxLedgers"), _bound(constants, "MaxExpiries")
         self.config = ManagedLedgerConfig(cursor_max_entries=max_entries, cursor_persist_interval_s=0)
-        # The three switches are bugs the core does not have: their counterexamples are regression
+        self.lost_answers = constants["LostNodeAnswers"] is True  # a failure of the environment, not a bug
+        # The mutation switches are bugs the core does not have: their counterexamples are regression
         # traces, which it must refuse; the witness is the protocol's own behaviour, to be followed.
-        self.counterexamples_are_followed = all(
-            constants[k] is False for k in ("NoRecovery", "PersistOnDelivery", "BlindNodeWrite")
-        )
+        mutations = ("NoRecovery", "PersistOnDelivery", "BlindNodeWrite", "DeleteAfterLostAnswer")
+        self.counterexamples_are_followed = all(constants[k] is False for k in mutations)
 
     def _new_core(self) -> ManagedCursorCore:
         return self.core_type(TOPIC, SUBSCRIPTION, self.config)
@@ -243,6 +245,18 @@ class CursorMapping:
             raise KeyError(f"cursor.tla action {action} has no mapping")
         if action == "SessionExpires":
             return [Candidate(action, {}, run)]
+        if action == "WriteCursorNode":  # (answer lost, applied): answered, or lost after or before applying
+            outcomes = [(False, True)] + ([(True, True), (True, False)] if self.lost_answers else [])
+            candidates = []
+            for b in self.brokers:
+                for lost, applied in outcomes:
+                    params: dict[str, Value] = {"broker": ModelValue(b), "lost": lost}
+                    label = f"{action} {b}"
+                    if lost:
+                        params["applied"] = applied
+                        label += f" (answer lost, {'applied' if applied else 'not applied'})"
+                    candidates.append(Candidate(label, params, _bind(run, b, lost, applied)))
+            return candidates
         if action == "Acknowledge":
             return [
                 Candidate(f"{action} {b} {m}", {"broker": ModelValue(b), "msg": m}, _bind(run, b, m))
@@ -291,17 +305,25 @@ class CursorMapping:
         world.perform(broker, world.core(broker).step(CursorLedgerCreated(len(world.ledgers), NOW)))
 
     @staticmethod
-    def _WriteCursorNode(world: CursorWorld, broker: str) -> None:
+    def _WriteCursorNode(world: CursorWorld, broker: str, lost: bool, applied: bool) -> None:
+        """The conditional write; `lost`: the answer is lost (a connection loss), after the write applied
+        (`applied`) or with the request."""
         out = world.take(broker, WriteCursorNode)
+        matches = out.expected_version in (ANY_VERSION, world.node_version)
+        if lost and applied and not matches:
+            raise CursorHarnessError(f"{broker}'s write expects version {out.expected_version}: it cannot apply")
+        event: CursorNodeWritten | CursorNodeWriteFailed
         if out.expected_version is None:
-            event: CursorNodeWritten | CursorNodeWriteFailed = CursorNodeWriteFailed(
-                NodeError.NODE_EXISTS, "the cursor node exists", NOW
-            )
-        elif out.expected_version in (ANY_VERSION, world.node_version):
+            event = CursorNodeWriteFailed(NodeError.NODE_EXISTS, "the cursor node exists", NOW)
+        elif matches and (applied or not lost):
             world.node_data, world.node_version = out.data, world.node_version + 1
             event = CursorNodeWritten(world.node_version, NOW)
         else:
             event = CursorNodeWriteFailed(NodeError.BAD_VERSION, f"version {world.node_version}", NOW)
+        if lost:
+            event = CursorNodeWriteFailed(
+                NodeError.OTHER, "connection lost: the write may or may not have applied", NOW
+            )
         world.perform(broker, world.core(broker).step(event))
 
     def _Deliver(self, world: CursorWorld, broker: str) -> None:

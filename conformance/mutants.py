@@ -342,6 +342,17 @@ def _switch_despite_bad_version(original: Any, core: Any, e: Any) -> Any:
     return original(core, e)
 
 
+def _delete_after_lost_answer(original: Any, core: Any, e: Any) -> Any:
+    from impl.broker.cursor_core import NodeError, SwitchPurpose
+
+    switch = core._switch
+    if e.error is NodeError.OTHER and switch is not None and switch.purpose is SwitchPurpose.ROLLOVER:
+        # the bug (the core before the fix): the write may have applied, yet its new ledger is deleted and
+        # writing goes on in the old one, which the node may no longer name
+        return core._switch_failed(f"cannot update its node ({e.reason})", e.now, switch.new_ledger)
+    return original(core, e)
+
+
 def _fenced_append_as_failure(original: Any, core: Any, e: Any) -> Any:
     return original(core, dataclasses.replace(e, fenced=False))  # the bug: retried, never FENCED
 
@@ -516,6 +527,14 @@ CATALOGUE: tuple[Mutant, ...] = (
         "an append refused by a fenced cursor ledger is taken for a failed write (retried) instead of FENCED",
         (Patch(_CURSOR_MODULE, "_HANDLERS", _handler("CursorStateAppendFailed", _fenced_append_as_failure)),),
         ("cursor-witness-fencedappend-ci", "cursor-ci"),
+    ),
+    Mutant(
+        "cursor-deletes-after-lost-answer",
+        "impl/broker/cursor_core.py",
+        "a switch whose node write has an unknown outcome (connection loss) deletes the new cursor ledger and "
+        "writes on to the old one (the core before the fix)",
+        (Patch(_CURSOR_MODULE, "_HANDLERS", _handler("CursorNodeWriteFailed", _delete_after_lost_answer)),),
+        ("cursor-mutation-deleteafterlost-ci", "cursor-ci-lostanswers"),
     ),
     Mutant(
         "cursor-switches-despite-bad-version",

@@ -35,7 +35,10 @@
 (* NoRecovery (a new owner neither fences nor reads the cursor ledger: it  *)
 (* takes the node's state), PersistOnDelivery (a mark-delete is persisted  *)
 (* when the message is delivered, before the consumer acknowledges it),    *)
-(* BlindNodeWrite (the node is written without the expected version).     *)
+(* BlindNodeWrite (the node is written without the expected version),     *)
+(* DeleteAfterLostAnswer (with LostNodeAnswers, the failure of issue 24    *)
+(* item 3: a switch whose node write has an unknown outcome deletes the   *)
+(* new cursor ledger and keeps writing to the old one).                    *)
 (* Every action sets `lastAction` (outside the VIEW) for conformance/.     *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets
@@ -48,10 +51,13 @@ CONSTANTS
     MaxExpiries,        \* session expiries of the owner
     NoRecovery,         \* mutation: a new owner does not fence and read the cursor ledger
     PersistOnDelivery,  \* mutation: the mark-delete is persisted at delivery, before the acknowledgement
-    BlindNodeWrite      \* mutation: the cursor node is written without the expected version
+    BlindNodeWrite,     \* mutation: the cursor node is written without the expected version
+    LostNodeAnswers,    \* a node write's answer can be lost (connection loss): applied or not, unknown
+    DeleteAfterLostAnswer \* mutation: after a lost answer a switch deletes the new ledger, keeps the old
 
 ASSUME /\ {MaxMsgs, MaxEntries, MaxLedgers, MaxExpiries} \subseteq Nat /\ MaxEntries >= 1 /\ MaxLedgers >= 1
        /\ NoRecovery \in BOOLEAN /\ PersistOnDelivery \in BOOLEAN /\ BlindNodeWrite \in BOOLEAN
+       /\ LostNodeAnswers \in BOOLEAN /\ DeleteAfterLostAnswer \in BOOLEAN
 
 None == "none"
 NoSwitch == [old |-> 0, new |-> 0, md |-> 0]
@@ -194,33 +200,51 @@ CreateCursorLedger(b) ==
 \* The conditional write of the node naming the new ledger. Done: the old ledger is deleted, the new one
 \* is current; an opening cursor is open, and delivery resumes after its mark-delete. Another version:
 \* another broker took the cursor; the new ledger is deleted, an opening cursor closes (the open failed),
-\* an open one is fenced.
+\* an open one is fenced. With LostNodeAnswers the answer can be lost (a connection loss): the write
+\* applied or not, the broker does not know. An opening cursor's open fails (the new ledger is deleted:
+\* if the node names it, its state is the node's, which a later open takes); a switch of an open cursor
+\* stops the cursor (FENCED) and deletes nothing: the node names one of the two ledgers, and each holds
+\* the newest state. Mutation DeleteAfterLostAnswer: the switch deletes the new ledger and goes on
+\* writing to the old one, as if the write had not applied.
 WriteCursorNode(b) ==
     /\ io[b] = "node"
     /\ LET s == switch[b]
-           ok == node.version = version[b] \/ BlindNodeWrite  \* mutation: a write without the version
+           matches == node.version = version[b] \/ BlindNodeWrite  \* mutation: a write without the version
            opening == status[b] = "opening"
-       IN IF ok
-          THEN /\ node' = [ledger |-> s.new, md |-> s.md, version |-> node.version + 1]
-               /\ ledgers' = [ledgers EXCEPT ![s.old].deleted = TRUE]
-               /\ version' = [version EXCEPT ![b] = node.version + 1]
-               /\ curLedger' = [curLedger EXCEPT ![b] = s.new]
-               /\ nEntries' = [nEntries EXCEPT ![b] = 1]
-               /\ switch' = [switch EXCEPT ![b] = NoSwitch]
-               /\ status' = [status EXCEPT ![b] = "open"]
-               /\ readPos' = IF opening THEN [readPos EXCEPT ![b] = s.md] ELSE readPos
-               /\ Pump(b)
-               /\ lastAction' = [name |-> "WriteCursorNode", params |-> [broker |-> b, ledger |-> s.new,
-                                                                         written |-> TRUE]]
-               /\ UNCHANGED <<md>>
-          ELSE /\ ledgers' = [ledgers EXCEPT ![s.new].deleted = TRUE]
-               /\ switch' = [switch EXCEPT ![b] = NoSwitch]
-               /\ status' = [status EXCEPT ![b] = IF opening THEN "closed" ELSE "fenced"]
-               /\ io' = [io EXCEPT ![b] = "idle"]
-               /\ candidate' = [candidate EXCEPT ![b] = -1]
-               /\ lastAction' = [name |-> "WriteCursorNode", params |-> [broker |-> b, ledger |-> s.new,
-                                                                         written |-> FALSE]]
-               /\ UNCHANGED <<node, version, curLedger, nEntries, readPos, md, writing>>
+           \* <<applied, answer lost>>: an answer is lost after the write applied, or with the request
+           outcomes == {<<matches, FALSE>>} \cup (IF LostNodeAnswers THEN {<<matches, TRUE>>, <<FALSE, TRUE>>} ELSE {})
+       IN \E outcome \in outcomes :
+          LET applied == outcome[1]
+              lost == outcome[2]
+          IN /\ node' = IF applied THEN [ledger |-> s.new, md |-> s.md, version |-> node.version + 1] ELSE node
+             /\ switch' = [switch EXCEPT ![b] = NoSwitch]
+             /\ lastAction' = [name |-> "WriteCursorNode", params |-> [broker |-> b, ledger |-> s.new,
+                                                                       written |-> applied /\ ~lost,
+                                                                       applied |-> applied, lost |-> lost]]
+             /\ CASE ~lost /\ applied ->
+                       /\ ledgers' = [ledgers EXCEPT ![s.old].deleted = TRUE]
+                       /\ version' = [version EXCEPT ![b] = node.version + 1]
+                       /\ curLedger' = [curLedger EXCEPT ![b] = s.new]
+                       /\ nEntries' = [nEntries EXCEPT ![b] = 1]
+                       /\ status' = [status EXCEPT ![b] = "open"]
+                       /\ readPos' = IF opening THEN [readPos EXCEPT ![b] = s.md] ELSE readPos
+                       /\ Pump(b)
+                       /\ UNCHANGED <<md>>
+                  [] lost /\ ~opening /\ DeleteAfterLostAnswer ->
+                       /\ ledgers' = [ledgers EXCEPT ![s.new].deleted = TRUE]
+                       /\ Pump(b)
+                       /\ UNCHANGED <<status, version, curLedger, nEntries, readPos, md>>
+                  [] lost /\ ~opening ->
+                       /\ status' = [status EXCEPT ![b] = "fenced"]
+                       /\ io' = [io EXCEPT ![b] = "idle"]
+                       /\ candidate' = [candidate EXCEPT ![b] = -1]
+                       /\ UNCHANGED <<ledgers, version, curLedger, nEntries, readPos, md, writing>>
+                  [] OTHER ->  \* another version, or a lost answer while opening
+                       /\ ledgers' = [ledgers EXCEPT ![s.new].deleted = TRUE]
+                       /\ status' = [status EXCEPT ![b] = IF opening THEN "closed" ELSE "fenced"]
+                       /\ io' = [io EXCEPT ![b] = "idle"]
+                       /\ candidate' = [candidate EXCEPT ![b] = -1]
+                       /\ UNCHANGED <<version, curLedger, nEntries, readPos, md, writing>>
     /\ UNCHANGED <<owner, expiries, acked>>
 
 \* ---- The open cursor ----
@@ -295,7 +319,7 @@ TypeOK ==
     /\ status \in [Brokers -> {"closed", "opening", "open", "fenced"}]
     /\ io \in [Brokers -> {"idle", "recover", "create", "node", "append"}]
     /\ md \in [Brokers -> 0..MaxMsgs] /\ writing \in [Brokers -> 0..MaxMsgs] /\ candidate \in [Brokers -> -1..MaxMsgs]
-    /\ curLedger \in [Brokers -> 0..MaxLedgers] /\ nEntries \in [Brokers -> 0..MaxEntries]
+    /\ curLedger \in [Brokers -> 0..MaxLedgers] /\ nEntries \in [Brokers -> Nat]
     /\ readPos \in [Brokers -> 0..MaxMsgs]
     /\ \A b \in Brokers : /\ status[b] = "open" => curLedger[b] >= 1
                           /\ io[b] = "append" => status[b] = "open"
@@ -306,6 +330,10 @@ NoSkip ==
     /\ node.md <= acked
     /\ \A l \in 1..Len(ledgers) : \A i \in 1..Len(ledgers[l].entries) : ledgers[l].entries[i] <= acked
     /\ \A b \in Brokers : md[b] <= acked
+
+\* Written through, an acknowledgement completes once persisted: every broker's mark-delete in effect
+\* (written by it, or recovered) is at or before what a new owner would recover now.
+CompletedAcksRecoverable == \A b \in Brokers : md[b] <= Recoverable
 
 \* The persisted mark-delete (what a new owner recovers) never moves back, whichever broker writes.
 MarkDeleteNeverMovesBack == [][Recoverable' >= Recoverable]_vars

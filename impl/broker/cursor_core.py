@@ -39,7 +39,9 @@ Fencing (the fenced flush): an append that finds the cursor ledger fenced (anoth
 cursor) or a conditional node write that finds another version (BadVersion, NoNode) makes the cursor
 FENCED: FenceManagedLedger, the waiting requests fail with CursorFencedError, and nothing is ever
 written again. ManagedLedgerFenced (the managed ledger was fenced, e.g. its metadata session expired)
-stops it the same way.
+stops it the same way, and so does a switch of cursor ledgers whose node write has an unknown outcome
+(NodeError.OTHER: the node may name the new ledger already; neither ledger is deleted, the next open
+recovers the one the node names).
 
 Bad input: a position that is not an entry of the topic fails the request with InvalidPositionError and
 changes nothing; a mark-delete at or before the current one, or an ack of an acknowledged position, is a
@@ -801,6 +803,14 @@ class ManagedCursorCore:
                 self.status = CursorStatus.CLOSED
                 return outputs + [OpenFailed(CursorFencedError(self.ml_name, self.fence_reason))]
             return outputs + self._fence(why, cursor=True)
+        if switch.purpose is SwitchPurpose.ROLLOVER:
+            # The outcome is unknown (a connection loss): the node may name the new ledger already. Deleting
+            # it, or writing on to the old one, would lose acknowledgements that completed (spec/cursor.tla,
+            # CompletedAcksRecoverable). Both ledgers hold the newest state: keep both, write nothing more,
+            # and let the next open recover whichever the node names.
+            self._switch = None
+            why = f"its node write's outcome is unknown ({e.reason}); reopen to recover the cursor"
+            return self._fence(why, cursor=True)
         return self._switch_failed(f"cannot update its node ({e.reason})", e.now, orphan)
 
     # ---- acknowledgements --------------------------------------------------------------------------

@@ -7,6 +7,8 @@ models run through the real TLC.
   node write (not through the old owner's appends).
 - A blind node write loses persisted progress but skips nothing: without MarkDeleteNeverMovesBack the
   model passes, so that property is the one that catches it.
+- A node write whose answer is lost (issue 24 item 3): the handling before the fix (delete the new
+  ledger, write on to the old one) loses an acknowledgement that completed, after a write that applied.
 """
 
 from __future__ import annotations
@@ -84,3 +86,16 @@ def test_a_blind_node_write_moves_back_but_skips_nothing(tmp_path: Path) -> None
     result = run_tlc(SPEC, config, workers=1)
     assert result.outcome is Outcome.PASS, result.violated
     assert result.distinct_states > 2381  # more than the unmutated model: the blind writes add behaviours
+
+
+def test_a_lost_answer_after_an_applied_write_loses_a_completed_ack_without_the_fix() -> None:
+    result = run_tlc(SPEC, SPEC_DIR / "cursor_mutation_deleteafterlost_ci.cfg", workers=1)
+    assert result.outcome is Outcome.VIOLATION and result.violated == "CompletedAcksRecoverable"
+    writes = [i for i, s in enumerate(result.trace) if s.action == "WriteCursorNode"]
+    lost = [i for i in writes if _params(result, i)["lost"] is True]
+    assert lost and _params(result, lost[-1])["applied"] is True  # the write applied, its answer lost
+    assert result.trace[-1].action == "AppendCursorState"  # the completed write went to the old ledger
+    last = _params(result, len(result.trace) - 1)
+    final = result.trace[-1].values()
+    node = final["node"]
+    assert isinstance(node, Record) and node["ledger"] != last["ledger"]  # the node names another ledger
