@@ -19,10 +19,15 @@ Rows (1 KiB unless said otherwise), in this order, each on a topic of its own:
                      that acknowledges each message
 
 Each table ends with a calibration line from the same run: the time of a fixed pure-Python loop
-and the load average, so that figures from another machine can be compared.
+and the load average, so that figures from another machine can be compared, and what the disk did
+during the fixed-rate row: a probe thread writes 1 KiB with O_DSYNC every 10 ms to a file of its own
+on the same disk and reports its write + fdatasync p50 and maximum, and how many took over 20 ms. All
+the bookies of a deployment share that disk, so a stall of the disk is a stall of every add.
+
+`--rows fixed-rate` runs only the fixed-rate row, `--rounds N` times, each on a fresh deployment.
 
     .venv/bin/python bench/bench_pulsar.py [--deployment standalone cluster pulsar-lite]
-        [--messages 20000] [--backlog 100000] [--rate 1000] [--seconds 10]
+        [--messages 20000] [--backlog 100000] [--rate 1000] [--seconds 10] [--rows fixed-rate --rounds 3]
 """
 
 from __future__ import annotations
@@ -66,6 +71,48 @@ def calibration() -> str:
     loop_ms = (time.perf_counter() - start) * 1000
     load = os.getloadavg()
     return f"calibration: 3M-step Python loop {loop_ms:.0f} ms; load average {load[0]:.2f} {load[1]:.2f}"
+
+
+class DiskProbe:
+    """While running: a 1 KiB O_DSYNC write every 10 ms to a file in `directory` (the deployment's disk),
+    timing each write + fdatasync."""
+
+    INTERVAL_S = 0.01
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "disk-probe.dat"
+        self.latencies: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="disk-probe", daemon=True)
+
+    def __enter__(self) -> DiskProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.path.unlink(missing_ok=True)
+
+    def _run(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_DSYNC", 0), 0o644)
+        try:
+            record = b"d" * 1024
+            while not self._stop.wait(self.INTERVAL_S):
+                start = time.perf_counter()
+                os.write(fd, record)
+                if not getattr(os, "O_DSYNC", 0):
+                    os.fdatasync(fd)
+                self.latencies.append(time.perf_counter() - start)
+        finally:
+            os.close(fd)
+
+    def summary(self) -> str:
+        slow = sum(1 for x in self.latencies if x > 0.02)
+        return (
+            f"disk during the fixed-rate row: {len(self.latencies)} probe writes (1 KiB, O_DSYNC) p50 "
+            f"{pct(self.latencies, 50):.2f} ms, max {pct(self.latencies, 100):.0f} ms, {slow} over 20 ms"
+        )
 
 
 # ---- deployments ---------------------------------------------------------------------------
@@ -250,6 +297,7 @@ def fixed_rate(client: pulsar.Client, rate: int, seconds: float) -> tuple[float,
 
 
 def run(deployment: str, args: argparse.Namespace, work: Path) -> list[str]:
+    work.mkdir(parents=True, exist_ok=True)
     target = DEPLOYMENTS[deployment](work / deployment)
     lines = [
         f"### {deployment}: {target.durability}",
@@ -262,11 +310,14 @@ def run(deployment: str, args: argparse.Namespace, work: Path) -> list[str]:
     try:
         # The fixed-rate row first, on the fresh deployment: after the backlog rows the broker goes on
         # trimming, persisting cursors and collecting a large heap for a while.
-        p50, p99, e50, e99 = fixed_rate(client, args.rate, args.seconds)
+        with DiskProbe(work) as disk:
+            p50, p99, e50, e99 = fixed_rate(client, args.rate, args.seconds)
         lines.append(
             f"| fixed {args.rate:,} msg/s, publish latency | {args.rate:,} | {p50:.2f} | {p99:.2f} | p99 < 20 |"
         )
         lines.append(f"| fixed {args.rate:,} msg/s, end-to-end latency | {args.rate:,} | {e50:.2f} | {e99:.2f} | |")
+        if args.rows == "fixed-rate":
+            return finish(lines, client, target, disk)
         rate, p50, p99 = sync_send(client, min(args.messages, 5000))
         lines.append(f"| sync send 1 KiB | {rate:,.0f} | {p50:.2f} | {p99:.2f} | |")
         for name, size, batching in (
@@ -281,10 +332,19 @@ def run(deployment: str, args: argparse.Namespace, work: Path) -> list[str]:
             lines.append(
                 f"| {name} ({args.backlog:,} backlog, Shared, acks) | {rate:,.0f} | | | >= {TARGETS[name]:,} |"
             )
-    finally:
+    except BaseException:
         client.close()
         target.stop()
-    lines += ["", calibration(), ""]
+        raise
+    return finish(lines, client, target, disk)
+
+
+def finish(
+    lines: list[str], client: pulsar.Client, target: Standalone | ClusterDeployment | PulsarLite, disk: DiskProbe
+) -> list[str]:
+    client.close()
+    target.stop()
+    lines += ["", f"{calibration()}; {disk.summary()}", ""]
     print("\n".join(lines), flush=True)
     return lines
 
@@ -296,12 +356,15 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=100_000, help="backlog of each consume row (100,000)")
     parser.add_argument("--rate", type=int, default=1000, help="fixed-rate row: messages per second (1,000)")
     parser.add_argument("--seconds", type=float, default=10.0, help="fixed-rate row: seconds (10)")
+    parser.add_argument("--rows", choices=["all", "fixed-rate"], default="all", help="every row, or the fixed-rate row")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each deployment, each a fresh one (1)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-pulsar-"))
     print(f"command: {' '.join(sys.argv)}\n{calibration()}\n", flush=True)
     try:
-        for deployment in args.deployment:
-            run(deployment, args, work)
+        for round_ in range(args.rounds):
+            for deployment in args.deployment:
+                run(deployment, args, work / f"round-{round_}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
