@@ -164,17 +164,21 @@ class Workload:
         if base is not None:
             self._create_partitioned(base, progress)
         topics = self.config.plain_topics() + ([base] if base else [])
-        session = self._connect()
-        try:
-            self._retrying(
-                lambda: self.consumers.create_subscriptions(session, topics),
-                lambda e: f"could not create the subscriptions: {e}",
-                pause_s=1.0,
-            )
-        finally:
-            session.close()
+        for cluster in self.clusters:  # in every cluster: its log is trimmed past what all its cursors passed
+            session = self._connect(cluster)
+            try:
+                self._create_subscriptions(session, topics)
+            finally:
+                session.close()
         if self.consumers.subs:
             progress(f"created {len(self.consumers.subs)} subscriptions (every type on every topic)")
+
+    def _create_subscriptions(self, session: Session, topics: list[str]) -> None:
+        self._retrying(
+            lambda: self.consumers.create_subscriptions(session, topics),
+            lambda e: f"could not create the subscriptions: {e}",
+            pause_s=1.0,
+        )
 
     def _create_namespace(self, progress: Progress) -> None:
         names = sorted(self.config.clusters)

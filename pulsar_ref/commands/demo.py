@@ -1,7 +1,8 @@
 """`pulsar-ref demo`: the main job in one command -- a cluster, the workload with faults, the Spark audit.
 
 Without --cluster it runs on the embedded default (`pulsar-ref standalone` as a subprocess); with
---cluster on separate processes with a real ZooKeeper. Everything (cluster data and logs, history,
+--cluster on separate processes with a real ZooKeeper; with --geo on an instance of two such clusters
+that replicate to each other (docs/geo-replication.md). Everything (cluster data and logs, history,
 reports) goes to a fresh run directory under --dir, kept for inspection.
 """
 
@@ -16,14 +17,18 @@ from collections import Counter
 from pathlib import Path
 
 from impl.cluster.deployment import Cluster, ClusterError
+from impl.cluster.instance import Instance
 from impl.cluster.nodes import pulsar_ref_command
+from impl.workload.geo import InstanceNodes
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import Nemesis, NemesisError
-from impl.workload.run import Workload, WorkloadConfig, WorkloadError
+from impl.workload.run import Summary, Workload, WorkloadConfig, WorkloadError
 
 # Taken in turn (not at random), so that a one-minute demo shows every kind.
 STANDALONE_FAULTS = ["kill-bookie", "kill-broker", "pause-standalone", "expire-session"]
 CLUSTER_FAULTS = ["kill-bookie", "kill-broker", "pause-bookie", "pause-broker", "expire-session", "restart-zookeeper"]
+# Across clusters: a whole remote side gone or frozen, a replicating broker killed or its session ended.
+GEO_FAULTS = ["kill-brokers", "kill-broker", "pause-brokers", "expire-session", "kill-bookie"]
 # Pulsar's own defaults (managedLedgerDefaultEnsembleSize etc.): with 3 bookies a ledger survives one dead bookie
 # by an ensemble change.
 LEDGER_QUORUMS = ("--ensemble", "2", "--write-quorum", "2", "--ack-quorum", "2")
@@ -50,6 +55,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--cluster", action="store_true", help="multi-process cluster with real ZooKeeper")
+    parser.add_argument(
+        "--geo",
+        action="store_true",
+        help="an instance of two such clusters (each ZooKeeper, 3 bookies, 2 brokers) sharing a configuration "
+        "store, replicating each other's topics; operations go to both, and the audit adds the replication "
+        "anomalies (no consumers)",
+    )
     parser.add_argument(
         "--proxies",
         type=int,
@@ -82,6 +94,8 @@ def main(argv: list[str], prog: str) -> int:
     if args.proxies and not args.cluster:
         say("error: --proxies needs --cluster (the standalone has no proxy)")
         return 2
+    if args.geo:
+        return _geo(args, run_dir, history_path, json_path, html_path)
     if args.cluster:
         cluster = Cluster.plan(run_dir / "cluster", 1, 3, 2, broker_options=LEDGER_QUORUMS, proxies=args.proxies)
         faults = CLUSTER_FAULTS + (["kill-proxy", "pause-proxy"] if args.proxies else [])
@@ -131,6 +145,11 @@ def main(argv: list[str], prog: str) -> int:
             cluster.down()
     if summary is None:
         return 3
+    return _audit(summary, run_dir, history_path, json_path, html_path)
+
+
+def _audit(summary: Summary, run_dir: Path, history_path: Path, json_path: Path, html_path: Path) -> int:
+    """Print what the run did, audit its history with Spark, print the verdict; the audit's exit status."""
     injected = Counter(
         ev["f"]
         for ev in map(json.loads, history_path.read_text().splitlines())
@@ -154,3 +173,50 @@ def main(argv: list[str], prog: str) -> int:
     print(f"verdict: {verdict}")
     print(f"HTML report: {html_path}" if html_path.exists() else f"no HTML report; see {run_dir / 'audit.log'}")
     return audit.returncode
+
+
+def _geo(args: argparse.Namespace, run_dir: Path, history_path: Path, json_path: Path, html_path: Path) -> int:
+    """Two clusters replicating each other, the workload on both, faults on either side, the audit."""
+    try:
+        instance = Instance.plan(run_dir / "instance", clusters=2, bookies=3, brokers=2, broker_options=LEDGER_QUORUMS)
+    except ClusterError as e:
+        say(f"error: {e}")
+        return 3
+    say(
+        "instance: a configuration-store ZooKeeper and 2 clusters (each 1 ZooKeeper, 3 bookies, 2 brokers, as "
+        "separate processes; ledgers E=2, Qw=2, Qa=2), replicating each other's topics"
+    )
+    summary = None
+    history = HistoryWriter(history_path)
+    try:
+        instance.up(progress=say)
+        clusters = {c.name: (c.pulsar_service_url or "", c.admin_url or "") for c in instance.clusters()}
+        first = sorted(clusters)[0]
+        config = WorkloadConfig(
+            service=clusters[first][0],
+            admin_url=clusters[first][1],
+            out=history_path,
+            processes=args.processes,
+            ops=max(1, int(args.seconds * args.rate)),
+            rate=args.rate,
+            seed=args.seed,
+            clusters=clusters,
+        )
+        nemesis = Nemesis(InstanceNodes(instance), GEO_FAULTS, args.nemesis_interval, history, args.seed, cycle=True)
+        say(
+            f"workload: {config.ops} operations at {args.rate:g}/s by {args.processes} processes on "
+            f"{' and '.join(sorted(clusters))}; faults: {', '.join(GEO_FAULTS)}"
+        )
+        summary = Workload(config, nemesis, history).run(say)
+    except (WorkloadError, NemesisError, ClusterError) as e:
+        say(f"error: the run failed: {e}\nthe history so far is in {history_path}")
+    finally:
+        history.close()
+        if args.keep:
+            say(f"instance left running; stop it with: pulsar-ref instance down --dir {run_dir / 'instance'}")
+        else:
+            say("stopping the instance ...")
+            instance.down()
+    if summary is None:
+        return 3
+    return _audit(summary, run_dir, history_path, json_path, html_path)
