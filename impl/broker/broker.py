@@ -20,7 +20,7 @@ from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
 from impl.broker import namespaces, web
 from impl.broker.bundles import NamespaceBundle
-from impl.broker.errors import NotOwner, ServiceNotReady, TopicNotFound
+from impl.broker.errors import NamespaceNotInCluster, NotOwner, ServiceNotReady, TopicNotFound
 from impl.broker.load_manager import LoadManager
 from impl.broker.lookup import BrokerLoad
 from impl.broker.naming import TopicName
@@ -47,17 +47,32 @@ class Ownership:
         self.broker = broker
 
     def lookup(self, name: TopicName, authoritative: bool = False) -> Lookup:
+        self._check_cluster(name)
         try:
             result = self.broker.load_manager.lookup(name, authoritative=authoritative)
         except namespaces.AdminError as e:
             raise TopicNotFound(f"{name}: {e}") from e
         return Lookup(result.kind, result.broker_address, result.authoritative)
 
-    def check_namespace(self, name: TopicName) -> None:
+    def _check_cluster(self, name: TopicName) -> None:
+        """A namespace is served only by the clusters it is replicated to (Pulsar has no peer clusters
+        here: a namespace elsewhere is an error, not a redirect)."""
+        local = self.broker.cluster
         try:
-            namespaces.get_policies(self.broker.configuration_store, name.namespace_name)
+            policies = namespaces.get_policies(
+                self.broker.configuration_store, name.namespace_name, local_cluster=local
+            )
         except namespaces.AdminError as e:
             raise TopicNotFound(f"{name}: {e}") from e
+        if local not in policies.replication_clusters:
+            raise NamespaceNotInCluster(
+                f"namespace {name.namespace_name} is replicated to {', '.join(policies.replication_clusters)}, not to "
+                f"this broker's cluster {local}; use a broker of one of those, or add {local} with "
+                f"`admin namespaces set-clusters`"
+            )
+
+    def check_namespace(self, name: TopicName) -> None:
+        self._check_cluster(name)
         bundle = self.broker.load_manager.bundle_of(name)
         if not self.broker.load_manager.ownership.is_owned(bundle):
             raise NotOwner(f"{name} is not owned by {self.broker.address} any more; look it up again")

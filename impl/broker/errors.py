@@ -24,6 +24,11 @@ class TopicNotFound(BrokerError):
     pass
 
 
+class NamespaceNotInCluster(BrokerError):
+    """The topic's namespace is not replicated to this broker's cluster: its brokers do not serve it
+    (Pulsar: "Namespace missing local cluster name in clusters list", 412 / MetadataError)."""
+
+
 class NotOwner(BrokerError):
     pass
 

@@ -7,6 +7,7 @@ Each test uses a namespace of its own, replicated as the test needs, so the test
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -326,4 +327,48 @@ def test_the_remote_closing_the_replicator_mid_stream_duplicates_nothing(instanc
         east.close()
     acknowledged = [f"m{i}".encode() for i, ok in enumerate(outcomes) if ok]
     assert len(acknowledged) == 400
+    replicated_exactly_once(instance, topic, acknowledged)
+
+
+def test_a_cluster_does_not_serve_a_namespace_not_replicated_to_it(instance: Instance) -> None:
+    ns = instance.namespace("east")
+    topic = f"persistent://{ns}/east-only"
+    west = instance.client("west")
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            west.create_producer(topic, send_timeout_millis=5000)
+    finally:
+        west.close()
+    path = topic.replace("persistent://", "persistent/")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{instance.clusters['west'].web_service_url}/lookup/v2/topic/{path}", timeout=20)
+    assert refused.value.code == 412
+    assert "not to this broker's cluster west" in refused.value.read().decode()
+    east = instance.client("east")  # its own cluster serves it
+    try:
+        east.create_producer(topic).send(b"here")
+    finally:
+        east.close()
+
+
+def test_replication_follows_the_topic_through_an_unload_at_the_origin(instance: Instance) -> None:
+    ns = instance.namespace("east", "west", deduplication=True)
+    topic = f"persistent://{ns}/moved"
+    east_broker = instance.clusters["east"].broker
+    assert east_broker is not None
+    east = instance.client("east")
+    try:
+        producer = east.create_producer(topic, producer_name="po", send_timeout_millis=60_000)
+        outcomes = publish_burst(producer, 0, 300)
+        wait_for(
+            lambda: instance.stats("east", topic)["replication"]["west"]["msgOutCounter"] >= 50,
+            "replication to be under way",
+        )
+        assert east_broker.service.unload_topics(lambda name: str(name) == topic, graceful=True) == [topic]
+        producer.flush()  # the client looks the topic up again; the reloaded topic's replicator resumes
+        wait_for(lambda: None not in outcomes, "every send to be answered", timeout_s=60)
+    finally:
+        east.close()
+    acknowledged = [f"m{i}".encode() for i, ok in enumerate(outcomes) if ok]
+    assert len(acknowledged) == 300
     replicated_exactly_once(instance, topic, acknowledged)

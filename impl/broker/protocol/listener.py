@@ -32,6 +32,7 @@ from impl.broker.errors import (
     BrokerError,
     ConsumerBusyError,
     InvalidName,
+    NamespaceNotInCluster,
     NotOwner,
     PersistenceError,
     ProducerBusy,
@@ -61,6 +62,7 @@ READ_CHUNK = 256 * 1024
 _SERVER_ERRORS: dict[type[BrokerError], int] = {
     InvalidName: api.InvalidTopicName,
     TopicNotFound: api.TopicNotFound,
+    NamespaceNotInCluster: api.MetadataError,
     NotOwner: api.ServiceNotReady,
     ServiceNotReady: api.ServiceNotReady,
     ProducerBusy: api.ProducerBusy,

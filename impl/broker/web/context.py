@@ -6,7 +6,15 @@ from typing import Protocol
 from urllib.parse import urlencode
 
 from impl.broker import namespaces
-from impl.broker.errors import BrokerError, ConsumerBusyError, NotEmptyError, NotOwner, ServiceNotReady, TopicNotFound
+from impl.broker.errors import (
+    BrokerError,
+    ConsumerBusyError,
+    NamespaceNotInCluster,
+    NotEmptyError,
+    NotOwner,
+    ServiceNotReady,
+    TopicNotFound,
+)
 from impl.broker.lookup import BrokerLoad
 from impl.broker.naming import InvalidNamespaceName, InvalidTopicName
 from impl.broker.service import BrokerService
@@ -71,6 +79,7 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (namespaces.ClusterNotAllowed, 403),
     (namespaces.ClusterInUse, 412),
     (TopicNotFound, 404),
+    (NamespaceNotInCluster, 412),
     (namespaces.AlreadyExists, 409),
     (namespaces.NotEmpty, 409),
     (NotEmptyError, 412),
