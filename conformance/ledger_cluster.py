@@ -20,7 +20,8 @@ the spec's environment, what the network and the disks do:
   except a recovery close, held until the spec's `RecoveryCloses` step.
 
 A `LedgerCluster` pickles (the metadata store is re-created from the stored metadata), so
-the exhaustive replay can branch from any state.
+the exhaustive replay can branch from any state. Given a `tracer` (impl/trace.py), every bookie
+core it runs (also one rebuilt after a crash) reports its steps to it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
@@ -40,6 +41,9 @@ from impl.bookie.protocol import AddRequest, ReadRequest, Request, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, Fragment, LedgerMetadata
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.memory import MemoryServer
+
+if TYPE_CHECKING:
+    from impl.trace import Tracer
 
 LEDGER_ID = 7
 PASSWORD = b"conformance"
@@ -95,11 +99,13 @@ class LedgerCluster:
         writer: str,
         recoverers: list[str],
         cores: CoreTypes = CoreTypes(),
+        tracer: Tracer | None = None,
     ) -> None:
         e, qw, qa = quorums
         metadata = LedgerMetadata(e, qw, qa, (Fragment(0, ensemble),), password=PASSWORD)
         self.cores = cores
-        self.bookies = {b: Bookie(cores.bookie()) for b in bookies}
+        self.tracer = tracer  # the bookie cores' recorder
+        self.bookies = {b: Bookie(cores.bookie(tracer=tracer)) for b in bookies}
         self._metadata = metadata
         self._store: LedgerMetadataStore | None = _new_store(metadata)
         self.writer_name = writer
@@ -221,7 +227,7 @@ class LedgerCluster:
     def crash(self, bookie: BookieId) -> None:
         node = self.bookies[bookie]
         node.up = False
-        node.core = self.cores.bookie()
+        node.core = self.cores.bookie(tracer=self.tracer)
         for record in node.journal:  # restart state: only what reached the journal
             node.core.replay(record)
         self._drop_requests_to(bookie)

@@ -123,14 +123,14 @@ def simulate(config: RunConfig, seed: int, cores: CoreTypes | None = None) -> Ru
     """One deterministic run: the seed decides every choice of the environment."""
     rng = random.Random(seed)
     ensemble = tuple(rng.sample(config.bookie_ids, config.quorums[0]))
-    cluster = LedgerCluster(
-        config.bookie_ids, ensemble, config.quorums, WRITER, config.recoverer_names, cores or CoreTypes()
-    )
     recorder = _Recorder()
+    cluster = LedgerCluster(
+        config.bookie_ids, ensemble, config.quorums, WRITER, config.recoverer_names, cores or CoreTypes(), recorder
+    )
     run = Run(config, seed, ensemble)
     # Recovery and the writer's close wait this long: an early recovery leaves little to recover.
     warmup = rng.randrange(config.steps // 3)
-    with trace.tracing(recorder):
+    with trace.tracing(recorder):  # the client cores' process-wide hook; the bookie cores have the recorder
         for step in range(config.steps):
             choices = _choices(cluster, config, late=step >= warmup)
             if not choices:

@@ -1,13 +1,19 @@
-"""The one tracing hook of the protocol cores: `emit(name, **params)`.
+"""Tracing the protocol cores: the recorders a core reports its spec steps to.
 
-The cores call `emit` at the points where they take a step of a spec action (ledger.tla's
-`WriterSendsAdd`, `RecoveryCloses`, ...), naming the action and the parameters the spec
-needs. By default nothing listens and `emit` returns at once (one global read), so the cores
-stay fast and pure: the hook only hands the event to a recorder, it never feeds anything
-back. A driver that wants a trace (conformance/trace_validation.py) installs a recorder
-with `tracing(recorder)` around a deterministic run and checks the sequence against the spec.
-A real process (`pulsar-ref bookie --trace FILE`, the clients of conformance/process_traces.py)
-installs a `TraceFile`, which appends each event as one JSON line, numbered in emit order.
+A core reports each step it takes of a spec action (ledger.tla's `BookieHandles`, `WriterSendsAdd`,
+`RecoveryCloses`, ...) as an event named after the action, with the parameters the spec needs, to a
+`Tracer`: a callable `tracer(name, params)` that only records and never feeds anything back, so the
+core stays pure. Each core instance is given its own tracer by its driver (`BookieCore(tracer=...)`,
+through the bookie shell's `Bookie(tracer=...)`); a core given none traces nothing and computes
+nothing for it. Two cores in one process therefore never share a trace unless their driver hands
+them the same recorder, as conformance/trace_validation.py does to get one run's events in one order.
+A real process (`pulsar-ref bookie --trace FILE`) gives its core a `TraceFile`, which appends each
+event as one JSON line, numbered in emit order.
+
+The BookKeeper client's cores (impl/bookie/client/: the writer, recovery and the client API) do not
+take a tracer yet: they report to the process-wide hook `emit`, which listens while `tracing(recorder)`
+(or `run_traced`, for a `--trace FILE` option) installs a recorder. A tracer per instance is to replace
+it there too.
 """
 
 from __future__ import annotations
@@ -20,25 +26,26 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-Tracer = Callable[[str, dict[str, Any]], None]
+Tracer = Callable[[str, dict[str, Any]], None]  # a recorder: tracer(event name, its parameters)
 
-_tracer: Tracer | None = None
+_tracer: Tracer | None = None  # the process-wide hook of the cores that take no tracer of their own
 
 
 def emit(name: str, **params: Any) -> None:
-    """Record one protocol event, if a recorder is installed."""
+    """Record one protocol event with the process-wide recorder, if one is installed."""
     if _tracer is not None:
         _tracer(name, params)
 
 
 def active() -> bool:
-    """True while a recorder listens: lets a core skip computing parameters nobody reads."""
+    """True while a process-wide recorder listens: lets a core skip computing parameters nobody reads."""
     return _tracer is not None
 
 
 @contextmanager
 def tracing(tracer: Tracer) -> Iterator[None]:
-    """Install `tracer` for the duration of the block (not re-entrant: one recorder per run)."""
+    """Install `tracer` as the process-wide recorder for the duration of the block (not re-entrant: one
+    recorder per run)."""
     global _tracer
     if _tracer is not None:
         raise RuntimeError("a tracer is already installed: one recorder per run")
@@ -54,7 +61,7 @@ class TraceFile:
     (`ns`: the wall clock, shared by the processes of one machine; a merger may use it to choose
     among orders its constraints allow, never as a constraint).
 
-    Thread-safe: a core emits under its own lock (the bookie's core lock, a client driver's), so
+    Thread-safe: a core reports under its own lock (the bookie's core lock, a client driver's), so
     within one core the line order is the order of its steps. Each line is flushed at once, so a
     SIGKILLed process leaves every event it emitted. Opened for appending: a restarted process
     continues the same file (`seq` starts again at 0 after a `TraceFileOpened` line).

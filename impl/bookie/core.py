@@ -9,7 +9,9 @@ ids it stores) and decides every reply; entry *bodies* live in ledger storage: a
 add outputs `StoreEntry`, a read of a stored entry outputs `ReadEntry`, which the shell
 answers from storage (`ReadEntry.reply(body)`). `restore()` loads a ledger's checkpointed
 metadata and `replay()` applies the journal tail after a restart; `forget()` drops a
-garbage-collected ledger. State is plain dataclasses, open for inspection.
+garbage-collected ledger. State is plain dataclasses, open for inspection. A core given a
+tracer (impl/trace.py) reports ledger.tla's `BookieHandles` for every add and read it handles
+and `BookieReplays` for every journal record it replays; one given none traces nothing.
 
 Check order follows BookKeeper: well-formedness (EBADREQ), read-only (EREADONLY, adds only),
 master key (EUA), then fenced (EFENCED, plain adds only; recovery adds skip it).
@@ -20,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from impl.bookie.entry_format import BadEntry, read_header
 from impl.bookie.protocol import (
@@ -37,8 +39,9 @@ from impl.bookie.protocol import (
     WriteLacRequest,
     WriteLacResponse,
 )
-from impl.trace import active as tracing_active
-from impl.trace import emit
+
+if TYPE_CHECKING:
+    from impl.trace import Tracer
 
 MAX_ENTRY_SIZE = 5 * 1024 * 1024  # BookKeeper's default nettyMaxFrameSizeBytes
 MAX_ID = 2**63 - 1
@@ -128,21 +131,24 @@ class BookieCore:
     readonly: bool = False
     next_token: int = 0
     waiting: dict[int, list[Reply | ReadEntry]] = field(default_factory=dict)  # token -> replies held until durable
+    tracer: Tracer | None = field(default=None, repr=False, compare=False)  # this core's recorder, if traced
 
     # --- requests ---------------------------------------------------------------------------
     def handle(self, request: Request, request_id: int) -> list[Output]:
         outputs = self._handle(request, request_id)
-        if tracing_active() and isinstance(request, AddRequest | ReadRequest):
+        if self.tracer is not None and isinstance(request, AddRequest | ReadRequest):
             # What the bookie holds of the ledger after the request (ledger.tla's entries, fenced).
             ledger = self.ledgers.get(request.ledger_id)
-            emit(
+            self.tracer(
                 "BookieHandles",
-                ledger=request.ledger_id,
-                entry=request.entry_id,
-                kind=_kind(request),
-                fence=isinstance(request, ReadRequest) and request.fence,  # unfenced reads are no spec step
-                entries=sorted(ledger.entries) if ledger is not None else [],
-                fenced=ledger is not None and ledger.fenced,
+                {
+                    "ledger": request.ledger_id,
+                    "entry": request.entry_id,
+                    "kind": _kind(request),
+                    "fence": isinstance(request, ReadRequest) and request.fence,  # unfenced reads are no spec step
+                    "entries": sorted(ledger.entries) if ledger is not None else [],
+                    "fenced": ledger is not None and ledger.fenced,
+                },
             )
         return outputs
 
@@ -272,8 +278,10 @@ class BookieCore:
 
     def replay(self, record: JournalRecord) -> list[Output]:
         """Apply one durable journal record (restart); idempotent. An entry goes back to storage."""
-        if tracing_active():
-            emit("BookieReplays", ledger=record.ledger_id, kind=record.kind.name, entry=record.entry_id)
+        if self.tracer is not None:
+            self.tracer(
+                "BookieReplays", {"ledger": record.ledger_id, "kind": record.kind.name, "entry": record.entry_id}
+            )
         ledger = self.ledgers.get(record.ledger_id)
         if ledger is None:
             ledger = self.ledgers[record.ledger_id] = LedgerState(master_key=record.master_key)

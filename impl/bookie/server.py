@@ -65,6 +65,7 @@ from impl.bookie.protocol import (
 )
 from impl.latency import LatencyBuckets
 from impl.metadata.store import MetadataError, MetadataStore
+from impl.trace import Tracer
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,9 @@ class GcRound:
 
 
 class Bookie:
-    """Core + journal + ledger storage; `submit(request, deliver)` calls `deliver(response)` exactly once."""
+    """Core + journal + ledger storage; `submit(request, deliver)` calls `deliver(response)` exactly once.
+
+    `tracer`: the core's recorder (impl/trace.py), which sees its journal replay and every add and read."""
 
     def __init__(
         self,
@@ -117,13 +120,14 @@ class Bookie:
         journal_roll_size: int = 256 * 1024 * 1024,
         read_cache_bytes: int = 16 * 1024 * 1024,
         crash_at: str | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.journal_dir = Path(journal_dir) if journal_dir else self.data_dir / "journal"
         self.storage_dir = self.data_dir / "ledgers"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.storage = LedgerStorage(self.storage_dir, entry_log_size, read_cache_bytes)
-        self.core = BookieCore()
+        self.core = BookieCore(tracer=tracer)  # traced from the journal replay on
         for ledger_id, indexed in self.storage.ledgers().items():
             meta = indexed.meta
             state = LedgerState(meta.master_key, meta.fenced, set(indexed.locations))

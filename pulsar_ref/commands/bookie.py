@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from impl.metadata.store import MetadataStore
+    from impl.trace import Tracer
 
 DEFAULTS: dict[str, Any] = {
     "port": 0,
@@ -39,7 +40,7 @@ class _Session:
         self.registry = BookieRegistry(store)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
     from impl.bookie.checkpoint import CorruptCheckpoint
     from impl.bookie.journal import JournalMissing
     from impl.bookie.server import Bookie, BookieServer
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
             journal_roll_size=int(config["journal_roll_size"]),
             read_cache_bytes=int(config["read_cache_mb"]) * 1024 * 1024,
             crash_at=args.crash_at,
+            tracer=tracer,
         )
     except (CorruptCheckpoint, JournalMissing) as exc:
         session.store.close()
@@ -292,6 +294,12 @@ def main(argv: list[str], prog: str) -> int:
         "slower, off by default",
     )
     args = parser.parse_args(argv)
-    from impl.trace import run_traced
+    if not args.trace:
+        return run(args)
+    from impl.trace import TraceFile
 
-    return run_traced(args.trace, "bookie", lambda: run(args))
+    recorder = TraceFile(args.trace, role="bookie")
+    try:
+        return run(args, recorder)
+    finally:
+        recorder.close()

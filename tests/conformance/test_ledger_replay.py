@@ -379,8 +379,10 @@ def test_a_resent_add_carries_the_lac_it_was_first_sent_with(graphs: Callable[[s
 
 def _hand_run(config: RunConfig, ensemble: tuple[str, ...], script: Callable[[LedgerCluster, _Recorder], None]) -> Run:
     """A scripted (not random) run of the cores, recorded as trace_validation records its runs."""
-    cluster = LedgerCluster(config.bookie_ids, ensemble, config.quorums, WRITER, config.recoverer_names)
     recorder = _Recorder()
+    cluster = LedgerCluster(
+        config.bookie_ids, ensemble, config.quorums, WRITER, config.recoverer_names, tracer=recorder
+    )
     run = Run(config, 0, ensemble)
     with trace.tracing(recorder):
         script(cluster, recorder)
