@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,32 +34,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pulsar  # noqa: E402
-from bench_pulsar import QUORUMS, calibration, pct  # noqa: E402
+from bench_pulsar import Standalone, calibration, pct  # noqa: E402
 
+from impl.broker import namespaces  # noqa: E402
+from impl.metadata.url import connect  # noqa: E402
 from impl.metadata.zkserver import ZooKeeperServer  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "public/geo-bench"
 SIZE = 1024
 
 
-class Standalone:
-    """`pulsar-ref standalone` of cluster `name`, in the instance whose configuration store is `config`."""
+class Cluster:
+    """A `pulsar-ref standalone` of cluster `name` in the instance whose configuration store is `config`."""
 
     def __init__(self, data: Path, name: str, config: str) -> None:
-        args = ["standalone", "--data", str(data), "--port", "0", "--web-port", "0", *QUORUMS]
-        args += ["--cluster", name, "--configuration-store", config]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pulsar_ref.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, cwd=ROOT,
-        )  # fmt: skip
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        found = re.search(r"Pulsar clients: (pulsar://\S+); web service[^:]*: (http://[^;\s]+)", line)
-        if not found:
-            self.proc.kill()
-            raise RuntimeError(f"standalone {name} did not start: {line!r}")
-        self.url, self.web = found.group(1), found.group(2)
+        self.standalone = Standalone(data, "--cluster", name, "--configuration-store", config)
+        self.url = self.standalone.url
+        store = connect(config)
+        try:  # its web service, from the ClusterData it registered
+            self.web = namespaces.get_cluster(store, name).service_url
+        finally:
+            store.close()
 
     def admin(self, method: str, path: str, body: object = None) -> None:
         data = None if body is None else json.dumps(body).encode()
@@ -70,8 +63,7 @@ class Standalone:
         urllib.request.urlopen(request, timeout=30).close()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
+        self.standalone.stop()
 
 
 def row(east: pulsar.Client, west: pulsar.Client, rate: int, seconds: float) -> dict[str, float | bool]:
@@ -143,10 +135,10 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     zk = ZooKeeperServer(str(work / "zk"), die_with_parent=True)
     zk.start(90)
-    clusters: list[Standalone] = []
+    clusters: list[Cluster] = []
     try:
         config = f"zk://{zk.connect_string}/configuration"
-        clusters = [Standalone(work / name, name, config) for name in ("east", "west")]
+        clusters = [Cluster(work / name, name, config) for name in ("east", "west")]
         east, west = clusters
         east.admin("PUT", f"/admin/v2/namespaces/{NAMESPACE}")
         east.admin("POST", f"/admin/v2/namespaces/{NAMESPACE}/replication", ["east", "west"])

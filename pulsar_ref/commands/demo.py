@@ -14,7 +14,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from impl.cluster.deployment import Cluster, ClusterError
 from impl.cluster.instance import Instance
@@ -109,43 +111,62 @@ def main(argv: list[str], prog: str) -> int:
             "faults: bookie and broker kills in place, broker session expiry, pause of the whole process "
             "(per-bookie pauses and ZooKeeper restarts need --cluster)"
         )
-    try:
+
+    def start() -> tuple[WorkloadConfig, Cluster]:
         cluster.up(progress=say)
-    except ClusterError as e:
-        say(f"error: {e}")
-        return 3
-    history = HistoryWriter(history_path)
-    summary = None
-    try:
-        config = WorkloadConfig(
-            service=cluster.pulsar_service_url or "",
-            admin_url=cluster.admin_url,
-            out=history_path,
-            processes=args.processes,
-            ops=max(1, int(args.seconds * args.rate)),
-            rate=args.rate,
-            seed=args.seed,
-            consumers=args.consumers,
-        )
-        nemesis = Nemesis(cluster, faults, args.nemesis_interval, history, args.seed, cycle=True)
-        say(
-            f"workload: {config.ops} operations at {args.rate:g}/s by {args.processes} processes, "
-            f"{args.consumers} consumers; "
-            f"faults: {', '.join(faults)}"
-        )
-        summary = Workload(config, nemesis, history).run(say)
-    except (WorkloadError, NemesisError, ClusterError) as e:
-        say(f"error: the workload failed: {e}\nthe history so far is in {history_path}")
-    finally:
-        history.close()
-        if args.keep:
-            say(f"cluster left running; stop it with: pulsar-ref cluster down --dir {run_dir / 'cluster'}")
-        else:
-            say("stopping the cluster ...")
-            cluster.down()
+        service, admin = cluster.pulsar_service_url or "", cluster.admin_url
+        return _config(args, history_path, service=service, admin_url=admin, consumers=args.consumers), cluster
+
+    summary = _run(
+        args,
+        history_path,
+        start,
+        faults,
+        f", {args.consumers} consumers",
+        cluster.down,
+        f"cluster left running; stop it with: pulsar-ref cluster down --dir {run_dir / 'cluster'}",
+    )
     if summary is None:
         return 3
     return _audit(summary, run_dir, history_path, json_path, html_path)
+
+
+def _config(args: argparse.Namespace, history_path: Path, **specific: Any) -> WorkloadConfig:
+    ops = max(1, int(args.seconds * args.rate))
+    return WorkloadConfig(
+        out=history_path, processes=args.processes, ops=ops, rate=args.rate, seed=args.seed, **specific
+    )
+
+
+def _run(
+    args: argparse.Namespace,
+    history_path: Path,
+    start: Callable[[], tuple[WorkloadConfig, Cluster | InstanceNodes]],
+    faults: list[str],
+    who: str,
+    down: Callable[[], None],
+    left_running: str,
+) -> Summary | None:
+    """Start the deployment, run the workload with the faults, stop the deployment (unless --keep)."""
+    history = HistoryWriter(history_path)
+    try:
+        config, target = start()
+        nemesis = Nemesis(target, faults, args.nemesis_interval, history, args.seed, cycle=True)
+        say(
+            f"workload: {config.ops} operations at {args.rate:g}/s by {args.processes} processes{who}; "
+            f"faults: {', '.join(faults)}"
+        )
+        return Workload(config, nemesis, history).run(say)
+    except (WorkloadError, NemesisError, ClusterError) as e:
+        say(f"error: the run failed: {e}\nthe history so far is in {history_path}")
+        return None
+    finally:
+        history.close()
+        if args.keep:
+            say(left_running)
+        else:
+            say("stopping ...")
+            down()
 
 
 def _audit(summary: Summary, run_dir: Path, history_path: Path, json_path: Path, html_path: Path) -> int:
@@ -186,37 +207,24 @@ def _geo(args: argparse.Namespace, run_dir: Path, history_path: Path, json_path:
         "instance: a configuration-store ZooKeeper and 2 clusters (each 1 ZooKeeper, 3 bookies, 2 brokers, as "
         "separate processes; ledgers E=2, Qw=2, Qa=2), replicating each other's topics"
     )
-    summary = None
-    history = HistoryWriter(history_path)
-    try:
+
+    def start() -> tuple[WorkloadConfig, InstanceNodes]:
         instance.up(progress=say)
         clusters = {c.name: (c.pulsar_service_url or "", c.admin_url or "") for c in instance.clusters()}
         first = sorted(clusters)[0]
-        config = WorkloadConfig(
-            service=clusters[first][0],
-            admin_url=clusters[first][1],
-            out=history_path,
-            processes=args.processes,
-            ops=max(1, int(args.seconds * args.rate)),
-            rate=args.rate,
-            seed=args.seed,
-            clusters=clusters,
-        )
-        nemesis = Nemesis(InstanceNodes(instance), GEO_FAULTS, args.nemesis_interval, history, args.seed, cycle=True)
-        say(
-            f"workload: {config.ops} operations at {args.rate:g}/s by {args.processes} processes on "
-            f"{' and '.join(sorted(clusters))}; faults: {', '.join(GEO_FAULTS)}"
-        )
-        summary = Workload(config, nemesis, history).run(say)
-    except (WorkloadError, NemesisError, ClusterError) as e:
-        say(f"error: the run failed: {e}\nthe history so far is in {history_path}")
-    finally:
-        history.close()
-        if args.keep:
-            say(f"instance left running; stop it with: pulsar-ref instance down --dir {run_dir / 'instance'}")
-        else:
-            say("stopping the instance ...")
-            instance.down()
+        service, admin = clusters[first]
+        config = _config(args, history_path, service=service, admin_url=admin, clusters=clusters)
+        return config, InstanceNodes(instance)
+
+    summary = _run(
+        args,
+        history_path,
+        start,
+        GEO_FAULTS,
+        " on cluster-1 and cluster-2",
+        instance.down,
+        f"instance left running; stop it with: pulsar-ref instance down --dir {run_dir / 'instance'}",
+    )
     if summary is None:
         return 3
     return _audit(summary, run_dir, history_path, json_path, html_path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from impl.cluster.deployment import Cluster, ClusterError
 from impl.cluster.instance import Instance
@@ -177,8 +178,20 @@ def main(argv: list[str], prog: str) -> int:
             file=sys.stderr,
         )
         return 2
-    config = WorkloadConfig(
+    config = _config(
+        args,
         service=service,
+        admin_url=admin_url,
+        credentials=Credentials(token, trust),
+        consumers=args.consumers,
+    )
+    where = f"via {service} ({args.client} client); {config.consumers} consumers"
+    return _run(args, config, cluster, faults, where)
+
+
+def _config(args: argparse.Namespace, **specific: Any) -> WorkloadConfig:
+    """The run's configuration: the command's common options, and what the deployment decides."""
+    return WorkloadConfig(
         out=args.out,
         topics=args.topics,
         partitions=args.partitions,
@@ -189,15 +202,24 @@ def main(argv: list[str], prog: str) -> int:
         seed=args.seed,
         final_read_timeout_s=args.final_read_timeout,
         client=args.client,
-        admin_url=admin_url,
-        credentials=Credentials(token, trust),
-        consumers=args.consumers,
+        **specific,
     )
+
+
+def _run(
+    args: argparse.Namespace,
+    config: WorkloadConfig,
+    target: Cluster | InstanceNodes | None,
+    faults: list[str],
+    where: str,
+) -> int:
+    """Run the workload (with a nemesis on `target` when there are faults), print the summary."""
     history = HistoryWriter(args.out)
     try:
-        nemesis = (
-            Nemesis(
-                cluster,
+        nemesis = None
+        if target is not None and faults:
+            nemesis = Nemesis(
+                target,
                 faults,
                 args.nemesis_interval,
                 history,
@@ -205,14 +227,9 @@ def main(argv: list[str], prog: str) -> int:
                 cycle=args.nemesis_order == "cycle",
                 max_faults=args.nemesis_max,
             )
-            if cluster and faults
-            else None
-        )
         _progress(
-            f"workload {config.run_id}: {config.processes} processes, {config.ops} ops at "
-            f"{config.rate or 'max'}/s on {len(config.log_topics())} topic logs via {service} ({args.client} client); "
-            f"{config.consumers} consumers; "
-            f"nemesis: {', '.join(faults) or 'none'}"
+            f"workload {config.run_id}: {config.processes} processes, {config.ops} ops at {config.rate or 'max'}/s "
+            f"on {len(config.log_topics())} topic logs {where}; nemesis: {', '.join(faults) or 'none'}"
         )
         summary = Workload(config, nemesis, history).run(_progress)
     except (WorkloadError, NemesisError) as e:
@@ -265,46 +282,12 @@ def _geo(args: argparse.Namespace, faults: list[str]) -> int:
         )
         return 2
     first = sorted(usable)[0]
-    config = WorkloadConfig(
+    config = _config(
+        args,
         service=str(usable[first][0]),
-        out=args.out,
-        topics=args.topics,
-        partitions=args.partitions,
-        processes=args.processes,
-        ops=args.ops,
-        rate=args.rate,
-        read_fraction=args.read_fraction,
-        seed=args.seed,
-        final_read_timeout_s=args.final_read_timeout,
-        client=args.client,
         admin_url=usable[first][1],
         clusters={name: (str(p), str(a)) for name, (p, a) in usable.items()},
         geo_deduplication=args.replication_dedup == "on",
     )
-    history = HistoryWriter(args.out)
-    try:
-        nemesis = (
-            Nemesis(
-                InstanceNodes(instance),
-                faults,
-                args.nemesis_interval,
-                history,
-                args.seed,
-                cycle=args.nemesis_order == "cycle",
-                max_faults=args.nemesis_max,
-            )
-            if faults
-            else None
-        )
-        _progress(
-            f"workload {config.run_id}: {config.processes} processes, {config.ops} ops at {config.rate or 'max'}/s on "
-            f"{len(config.log_topics())} topic logs in each of {', '.join(sorted(usable))} ({args.client} client); "
-            f"nemesis: {', '.join(faults) or 'none'}"
-        )
-        summary = Workload(config, nemesis, history).run(_progress)
-    except (WorkloadError, NemesisError) as e:
-        print(f"error: {e}\nthe history so far is in {args.out}", file=sys.stderr)
-        return 1
-    finally:
-        history.close()
-    return _finish(summary)
+    where = f"in each of {', '.join(sorted(usable))} ({args.client} client)"
+    return _run(args, config, InstanceNodes(instance), faults, where)

@@ -178,3 +178,15 @@ def test_workload_official_client_under_a_broker_kill_records_honest_outcomes(
 def test_official_client_needs_an_admin_for_the_partitioned_topic(tmp_path: Path) -> None:
     result = run_workload("--client", "official", "--service", "pulsar://127.0.0.1:1", "--out", str(tmp_path / "h"))
     assert result.returncode == 2 and "--partitions 0" in result.stderr
+
+
+def test_instance_dir_refusals_say_what_to_do(tmp_path: Path) -> None:
+    missing = run_workload("--instance-dir", str(tmp_path / "none"), "--out", str(tmp_path / "h"))
+    assert missing.returncode == 2 and "pulsar-ref instance up --dir" in missing.stderr
+    consumers = run_workload("--instance-dir", str(tmp_path), "--consumers", "2", "--out", str(tmp_path / "h"))
+    assert consumers.returncode == 2 and "--consumers 0" in consumers.stderr
+    both = run_workload(
+        "--instance-dir", str(tmp_path), "--service", "pulsar://127.0.0.1:1", "--out", str(tmp_path / "h")
+    )
+    assert both.returncode == 2 and "drop --cluster-dir, --service, --admin-url" in both.stderr
+    assert not (tmp_path / "h").exists()  # refused before anything was written
