@@ -116,9 +116,10 @@ _delivering = threading.local()  # `deferred`: the work put off to the end of th
 
 def after_deliveries(work: Callable[[], None]) -> bool:
     """Put `work` off until this thread has delivered the round of completions it is delivering (the
-    adds a step of the managed ledger confirmed, in order), and return True; False (and nothing done)
-    outside one. The broker's Pulsar listener uses it to wake its event loop once for all the receipts
-    of a step, not once for each: a wake-up per receipt is a thread hand-over per message."""
+    adds a step of the managed ledger confirmed, in order), or until a callback of the round hands new
+    adds to a managed ledger, whichever comes first; return True. False (and nothing done) outside a
+    round. The broker's Pulsar listener uses it to wake its event loop once for all the receipts of a
+    step, not once for each: a wake-up per receipt is a thread hand-over per message."""
     deferred: list[Callable[[], None]] | None = getattr(_delivering, "deferred", None)
     if deferred is None:
         return False
@@ -648,6 +649,11 @@ class ManagedLedger:
                 outputs += self._core.add(token, payload, now)
             return outputs
 
+        if getattr(_delivering, "deferred", None):
+            # A callback of a round hands over new adds (the broker's next step, sent when the last add of
+            # the previous one completes): what the round put off (the receipts' wake-up) goes first, and
+            # does not wait for the new adds' encoding and hand-over to the bookies.
+            _run_deferred()
         self._run(step)
 
     def add(self, data: bytes) -> Position:

@@ -99,3 +99,21 @@ def test_the_pulsar_listener_wakes_its_loop_once_for_a_rounds_receipts(cluster: 
     add_step(ml, completed)
     assert receipts == list(range(ADDS))
     assert wakes == [ADDS]  # one wake-up, which found the whole step's receipts waiting
+
+
+def test_work_put_off_goes_before_new_adds_a_callback_hands_over(cluster: Cluster) -> None:
+    """The broker hands its next step to the managed ledger from the callback of the last add of the
+    previous one: the receipts' wake-up, put off until then, must not wait for that hand-over."""
+    ml = open_ml(cluster)
+    order: list[object] = []
+
+    def callback(i: int, _outcome: object) -> None:
+        order.append(i)
+        if i == 0:
+            assert managed_ledger.after_deliveries(lambda: order.append("put off"))
+        if i == ADDS - 1:
+            order.append("handing over")
+            ml.add_many_with_callback([(b"next", lambda _outcome: order.append("next done"))])
+
+    add_step(ml, callback)
+    assert order == [*range(ADDS), "handing over", "put off", "next done"]
