@@ -10,7 +10,7 @@ import json
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -212,10 +212,14 @@ def test_removing_a_cluster_stops_replication_and_deletes_the_cursor(instance: I
         producer.send(b"before")
         assert [m.data() for m in receive_all(consumer, 1)] == [b"before"]
         namespaces.set_replication_clusters(instance.config, ns, ["east"])
-        wait_for(lambda: not instance.stats("east", topic)["replication"], "east to stop replicating")
         broker = instance.clusters["east"].broker
         assert broker is not None
-        assert "pulsar.repl.west" not in broker.service.topic(topic).ml.cursors()
+
+        def stopped() -> bool:
+            cursors = broker.service.topic(topic).ml.cursors()
+            return not instance.stats("east", topic)["replication"] and "pulsar.repl.west" not in cursors
+
+        wait_for(stopped, "east to stop replicating and delete the replicator's cursor")
         producer.send(b"after")
         assert nothing_more(consumer)
     finally:
@@ -282,54 +286,6 @@ def replicated_exactly_once(instance: Instance, topic: str, acknowledged: list[b
     assert [m for m in at_west if m in set(acknowledged)] == acknowledged
 
 
-def test_a_crash_of_the_replicating_broker_loses_and_duplicates_nothing(instance: Instance) -> None:
-    ns = instance.namespace("east", "west", deduplication=True)
-    topic = f"persistent://{ns}/crash"
-    east_cluster = instance.clusters["east"]
-    east = instance.client("east")
-    try:
-        producer = east.create_producer(topic, producer_name="pc", send_timeout_millis=60_000)
-        first = publish_burst(producer, 0, 300)
-        wait_for(
-            lambda: instance.stats("east", topic)["replication"]["west"]["msgOutCounter"] >= 50,
-            "replication to be under way",
-        )
-        east_cluster.stop_broker(graceful=False)  # mid-stream: the cursor persisted lags what west has
-        east_cluster.start_broker()
-        second = publish_burst(producer, 300, 100)
-        producer.flush()
-        wait_for(lambda: None not in first + second, "every send of the burst to be answered", timeout_s=60)
-    finally:
-        east.close()
-    acknowledged = [f"m{i}".encode() for i, ok in enumerate(first + second) if ok]
-    assert len(acknowledged) == 400  # the client resent across the crash; the topic de-duplicated
-    replicated_exactly_once(instance, topic, acknowledged)
-
-
-def test_the_remote_closing_the_replicator_mid_stream_duplicates_nothing(instance: Instance) -> None:
-    ns = instance.namespace("east", "west", deduplication=True)
-    topic = f"persistent://{ns}/unloaded"
-    east = instance.client("east")
-    west_broker = instance.clusters["west"].broker
-    assert west_broker is not None
-    try:
-        producer = east.create_producer(topic, producer_name="pu")
-        outcomes = publish_burst(producer, 0, 400)
-        wait_for(
-            lambda: instance.stats("east", topic)["replication"]["west"]["msgOutCounter"] >= 50,
-            "replication to be under way",
-        )
-        unloaded = west_broker.service.unload_topics(lambda name: str(name) == topic, graceful=True)
-        assert unloaded == [topic]  # the remote's producer is closed: the replicator rewinds and resends
-        producer.flush()
-        wait_for(lambda: None not in outcomes, "every send to be answered", timeout_s=60)
-    finally:
-        east.close()
-    acknowledged = [f"m{i}".encode() for i, ok in enumerate(outcomes) if ok]
-    assert len(acknowledged) == 400
-    replicated_exactly_once(instance, topic, acknowledged)
-
-
 def test_a_cluster_does_not_serve_a_namespace_not_replicated_to_it(instance: Instance) -> None:
     ns = instance.namespace("east")
     topic = f"persistent://{ns}/east-only"
@@ -351,24 +307,52 @@ def test_a_cluster_does_not_serve_a_namespace_not_replicated_to_it(instance: Ins
         east.close()
 
 
-def test_replication_follows_the_topic_through_an_unload_at_the_origin(instance: Instance) -> None:
+def disrupted_burst(instance: Instance, name: str, disrupt: Callable[[str], None], before: int, after: int = 0) -> None:
+    """Publish `before` messages to east, disrupt the topic (`disrupt(topic)`) once replication is under way,
+    publish `after` more; every message must be acknowledged (the client resends, the topic de-duplicates)
+    and reach west exactly once, in order."""
     ns = instance.namespace("east", "west", deduplication=True)
-    topic = f"persistent://{ns}/moved"
-    east_broker = instance.clusters["east"].broker
-    assert east_broker is not None
+    topic = f"persistent://{ns}/{name}"
     east = instance.client("east")
     try:
-        producer = east.create_producer(topic, producer_name="po", send_timeout_millis=60_000)
-        outcomes = publish_burst(producer, 0, 300)
+        producer = east.create_producer(topic, producer_name=name, send_timeout_millis=60_000)
+        bursts = [publish_burst(producer, 0, before)]
         wait_for(
             lambda: instance.stats("east", topic)["replication"]["west"]["msgOutCounter"] >= 50,
             "replication to be under way",
         )
-        assert east_broker.service.unload_topics(lambda name: str(name) == topic, graceful=True) == [topic]
-        producer.flush()  # the client looks the topic up again; the reloaded topic's replicator resumes
-        wait_for(lambda: None not in outcomes, "every send to be answered", timeout_s=60)
+        disrupt(topic)
+        bursts.append(publish_burst(producer, before, after))
+        producer.flush()
+        wait_for(lambda: None not in bursts[0] + bursts[1], "every send to be answered", timeout_s=60)
     finally:
         east.close()
-    acknowledged = [f"m{i}".encode() for i, ok in enumerate(outcomes) if ok]
-    assert len(acknowledged) == 300
+    acknowledged = [f"m{i}".encode() for i, ok in enumerate(bursts[0] + bursts[1]) if ok]
+    assert len(acknowledged) == before + after
     replicated_exactly_once(instance, topic, acknowledged)
+
+
+def test_a_crash_of_the_replicating_broker_loses_and_duplicates_nothing(instance: Instance) -> None:
+    east = instance.clusters["east"]
+
+    def crash(_topic: str) -> None:
+        east.stop_broker(graceful=False)  # mid-stream: the cursor persisted lags what west has
+        east.start_broker()
+
+    disrupted_burst(instance, "crash", crash, before=300, after=100)
+
+
+def unload(standalone: Standalone, topic: str) -> None:
+    broker = standalone.broker
+    assert broker is not None
+    assert broker.service.unload_topics(lambda name: str(name) == topic, graceful=True) == [topic]
+
+
+def test_the_remote_closing_the_replicator_mid_stream_duplicates_nothing(instance: Instance) -> None:
+    # The remote's producer is closed: the replicator rewinds and sends again from its cursor.
+    disrupted_burst(instance, "remote-unload", lambda topic: unload(instance.clusters["west"], topic), before=400)
+
+
+def test_replication_follows_the_topic_through_an_unload_at_the_origin(instance: Instance) -> None:
+    # The client looks the topic up again; the reloaded topic's replicator resumes from its cursor.
+    disrupted_burst(instance, "origin-unload", lambda topic: unload(instance.clusters["east"], topic), before=300)
