@@ -14,14 +14,21 @@ Mapping (spec action [lastAction params] -> implementation input):
   ExpireSession [client, session]  MemoryStore.expire_session(): its ephemeral nodes go
   NoticeExpiry [client]            the client uses its store; it must get SessionExpired
   ReadCounter [client, version]    get("/counter")
-  IncrementCounter [client, expectedVersion, badVersion]
-                                   set("/counter", read data + 1, expected version); BadVersion
+  IncrementCounter [client, expectedVersion, badVersion, lost, applied]
+                                   set("/counter", read data + 1, expected version); BadVersion;
+                                   with LostAnswers the answer may be lost after the set (applied or
+                                   BadVersion) or with the request (no set): the write is kept pending
+  RetryIncrement [client, expectedVersion, verdict]
+                                   the pending set again; on BadVersion get("/counter") and the
+                                   model's Resolution decides: own write, another's, or unknown
   CreateSequential [client, name]  create("/seq/", sequential=True)
   CreateOwnerNode [client, epoch]  create("/owner", ephemeral=True); its czxid is the epoch
   FenceStorage, WriteData          the harness's storage model (no store call)
 
 The harness's setup (creating /counter and /seq with a session of its own) takes the first
-zxids and session id: the abstraction subtracts that offset, once, consistently.
+zxids and session id: the abstraction subtracts that offset, once, consistently. With LostAnswers,
+/counter's data carries the writer's token (`<data>:<client>:<n>`, n the client's write number),
+which the "token" resolution reads back; without it the data is the number alone.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ class Client:
     read: tuple[int, int] = (0, 0)  # (version, data) of its last read of /counter
     role: str = "none"  # the harness's client model: none / elected / writer
     epoch: int = 0  # czxid of the /owner node it created
+    issued: int = 0  # its writes of /counter (with LostAnswers: its token's number)
+    pending: tuple[int, int, bool] | None = None  # a set whose answer was lost: (expected, data, applied)
 
 
 @dataclass
@@ -63,6 +72,9 @@ class MetadataWorld:
     owner_seen: tuple[int, int] = (0, 0)  # (version, czxid) of /owner when it last existed
     log: list[tuple[str, int]] = field(default_factory=list)  # storage: accepted (client, epoch)
     fence: int = 0
+    lost_answers: bool = False
+    resolution: str = "token"
+    misreported: bool = False  # a client was told a wrong outcome of a write whose answer was lost
 
     def store(self, name: str) -> MemoryStore:
         store = self.clients[name].store
@@ -90,6 +102,9 @@ class MetadataMapping:
         self.clients = sorted((c for c in clients if isinstance(c, ModelValue)), key=str)
         self.conditional = bool(constants["ConditionalWrites"])
         self.fencing = bool(constants["Fencing"])
+        # Issue 24 item 3 (definitions a model may override): lost answers of /counter's sets.
+        self.lost_answers = constants.get("LostAnswers") is True
+        self.resolution = str(constants.get("Resolution", "token"))
 
     def initial(self, state: Mapping[str, Value]) -> tuple[MetadataWorld, Names]:
         server = self.server_type()
@@ -104,6 +119,8 @@ class MetadataMapping:
             session_base=setup.session_id,
             conditional=self.conditional,
             fencing=self.fencing,
+            lost_answers=self.lost_answers,
+            resolution=self.resolution,
         )
         return world, {}
 
@@ -115,6 +132,17 @@ class MetadataMapping:
         def bind(name: str) -> Callable[[MetadataWorld], None]:
             return lambda w: run(w, name)
 
+        if action == "IncrementCounter" and self.lost_answers:
+            outcomes: list[tuple[str, dict[str, Value]]] = [
+                ("answered", {"lost": False}),
+                ("lostAfter", {"lost": True}),
+                ("lostBefore", {"lost": True, "applied": False}),
+            ]
+            return [
+                Candidate(f"{action} {c} ({outcome})", {"client": c, **params}, _bind_outcome(run, c.name, outcome))
+                for c in self.clients
+                for outcome, params in outcomes
+            ]
         return [Candidate(f"{action} {c}", {"client": c}, bind(c.name)) for c in self.clients]
 
     # ---- actions ------------------------------------------------------------------------------
@@ -142,15 +170,56 @@ class MetadataMapping:
     @staticmethod
     def _ReadCounter(world: MetadataWorld, name: str) -> None:
         data, stat = world.store(name).get("/counter")
-        world.clients[name].read = (stat.version, int(data))
+        world.clients[name].read = (stat.version, counter_value(data))
 
     @staticmethod
-    def _IncrementCounter(world: MetadataWorld, name: str) -> None:
-        version, data = world.clients[name].read
+    def _IncrementCounter(world: MetadataWorld, name: str, outcome: str = "answered") -> None:
+        """setData; `outcome` (with LostAnswers): "lostAfter" = the answer is lost after the store
+        answered, "lostBefore" = lost with the request (nothing reaches the store)."""
+        client = world.clients[name]
+        version, data = client.read
         expected = version if world.conditional else ANY_VERSION
+        if world.lost_answers:
+            if client.pending is not None:
+                raise MetadataHarnessError(f"client {name} has a write pending")
+            client.issued += 1
+        payload = counter_data(data + 1, name, client.issued, world.lost_answers)
+        applied = False
+        if outcome != "lostBefore":
+            try:
+                world.store(name).set("/counter", payload, expected)
+                applied = True
+            except BadVersion:
+                pass
+        if applied:
+            world.updates += 1
+        if outcome != "answered":
+            client.pending = (expected, data + 1, applied)
+
+    @staticmethod
+    def _RetryIncrement(world: MetadataWorld, name: str) -> None:
+        """The pending set again, the same version and data; on BadVersion read /counter back and resolve."""
+        client = world.clients[name]
+        if client.pending is None:
+            raise MetadataHarnessError(f"client {name} has no write pending")
+        expected, data, applied = client.pending
+        store = world.store(name)
+        client.pending = None
         try:
-            world.store(name).set("/counter", str(data + 1).encode(), expected)
+            store.set("/counter", counter_data(data, name, client.issued, world.lost_answers), expected)
         except BadVersion:
+            stored, stat = store.get("/counter")
+            client.read = (stat.version, counter_value(stored))
+            own_next = stat.version == expected + 1
+            if world.resolution == "token":
+                verdict = (
+                    "unknown" if not own_next else "own" if counter_writer(stored) == (name, client.issued) else "other"
+                )
+            elif world.resolution == "content":
+                verdict = "own" if own_next and counter_value(stored) == data else "other"
+            else:  # "conflict"
+                verdict = "other"
+            world.misreported |= (verdict == "own" and not applied) or (verdict == "other" and applied)
             return
         world.updates += 1
 
@@ -221,7 +290,9 @@ class MetadataMapping:
             "sessionAlive": Function.of({c: alive[c.name] for c in self.clients}),
             "nextSession": server._next_session_id - world.session_base,
             "expiries": world.expiries,
-            "counter": Record.of({"version": counter.version, "data": int(counter.data)}),
+            "counter": Record.of(
+                {"version": counter.version, "data": counter_value(counter.data), "writer": writer_value(counter.data)}
+            ),
             "updates": world.updates,
             "readCache": per_client(lambda c: Record.of({"version": c.read[0], "data": c.read[1]})),
             "owner": owner_value,
@@ -236,4 +307,37 @@ class MetadataMapping:
                     "fence": zxid(world.fence),
                 }
             ),
+            "pending": per_client(pending_value),
+            "issued": per_client(lambda c: c.issued),
+            "misreported": world.misreported,
         }
+
+
+def counter_data(value: int, client: str, n: int, token: bool) -> bytes:
+    """/counter's data: the number, and with lost answers the writer's token."""
+    return f"{value}:{client}:{n}".encode() if token else str(value).encode()
+
+
+def counter_value(data: bytes) -> int:
+    return int(data.split(b":")[0])
+
+
+def counter_writer(data: bytes) -> tuple[str, int] | None:
+    parts = data.decode().split(":")
+    return (parts[1], int(parts[2])) if len(parts) == 3 else None
+
+
+def writer_value(data: bytes) -> Value:
+    writer = counter_writer(data)
+    return "none" if writer is None else (ModelValue(writer[0]), writer[1])
+
+
+def pending_value(client: Client) -> Value:
+    if client.pending is None:
+        return Record.of({"active": False, "version": 0, "data": 0, "applied": False})
+    expected, data, applied = client.pending
+    return Record.of({"active": True, "version": expected, "data": data, "applied": applied})
+
+
+def _bind_outcome(run: Callable[..., None], name: str, outcome: str) -> Callable[[MetadataWorld], None]:
+    return lambda world: run(world, name, outcome)

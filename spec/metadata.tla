@@ -18,6 +18,16 @@
 (* of sequential children, as used for ledger ids).  Every client action  *)
 (* on the store needs a live session; a client learns that its session    *)
 (* expired only when it reconnects (NoticeExpiry).                        *)
+(*                                                                         *)
+(*  (d) a conditional write whose answer is lost (a connection loss: it    *)
+(*      applied or not, the client does not know; issue 24 item 3), with   *)
+(*      LostAnswers = TRUE: the client retries with the same version, and  *)
+(*      a retry that meets its own write gets BadVersion.  Only a writer   *)
+(*      token in the data lets it tell its own write from another's        *)
+(*      (Resolution = "token"); taking BadVersion for another writer       *)
+(*      ("conflict") or comparing the data alone ("content") reports a     *)
+(*      wrong outcome (NoWrongOutcome).  LostAnswers and Resolution are    *)
+(*      definitions a model overrides in its CONSTANTS.                    *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets
 
@@ -35,6 +45,18 @@ ASSUME /\ ConditionalWrites \in BOOLEAN /\ Fencing \in BOOLEAN
 
 AnyVersion == -1        \* ZooKeeper's "match any version"
 NoSession == 0          \* the ephemeral owner of a persistent node / an absent node
+NoWriter == "none"      \* the writer token of /counter before any update
+
+\* Issue 24 item 3 (overridden in a model's CONSTANTS): a conditional write's answer can be lost, and how
+\* a client resolves its retry's BadVersion: "token" (the data carries the writer: version + 1 and its
+\* own token = its write; version + 1 and another token = not its write; a later version = unknown),
+\* "content" (version + 1 and its own data = its write), "conflict" (BadVersion = another writer's).
+LostAnswers == FALSE
+Resolution == "token"
+NoPending == [active |-> FALSE, version |-> 0, data |-> 0, applied |-> FALSE]
+\* The writer token /counter's data carries: the client and its write's number (unique per write);
+\* observed only with LostAnswers (elsewhere nothing reads it, and it would only split states).
+Token(c, n) == IF LostAnswers THEN <<c, n>> ELSE NoWriter
 
 VARIABLES
     sessionId,      \* [Clients -> Nat]: the client's current session id (new id on reconnect)
@@ -51,12 +73,16 @@ VARIABLES
     role,           \* [Clients -> {"none","elected","writer"}]: what the client believes it is
     epoch,          \* [Clients -> Nat]: czxid of the /owner node the client created
     storage,        \* the data storage: [log: Seq([client, epoch]), fence: Nat]
+    pending,        \* [Clients -> [active, version, data, applied]]: a write whose answer was lost (applied:
+                    \* the truth, which the client does not know)
+    issued,         \* [Clients -> Nat]: the client's writes of /counter so far (its token's number; with LostAnswers)
+    misreported,    \* a client was told a wrong outcome (a write that did not apply succeeded, or one that did failed)
     lastAction      \* auxiliary, for conformance: [name, params] of the last action (not in the VIEW)
 
 vars == <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
-          seqChildren, cversion, role, epoch, storage, lastAction>>
+          seqChildren, cversion, role, epoch, storage, pending, issued, misreported, lastAction>>
 view == <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
-          seqChildren, cversion, role, epoch, storage>>
+          seqChildren, cversion, role, epoch, storage, pending, issued, misreported>>
 
 -----------------------------------------------------------------------------
 Init ==
@@ -64,7 +90,7 @@ Init ==
     /\ sessionAlive = [c \in Clients |-> FALSE]
     /\ nextSession = 1
     /\ expiries = 0
-    /\ counter = [version |-> 0, data |-> 0]
+    /\ counter = [version |-> 0, data |-> 0, writer |-> NoWriter]
     /\ updates = 0
     /\ readCache = [c \in Clients |-> [version |-> 0, data |-> 0]]
     /\ owner = [exists |-> FALSE, version |-> 0, czxid |-> 0, ephemeralOwner |-> NoSession]
@@ -74,6 +100,9 @@ Init ==
     /\ role = [c \in Clients |-> "none"]
     /\ epoch = [c \in Clients |-> 0]
     /\ storage = [log |-> <<>>, fence |-> 0]
+    /\ pending = [c \in Clients |-> NoPending]
+    /\ issued = [c \in Clients |-> 0]
+    /\ misreported = FALSE
     /\ lastAction = [name |-> "Init", params |-> [none |-> 0]]
 
 Live(c) == sessionAlive[c]
@@ -88,7 +117,8 @@ Connect(c) ==
     /\ sessionAlive' = [sessionAlive EXCEPT ![c] = TRUE]
     /\ nextSession' = nextSession + 1
     /\ lastAction' = [name |-> "Connect", params |-> [client |-> c, session |-> nextSession]]
-    /\ UNCHANGED <<expiries, counter, updates, readCache, owner, zxid, seqChildren, cversion, role, epoch, storage>>
+    /\ UNCHANGED <<pending, issued, misreported,
+                   expiries, counter, updates, readCache, owner, zxid, seqChildren, cversion, role, epoch, storage>>
 
 \* The store expires a session and deletes its ephemeral nodes.  The client is not told.
 ExpireSession(c) ==
@@ -101,7 +131,8 @@ ExpireSession(c) ==
             /\ zxid' = zxid + 1
        ELSE UNCHANGED <<owner, zxid>>
     /\ lastAction' = [name |-> "ExpireSession", params |-> [client |-> c, session |-> sessionId[c]]]
-    /\ UNCHANGED <<sessionId, nextSession, counter, updates, readCache, seqChildren, cversion, role, epoch,
+    /\ UNCHANGED <<pending, issued, misreported,
+                   sessionId, nextSession, counter, updates, readCache, seqChildren, cversion, role, epoch,
                    storage>>
 
 \* Trying to reconnect, the client learns its session expired: it drops what it believed.
@@ -110,33 +141,81 @@ NoticeExpiry(c) ==
     /\ role[c] # "none"
     /\ role' = [role EXCEPT ![c] = "none"]
     /\ lastAction' = [name |-> "NoticeExpiry", params |-> [client |-> c]]
-    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
+    /\ UNCHANGED <<pending, issued, misreported,
+                   sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
                    seqChildren, cversion, epoch, storage>>
 
 \* ---- Versioned node: read, then conditional set on what was read ----
 
 ReadCounter(c) ==
     /\ Live(c)
-    /\ readCache' = [readCache EXCEPT ![c] = counter]
+    /\ readCache' = [readCache EXCEPT ![c] = [version |-> counter.version, data |-> counter.data]]
     /\ lastAction' = [name |-> "ReadCounter", params |-> [client |-> c, version |-> counter.version]]
-    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, owner, zxid,
+    /\ UNCHANGED <<pending, issued, misreported,
+                   sessionId, sessionAlive, nextSession, expiries, counter, updates, owner, zxid,
                    seqChildren, cversion, role, epoch, storage>>
 
-\* setData(/counter, read data + 1, expectedVersion): BadVersion unless the version still matches.
+\* setData(/counter, read data + 1, expectedVersion): BadVersion unless the version still matches. The data
+\* carries the writer's token. With LostAnswers the answer can be lost, after the write applied or with
+\* the request: the client keeps the write pending (one at a time) and retries it.
 IncrementCounter(c) ==
     /\ Live(c)
     /\ updates < MaxUpdates
+    /\ ~pending[c].active
+    /\ LostAnswers => issued[c] < MaxUpdates  \* each client issues at most MaxUpdates writes (tokens 1..MaxUpdates)
     /\ LET expected == IF ConditionalWrites THEN readCache[c].version ELSE AnyVersion
            ok == expected = AnyVersion \/ expected = counter.version
-       IN /\ IF ok
-             THEN /\ counter' = [version |-> counter.version + 1, data |-> readCache[c].data + 1]
+           data == readCache[c].data + 1
+           n == IF LostAnswers THEN issued[c] + 1 ELSE 0
+       IN \E outcome \in {"answered"} \cup (IF LostAnswers THEN {"lostAfter", "lostBefore"} ELSE {}) :
+          LET lost == outcome # "answered"
+              applied == ok /\ outcome # "lostBefore"
+          IN /\ IF applied
+                THEN /\ counter' = [version |-> counter.version + 1, data |-> data, writer |-> Token(c, n)]
+                     /\ updates' = updates + 1
+                     /\ zxid' = zxid + 1
+                ELSE UNCHANGED <<counter, updates, zxid>>
+             /\ issued' = [issued EXCEPT ![c] = n]
+             /\ pending' = IF lost
+                           THEN [pending EXCEPT ![c] = [active |-> TRUE, version |-> expected, data |-> data,
+                                                        applied |-> applied]]
+                           ELSE pending
+             /\ lastAction' = [name |-> "IncrementCounter",
+                               params |-> [client |-> c, expectedVersion |-> expected, badVersion |-> ~ok /\ ~lost,
+                                           lost |-> lost, applied |-> applied]]
+    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, readCache, owner, seqChildren, cversion,
+                   role, epoch, storage, misreported>>
+
+\* The retry of a write whose answer was lost: the same setData, the same expected version, on the same
+\* session. It applies if the first did not (and nothing else changed /counter); BadVersion otherwise, and
+\* the client reads /counter back to resolve the outcome: its own write (success), another's (failure),
+\* or unknown (reported as such: never wrong).
+RetryIncrement(c) ==
+    /\ Live(c)
+    /\ pending[c].active
+    /\ LET p == pending[c]
+           ok == p.version = AnyVersion \/ p.version = counter.version
+           next == counter.version = p.version + 1
+           verdict == IF ok THEN "applied"
+                      ELSE CASE Resolution = "token" -> IF ~next THEN "unknown"
+                                                        ELSE IF counter.writer = Token(c, issued[c]) THEN "own"
+                                                        ELSE "other"
+                             [] Resolution = "content" -> IF next /\ counter.data = p.data THEN "own" ELSE "other"
+                             [] OTHER -> "other"  \* "conflict": BadVersion taken for another writer's update
+       IN /\ (ok => updates < MaxUpdates)
+          /\ IF ok
+             THEN /\ counter' = [version |-> counter.version + 1, data |-> p.data, writer |-> Token(c, issued[c])]
                   /\ updates' = updates + 1
                   /\ zxid' = zxid + 1
-             ELSE UNCHANGED <<counter, updates, zxid>>
-          /\ lastAction' = [name |-> "IncrementCounter",
-                            params |-> [client |-> c, expectedVersion |-> expected, badVersion |-> ~ok]]
-    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, readCache, owner, seqChildren, cversion,
-                   role, epoch, storage>>
+                  /\ UNCHANGED <<readCache, misreported>>
+             ELSE /\ readCache' = [readCache EXCEPT ![c] = [version |-> counter.version, data |-> counter.data]]
+                  /\ misreported' = (misreported \/ (verdict = "own" /\ ~p.applied) \/ (verdict = "other" /\ p.applied))
+                  /\ UNCHANGED <<counter, updates, zxid>>
+          /\ pending' = [pending EXCEPT ![c] = NoPending]
+          /\ lastAction' = [name |-> "RetryIncrement", params |-> [client |-> c, expectedVersion |-> p.version,
+                                                                   verdict |-> verdict]]
+    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, owner, seqChildren, cversion, role, epoch,
+                   storage, issued>>
 
 \* ---- Sequential nodes ----
 
@@ -147,7 +226,8 @@ CreateSequential(c) ==
     /\ cversion' = cversion + 1
     /\ zxid' = zxid + 1
     /\ lastAction' = [name |-> "CreateSequential", params |-> [client |-> c, name |-> cversion]]
-    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner,
+    /\ UNCHANGED <<pending, issued, misreported,
+                   sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner,
                    role, epoch, storage>>
 
 \* ---- Ephemeral ownership node and the data storage ----
@@ -163,7 +243,8 @@ CreateOwnerNode(c) ==
     \* without fencing the new owner may write at once; with fencing it first fences
     /\ role' = [role EXCEPT ![c] = IF Fencing THEN "elected" ELSE "writer"]
     /\ lastAction' = [name |-> "CreateOwnerNode", params |-> [client |-> c, epoch |-> zxid + 1]]
-    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, seqChildren,
+    /\ UNCHANGED <<pending, issued, misreported,
+                   sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, seqChildren,
                    cversion, storage>>
 
 \* Fence the storage with the owner's epoch: storage refuses writes of any older epoch from now on.
@@ -172,7 +253,8 @@ FenceStorage(c) ==
     /\ storage' = [storage EXCEPT !.fence = IF epoch[c] > @ THEN epoch[c] ELSE @]
     /\ role' = [role EXCEPT ![c] = "writer"]
     /\ lastAction' = [name |-> "FenceStorage", params |-> [client |-> c, epoch |-> epoch[c]]]
-    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
+    /\ UNCHANGED <<pending, issued, misreported,
+                   sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
                    seqChildren, cversion, epoch>>
 
 \* Write data.  The storage knows nothing about sessions: it accepts unless fenced past the epoch.
@@ -187,13 +269,14 @@ WriteData(c) ==
              ELSE /\ storage' = [storage EXCEPT !.log = Append(@, [client |-> c, epoch |-> epoch[c]])]
                   /\ UNCHANGED role
           /\ lastAction' = [name |-> "WriteData", params |-> [client |-> c, epoch |-> epoch[c], fenced |-> refused]]
-    /\ UNCHANGED <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
+    /\ UNCHANGED <<pending, issued, misreported,
+                   sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
                    seqChildren, cversion, epoch>>
 
 Next ==
     \E c \in Clients :
         \/ Connect(c) \/ ExpireSession(c) \/ NoticeExpiry(c)
-        \/ ReadCounter(c) \/ IncrementCounter(c) \/ CreateSequential(c)
+        \/ ReadCounter(c) \/ IncrementCounter(c) \/ RetryIncrement(c) \/ CreateSequential(c)
         \/ CreateOwnerNode(c) \/ FenceStorage(c) \/ WriteData(c)
 
 Spec == Init /\ [][Next]_vars
@@ -208,6 +291,9 @@ TypeOK ==
     /\ seqChildren \subseteq 0..MaxSequential
     /\ role \in [Clients -> {"none", "elected", "writer"}]
     /\ \A i \in 1..Len(storage.log) : storage.log[i].client \in Clients
+
+\* (d) A client is never told a wrong outcome of a write whose answer was lost (unknown is allowed).
+NoWrongOutcome == ~misreported
 
 \* (a) Conditional writes serialise read-modify-write: no update is lost, even from stale reads.
 NoLostUpdate == counter.data = updates
