@@ -24,6 +24,11 @@ class TopicNotFound(BrokerError):
     pass
 
 
+class ReservedName(BrokerError):
+    """A subscription named as replicators' cursors are (Pulsar's "Subscription with reserved subscription
+    name attempted"); NotAllowedError on the binary protocol, so that clients do not retry it."""
+
+
 class NamespaceNotInCluster(BrokerError):
     """The topic's namespace is not replicated to this broker's cluster: its brokers do not serve it
     (Pulsar: "Namespace missing local cluster name in clusters list", 412 / MetadataError)."""

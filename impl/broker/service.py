@@ -54,6 +54,7 @@ from impl.broker.errors import (
     PersistenceError,
     ProducerBusy,
     ProducerFenced,
+    ReservedName,
     ServiceNotReady,
     TopicFenced,
     UnknownMessageIdError,
@@ -69,7 +70,7 @@ from impl.broker.managed_ledger import (
     Position,
 )
 from impl.broker.naming import InvalidTopicName, NamespaceName, TopicName
-from impl.broker.replication.replicator import is_replicator_cursor
+from impl.broker.replication.replicator import CURSOR_PREFIX, is_replicator_cursor
 from impl.broker.replication.topic_replicator import TopicReplicator
 from impl.broker.topic_stats import TopicCounters
 from impl.metadata.store import MetadataError, MetadataStore
@@ -527,6 +528,7 @@ class Topic:
         at that position inclusive (None: the first entry; True: after the last one)."""
         if not sub_name:
             raise BrokerError("a subscription needs a name")
+        _check_not_reserved(sub_name)
         with self.lock:
             if self.closed:
                 raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
@@ -567,6 +569,7 @@ class Topic:
                     del self.subscriptions[sub.name]
 
     def unsubscribe(self, sub_name: str) -> None:
+        _check_not_reserved(sub_name)
         with self.lock:
             sub = self.subscriptions.get(sub_name)
             if sub is not None and sub.sinks:
@@ -664,6 +667,15 @@ class Topic:
             "managed_ledger": ml_stats,
             "replication": {remote: r.stats() for remote, r in sorted(self.replicators.items())},
         }
+
+
+def _check_not_reserved(sub_name: str) -> None:
+    """A replicator's cursor is not a subscription: acknowledging on it would skip entries never replicated."""
+    if is_replicator_cursor(sub_name):
+        raise ReservedName(
+            f"subscription name {sub_name!r} is reserved: replicators' cursors are named "
+            f"{CURSOR_PREFIX}<cluster>; choose another name"
+        )
 
 
 def consumer_step(sub: Subscription, step: Callable[[], list[Output]]) -> None:

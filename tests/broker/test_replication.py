@@ -356,3 +356,19 @@ def test_the_remote_closing_the_replicator_mid_stream_duplicates_nothing(instanc
 def test_replication_follows_the_topic_through_an_unload_at_the_origin(instance: Instance) -> None:
     # The client looks the topic up again; the reloaded topic's replicator resumes from its cursor.
     disrupted_burst(instance, "origin-unload", lambda topic: unload(instance.clusters["east"], topic), before=300)
+
+
+def test_a_replicator_cursor_name_is_not_a_subscription(instance: Instance) -> None:
+    ns = instance.namespace("east", "west")
+    topic = f"persistent://{ns}/reserved"
+    east, west = instance.client("east"), instance.client("west")
+    try:
+        producer = east.create_producer(topic)
+        with pytest.raises(pulsar.PulsarException):
+            east.subscribe(topic, "pulsar.repl.west")  # acknowledging on it would skip what west never got
+        consumer = west.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        producer.send(b"still replicated")
+        assert [m.data() for m in receive_all(consumer, 1)] == [b"still replicated"]
+    finally:
+        east.close()
+        west.close()

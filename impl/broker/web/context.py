@@ -12,6 +12,7 @@ from impl.broker.errors import (
     NamespaceNotInCluster,
     NotEmptyError,
     NotOwner,
+    ReservedName,
     ServiceNotReady,
     TopicNotFound,
 )
@@ -87,6 +88,7 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (namespaces.InvalidPolicies, 412),
     (InvalidNamespaceName, 412),
     (InvalidTopicName, 412),
+    (ReservedName, 412),
     (NotOwner, 503),
     (ServiceNotReady, 503),
     (SessionExpired, 503),
