@@ -9,12 +9,14 @@ ids it stores) and decides every reply; entry *bodies* live in ledger storage: a
 add outputs `StoreEntry`, a read of a stored entry outputs `ReadEntry`, which the shell
 answers from storage (`ReadEntry.reply(body)`). `restore()` loads a ledger's checkpointed
 metadata and `replay()` applies the journal tail after a restart; `forget()` drops a
-garbage-collected ledger. State is plain dataclasses, open for inspection. A core given a
-tracer (impl/trace.py) reports ledger.tla's `BookieHandles` for every add and read it handles
-and `BookieReplays` for every journal record it replays; one given none traces nothing.
+garbage-collected ledger, whose adds are refused as fenced from then on (`deleted`). State is
+plain dataclasses, open for inspection. A core given a tracer (impl/trace.py) reports
+ledger.tla's `BookieHandles` for every add and read it handles and `BookieReplays` for every
+journal record it replays; one given none traces nothing.
 
 Check order follows BookKeeper: well-formedness (EBADREQ), read-only (EREADONLY, adds only),
-master key (EUA), then fenced (EFENCED, plain adds only; recovery adds skip it).
+master key (EUA), then fenced (EFENCED, plain adds only; recovery adds skip it). An add to a
+garbage-collected ledger is EFENCED before any other check of the ledger, recovery adds included.
 """
 
 from __future__ import annotations
@@ -132,6 +134,11 @@ class BookieCore:
     next_token: int = 0
     waiting: dict[int, list[Reply | ReadEntry]] = field(default_factory=dict)  # token -> replies held until durable
     tracer: Tracer | None = field(default=None, repr=False, compare=False)  # this core's recorder, if traced
+    # Garbage-collected ledgers. An add to one is refused as fenced: forgetting a ledger also forgets its
+    # fence, and a writer that still holds it (a broker whose session expired unnoticed) would otherwise
+    # re-create it here and have its add acknowledged on a ledger nobody will read (BookKeeper issue 4462).
+    # Ledger ids are never reused (a sequential metadata node allocates them).
+    deleted: set[int] = field(default_factory=set)
 
     # --- requests ---------------------------------------------------------------------------
     def handle(self, request: Request, request_id: int) -> list[Output]:
@@ -186,6 +193,8 @@ class BookieCore:
             return [reply(ErrorCode.EBADREQ)]
         if self.readonly:
             return [reply(ErrorCode.EREADONLY)]
+        if req.ledger_id in self.deleted:
+            return [reply(ErrorCode.EFENCED)]
         ledger = self.ledgers.get(req.ledger_id)
         records: list[JournalRecord] = []
         if ledger is None:
@@ -297,7 +306,9 @@ class BookieCore:
         return []
 
     def forget(self, ledger_id: int) -> bool:
-        """Drop a ledger whose metadata is gone (garbage collection); False if unknown here."""
+        """Drop a ledger whose metadata is gone (garbage collection), and refuse its adds from now on;
+        False if it was unknown here."""
+        self.deleted.add(ledger_id)
         return self.ledgers.pop(ledger_id, None) is not None
 
 

@@ -7,7 +7,8 @@ buffer, or the file. Nothing here waits for the journal, and no fsync happens un
 lock that reads take: `checkpoint()` flushes the entry logs, fsyncs them, and only then
 appends the new locations and ledger states to the index files (fsynced too), so an index
 never points at data that might not be on disk. The caller (the bookie shell) writes the
-checkpoint mark after that. Garbage collection: `delete_ledger()` drops a ledger's index,
+checkpoint mark after that. Garbage collection: `delete_ledger()` records the ledger among the
+deleted ones (`deleted_ledgers()`, which the bookie refuses adds to) and drops its index,
 `collect_entry_logs()` deletes every rolled entry log that no live entry points into.
 
 Thread safety: one internal lock; `checkpoint`, `delete_ledger` and `collect_entry_logs` must
@@ -16,6 +17,7 @@ come from one maintenance thread (the shell's), `put` and `read` from any thread
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
@@ -31,6 +33,8 @@ from impl.bookie.ledger_index import (
     master_key_record,
     state_record,
 )
+
+DELETED_LEDGERS = "deleted-ledgers"  # one garbage-collected ledger id per line, appended and fsynced
 
 
 class EntryNotStored(StorageError):
@@ -217,7 +221,10 @@ class LedgerStorage:
         return CheckpointStats(logs, len(written))
 
     def delete_ledger(self, ledger_id: int) -> int:
-        """Forget a garbage-collected ledger and delete its index file; returns its entry count."""
+        """Forget a garbage-collected ledger and delete its index file; returns its entry count. The ledger's
+        id is recorded first, durably, among the deleted ones (`deleted_ledgers`): a restarted bookie keeps
+        refusing its adds (BookieCore.deleted)."""
+        self._record_deleted(ledger_id)
         with self._lock:
             locations = self._locations.pop(ledger_id, {})
             for log_id, _, _ in locations.values():
@@ -227,6 +234,21 @@ class LedgerStorage:
             self.cache.discard_ledger(ledger_id)
             self.index.delete(ledger_id)
             return len(locations)
+
+    def _record_deleted(self, ledger_id: int) -> None:
+        with open(self.directory / DELETED_LEDGERS, "a", encoding="ascii") as f:
+            f.write(f"{ledger_id}\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def deleted_ledgers(self) -> set[int]:
+        """The ids of every ledger garbage-collected here (a torn last line, from a crash, is ignored:
+        its ledger is still indexed, and the next collection deletes it again)."""
+        try:
+            text = (self.directory / DELETED_LEDGERS).read_text(encoding="ascii")
+        except FileNotFoundError:
+            return set()
+        return {int(line) for line in text.split("\n")[:-1] if line.isdigit()}
 
     def collect_entry_logs(self) -> list[int]:
         """Delete rolled entry logs no indexed entry points into. Call right after a checkpoint."""

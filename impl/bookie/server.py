@@ -133,6 +133,7 @@ class Bookie:
             state = LedgerState(meta.master_key, meta.fenced, set(indexed.locations))
             state.piggybacked_lac, state.explicit_lac = meta.piggybacked_lac, meta.explicit_lac
             self.core.restore(ledger_id, state)
+        self.core.deleted |= self.storage.deleted_ledgers()
         self.replay_report = ReplayReport()
         try:
             self.checkpoint_mark = read_mark(self.storage_dir)
@@ -306,7 +307,7 @@ class Bookie:
                 on_bookie = list(self.core.ledgers)  # before the metadata listing (see garbage_collector.py)
             deleted = self.garbage_collector.deleted_ledgers(on_bookie)
             for ledger_id in deleted:
-                with self._lock:  # atomically for adds: a late add re-creates the ledger in both, or in neither
+                with self._lock:  # atomically for adds: from here on a late add is refused (BookieCore.deleted)
                     self.core.forget(ledger_id)
                     entries = self.storage.delete_ledger(ledger_id)
                 log.info(

@@ -356,7 +356,7 @@ def test_bookie_process_checkpoints_and_collects_garbage_while_killed(tmp_path: 
                 start = len(acked)
                 eids = range(start, start + 400)
                 futures = {eid: channel.submit(AddRequest(live, eid, KEY, body(live, eid))) for eid in eids}
-                if round_no < 2:  # written before its metadata is deleted (a later add would re-create it)
+                if round_no < 2:  # written before its metadata is deleted (a later add is refused, as fenced)
                     for eid in range(start, start + 50):
                         channel.submit(AddRequest(doomed, eid, KEY, body(doomed, eid)))
                 for eid, fut in futures.items():
