@@ -14,12 +14,15 @@
 (* bad version, after which its managed ledger is FENCED for good (Pulsar  *)
 (* issue 17736).                                                           *)
 (*                                                                         *)
-(* Two CONSTANT switches mark where the two classic bugs live:             *)
+(* Three CONSTANT switches mark where the classic bugs live:             *)
 (*   FenceOnRecovery = FALSE : ownership by conditional writes alone, the  *)
 (*                             recovery closes the ledger's metadata but   *)
 (*                             never fences its bookies (mutation 4);      *)
 (*   FenceOnBadVersion = FALSE : a managed ledger that keeps writing after *)
-(*                             a bad version on rollover (mutation 5).     *)
+(*                             a bad version on rollover (mutation 5);     *)
+(*   DeletedLedgerRefusesAdds = FALSE : bookies that forget a deleted      *)
+(*                             ledger, fence included, and re-create it on *)
+(*                             a stale writer's add (BookKeeper 4462).     *)
 (*                                                                         *)
 (* ABSTRACTION OF BOOKKEEPER.  A ledger is abstracted to its entries, a    *)
 (* "fenced" flag for its bookies and its metadata state; an add is one     *)
@@ -60,7 +63,9 @@ CONSTANTS
     MaxExpiries,        \* bound on metadata session expiries
     MaxLostAcks,        \* bound on adds stored but never acknowledged (AddEntryAckLost)
     FenceOnRecovery,    \* TRUE in the protocol; FALSE = mutation 4
-    FenceOnBadVersion   \* TRUE in the protocol; FALSE = mutation 5 (issue 17736)
+    FenceOnBadVersion,  \* TRUE in the protocol; FALSE = mutation 5 (issue 17736)
+    DeletedLedgerRefusesAdds \* TRUE in pulsar-ref; FALSE = a bookie re-creates a garbage-collected ledger
+                             \* on an add (BookKeeper issue 4462, before the bookie kept its deletions)
 
 ASSUME /\ MaxLedgers \in Nat \ {0}
        /\ MaxMessages \in Nat
@@ -68,6 +73,7 @@ ASSUME /\ MaxLedgers \in Nat \ {0}
        /\ MaxLostAcks \in Nat
        /\ FenceOnRecovery \in BOOLEAN
        /\ FenceOnBadVersion \in BOOLEAN
+       /\ DeletedLedgerRefusesAdds \in BOOLEAN
 
 NoBroker == "none"      \* the ownership node does not exist
 NoLedger == 0           \* a managed ledger with no current ledger
@@ -105,6 +111,11 @@ MLStates == {"closed",     \* not loaded on this broker
              "fenced"}     \* terminal: every operation fails until the topic is closed
 
 Range(s) == {s[i] : i \in DOMAIN s}
+
+\* Whether the bookies of ledger l would store and acknowledge a plain add. A deleted ledger was
+\* garbage-collected at its bookies, its fence with it: it refuses adds only because the bookies keep
+\* the ids they collected (BookieCore.deleted); without that (FALSE) an add re-creates it.
+Accepts(l) == IF ledger[l].state = "deleted" THEN ~DeletedLedgerRefusesAdds ELSE ~ledger[l].fenced
 Last(s) == s[Len(s)]
 
 \* The entries of ledger l that a reader of the list sees: up to the closed end, or all while open.
@@ -257,7 +268,7 @@ AddEntry(b) ==
     /\ ml[b].state = "open"
     /\ nextMsg \in Messages
     /\ LET l == ml[b].current
-           refused == ledger[l].fenced \/ ledger[l].state = "deleted"
+           refused == ~Accepts(l)
        IN /\ IF refused
              THEN /\ ml' = [ml EXCEPT ![b].state = "fenced"]     \* the add fails fenced: fenced for good
                   /\ UNCHANGED <<ledger, acked, nextMsg>>
@@ -397,8 +408,7 @@ TypeOK ==
 \* bookies would accept the add.
 CanAck(b) ==
     /\ ml[b].state = "open"
-    /\ ~ledger[ml[b].current].fenced
-    /\ ledger[ml[b].current].state # "deleted"
+    /\ Accepts(ml[b].current)
 
 \* At most one broker's writes can still be acknowledged on the topic, at any time: once a
 \* takeover completed, the previous owner can no longer get an add acknowledged.
@@ -424,6 +434,10 @@ AtMostOneOpenLedger ==
 
 \* A ledger on the list is never deleted.
 NoDeletedLedgerOnList == \A l \in Range(list.ledgers) : ledger[l].state # "deleted"
+
+\* Nothing is stored on a deleted ledger (deletion empties it): no add, acknowledged or not, lands where
+\* no reader of the list will ever look.
+NothingStoredOnDeletedLedger == \A l \in LedgerIds : ledger[l].state = "deleted" => ledger[l].entries = <<>>
 
 \* ---- Properties of behaviours ----
 
