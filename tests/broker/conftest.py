@@ -1,22 +1,20 @@
 """An in-process BookKeeper for managed-ledger tests: real bookie cores, real client, real metadata.
 
-`CoreTransport` answers each request with impl/bookie/core.py's `BookieCore`, making journal
-appends durable at once (no files), inline, so tests are deterministic and fast. A bookie
-can be made silent (no answer: the writer changes its ensemble).
+The transport is conformance/sim_bookie.py's `SimNetwork`: each request is answered inline by a
+`SimBookie` (impl/bookie/core.py's `BookieCore`, journal appends durable at once, no files), so tests
+are deterministic and fast. A bookie can be made silent (no answer: the writer changes its ensemble).
 """
 
 from __future__ import annotations
 
 import heapq
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
+from conformance.sim_bookie import SimNetwork
 from impl.bookie.client.api import BookKeeperClient
-from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, Reply, StoreEntry
 from impl.broker.client import Client
 from impl.broker.standalone import Standalone
 from impl.metadata.ledger_store import LedgerMetadataStore
@@ -27,43 +25,12 @@ from impl.metadata.store import MetadataStore
 BOOKIES = ["bk0:3181", "bk1:3181", "bk2:3181", "bk3:3181"]
 
 
-class CoreTransport:
-    def __init__(self, bookies: list[str]) -> None:
-        self.cores = {b: BookieCore() for b in bookies}
-        self.storage: dict[tuple[str, int, int], bytes] = {}  # each bookie's ledger storage (entry bodies)
-        self.silent: set[str] = set()
-        self.lock = threading.Lock()  # a real bookie serialises requests in its core the same way
-        self.requests = 0
-
-    def send(self, bookie: str, request: Any, on_answer: Callable[[Any], None]) -> None:
-        if bookie in self.silent or bookie not in self.cores:
-            on_answer(None)
-            return
-        replies: list[Any] = []
-        with self.lock:
-            self.requests += 1
-            core = self.cores[bookie]
-            pending = core.handle(request, 0)
-            while pending:
-                out = pending.pop(0)
-                if isinstance(out, AppendJournal):
-                    pending += core.on_durable(out.token)  # durable at once
-                elif isinstance(out, StoreEntry):
-                    self.storage[bookie, out.ledger_id, out.entry_id] = out.body
-                elif isinstance(out, ReadEntry):
-                    replies.append(out.reply(self.storage.get((bookie, out.ledger_id, out.entry_id))).response)
-                elif isinstance(out, Reply):
-                    replies.append(out.response)
-        for response in replies:
-            on_answer(response)
-
-
 @dataclass
 class Cluster:
     """Bookies and one metadata store; `client()` gives a broker its own sessions and client."""
 
     url: str
-    transport: CoreTransport
+    transport: SimNetwork
     connect: Callable[[], MetadataStore]
     stores: list[MetadataStore] = field(default_factory=list)
     seed: int = 0
@@ -87,7 +54,7 @@ class Cluster:
 
 
 def make_cluster(connect: Callable[[], MetadataStore], url: str, bookies: list[str] = BOOKIES) -> Cluster:
-    cluster = Cluster(url, CoreTransport(bookies), connect)
+    cluster = Cluster(url, SimNetwork(bookies), connect)
     registry = BookieRegistry(cluster.store())
     for bookie in bookies:
         registry.register(bookie)
