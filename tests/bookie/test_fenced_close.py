@@ -1,10 +1,11 @@
 """A writer's close and a recovery's close agree, in every ordering of the two (issue 26, item 1).
 
 Driven through the pure cores only: the ledger writer (impl/bookie/client/writer.py), the recovery op
-(recovery.py), one bookie core per bookie (impl/bookie/core.py, journal appends durable at once) and
-the real metadata transitions over the in-memory store. Hypothesis chooses the interleaving: which
-message in flight is answered next, when the writer adds, when the recovery starts, when the writer
-closes (before, while or after it is fenced, before, while or after the recovery closes).
+(recovery.py), one bookie core per bookie (impl/bookie/core.py, in conformance/sim_bookie.py's simulated
+bookies: journal appends durable at once) and the real metadata transitions over the in-memory store.
+Hypothesis chooses the interleaving: which message in flight is answered next, when the writer adds,
+when the recovery starts, when the writer closes (before, while or after it is fenced, before, while or
+after the recovery closes).
 
 Whatever the order, once both are done:
 - the recovery's close is what is stored, and the ledger is CLOSED;
@@ -22,6 +23,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conformance.sim_bookie import SimNetwork
 from impl.bookie.client.errors import MetadataVersionError
 from impl.bookie.client.ledger_update import UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
@@ -36,8 +38,7 @@ from impl.bookie.client.writer import (
     WriterClosed,
     WriterState,
 )
-from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, Reply, StoreEntry
-from impl.bookie.protocol import ReadRequest, Request, Response
+from impl.bookie.protocol import ReadRequest, Request
 from impl.metadata import transitions
 from impl.metadata.ledger import LedgerMetadata, LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore
@@ -51,40 +52,19 @@ QUORUMS = [(3, 3, 2), (3, 2, 2), (2, 2, 1), (3, 3, 3), (4, 3, 2)]  # (E, Qw, Qa)
 
 @dataclass
 class World:
-    """The bookie cores, the metadata store, the messages in flight and what each client was told."""
+    """The bookies, the metadata store, the messages in flight and what each client was told."""
 
     metadata: LedgerMetadata
     store: LedgerMetadataStore = field(default_factory=lambda: LedgerMetadataStore(MemoryServer().connect()))
-    bookies: dict[str, BookieCore] = field(default_factory=lambda: {b: BookieCore() for b in BOOKIES})
-    storage: dict[tuple[str, int, int], bytes] = field(default_factory=dict)
+    network: SimNetwork = field(default_factory=lambda: SimNetwork(BOOKIES))
     in_flight: list[tuple[Any, str, Request]] = field(default_factory=list)
     events: dict[int, list[Any]] = field(default_factory=dict)
-    next_request: int = 0
 
     def __post_init__(self) -> None:
         self.store.create_with_id(LEDGER, self.metadata)
 
     def stored(self) -> LedgerMetadata:
         return self.store.read(LEDGER)[0]
-
-    def answer(self, bookie: str, request: Request) -> Response:
-        """One request through the bookie's core, journal and storage (durable at once)."""
-        core = self.bookies[bookie]
-        self.next_request += 1
-        outputs: list[Any] = core.handle(request, self.next_request)
-        replies: list[Response] = []
-        while outputs:
-            out = outputs.pop(0)
-            if isinstance(out, AppendJournal):
-                outputs += core.on_durable(out.token)
-            elif isinstance(out, StoreEntry):
-                self.storage[bookie, out.ledger_id, out.entry_id] = out.body
-            elif isinstance(out, ReadEntry):
-                outputs.append(out.reply(self.storage.get((bookie, out.ledger_id, out.entry_id))))
-            elif isinstance(out, Reply):
-                replies.append(out.response)
-        (reply,) = replies
-        return reply
 
     def perform(self, client: Any, outputs: list[Any]) -> None:
         for output in outputs:
@@ -100,7 +80,9 @@ class World:
 
     def deliver(self, index: int) -> None:
         client, bookie, request = self.in_flight.pop(index % len(self.in_flight))
-        self.perform(client, client.receive(bookie, request, self.answer(bookie, request)))
+        response = self.network.answer(bookie, request)
+        assert response is not None, f"{bookie} is reachable"
+        self.perform(client, client.receive(bookie, request, response))
 
     def of(self, client: Any, *kinds: type) -> list[Any]:
         return [e for e in self.events.get(id(client), []) if isinstance(e, kinds)]
