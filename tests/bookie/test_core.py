@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, RecordKind, Reply, StoreEntry
+from conformance.sim_bookie import SimBookie
+from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, RecordKind, StoreEntry
 from impl.bookie.entry_format import encode_entry
 from impl.bookie.protocol import (
     LAST_ENTRY,
@@ -24,29 +25,9 @@ def entry(ledger: int, eid: int, lac: int = -1) -> bytes:
     return encode_entry(ledger, eid, lac, eid + 1, b"payload-%d" % eid)
 
 
-STORAGE: dict[tuple[int, int, int], bytes] = {}  # (core, ledger, entry) -> body: the cores' ledger storage
-
-
-def run(core: BookieCore, request, rid: int = 0, durable: bool = True) -> list[Reply]:
-    """Drive the core like a shell: journal appends are instantly durable, storage is a dict; collect replies."""
-    replies: list[Reply] = []
-    pending = core.handle(request, rid)
-    while pending:
-        out = pending.pop(0)
-        if isinstance(out, Reply):
-            replies.append(out)
-        elif isinstance(out, StoreEntry):
-            STORAGE[id(core), out.ledger_id, out.entry_id] = out.body
-        elif isinstance(out, ReadEntry):
-            replies.append(out.reply(STORAGE.get((id(core), out.ledger_id, out.entry_id))))
-        elif durable:
-            pending.extend(core.on_durable(out.token))
-    return replies
-
-
-def code(core: BookieCore, request) -> ErrorCode:
-    (reply,) = run(core, request)
-    return reply.response.code
+def code(bookie: SimBookie, request) -> ErrorCode:
+    """The code the core answers, driven by a simulated bookie (journal durable at once, storage in memory)."""
+    return bookie.answer(request).code
 
 
 def test_add_waits_for_durability_then_reads_back():
@@ -65,19 +46,20 @@ def test_add_waits_for_durability_then_reads_back():
 
 
 def test_master_key_checked_before_fence():
-    core = BookieCore()
-    assert code(core, AddRequest(1, 0, KEY, entry(1, 0))) is ErrorCode.EOK
-    assert code(core, ReadRequest(1, 0, fence=True, master_key=KEY)) is ErrorCode.EOK
-    assert code(core, AddRequest(1, 1, OTHER, entry(1, 1))) is ErrorCode.EUA
-    assert code(core, AddRequest(1, 1, OTHER, entry(1, 1), recovery=True)) is ErrorCode.EUA
-    assert code(core, AddRequest(1, 1, KEY, entry(1, 1))) is ErrorCode.EFENCED
-    assert code(core, AddRequest(1, 1, KEY, entry(1, 1), recovery=True)) is ErrorCode.EOK
-    assert code(core, ReadRequest(1, 1)) is ErrorCode.EOK
+    bookie = SimBookie()
+    assert code(bookie, AddRequest(1, 0, KEY, entry(1, 0))) is ErrorCode.EOK
+    assert code(bookie, ReadRequest(1, 0, fence=True, master_key=KEY)) is ErrorCode.EOK
+    assert code(bookie, AddRequest(1, 1, OTHER, entry(1, 1))) is ErrorCode.EUA
+    assert code(bookie, AddRequest(1, 1, OTHER, entry(1, 1), recovery=True)) is ErrorCode.EUA
+    assert code(bookie, AddRequest(1, 1, KEY, entry(1, 1))) is ErrorCode.EFENCED
+    assert code(bookie, AddRequest(1, 1, KEY, entry(1, 1), recovery=True)) is ErrorCode.EOK
+    assert code(bookie, ReadRequest(1, 1)) is ErrorCode.EOK
 
 
 def test_fence_reply_only_after_fence_record_durable():
-    core = BookieCore()
-    run(core, AddRequest(1, 0, KEY, entry(1, 0)))
+    bookie = SimBookie()
+    bookie.answer(AddRequest(1, 0, KEY, entry(1, 0)))
+    core = bookie.core
     outs = core.handle(ReadRequest(1, 0, fence=True, master_key=KEY), 3)
     assert [type(o) for o in outs] == [AppendJournal]
     assert [r.kind for r in outs[0].records] == [RecordKind.FENCE]
@@ -87,80 +69,76 @@ def test_fence_reply_only_after_fence_record_durable():
 
 
 def test_fence_wrong_key_fences_nothing():
-    core = BookieCore()
-    run(core, AddRequest(1, 0, KEY, entry(1, 0)))
-    assert code(core, ReadRequest(1, 0, fence=True, master_key=OTHER)) is ErrorCode.EUA
-    assert not core.ledgers[1].fenced
-    assert code(core, AddRequest(1, 1, KEY, entry(1, 1))) is ErrorCode.EOK
+    bookie = SimBookie()
+    code(bookie, AddRequest(1, 0, KEY, entry(1, 0)))
+    assert code(bookie, ReadRequest(1, 0, fence=True, master_key=OTHER)) is ErrorCode.EUA
+    assert not bookie.core.ledgers[1].fenced
+    assert code(bookie, AddRequest(1, 1, KEY, entry(1, 1))) is ErrorCode.EOK
 
 
 def test_fencing_unseen_ledger_creates_it_fenced():
-    core = BookieCore()
-    assert code(core, ReadRequest(9, LAST_ENTRY, fence=True, master_key=KEY)) is ErrorCode.ENOENTRY
-    assert core.ledgers[9].fenced
-    assert code(core, AddRequest(9, 0, KEY, entry(9, 0))) is ErrorCode.EFENCED
+    bookie = SimBookie()
+    assert code(bookie, ReadRequest(9, LAST_ENTRY, fence=True, master_key=KEY)) is ErrorCode.ENOENTRY
+    assert bookie.core.ledgers[9].fenced
+    assert code(bookie, AddRequest(9, 0, KEY, entry(9, 0))) is ErrorCode.EFENCED
 
 
 def test_noledger_noentry_and_last_entry():
-    core = BookieCore()
-    assert code(core, ReadRequest(1, 0)) is ErrorCode.ENOLEDGER
-    assert code(core, ReadLacRequest(1)) is ErrorCode.ENOLEDGER
-    run(core, AddRequest(1, 0, KEY, entry(1, 0)))
-    run(core, AddRequest(1, 2, KEY, entry(1, 2, lac=0)))
-    assert code(core, ReadRequest(1, 1)) is ErrorCode.ENOENTRY
-    (last,) = run(core, ReadRequest(1, LAST_ENTRY))
-    assert last.response.entry_id == 2 and last.response.body == entry(1, 2, lac=0)
+    bookie = SimBookie()
+    assert code(bookie, ReadRequest(1, 0)) is ErrorCode.ENOLEDGER
+    assert code(bookie, ReadLacRequest(1)) is ErrorCode.ENOLEDGER
+    code(bookie, AddRequest(1, 0, KEY, entry(1, 0)))
+    code(bookie, AddRequest(1, 2, KEY, entry(1, 2, lac=0)))
+    assert code(bookie, ReadRequest(1, 1)) is ErrorCode.ENOENTRY
+    last = bookie.answer(ReadRequest(1, LAST_ENTRY))
+    assert last.entry_id == 2 and last.body == entry(1, 2, lac=0)
 
 
 def test_lac_piggybacked_and_explicit():
-    core = BookieCore()
-    run(core, AddRequest(1, 0, KEY, entry(1, 0)))
-    run(core, AddRequest(1, 5, KEY, entry(1, 5, lac=3)))
-    run(core, AddRequest(1, 4, KEY, entry(1, 4, lac=2)))
-    (r,) = run(core, ReadLacRequest(1))
-    assert r.response.lac == 3
-    assert code(core, WriteLacRequest(1, KEY, 4)) is ErrorCode.EOK
-    (r,) = run(core, ReadLacRequest(1))
-    assert r.response.lac == 4
-    assert code(core, WriteLacRequest(1, OTHER, 9)) is ErrorCode.EUA
+    bookie = SimBookie()
+    code(bookie, AddRequest(1, 0, KEY, entry(1, 0)))
+    code(bookie, AddRequest(1, 5, KEY, entry(1, 5, lac=3)))
+    code(bookie, AddRequest(1, 4, KEY, entry(1, 4, lac=2)))
+    assert bookie.answer(ReadLacRequest(1)).lac == 3
+    assert code(bookie, WriteLacRequest(1, KEY, 4)) is ErrorCode.EOK
+    assert bookie.answer(ReadLacRequest(1)).lac == 4
+    assert code(bookie, WriteLacRequest(1, OTHER, 9)) is ErrorCode.EUA
 
 
 def test_readonly_refuses_adds_serves_reads():
-    core = BookieCore()
-    run(core, AddRequest(1, 0, KEY, entry(1, 0)))
-    core.readonly = True
-    assert code(core, AddRequest(1, 1, KEY, entry(1, 1))) is ErrorCode.EREADONLY
-    assert code(core, ReadRequest(1, 0)) is ErrorCode.EOK
+    bookie = SimBookie()
+    code(bookie, AddRequest(1, 0, KEY, entry(1, 0)))
+    bookie.core.readonly = True
+    assert code(bookie, AddRequest(1, 1, KEY, entry(1, 1))) is ErrorCode.EREADONLY
+    assert code(bookie, ReadRequest(1, 0)) is ErrorCode.EOK
 
 
 def test_replay_rebuilds_state():
-    core = BookieCore()
-    journal = []
+    bookie = SimBookie()
     for req in [
         AddRequest(1, 0, KEY, entry(1, 0)),
         AddRequest(1, 1, KEY, entry(1, 1, lac=0)),
         ReadRequest(1, 0, fence=True, master_key=KEY),
         WriteLacRequest(1, KEY, 1),
     ]:
-        for out in core.handle(req, 0):
-            if isinstance(out, AppendJournal):
-                journal.extend(out.records)
+        bookie.handle(req)
     restarted = BookieCore()
     stored = []
-    for record in journal:
+    for record in bookie.journal:
         stored += restarted.replay(record)
-    assert restarted.ledgers == core.ledgers
+    assert restarted.ledgers == bookie.core.ledgers
     assert stored == [StoreEntry(1, 0, entry(1, 0)), StoreEntry(1, 1, entry(1, 1, lac=0))]
 
 
 def test_forget_and_restore_ledger():
-    core = BookieCore()
-    run(core, AddRequest(1, 0, KEY, entry(1, 0)))
+    bookie = SimBookie()
+    code(bookie, AddRequest(1, 0, KEY, entry(1, 0)))
+    core = bookie.core
     state = core.ledgers[1]
     assert core.forget(1) and not core.forget(1)
-    assert code(core, ReadRequest(1, 0)) is ErrorCode.ENOLEDGER
+    assert code(bookie, ReadRequest(1, 0)) is ErrorCode.ENOLEDGER
     core.restore(1, state)
-    assert code(core, ReadRequest(1, 0)) is ErrorCode.EOK
+    assert code(bookie, ReadRequest(1, 0)) is ErrorCode.EOK
 
 
 @given(
@@ -169,9 +147,9 @@ def test_forget_and_restore_ledger():
     body=st.binary(max_size=64),
 )
 def test_malformed_adds_get_ebadreq_never_crash(ledger, eid, body):
-    core = BookieCore()
-    (reply,) = run(core, AddRequest(ledger, eid, KEY, body))
-    assert reply.response.code in (ErrorCode.EBADREQ, ErrorCode.EOK)
-    if reply.response.code is ErrorCode.EOK:
-        assert body[:16] and eid in core.ledgers[ledger].entries
-        assert STORAGE[id(core), ledger, eid] == body
+    bookie = SimBookie()
+    reply = bookie.answer(AddRequest(ledger, eid, KEY, body))
+    assert reply.code in (ErrorCode.EBADREQ, ErrorCode.EOK)
+    if reply.code is ErrorCode.EOK:
+        assert body[:16] and eid in bookie.core.ledgers[ledger].entries
+        assert bookie.body(ledger, eid) == body
