@@ -193,6 +193,8 @@ class TopicReplicator:
         if isinstance(event, _Lost):
             if event.producer is not None and event.producer is not self._producer:
                 return  # an earlier producer's loss: its rewind happened
+            if event.producer is not None:
+                event.producer.close()  # the remote forgets it (after a refused send it would keep it)
             self._producer, self._broken, self._idle_read = None, False, None
             self._sent.clear()
             self._perform(self.core.step(rc.ProducerDisconnected()))
