@@ -11,11 +11,10 @@ the spec's environment, what the network and the disks do:
   A lost request, a lost reply, a request dropped by a down bookie: the sender is *not* told
   at once; it gets `None` (no answer) only when the spec decides its timeout fires
   (`timeout_writer`, `timeout_recovery_adds`, `abort_recovery`).
-- disk: each bookie's journal, the records the core asked to append (made durable at once:
-  ledger.tla's journal write, fsync and reply are one step). A crash rebuilds the bookie core
-  from its journal with `BookieCore.replay`, so only journalled state survives. The journal
-  is also the bookie's ledger storage: a `ReadEntry` is answered with the entry's last
-  journalled body (a `StoreEntry` needs no other disk).
+- disk: each bookie is a `SimBookie` (conformance/sim_bookie.py): its journal, made durable at
+  once (ledger.tla's journal write, fsync and reply are one step), and its ledger storage. A
+  crash rebuilds the bookie core from its journal with `BookieCore.replay`, so only journalled
+  state survives (ledger storage too is what the journal puts back).
 - metadata: every `UpdateMetadata` is applied at once through the conditional-write loop,
   except a recovery close, held until the spec's `RecoveryCloses` step.
 
@@ -27,15 +26,16 @@ core it runs (also one rebuilt after a crash) reports its steps to it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from conformance.sim_bookie import BookieAnswerError, SimBookie
 from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.recovery import RecoveryFailed, RecoveryOp, RecoveryPhase
 from impl.bookie.client.writer import ChooseReplacement, LedgerWriter, Send, WriterState
-from impl.bookie.core import AppendJournal, BookieCore, JournalRecord, ReadEntry, RecordKind, Reply, StoreEntry
+from impl.bookie.core import BookieCore
 from impl.bookie.entry_format import read_header
 from impl.bookie.protocol import AddRequest, ReadRequest, Request, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, Fragment, LedgerMetadata
@@ -82,14 +82,6 @@ class CoreTypes:
     bookie: type[BookieCore] = BookieCore
 
 
-@dataclass
-class Bookie:
-    core: BookieCore
-    journal: list[JournalRecord] = field(default_factory=list)  # the durable disk
-    up: bool = True
-    failed: bool = False  # failed for good (its disk is gone)
-
-
 class LedgerCluster:
     def __init__(
         self,
@@ -105,7 +97,7 @@ class LedgerCluster:
         metadata = LedgerMetadata(e, qw, qa, (Fragment(0, ensemble),), password=PASSWORD)
         self.cores = cores
         self.tracer = tracer  # the bookie cores' recorder
-        self.bookies = {b: Bookie(cores.bookie(tracer=tracer)) for b in bookies}
+        self.bookies = {b: SimBookie(cores.bookie(tracer=tracer)) for b in bookies}
         self._metadata = metadata
         self._store: LedgerMetadataStore | None = _new_store(metadata)
         self.writer_name = writer
@@ -119,7 +111,6 @@ class LedgerCluster:
         self.events: list[Any] = []  # completions and failures the cores reported
         self.stopped: tuple[dict[int, frozenset[BookieId]], LedgerMetadata] | None = None
         self._replacement: BookieId | None = None  # the spec step's choice for a ChooseReplacement
-        self._next_request_id = 0
 
     # ---- the metadata store: the in-memory store holds locks and does not pickle, so a copy of
     # the cluster carries the stored metadata and makes a fresh store when it next writes ---------
@@ -198,48 +189,31 @@ class LedgerCluster:
         ledger = node.core.ledgers.get(LEDGER_ID)
         if ledger is None or not ledger.entries:
             return NO_ENTRY
-        body = _journalled_body(node.journal, LEDGER_ID, max(ledger.entries))
+        body = node.body(LEDGER_ID, max(ledger.entries))
         if body is None:
-            raise HarnessError(f"bookie {bookie} lists entry {max(ledger.entries)} but never journalled it")
+            raise HarnessError(
+                f"bookie {bookie} lists entry {max(ledger.entries)} but its ledger storage has no body for it"
+            )
         return read_header(body)[2]
 
     # ---- bookies --------------------------------------------------------------------------------
     def bookie_handles(self, bookie: BookieId, request: Request) -> Response:
         """The bookie core handles one request; its journal records are durable before the reply."""
-        node = self.bookies[bookie]
-        request_id = self._next_request_id
-        self._next_request_id += 1
-        pending = list(node.core.handle(request, request_id))
-        replies: list[Reply] = []
-        while pending:
-            output = pending.pop(0)
-            if isinstance(output, AppendJournal):
-                node.journal.extend(output.records)
-                pending.extend(node.core.on_durable(output.token))
-            elif isinstance(output, ReadEntry):
-                replies.append(output.reply(_journalled_body(node.journal, output.ledger_id, output.entry_id)))
-            elif not isinstance(output, StoreEntry):  # a StoreEntry's body is in the journal record that follows
-                replies.append(output)
-        if len(replies) != 1 or replies[0].request_id != request_id:
-            raise HarnessError(f"bookie {bookie} answered {replies} to one request")
-        return replies[0].response
+        try:
+            return self.bookies[bookie].answer(request)
+        except BookieAnswerError as e:
+            raise HarnessError(f"bookie {bookie} {e}") from e
 
     def crash(self, bookie: BookieId) -> None:
-        node = self.bookies[bookie]
-        node.up = False
-        node.core = self.cores.bookie(tracer=self.tracer)
-        for record in node.journal:  # restart state: only what reached the journal
-            node.core.replay(record)
+        self.bookies[bookie].crash()  # restart state: only what reached the journal
         self._drop_requests_to(bookie)
         self.crashes += 1
 
     def restart(self, bookie: BookieId) -> None:
-        self.bookies[bookie].up = True
+        self.bookies[bookie].restart()
 
     def fail_permanently(self, bookie: BookieId) -> None:
-        node = self.bookies[bookie]
-        node.up = False
-        node.failed = True
+        self.bookies[bookie].fail()
         self._drop_requests_to(bookie)
 
     def _drop_requests_to(self, bookie: BookieId) -> None:
@@ -370,13 +344,6 @@ def pending_acks(writer: LedgerWriter) -> dict[int, frozenset[BookieId]]:
 def pending_lacs(writer: LedgerWriter) -> dict[int, int]:
     """The LAC in each pending add's encoded entry (fixed when first sent; re-sent verbatim)."""
     return {entry_id: read_header(pending.body)[2] for entry_id, pending in writer._pending.items()}
-
-
-def _journalled_body(journal: list[JournalRecord], ledger_id: int, entry_id: int) -> bytes | None:
-    for record in reversed(journal):
-        if record.kind is RecordKind.ENTRY and (record.ledger_id, record.entry_id) == (ledger_id, entry_id):
-            return record.body
-    return None
 
 
 def _new_store(metadata: LedgerMetadata) -> LedgerMetadataStore:
