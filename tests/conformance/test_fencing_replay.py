@@ -34,6 +34,7 @@ SMALL_CFG = """CONSTANTS
     MaxLostAcks = 1
     FenceOnRecovery = TRUE
     FenceOnBadVersion = TRUE
+    DeletedLedgerRefusesAdds = TRUE
 SPECIFICATION Spec
 VIEW view
 """
