@@ -1,26 +1,38 @@
 """spec/fencing.tla against the implementation: the action mapping and the abstraction function.
 
-What runs is the production code: one `ManagedLedgerCore` per broker (impl/broker/
-managed_ledger_core.py), the in-memory metadata store (sessions, the ephemeral ownership
-node, the versioned ledger-list node, ledger metadata through `LedgerMetadataStore` and the
-transitions), one `BookieCore`, a `LedgerWriter` per ledger a broker created and a
-`RecoveryOp` per recovery. The harness performs the managed ledger's outputs as its shell
-(impl/broker/managed_ledger.py) does, each to completion within the spec step (fencing.tla
-abstracts BookKeeper: an add is one step, recovery one fence-and-close step). Ledgers are
-E=Qw=Qa=1 on the one bookie: what reached it is what reached Qa.
-
-The brokers' ownership beliefs are the harness's model of a broker (as metadata_spec.py's
-clients are): the store decides sessions, expiry and the ephemeral node; the broker believes
-what it last did. The subscription (Consume) is a counter of consumed messages.
+What runs is the production code: per broker an `OwnershipCore` (impl/broker/ownership_core.py)
+and a `ManagedLedgerCore` (impl/broker/managed_ledger_core.py), the subscription's
+`ManagedCursorCore` (impl/broker/cursor_core.py), the in-memory metadata store (sessions, the
+ephemeral ownership node, the versioned ledger-list node, ledger metadata through
+`LedgerMetadataStore` and the transitions), one `BookieCore`, a `LedgerWriter` per ledger a broker
+created and a `RecoveryOp` per recovery. The harness is their shell: it performs the managed
+ledger's outputs as impl/broker/managed_ledger.py does, the ownership core's as
+impl/broker/ownership.py does and the cursor's as impl/broker/cursor.py does
+(conformance/fencing_shells.py), each to completion within the spec step (fencing.tla abstracts
+BookKeeper: an add is one step, recovery one fence-and-close step). Ledgers are E=Qw=Qa=1 on the
+one bookie: what reached it is what reached Qa.
 
 Mapping (spec action [lastAction params] -> what the harness does):
 
-  ExpireSession [broker]           MemoryStore.expire_session() of its session; the broker is not told
-  Reconnect [broker]               MemoryServer.connect(): a new session for the broker
-  AcquireOwnership [broker]        create the ownership node, ephemeral (NodeExists: refused)
+  ExpireSession [broker]           MemoryStore.expire_session() of its session: the store deletes the
+                                   ownership node; the EXPIRED notification waits for the broker's next
+                                   ownership input (the spec's broker is not told)
+  Reconnect [broker]               MemoryServer.connect(): the broker's metadata client has a new session
+                                   (the managed ledger uses it from now on); the ownership core hears of
+                                   it with the notification
+  AcquireOwnership [broker]        the notifications, then OwnershipCore.step(Acquire) -> CreateOwnershipNode
+                                   (ephemeral, on the core's session) -> NodeCreated -> WatchOwnNode ->
+                                   NodeWatched -> CompleteRequest(True); NodeExists -> CheckOwnershipNode ->
+                                   CompleteRequest(False): refused
   RevalidateOwnership [broker, lost]
-                                   node absent: create it again; else the broker unloads the topic:
-                                   ManagedLedgerCore.close(), a new core for the next open
+                                   the notifications: SessionExpiredEvent -> BundlesLost (the core drops
+                                   the bundle), Reconnect(new session). lost: BundlesLost unloads the topic
+                                   (ManagedLedgerCore.close(), a new core for the next open), as the
+                                   broker's `_bundles_lost`. Not lost (the node is free): the core cannot
+                                   re-create a node from a belief it dropped, so the broker acquires the
+                                   bundle afresh (step(Acquire), as a lookup does) and the harness keeps
+                                   the topic loaded across the loss, which the broker does not do (see
+                                   "Where the harness is not the broker's shell" below)
   ReadLedgerList [broker, version] core.open(); ReadLedgerList -> get(list node) -> on_ledger_list
   RecoverLastLedger [broker, ledger]
                                    the held RecoverLastLedger: a RecoveryOp run to its end (StartRecovery
@@ -39,21 +51,29 @@ Mapping (spec action [lastAction params] -> what the harness does):
   AddEntryAckLost [broker, ledger, msg]
                                    core.add(msg) -> SendAdd -> LedgerWriter.add -> the bookie stores
                                    it; the reply is dropped (never given to the writer), and the broker
-                                   unloads the topic as after RevalidateOwnership (lost), keeping its
-                                   ownership belief; the producer gives the message up
+                                   closes the topic (a new core for the next open), keeping its
+                                   ownership; the producer gives the message up
   Rollover [broker, from, to, expectedVersion, closeOk, badVersion]
                                    time passes beyond the ledger's age limit: core.tick(now) ->
                                    CloseLedger -> writer close (WriterClose CW) -> on_ledger_closed /
                                    on_ledger_close_failed -> CreateLedger -> WriteLedgerList as above
   TrimConsumedLedger [broker, ledger, badVersion]
-                                   core.trim(slowest = the consumed position, capped at the end of the
-                                   snapshot's head ledger: the spec trims one ledger a step) ->
-                                   WriteLedgerList -> on_list_written -> DeleteLedgers (metadata
+                                   core.trim(slowest = the cursor core's mark-delete position, capped at
+                                   the end of the snapshot's head ledger: the spec trims one ledger a
+                                   step) -> WriteLedgerList -> on_list_written -> DeleteLedgers (metadata
                                    deleted; the bookie keeps its data and fence until garbage collection)
-  Consume                          the harness's subscription consumes the next entry of the topic's
-                                   log (the listed ledgers' entries up to each closed end)
+  Consume                          the consumer acknowledges the next entry of the topic's log (the
+                                   listed ledgers' entries up to each closed end) cumulatively:
+                                   ManagedCursorCore.step(MarkDelete(position, the log's TopicView)) ->
+                                   CompleteRequest (in effect at once; persisted by the rate-limited
+                                   flush, whose timer fires only if due at once: see fencing_shells.py)
   CloseFencedManagedLedger [broker]
                                    core.close(); a new core for the next open
+
+The abstraction reads `believesOwner` from each OwnershipCore (`is_owned`), `ml` from each
+ManagedLedgerCore, `consumed` from the cursor core's mark-delete position (the entries of the log
+at or before it, plus the trimmed ones), and the rest from the store, the bookie and the harness's
+counters (`expiries`, `acked`, `nextMsg`, `lostAcks`, `trimmed`).
 
 Harness choices where the cores do more than the spec (each documented, none hides a state):
   - the core reads an empty list and goes to RECOVERED at once (nothing to recover): the spec's
@@ -63,16 +83,26 @@ Harness choices where the cores do more than the spec (each documented, none hid
     fencing.tla keeps the orphan open;
   - unloading an open managed ledger (RevalidateOwnership, lost) outputs a writer close of its
     current ledger; fencing.tla's unload leaves the ledger as it is, so the close is not performed
-    (as if the broker lost its connections first).
+    (as if the broker lost its connections first);
+  - the subscription is one cursor, opened once at the start: fencing.tla's `Consume` belongs to no
+    broker (cursor.tla has the cursor's takeover and persistence), so its cursor ledgers and node are
+    the harness's and their ids are not the topic's ledger ids.
+
+Where the harness is not the broker's shell (spec/README.md, "fencing.tla and the ownership core"):
+  - RevalidateOwnership with the node free keeps the topic loaded across the loss the core reports
+    (`FencingWorld.kept_loaded` counts it); the broker unloads its topics on every loss;
+  - the broker renews its session only after a loss (impl/broker/broker.py `_bundles_lost`); the
+    harness reconnects any broker, as the spec's `Reconnect` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from conformance.fencing_shells import CursorSnapshot, FencingHarnessError, OwnershipShell, SubscriptionShell, alive
 from conformance.replay import Candidate, Names
 from conformance.tla_values import Function, ModelValue, Record, Value
 from impl.bookie.client.errors import LedgerFencedError
@@ -83,7 +113,9 @@ from impl.bookie.client.writer import AddCompleted, AddFailed, CloseFailed, Ledg
 from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, Reply, StoreEntry
 from impl.bookie.entry_format import decode_entry
 from impl.bookie.protocol import AddResponse, ErrorCode, Request, Response
-from impl.broker.ledger_list import LedgerList, Position
+from impl.broker.bundles import FULL_RANGE, NamespaceBundle
+from impl.broker.cursor_core import ManagedCursorCore
+from impl.broker.ledger_list import LedgerList, Position, TopicView
 from impl.broker.managed_ledger_core import (
     CloseLedger,
     CompleteAdd,
@@ -100,6 +132,8 @@ from impl.broker.managed_ledger_core import (
     TrimDone,
     WriteLedgerList,
 )
+from impl.broker.naming import NamespaceName
+from impl.broker.ownership_core import BundlesLost, OwnershipCore
 from impl.metadata.layout import ledger_path
 from impl.metadata.ledger import Fragment, LedgerMetadata, LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
@@ -110,14 +144,12 @@ from impl.metadata.store import BadVersion, MetadataError, NodeExists, NoNode
 SPEC = "fencing.tla"
 TOPIC = "tenant/ns/persistent/topic"
 LIST_PATH = "/managed-ledgers/tenant/ns/persistent/topic"
-OWNER_PATH = "/namespace/tenant/ns/0x00000000_0xffffffff"
+BUNDLE = NamespaceBundle(NamespaceName("tenant", "ns"), 0, FULL_RANGE)  # the topic's bundle: all of the namespace
+OWNER_PATH = BUNDLE.path  # /namespace/tenant/ns/0x00000000_0xffffffff
+SUBSCRIPTION = "sub"
 BOOKIE = "bookie-1:3181"
 PASSWORD = b"fencing"
 CONFIG = ManagedLedgerConfig(ensemble=1, write_quorum=1, ack_quorum=1, max_ledger_age_s=1.0, password=PASSWORD)
-
-
-class FencingHarnessError(Exception):
-    """The cores did something the spec step has no room for (reported as a refusal of the step)."""
 
 
 def payload(msg: int) -> bytes:
@@ -126,12 +158,22 @@ def payload(msg: int) -> bytes:
 
 @dataclass
 class Broker:
-    store: MemoryStore  # its current metadata session
+    ownership: OwnershipShell  # its OwnershipCore, and its metadata sessions
     ml: ManagedLedgerCore
-    believes: bool = False  # the broker thinks it owns the bundle
     writers: dict[int, LedgerWriter] = field(default_factory=dict)  # ledgers it created, open for writing
     held: list[Output] = field(default_factory=list)  # outputs waiting for their spec step
     recover_step_due: bool = False  # read an empty list: the spec's RecoverLastLedger(b, 0) is still due
+
+    @property
+    def store(self) -> MemoryStore:
+        """Its newest metadata session (the managed ledger's)."""
+        return self.ownership.current
+
+    def holds(self, session_id: int) -> bool:
+        """`session_id` is one of this broker's sessions."""
+        return self.ownership.current.session_id == session_id or any(
+            s.session_id == session_id for s in self.ownership.stores.values()
+        )
 
 
 @dataclass
@@ -140,6 +182,7 @@ class FencingWorld:
     bookkeeper: LedgerMetadataStore  # ledger metadata, on a session of the harness's own
     bookie: BookieCore
     brokers: dict[str, Broker]
+    subscription: CursorSnapshot  # the subscription's cursor (SubscriptionShell): fencing.tla's `consumed`
     max_ledgers: int
     max_messages: int
     bodies: dict[tuple[int, int], bytes] = field(default_factory=dict)  # the bookie's ledger storage
@@ -149,10 +192,9 @@ class FencingWorld:
     acked: list[tuple[int, int, str, Position]] = field(default_factory=list)  # msg, ledger, broker, position
     next_msg: int = 1
     lost_acks: int = 0
-    consumed: int = 0
-    consumed_at: Position | None = None  # the log position of the last entry consumed
     trimmed: int = 0
     expiries: int = 0
+    kept_loaded: int = 0  # RevalidateOwnership re-creating the node: a loss the topic was kept loaded across
     now: float = 0.0
     _request_id: int = 0
 
@@ -298,22 +340,45 @@ class FencingWorld:
 
     # ---- queries ------------------------------------------------------------------------------------
     def alive(self, name: str) -> bool:
-        session = self.server.sessions.get(self.brokers[name].store.session_id)
-        return session is not None and session.alive
+        return alive(self.brokers[name].store)
+
+    def consumed(self) -> int:
+        """The entries of the log at or before the cursor's mark-delete position, and those trimmed."""
+        md = self.subscription.mark_delete
+        count = self.trimmed
+        if md.ledger_id < 0:
+            return count  # before the topic's first entry
+        node = self.server.nodes.get(LIST_PATH)
+        for ledger_id in _listed(node.data) if node is not None else ():
+            if ledger_id < md.ledger_id:
+                count += len(self._entries(ledger_id))
+            elif ledger_id == md.ledger_id:
+                count += sum(1 for e in self._entries(ledger_id) if e <= md.entry_id)
+        return count
+
+    def view(self) -> TopicView:
+        """The log as the cursor is given it (ledger, entries): what the broker's dispatcher reads."""
+        counts: dict[int, int] = {}
+        for p in self.log():
+            counts[p.ledger_id] = counts.get(p.ledger_id, 0) + 1
+        return TopicView(tuple(counts.items()))
 
     def log(self) -> list[Position]:
         """The topic's log as a reader of the list sees it: each listed ledger up to its closed end."""
         node = self.server.nodes.get(LIST_PATH)
-        positions: list[Position] = []
-        for ledger_id in _listed(node.data) if node is not None else ():
-            metadata = _metadata(self.server.nodes[_ledger_path(ledger_id)].data)
-            if metadata.state is LedgerState.CLOSED:
-                entries: list[int] = list(range(metadata.last_entry_id + 1))
-            else:
-                state = self.bookie.ledgers.get(ledger_id)
-                entries = sorted(state.entries) if state is not None else []
-            positions += [Position(ledger_id, e) for e in entries]
-        return positions
+        return [
+            Position(ledger_id, e)
+            for ledger_id in (_listed(node.data) if node is not None else ())
+            for e in self._entries(ledger_id)
+        ]
+
+    def _entries(self, ledger_id: int) -> Sequence[int]:
+        """A listed ledger's entries a reader sees: up to its closed end, or all those stored while open."""
+        metadata = _metadata(self.server.nodes[_ledger_path(ledger_id)].data)
+        if metadata.state is LedgerState.CLOSED:
+            return range(metadata.last_entry_id + 1)
+        state = self.bookie.ledgers.get(ledger_id)
+        return sorted(state.entries) if state is not None else ()
 
     def messages(self, ledger_id: int) -> tuple[int, ...]:
         """The messages the bookie stores for a ledger, in entry order."""
@@ -351,8 +416,18 @@ class FencingMapping:
     spec = SPEC
     symmetric: frozenset[ModelValue] = frozenset()  # the ci models have no SYMMETRY
 
-    def __init__(self, constants: Mapping[str, Value], *, cores: type[ManagedLedgerCore] | None = None) -> None:
-        self.core_type = cores or ManagedLedgerCore  # tests swap in a broken core
+    def __init__(
+        self,
+        constants: Mapping[str, Value],
+        *,
+        cores: type[ManagedLedgerCore] | None = None,
+        ownership: type[OwnershipCore] | None = None,
+        cursor: type[ManagedCursorCore] | None = None,
+    ) -> None:
+        # tests swap in a broken core
+        self.core_type = cores or ManagedLedgerCore
+        self.ownership_type = ownership or OwnershipCore
+        self.cursor_type = cursor or ManagedCursorCore
         brokers = constants["Brokers"]
         assert isinstance(brokers, frozenset)
         self.brokers = sorted((b for b in brokers if isinstance(b, ModelValue)), key=str)
@@ -378,7 +453,11 @@ class FencingMapping:
             server,
             LedgerMetadataStore(setup),
             BookieCore(),
-            {b.name: Broker(server.connect(), self._core()) for b in self.brokers},
+            {
+                b.name: Broker(OwnershipShell.of(b.name, server.connect(), self.ownership_type), self._core())
+                for b in self.brokers
+            },
+            CursorSnapshot.of(SubscriptionShell.opened(TOPIC, SUBSCRIPTION, CONFIG, self.cursor_type)),
             self.max_ledgers,
             self.max_messages,
         )
@@ -391,19 +470,27 @@ class FencingMapping:
         ready = getattr(self, f"_ready_{action}", None)  # the action's read-only precondition
         if action == "Consume":
             return [Candidate("Consume", {}, run, ready)]
-
-        def bind(step: Callable[[FencingWorld, str], None], name: str) -> Callable[[FencingWorld], None]:
-            return lambda w: step(w, name)
+        if action == "RevalidateOwnership":  # its two branches, told apart by the ownership node
+            return [
+                Candidate(
+                    f"{action} {b} ({'lost' if lost else 'node free: acquired again'})",
+                    {"broker": b, "lost": lost},
+                    _bind(self._RevalidateOwnership, b.name, lost),
+                    _bind(self._ready_RevalidateOwnership, b.name, lost),
+                )
+                for b in self.brokers
+                for lost in (True, False)
+            ]
 
         return [
-            Candidate(f"{action} {b}", {"broker": b}, bind(run, b.name), bind(ready, b.name) if ready else None)
+            Candidate(f"{action} {b}", {"broker": b}, _bind(run, b.name), _bind(ready, b.name) if ready else None)
             for b in self.brokers
         ]
 
     # ---- sessions and ownership ----------------------------------------------------------------------
     @staticmethod
     def _ExpireSession(world: FencingWorld, name: str) -> None:
-        world.brokers[name].store.expire_session()
+        world.brokers[name].store.expire_session()  # the core is not told yet: see OwnershipShell.notify
         world.expiries += 1
 
     # (an action's `_ready_` check is its precondition, read-only; the action runs it first)
@@ -414,36 +501,49 @@ class FencingMapping:
 
     def _Reconnect(self, world: FencingWorld, name: str) -> None:
         self._ready_Reconnect(world, name)
-        world.brokers[name].store = world.server.connect()
+        world.brokers[name].ownership.reconnect(world.server.connect())
 
     @staticmethod
     def _ready_AcquireOwnership(world: FencingWorld, name: str) -> None:
-        if world.brokers[name].believes:
+        if world.brokers[name].ownership.owns(OWNER_PATH):
             raise FencingHarnessError(f"{name} already believes it owns the bundle")
 
     def _AcquireOwnership(self, world: FencingWorld, name: str) -> None:
         self._ready_AcquireOwnership(world, name)
-        broker = world.brokers[name]
-        broker.store.create(OWNER_PATH, name.encode(), ephemeral=True)  # NodeExists: refused
-        broker.believes = True
+        ownership = world.brokers[name].ownership
+        self._lost(world, name, ownership.notify())
+        if not ownership.acquire(BUNDLE):
+            raise FencingHarnessError(f"{name} did not acquire the bundle: another broker holds its node")
 
     @staticmethod
-    def _ready_RevalidateOwnership(world: FencingWorld, name: str) -> None:
+    def _ready_RevalidateOwnership(world: FencingWorld, name: str, lost: bool) -> None:
         broker = world.brokers[name]
-        if not broker.believes or not world.alive(name):
+        if not broker.ownership.owns(OWNER_PATH) or not world.alive(name):
             raise FencingHarnessError(f"{name} has nothing to revalidate")
         node = world.server.nodes.get(OWNER_PATH)
         if node is not None and node.ephemeral_owner == broker.store.session_id:
             raise FencingHarnessError(f"{name} holds the ownership node")
+        if lost != (node is not None):
+            raise FencingHarnessError(f"the ownership node is {'free' if node is None else 'held'}")
 
-    def _RevalidateOwnership(self, world: FencingWorld, name: str) -> None:
-        self._ready_RevalidateOwnership(world, name)
-        broker = world.brokers[name]
-        node = world.server.nodes.get(OWNER_PATH)
-        if node is None:
-            broker.store.create(OWNER_PATH, name.encode(), ephemeral=True)
+    def _RevalidateOwnership(self, world: FencingWorld, name: str, lost: bool) -> None:
+        """The store's news reach the broker's ownership core (its session expired, the new one); the core
+        drops the bundle (BundlesLost). `lost`: another broker holds the node, the topic is unloaded.
+        Else the broker acquires the bundle afresh, and the harness keeps its topic loaded meanwhile."""
+        self._ready_RevalidateOwnership(world, name, lost)
+        ownership = world.brokers[name].ownership
+        self._lost(world, name, ownership.notify(), keep_loaded=not lost)
+        if not lost and not ownership.owns(OWNER_PATH) and not ownership.acquire(BUNDLE):
+            raise FencingHarnessError(f"{name} could not acquire the free bundle again")
+
+    def _lost(self, world: FencingWorld, name: str, lost: list[BundlesLost], keep_loaded: bool = False) -> None:
+        """The broker's reaction to its ownership core's BundlesLost: unload the topic (its `_bundles_lost`)."""
+        if not any(b.path == OWNER_PATH for loss in lost for b in loss.bundles):
             return
-        broker.believes = False
+        broker = world.brokers[name]
+        if keep_loaded:  # RevalidateOwnership with the node free: not what the broker does (module docstring)
+            world.kept_loaded += broker.ml.state is not ManagedLedgerState.CLOSED or broker.recover_step_due
+            return
         self._unload(world, name)
 
     def _unload(self, world: FencingWorld, name: str) -> None:
@@ -456,7 +556,7 @@ class FencingMapping:
     # ---- the managed ledger ---------------------------------------------------------------------------
     @staticmethod
     def _ready_ReadLedgerList(world: FencingWorld, name: str) -> None:
-        if not world.brokers[name].believes or not world.alive(name):
+        if not world.brokers[name].ownership.owns(OWNER_PATH) or not world.alive(name):
             raise FencingHarnessError(f"{name} does not own the topic or has no session")
 
     def _ReadLedgerList(self, world: FencingWorld, name: str) -> None:
@@ -555,13 +655,14 @@ class FencingMapping:
 
     @staticmethod
     def _ready_Consume(world: FencingWorld) -> None:
-        if world.consumed >= world.trimmed + len(world.log()):
+        if world.consumed() >= world.trimmed + len(world.log()):
             raise FencingHarnessError("nothing to consume")
 
     def _Consume(self, world: FencingWorld) -> None:
+        """The consumer acknowledges the log's next entry: a cumulative ack of the subscription's cursor."""
         self._ready_Consume(world)
-        world.consumed_at = world.log()[world.consumed - world.trimmed]
-        world.consumed += 1
+        position = world.log()[world.consumed() - world.trimmed]
+        world.subscription = world.subscription.acknowledged(position, world.view())
 
     _ready_TrimConsumedLedger = _ready_session
 
@@ -569,8 +670,8 @@ class FencingMapping:
         self._ready_TrimConsumedLedger(world, name)
         broker = world.brokers[name]
         ml = broker.ml
-        slowest = world.consumed_at
-        if slowest is not None and ml.ledgers:
+        slowest = world.subscription.mark_delete  # the slowest (only) cursor's mark-delete position
+        if ml.ledgers:
             head = ml.ledgers[0]
             if slowest.ledger_id > head.ledger_id:  # one ledger a step, as the spec
                 slowest = Position(head.ledger_id, head.entries - 1)
@@ -591,7 +692,7 @@ class FencingMapping:
         owner = server.nodes.get(OWNER_PATH)
         owner_name: Value = "none"
         if owner is not None:
-            holders = [b for b in self.brokers if world.brokers[b.name].store.session_id == owner.ephemeral_owner]
+            holders = [b for b in self.brokers if world.brokers[b.name].holds(owner.ephemeral_owner)]
             owner_name = holders[0] if holders else ModelValue(f"<session {owner.ephemeral_owner}>")
         node = server.nodes.get(LIST_PATH)
         if node is None:
@@ -605,7 +706,7 @@ class FencingMapping:
 
         return {
             "session": per_broker(lambda n: "alive" if world.alive(n) else "expired"),
-            "believesOwner": per_broker(lambda n: world.brokers[n].believes),
+            "believesOwner": per_broker(lambda n: world.brokers[n].ownership.owns(OWNER_PATH)),
             "ownerNode": owner_name,
             "expiries": world.expiries,
             "list": listed,
@@ -618,7 +719,7 @@ class FencingMapping:
             ),
             "nextMsg": world.next_msg,
             "lostAcks": world.lost_acks,
-            "consumed": world.consumed,
+            "consumed": world.consumed(),
             "trimmed": world.trimmed,
         }
 
@@ -657,4 +758,8 @@ class FencingMapping:
         )
 
 
-__all__ = ["SPEC", "FencingMapping", "FencingWorld"]
+def _bind(run: Callable[..., None], *args: object) -> Callable[[FencingWorld], None]:
+    return lambda world: run(world, *args)
+
+
+__all__ = ["BUNDLE", "OWNER_PATH", "SPEC", "FencingHarnessError", "FencingMapping", "FencingWorld"]

@@ -1,10 +1,16 @@
-"""fencing.tla's TLC behaviours replayed against the managed ledger's core (conformance/fencing_spec.py).
+"""fencing.tla's TLC behaviours replayed against the production cores (conformance/fencing_spec.py).
 
+The cores are the ownership core, the managed ledger's and the subscription's cursor's
+(impl/broker/ownership_core.py, managed_ledger_core.py, cursor_core.py), with the BookKeeper
+client's and the bookie's:
 - a small model's whole state graph (fencing-ci's is replayed by `pulsar-ref conform --spec fencing`);
 - the mutations' counterexamples (no fencing; writing on after a bad version), which the
   implementation must refuse at the step where the bug would show, and the witnesses, which it
   must follow;
-- deliberately broken cores and a deliberately wrong mapping, which the replay must catch.
+- deliberately broken cores (each of the three) and a deliberately wrong mapping, which the replay
+  must catch;
+- the one place where the harness is not the broker's shell (RevalidateOwnership with the node
+  free keeps the topic loaded), and only there.
 """
 
 from __future__ import annotations
@@ -19,7 +25,11 @@ from conformance.statespace import StateGraph, dump_state_graph
 from conformance.suite import behaviours_of, replay_model
 from conformance.tla_values import Function, ModelValue, Record
 from conformance.tlc import SPEC_DIR, load_manifest
-from impl.broker.managed_ledger_core import ManagedLedgerCore, Output
+from impl.broker import cursor_core, ownership_core
+from impl.broker.cursor_core import ManagedCursorCore
+from impl.broker.ledger_list import Position
+from impl.broker.managed_ledger_core import ManagedLedgerCore, ManagedLedgerState, Output
+from impl.broker.ownership_core import OwnershipCore
 
 pytestmark = pytest.mark.tlc
 
@@ -32,6 +42,20 @@ SMALL_CFG = """CONSTANTS
     MaxMessages = 1
     MaxExpiries = 1
     MaxLostAcks = 1
+    FenceOnRecovery = TRUE
+    FenceOnBadVersion = TRUE
+    DeletedLedgerRefusesAdds = TRUE
+SPECIFICATION Spec
+VIEW view
+"""
+
+# One broker, two messages, no faults: both messages consumed, across a rollover and a trim.
+TWO_MESSAGES_CFG = """CONSTANTS
+    Brokers = {b1}
+    MaxLedgers = 2
+    MaxMessages = 2
+    MaxExpiries = 0
+    MaxLostAcks = 0
     FenceOnRecovery = TRUE
     FenceOnBadVersion = TRUE
     DeletedLedgerRefusesAdds = TRUE
@@ -61,6 +85,13 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[StateGraph, str]:
     config = tmp_path_factory.mktemp("cfg") / "fencing_test_small.cfg"
     config.write_text(SMALL_CFG)
     return dump_state_graph(SPEC_DIR / "fencing.tla", config), SMALL_CFG
+
+
+@pytest.fixture(scope="module")
+def two_messages(tmp_path_factory: pytest.TempPathFactory) -> tuple[StateGraph, str]:
+    config = tmp_path_factory.mktemp("cfg") / "fencing_test_two_messages.cfg"
+    config.write_text(TWO_MESSAGES_CFG)
+    return dump_state_graph(SPEC_DIR / "fencing.tla", config), TWO_MESSAGES_CFG
 
 
 def replay(small: tuple[StateGraph, str], mapping: FencingMapping | None = None) -> GraphReplay:
@@ -190,12 +221,43 @@ class CoreFencingOnEveryAdd(ManagedLedgerCore):
         return self.on_add_failed(ledger_id, entry_id, True, "broken")
 
 
-class MappingWithoutOwnershipNode(FencingMapping):
-    """Wrong mapping: AcquireOwnership only sets the broker's belief, no ephemeral node."""
+class OwnershipCoreKeepingBundlesOnExpiry(OwnershipCore):
+    """Broken: an expired session leaves the bundles believed (the broker goes on as their owner)."""
 
-    @staticmethod
-    def _AcquireOwnership(world: FencingWorld, name: str) -> None:
-        world.brokers[name].believes = True
+    def step(self, event: ownership_core.Event) -> list[ownership_core.Output]:
+        if isinstance(event, ownership_core.SessionExpiredEvent) and event.session == self.session:
+            self.expired = True
+            return []
+        return super().step(event)
+
+
+class OwnershipCoreAcquiringWithoutTheNode(OwnershipCore):
+    """Broken: an acquire believes at once, creating no ownership node."""
+
+    def step(self, event: ownership_core.Event) -> list[ownership_core.Output]:
+        if isinstance(event, ownership_core.Acquire) and not self.expired:
+            self.owned[event.bundle.path] = event.bundle
+            return [ownership_core.CompleteRequest(event.token, True)]
+        return super().step(event)
+
+
+class CursorMarkingPastTheAck(ManagedCursorCore):
+    """Broken: a cumulative ack marks the entry after the acknowledged one deleted too."""
+
+    def step(self, event: cursor_core.Event) -> list[cursor_core.Output]:
+        if isinstance(event, cursor_core.MarkDelete):
+            after = event.view.next_position(event.position)
+            if after is not None and event.view.exists(after):
+                event = cursor_core.MarkDelete(event.token, after, event.view, event.now)
+        return super().step(event)
+
+
+class MappingLosingTheOwnershipNode(FencingMapping):
+    """Wrong mapping: the ownership core acquires, but the node does not stay in the store."""
+
+    def _AcquireOwnership(self, world: FencingWorld, name: str) -> None:
+        super()._AcquireOwnership(world, name)
+        del world.server.nodes[OWNER_PATH]
 
 
 def test_a_broken_core_follows_the_mutation5_counterexample() -> None:
@@ -221,8 +283,100 @@ def test_a_broken_core_is_caught(small: tuple[StateGraph, str]) -> None:
     assert "spec state vs implementation state" in str(mismatch)
 
 
+@pytest.mark.parametrize(
+    ("broken", "action", "differing"),
+    [
+        # after its session expired the broker still believes it owns the bundle, so it does not acquire the
+        # free node again (and where another broker took it, it would not unload)
+        (OwnershipCoreKeepingBundlesOnExpiry, "RevalidateOwnership", {"ownerNode"}),
+        (OwnershipCoreAcquiringWithoutTheNode, "AcquireOwnership", {"ownerNode"}),
+    ],
+)
+def test_a_broken_ownership_core_is_caught(
+    small: tuple[StateGraph, str], broken: type[OwnershipCore], action: str, differing: set[str]
+) -> None:
+    report = replay(small, FencingMapping(read_constants(SMALL_CFG), ownership=broken))
+    mismatch = report.mismatch
+    assert mismatch is not None and mismatch.action == action, str(mismatch)
+    assert mismatch.differing == differing, str(mismatch)
+
+
+def test_the_two_messages_model_is_replayed(two_messages: tuple[StateGraph, str]) -> None:
+    report = replay(two_messages)
+    assert report.mismatch is None, str(report.mismatch)
+    assert report.edges_covered == report.edges == len(two_messages[0].edges) > 0
+
+
+def test_a_broken_cursor_core_is_caught(two_messages: tuple[StateGraph, str]) -> None:
+    report = replay(two_messages, FencingMapping(read_constants(TWO_MESSAGES_CFG), cursor=CursorMarkingPastTheAck))
+    mismatch = report.mismatch
+    assert mismatch is not None and mismatch.action == "Consume", str(mismatch)
+    assert mismatch.differing == {"consumed"}, str(mismatch)
+
+
+def test_the_replay_drives_the_production_cores(small: tuple[StateGraph, str]) -> None:
+    """believesOwner is the ownership core's belief, consumed the cursor core's mark-delete position."""
+    mapping = FencingMapping(read_constants(SMALL_CFG))
+    world, names = mapping.initial(small[0].state(small[0].initial[0]))
+    for action in ("AcquireOwnership", "ReadLedgerList", "RecoverLastLedger", "CreateLedgerAndWriteList", "AddEntry"):
+        getattr(mapping, f"_{action}")(world, "b1")
+    mapping._Consume(world)
+    b1 = world.brokers["b1"]
+    assert type(b1.ownership.core) is OwnershipCore and b1.ownership.core.is_owned(OWNER_PATH)
+    assert type(b1.ml) is ManagedLedgerCore and b1.ml.current == 1
+    cursor = world.subscription.thaw().core
+    assert type(cursor) is ManagedCursorCore and cursor.state.mark_delete == Position(1, 0)
+    state = mapping.abstract(world, names)
+    assert state["consumed"] == 1 and state["believesOwner"] == Function.of(
+        {ModelValue("b1"): True, ModelValue("b2"): False}
+    )
+    with pytest.raises(Exception, match="nothing to consume"):
+        mapping._Consume(world)  # the log's one entry is consumed already
+
+
+def _expired_and_reconnected(mapping: FencingMapping, world: FencingWorld) -> None:
+    """b1 owns the topic, open on ledger 1; its session expires; it reconnects, still believing."""
+    for action in ("AcquireOwnership", "ReadLedgerList", "RecoverLastLedger", "CreateLedgerAndWriteList"):
+        getattr(mapping, f"_{action}")(world, "b1")
+    mapping._ExpireSession(world, "b1")
+    mapping._Reconnect(world, "b1")
+    assert world.brokers["b1"].ownership.core.is_owned(OWNER_PATH)  # not told yet
+
+
+def test_revalidation_with_the_node_free_keeps_the_topic_loaded(small: tuple[StateGraph, str]) -> None:
+    """The spec's re-create branch: the core drops the bundle and acquires it again on the new session; the
+    harness keeps the managed ledger open across the loss (the broker would unload it) and counts it."""
+    mapping = FencingMapping(read_constants(SMALL_CFG))
+    world, names = mapping.initial(small[0].state(small[0].initial[0]))
+    _expired_and_reconnected(mapping, world)
+    with pytest.raises(Exception, match="node is free"):
+        mapping._RevalidateOwnership(world, "b1", True)  # the other branch is refused
+    mapping._RevalidateOwnership(world, "b1", False)
+    b1 = world.brokers["b1"]
+    assert b1.ownership.core.session == 1 and b1.ownership.core.is_owned(OWNER_PATH)
+    assert world.server.nodes[OWNER_PATH].ephemeral_owner == b1.store.session_id
+    assert b1.ml.state is ManagedLedgerState.OPEN and world.kept_loaded == 1
+    with pytest.raises(Exception, match="holds the ownership node"):
+        mapping._ready_RevalidateOwnership(world, "b1", False)  # revalidated: nothing left to do
+
+
+def test_revalidation_with_the_node_taken_unloads_the_topic(small: tuple[StateGraph, str]) -> None:
+    mapping = FencingMapping(read_constants(SMALL_CFG))
+    world, names = mapping.initial(small[0].state(small[0].initial[0]))
+    _expired_and_reconnected(mapping, world)
+    mapping._AcquireOwnership(world, "b2")
+    with pytest.raises(Exception, match="held"):
+        mapping._RevalidateOwnership(world, "b1", False)  # the other branch is refused
+    mapping._RevalidateOwnership(world, "b1", True)
+    b1 = world.brokers["b1"]
+    assert not b1.ownership.core.is_owned(OWNER_PATH) and b1.ownership.core.session == 1
+    assert b1.ml.state is ManagedLedgerState.CLOSED and world.kept_loaded == 0
+    state = mapping.abstract(world, names)
+    assert str(state["ownerNode"]) == "b2"
+
+
 def test_a_wrong_mapping_is_caught(small: tuple[StateGraph, str]) -> None:
-    report = replay(small, MappingWithoutOwnershipNode(read_constants(SMALL_CFG)))
+    report = replay(small, MappingLosingTheOwnershipNode(read_constants(SMALL_CFG)))
     mismatch = report.mismatch
     assert mismatch is not None and mismatch.action == "AcquireOwnership", str(mismatch)
     assert mismatch.differing == {"ownerNode"}  # at the first AcquireOwnership of the walk
