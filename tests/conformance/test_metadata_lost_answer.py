@@ -112,8 +112,8 @@ class AnswerCuttingProxy:
                 if hit and self.armed.is_set():
                     self.armed.clear()
                     self.cut_xid = xid
+                    self.cut.set()  # before the close: the client may look as soon as its call fails
                     _close(client, server)  # the answer is dropped with the connection
-                    self.cut.set()
                     return
             first = False
             try:
