@@ -145,6 +145,7 @@ class Broker:
             cluster=self.cluster,
         )
         self._service_urls: dict[str, tuple[str, str]] = {self.address: (self.service_url, self.service_url_tls)}
+        self._watch_session(self.store)
 
     @property
     def configuration_store(self) -> MetadataStore:
@@ -267,19 +268,29 @@ class Broker:
             lambda name: self.load_manager.bundle_of(name).path in paths, graceful=False
         )
         log.warning("broker %s lost bundles %s; dropped topics %s", self.address, bundles, dropped)
-        if self.load_manager.ownership.expired and not self._stopped.is_set():
-            threading.Thread(target=self._renew_session, name="renew-session", daemon=True).start()
 
-    def _renew_session(self) -> None:
+    def _watch_session(self, store: MetadataStore) -> None:
+        """Renew `store`'s session when it expires. Registered after the load manager's ownership cache
+        (a store tells its listeners in order), so the cache knows of the expiry before the renewal."""
+        store.add_session_listener(lambda state: self._session_changed(store, state))
+
+    def _session_changed(self, store: MetadataStore, state: SessionState) -> None:
+        """On the store's thread. Every expiry is renewed, also a broker's that owned nothing: the
+        ownership cache reports losses only, and an unregistered broker would never be chosen again."""
+        if state is SessionState.EXPIRED and store is self.store and not self._stopped.is_set():
+            threading.Thread(target=self._renew_session, args=(store,), name="renew-session", daemon=True).start()
+
+    def _renew_session(self, expired: MetadataStore) -> None:
         """After expiry: a new session, BookKeeper client and registration; nothing of the old one is reused."""
         with self._session_lock:
-            if self._stopped.is_set() or not self.load_manager.ownership.expired:
+            if self._stopped.is_set() or self.store is not expired or not self.load_manager.ownership.expired:
                 return
             old_store, old_bookkeeper = self.store, self.bookkeeper
             self.store = self.connect_store()
             self.bookkeeper = connect_bookkeeper(self.store, request_timeout_s=self.bookie_request_timeout_s)
             self.service.store, self.service.bookkeeper = self.store, self.bookkeeper
             self.load_manager.reconnect(self.store)
+            self._watch_session(self.store)
             for closing in (old_bookkeeper.close, old_store.close):
                 try:
                     closing()

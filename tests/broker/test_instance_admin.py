@@ -236,3 +236,26 @@ def test_an_expired_configuration_session_is_renewed_and_ownership_stays(zookeep
         assert set(broker.live_brokers()) == {broker.address}
     finally:
         broker.stop()
+
+
+def test_a_broker_that_owns_nothing_renews_its_expired_metadata_session(zookeeper: ZooKeeperServer) -> None:
+    """An expiry takes the broker's registration with it. A broker owning no bundle loses no bundle, so
+    nothing but the expiry itself can tell it to renew: it must, or no lookup would choose it again."""
+    from impl.broker.broker import Broker
+    from tests.waiting import wait_for
+
+    metadata = f"zk://{zookeeper.connect_string}/idle-{uuid.uuid4().hex[:8]}"
+    broker = Broker(lambda: connect(metadata, session_timeout_s=4), cluster="solo")
+    try:
+        broker.start()
+        assert broker.load_manager.ownership.owned_bundles() == []
+        old = broker.store
+        broker.expire_session()
+        wait_for(lambda: broker.store is not old, "a new metadata session", 20)
+        wait_for(lambda: broker.address in broker.live_brokers(), "the broker registered again", 20)
+        assert not broker.load_manager.ownership.expired
+        found = AdminClient(broker.web_url).call("GET", "/lookup/v2/topic/persistent/public/default/idle")
+        assert found["brokerUrl"] == broker.service_url  # a lookup acquires the bundle on the new session
+        assert len(broker.load_manager.ownership.owned_bundles()) == 1
+    finally:
+        broker.stop()
