@@ -53,8 +53,9 @@ class Instance:
             namespaces.set_deduplication(self.config, ns, deduplication)
         return str(ns)
 
-    def client(self, cluster: str) -> pulsar.Client:
-        return pulsar.Client(self.clusters[cluster].pulsar_service_url, operation_timeout_seconds=30, logger=QUIET)
+    def client(self, cluster: str, operation_timeout_s: int = 30) -> pulsar.Client:
+        url = self.clusters[cluster].pulsar_service_url
+        return pulsar.Client(url, operation_timeout_seconds=operation_timeout_s, logger=QUIET)
 
     def stats(self, cluster: str, topic: str) -> dict[str, Any]:
         path = topic.replace("persistent://", "persistent/")
@@ -289,7 +290,7 @@ def replicated_exactly_once(instance: Instance, topic: str, acknowledged: list[b
 def test_a_cluster_does_not_serve_a_namespace_not_replicated_to_it(instance: Instance) -> None:
     ns = instance.namespace("east")
     topic = f"persistent://{ns}/east-only"
-    west = instance.client("west")
+    west = instance.client("west", operation_timeout_s=3)  # the client retries the refusal until then
     try:
         with pytest.raises(pulsar.PulsarException):
             west.create_producer(topic, send_timeout_millis=5000)
