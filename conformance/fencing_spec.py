@@ -4,9 +4,10 @@ What runs is the production code: per broker an `OwnershipCore` (impl/broker/own
 and a `ManagedLedgerCore` (impl/broker/managed_ledger_core.py), the subscription's
 `ManagedCursorCore` (impl/broker/cursor_core.py), the in-memory metadata store (sessions, the
 ephemeral ownership node, the versioned ledger-list node, ledger metadata through
-`LedgerMetadataStore` and the transitions), one `BookieCore`, a `LedgerWriter` per ledger a broker
-created and a `RecoveryOp` per recovery. The harness is their shell: it performs the managed
-ledger's outputs as impl/broker/managed_ledger.py does, the ownership core's as
+`LedgerMetadataStore` and the transitions), one bookie (a `SimBookie`, conformance/sim_bookie.py:
+the production `BookieCore` over a journal and ledger storage in memory), a `LedgerWriter` per
+ledger a broker created and a `RecoveryOp` per recovery. The harness is their shell: it performs
+the managed ledger's outputs as impl/broker/managed_ledger.py does, the ownership core's as
 impl/broker/ownership.py does and the cursor's as impl/broker/cursor.py does
 (conformance/fencing_shells.py), each to completion within the spec step (fencing.tla abstracts
 BookKeeper: an add is one step, recovery one fence-and-close step). Ledgers are E=Qw=Qa=1 on the
@@ -104,15 +105,15 @@ from typing import Any
 
 from conformance.fencing_shells import CursorSnapshot, FencingHarnessError, OwnershipShell, SubscriptionShell, alive
 from conformance.replay import Candidate, Names
+from conformance.sim_bookie import SimBookie
 from conformance.tla_values import Function, ModelValue, Record, Value
 from impl.bookie.client.errors import LedgerFencedError
 from impl.bookie.client.ledger_update import UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp
 from impl.bookie.client.writer import AddCompleted, AddFailed, CloseFailed, LedgerWriter, Send, WriterClosed
-from impl.bookie.core import AppendJournal, BookieCore, ReadEntry, Reply, StoreEntry
 from impl.bookie.entry_format import decode_entry
-from impl.bookie.protocol import AddResponse, ErrorCode, Request, Response
+from impl.bookie.protocol import AddResponse, ErrorCode
 from impl.broker.bundles import FULL_RANGE, NamespaceBundle
 from impl.broker.cursor_core import ManagedCursorCore
 from impl.broker.ledger_list import LedgerList, Position, TopicView
@@ -180,12 +181,11 @@ class Broker:
 class FencingWorld:
     server: MemoryServer
     bookkeeper: LedgerMetadataStore  # ledger metadata, on a session of the harness's own
-    bookie: BookieCore
+    bookie: SimBookie  # the one bookie: its core, journal and ledger storage (conformance/sim_bookie.py)
     brokers: dict[str, Broker]
     subscription: CursorSnapshot  # the subscription's cursor (SubscriptionShell): fencing.tla's `consumed`
     max_ledgers: int
     max_messages: int
-    bodies: dict[tuple[int, int], bytes] = field(default_factory=dict)  # the bookie's ledger storage
     next_ledger: int = 1
     created: set[int] = field(default_factory=set)
     deleted_end: dict[int, int] = field(default_factory=dict)  # deleted ledger -> its lastEntry (spec's)
@@ -196,26 +196,6 @@ class FencingWorld:
     expiries: int = 0
     kept_loaded: int = 0  # RevalidateOwnership re-creating the node: a loss the topic was kept loaded across
     now: float = 0.0
-    _request_id: int = 0
-
-    # ---- the bookie -----------------------------------------------------------------------------
-    def bookie_handles(self, request: Request) -> Response:
-        self._request_id += 1
-        pending = list(self.bookie.handle(request, self._request_id))
-        replies: list[Reply] = []
-        while pending:
-            out = pending.pop(0)
-            if isinstance(out, AppendJournal):
-                pending.extend(self.bookie.on_durable(out.token))
-            elif isinstance(out, StoreEntry):
-                self.bodies[(out.ledger_id, out.entry_id)] = out.body
-            elif isinstance(out, ReadEntry):
-                replies.append(out.reply(self.bodies.get((out.ledger_id, out.entry_id))))
-            else:
-                replies.append(out)
-        if len(replies) != 1:
-            raise FencingHarnessError(f"the bookie answered {replies} to one request")
-        return replies[0].response
 
     # ---- BookKeeper client cores, run to completion --------------------------------------------------
     def _run_client(self, client: LedgerWriter | RecoveryOp, outputs: list[Any]) -> list[Any]:
@@ -225,7 +205,7 @@ class FencingWorld:
         while queue:
             out = queue.pop(0)
             if isinstance(out, Send):
-                queue += client.receive(out.bookie, out.request, self.bookie_handles(out.request))
+                queue += client.receive(out.bookie, out.request, self.bookie.answer(out.request))
             elif isinstance(out, UpdateMetadata):
                 queue += client.on_metadata_result(apply_change(self.bookkeeper, out.change))
             else:
@@ -377,15 +357,15 @@ class FencingWorld:
         metadata = _metadata(self.server.nodes[_ledger_path(ledger_id)].data)
         if metadata.state is LedgerState.CLOSED:
             return range(metadata.last_entry_id + 1)
-        state = self.bookie.ledgers.get(ledger_id)
+        state = self.bookie.core.ledgers.get(ledger_id)
         return sorted(state.entries) if state is not None else ()
 
     def messages(self, ledger_id: int) -> tuple[int, ...]:
         """The messages the bookie stores for a ledger, in entry order."""
-        state = self.bookie.ledgers.get(ledger_id)
+        state = self.bookie.core.ledgers.get(ledger_id)
         if state is None:
             return ()
-        return tuple(_message(self.bodies[(ledger_id, e)], ledger_id, e) for e in sorted(state.entries))
+        return tuple(_message(self.bookie.storage[ledger_id, e], ledger_id, e) for e in sorted(state.entries))
 
 
 CONFIG_DIGEST = LedgerMetadata(1, 1, 1, (Fragment(0, (BOOKIE,)),)).digest_type
@@ -452,7 +432,7 @@ class FencingMapping:
         world = FencingWorld(
             server,
             LedgerMetadataStore(setup),
-            BookieCore(),
+            SimBookie(),
             {
                 b.name: Broker(OwnershipShell.of(b.name, server.connect(), self.ownership_type), self._core())
                 for b in self.brokers
@@ -635,7 +615,7 @@ class FencingMapping:
         for out in writer.add(sends[0].data):
             if not isinstance(out, Send):
                 raise FencingHarnessError(f"the writer did not send the add: {out}")
-            reply = world.bookie_handles(out.request)
+            reply = world.bookie.answer(out.request)
             if not isinstance(reply, AddResponse) or reply.code is not ErrorCode.EOK:  # the spec's step stores it
                 raise FencingHarnessError(f"the bookie refused the add to ledger {sends[0].ledger_id}")
         world.next_msg += 1
@@ -725,7 +705,7 @@ class FencingMapping:
 
     @staticmethod
     def _ledger(world: FencingWorld, ledger_id: int) -> Record:
-        state = world.bookie.ledgers.get(ledger_id)
+        state = world.bookie.core.ledgers.get(ledger_id)
         fenced = bool(state and state.fenced)
         if ledger_id not in world.created:
             return Record.of({"state": "unused", "entries": (), "lastEntry": 0, "fenced": fenced})
