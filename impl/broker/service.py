@@ -630,11 +630,8 @@ class Topic:
                 )
                 self.replicators[remote] = replicator
                 added.append(replicator)
-            stale = [
-                n
-                for n in self.ml.cursors()
-                if is_replicator_cursor(n) and n not in {r.cursor.name for r in self.replicators.values()}
-            ]
+            kept = {r.cursor.name for r in self.replicators.values()}
+            stale = [n for n in self.ml.cursors() if is_replicator_cursor(n) and n not in kept]
         for replicator in gone:
             replicator.delete()
             log.info("replication of %s to %s stopped", self.name, replicator.remote)
@@ -781,7 +778,7 @@ class BrokerService:
         if not loaded:
             return  # nothing to follow any more; the next load watches again
         try:
-            policies = namespaces.get_policies(self.configuration_store, namespace)
+            policies = namespaces.get_policies(self.configuration_store, namespace, local_cluster=self.cluster)
         except (namespaces.AdminError, MetadataError) as e:
             log.debug("policies of %s: %s", namespace, e)
             return
@@ -793,7 +790,7 @@ class BrokerService:
             topic.ml.set_retention(minutes, size_mb)
             topic.set_deduplication(dedup)
             try:
-                topic.set_replication(policies.replication_clusters or (self.cluster,))
+                topic.set_replication(policies.replication_clusters)
             except Exception as e:  # the topic closed meanwhile, or a cursor could not be written
                 log.warning("replication of %s: %s", topic.name, e)
 
