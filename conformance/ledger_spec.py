@@ -42,6 +42,17 @@ conformance/ledger_cluster.py):
       the bookie core is rebuilt from its journal (BookieCore.replay); queued requests are lost
   BookieRestarts [bookie] / BookieFailsPermanently [bookie]
       the bookie answers again / never again
+  BookieSyncs [bookie]
+      (JournalSyncData = FALSE only) the bookie's unsynced journal appends become durable
+
+The journal-sync switch (ledger.tla's JournalSyncData, FALSE in ledger-switch-ackbeforesync-ci):
+under it the bookies' journals hold their appends unsynced (`SimBookie.hold`), so an add is
+answered only if the bookie core replies before its journal record is durable, which the
+production core never does (its reply waits for `on_durable`): the switch's counterexample is a
+regression trace the cores refuse at its first acknowledged add. A fenced read's record is synced
+before its answer, with everything journalled before it (the spec's `Synced`). `durableState` is
+{} while nothing is unsynced, else what the durable journal holds: its entries and the LAC header
+of its last entry (what a crash would leave).
 
 A message-choosing action can be any message of its kind in flight: `candidates` lists them
 all, and the replay keeps the one whose result is the spec's next state (with a trace's
@@ -53,7 +64,8 @@ model's SYMMETRY the correspondence is re-chosen along the way (conformance/repl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from functools import partial
 
@@ -68,10 +80,12 @@ from conformance.ledger_cluster import (
     pending_lacs,
 )
 from conformance.replay import Candidate, Names
+from conformance.sim_bookie import SimBookie
 from conformance.tla_values import Function, ModelValue, Record, Value
 from impl.bookie.client.errors import LedgerFencedError
 from impl.bookie.client.recovery import RecoveryPhase
 from impl.bookie.client.writer import LedgerWriter, WriterState
+from impl.bookie.core import RecordKind
 from impl.bookie.entry_format import read_header
 from impl.bookie.protocol import LAST_ENTRY, AddRequest, ReadRequest
 from impl.metadata.ledger import NO_ENTRY, BookieId, LedgerMetadata
@@ -111,11 +125,14 @@ class LedgerMapping:
         self.entries = range(int(constants["NumEntries"]))  # type: ignore[arg-type]
         self.impl_id = {b: f"bookie-{i}:3181" for i, b in enumerate(self.bookies, start=1)}
         self.fail_fast = constants.get("FailFast") is True  # ledger.tla's switch, set by ledger-deep's cfg
+        # ledger.tla's JournalSyncData (default TRUE); FALSE: journal appends wait for a sync (SimBookie.hold)
+        self.journal_sync = constants.get("JournalSyncData") is not False
         self.cores = cores or CoreTypes()  # tests swap in broken cores to prove that the replay can fail
         # A counterexample of an unmutated model is a reachability witness (a situation BookKeeper's
         # protocol reaches, e.g. a closed length that is not the length at the end), which the
         # implementation must follow; a mutation's (a known bug) is a regression trace it must refuse.
-        self.counterexamples_are_followed = constants.get("Mutation", "none") == "none"
+        # The journal-sync switch is a known unsafe configuration: its counterexample is refused too.
+        self.counterexamples_are_followed = constants.get("Mutation", "none") == "none" and self.journal_sync
 
     # ---- Init -----------------------------------------------------------------------------------
     def initial(self, state: Mapping[str, Value]) -> tuple[LedgerCluster, Names]:
@@ -134,6 +151,8 @@ class LedgerMapping:
             [c.name for c in self.recoverers],
             self.cores,
         )
+        for node in cluster.bookies.values():
+            node.hold = not self.journal_sync  # appends durable only at a sync (JournalSyncData = FALSE)
         return cluster, {impl: spec for spec, impl in self.impl_id.items()}
 
     # ---- actions -> inputs ------------------------------------------------------------------------
@@ -158,12 +177,35 @@ class LedgerMapping:
         return sorted(groups.items(), key=lambda kv: str(kv[0]))
 
     def _deliver(self, names: Names, msg: Record, cluster: LedgerCluster) -> None:
-        cluster.deliver(self._find(cluster, names, msg))
+        chosen = self._find(cluster, names, msg)
+        with self._fence_synced(cluster, chosen):
+            cluster.deliver(chosen)
 
     def _lose(
         self, names: Names, msg: Record, lose: Callable[[LedgerCluster, list[InFlight]], None], cluster: LedgerCluster
     ) -> None:
-        lose(cluster, self._find(cluster, names, msg))
+        chosen = self._find(cluster, names, msg)
+        with self._fence_synced(cluster, chosen):
+            lose(cluster, chosen)
+
+    @contextlib.contextmanager
+    def _fence_synced(self, cluster: LedgerCluster, chosen: list[InFlight]) -> Iterator[None]:
+        """Under JournalSyncData = FALSE, a fenced read's bookie syncs its journal (what it held unsynced
+        first, then the fence record with the read): ledger.tla's `Synced` in the same step."""
+        nodes = [
+            cluster.bookies[m.bookie]
+            for m in chosen
+            if not self.journal_sync and isinstance(m.request, ReadRequest) and m.request.fence
+        ]
+        for node in nodes:
+            if node.sync():
+                raise HarnessError("a bookie held replies until its journal's sync, which this model's bookies do not")
+            node.hold = False
+        try:
+            yield
+        finally:
+            for node in nodes:
+                node.hold = True
 
     def _find(self, cluster: LedgerCluster, names: Names, msg: Record) -> list[InFlight]:
         """The requests in flight that are the spec message `msg` (candidates run on a clone)."""
@@ -288,6 +330,9 @@ class LedgerMapping:
     def _do_BookieFailsPermanently(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
         return self._per_bookie(names, "fail for good", LedgerCluster.fail_permanently)
 
+    def _do_BookieSyncs(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
+        return self._per_bookie(names, "journal sync", _sync_journal)
+
     # ---- the abstraction: implementation state -> ledger.tla's variables ----------------------
     def message(self, m: InFlight, names: Names) -> Record:
         req = m.request
@@ -341,6 +386,7 @@ class LedgerMapping:
             "fenced": Function.of({names[b]: bool(lg and lg.fenced) for b, lg in ledgers.items()}),
             # the LAC in the header of each bookie's last entry (what its read-LAC answer carries)
             "bookieLac": Function.of({names[b]: cluster.last_entry_lac(b) for b in ledgers}),
+            "durableState": Function.of({names[b]: _durable_state(node) for b, node in cluster.bookies.items()}),
             "up": Function.of({names[b]: node.up for b, node in cluster.bookies.items()}),
             "failed": frozenset(names[b] for b, node in cluster.bookies.items() if node.failed),
             "msgs": frozenset(self.message(m, names) for m in cluster.inflight),
@@ -453,6 +499,25 @@ def _writer_state(writer: LedgerWriter) -> str:
         # ledger.tla's FENCED: EFENCED, or the metadata IN_RECOVERY at an ensemble change; FAILED: CLOSED.
         return "FENCED" if isinstance(writer._failure, LedgerFencedError) else "FAILED"
     return writer.state.name
+
+
+def _sync_journal(cluster: LedgerCluster, bookie: BookieId) -> None:
+    """ledger.tla's BookieSyncs: the bookie's unsynced journal appends become durable."""
+    node = cluster.bookies[bookie]
+    if not node.up or not node.unsynced:
+        raise HarnessError(f"bookie {bookie} has no unsynced journal append to sync")
+    if node.sync():
+        raise HarnessError(f"bookie {bookie} held replies until its journal's sync, which the spec's bookie does not")
+
+
+def _durable_state(node: SimBookie) -> Value:
+    """ledger.tla's durableState of one bookie: {} if nothing is unsynced, else what its durable journal
+    holds of the ledger (entries, and the LAC header of the last entry: the latest copy of it)."""
+    if not node.unsynced:
+        return frozenset()
+    bodies = {r.entry_id: r.body for r in node.journal if r.kind is RecordKind.ENTRY and r.ledger_id == LEDGER_ID}
+    lac = read_header(bodies[max(bodies)])[2] if bodies else NO_ENTRY
+    return frozenset({Record.of({"entries": frozenset(bodies), "lac": lac})})
 
 
 def _impl(candidate: Candidate, names: Names) -> BookieId:

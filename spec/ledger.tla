@@ -10,6 +10,12 @@
 (* metadata. This is sound because the implementation's read-modify-CW    *)
 (* loop re-reads and re-checks on every version conflict, so its net      *)
 (* effect is the check-and-set at the instant of the successful write.    *)
+(*                                                                         *)
+(* Switches defined below and overridden by a model's cfg (so the other   *)
+(* models need not name them): FailFast (ledger-deep only) and            *)
+(* JournalSyncData (FALSE: a bookie acknowledges an add before its        *)
+(* journal is synced, and a crash loses the unsynced tail; BookKeeper's   *)
+(* journalSyncData = false).                                              *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets, TLC
 
@@ -95,10 +101,14 @@ ConfirmedUpTo(acks, lac, pushed) ==
 VARIABLES
     meta,           \* ledger metadata: [state, lastEntry, length, fragments] (the metadata store's node)
     \* bookies
-    entries,        \* entries[b]: entry ids bookie b stores durably (journalled and fsynced)
+    entries,        \* entries[b]: entry ids bookie b stores durably (journalled and fsynced; under
+                    \* JournalSyncData = FALSE what a crash keeps is durableState's)
     fenced,         \* fenced[b]: the durable, irreversible fenced flag of the ledger on b
     bookieLac,      \* bookieLac[b]: the LAC in the header of b's last (highest) entry, which a read-LAC
                     \* answer carries (durable: it rides in the entry); NoEntry while b stores none
+    durableState,   \* durableState[b]: {} when all b holds is durable (always, under JournalSyncData);
+                    \* else {[entries, lac]}: b's entries and bookieLac at its journal's last sync, the
+                    \* state a crash takes it back to (its journal has an unsynced tail since then)
     up,             \* up[b]: b is running (FALSE while crashed or after a permanent failure)
     failed,         \* bookies that failed for good (their disks are gone)
     \* the network
@@ -131,7 +141,7 @@ VARIABLES
     \* auxiliary, for conformance only: [name, params] of the last action; not in the VIEW
     lastAction
 
-bookieVars == <<entries, fenced, bookieLac, up, failed>>
+bookieVars == <<entries, fenced, bookieLac, durableState, up, failed>>
 writerVars == <<wState, wPushed, wLac, wAcks, wSentLac, wFragments>>
 recVars == <<rPhase, rAnswered, rMaxLac, rReadFragments, rFragments, rNext, rNegatives, rTried,
              rWbAcks, rWbSentLac, rWbLac, rEnd, rLength>>
@@ -167,6 +177,16 @@ NoMessagesOf(c) == \A m \in msgs : m.client # c
 FailFast == FALSE
 Send(reqs) == IF FailFast THEN {m \in reqs : up[m.bookie]} ELSE reqs
 
+\* Does a bookie acknowledge an add only once its journal record is synced (fsynced)? TRUE (as
+\* BookKeeper's journalSyncData = true and pulsar-ref's journal: replies wait for the write that is
+\* its fdatasync): journalling, syncing and replying are one step, and durableState stays {}.
+\* FALSE (the switch, `JournalSyncData = FALSE` in a model's cfg; a known unsafe configuration,
+\* expected to violate AckedEntriesReadable): an accepted add is stored and acknowledged with its
+\* record written but not synced; the journal is synced later (BookieSyncs: a roll, the page cache
+\* written back) or by a fence, whose record is synced before its answer and, the journal being one
+\* sequential file, makes every earlier record durable too; a crash loses the unsynced tail.
+JournalSyncData == TRUE
+
 Init ==
     \E ens \in [1 .. E -> Bookies] :
         /\ \A i, j \in 1 .. E : i # j => ens[i] # ens[j]
@@ -176,6 +196,7 @@ Init ==
     /\ entries = [b \in Bookies |-> {}]
     /\ fenced = [b \in Bookies |-> FALSE]
     /\ bookieLac = [b \in Bookies |-> NoEntry]
+    /\ durableState = [b \in Bookies |-> {}]
     /\ up = [b \in Bookies |-> TRUE]
     /\ failed = {}
     /\ msgs = {}
@@ -308,7 +329,16 @@ WriterCloses ==
 (* request, journalling it, fsyncing and replying is one step. A crash    *)
 (* before the fsync is then the same as the request being lost: no reply *)
 (* was sent, and (assumption) the entry is not read before it is durable. *)
+(* With JournalSyncData = FALSE an add's fsync is not part of its step:   *)
+(* durableState keeps what a crash would leave.                            *)
 (***************************************************************************)
+
+\* What bookie b holds durably: its state at its journal's last sync, or all of it when nothing is
+\* unsynced.
+Durable(b) == IF durableState[b] = {} THEN [entries |-> entries[b], lac |-> bookieLac[b]]
+              ELSE CHOOSE s \in durableState[b] : TRUE
+\* b's journal is synced (a fence record's sync makes every earlier record durable too).
+Synced(b) == [durableState EXCEPT ![b] = {}]
 
 \* Add: a fenced bookie rejects a writer's add with EFENCED; a recovery add skips the fence check.
 \* An accepted add of an id at or above every stored one becomes b's last entry (a later copy of
@@ -318,6 +348,11 @@ BookieReceivesAdd(m) ==
     /\ entries' = IF AddAccepted(m) THEN [entries EXCEPT ![m.bookie] = @ \cup {m.entry}] ELSE entries
     /\ bookieLac' = IF AddAccepted(m) /\ \A x \in entries[m.bookie] : x <= m.entry
                     THEN [bookieLac EXCEPT ![m.bookie] = m.val] ELSE bookieLac
+    \* JournalSyncData = FALSE: the record is written, not synced; the reply goes out all the same.
+    \* The first unsynced record marks what b held at the last sync (a rejected add writes nothing).
+    /\ durableState' = IF ~JournalSyncData /\ AddAccepted(m) /\ durableState[m.bookie] = {}
+                       THEN [durableState EXCEPT ![m.bookie] = {Durable(m.bookie)}]
+                       ELSE durableState
     /\ UNCHANGED fenced
 AddReply(m) == Msg("addResp", m.client, m.bookie, m.entry, IF AddAccepted(m) THEN 1 ELSE 0)
 
@@ -326,6 +361,7 @@ AddReply(m) == Msg("addResp", m.client, m.bookie, m.entry, IF AddAccepted(m) THE
 \* header (which can be below a LAC the bookie saw on an earlier entry).
 BookieReceivesReadLac(m) ==
     /\ fenced' = [fenced EXCEPT ![m.bookie] = TRUE]
+    /\ durableState' = Synced(m.bookie)   \* the fence record is synced before the answer
     /\ UNCHANGED <<entries, bookieLac>>
 LastEntryOf(b) == IF entries[b] = {} THEN NoEntry ELSE CHOOSE e \in entries[b] : \A x \in entries[b] : x <= e
 \* entry = the id of that last entry (its header's length is LengthAt(entry)), val = its LAC.
@@ -334,6 +370,7 @@ ReadLacReply(m) == Msg("readLacResp", m.client, m.bookie, LastEntryOf(m.bookie),
 \* Read of one entry, fencing first when the flag is set; reads work on fenced ledgers.
 BookieReceivesRead(m) ==
     /\ fenced' = IF m.val = 1 THEN [fenced EXCEPT ![m.bookie] = TRUE] ELSE fenced
+    /\ durableState' = IF m.val = 1 THEN Synced(m.bookie) ELSE durableState
     /\ UNCHANGED <<entries, bookieLac>>
 ReadReply(m) == Msg("readResp", m.client, m.bookie, m.entry, IF m.entry \in entries[m.bookie] THEN 1 ELSE 0)
 
@@ -604,20 +641,33 @@ DropRequestToDownBookie(m) ==
     /\ UNCHANGED <<meta, bookieVars, writerVars, recVars, lost, crashes>>
 
 \* A crash keeps only journalled, fsynced state: entries, the fenced flag and the LAC (which rides
-\* in entries) survive; requests queued at the bookie are lost.
+\* in entries) survive; requests queued at the bookie are lost. With JournalSyncData = FALSE the
+\* journal's unsynced tail is lost too: b is back at its last sync (fences are always synced).
 BookieCrashes(b) ==
     /\ up[b] /\ crashes < MaxCrashes
     /\ up' = [up EXCEPT ![b] = FALSE]
     /\ crashes' = crashes + 1
+    /\ entries' = [entries EXCEPT ![b] = Durable(b).entries]
+    /\ bookieLac' = [bookieLac EXCEPT ![b] = Durable(b).lac]
+    /\ durableState' = Synced(b)
     /\ msgs' = {m \in msgs : ~(m.kind \in Requests /\ m.bookie = b)}
     /\ lastAction' = [name |-> "BookieCrashes", params |-> [bookie |-> b]]
-    /\ UNCHANGED <<meta, entries, fenced, bookieLac, failed, writerVars, recVars, lost>>
+    /\ UNCHANGED <<meta, fenced, failed, writerVars, recVars, lost>>
 
 BookieRestarts(b) ==
     /\ ~up[b] /\ b \notin failed
     /\ up' = [up EXCEPT ![b] = TRUE]
     /\ lastAction' = [name |-> "BookieRestarts", params |-> [bookie |-> b]]
-    /\ UNCHANGED <<meta, entries, fenced, bookieLac, failed, msgs, writerVars, recVars, lost, crashes>>
+    /\ UNCHANGED <<meta, entries, fenced, bookieLac, durableState, failed, msgs, writerVars, recVars, lost,
+                   crashes>>
+
+\* JournalSyncData = FALSE only: a running bookie's journal is synced (it rolls, the operating system
+\* writes its pages back): what it holds is durable from now on. Never enabled under the default.
+BookieSyncs(b) ==
+    /\ up[b] /\ durableState[b] # {}
+    /\ durableState' = Synced(b)
+    /\ lastAction' = [name |-> "BookieSyncs", params |-> [bookie |-> b]]
+    /\ UNCHANGED <<meta, entries, fenced, bookieLac, up, failed, msgs, writerVars, recVars, lost, crashes>>
 
 \* A bookie fails for good: it never answers again and its data is unreadable.
 BookieFailsPermanently(b) ==
@@ -626,7 +676,7 @@ BookieFailsPermanently(b) ==
     /\ failed' = failed \cup {b}
     /\ msgs' = {m \in msgs : ~(m.kind \in Requests /\ m.bookie = b)}
     /\ lastAction' = [name |-> "BookieFailsPermanently", params |-> [bookie |-> b]]
-    /\ UNCHANGED <<meta, entries, fenced, bookieLac, writerVars, recVars, lost, crashes>>
+    /\ UNCHANGED <<meta, entries, fenced, bookieLac, durableState, writerVars, recVars, lost, crashes>>
 
 -----------------------------------------------------------------------------
 
@@ -689,7 +739,7 @@ Next ==
     \/ RequestToDownBookieLost
     \/ Writing
     \/ \E c \in Recoverers : Recovering(c)
-    \/ \E b \in Bookies : BookieRestarts(b)
+    \/ \E b \in Bookies : BookieRestarts(b) \/ BookieSyncs(b)
     \/ Faults
 
 Spec == Init /\ [][Next]_vars
@@ -715,6 +765,9 @@ TypeOK ==
     /\ entries \in [Bookies -> SUBSET Entries]
     /\ fenced \in [Bookies -> BOOLEAN]
     /\ bookieLac \in [Bookies -> Entries \cup {NoEntry}]
+    /\ \A b \in Bookies : durableState[b] \subseteq [entries : SUBSET Entries, lac : Entries \cup {NoEntry}]
+                          /\ Cardinality(durableState[b]) <= 1
+                          /\ JournalSyncData => durableState[b] = {}
     /\ up \in [Bookies -> BOOLEAN] /\ failed \subseteq Bookies
     /\ wState \in {"WRITING", "CLOSED", "FENCED", "FAILED"}
     /\ wPushed \in Entries \cup {NoEntry} /\ wLac \in Entries \cup {NoEntry} /\ wLac <= wPushed
@@ -871,6 +924,7 @@ RecoveryTerminates ==
 \* part of the test, so a quiescent state that violates one keeps its own fingerprint.
 WriterCannotConfirmMore == wState # "WRITING" \/ (wLac = wPushed /\ wPushed = NumEntries - 1)
 SafeForever ==
+    /\ JournalSyncData   \* else a crash can still take entries away
     /\ meta.state = "CLOSED"
     /\ WriterCannotConfirmMore
     /\ Cardinality(failed) >= MaxPermanentFailures
@@ -925,7 +979,7 @@ deadView ==
     << meta, entries,
        IF FencedDead THEN [b \in Bookies |-> FALSE] ELSE fenced,
        IF LacDead THEN [b \in Bookies |-> NoEntry] ELSE bookieLac,
-       up, failed,
+       durableState, up, failed,
        {m \in msgs : ~DeadRequest(m)},
        wState, IF WriterStopped THEN NoEntry ELSE wPushed, wLac, AcksView(wAcks), SentLacView(wSentLac),
        wFragments,
