@@ -213,12 +213,32 @@ def _add_ignoring_fence(original: Any, core: Any, req: Any, request_id: int) -> 
         ledger.fenced = True
 
 
+def _add_to_deleted(original: Any, core: Any, req: Any, request_id: int) -> Any:
+    if req.ledger_id not in core.deleted:
+        return original(core, req, request_id)
+    core.deleted.discard(req.ledger_id)  # the bug: the collected ledger is re-created by the add
+    try:
+        return original(core, req, request_id)
+    finally:
+        core.deleted.add(req.ledger_id)
+
+
 def _replay_without_fence(original: Any, core: Any, record: Any) -> Any:
     from impl.bookie.core import RecordKind
 
     if record.kind is RecordKind.FENCE:
         return []  # the bug: a restarted bookie forgets it was fenced
     return original(core, record)
+
+
+def _ack_before_durable(original: Any, core: Any, records: Any, reply: Any) -> Any:
+    from impl.bookie.protocol import AddResponse
+
+    outputs = original(core, records, reply)
+    if isinstance(getattr(reply, "response", None), AddResponse):
+        core.waiting.pop(outputs[0].token)  # the bug: the add's reply does not wait for its journal record
+        return [*outputs, reply]
+    return outputs
 
 
 def _efenced_as_io_error(original: Any, writer: Any, bookie: Any, request: Any, response: Any) -> Any:
@@ -413,12 +433,31 @@ CATALOGUE: tuple[Mutant, ...] = (
         (_LIVENESS,),
     ),
     Mutant(
+        "bookie-accepts-deleted-ledger",
+        "impl/bookie/core.py",
+        "a bookie that garbage-collected a ledger re-creates it on a stale writer's add, its fence forgotten "
+        "with it (fencing.tla's DeletedLedgerRefusesAdds = FALSE; BookKeeper issue 4462)",
+        (Patch("impl.bookie.core:BookieCore", "_add", _method(_add_to_deleted)),),
+        # fencing-ci's graph has the stale owner's add to the ledger the new owner trimmed (the switch's
+        # counterexample stops before that add)
+        (_FENCING,),
+    ),
+    Mutant(
         "bookie-forgets-fence-on-restart",
         "impl/bookie/core.py",
         "journal replay skips fence records: a restarted bookie accepts the old writer again",
         (Patch("impl.bookie.core:BookieCore", "replay", _method(_replay_without_fence)),),
         # ledger-ci-crash's graph has every fence-then-crash order; trace validation reaches one in seed 7
         (_CRASH, "traces:e3-qw3-qa2:20"),
+    ),
+    Mutant(
+        "bookie-acks-before-durable",
+        "impl/bookie/core.py",
+        "a bookie replies to an add as soon as it hands the add's record to the journal, before the record is "
+        "durable: a crash loses an acknowledged entry (BookKeeper's journalSyncData = false)",
+        (Patch("impl.bookie.core:BookieCore", "_journal", _method(_ack_before_durable)),),
+        # every other model syncs in the add's step, where replying first changes nothing
+        ("ledger-switch-ackbeforesync-ci",),
     ),
     Mutant(
         "writer-ignores-efenced",
