@@ -1,18 +1,33 @@
-"""The pure bookie core: requests and journal results in, outputs to perform out.
+"""The pure bookie core: typed inputs in, outputs to perform out, through one `step(event)`.
 
-No I/O. The shells (journal, ledger storage, gRPC server) and the conformance harness
-drive it: `handle()` takes one request and returns the journal records to append, the
-entries to put into ledger storage and the replies to send; replies that depend on
-durability are held until `on_durable(token)` reports that the journal flushed the records
-of that token. The core keeps each ledger's metadata (master key, fenced, LACs, which entry
-ids it stores) and decides every reply; entry *bodies* live in ledger storage: an accepted
-add outputs `StoreEntry`, a read of a stored entry outputs `ReadEntry`, which the shell
-answers from storage (`ReadEntry.reply(body)`). `restore()` loads a ledger's checkpointed
-metadata and `replay()` applies the journal tail after a restart; `forget()` drops a
-garbage-collected ledger, whose adds are refused as fenced from then on (`deleted`). State is
-plain dataclasses, open for inspection. A core given a tracer (impl/trace.py) reports
-ledger.tla's `BookieHandles` for every add and read it handles and `BookieReplays` for every
-journal record it replays; one given none traces nothing.
+No I/O. The shells (the gRPC bookie server with its journal and ledger storage,
+impl/bookie/server.py; conformance/sim_bookie.py's simulated bookie) drive it with one function,
+`step(event) -> list[Output]`, as etcd's raft `Step` and h11's events have it:
+
+  RequestReceived(request, request_id)  an add, read, read-LAC or write-LAC: the journal records to
+                        append (AppendJournal), the entries to put into ledger storage (StoreEntry)
+                        and the replies (Reply; ReadEntry for a stored entry, which the shell answers
+                        from storage with `ReadEntry.reply(body)`). Replies that depend on durability
+                        are held until JournalDurable(token) reports that the journal flushed the
+                        records of that token.
+  JournalDurable(token) the held replies of that append, to send
+  EntryNotStored(token) ledger storage could not store the entry whose append is `token` (before
+                        the append): the add fails with EIO and the bookie turns read-only
+  SetReadOnly(readonly) the shell's disk check: a read-only bookie refuses adds and LAC writes
+  RestoreLedger(ledger_id, state), RestoreDeleted(ledger_ids)
+                        at a restart, a ledger's metadata and the garbage-collected ledgers as ledger
+                        storage checkpointed them (before the journal tail)
+  Replay(record)        one durable journal record after the checkpoint (restart); idempotent; an
+                        entry goes back to storage (StoreEntry)
+  ForgetLedger(ledger_id)  garbage collection: drop a ledger whose metadata is gone; its adds are
+                        refused as fenced from then on (`deleted`)
+
+The core keeps each ledger's metadata (master key, fenced, LACs, which entry ids it stores) and
+decides every reply; entry *bodies* live in ledger storage. State is plain dataclasses, open for
+inspection (`ledgers`, `readonly`, `deleted`: read-only queries). A core given a tracer
+(impl/trace.py) reports ledger.tla's `BookieHandles` for every add and read it handles and
+`BookieReplays` for every journal record it replays; one given none traces nothing. An event of
+another type raises TypeError.
 
 Check order follows BookKeeper: well-formedness (EBADREQ), read-only (EREADONLY, adds only),
 master key (EUA), then fenced (EFENCED, plain adds only; recovery adds skip it). An add to a
@@ -23,8 +38,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from impl.bookie.entry_format import BadEntry, read_header
 from impl.bookie.protocol import (
@@ -70,9 +86,87 @@ class JournalRecord(NamedTuple):
     lac: int = -1
 
 
+# ---- inputs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestReceived:
+    """A request to answer; `request_id` names its requester in the replies (`Reply.request_id`)."""
+
+    request: Request
+    request_id: int
+
+
+@dataclass(frozen=True)
+class JournalDurable:
+    """The journal fdatasync'ed the records of AppendJournal `token`: release the replies held for them."""
+
+    token: int
+
+
+@dataclass(frozen=True)
+class EntryNotStored:
+    """Ledger storage failed to store the entry of the add whose AppendJournal is `token` (not appended):
+    the add fails with EIO and the bookie takes no more adds (read-only). Replay at restart puts back
+    what was journalled before."""
+
+    token: int
+
+
+@dataclass(frozen=True)
+class SetReadOnly:
+    """The shell's disk check: read-only (too little free space) or writable again."""
+
+    readonly: bool
+
+
+@dataclass(frozen=True)
+class RestoreLedger:
+    """Restart: a ledger's metadata as ledger storage checkpointed it (before the journal tail)."""
+
+    ledger_id: int
+    state: LedgerState
+
+
+@dataclass(frozen=True)
+class RestoreDeleted:
+    """Restart: the ledgers garbage-collected here (ledger storage keeps their ids); adds to them are refused."""
+
+    ledger_ids: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Restart: one durable journal record after the checkpoint (ledger.tla's BookieReplays)."""
+
+    record: JournalRecord
+
+
+@dataclass(frozen=True)
+class ForgetLedger:
+    """Garbage collection: the ledger's metadata is gone; drop it and refuse its adds from now on."""
+
+    ledger_id: int
+
+
+Event = (
+    RequestReceived
+    | JournalDurable
+    | EntryNotStored
+    | SetReadOnly
+    | RestoreLedger
+    | RestoreDeleted
+    | Replay
+    | ForgetLedger
+)
+
+
+# ---- outputs ------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class AppendJournal:
-    """Append these records; report `on_durable(token)` once they are fdatasync'ed."""
+    """Append these records; report `JournalDurable(token)` once they are fdatasync'ed."""
 
     token: int
     records: tuple[JournalRecord, ...]
@@ -129,10 +223,12 @@ class LedgerState:
 
 @dataclass
 class BookieCore:
+    """One bookie's protocol (pure core); see the module docstring."""
+
     ledgers: dict[int, LedgerState] = field(default_factory=dict)
     readonly: bool = False
     next_token: int = 0
-    waiting: dict[int, list[Reply | ReadEntry]] = field(default_factory=dict)  # token -> replies held until durable
+    waiting: dict[int, list[Output]] = field(default_factory=dict)  # token -> replies held until durable
     tracer: Tracer | None = field(default=None, repr=False, compare=False)  # this core's recorder, if traced
     # Garbage-collected ledgers. An add to one is refused as fenced: forgetting a ledger also forgets its
     # fence, and a writer that still holds it (a broker whose session expired unnoticed) would otherwise
@@ -140,9 +236,33 @@ class BookieCore:
     # Ledger ids are never reused (a sequential metadata node allocates them).
     deleted: set[int] = field(default_factory=set)
 
-    # --- requests ---------------------------------------------------------------------------
+    # --- the one entry point ------------------------------------------------------------------
+    def step(self, event: Event) -> list[Output]:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a bookie event: {event!r}")
+        return handler(self, event)
+
+    # Kept for conformance/sim_bookie.py until it moves to step.
     def handle(self, request: Request, request_id: int) -> list[Output]:
-        outputs = self._handle(request, request_id)
+        return self.step(RequestReceived(request, request_id))
+
+    # Kept for conformance/sim_bookie.py until it moves to step.
+    def on_durable(self, token: int) -> list[Output]:
+        return self.step(JournalDurable(token))
+
+    # Kept for conformance/sim_bookie.py until it moves to step.
+    def replay(self, record: JournalRecord) -> list[Output]:
+        return self.step(Replay(record))
+
+    # Kept for conformance/fencing_spec.py until it moves to step.
+    def forget(self, ledger_id: int) -> list[Output]:
+        return self.step(ForgetLedger(ledger_id))
+
+    # --- requests ---------------------------------------------------------------------------
+    def _received(self, e: RequestReceived) -> list[Output]:
+        request = e.request
+        outputs = self._handle(request, e.request_id)
         if self.tracer is not None and isinstance(request, AddRequest | ReadRequest):
             # What the bookie holds of the ledger after the request (ledger.tla's entries, fenced).
             ledger = self.ledgers.get(request.ledger_id)
@@ -170,8 +290,22 @@ class BookieCore:
             return self._write_lac(request, request_id)
         raise TypeError(f"not a bookie request: {type(request).__name__}")
 
-    def on_durable(self, token: int) -> list[Reply | ReadEntry]:
-        return self.waiting.pop(token, [])
+    def _durable(self, e: JournalDurable) -> list[Output]:
+        return self.waiting.pop(e.token, [])
+
+    def _not_stored(self, e: EntryNotStored) -> list[Output]:
+        # Stop taking adds: an acknowledged entry that storage never got would be lost at the next checkpoint.
+        self.readonly = True
+        failed: list[Output] = []
+        for held in self.waiting.pop(e.token, []):
+            assert isinstance(held, Reply) and isinstance(held.response, AddResponse)
+            response = held.response
+            failed.append(Reply(held.request_id, AddResponse(response.ledger_id, response.entry_id, ErrorCode.EIO)))
+        return failed
+
+    def _set_readonly(self, e: SetReadOnly) -> list[Output]:
+        self.readonly = e.readonly
+        return []
 
     def _journal(self, records: list[JournalRecord], reply: Reply | ReadEntry) -> list[Output]:
         token = self.next_token
@@ -281,12 +415,17 @@ class BookieCore:
         return self._journal(records, reply(ErrorCode.EOK))
 
     # --- restart and garbage collection ------------------------------------------------------
-    def restore(self, ledger_id: int, state: LedgerState) -> None:
-        """Load a ledger's metadata as ledger storage checkpointed it (before the journal tail)."""
-        self.ledgers[ledger_id] = state
+    def _restore_ledger(self, e: RestoreLedger) -> list[Output]:
+        self.ledgers[e.ledger_id] = e.state
+        return []
 
-    def replay(self, record: JournalRecord) -> list[Output]:
-        """Apply one durable journal record (restart); idempotent. An entry goes back to storage."""
+    def _restore_deleted(self, e: RestoreDeleted) -> list[Output]:
+        self.deleted |= e.ledger_ids
+        return []
+
+    def _replay(self, e: Replay) -> list[Output]:
+        """Apply one durable journal record; idempotent. An entry goes back to storage."""
+        record = e.record
         if self.tracer is not None:
             self.tracer(
                 "BookieReplays", {"ledger": record.ledger_id, "kind": record.kind.name, "entry": record.entry_id}
@@ -305,11 +444,24 @@ class BookieCore:
             return [StoreEntry(record.ledger_id, record.entry_id, record.body)]
         return []
 
-    def forget(self, ledger_id: int) -> bool:
-        """Drop a ledger whose metadata is gone (garbage collection), and refuse its adds from now on;
-        False if it was unknown here."""
-        self.deleted.add(ledger_id)
-        return self.ledgers.pop(ledger_id, None) is not None
+    def _forget_ledger(self, e: ForgetLedger) -> list[Output]:
+        """Drop a ledger whose metadata is gone (unknown here or not), and refuse its adds from now on."""
+        self.deleted.add(e.ledger_id)
+        self.ledgers.pop(e.ledger_id, None)
+        return []
+
+
+# Event type -> handler. A mutant (conformance/mutants.py) replaces an entry of this table to break one handler.
+_HANDLERS: dict[type, Callable[[BookieCore, Any], list[Output]]] = {
+    RequestReceived: BookieCore._received,
+    JournalDurable: BookieCore._durable,
+    EntryNotStored: BookieCore._not_stored,
+    SetReadOnly: BookieCore._set_readonly,
+    RestoreLedger: BookieCore._restore_ledger,
+    RestoreDeleted: BookieCore._restore_deleted,
+    Replay: BookieCore._replay,
+    ForgetLedger: BookieCore._forget_ledger,
+}
 
 
 def _kind(request: AddRequest | ReadRequest) -> str:
@@ -326,11 +478,20 @@ def _valid_id(value: int) -> bool:
 __all__ = [
     "AppendJournal",
     "BookieCore",
+    "EntryNotStored",
+    "Event",
+    "ForgetLedger",
+    "JournalDurable",
     "JournalRecord",
     "LedgerState",
     "Output",
     "ReadEntry",
     "RecordKind",
+    "Replay",
     "Reply",
+    "RequestReceived",
+    "RestoreDeleted",
+    "RestoreLedger",
+    "SetReadOnly",
     "StoreEntry",
 ]

@@ -1,6 +1,9 @@
 """The bookie shell: drives BookieCore with the journal and ledger storage, serves it over gRPC.
 
-Requests go into the core under one lock; journal appends go to the group-committing
+Every input goes into the core as a typed event through `BookieCore.step`, under one lock:
+requests (RequestReceived), the journal's durability (JournalDurable), ledger storage's failures
+(EntryNotStored), the disk check (SetReadOnly), the restart (RestoreLedger, RestoreDeleted,
+Replay) and garbage collection (ForgetLedger). Journal appends go to the group-committing
 journal, whose writer thread reports durability back into the core, which releases the
 held replies. Entry bodies go to ledger storage (impl/bookie/ledger_storage.py) before
 their journal append, and reads are answered from it outside the core lock, so a read
@@ -26,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -39,11 +42,19 @@ from impl.bookie.checkpoint import read_mark, write_mark
 from impl.bookie.core import (
     AppendJournal,
     BookieCore,
+    EntryNotStored,
+    ForgetLedger,
+    JournalDurable,
     JournalRecord,
     LedgerState,
     Output,
     ReadEntry,
+    Replay,
     Reply,
+    RequestReceived,
+    RestoreDeleted,
+    RestoreLedger,
+    SetReadOnly,
     StoreEntry,
 )
 from impl.bookie.entry_log import StorageError
@@ -132,13 +143,13 @@ class Bookie:
             meta = indexed.meta
             state = LedgerState(meta.master_key, meta.fenced, set(indexed.locations))
             state.piggybacked_lac, state.explicit_lac = meta.piggybacked_lac, meta.explicit_lac
-            self.core.restore(ledger_id, state)
-        self.core.deleted |= self.storage.deleted_ledgers()
+            self.core.step(RestoreLedger(ledger_id, state))
+        self.core.step(RestoreDeleted(frozenset(self.storage.deleted_ledgers())))
         self.replay_report = ReplayReport()
         try:
             self.checkpoint_mark = read_mark(self.storage_dir)
             for record in replay(self.journal_dir, self.replay_report, self.checkpoint_mark):
-                for out in self.core.replay(record):
+                for out in self.core.step(Replay(record)):
                     if isinstance(out, StoreEntry):
                         self.storage.put(out.ledger_id, out.entry_id, out.body)
         except BaseException:
@@ -196,10 +207,10 @@ class Bookie:
                     self.add_latency if kind is AddRequest else self.read_latency if kind is ReadRequest else None,
                 )
                 try:
-                    outputs = self.core.handle(request, rid)
+                    outputs = self.core.step(RequestReceived(request, rid))
                 except Exception:  # a request the core cannot digest is malformed, never a crash
                     outputs = [Reply(rid, error_response(request, ErrorCode.EBADREQ))]
-                sends += self._perform(outputs, records, tokens, request)
+                sends += self._perform(outputs, records, tokens)
             if tokens:
                 self.journal.append(records, self._durable_callback(tokens))
         for request, deliver in overloaded:
@@ -207,7 +218,7 @@ class Bookie:
         self._send(sends)
 
     def _perform(
-        self, outputs: list[Output], records: list[JournalRecord], tokens: list[int], request: Request | None = None
+        self, outputs: list[Output], records: list[JournalRecord], tokens: list[int]
     ) -> list[tuple[Deliver, Reply | ReadEntry]]:
         """Under the core lock, in the core's order: storage puts now, journal records into
         `records`/`tokens` (appended by the caller, still under the lock); returns what to send."""
@@ -221,12 +232,10 @@ class Bookie:
                     # taking adds: an acknowledged entry that storage never got would be lost at the
                     # next checkpoint. Replay at restart puts what was journalled before back.
                     log.error("ledger storage cannot store %d:%d (%s); read-only", out.ledger_id, out.entry_id, exc)
-                    self.core.readonly = True
                     token = next(o.token for o in outputs if isinstance(o, AppendJournal))
-                    for held in self.core.waiting.pop(token, []):
-                        assert isinstance(held, Reply) and request is not None
-                        failed = Reply(held.request_id, error_response(request, ErrorCode.EIO))
-                        sends.append((self._delivery(held.request_id), failed))
+                    for failed in self.core.step(EntryNotStored(token)):
+                        assert isinstance(failed, Reply)
+                        sends.append((self._delivery(failed.request_id), failed))
                     return sends
             elif isinstance(out, AppendJournal):
                 records.extend(out.records)
@@ -270,7 +279,8 @@ class Bookie:
         with self._lock:
             for token in tokens:
                 # What durability releases is the replies the core held (Reply or ReadEntry), nothing to perform.
-                sends += [(delivery(out.request_id), out) for out in self.core.on_durable(token)]
+                released = cast("list[Reply | ReadEntry]", self.core.step(JournalDurable(token)))
+                sends += [(delivery(out.request_id), out) for out in released]
         self._send(sends)
 
     # --- checkpoints and garbage collection ---------------------------------------------------
@@ -308,7 +318,7 @@ class Bookie:
             deleted = self.garbage_collector.deleted_ledgers(on_bookie)
             for ledger_id in deleted:
                 with self._lock:  # atomically for adds: from here on a late add is refused (BookieCore.deleted)
-                    self.core.forget(ledger_id)
+                    self.core.step(ForgetLedger(ledger_id))
                     entries = self.storage.delete_ledger(ledger_id)
                 log.info(
                     "garbage collection: ledger %d has no metadata any more; dropped %d entries", ledger_id, entries
@@ -350,7 +360,7 @@ class Bookie:
         readonly = shutil.disk_usage(self.data_dir).free < self.min_free_bytes
         if readonly != self.core.readonly:
             with self._lock:
-                self.core.readonly = readonly
+                self.core.step(SetReadOnly(readonly))
             if self.on_readonly:
                 self.on_readonly(readonly)
 

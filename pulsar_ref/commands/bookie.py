@@ -181,7 +181,7 @@ def run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
 
 def inspect(args: argparse.Namespace) -> int:
     from impl.bookie.checkpoint import CorruptCheckpoint, read_mark
-    from impl.bookie.core import BookieCore, LedgerState
+    from impl.bookie.core import BookieCore, LedgerState, Replay, RestoreLedger
     from impl.bookie.journal import JournalMissing, ReplayReport, replay
     from impl.bookie.ledger_storage import LedgerStorage
 
@@ -196,12 +196,12 @@ def inspect(args: argparse.Namespace) -> int:
         meta = indexed.meta
         state = LedgerState(meta.master_key, meta.fenced, set(indexed.locations))
         state.piggybacked_lac, state.explicit_lac = meta.piggybacked_lac, meta.explicit_lac
-        core.restore(ledger_id, state)
+        core.step(RestoreLedger(ledger_id, state))
     try:
         mark = read_mark(data / "ledgers")
         report = ReplayReport()
         for record in replay(journal_dir, report, mark):
-            core.replay(record)
+            core.step(Replay(record))
     except (CorruptCheckpoint, JournalMissing) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

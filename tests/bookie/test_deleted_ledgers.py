@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from impl.bookie.channel import BookieChannel
-from impl.bookie.core import AppendJournal, BookieCore, Reply
+from impl.bookie.core import AppendJournal, BookieCore, ForgetLedger, JournalDurable, Reply, RequestReceived
 from impl.bookie.entry_format import encode_entry, master_key
 from impl.bookie.ledger_storage import DELETED_LEDGERS, LedgerStorage
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadLacRequest
@@ -28,11 +28,11 @@ def add(ledger: int, entry: int, recovery: bool = False) -> AddRequest:
 
 def answer(core: BookieCore, request: AddRequest) -> ErrorCode:
     """The code of the add's reply, its journal write taken as durable at once."""
-    out = core.handle(request, 0)
+    out = core.step(RequestReceived(request, 0))
     replies = [o for o in out if isinstance(o, Reply)]
     for o in out:
         if isinstance(o, AppendJournal):
-            replies += [r for r in core.on_durable(o.token) if isinstance(r, Reply)]
+            replies += [r for r in core.step(JournalDurable(o.token)) if isinstance(r, Reply)]
     (reply,) = replies
     assert isinstance(reply.response, AddResponse)
     return reply.response.code
@@ -41,12 +41,13 @@ def answer(core: BookieCore, request: AddRequest) -> ErrorCode:
 def test_the_core_refuses_adds_to_a_forgotten_ledger() -> None:
     core = BookieCore()
     assert answer(core, add(7, 0)) is ErrorCode.EOK
-    assert core.forget(7)
+    core.step(ForgetLedger(7))
     assert answer(core, add(7, 1)) is ErrorCode.EFENCED
     assert answer(core, add(7, 1, recovery=True)) is ErrorCode.EFENCED  # no write-back resurrects it either
     assert 7 not in core.ledgers
     assert answer(core, add(8, 0)) is ErrorCode.EOK  # other ledgers are untouched
-    assert not core.forget(9) and answer(core, add(9, 0)) is ErrorCode.EFENCED  # unknown here, deleted all the same
+    core.step(ForgetLedger(9))
+    assert answer(core, add(9, 0)) is ErrorCode.EFENCED  # unknown here, deleted all the same
 
 
 def test_ledger_storage_keeps_the_deleted_ids_across_reopening(tmp_path: Path) -> None:
