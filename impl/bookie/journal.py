@@ -18,11 +18,19 @@ Replay stops at the first torn or corrupt record of a file and reports it (never
 
 A checkpoint (impl/bookie/checkpoint.py) names a `JournalPosition`: every record before it is
 in ledger storage, so restart replays from there and files wholly before it are deleted.
+
+`UnsyncedJournal` is BookKeeper's `journalSyncData = false`, ledger.tla's `JournalSyncData = FALSE`:
+no O_DSYNC, an append's callback runs once the write reached the operating system, before any
+fsync, so a bookie acknowledges adds that a power loss takes away (a process crash does not: the
+page cache survives it). Only the tests use it, to show what the default's fsync is for.
+Fault point (tests): `power_loss_before=(ledger, entry)` makes the flush that would write that entry
+a power loss instead: the current file is cut back to its last sync and the process SIGKILLs itself.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import struct
 import threading
 import time
@@ -157,6 +165,10 @@ def delete_files_before(directory: Path, position: JournalPosition) -> list[Path
     return deleted
 
 
+def _holds_entry(records: tuple[JournalRecord, ...] | list[JournalRecord], entry: tuple[int, int]) -> bool:
+    return any(r.kind is RecordKind.ENTRY and (r.ledger_id, r.entry_id) == entry for r in records)
+
+
 class JournalClosed(Exception):
     """An append after close(): nothing was written."""
 
@@ -164,11 +176,15 @@ class JournalClosed(Exception):
 class Journal:
     """Group-committing journal writer. `append(records, callback)`; callback runs once durable."""
 
+    _SYNC_FLAG = O_DSYNC  # every write is its own fdatasync
+
     def __init__(
         self,
         directory: Path,
         roll_size: int = 256 * 1024 * 1024,
         max_batch_bytes: int = 512 * 1024,
+        *,
+        power_loss_before: tuple[int, int] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -179,8 +195,13 @@ class Journal:
         self._file_no = file_no(existing[-1]) + 1 if existing else 0
         self._fd = self._open()
         self._written = 0
-        # Everything appended before this position is durable (a checkpoint may name it).
+        self._synced = 0  # bytes of the current file known durable (a power loss keeps these)
+        # Everything appended before this position is durable (a checkpoint may name it). UnsyncedJournal:
+        # written, and durable once a checkpoint has flushed ledger storage, which holds the same entries.
         self.durable_position = JournalPosition(self._file_no, 0)
+        # Fault point (tests): the append holding this (ledger, entry), and its callback once appended.
+        self._power_loss_before = power_loss_before
+        self._power_loss_at: Callable[[], None] | None = None
         # A plain list under a condition, not queue.Queue: the writer takes the whole queue with
         # one lock acquisition instead of one get() per record.
         self._cond = threading.Condition()
@@ -194,7 +215,7 @@ class Journal:
 
     def _open(self) -> int:
         path = self.directory / f"{FILE_PREFIX}{self._file_no}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | O_DSYNC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | self._SYNC_FLAG, 0o644)
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)  # the new file's name must survive a crash too
@@ -207,6 +228,12 @@ class Journal:
         with self._cond:
             if self._closing:
                 raise JournalClosed(f"the journal in {self.directory} is closed; nothing was written")
+            if (
+                self._power_loss_before is not None
+                and self._power_loss_at is None
+                and _holds_entry(records, self._power_loss_before)
+            ):
+                self._power_loss_at = callback
             self._queued.append((data, callback))
             if len(self._queued) == 1:
                 self._cond.notify()  # the writer only waits when the queue is empty
@@ -217,6 +244,7 @@ class Journal:
             self._closing = True
             self._cond.notify()
         self._thread.join()
+        self._seal()
         os.close(self._fd)
 
     def _take(self) -> list[tuple[bytes, Callable[[], None]]]:
@@ -242,6 +270,8 @@ class Journal:
             self._flush(batch)
 
     def _flush(self, batch: list[tuple[bytes, Callable[[], None]]]) -> None:
+        if self._power_loss_at is not None and any(callback is self._power_loss_at for _, callback in batch):
+            self._lose_power()
         parts = [d for d, _ in batch]
         size = sum(map(len, parts))
         started = time.monotonic()
@@ -251,18 +281,73 @@ class Journal:
             view = memoryview(b"".join(parts))[written:]
             while view:
                 view = view[os.write(self._fd, view) :]
-        if not O_DSYNC:
-            os.fdatasync(self._fd)
+        self._written += size
+        self._sync(batch)
         self.sync_latency.record((time.monotonic() - started) * 1000)
         self.flushes += 1
         self.flushed_bytes += size
-        self._written += size
         self.durable_position = JournalPosition(self._file_no, self._written)
         for _, callback in batch:
             callback()
         if self._written >= self.roll_size:
+            self._seal()
             os.close(self._fd)
             self._file_no += 1
             self._fd = self._open()
-            self._written = 0
+            self._written = self._synced = 0
             self.durable_position = JournalPosition(self._file_no, 0)
+
+    def _sync(self, batch: list[tuple[bytes, Callable[[], None]]]) -> None:
+        """After a flush's write, before its callbacks: make it durable (with O_DSYNC the write was)."""
+        if not O_DSYNC:
+            os.fdatasync(self._fd)
+        self._synced = self._written
+
+    def _seal(self) -> None:
+        """Before the current file is closed (a roll, close()): everything in it durable (already is)."""
+
+    def _lose_power(self) -> None:
+        """The fault point: a power loss now. What the file holds past its last sync is gone (what only the
+        page cache held); the records of this flush never reach it; the process dies before any callback."""
+        os.ftruncate(self._fd, self._synced)
+        os.kill(os.getpid(), signal.SIGKILL)
+        threading.Event().wait()  # SIGKILL is on its way: write nothing more
+
+
+class UnsyncedJournal(Journal):
+    """BookKeeper's `journalSyncData = false`: an append's callback runs once its write reached the operating
+    system, before any fsync, so the bookie acknowledges an add that a power loss takes away. A file is synced
+    when it rolls or the journal closes, and a flush holding a fence record is synced before its callbacks
+    (a fence lost in a crash would let the old writer in again; ledger.tla's JournalSyncData = FALSE syncs
+    fences too). Never pulsar-ref's configuration: the tests use it to show what the fsync is for."""
+
+    _SYNC_FLAG = 0
+
+    def __init__(
+        self,
+        directory: Path,
+        roll_size: int = 256 * 1024 * 1024,
+        max_batch_bytes: int = 512 * 1024,
+        *,
+        power_loss_before: tuple[int, int] | None = None,
+    ) -> None:
+        self._sync_before: set[Callable[[], None]] = set()  # callbacks of appends with a fence record
+        super().__init__(directory, roll_size, max_batch_bytes, power_loss_before=power_loss_before)
+
+    def append(self, records: tuple[JournalRecord, ...] | list[JournalRecord], callback: Callable[[], None]) -> None:
+        if any(r.kind is RecordKind.FENCE for r in records):
+            with self._cond:
+                self._sync_before.add(callback)
+        super().append(records, callback)
+
+    def _sync(self, batch: list[tuple[bytes, Callable[[], None]]]) -> None:
+        with self._cond:
+            fence = [callback for _, callback in batch if callback in self._sync_before]
+            self._sync_before.difference_update(fence)
+        if fence:
+            os.fdatasync(self._fd)  # and with it every record written before
+            self._synced = self._written
+
+    def _seal(self) -> None:
+        os.fdatasync(self._fd)
+        self._synced = self._written

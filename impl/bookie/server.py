@@ -59,7 +59,14 @@ from impl.bookie.core import (
 )
 from impl.bookie.entry_log import StorageError
 from impl.bookie.garbage_collector import GarbageCollector
-from impl.bookie.journal import Journal, JournalPosition, ReplayReport, delete_files_before, replay
+from impl.bookie.journal import (
+    Journal,
+    JournalPosition,
+    ReplayReport,
+    UnsyncedJournal,
+    delete_files_before,
+    replay,
+)
 from impl.bookie.ledger_index import LedgerMeta
 from impl.bookie.ledger_storage import LedgerStorage
 from impl.bookie.protocol import (
@@ -92,6 +99,18 @@ MAINTENANCE_TICK_S = 0.05  # how often the maintenance thread looks at the entry
 
 # Test-only fault point: SIGKILL the process after ledger storage is flushed, before the mark.
 CRASH_AFTER_STORAGE_FLUSH = "checkpoint-after-flush"
+# Test-only fault point, "power-loss-before-entry:LEDGER:ENTRY": a power loss when the journal is about to
+# write that entry: its file cut back to its last sync, the process SIGKILLed (impl/bookie/journal.py).
+POWER_LOSS_BEFORE_ENTRY = "power-loss-before-entry"
+
+
+def power_loss_point(crash_at: str | None) -> tuple[int, int] | None:
+    """(ledger, entry) of a `POWER_LOSS_BEFORE_ENTRY` fault point; None for any other (or none)."""
+    name, _, where = (crash_at or "").partition(":")
+    if name != POWER_LOSS_BEFORE_ENTRY:
+        return None
+    ledger_id, _, entry_id = where.partition(":")
+    return int(ledger_id), int(entry_id)
 
 
 def error_response(request: Request, code: ErrorCode) -> Response:
@@ -132,6 +151,7 @@ class Bookie:
         read_cache_bytes: int = 16 * 1024 * 1024,
         crash_at: str | None = None,
         tracer: Tracer | None = None,
+        journal_sync_data: bool = True,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.journal_dir = Path(journal_dir) if journal_dir else self.data_dir / "journal"
@@ -155,7 +175,12 @@ class Bookie:
         except BaseException:
             self.storage.close()
             raise
-        self.journal = Journal(self.journal_dir, roll_size=journal_roll_size)
+        # journal_sync_data=False: BookKeeper's journalSyncData = false, adds acknowledged before their fsync
+        # (never pulsar-ref's configuration; tests/bookie/test_journal_sync.py shows what it loses)
+        journal_type = Journal if journal_sync_data else UnsyncedJournal
+        self.journal = journal_type(
+            self.journal_dir, roll_size=journal_roll_size, power_loss_before=power_loss_point(crash_at)
+        )
         self.max_inflight = max_inflight
         self.min_free_bytes = min_free_bytes
         self.on_readonly = on_readonly
