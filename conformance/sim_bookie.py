@@ -19,7 +19,11 @@ delivered when `sync(bookie)` releases it, and a bookie that crashes answers Non
 was holding. Requests are serialised, as a real bookie's core serialises them.
 
 Used by conformance/ledger_cluster.py (ledger.tla's bookies), and by the tests that need bookies
-without processes (tests/broker/conftest.py, tests/bookie/).
+without processes (tests/broker/conftest.py, tests/bookie/, tests/client/simulation.py). A test
+reaches a bookie's state through `core.ledgers` (master key, fenced, the entry ids it holds) and
+`storage` (the bodies); `handle()` gives the core's `Reply`s (request id and response), `answer()`
+and `SimNetwork` the bare `Response`, as a transport does. `SimNetwork.answer` may be called from
+several threads (impl/bookie/client/transport.py's pool): it serialises them.
 """
 
 from __future__ import annotations

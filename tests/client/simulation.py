@@ -1,77 +1,32 @@
 """A deterministic simulated cluster for driving the client cores in-process.
 
-Until H7's pure bookie core (impl/bookie/core.py) lands, `SimBookie` stands in for it:
-a few lines following docs/protocol-rules.md's "The bookie" section (key check, fence flag,
-recovery adds, read of -1). Metadata is real: `SimLedgerStore` runs the cores' named
-changes through impl.metadata.ledger_store and impl.metadata.transitions over the
-in-memory metadata store.
-The network delivers in-flight requests in an order drawn from a seeded random.Random,
-so every run is reproducible; a "silent" bookie never answers (the driver feeds the
-core a None = timeout), a "drop-adds" bookie times out every add but serves reads.
+The bookies are conformance/sim_bookie.py's: the production `BookieCore` over a disk in memory,
+journal appends durable at once, held in a `SimNetwork` (the same bookies and network the
+conformance replays and the broker tests use). Metadata is real: `SimLedgerStore` runs the cores'
+named changes through impl.metadata.ledger_store and impl.metadata.transitions over the in-memory
+metadata store.
+
+`SimCluster` drives the client cores (writer, reader, recovery) itself: it delivers in-flight
+requests in an order drawn from a seeded random.Random, so every run is reproducible; a "silent"
+bookie never answers (the driver feeds the core a None = timeout), a "drop-adds" bookie times out
+every add but serves reads. `RecordingNetwork` is the network as the client API's transport, keeping
+every request sent.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
+from conformance.sim_bookie import SimBookie, SimNetwork
 from impl.bookie.client.ledger_update import LedgerChange, MetadataResult, UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.writer import ChooseReplacement, Send
-from impl.bookie.entry_format import read_header
-from impl.bookie.protocol import (
-    LAST_ENTRY,
-    AddRequest,
-    AddResponse,
-    ErrorCode,
-    ReadRequest,
-    ReadResponse,
-    Request,
-    Response,
-)
+from impl.bookie.protocol import AddRequest, Request, Response
 from impl.metadata.ledger import LedgerMetadata
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.memory import MemoryServer
-
-
-@dataclass
-class _Ledger:
-    master_key: bytes
-    fenced: bool = False
-    entries: dict[int, bytes] = field(default_factory=dict)
-    lac: int = -1
-
-
-class SimBookie:
-    def __init__(self) -> None:
-        self.ledgers: dict[int, _Ledger] = {}
-
-    def handle(self, request: Request) -> Response:
-        if isinstance(request, AddRequest):
-            ledger = self.ledgers.setdefault(request.ledger_id, _Ledger(request.master_key))
-            if ledger.master_key != request.master_key:
-                return AddResponse(request.ledger_id, request.entry_id, ErrorCode.EUA)
-            if ledger.fenced and not request.recovery:
-                return AddResponse(request.ledger_id, request.entry_id, ErrorCode.EFENCED)
-            ledger.entries[request.entry_id] = request.body
-            ledger.lac = max(ledger.lac, read_header(request.body)[2])
-            return AddResponse(request.ledger_id, request.entry_id, ErrorCode.EOK)
-        if isinstance(request, ReadRequest):
-            if request.fence:
-                assert request.master_key is not None
-                ledger = self.ledgers.setdefault(request.ledger_id, _Ledger(request.master_key))
-                if ledger.master_key != request.master_key:
-                    return ReadResponse(request.ledger_id, request.entry_id, ErrorCode.EUA)
-                ledger.fenced = True
-            found = self.ledgers.get(request.ledger_id)
-            if found is None:
-                return ReadResponse(request.ledger_id, request.entry_id, ErrorCode.ENOLEDGER)
-            entry_id = max(found.entries, default=-1) if request.entry_id == LAST_ENTRY else request.entry_id
-            if entry_id not in found.entries:
-                return ReadResponse(request.ledger_id, request.entry_id, ErrorCode.ENOENTRY)
-            return ReadResponse(request.ledger_id, entry_id, ErrorCode.EOK, found.entries[entry_id])
-        raise TypeError(f"SimBookie does not serve {type(request).__name__}")
 
 
 class SimLedgerStore:
@@ -104,12 +59,13 @@ class SimCluster:
         spares: tuple[str, ...] = (),
         seed: int = 0,
     ) -> None:
-        self.bookies = {b: SimBookie() for b in [*bookies, *spares]}
+        self.network = SimNetwork([*bookies, *spares])
+        self.bookies: dict[str, SimBookie] = self.network.bookies
+        self.silent: set[str] = self.network.silent
         self.spares = list(spares)
         self.store = SimLedgerStore(ledger_id, metadata)
         self.random = random.Random(seed)
         self.inflight: list[tuple[Any, str, Request]] = []
-        self.silent: set[str] = set()
         self.drop_adds: set[str] = set()
         self.events: dict[int, list[Any]] = {}
 
@@ -134,10 +90,10 @@ class SimCluster:
             return False
         client, bookie, request = self.inflight.pop(self.random.randrange(len(self.inflight)))
         response: Response | None
-        if bookie in self.silent or (bookie in self.drop_adds and isinstance(request, AddRequest)):
+        if bookie in self.drop_adds and isinstance(request, AddRequest):
             response = None  # the shell's timeout fires
         else:
-            response = self.bookies[bookie].handle(request)
+            response = self.network.answer(bookie, request)  # None from a silent bookie
         self.perform(client, client.receive(bookie, request, response))
         return True
 
@@ -151,17 +107,13 @@ class SimCluster:
         return self.events.get(id(client), [])
 
 
-class InProcessTransport:
-    """A BookieTransport over in-process bookies: answers inline; a silent bookie answers None (timeout)."""
+class RecordingNetwork(SimNetwork):
+    """A SimNetwork as the client API's BookieTransport that keeps every request sent, in order."""
 
-    def __init__(self, bookies: dict[str, SimBookie]) -> None:
-        self.bookies = bookies
-        self.silent: set[str] = set()
+    def __init__(self, bookies: list[str]) -> None:
+        super().__init__(bookies)
         self.sent: list[tuple[str, Request]] = []
 
-    def send(self, bookie: str, request: Any, on_answer: Any) -> None:
+    def send(self, bookie: str, request: Request, on_answer: Callable[[Response | None], None]) -> None:
         self.sent.append((bookie, request))
-        if bookie in self.silent or bookie not in self.bookies:
-            on_answer(None)
-        else:
-            on_answer(self.bookies[bookie].handle(request))
+        super().send(bookie, request, on_answer)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from conformance.sim_bookie import SimNetwork
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.errors import LedgerFencedError, NoSuchEntryError, PlacementError, UnauthorizedError
 from impl.bookie.client.reader import LedgerEntry
@@ -17,22 +18,22 @@ from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
 from impl.metadata.memory import MemoryServer
 from impl.metadata.registry import BookieRegistry
 
-from .simulation import InProcessTransport, SimBookie
+from .simulation import RecordingNetwork
 
 BOOKIES = ["b0:3181", "b1:3181", "b2:3181", "b3:3181"]
 
 
 @pytest.fixture
-def cluster() -> Iterator[tuple[BookKeeperClient, InProcessTransport, BookieRegistry]]:
+def cluster() -> Iterator[tuple[BookKeeperClient, RecordingNetwork, BookieRegistry]]:
     server = MemoryServer()
     registry = BookieRegistry(server.connect())
     for bookie in BOOKIES:
         registry.register(bookie)
-    transport = InProcessTransport({b: SimBookie() for b in BOOKIES})
+    transport = RecordingNetwork(BOOKIES)
     yield BookKeeperClient(LedgerMetadataStore(server.connect()), registry, transport, seed=1), transport, registry
 
 
-def test_write_close_open_read(cluster: tuple[BookKeeperClient, InProcessTransport, BookieRegistry]) -> None:
+def test_write_close_open_read(cluster: tuple[BookKeeperClient, RecordingNetwork, BookieRegistry]) -> None:
     client, _, _ = cluster
     writer = client.create_ledger(3, 3, 2, password=b"pw", custom_metadata={"app": b"test"})
     assert [writer.add(b"entry-%d" % i) for i in range(5)] == [0, 1, 2, 3, 4]
@@ -55,7 +56,7 @@ def test_write_close_open_read(cluster: tuple[BookKeeperClient, InProcessTranspo
 
 
 def test_recovering_open_fences_the_writer(
-    cluster: tuple[BookKeeperClient, InProcessTransport, BookieRegistry],
+    cluster: tuple[BookKeeperClient, RecordingNetwork, BookieRegistry],
 ) -> None:
     client, _, _ = cluster
     writer = client.create_ledger(3, 2, 2, password=b"pw")
@@ -71,7 +72,7 @@ def test_recovering_open_fences_the_writer(
 
 
 def test_open_without_recovery_or_with_a_wrong_password_fences_nothing(
-    cluster: tuple[BookKeeperClient, InProcessTransport, BookieRegistry],
+    cluster: tuple[BookKeeperClient, RecordingNetwork, BookieRegistry],
 ) -> None:
     client, transport, _ = cluster
     writer = client.create_ledger(3, 3, 2, password=b"pw")
@@ -87,7 +88,7 @@ def test_open_without_recovery_or_with_a_wrong_password_fences_nothing(
 
 
 def test_ensemble_change_when_a_bookie_goes_silent(
-    cluster: tuple[BookKeeperClient, InProcessTransport, BookieRegistry],
+    cluster: tuple[BookKeeperClient, RecordingNetwork, BookieRegistry],
 ) -> None:
     client, transport, _ = cluster
     writer = client.create_ledger(3, 3, 3)
@@ -101,7 +102,7 @@ def test_ensemble_change_when_a_bookie_goes_silent(
     assert writer.read(0, 1)[1].payload == b"after"
 
 
-def test_not_enough_bookies(cluster: tuple[BookKeeperClient, InProcessTransport, BookieRegistry]) -> None:
+def test_not_enough_bookies(cluster: tuple[BookKeeperClient, RecordingNetwork, BookieRegistry]) -> None:
     client, _, registry = cluster
     registry.set_readonly(BOOKIES[0], True)
     registry.set_readonly(BOOKIES[1], True)
@@ -117,7 +118,7 @@ def test_placement_uses_the_registry_racks() -> None:
     racks = {"r0a:1": "r0", "r0b:1": "r0", "r1a:1": "r1", "r1b:1": "r1", "r2a:1": "r2", "ro:1": "r3"}
     for bookie, rack in racks.items():
         registry.register(bookie, readonly=bookie == "ro:1", rack=rack)
-    transport = InProcessTransport({b: SimBookie() for b in racks})
+    transport = SimNetwork(racks)
     for seed in range(5):
         client = BookKeeperClient(LedgerMetadataStore(server.connect()), registry, transport, seed=seed)
         ensemble = client.create_ledger(3, 3, 2).metadata.last_ensemble
@@ -130,8 +131,7 @@ def test_threaded_transport_with_concurrent_adds_and_a_hung_bookie() -> None:
     registry = BookieRegistry(server.connect())
     for bookie in BOOKIES:
         registry.register(bookie)
-    bookies = {b: SimBookie() for b in BOOKIES}
-    lock = threading.Lock()  # SimBookie is not thread-safe; a real bookie serialises in its core
+    network = SimNetwork(BOOKIES)  # serialises the requests of the transport's threads, as a bookie's core does
     hung: set[str] = set()
     release = threading.Event()
 
@@ -139,8 +139,10 @@ def test_threaded_transport_with_concurrent_adds_and_a_hung_bookie() -> None:
         if bookie in hung:
             release.wait(timeout_s)  # like a SIGSTOPped process: the deadline expires
             raise TimeoutError(f"{bookie} did not answer within {timeout_s}s")
-        with lock:
-            return bookies[bookie].handle(request)
+        response = network.answer(bookie, request)
+        if response is None:
+            raise ConnectionError(f"{bookie} is not reachable")
+        return response
 
     with ThreadedTransport(call, timeout_s=0.2, max_workers=8) as transport:
         client = BookKeeperClient(LedgerMetadataStore(server.connect()), registry, transport, seed=2)

@@ -31,8 +31,8 @@ def test_read_range_falls_back_past_a_silent_and_a_corrupting_bookie(digest: Dig
         cluster.perform(writer, writer.add(b"payload-%d" % i))
     cluster.run()
     if digest is not DigestType.DUMMY:  # corrupt b1's copy of entry 1 (first in its write set (1, 2))
-        stored = cluster.bookies["b1:1"].ledgers[LEDGER].entries
-        stored[1] = stored[1][:-1] + bytes([stored[1][-1] ^ 1])
+        stored = cluster.bookies["b1:1"].storage
+        stored[LEDGER, 1] = stored[LEDGER, 1][:-1] + bytes([stored[LEDGER, 1][-1] ^ 1])
     op = ReadOp(LEDGER, meta, 0, 3)
     outputs = op.start()
     assert [s.bookie for s in outputs if isinstance(s, Send)] == ["b0:1", "b1:1", "b2:1", "b0:1"]
@@ -40,7 +40,7 @@ def test_read_range_falls_back_past_a_silent_and_a_corrupting_bookie(digest: Dig
     pending = [o for o in outputs if isinstance(o, Send)]
     while pending:
         send = pending.pop(0)
-        response = None if send.bookie == "b0:1" else cluster.bookies[send.bookie].handle(send.request)
+        response = None if send.bookie == "b0:1" else cluster.network.answer(send.bookie, send.request)
         for out in op.receive(send.bookie, send.request, response):
             if isinstance(out, Send):
                 pending.append(out)

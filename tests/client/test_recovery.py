@@ -21,7 +21,7 @@ from .simulation import SimCluster
 
 
 def stored_entries(cluster: SimCluster, bookie: str) -> set[int]:
-    ledger = cluster.bookies[bookie].ledgers.get(LEDGER)
+    ledger = cluster.bookies[bookie].core.ledgers.get(LEDGER)
     return set() if ledger is None else set(ledger.entries)
 
 
@@ -143,7 +143,7 @@ def test_recovery_fences_the_writer_and_keeps_every_acknowledged_entry() -> None
     cluster.run()
     failures = [e for e in cluster.events_of(writer) if isinstance(e, AddFailed)]
     assert failures and all(isinstance(f.error, LedgerFencedError) for f in failures)
-    assert all(b.ledgers[LEDGER].fenced for b in cluster.bookies.values() if LEDGER in b.ledgers)
+    assert all(b.core.ledgers[LEDGER].fenced for b in cluster.bookies.values() if LEDGER in b.core.ledgers)
 
 
 def recover_recording(cluster: SimCluster, read_ahead: int = 1) -> tuple[RecoveryOp, list[Send]]:
@@ -238,7 +238,7 @@ def test_recovery_finding_nothing_past_the_start_closes_with_the_read_lac_length
             body = encode_entry(
                 LEDGER, entry_id, lac, lengths[entry_id], f"entry-{entry_id}".encode(), password=b"secret"
             )
-            cluster.bookies[bookie].handle(AddRequest(LEDGER, entry_id, key, body))
+            assert cluster.bookies[bookie].answer(AddRequest(LEDGER, entry_id, key, body)).code is ErrorCode.EOK
     op, seen = recover_recording(cluster)
     done = outcome(cluster, op)
     assert op._start == 1  # max(LAC 0, first entry 2 - 1)
@@ -252,7 +252,8 @@ def test_an_entry_gap_does_not_extend_the_recovered_ledger(read_ahead: int) -> N
     writer = LedgerWriter(LEDGER, cluster.store.metadata)
     write(cluster, writer, 4)  # entries 0..3 everywhere
     stray = encode_entry(LEDGER, 5, 3, 99, b"stray", password=b"secret")
-    cluster.bookies["b1:1"].handle(AddRequest(LEDGER, 5, master_key(b"secret"), stray))  # entry 4 never written
+    response = cluster.bookies["b1:1"].answer(AddRequest(LEDGER, 5, master_key(b"secret"), stray))
+    assert response.code is ErrorCode.EOK  # entry 4 never written
     op = recover(cluster, read_ahead)
     cluster.run()
     assert outcome(cluster, op).metadata.last_entry_id == 3
@@ -336,7 +337,7 @@ def test_recovery_sends_only_fenced_reads_and_recovery_adds() -> None:
     while pending:
         send = pending.pop(0)
         seen.append(send)
-        response = cluster.bookies[send.bookie].handle(send.request)
+        response = cluster.network.answer(send.bookie, send.request)
         more = op.receive(send.bookie, send.request, response)
         pending += [o for o in more if isinstance(o, Send)]
         for o in more:
