@@ -61,8 +61,12 @@ Mapping (spec action [lastAction params] -> what the harness does):
   TrimConsumedLedger [broker, ledger, badVersion]
                                    core.trim(slowest = the cursor core's mark-delete position, capped at
                                    the end of the snapshot's head ledger: the spec trims one ledger a
-                                   step) -> WriteLedgerList -> on_list_written -> DeleteLedgers (metadata
-                                   deleted; the bookie keeps its data and fence until garbage collection)
+                                   step) -> WriteLedgerList -> on_list_written -> DeleteLedgers: the
+                                   metadata deleted, then the bookie's garbage collection of the ledger
+                                   (BookieCore.forget, its entries dropped from ledger storage: the
+                                   spec's deletion empties the ledger), so that a stale writer's add is
+                                   refused because the bookie remembers the deletion, not by a fence it
+                                   would have forgotten (DeletedLedgerRefusesAdds)
   Consume                          the consumer acknowledges the next entry of the topic's log (the
                                    listed ledgers' entries up to each closed end) cumulatively:
                                    ManagedCursorCore.step(MarkDelete(position, the log's TopicView)) ->
@@ -189,6 +193,7 @@ class FencingWorld:
     next_ledger: int = 1
     created: set[int] = field(default_factory=set)
     deleted_end: dict[int, int] = field(default_factory=dict)  # deleted ledger -> its lastEntry (spec's)
+    deleted_fence: dict[int, bool] = field(default_factory=dict)  # deleted ledger -> fenced when collected
     acked: list[tuple[int, int, str, Position]] = field(default_factory=list)  # msg, ledger, broker, position
     next_msg: int = 1
     lost_acks: int = 0
@@ -317,6 +322,18 @@ class FencingWorld:
             end = metadata.last_entry_id + 1 if metadata.state is LedgerState.CLOSED else 0
             self.deleted_end[ledger_id] = end
             self.trimmed += end
+            self._collect(ledger_id)
+
+    def _collect(self, ledger_id: int) -> None:
+        """The bookie's garbage collection of a ledger whose metadata is gone, as impl/bookie/server.py's
+        `collect_garbage` does it: the core forgets the ledger (its fence with it, and refuses its adds from
+        now on: `BookieCore.deleted`) and ledger storage drops its entries. fencing.tla's deletion empties the
+        ledger at once; its `fenced` flag stays as it was, which the harness keeps in `deleted_fence`."""
+        state = self.bookie.core.ledgers.get(ledger_id)
+        self.deleted_fence[ledger_id] = bool(state and state.fenced)
+        self.bookie.core.forget(ledger_id)
+        for key in [k for k in self.bookie.storage if k[0] == ledger_id]:
+            del self.bookie.storage[key]
 
     # ---- queries ------------------------------------------------------------------------------------
     def alive(self, name: str) -> bool:
@@ -709,8 +726,8 @@ class FencingMapping:
         fenced = bool(state and state.fenced)
         if ledger_id not in world.created:
             return Record.of({"state": "unused", "entries": (), "lastEntry": 0, "fenced": fenced})
-        if ledger_id in world.deleted_end:
-            end = world.deleted_end[ledger_id]
+        if ledger_id in world.deleted_end:  # collected by the bookie: its fence as it was then
+            end, fenced = world.deleted_end[ledger_id], world.deleted_fence[ledger_id]
             return Record.of({"state": "deleted", "entries": (), "lastEntry": end, "fenced": fenced})
         # the stored metadata, read from the store's tree as the ownership and list nodes are
         metadata = _metadata(world.server.nodes[_ledger_path(ledger_id)].data)

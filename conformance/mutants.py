@@ -213,6 +213,16 @@ def _add_ignoring_fence(original: Any, core: Any, req: Any, request_id: int) -> 
         ledger.fenced = True
 
 
+def _add_to_deleted(original: Any, core: Any, req: Any, request_id: int) -> Any:
+    if req.ledger_id not in core.deleted:
+        return original(core, req, request_id)
+    core.deleted.discard(req.ledger_id)  # the bug: the collected ledger is re-created by the add
+    try:
+        return original(core, req, request_id)
+    finally:
+        core.deleted.add(req.ledger_id)
+
+
 def _replay_without_fence(original: Any, core: Any, record: Any) -> Any:
     from impl.bookie.core import RecordKind
 
@@ -421,6 +431,16 @@ CATALOGUE: tuple[Mutant, ...] = (
         "a bookie stores a plain (non-recovery) add on a fenced ledger",
         (Patch("impl.bookie.core:BookieCore", "_add", _method(_add_ignoring_fence)),),
         (_LIVENESS,),
+    ),
+    Mutant(
+        "bookie-accepts-deleted-ledger",
+        "impl/bookie/core.py",
+        "a bookie that garbage-collected a ledger re-creates it on a stale writer's add, its fence forgotten "
+        "with it (fencing.tla's DeletedLedgerRefusesAdds = FALSE; BookKeeper issue 4462)",
+        (Patch("impl.bookie.core:BookieCore", "_add", _method(_add_to_deleted)),),
+        # fencing-ci's graph has the stale owner's add to the ledger the new owner trimmed (the switch's
+        # counterexample stops before that add)
+        (_FENCING,),
     ),
     Mutant(
         "bookie-forgets-fence-on-restart",

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conformance.fencing_spec import OWNER_PATH, FencingMapping, FencingWorld
+from conformance.mutants import CATALOGUE, applied
 from conformance.replay import GraphReplay, read_constants, replay_graph, replay_trace
 from conformance.statespace import StateGraph, dump_state_graph
 from conformance.suite import behaviours_of, replay_model
@@ -143,6 +144,25 @@ def test_a_takeover_drops_an_empty_last_ledger(small: tuple[StateGraph, str]) ->
     assert state["list"] == Record.of({"version": 2, "ledgers": (2,)})
     first = state["ledger"][0]  # type: ignore[index]
     assert isinstance(first, Record) and (first["state"], first["fenced"]) == ("deleted", True)
+    # The bookie garbage-collected it, fence included; b1, which still writes it, is refused by the
+    # deletion the bookie remembers (fencing.tla's DeletedLedgerRefusesAdds), and goes FENCED.
+    bookie = world.bookie.core
+    assert 1 in bookie.deleted and 1 not in bookie.ledgers and not any(k[0] == 1 for k in world.bookie.storage)
+    assert world.brokers["b1"].ml.current == 1
+    mapping._AddEntry(world, "b1")
+    assert world.brokers["b1"].ml.state is ManagedLedgerState.FENCED and world.acked == []
+    assert 1 not in bookie.ledgers  # not re-created by the add
+
+
+def test_a_bookie_accepting_adds_to_a_deleted_ledger_is_caught(small: tuple[StateGraph, str]) -> None:
+    """The mutant `bookie-accepts-deleted-ledger` (conformance/mutants.py): the stale owner's add to the
+    ledger the takeover deleted is acknowledged, where fencing.tla refuses it."""
+    mutant = next(m for m in CATALOGUE if m.name == "bookie-accepts-deleted-ledger")
+    with applied(mutant):
+        report = replay(small)
+    mismatch = report.mismatch
+    assert mismatch is not None and mismatch.action == "AddEntry", str(mismatch)
+    assert {"acked", "ml"} <= mismatch.differing, str(mismatch)
 
 
 @pytest.mark.parametrize(
