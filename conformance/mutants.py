@@ -223,12 +223,12 @@ def _add_to_deleted(original: Any, core: Any, req: Any, request_id: int) -> Any:
         core.deleted.add(req.ledger_id)
 
 
-def _replay_without_fence(original: Any, core: Any, record: Any) -> Any:
+def _replay_without_fence(original: Any, core: Any, e: Any) -> Any:
     from impl.bookie.core import RecordKind
 
-    if record.kind is RecordKind.FENCE:
+    if e.record.kind is RecordKind.FENCE:
         return []  # the bug: a restarted bookie forgets it was fenced
-    return original(core, record)
+    return original(core, e)
 
 
 def _ack_before_durable(original: Any, core: Any, records: Any, reply: Any) -> Any:
@@ -269,7 +269,7 @@ def _blind_set(original: Any, server: Any, session_id: int, ops: Sequence[Any]) 
     )
 
 
-def _keep_writing_after_bad_version(original: Any, core: Any, detail: str) -> Any:
+def _keep_writing_after_bad_version(original: Any, core: Any, e: Any) -> Any:
     from impl.broker.managed_ledger_core import ManagedLedgerState, Phase
 
     if core.state is ManagedLedgerState.OPEN and core.phase is Phase.WRITING_LIST and core.next_ledger is not None:
@@ -279,21 +279,21 @@ def _keep_writing_after_bad_version(original: Any, core: Any, detail: str) -> An
         core.confirmed = -1
         core.phase = Phase.IDLE
         return core._send_queued()
-    return original(core, detail)
+    return original(core, e)
 
 
-def _open_without_recovery(original: Any, core: Any, data: Any, version: Any) -> Any:
+def _open_without_recovery(original: Any, core: Any, e: Any) -> Any:
     from impl.broker.managed_ledger_core import CreateLedger, ManagedLedgerState, Phase, RecoverLastLedger
 
-    outputs = original(core, data, version)
+    outputs = original(core, e)
     if any(isinstance(o, RecoverLastLedger) for o in outputs):  # the bug: the last ledger is not fenced
         core.state, core.phase = ManagedLedgerState.RECOVERED, Phase.CREATING
         return [CreateLedger()]
     return outputs
 
 
-def _fenced_add_as_failure(original: Any, core: Any, ledger_id: int, entry_id: int, fenced: bool, reason: str) -> Any:
-    return original(core, ledger_id, entry_id, False, reason)  # the bug: roll over instead of stopping
+def _fenced_add_as_failure(original: Any, core: Any, e: Any) -> Any:
+    return original(core, dataclasses.replace(e, fenced=False))  # the bug: roll over instead of stopping
 
 
 def _trim_blindly(original: Any, core: Any, *args: Any, **kwargs: Any) -> Any:
@@ -378,7 +378,7 @@ def _fenced_append_as_failure(original: Any, core: Any, e: Any) -> Any:
 
 
 _CLIENT = "impl.bookie.client"
-_ML = "impl.broker.managed_ledger_core:ManagedLedgerCore"
+_ML = "impl.broker.managed_ledger_core"
 _FENCING, _BAD_VERSION = "fencing-ci", "fencing-mutation5-badversion-ci"
 _WITNESS_FENCED_ADD = "fencing-witness-fencedadd-ci"
 _LIVENESS, _STRIPING, _TINY = "ledger-ci-liveness", "ledger-ci-striping", "ledger-ci-tiny-fragments"
@@ -446,7 +446,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "bookie-forgets-fence-on-restart",
         "impl/bookie/core.py",
         "journal replay skips fence records: a restarted bookie accepts the old writer again",
-        (Patch("impl.bookie.core:BookieCore", "replay", _method(_replay_without_fence)),),
+        (Patch("impl.bookie.core", "_HANDLERS", _handler("Replay", _replay_without_fence)),),
         # ledger-ci-crash's graph has every fence-then-crash order; trace validation reaches one in seed 7
         (_CRASH, "traces:e3-qw3-qa2:20"),
     ),
@@ -478,28 +478,31 @@ CATALOGUE: tuple[Mutant, ...] = (
         "impl/broker/managed_ledger_core.py",
         "the managed ledger keeps writing to the rollover's new ledger after the list write got a bad "
         "version (Pulsar issue 17736)",
-        (Patch(_ML, "on_list_bad_version", _method(_keep_writing_after_bad_version)),),
+        (
+            Patch(_ML, "_HANDLERS", _handler("LedgerListBadVersion", _keep_writing_after_bad_version)),
+            Patch(_ML, "_HANDLERS", _handler("LedgerListWriteFailed", _keep_writing_after_bad_version)),
+        ),
         (_BAD_VERSION, _FENCING),
     ),
     Mutant(
         "ml-open-without-recovery",
         "impl/broker/managed_ledger_core.py",
         "a takeover creates the next ledger without recovering (fencing and closing) the last one",
-        (Patch(_ML, "on_ledger_list", _method(_open_without_recovery)),),
+        (Patch(_ML, "_HANDLERS", _handler("LedgerListRead", _open_without_recovery)),),
         (_FENCING, _WITNESS_FENCED_ADD),
     ),
     Mutant(
         "ml-fenced-add-rolls-over",
         "impl/broker/managed_ledger_core.py",
         "an add that failed fenced is taken for a failed writer (roll over to a new ledger) instead of FENCED",
-        (Patch(_ML, "on_add_failed", _method(_fenced_add_as_failure)),),
+        (Patch(_ML, "_HANDLERS", _handler("AddFailed", _fenced_add_as_failure)),),
         (_FENCING, _WITNESS_FENCED_ADD),
     ),
     Mutant(
         "ml-trim-without-cw",
         "impl/broker/managed_ledger_core.py",
         "trimming writes the ledger list without the expected version (a blind write over a takeover's list)",
-        (Patch(_ML, "trim", _method(_trim_blindly)),),
+        (Patch(_ML, "_HANDLERS", _handler("Trim", _trim_blindly)),),
         (_FENCING,),
     ),
     Mutant(

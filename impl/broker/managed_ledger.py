@@ -3,11 +3,15 @@
 A topic is a chain of BookKeeper ledgers listed in a versioned metadata node (ledger_list.py).
 The core decides; this shell performs: metadata reads and conditional writes, ledger creation,
 recovery, adds, closes and deletes through the BookKeeper client, and it delivers completions.
+Every input reaches the core as a typed event through `ManagedLedgerCore.step`: the broker's
+requests (Open, Add, Tick, Trim, Fence, Close, ...) and the answers to the outputs performed
+(LedgerListRead, LedgerCreated, AddCompleted, LedgerClosed, ...).
 
 Threading. One lock guards the core. Calls from the broker (`add_async`, `trim`, `close`, ...)
-run the core step and perform its outputs on the calling thread. BookKeeper completions
-arrive on transport threads, which hold the ledger writer's own lock: they only queue the step
-(`_inbox`) and hand the draining to this managed ledger's worker thread, so no blocking call
+run the core step and perform its outputs on the calling thread. The answers of the outputs
+performed under the lock wait in `_inbox` and are stepped before the lock is let go. BookKeeper
+completions arrive on transport threads, which hold the ledger writer's own lock: they only queue
+their event (`_inbox`) and hand the draining to this managed ledger's worker thread, so no blocking call
 (a writer close, a metadata write) ever runs on a transport thread. Metadata writes and ledger
 creation happen while the lock is held, one at a time, in the order the core asked for them.
 Completions (add futures, listeners, trim results) are delivered after the lock is released,
@@ -20,7 +24,6 @@ entries from the entry cache of recent adds, else from the bookies (no lock held
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import itertools
 import logging
@@ -39,21 +42,43 @@ from impl.broker.cursor import ManagedCursor, NonDurableCursor
 from impl.broker.entry_cache import EntryCache
 from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView
 from impl.broker.managed_ledger_core import (
+    Add,
+    AddCompleted,
+    AddFailed,
+    Close,
     CloseLedger,
     CompleteAdd,
     CreateLedger,
     DeleteLedgers,
+    Event,
     FailAdd,
+    Fence,
+    LastLedgerRecovered,
+    LastLedgerRecoveryFailed,
+    LedgerClosed,
+    LedgerCloseFailed,
+    LedgerCreated,
+    LedgerCreateFailed,
+    LedgerListBadVersion,
+    LedgerListRead,
+    LedgerListReadFailed,
+    LedgerListWriteFailed,
+    LedgerListWritten,
     ManagedLedgerConfig,
     ManagedLedgerCore,
     ManagedLedgerState,
     NotifyConfirmed,
+    Open,
     Opened,
     OpenFailed,
     Output,
     ReadLedgerList,
     RecoverLastLedger,
+    RetentionChanged,
     SendAdd,
+    Tick,
+    TopicDeleted,
+    Trim,
     TrimDone,
     WriteLedgerList,
 )
@@ -101,7 +126,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Step = Callable[[], list[Output]]
+Step = Callable[[], list[Output]]  # one step of the core under the lock: it calls `step` with its event(s)
 AddCallback = Callable[["Position | ManagedLedgerError"], None]  # where the entry is, or why it is not
 DEFAULT_TIMEOUT_S = 60.0
 OPEN_ATTEMPTS = 5  # an open that lost the list to the previous owner's rollover reads it again
@@ -178,7 +203,7 @@ class ManagedLedger:
         self.timeout_s = DEFAULT_TIMEOUT_S
         self._core = ManagedLedgerCore(name, config)
         self._lock = threading.Lock()
-        self._inbox: deque[Step] = deque()
+        self._inbox: deque[Event] = deque()  # answers and completions, stepped in order under the lock
         self._deliveries: deque[Callable[[], None]] = deque()
         self._deliver_lock = threading.RLock()
         # Drains run one at a time whatever the executor (a try-lock), so a pool shared by
@@ -244,7 +269,7 @@ class ManagedLedger:
         """
         for attempt in range(1, OPEN_ATTEMPTS + 1):
             ml = cls(name, store, bookkeeper, config or ManagedLedgerConfig(), clock, wall_clock, executor, call_later)
-            ml._run(ml._core.open)
+            ml._step(Open())
             if ml._open_error is None:
                 break
             ml._stop_worker()
@@ -277,7 +302,7 @@ class ManagedLedger:
         # while the bookies would still accept our adds until that broker's recovery fences them.
         if state is SessionState.EXPIRED:
             reason = "its metadata session expired: another broker may own the topic now"
-            self._queue(lambda: self._core.fence(reason))
+            self._queue(Fence(reason))
 
     # ---- the core loop ----------------------------------------------------------------------
 
@@ -290,12 +315,16 @@ class ManagedLedger:
         finally:
             self._drain()  # steps queued by others while we held the lock (even if ours raised)
 
-    def _queue(self, step: Step) -> None:
-        """From a BookKeeper callback thread: queue the step; the worker performs it."""
-        self._inbox.append(step)
+    def _step(self, event: Event) -> None:
+        """Step the core with `event` on this thread (see `_run`)."""
+        self._run(functools.partial(self._core.step, event))
+
+    def _queue(self, event: Event) -> None:
+        """From a BookKeeper callback thread: queue the event; the worker steps the core with it."""
+        self._inbox.append(event)
         with self._schedule_lock:
             if self._drain_scheduled:
-                return  # the scheduled drain has not started yet: it will see this step
+                return  # the scheduled drain has not started yet: it will see this event
             self._drain_scheduled = True
         try:
             self._worker.submit(self._scheduled_drain)
@@ -320,8 +349,8 @@ class ManagedLedger:
 
     def _process_inbox(self) -> None:
         while self._inbox:
-            step = self._inbox.popleft()
-            self._perform_all(step())
+            event = self._inbox.popleft()
+            self._perform_all(self._core.step(event))
 
     def _deliver(self) -> None:
         # Re-entrant: a callback that waits for another completion delivers it itself, in order.
@@ -378,7 +407,7 @@ class ManagedLedger:
     def set_retention(self, minutes: float, size_mb: float) -> None:
         """Keep this much of what every cursor consumed from the next trim on (a changed policy)."""
         with self._state() as core:
-            core.config = dataclasses.replace(core.config, retention_minutes=minutes, retention_size_mb=size_mb)
+            core.step(RetentionChanged(minutes, size_mb))
             self.config = core.config
 
     def _wait(self, future: Future[Any], what: str) -> Any:
@@ -412,7 +441,6 @@ class ManagedLedger:
             i = j
 
     def _perform(self, output: Output) -> None:
-        core = self._core
         if isinstance(output, SendAdd):
             self._send_adds([output])
         elif isinstance(output, CompleteAdd):
@@ -430,12 +458,11 @@ class ManagedLedger:
         elif isinstance(output, ReadLedgerList):
             try:
                 data, stat = self.store.get(self.path)
-                self._inbox.append(lambda: core.on_ledger_list(data, stat.version))
+                self._inbox.append(LedgerListRead(data, stat.version))
             except NoNode:
-                self._inbox.append(lambda: core.on_ledger_list(None, None))
+                self._inbox.append(LedgerListRead(None, None))
             except MetadataError as e:
-                why = f"cannot read its ledger list ({e}); retry"
-                self._inbox.append(lambda: core.on_open_failed(why))
+                self._inbox.append(LedgerListReadFailed(str(e)))
         elif isinstance(output, RecoverLastLedger):
             self._recover_last_ledger(output.ledger_id)
         elif isinstance(output, CreateLedger):
@@ -464,36 +491,32 @@ class ManagedLedger:
         handle.add_many_with_callback([(add.data, self._on_add_outcome(add.ledger_id, add.entry_id)) for add in adds])
 
     def _on_add_outcome(self, ledger_id: int, entry_id: int) -> Callable[[int | LedgerClientError], None]:
-        core = self._core
-
         def done(outcome: int | LedgerClientError) -> None:
             if isinstance(outcome, LedgerClientError):
                 fenced = isinstance(outcome, LedgerFencedError)
-                self._queue(lambda: core.on_add_failed(ledger_id, entry_id, fenced, str(outcome)))
+                self._queue(AddFailed(ledger_id, entry_id, fenced, str(outcome)))
             else:
-                self._queue(lambda: core.on_add_completed(ledger_id, outcome))
+                self._queue(AddCompleted(ledger_id, outcome))
 
         return done
 
     def _recover_last_ledger(self, ledger_id: int) -> None:
-        core = self._core
         try:
             handle = self.bookkeeper.open_ledger(ledger_id, self.config.password, recovery=True)
         except NoSuchLedger:
             # Listed but gone (an orphan deleted by a failed owner): recover it as empty, as Pulsar does.
-            self._inbox.append(lambda: core.on_ledger_recovered(ledger_id, -1, 0))
+            self._inbox.append(LastLedgerRecovered(ledger_id, -1, 0))
             return
         except (LedgerClientError, MetadataError, TimeoutError) as e:
-            why = f"{type(e).__name__}: {e}"
-            self._inbox.append(lambda: core.on_recover_failed(ledger_id, why))
+            self._inbox.append(LastLedgerRecoveryFailed(ledger_id, f"{type(e).__name__}: {e}"))
             return
         with self._handles_lock:
             self._readers[ledger_id] = handle
         md = handle.metadata
-        self._inbox.append(lambda: core.on_ledger_recovered(ledger_id, md.last_entry_id, md.length))
+        self._inbox.append(LastLedgerRecovered(ledger_id, md.last_entry_id, md.length))
 
     def _create_ledger(self) -> None:
-        core, c = self._core, self.config
+        c = self.config
         try:
             handle = self.bookkeeper.create_ledger(
                 c.ensemble,
@@ -504,16 +527,13 @@ class ManagedLedger:
                 custom_metadata={"application": b"pulsar", "pulsar/managed-ledger": self.name.encode()},
             )
         except (PlacementError, LedgerClientError, MetadataError, TimeoutError) as e:
-            why = f"{type(e).__name__}: {e}"
-            self._inbox.append(lambda: core.on_ledger_create_failed(why))
+            self._inbox.append(LedgerCreateFailed(f"{type(e).__name__}: {e}"))
             return
         with self._handles_lock:
             self._writers[handle.ledger_id] = handle
-        now = self.clock()
-        self._inbox.append(lambda: core.on_ledger_created(handle.ledger_id, now))
+        self._inbox.append(LedgerCreated(handle.ledger_id, self.clock()))
 
     def _write_list(self, output: WriteLedgerList) -> None:
-        core = self._core
         try:
             if output.expected_version is None:
                 self.store.ensure_path(parent_of(self.path))
@@ -523,14 +543,12 @@ class ManagedLedger:
                 version = self.store.set(self.path, output.data, output.expected_version).version
         except (BadVersion, NodeExists, NoNode) as e:
             self._list_conflict = True
-            detail = self._describe_list_change(output.expected_version, e)
-            self._inbox.append(lambda: core.on_list_bad_version(detail))
+            self._inbox.append(LedgerListBadVersion(self._describe_list_change(output.expected_version, e)))
             return
         except MetadataError as e:
-            why = f"{type(e).__name__}: {e}"
-            self._inbox.append(lambda: core.on_list_write_failed(why))
+            self._inbox.append(LedgerListWriteFailed(f"{type(e).__name__}: {e}"))
             return
-        self._inbox.append(lambda: core.on_list_written(version))
+        self._inbox.append(LedgerListWritten(version))
 
     def _describe_list_change(self, expected: int | None, error: MetadataError) -> str:
         """What another broker did to the list, for the error message: its version now, the ledgers it
@@ -556,7 +574,6 @@ class ManagedLedger:
         return f"{type(error).__name__}: expected {where}, found version {stat.version} with {what}"
 
     def _close_ledger(self, ledger_id: int) -> None:
-        core = self._core
         handle = self._writers.get(ledger_id)
         if handle is None:
             return
@@ -571,7 +588,7 @@ class ManagedLedger:
                     why = "another broker is recovering it (IN_RECOVERY), taking the topic over"
                 else:
                     why = f"another broker recovered it (CLOSED at entry {seen.last_entry_id}), taking the topic over"
-                self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, True, why))
+                self._inbox.append(LedgerCloseFailed(ledger_id, True, why))
                 return
             # A writer that failed (no bookie to replace a failed one) closes at the entries it
             # acknowledged, as BookKeeper's handle does; the adds after them go to the next ledger.
@@ -579,18 +596,16 @@ class ManagedLedger:
         except MetadataVersionError as e:
             # Stored CLOSED at another end: another broker recovered the ledger (a takeover).
             why = f"another broker recovered it, taking the topic over ({e})"
-            self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, True, why))
+            self._inbox.append(LedgerCloseFailed(ledger_id, True, why))
             return
         except (LedgerClientError, MetadataError, TimeoutError) as e:
-            why = f"{type(e).__name__}: {e}"
-            self._inbox.append(lambda: core.on_ledger_close_failed(ledger_id, False, why))
+            self._inbox.append(LedgerCloseFailed(ledger_id, False, f"{type(e).__name__}: {e}"))
             return
         # Read the closed ledger through its closed metadata from now on (the writer is done).
         with self._handles_lock:
             self._writers.pop(ledger_id, None)
             self._readers[ledger_id] = ReadHandle(self.bookkeeper, ledger_id, md)
-        wall = self.wall_clock()
-        self._inbox.append(lambda: core.on_ledger_closed(ledger_id, md.last_entry_id, md.length, wall))
+        self._inbox.append(LedgerClosed(ledger_id, md.last_entry_id, md.length, self.wall_clock()))
 
     def _delete_ledgers(self, ledger_ids: tuple[int, ...]) -> None:
         for ledger_id in ledger_ids:
@@ -646,7 +661,7 @@ class ManagedLedger:
             now = self.clock()
             outputs: list[Output] = []
             for token, payload, _ in entries:
-                outputs += self._core.add(token, payload, now)
+                outputs += self._core.step(Add(token, payload, now))
             return outputs
 
         if getattr(_delivering, "deferred", None):
@@ -662,7 +677,7 @@ class ManagedLedger:
 
     def tick(self) -> None:
         """Roll an idle ledger over once it reached the maximum age (call it periodically)."""
-        self._run(lambda: self._core.tick(self.clock()))
+        self._run(lambda: self._core.step(Tick(self.clock())))
 
     def view(self) -> TopicView:
         with self._state() as core:
@@ -774,7 +789,7 @@ class ManagedLedger:
 
     def fence(self, reason: str) -> None:
         """Fence from outside (a cursor lost its ledger to another broker, the session expired)."""
-        self._run(lambda: self._core.fence(reason))
+        self._step(Fence(reason))
 
     def check_usable(self) -> None:
         with self._state() as core:
@@ -794,7 +809,7 @@ class ManagedLedger:
         slowest = self.slowest_mark_delete()
 
         def step() -> list[Output]:
-            outputs = self._core.trim(self.wall_clock(), slowest, has_cursors)
+            outputs = self._core.step(Trim(self.wall_clock(), slowest, has_cursors))
             self._trims.append(future)
             return outputs
 
@@ -842,7 +857,7 @@ class ManagedLedger:
 
     def close(self) -> None:
         """Unload the topic: pending adds fail as closed, the current ledger is closed. Idempotent."""
-        self._run(self._core.close)
+        self._step(Close())
         for cursor in self.cursors().values():
             cursor.close()
         self._stop_worker()
@@ -869,7 +884,7 @@ class ManagedLedger:
             pass
         self._delete_ledgers(tuple(ledger_ids))
         with self._state() as core:
-            core.deleted()
+            core.step(TopicDeleted())
 
     def stored_list(self) -> LedgerList:
         """The list as stored in the metadata node now (for tools and tests)."""

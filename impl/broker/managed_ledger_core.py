@@ -1,20 +1,32 @@
 """The managed ledger's pure core: one topic's chain of ledgers, as spec/fencing.tla's `ml[b]`.
 
-No I/O, threads or clocks: the shell (impl/broker/managed_ledger.py) feeds inputs (a request,
-a metadata result, a BookKeeper completion, the time) and performs the outputs. Names follow
-spec/fencing.tla:
+No I/O, threads or clocks: the shell (impl/broker/managed_ledger.py) feeds it typed inputs (a
+request, a metadata result, a BookKeeper completion, the time) through one function,
+`step(event) -> list[Output]`, and performs the outputs, feeding their answers back as events.
+Names follow spec/fencing.tla:
 
-  ReadLedgerList            `open()` -> ReadLedgerList; `on_ledger_list(...)`
-  RecoverLastLedger         RecoverLastLedger output; `on_ledger_recovered(...)`
-  CreateLedgerAndWriteList  CreateLedger + WriteLedgerList outputs; `on_list_written` /
-                            `on_list_bad_version` (bad version = FENCED)
-  AddEntry                  `add()` -> SendAdd; `on_add_completed` / `on_add_failed`
-                            (fenced = FENCED for good)
-  Rollover                  CloseLedger, CreateLedger, WriteLedgerList when the current ledger
-                            is full (entries, bytes or age); a failed close or bad version = FENCED
-  TrimConsumedLedger        `trim()` -> WriteLedgerList without the consumed head ledgers, then
-                            DeleteLedgers; a bad version = FENCED
-  CloseFencedManagedLedger  `close()`
+  ReadLedgerList            Open -> ReadLedgerList -> LedgerListRead(data, version), or
+                            LedgerListReadFailed
+  RecoverLastLedger         RecoverLastLedger -> LastLedgerRecovered(end), or
+                            LastLedgerRecoveryFailed
+  CreateLedgerAndWriteList  CreateLedger -> LedgerCreated (or LedgerCreateFailed) -> WriteLedgerList
+                            -> LedgerListWritten, LedgerListBadVersion or LedgerListWriteFailed
+                            (bad version or unknown outcome = FENCED)
+  AddEntry                  Add(token, data, now) -> SendAdd -> AddCompleted -> CompleteAdd, or
+                            AddFailed (fenced = FENCED for good)
+  Rollover                  CloseLedger -> LedgerClosed (or LedgerCloseFailed = FENCED), then
+                            CreateLedger, WriteLedgerList when the current ledger is full (entries,
+                            bytes or age: Tick(now) looks at the age of an idle one)
+  TrimConsumedLedger        Trim(slowest) -> WriteLedgerList without the consumed head ledgers, then
+                            DeleteLedgers and TrimDone; a bad version = FENCED
+  CloseFencedManagedLedger  Close
+  (beyond the spec)         Fence(reason) from outside (a cursor's fencing, the session's expiry);
+                            TopicDeleted; RetentionChanged
+
+Queries (`view()`, `check_usable()`, the state's fields) change nothing. A request the managed ledger
+cannot take in its state raises ManagedLedgerError (Open when not closed; Trim when not open); an
+answer that does not match what is in flight (a stale one) is ignored; an event of another type
+raises TypeError.
 
 Adds are pipelined: many are in flight on the current ledger; they complete strictly in
 order (the BookKeeper writer completes in entry order and a rollover waits for the in-flight
@@ -34,9 +46,12 @@ the managed ledger at once (BookKeeper issue 4462).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView
 from impl.broker.managed_ledger_errors import (
@@ -107,30 +122,215 @@ class Phase(enum.Enum):
     TRIMMING = "trimming"  # conditional write of the list without consumed head ledgers
 
 
+# ---- inputs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Open:
+    """spec ReadLedgerList: the broker takes the topic over (the state must be CLOSED)."""
+
+
+@dataclass(frozen=True)
+class Add:
+    """spec AddEntry: append `data`; its CompleteAdd or FailAdd carries `token`."""
+
+    token: int
+    data: bytes
+    now: float  # the shell's clock (the age rollover)
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passes: roll an idle ledger over once it is too old (Pulsar's periodic check)."""
+
+    now: float
+
+
+@dataclass(frozen=True)
+class Trim:
+    """spec TrimConsumedLedger: drop closed head ledgers every durable cursor has passed, keeping the
+    retention. `slowest` is the smallest mark-delete position of the durable cursors (`cursors` says
+    whether there are any; with none, nothing holds data back but retention, as in Pulsar)."""
+
+    wall_now: float
+    slowest: Position | None
+    cursors: bool
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Fenced from outside (a cursor's ledger or node was taken over, the session expired)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Close:
+    """The broker unloads the topic (spec CloseFencedManagedLedger for a fenced one)."""
+
+
+@dataclass(frozen=True)
+class TopicDeleted:
+    """The shell deleted the topic's ledgers, cursors and node (after Close)."""
+
+
+@dataclass(frozen=True)
+class RetentionChanged:
+    """A changed retention policy: keep this much of what every cursor consumed from the next trim on."""
+
+    minutes: float
+    size_mb: float
+
+
+@dataclass(frozen=True)
+class LedgerListRead:
+    """ReadLedgerList's answer: the node's data and version (both None if there is no node)."""
+
+    data: bytes | None
+    version: int | None
+
+
+@dataclass(frozen=True)
+class LedgerListReadFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class LastLedgerRecovered:
+    """RecoverLastLedger's answer: the ledger is fenced and closed at `last_entry_id` (`length` bytes)."""
+
+    ledger_id: int
+    last_entry_id: int
+    length: int
+
+
+@dataclass(frozen=True)
+class LastLedgerRecoveryFailed:
+    ledger_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class LedgerCreated:
+    ledger_id: int
+    now: float  # the shell's clock when it was created (the age rollover)
+
+
+@dataclass(frozen=True)
+class LedgerCreateFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class LedgerListWritten:
+    """WriteLedgerList's answer: the node's new version."""
+
+    version: int
+
+
+@dataclass(frozen=True)
+class LedgerListBadVersion:
+    """WriteLedgerList met another broker's write (bad version, or the node created or deleted meanwhile)."""
+
+    detail: str
+
+
+@dataclass(frozen=True)
+class LedgerListWriteFailed:
+    """Any other metadata failure of WriteLedgerList (session expired, connection lost: it may have applied)."""
+
+    detail: str
+
+
+@dataclass(frozen=True)
+class AddCompleted:
+    """SendAdd's answer: the entry is stored (acknowledged by the ledger's writer)."""
+
+    ledger_id: int
+    entry_id: int
+
+
+@dataclass(frozen=True)
+class AddFailed:
+    """SendAdd failed: `fenced` by another broker's recovery, or the ledger's writer failed (`reason`)."""
+
+    ledger_id: int
+    entry_id: int
+    fenced: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class LedgerClosed:
+    """CloseLedger's answer: the ledger is closed at `last_entry_id` (`length` bytes), at `wall_now`."""
+
+    ledger_id: int
+    last_entry_id: int
+    length: int
+    wall_now: float
+
+
+@dataclass(frozen=True)
+class LedgerCloseFailed:
+    """The rollover's writer close failed. `recovered`: another broker recovers or recovered the ledger
+    (a takeover; `reason` says what the shell found); else the metadata store failed."""
+
+    ledger_id: int
+    recovered: bool
+    reason: str
+
+
+Event = (
+    Open
+    | Add
+    | Tick
+    | Trim
+    | Fence
+    | Close
+    | TopicDeleted
+    | RetentionChanged
+    | LedgerListRead
+    | LedgerListReadFailed
+    | LastLedgerRecovered
+    | LastLedgerRecoveryFailed
+    | LedgerCreated
+    | LedgerCreateFailed
+    | LedgerListWritten
+    | LedgerListBadVersion
+    | LedgerListWriteFailed
+    | AddCompleted
+    | AddFailed
+    | LedgerClosed
+    | LedgerCloseFailed
+)
+
+
 # ---- outputs -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ReadLedgerList:
-    """Read the managed-ledger node; answer `on_ledger_list(data or None if absent, version)`."""
+    """Read the managed-ledger node; answer LedgerListRead(data, version) (None, None if absent), or
+    LedgerListReadFailed."""
 
 
 @dataclass(frozen=True)
 class RecoverLastLedger:
-    """Open `ledger_id` with recovery (fences its bookies); answer `on_ledger_recovered`."""
+    """Open `ledger_id` with recovery (fences its bookies); answer LastLedgerRecovered (an orphan that is
+    gone: recovered empty) or LastLedgerRecoveryFailed."""
 
     ledger_id: int
 
 
 @dataclass(frozen=True)
 class CreateLedger:
-    """Create a ledger; answer `on_ledger_created(id, now)` or `on_ledger_create_failed`."""
+    """Create a ledger; answer LedgerCreated(id, now) or LedgerCreateFailed."""
 
 
 @dataclass(frozen=True)
 class WriteLedgerList:
     """Conditional write of the node (`expected_version` None = create it); answer
-    `on_list_written(new_version)`, `on_list_bad_version` or `on_list_write_failed`."""
+    LedgerListWritten(new_version), LedgerListBadVersion or LedgerListWriteFailed."""
 
     data: bytes
     expected_version: int | None
@@ -138,7 +338,7 @@ class WriteLedgerList:
 
 @dataclass(frozen=True)
 class SendAdd:
-    """Add `data` to ledger `ledger_id`; it gets `entry_id`. Answer `on_add_completed/failed`."""
+    """Add `data` to ledger `ledger_id`; it gets `entry_id`. Answer AddCompleted or AddFailed."""
 
     ledger_id: int
     entry_id: int
@@ -147,7 +347,7 @@ class SendAdd:
 
 @dataclass(frozen=True)
 class CloseLedger:
-    """Writer close of `ledger_id`; answer `on_ledger_closed` or `on_ledger_close_failed`."""
+    """Writer close of `ledger_id`; answer LedgerClosed or LedgerCloseFailed (none after Close)."""
 
     ledger_id: int
 
@@ -222,6 +422,8 @@ class PendingAdd:
 
 @dataclass
 class ManagedLedgerCore:
+    """One topic's managed ledger on one broker (pure core); see the module docstring."""
+
     name: str
     config: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     state: ManagedLedgerState = ManagedLedgerState.CLOSED
@@ -260,21 +462,75 @@ class ManagedLedgerCore:
     def _encode(self, ledgers: list[LedgerInfo]) -> bytes:
         return LedgerList(tuple(ledgers), dict(self.properties)).encode()
 
+    # ---- the one entry point -------------------------------------------------------------------
+
+    def step(self, event: Event) -> list[Output]:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a managed-ledger event: {event!r}")
+        return handler(self, event)
+
+    # Kept for conformance/fencing_spec.py until it moves to step (each a one-line wrapper).
+    def open(self) -> list[Output]:
+        return self.step(Open())
+
+    def on_ledger_list(self, data: bytes | None, version: int | None) -> list[Output]:
+        return self.step(LedgerListRead(data, version))
+
+    def on_ledger_recovered(self, ledger_id: int, last_entry_id: int, length: int) -> list[Output]:
+        return self.step(LastLedgerRecovered(ledger_id, last_entry_id, length))
+
+    def on_ledger_created(self, ledger_id: int, now: float) -> list[Output]:
+        return self.step(LedgerCreated(ledger_id, now))
+
+    def on_list_written(self, new_version: int) -> list[Output]:
+        return self.step(LedgerListWritten(new_version))
+
+    def on_list_bad_version(self, detail: str) -> list[Output]:
+        return self.step(LedgerListBadVersion(detail))
+
+    def on_list_write_failed(self, detail: str) -> list[Output]:
+        return self.step(LedgerListWriteFailed(detail))
+
+    def add(self, token: int, data: bytes, now: float) -> list[Output]:
+        return self.step(Add(token, data, now))
+
+    def on_add_completed(self, ledger_id: int, entry_id: int) -> list[Output]:
+        return self.step(AddCompleted(ledger_id, entry_id))
+
+    def on_add_failed(self, ledger_id: int, entry_id: int, fenced: bool, reason: str) -> list[Output]:
+        return self.step(AddFailed(ledger_id, entry_id, fenced, reason))
+
+    def on_ledger_closed(self, ledger_id: int, last_entry_id: int, length: int, wall_now: float) -> list[Output]:
+        return self.step(LedgerClosed(ledger_id, last_entry_id, length, wall_now))
+
+    def on_ledger_close_failed(self, ledger_id: int, recovered: bool, reason: str) -> list[Output]:
+        return self.step(LedgerCloseFailed(ledger_id, recovered, reason))
+
+    def tick(self, now: float) -> list[Output]:
+        return self.step(Tick(now))
+
+    def trim(self, wall_now: float, slowest: Position | None, cursors: bool) -> list[Output]:
+        return self.step(Trim(wall_now, slowest, cursors))
+
+    def close(self) -> list[Output]:
+        return self.step(Close())
+
     # ---- open (takeover) ------------------------------------------------------------------
 
-    def open(self) -> list[Output]:
+    def _open(self, e: Open) -> list[Output]:
         """spec ReadLedgerList: start the takeover sequence."""
         if self.state is not ManagedLedgerState.CLOSED:
             raise ManagedLedgerError(self.name, f"cannot open: state is {self.state.value}")
         self.state = ManagedLedgerState.READING
         return [ReadLedgerList()]
 
-    def on_ledger_list(self, data: bytes | None, version: int | None) -> list[Output]:
+    def _ledger_list_read(self, e: LedgerListRead) -> list[Output]:
         try:
-            listed = LedgerList.decode(data or b"")
-        except ValueError as e:
-            return self.on_open_failed(f"its metadata node is unreadable ({e}); repair or delete it")
-        self.version = version
+            listed = LedgerList.decode(e.data or b"")
+        except ValueError as error:
+            return self._open_failed(f"its metadata node is unreadable ({error}); repair or delete it")
+        self.version = e.version
         self.ledgers = list(listed.ledgers)
         self.properties = dict(listed.properties)
         if self.ledgers:
@@ -283,11 +539,14 @@ class ManagedLedgerCore:
         self.phase = Phase.CREATING
         return [CreateLedger()]
 
-    def on_ledger_recovered(self, ledger_id: int, last_entry_id: int, length: int) -> list[Output]:
+    def _ledger_list_read_failed(self, e: LedgerListReadFailed) -> list[Output]:
+        return self._open_failed(f"cannot read its ledger list ({e.reason}); retry")
+
+    def _last_ledger_recovered(self, e: LastLedgerRecovered) -> list[Output]:
         """spec RecoverLastLedger: the last ledger is fenced and closed at `last_entry_id`."""
-        if self.state is not ManagedLedgerState.READING or self.ledgers[-1].ledger_id != ledger_id:
+        if self.state is not ManagedLedgerState.READING or self.ledgers[-1].ledger_id != e.ledger_id:
             return []
-        self.ledgers[-1] = LedgerInfo(ledger_id, last_entry_id + 1, length, self.ledgers[-1].timestamp)
+        self.ledgers[-1] = LedgerInfo(e.ledger_id, e.last_entry_id + 1, e.length, self.ledgers[-1].timestamp)
         # Pulsar drops empty ledgers from the list on open; they are deleted once the list is written.
         self.dropped_empty = tuple(i.ledger_id for i in self.ledgers if i.entries == 0)
         self.ledgers = [i for i in self.ledgers if i.entries > 0]
@@ -295,28 +554,29 @@ class ManagedLedgerCore:
         self.phase = Phase.CREATING
         return [CreateLedger()]
 
-    def on_recover_failed(self, ledger_id: int, reason: str) -> list[Output]:
-        return self.on_open_failed(f"recovery of its last ledger {ledger_id} failed ({reason}); retry the open")
+    def _last_ledger_recovery_failed(self, e: LastLedgerRecoveryFailed) -> list[Output]:
+        return self._open_failed(f"recovery of its last ledger {e.ledger_id} failed ({e.reason}); retry the open")
 
-    def on_open_failed(self, reason: str) -> list[Output]:
+    def _open_failed(self, reason: str) -> list[Output]:
         self.state = ManagedLedgerState.CLOSED
         self.phase = Phase.IDLE
         return [OpenFailed(ManagedLedgerError(self.name, reason))]
 
     # ---- ledger creation and the list (open, rollover) -----------------------------------------
 
-    def on_ledger_created(self, ledger_id: int, now: float) -> list[Output]:
+    def _ledger_created(self, e: LedgerCreated) -> list[Output]:
         """spec CreateLedgerAndWriteList / Rollover: write the list with the new ledger appended."""
         if self.phase is not Phase.CREATING:
-            return [DeleteLedgers((ledger_id,))]  # fenced or closed meanwhile: an orphan
-        self.next_ledger = ledger_id
-        self.created_at = now
+            return [DeleteLedgers((e.ledger_id,))]  # fenced or closed meanwhile: an orphan
+        self.next_ledger = e.ledger_id
+        self.created_at = e.now
         self.phase = Phase.WRITING_LIST
-        return [WriteLedgerList(self._encode([*self.ledgers, LedgerInfo(ledger_id)]), self.version)]
+        return [WriteLedgerList(self._encode([*self.ledgers, LedgerInfo(e.ledger_id)]), self.version)]
 
-    def on_ledger_create_failed(self, reason: str) -> list[Output]:
+    def _ledger_create_failed(self, e: LedgerCreateFailed) -> list[Output]:
+        reason = e.reason
         if self.state is ManagedLedgerState.RECOVERED:
-            return self.on_open_failed(f"could not create a ledger ({reason}); start bookies and retry")
+            return self._open_failed(f"could not create a ledger ({reason}); start bookies and retry")
         if self.phase is not Phase.CREATING:
             return []
         # Without a current ledger the queued adds cannot go anywhere: fail them (nothing was
@@ -326,8 +586,8 @@ class ManagedLedgerCore:
         error = ManagedLedgerNotReadyError(self.name, f"could not create a ledger ({reason}); retry the add")
         return self._fail_pending(error)
 
-    def on_list_written(self, new_version: int) -> list[Output]:
-        self.version = new_version
+    def _list_written(self, e: LedgerListWritten) -> list[Output]:
+        self.version = e.version
         if self.phase is Phase.TRIMMING:
             trimmed = self.trimming
             self.ledgers = [i for i in self.ledgers if i.ledger_id not in trimmed]
@@ -350,8 +610,11 @@ class ManagedLedgerCore:
                 self.dropped_empty = ()
         return outputs + self._send_queued()
 
-    def on_list_bad_version(self, detail: str) -> list[Output]:
-        """Someone else changed the list: another broker took over. FENCED for good (issue 17736)."""
+    def _list_bad_version(self, e: LedgerListBadVersion | LedgerListWriteFailed) -> list[Output]:
+        """Someone else changed the list: another broker took over. FENCED for good (issue 17736).
+        LedgerListWriteFailed too: with a write of unknown outcome (session expired, connection lost: it
+        may have applied) we can no longer know the list's version, so stop writing for good."""
+        detail = e.detail
         orphan = (self.next_ledger,) if self.next_ledger is not None else ()
         self.next_ledger = None
         outputs: list[Output] = [DeleteLedgers(orphan)] if orphan else []
@@ -368,20 +631,15 @@ class ManagedLedgerCore:
             return outputs + [OpenFailed(ManagedLedgerFencedError(self.name, reason))]
         return outputs + self._fence(reason)
 
-    def on_list_write_failed(self, detail: str) -> list[Output]:
-        """Any other metadata failure (session expired, connection lost: the write may have
-        applied): we can no longer know the list's version, so stop writing for good."""
-        return self.on_list_bad_version(detail)
-
     # ---- adds (spec AddEntry) ------------------------------------------------------------------
 
-    def add(self, token: int, data: bytes, now: float) -> list[Output]:
+    def _add(self, e: Add) -> list[Output]:
         try:
             self.check_usable()
-        except ManagedLedgerError as e:
-            return [FailAdd(token, e)]
-        self.queued.append(PendingAdd(token, data))
-        return self._send_queued(now)
+        except ManagedLedgerError as error:
+            return [FailAdd(e.token, error)]
+        self.queued.append(PendingAdd(e.token, e.data))
+        return self._send_queued(e.now)
 
     def _full(self, now: float | None) -> bool:
         c = self.config
@@ -409,9 +667,9 @@ class ManagedLedgerCore:
             outputs.append(SendAdd(p.ledger_id, p.entry_id, p.data))
         return outputs
 
-    def on_add_completed(self, ledger_id: int, entry_id: int) -> list[Output]:
+    def _add_completed(self, e: AddCompleted) -> list[Output]:
         for p in self.pending:
-            if p.ledger_id == ledger_id and p.entry_id == entry_id:
+            if p.ledger_id == e.ledger_id and p.entry_id == e.entry_id:
                 p.completed = True
                 break
         else:
@@ -437,11 +695,11 @@ class ManagedLedgerCore:
             outputs.append(NotifyConfirmed(last.position))
         return outputs
 
-    def on_add_failed(self, ledger_id: int, entry_id: int, fenced: bool, reason: str) -> list[Output]:
-        if ledger_id != self.current or self.state is not ManagedLedgerState.OPEN:
+    def _add_failed(self, e: AddFailed) -> list[Output]:
+        if e.ledger_id != self.current or self.state is not ManagedLedgerState.OPEN:
             return []  # a stale failure of a ledger we already left
-        if fenced:
-            return self._fence(f"ledger {ledger_id} was fenced by another broker's recovery ({reason})")
+        if e.fenced:
+            return self._fence(f"ledger {e.ledger_id} was fenced by another broker's recovery ({e.reason})")
         # Any other failure (no bookie to replace a failed one) stops the ledger's writer: close
         # the ledger (its end decides which of the failed adds are stored after all) and send
         # the others again to the next ledger.
@@ -469,10 +727,11 @@ class ManagedLedgerCore:
         self.phase = Phase.CLOSING
         return [CloseLedger(self.current)]
 
-    def on_ledger_closed(self, ledger_id: int, last_entry_id: int, length: int, wall_now: float) -> list[Output]:
+    def _ledger_closed(self, e: LedgerClosed) -> list[Output]:
+        ledger_id, last_entry_id = e.ledger_id, e.last_entry_id
         if self.phase is not Phase.CLOSING or ledger_id != self.current:
             return []
-        self.ledgers[-1] = LedgerInfo(ledger_id, last_entry_id + 1, length, wall_now)
+        self.ledgers[-1] = LedgerInfo(ledger_id, last_entry_id + 1, e.length, e.wall_now)
         self.confirmed = last_entry_id
         # The closed end is the truth: adds sent to this ledger up to it are stored; the ones
         # after it are not (beyond the end no reader sees them), and go to the next ledger.
@@ -502,30 +761,24 @@ class ManagedLedgerCore:
         self.phase = Phase.CREATING
         return outputs + [CreateLedger()]
 
-    def on_ledger_close_failed(self, ledger_id: int, recovered: bool, reason: str) -> list[Output]:
-        """The rollover's writer close failed. `recovered`: another broker recovers or recovered the ledger
-        (a takeover; `reason` says what the shell found); else the metadata store failed."""
-        if self.phase is not Phase.CLOSING or ledger_id != self.current:
+    def _ledger_close_failed(self, e: LedgerCloseFailed) -> list[Output]:
+        if self.phase is not Phase.CLOSING or e.ledger_id != self.current:
             return []
         # Closed by someone else at another end (spec closeOk), or the metadata session is gone:
         # another broker may own the topic now, so stop.
-        why = reason if recovered else f"the metadata store failed ({reason})"
-        return self._fence(f"rollover could not close ledger {ledger_id}: {why}")
+        why = e.reason if e.recovered else f"the metadata store failed ({e.reason})"
+        return self._fence(f"rollover could not close ledger {e.ledger_id}: {why}")
 
-    def tick(self, now: float) -> list[Output]:
-        """Time passes: roll an idle ledger over once it is too old (Pulsar's periodic check)."""
-        if self.state is ManagedLedgerState.OPEN and self.phase is Phase.IDLE and self._full(now):
+    def _tick(self, e: Tick) -> list[Output]:
+        if self.state is ManagedLedgerState.OPEN and self.phase is Phase.IDLE and self._full(e.now):
             return self._start_rollover()
         return []
 
     # ---- trimming (spec TrimConsumedLedger) -----------------------------------------------------
 
-    def trim(self, wall_now: float, slowest: Position | None, cursors: bool) -> list[Output]:
-        """Drop closed head ledgers every durable cursor has passed, keeping the retention.
-
-        `slowest` is the smallest mark-delete position of the durable cursors (`cursors` says
-        whether there are any; with none, nothing holds data back but retention, as in Pulsar).
-        """
+    def _trim(self, e: Trim) -> list[Output]:
+        """Drop closed head ledgers every durable cursor has passed, keeping the retention (see Trim)."""
+        slowest, cursors = e.slowest, e.cursors
         self.check_usable()
         if self.phase is not Phase.IDLE:
             return [TrimDone(())]  # a list change is in flight; trim again later
@@ -548,7 +801,7 @@ class ManagedLedgerCore:
         remaining = sum(i.size for i in self.ledgers) + self.pushed_bytes
         chosen: list[int] = []
         for info in candidates:
-            if c.retention_minutes > 0 and wall_now - info.timestamp < c.retention_minutes * 60:
+            if c.retention_minutes > 0 and e.wall_now - info.timestamp < c.retention_minutes * 60:
                 break
             if c.retention_size_mb > 0 and remaining - info.size < c.retention_size_mb * MB:
                 break
@@ -563,9 +816,8 @@ class ManagedLedgerCore:
 
     # ---- fencing and closing ----------------------------------------------------------------
 
-    def fence(self, reason: str) -> list[Output]:
-        """Fenced from outside (a cursor's ledger or node was taken over, the session expired)."""
-        return self._fence(reason)
+    def _fenced_from_outside(self, e: Fence) -> list[Output]:
+        return self._fence(e.reason)
 
     def _fence(self, reason: str) -> list[Output]:
         if self.state in (ManagedLedgerState.FENCED, ManagedLedgerState.CLOSED, ManagedLedgerState.DELETED):
@@ -595,12 +847,15 @@ class ManagedLedgerCore:
         self._clear_pending()
         return outputs
 
-    def deleted(self) -> None:
-        """The shell deleted the topic's ledgers, cursors and node (after close())."""
+    def _topic_deleted(self, e: TopicDeleted) -> list[Output]:
         self.state = ManagedLedgerState.DELETED
+        return []
 
-    def close(self) -> list[Output]:
-        """The broker unloads the topic (spec CloseFencedManagedLedger for a fenced one)."""
+    def _retention_changed(self, e: RetentionChanged) -> list[Output]:
+        self.config = dataclasses.replace(self.config, retention_minutes=e.minutes, retention_size_mb=e.size_mb)
+        return []
+
+    def _close(self, e: Close) -> list[Output]:
         if self.state is ManagedLedgerState.CLOSED:
             return []
         was_open = self.state is ManagedLedgerState.OPEN
@@ -617,3 +872,29 @@ class ManagedLedgerCore:
             # The writer close records the end; the next owner's recovery finds it closed.
             outputs.append(CloseLedger(self.current))
         return outputs
+
+
+# Event type -> handler. A mutant (conformance/mutants.py) replaces an entry of this table to break one handler.
+_HANDLERS: dict[type, Callable[[ManagedLedgerCore, Any], list[Output]]] = {
+    Open: ManagedLedgerCore._open,
+    Add: ManagedLedgerCore._add,
+    Tick: ManagedLedgerCore._tick,
+    Trim: ManagedLedgerCore._trim,
+    Fence: ManagedLedgerCore._fenced_from_outside,
+    Close: ManagedLedgerCore._close,
+    TopicDeleted: ManagedLedgerCore._topic_deleted,
+    RetentionChanged: ManagedLedgerCore._retention_changed,
+    LedgerListRead: ManagedLedgerCore._ledger_list_read,
+    LedgerListReadFailed: ManagedLedgerCore._ledger_list_read_failed,
+    LastLedgerRecovered: ManagedLedgerCore._last_ledger_recovered,
+    LastLedgerRecoveryFailed: ManagedLedgerCore._last_ledger_recovery_failed,
+    LedgerCreated: ManagedLedgerCore._ledger_created,
+    LedgerCreateFailed: ManagedLedgerCore._ledger_create_failed,
+    LedgerListWritten: ManagedLedgerCore._list_written,
+    LedgerListBadVersion: ManagedLedgerCore._list_bad_version,
+    LedgerListWriteFailed: ManagedLedgerCore._list_bad_version,
+    AddCompleted: ManagedLedgerCore._add_completed,
+    AddFailed: ManagedLedgerCore._add_failed,
+    LedgerClosed: ManagedLedgerCore._ledger_closed,
+    LedgerCloseFailed: ManagedLedgerCore._ledger_close_failed,
+}

@@ -4,7 +4,8 @@ The simulation abstracts BookKeeper as spec/fencing.tla does: a ledger is its st
 a fenced flag and a closed end; recovery is one fence-and-close step. Each broker's core
 gets its outputs performed one at a time (metadata and ledger operations) and its adds
 completed one at a time, so hypothesis explores interleavings of a takeover with the old
-owner's adds and rollovers. Checked: completions in order with strictly increasing positions;
+owner's adds and rollovers; every input is an event given to the core's one entry point,
+`ManagedLedgerCore.step`. Checked: completions in order with strictly increasing positions;
 a reader of the list sees exactly the acknowledged entries in acknowledgement order
 (AckedMessagesOnList); at most one broker can still get an add acknowledged (SingleWriter),
 and an old owner that meets the fence is FENCED for good.
@@ -19,27 +20,53 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl.broker.ledger_list import LedgerList, Position
+from impl.broker.ledger_list import LedgerInfo, LedgerList, Position
 from impl.broker.managed_ledger_core import (
+    Add,
+    AddCompleted,
+    AddFailed,
+    Close,
     CloseLedger,
     CompleteAdd,
     CreateLedger,
     DeleteLedgers,
     FailAdd,
+    Fence,
+    LastLedgerRecovered,
+    LastLedgerRecoveryFailed,
+    LedgerClosed,
+    LedgerCloseFailed,
+    LedgerCreated,
+    LedgerCreateFailed,
+    LedgerListBadVersion,
+    LedgerListRead,
+    LedgerListReadFailed,
+    LedgerListWriteFailed,
+    LedgerListWritten,
     ManagedLedgerConfig,
     ManagedLedgerCore,
     ManagedLedgerState,
     NotifyConfirmed,
+    Open,
     Opened,
     OpenFailed,
     Output,
     ReadLedgerList,
     RecoverLastLedger,
+    RetentionChanged,
     SendAdd,
+    Tick,
+    TopicDeleted,
+    Trim,
     TrimDone,
     WriteLedgerList,
 )
-from impl.broker.managed_ledger_errors import ManagedLedgerClosedError, ManagedLedgerFencedError
+from impl.broker.managed_ledger_errors import (
+    ManagedLedgerClosedError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    ManagedLedgerNotReadyError,
+)
 
 TOPIC = "public/default/persistent/sim"
 SLOW = (ReadLedgerList, RecoverLastLedger, CreateLedger, WriteLedgerList, CloseLedger)
@@ -119,7 +146,7 @@ class Broker:
     def add(self) -> int:
         token = self.tokens
         self.tokens += 1
-        self.feed(self.core.add(token, b"%d-%d" % (id(self) % 1000, token), self.now))
+        self.feed(self.core.step(Add(token, b"%d-%d" % (id(self) % 1000, token), self.now)))
         return token
 
     def complete_one(self) -> bool:
@@ -128,11 +155,11 @@ class Broker:
         send = self.inflight.popleft()
         ledger = self.world.ledgers[send.ledger_id]
         if ledger.fenced or ledger.deleted:
-            self.feed(self.core.on_add_failed(send.ledger_id, send.entry_id, True, "fenced"))
+            self.feed(self.core.step(AddFailed(send.ledger_id, send.entry_id, True, "fenced")))
         else:
             assert send.entry_id == len(ledger.entries)
             ledger.entries.append(send.data)
-            self.feed(self.core.on_add_completed(send.ledger_id, send.entry_id))
+            self.feed(self.core.step(AddCompleted(send.ledger_id, send.entry_id)))
         return True
 
     def step(self) -> bool:
@@ -141,35 +168,35 @@ class Broker:
         out = self.todo.popleft()
         w, core = self.world, self.core
         if isinstance(out, ReadLedgerList):
-            self.feed(core.on_ledger_list(*(w.node if w.node else (None, None))))
+            self.feed(core.step(LedgerListRead(*(w.node if w.node else (None, None)))))
         elif isinstance(out, RecoverLastLedger):
             ledger = w.ledgers[out.ledger_id]
             ledger.fenced = True
             if ledger.closed is None:
                 ledger.closed = len(ledger.entries) - 1
             size = sum(len(e) for e in ledger.entries[: ledger.closed + 1])
-            self.feed(core.on_ledger_recovered(out.ledger_id, ledger.closed, size))
+            self.feed(core.step(LastLedgerRecovered(out.ledger_id, ledger.closed, size)))
         elif isinstance(out, CreateLedger):
             ledger_id, w.next_id = w.next_id, w.next_id + 1
             w.ledgers[ledger_id] = SimLedger()
-            self.feed(core.on_ledger_created(ledger_id, self.now))
+            self.feed(core.step(LedgerCreated(ledger_id, self.now)))
         elif isinstance(out, WriteLedgerList):
             current = w.node[1] if w.node else None
             if current != out.expected_version:
-                self.feed(core.on_list_bad_version(f"expected {out.expected_version}, is {current}"))
+                self.feed(core.step(LedgerListBadVersion(f"expected {out.expected_version}, is {current}")))
             else:
                 version = 0 if current is None else current + 1
                 w.node = (out.data, version)
-                self.feed(core.on_list_written(version))
+                self.feed(core.step(LedgerListWritten(version)))
         elif isinstance(out, CloseLedger):
             ledger = w.ledgers[out.ledger_id]
             written = len(ledger.entries) - 1
             if ledger.closed is None or ledger.closed == written:  # spec Rollover closeOk
                 ledger.closed = written
                 size = sum(len(e) for e in ledger.entries)
-                self.feed(core.on_ledger_closed(out.ledger_id, written, size, self.now))
+                self.feed(core.step(LedgerClosed(out.ledger_id, written, size, self.now)))
             else:
-                self.feed(core.on_ledger_close_failed(out.ledger_id, False, "closed elsewhere"))
+                self.feed(core.step(LedgerCloseFailed(out.ledger_id, False, "closed elsewhere")))
         w.check_at_most_one_open_ledger()
         return True
 
@@ -178,7 +205,7 @@ class Broker:
             pass
 
     def open(self) -> None:
-        self.feed(self.core.open())
+        self.feed(self.core.step(Open()))
 
 
 def opened(world: World, config: ManagedLedgerConfig) -> Broker:
@@ -260,9 +287,9 @@ def test_a_failed_writers_ledger_ends_where_its_close_says() -> None:
     b.complete_one()
     stored = b.inflight.popleft()  # reached the bookies, but the writer failed before the ack
     world.ledgers[stored.ledger_id].entries.append(stored.data)
-    b.feed(b.core.on_add_failed(stored.ledger_id, stored.entry_id, False, "no bookie to replace"))
+    b.feed(b.core.step(AddFailed(stored.ledger_id, stored.entry_id, False, "no bookie to replace")))
     lost = b.inflight.popleft()
-    b.feed(b.core.on_add_failed(lost.ledger_id, lost.entry_id, False, "no bookie to replace"))
+    b.feed(b.core.step(AddFailed(lost.ledger_id, lost.entry_id, False, "no bookie to replace")))
     b.settle()  # the close keeps entry 1; entry 2 goes to the next ledger
     assert [t for t, _ in b.completed] == tokens
     positions = [p for _, p in b.completed]
@@ -279,8 +306,8 @@ def test_a_writer_failure_during_trimming_closes_the_ledger_afterwards() -> None
     b.settle()  # a closed ledger with two entries, the current one with one
     token = b.add()
     send = b.inflight.popleft()
-    b.feed(b.core.trim(0, None, cursors=False))  # a list write is in flight
-    b.feed(b.core.on_add_failed(send.ledger_id, send.entry_id, False, "no bookie"))
+    b.feed(b.core.step(Trim(0, None, cursors=False)))  # a list write is in flight
+    b.feed(b.core.step(AddFailed(send.ledger_id, send.entry_id, False, "no bookie")))
     b.settle()  # the trim finishes, then the failed ledger is closed and the add resent
     assert b.completed[-1][0] == token and b.completed[-1][1].ledger_id > send.ledger_id
     assert b.core.state is ManagedLedgerState.OPEN and not b.core.pending and not b.core.queued
@@ -307,7 +334,7 @@ def test_close_fails_pending_adds_and_refuses_new_ones() -> None:
     world = World()
     b = opened(world, CONFIG)
     b.add()
-    b.feed(b.core.close())
+    b.feed(b.core.step(Close()))
     assert isinstance(b.failed[0][1], ManagedLedgerClosedError) and not b.failed[0][1].rejected
     b.add()
     assert isinstance(b.failed[-1][1], ManagedLedgerClosedError) and b.failed[-1][1].rejected
@@ -321,14 +348,14 @@ def test_rollover_by_age_and_tick() -> None:
     first = b.core.current
     assert first is not None
     b.now = 9
-    assert b.core.tick(b.now) == []  # young enough
+    assert b.core.step(Tick(b.now)) == []  # young enough
     b.now = 11
-    b.feed(b.core.tick(b.now))
+    b.feed(b.core.step(Tick(b.now)))
     assert list(b.todo) == [CloseLedger(first)]
     b.settle()
     assert b.core.current not in (None, first)
     b.now = 30
-    assert b.core.tick(b.now) == []  # an empty ledger is not rolled over, however old
+    assert b.core.step(Tick(b.now)) == []  # an empty ledger is not rolled over, however old
 
 
 def test_trim_needs_every_cursor_past_a_closed_ledger() -> None:
@@ -338,13 +365,90 @@ def test_trim_needs_every_cursor_past_a_closed_ledger() -> None:
         b.add()
     b.settle()
     ledgers = [p.ledger_id for _, p in b.completed]
-    assert b.core.trim(0, Position(ledgers[0], -1), cursors=True) == [TrimDone(())]
-    b.feed(b.core.trim(0, Position(ledgers[1], 0), cursors=True))
+    assert b.core.step(Trim(0, Position(ledgers[0], -1), cursors=True)) == [TrimDone(())]
+    b.feed(b.core.step(Trim(0, Position(ledgers[1], 0), cursors=True)))
     b.settle()
     assert world.ledgers[ledgers[0]].deleted and world.ledgers[ledgers[1]].deleted
     assert not world.ledgers[ledgers[2]].deleted  # the current ledger is never trimmed
     assert world.node is not None
     assert [i.ledger_id for i in LedgerList.decode(world.node[0]).ledgers] == [ledgers[2]]
+
+
+def test_failures_to_open_leave_it_closed_and_say_what_to_do() -> None:
+    core = ManagedLedgerCore(TOPIC, CONFIG)
+    assert core.step(Open()) == [ReadLedgerList()]
+    with pytest.raises(ManagedLedgerError, match="cannot open: state is reading"):
+        core.step(Open())
+    (failed,) = core.step(LedgerListReadFailed("ConnectionLoss"))
+    assert isinstance(failed, OpenFailed) and "cannot read its ledger list (ConnectionLoss); retry" in str(failed.error)
+    assert core.state is ManagedLedgerState.CLOSED
+    core.step(Open())
+    (failed,) = core.step(LedgerListRead(b"not a ledger list", 3))
+    assert isinstance(failed, OpenFailed) and "unreadable" in str(failed.error)
+    core.step(Open())
+    listed = LedgerList((LedgerInfo(7),), {}).encode()
+    assert core.step(LedgerListRead(listed, 0)) == [RecoverLastLedger(7)]
+    (failed,) = core.step(LastLedgerRecoveryFailed(7, "no bookie answered"))
+    assert isinstance(failed, OpenFailed) and "recovery of its last ledger 7 failed (no bookie answered)" in str(
+        failed.error
+    )
+    core.step(Open())
+    assert core.step(LedgerListRead(None, None)) == [CreateLedger()]
+    (failed,) = core.step(LedgerCreateFailed("not enough bookies"))
+    assert isinstance(failed, OpenFailed) and "start bookies and retry" in str(failed.error)
+    assert core.state is ManagedLedgerState.CLOSED
+
+
+def test_a_failed_ledger_creation_on_rollover_fails_the_waiting_adds() -> None:
+    world = World()
+    b = opened(world, CONFIG)
+    b.add()
+    b.add()
+    b.settle()
+    token = b.add()  # the ledger is full: close it, then create the next one
+    b.step()  # the close
+    assert isinstance(b.todo[0], CreateLedger)
+    b.todo.popleft()
+    b.feed(b.core.step(LedgerCreateFailed("not enough bookies")))
+    assert b.failed[-1][0] == token and isinstance(b.failed[-1][1], ManagedLedgerNotReadyError)
+    assert b.core.state is ManagedLedgerState.OPEN and b.core.current is None
+    b.add()  # the next add tries to create a ledger again
+    b.settle()
+    assert len(b.completed) == 3
+
+
+def test_a_list_write_of_unknown_outcome_fences_like_a_bad_version() -> None:
+    world = World()
+    b = opened(world, ManagedLedgerConfig(max_entries_per_ledger=1))
+    b.add()
+    b.settle()
+    b.add()  # full: close, create, write the list
+    while not isinstance(b.todo[0], WriteLedgerList):
+        b.step()
+    b.todo.popleft()
+    b.feed(b.core.step(LedgerListWriteFailed("SessionExpired: the session expired")))
+    assert b.core.state is ManagedLedgerState.FENCED and "SessionExpired" in b.core.fence_reason
+    assert isinstance(b.failed[-1][1], ManagedLedgerFencedError)
+
+
+def test_fence_from_outside_retention_and_deletion() -> None:
+    world = World()
+    b = opened(world, CONFIG)
+    assert b.core.step(RetentionChanged(5, 1)) == []
+    assert (b.core.config.retention_minutes, b.core.config.retention_size_mb) == (5, 1)
+    token = b.add()
+    b.feed(b.core.step(Fence("the cursor's ledger was taken over")))
+    assert b.failed[-1][0] == token and b.core.state is ManagedLedgerState.FENCED
+    assert b.core.step(Fence("again")) == [] and b.core.fence_reason == "the cursor's ledger was taken over"
+    with pytest.raises(ManagedLedgerFencedError):
+        b.core.step(Trim(0, None, cursors=False))
+    b.feed(b.core.step(Close()))
+    assert b.core.step(TopicDeleted()) == [] and b.core.state is ManagedLedgerState.DELETED
+
+
+def test_an_event_of_another_core_is_refused() -> None:
+    with pytest.raises(TypeError, match="not a managed-ledger event"):
+        ManagedLedgerCore(TOPIC, CONFIG).step(ReadLedgerList())  # type: ignore[arg-type]
 
 
 def test_config_is_validated() -> None:
@@ -383,7 +487,7 @@ def test_takeover_interleavings(ops: list[str], max_entries: int) -> None:
             world.consumed = min(world.consumed + 1, len(world.acked))
         elif what == "trim":
             if broker.core.state is ManagedLedgerState.OPEN:
-                broker.feed(broker.core.trim(0, world.mark_delete(), cursors=True))
+                broker.feed(broker.core.step(Trim(0, world.mark_delete(), cursors=True)))
         elif what == "add":
             if broker.core.state is not ManagedLedgerState.CLOSED:
                 broker.add()

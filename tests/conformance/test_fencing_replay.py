@@ -26,7 +26,7 @@ from conformance.statespace import StateGraph, dump_state_graph
 from conformance.suite import behaviours_of, replay_model
 from conformance.tla_values import Function, ModelValue, Record
 from conformance.tlc import SPEC_DIR, load_manifest
-from impl.broker import cursor_core, ownership_core
+from impl.broker import cursor_core, managed_ledger_core, ownership_core
 from impl.broker.cursor_core import ManagedCursorCore
 from impl.broker.ledger_list import Position
 from impl.broker.managed_ledger_core import ManagedLedgerCore, ManagedLedgerState, Output
@@ -215,9 +215,10 @@ def test_the_witnesses_are_followed(name: str) -> None:
 class CoreKeepingWritingAfterBadVersion(ManagedLedgerCore):
     """Broken (Pulsar 17736): a rollover whose list write got a bad version goes on with the new ledger."""
 
-    def on_list_bad_version(self, detail: str) -> list[Output]:
-        if self.next_ledger is None or self.current is None:
-            return super().on_list_bad_version(detail)
+    def step(self, event: managed_ledger_core.Event) -> list[Output]:
+        bad = isinstance(event, managed_ledger_core.LedgerListBadVersion | managed_ledger_core.LedgerListWriteFailed)
+        if not bad or self.next_ledger is None or self.current is None:
+            return super().step(event)
         self.current, self.next_ledger = self.next_ledger, None
         self.pushed_entries, self.confirmed = 0, -1
         self.phase = type(self.phase).IDLE
@@ -227,18 +228,21 @@ class CoreKeepingWritingAfterBadVersion(ManagedLedgerCore):
 class CoreForgettingTheVersion(ManagedLedgerCore):
     """Broken: keeps the version it read after writing the list (its next conditional write fails)."""
 
-    def on_list_written(self, new_version: int) -> list[Output]:
+    def step(self, event: managed_ledger_core.Event) -> list[Output]:
         old = self.version
-        outputs = super().on_list_written(new_version)
-        self.version = old
+        outputs = super().step(event)
+        if isinstance(event, managed_ledger_core.LedgerListWritten):
+            self.version = old
         return outputs
 
 
 class CoreFencingOnEveryAdd(ManagedLedgerCore):
     """Broken: takes every completed add for a fenced one."""
 
-    def on_add_completed(self, ledger_id: int, entry_id: int) -> list[Output]:
-        return self.on_add_failed(ledger_id, entry_id, True, "broken")
+    def step(self, event: managed_ledger_core.Event) -> list[Output]:
+        if isinstance(event, managed_ledger_core.AddCompleted):
+            event = managed_ledger_core.AddFailed(event.ledger_id, event.entry_id, True, "broken")
+        return super().step(event)
 
 
 class OwnershipCoreKeepingBundlesOnExpiry(OwnershipCore):
