@@ -17,9 +17,25 @@ position is acknowledged to the cursor) once every message of the batch is ackno
 Unacknowledged messages of a consumer that leaves, and negatively acknowledged ones, are
 redelivered (before new messages) with their redelivery count raised.
 
-Pure: inputs are method calls, outputs are returned lists (`ReadEntries`, `Deliver`,
-`AckEntries`, `ActiveChanged`); the shell (impl/broker/service.py) reads the managed ledger,
-sends to consumers and updates the durable cursor.
+Pure: the shell (impl/broker/service.py's `Subscription`, fed by impl/broker/protocol/listener.py)
+gives every input as a typed event to one function, `step(event) -> list[Output]`, reads the
+managed ledger, sends to consumers and updates the durable cursor, as the outputs ask:
+
+  AddConsumer(consumer, name)   a consumer subscribes (ConsumerBusy: a second one on Exclusive)
+  RemoveConsumer(consumer)      it leaves: its unacknowledged messages go to the others
+  Flow(consumer, permits)       it grants permits (SubscriptionError unless positive)
+  NewEntries                    the managed ledger confirmed new entries
+  EntriesRead(messages)         the answer to ReadEntries; ReadFailed: nothing could be read (the
+                                shell retries later)
+  Ack(consumer, ids, cumulative)  acknowledgements -> AckEntries for the entries now wholly
+                                acknowledged (UnknownMessageId for an id never delivered; cumulative
+                                refused on Shared and Key_Shared)
+  Nack(consumer, ids)           negative acknowledgements: redelivered, their count raised
+
+Outputs: ReadEntries (read up to that many entries after the read position, answer EntriesRead or
+ReadFailed), Deliver, AckEntries, ActiveChanged (Failover). A refused input raises before it
+changes anything; an event of another type raises TypeError. `consumers`, `active_consumer` and
+`unacked()` are queries.
 """
 
 from __future__ import annotations
@@ -27,7 +43,9 @@ from __future__ import annotations
 import enum
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from impl.broker.ledger_list import Position
 
@@ -74,9 +92,65 @@ class Message:
     entry: bytes = field(default=b"", repr=False, compare=False)  # the whole entry, as stored (Pulsar's format)
 
 
+# ---- inputs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AddConsumer:
+    consumer: int
+    name: str  # Failover and Key_Shared order consumers by name
+
+
+@dataclass(frozen=True)
+class RemoveConsumer:
+    consumer: int
+
+
+@dataclass(frozen=True)
+class Flow:
+    consumer: int
+    permits: int
+
+
+@dataclass(frozen=True)
+class NewEntries:
+    """The managed ledger confirmed new entries."""
+
+
+@dataclass(frozen=True)
+class EntriesRead:
+    """The answer to ReadEntries: the messages of the entries read (already-acked entries left out)."""
+
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True)
+class ReadFailed:
+    """The ReadEntries could not be served (bookies unavailable): nothing read; the shell retries."""
+
+
+@dataclass(frozen=True)
+class Ack:
+    consumer: int
+    ids: tuple[MessageId, ...]
+    cumulative: bool = False
+
+
+@dataclass(frozen=True)
+class Nack:
+    consumer: int
+    ids: tuple[MessageId, ...]
+
+
+Event = AddConsumer | RemoveConsumer | Flow | NewEntries | EntriesRead | ReadFailed | Ack | Nack
+
+
+# ---- outputs ------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class ReadEntries:
-    """Output: read up to `max_entries` confirmed entries from the read position; feed `entries_read`."""
+    """Output: read up to `max_entries` confirmed entries from the read position; answer EntriesRead."""
 
     max_entries: int
 
@@ -117,6 +191,8 @@ def key_hash(key: str) -> int:
 
 
 class Dispatcher:
+    """One subscription's dispatcher (pure core); see the module docstring."""
+
     def __init__(self, sub_type: SubscriptionType, partition_index: int = 0) -> None:
         self.type = sub_type
         self.partition_index = partition_index
@@ -132,16 +208,24 @@ class Dispatcher:
         self._messages_per_entry = 1  # of the last entry read: a read asks for about as many entries as permits allow
         self._key_holders: dict[str, tuple[int, int]] = {}  # Key_Shared: key -> (consumer, its pending messages)
 
+    # ---- the one entry point -------------------------------------------------------------------
+
+    def step(self, event: Event) -> list[Output]:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a dispatcher event: {event!r}")
+        return handler(self, event)
+
     # ---- consumers ---------------------------------------------------------------------------
 
-    def add_consumer(self, consumer: int, name: str) -> list[Output]:
+    def _add_consumer(self, e: AddConsumer) -> list[Output]:
         if self.type is SubscriptionType.EXCLUSIVE and self.consumers:
             raise ConsumerBusy("the exclusive subscription already has a consumer; use Shared or Failover")
-        self.consumers[consumer] = _Consumer(name)
+        self.consumers[e.consumer] = _Consumer(e.name)
         return self._update_active() + self._dispatch()
 
-    def remove_consumer(self, consumer: int) -> list[Output]:
-        gone = self.consumers.pop(consumer, None)
+    def _remove_consumer(self, e: RemoveConsumer) -> list[Output]:
+        gone = self.consumers.pop(e.consumer, None)
         if gone is None:
             return []
         for msg in gone.pending.values():
@@ -149,26 +233,24 @@ class Dispatcher:
             self._requeue(msg)
         return self._update_active() + self._dispatch()
 
-    def flow(self, consumer: int, permits: int) -> list[Output]:
-        if permits <= 0:
-            raise SubscriptionError(f"permits must be positive, got {permits}")
-        self.consumers[consumer].permits += permits
+    def _flow(self, e: Flow) -> list[Output]:
+        if e.permits <= 0:
+            raise SubscriptionError(f"permits must be positive, got {e.permits}")
+        self.consumers[e.consumer].permits += e.permits
         return self._dispatch()
 
     # ---- entries -----------------------------------------------------------------------------
 
-    def new_entries(self) -> list[Output]:
-        """The managed ledger confirmed new entries."""
+    def _new_entries(self, e: NewEntries) -> list[Output]:
         self._caught_up = False
         return self._dispatch()
 
-    def read_failed(self) -> list[Output]:
-        """The ReadEntries could not be served (bookies unavailable): nothing read; the shell retries."""
+    def _read_failed(self, e: ReadFailed) -> list[Output]:
         self._reading = False
         return []
 
-    def entries_read(self, messages: list[Message]) -> list[Output]:
-        """The answer to ReadEntries: the messages of the entries read (already-acked entries left out)."""
+    def _entries_read(self, e: EntriesRead) -> list[Output]:
+        messages = list(e.messages)
         self._reading = False
         if not messages:
             self._caught_up = True
@@ -181,18 +263,18 @@ class Dispatcher:
 
     # ---- acknowledgements --------------------------------------------------------------------
 
-    def ack(self, consumer: int, ids: list[MessageId], cumulative: bool = False) -> list[Output]:
-        owner = self.consumers[consumer]
-        if cumulative:
+    def _ack(self, e: Ack) -> list[Output]:
+        owner = self.consumers[e.consumer]
+        if e.cumulative:
             if self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
                 raise SubscriptionError("cumulative acknowledgement is not allowed on Shared/Key_Shared subscriptions")
-            upto = max(ids)
+            upto = max(e.ids)
             self._check_known(upto)
             acked = [m for m in owner.pending if m <= upto]
         else:
-            for mid in ids:
+            for mid in e.ids:
                 self._check_known(mid)
-            acked = [m for m in ids if m in owner.pending]
+            acked = [m for m in e.ids if m in owner.pending]
         done: list[Position] = []
         for mid in acked:
             self._unhold(owner.pending.pop(mid))
@@ -206,9 +288,9 @@ class Dispatcher:
         outputs: list[Output] = [AckEntries(tuple(sorted(done)))] if done else []
         return outputs + self._dispatch()
 
-    def nack(self, consumer: int, ids: list[MessageId]) -> list[Output]:
-        owner = self.consumers[consumer]
-        for mid in ids:
+    def _nack(self, e: Nack) -> list[Output]:
+        owner = self.consumers[e.consumer]
+        for mid in e.ids:
             msg = owner.pending.pop(mid, None)
             if msg is not None:
                 self._unhold(msg)
@@ -333,3 +415,16 @@ class Dispatcher:
 
     def unacked(self) -> int:
         return sum(len(c.pending) for c in self.consumers.values()) + len(self._redeliver)
+
+
+# Event type -> handler.
+_HANDLERS: dict[type, Callable[[Dispatcher, Any], list[Output]]] = {
+    AddConsumer: Dispatcher._add_consumer,
+    RemoveConsumer: Dispatcher._remove_consumer,
+    Flow: Dispatcher._flow,
+    NewEntries: Dispatcher._new_entries,
+    EntriesRead: Dispatcher._entries_read,
+    ReadFailed: Dispatcher._read_failed,
+    Ack: Dispatcher._ack,
+    Nack: Dispatcher._nack,
+}

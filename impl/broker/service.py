@@ -3,7 +3,8 @@
 This is the shell that ties the cores together: a topic is served only by the broker owning
 its bundle (impl/broker/ownership.py); a topic is one managed ledger (opened with the
 takeover sequence, which fences the previous owner); producers append entries; each
-subscription is a `Dispatcher` (impl/broker/dispatcher.py) over a durable cursor.
+subscription is a `Dispatcher` (impl/broker/dispatcher.py) over a durable cursor, driven with
+typed events through its `step` (`Subscription.run(event)`).
 
 Threads: the Pulsar listener's and the web service's handlers call in from several threads.
 Each topic has a lock for loading and publishing order; each subscription has a lock around its
@@ -33,17 +34,23 @@ from impl.broker.client.errors import ClientError
 from impl.broker.dispatcher import (
     AckEntries,
     ActiveChanged,
+    AddConsumer,
     ConsumerBusy,
     Deliver,
     Dispatcher,
+    EntriesRead,
     Message,
     MessageId,
+    NewEntries,
     Output,
     ReadEntries,
+    ReadFailed,
+    RemoveConsumer,
     SubscriptionError,
     SubscriptionType,
     UnknownMessageId,
 )
+from impl.broker.dispatcher import Event as DispatcherEvent
 from impl.broker.entry_codec import CorruptEntry, messages_of
 from impl.broker.errors import (
     BrokerError,
@@ -184,7 +191,7 @@ class Subscription:
         with self._wake_lock:
             self._wake_scheduled = False  # before reading: entries confirmed from now on wake again
         try:
-            self.run(self.dispatcher.new_entries)
+            self.run(NewEntries())
         except Exception:
             log.exception("dispatch of subscription %s failed", self.name)
 
@@ -192,10 +199,11 @@ class Subscription:
     def type(self) -> SubscriptionType:
         return self.dispatcher.type
 
-    def run(self, step: Callable[[], list[Output]]) -> None:
+    def run(self, event: DispatcherEvent) -> None:
+        """Step the dispatcher with `event` under the lock and perform its outputs (a refusal raises first)."""
         acked: list[Position] = []
         with self.lock:
-            outputs = step()
+            outputs = self.dispatcher.step(event)
             while outputs:
                 more: list[Output] = []
                 for out in outputs:
@@ -232,8 +240,8 @@ class Subscription:
             retry = threading.Timer(READ_RETRY_S, self.wake)
             retry.daemon = True
             retry.start()
-            return self.dispatcher.read_failed()
-        return self.dispatcher.entries_read(messages)
+            return self.dispatcher.step(ReadFailed())
+        return self.dispatcher.step(EntriesRead(tuple(messages)))
 
     def reset(self, start: Position | None) -> list[ConsumerSink]:
         """Seek: the cursor reads again from `start`; every consumer is removed (the caller closes them,
@@ -553,7 +561,7 @@ class Topic:
         with sub.lock:
             sub.sinks[consumer] = sink
             try:
-                sub.run(lambda: sub.dispatcher.add_consumer(consumer, name))
+                sub.run(AddConsumer(consumer, name))
             except ConsumerBusy as e:
                 del sub.sinks[consumer]
                 raise ConsumerBusyError(f"subscription {sub_name} on {self.name}: {e}") from e
@@ -562,7 +570,7 @@ class Topic:
     def remove_consumer(self, sub: Subscription, consumer: int) -> None:
         """A consumer left: its unacknowledged messages go to the others; a reader's subscription goes."""
         sub.sinks.pop(consumer, None)
-        sub.run(lambda: sub.dispatcher.remove_consumer(consumer))
+        sub.run(RemoveConsumer(consumer))
         if not sub.durable and not sub.sinks:
             with self.lock:
                 if self.subscriptions.get(sub.name) is sub:
@@ -675,10 +683,10 @@ def _check_not_reserved(sub_name: str) -> None:
         )
 
 
-def consumer_step(sub: Subscription, step: Callable[[], list[Output]]) -> None:
-    """Run a consumer's request on its subscription, mapping dispatcher refusals to broker errors."""
+def consumer_step(sub: Subscription, event: DispatcherEvent) -> None:
+    """Run a consumer's request (Flow, Ack, Nack) on its subscription, mapping dispatcher refusals to broker errors."""
     try:
-        sub.run(step)
+        sub.run(event)
     except UnknownMessageId as e:
         raise UnknownMessageIdError(str(e)) from e
     except SubscriptionError as e:

@@ -1,4 +1,4 @@
-"""The subscription dispatcher core (impl/broker/dispatcher.py), driven directly: no I/O."""
+"""The subscription dispatcher core (impl/broker/dispatcher.py), driven directly through its `step`: no I/O."""
 
 from __future__ import annotations
 
@@ -7,15 +7,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impl.broker.dispatcher import (
+    Ack,
     AckEntries,
     ActiveChanged,
+    AddConsumer,
     ConsumerBusy,
     Deliver,
     Dispatcher,
+    EntriesRead,
+    Flow,
     Message,
     MessageId,
+    Nack,
+    NewEntries,
     Output,
     ReadEntries,
+    ReadFailed,
+    RemoveConsumer,
     SubscriptionError,
     SubscriptionType,
     UnknownMessageId,
@@ -41,7 +49,7 @@ class Log:
                 if isinstance(out, ReadEntries):
                     chunk = self.messages[self.next : self.next + out.max_entries]
                     self.next += len(chunk)
-                    more += d.entries_read(chunk)
+                    more += d.step(EntriesRead(tuple(chunk)))
                 elif isinstance(out, Deliver):
                     self.delivered.setdefault(out.consumer, []).extend((m.id, c) for m, c in out.messages)
                 elif isinstance(out, AckEntries):
@@ -53,46 +61,46 @@ class Log:
 
 def test_exclusive_refuses_a_second_consumer_and_respects_permits() -> None:
     log, d = Log(10), Dispatcher(SubscriptionType.EXCLUSIVE)
-    log.run(d, d.add_consumer(1, "a"))
+    log.run(d, d.step(AddConsumer(1, "a")))
     with pytest.raises(ConsumerBusy):
-        d.add_consumer(2, "b")
-    log.run(d, d.flow(1, 3))
+        d.step(AddConsumer(2, "b"))
+    log.run(d, d.step(Flow(1, 3)))
     assert [m for m, _ in log.delivered[1]] == [MessageId(1, i) for i in range(3)]
-    log.run(d, d.flow(1, 100))
+    log.run(d, d.step(Flow(1, 100)))
     assert [m for m, _ in log.delivered[1]] == [MessageId(1, i) for i in range(10)]
 
 
 def test_cumulative_ack_acknowledges_every_entry_up_to_it_in_order() -> None:
     log, d = Log(5), Dispatcher(SubscriptionType.EXCLUSIVE)
-    log.run(d, d.add_consumer(1, "a") + d.flow(1, 10))
-    log.run(d, d.ack(1, [MessageId(1, 2)], cumulative=True))
+    log.run(d, d.step(AddConsumer(1, "a")) + d.step(Flow(1, 10)))
+    log.run(d, d.step(Ack(1, (MessageId(1, 2),), cumulative=True)))
     assert log.acked_entries == [Position(1, 0), Position(1, 1), Position(1, 2)]
     assert d.unacked() == 2
 
 
 def test_shared_spreads_messages_and_redelivers_a_leaving_consumers_pending() -> None:
     log, d = Log(6), Dispatcher(SubscriptionType.SHARED)
-    log.run(d, d.add_consumer(1, "a") + d.add_consumer(2, "b"))
-    log.run(d, d.flow(1, 3) + d.flow(2, 3))
+    log.run(d, d.step(AddConsumer(1, "a")) + d.step(AddConsumer(2, "b")))
+    log.run(d, d.step(Flow(1, 3)) + d.step(Flow(2, 3)))
     assert len(log.delivered[1]) == 3 and len(log.delivered[2]) == 3
     gone = [m for m, _ in log.delivered[2]]
-    log.run(d, d.flow(1, 10))
-    log.run(d, d.remove_consumer(2))
+    log.run(d, d.step(Flow(1, 10)))
+    log.run(d, d.step(RemoveConsumer(2)))
     redelivered = [(m, c) for m, c in log.delivered[1] if m in gone]
     assert sorted(m for m, _ in redelivered) == sorted(gone)
     assert all(count == 1 for _, count in redelivered)
     with pytest.raises(SubscriptionError):
-        d.ack(1, [MessageId(1, 0)], cumulative=True)
+        d.step(Ack(1, (MessageId(1, 0),), cumulative=True))
 
 
 def test_failover_delivers_to_the_active_consumer_and_fails_over() -> None:
     log, d = Log(4), Dispatcher(SubscriptionType.FAILOVER)
-    log.run(d, d.add_consumer(1, "b") + d.add_consumer(2, "a"))  # "a" sorts first: active
+    log.run(d, d.step(AddConsumer(1, "b")) + d.step(AddConsumer(2, "a")))  # "a" sorts first: active
     assert log.active == {1: False, 2: True}
-    log.run(d, d.flow(1, 10) + d.flow(2, 10))
+    log.run(d, d.step(Flow(1, 10)) + d.step(Flow(2, 10)))
     assert 1 not in log.delivered and len(log.delivered[2]) == 4
-    log.run(d, d.ack(2, [MessageId(1, 0)]))
-    log.run(d, d.remove_consumer(2))
+    log.run(d, d.step(Ack(2, (MessageId(1, 0),))))
+    log.run(d, d.step(RemoveConsumer(2)))
     assert log.active[1] is True
     assert [m for m, _ in log.delivered[1]] == [MessageId(1, i) for i in (1, 2, 3)]
 
@@ -100,8 +108,8 @@ def test_failover_delivers_to_the_active_consumer_and_fails_over() -> None:
 def test_key_shared_sends_each_key_to_one_consumer() -> None:
     keys = [f"k{i}" for i in range(8)]
     log, d = Log(40, keys), Dispatcher(SubscriptionType.KEY_SHARED)
-    log.run(d, d.add_consumer(1, "a") + d.add_consumer(2, "b"))
-    log.run(d, d.flow(1, 100) + d.flow(2, 100))
+    log.run(d, d.step(AddConsumer(1, "a")) + d.step(AddConsumer(2, "b")))
+    log.run(d, d.step(Flow(1, 100)) + d.step(Flow(2, 100)))
     owner = {}
     for consumer, got in log.delivered.items():
         for mid, _ in got:
@@ -116,42 +124,42 @@ def test_key_shared_keeps_a_key_with_its_consumer_until_that_one_acknowledges_it
     that would let the two process one key at once, and out of order (Pulsar's draining hashes)."""
     keys = [f"k{i}" for i in range(8)]
     log, d = Log(16, keys), Dispatcher(SubscriptionType.KEY_SHARED)
-    log.run(d, d.add_consumer(1, "a") + d.flow(1, 8))  # alone: a holds k0..k7, one message each
+    log.run(d, d.step(AddConsumer(1, "a")) + d.step(Flow(1, 8)))  # alone: a holds k0..k7, one message each
     held = [m for m, _ in log.delivered[1]]
     assert len(held) == 8
-    log.run(d, d.add_consumer(2, "b") + d.flow(2, 100) + d.flow(1, 100))
+    log.run(d, d.step(AddConsumer(2, "b")) + d.step(Flow(2, 100)) + d.step(Flow(1, 100)))
     moving = {k for k in keys if sorted([1, 2], key=lambda c: "ab"[c - 1])[key_hash(k) % 2] == 2}
     assert moving, "no key hashes to the new consumer: pick other keys"
     assert all(log.messages[m.entry_id].key not in moving for m, _ in log.delivered.get(2, []))
-    log.run(d, d.ack(1, [m for m, _ in log.delivered[1]]))  # a lets go of every key
-    log.run(d, d.add_consumer(3, "c") + d.remove_consumer(3))  # any change of consumers dispatches again
+    log.run(d, d.step(Ack(1, tuple(m for m, _ in log.delivered[1]))))  # a lets go of every key
+    log.run(d, d.step(AddConsumer(3, "c")) + d.step(RemoveConsumer(3)))  # any change of consumers dispatches again
     log.messages += [Message(MessageId(1, 16 + i), k, b"x") for i, k in enumerate(keys)]
-    log.run(d, d.new_entries())
+    log.run(d, d.step(NewEntries()))
     later = {log.messages[m.entry_id].key for m, _ in log.delivered.get(2, []) if m.entry_id >= 16}
     assert later == moving
 
 
 def test_nack_redelivers_with_a_higher_count_and_unknown_acks_are_refused() -> None:
     log, d = Log(3), Dispatcher(SubscriptionType.EXCLUSIVE)
-    log.run(d, d.add_consumer(1, "a") + d.flow(1, 3))
-    log.run(d, d.nack(1, [MessageId(1, 1)]) + d.flow(1, 1))
+    log.run(d, d.step(AddConsumer(1, "a")) + d.step(Flow(1, 3)))
+    log.run(d, d.step(Nack(1, (MessageId(1, 1),))) + d.step(Flow(1, 1)))
     assert log.delivered[1][-1] == (MessageId(1, 1), 1)
     with pytest.raises(UnknownMessageId):
-        d.ack(1, [MessageId(1, 7)])
+        d.step(Ack(1, (MessageId(1, 7),)))
     with pytest.raises(SubscriptionError):
-        d.flow(1, 0)
+        d.step(Flow(1, 0))
 
 
 def test_a_batch_entry_is_acknowledged_once_every_message_is() -> None:
     batch = [Message(MessageId(1, 0, i), "", b"x", (), 3) for i in range(3)]
     d = Dispatcher(SubscriptionType.SHARED)
-    d.add_consumer(1, "a")
-    (read,) = d.flow(1, 10)
+    d.step(AddConsumer(1, "a"))
+    (read,) = d.step(Flow(1, 10))
     assert isinstance(read, ReadEntries)
-    d.entries_read(batch)
-    partial = d.ack(1, [MessageId(1, 0, 0), MessageId(1, 0, 2)])
+    d.step(EntriesRead(tuple(batch)))
+    partial = d.step(Ack(1, (MessageId(1, 0, 0), MessageId(1, 0, 2))))
     assert not any(isinstance(o, AckEntries) for o in partial)
-    outputs = d.ack(1, [MessageId(1, 0, 1)])
+    outputs = d.step(Ack(1, (MessageId(1, 0, 1),)))
     assert AckEntries((Position(1, 0),)) in outputs
 
 
@@ -181,29 +189,29 @@ def test_every_message_is_delivered_and_each_entry_acknowledged_at_most_once(
     for verb, consumer, n in steps:
         if verb == "add" and consumer not in connected:
             try:
-                run(d.add_consumer(consumer, f"c{consumer}"))
+                run(d.step(AddConsumer(consumer, f"c{consumer}")))
                 connected.add(consumer)
             except ConsumerBusy:
                 assert sub_type is SubscriptionType.EXCLUSIVE
         elif verb == "remove" and consumer in connected:
             connected.discard(consumer)
             held.pop(consumer, None)
-            run(d.remove_consumer(consumer))
+            run(d.step(RemoveConsumer(consumer)))
         elif verb == "flow" and consumer in connected:
-            run(d.flow(consumer, n))
+            run(d.step(Flow(consumer, n)))
         elif verb in ("ack", "nack") and consumer in connected and held.get(consumer):
             ids = sorted(held[consumer])[:n]
             held[consumer] -= set(ids)
-            run(d.ack(consumer, ids) if verb == "ack" else d.nack(consumer, ids))
+            run(d.step(Ack(consumer, tuple(ids)) if verb == "ack" else Nack(consumer, tuple(ids))))
     # Drain: one consumer acknowledges everything.
     for c in list(connected):
         held.pop(c, None)
-        run(d.remove_consumer(c))
-    run(d.add_consumer(9, "drain"))
+        run(d.step(RemoveConsumer(c)))
+    run(d.step(AddConsumer(9, "drain")))
     for _ in range(30):
-        run(d.flow(9, 5))
+        run(d.step(Flow(9, 5)))
         if held.get(9):
-            run(d.ack(9, sorted(held.pop(9))))
+            run(d.step(Ack(9, tuple(sorted(held.pop(9))))))
     assert sorted(log.acked_entries) == [Position(1, i) for i in range(12)]
 
 
@@ -212,19 +220,35 @@ def test_reads_of_batch_entries_ask_for_as_many_entries_as_the_permits_cover_and
     for ceil(permits / 4); what does not fit waits, in order, for the next permits."""
     entries = [[Message(MessageId(1, e, i), "", b"%d-%d" % (e, i), (), 4) for i in range(4)] for e in range(10)]
     d = Dispatcher(SubscriptionType.EXCLUSIVE)
-    d.add_consumer(1, "c")
-    (read,) = d.flow(1, 10)
+    d.step(AddConsumer(1, "c"))
+    (read,) = d.step(Flow(1, 10))
     assert read == ReadEntries(10)  # nothing known of the entries yet: one message each
-    outs = d.entries_read(entries[0])
+    outs = d.step(EntriesRead(tuple(entries[0])))
     delivered = [m.id for out in outs if isinstance(out, Deliver) for m, _ in out.messages]
     assert len(delivered) == 4
     assert [o for o in outs if isinstance(o, ReadEntries)] == [ReadEntries(2)]  # 6 permits left: two entries of 4
-    outs = d.entries_read(entries[1] + entries[2])
+    outs = d.step(EntriesRead(tuple(entries[1] + entries[2])))
     delivered += [m.id for out in outs if isinstance(out, Deliver) for m, _ in out.messages]
     assert delivered == [m.id for e in entries[:3] for m in e][:10]  # 10 permits, 10 messages
     assert d.unacked() == 12  # the last two of entry 2 wait
-    outs = d.flow(1, 2)
+    outs = d.step(Flow(1, 2))
     assert [m.id for out in outs if isinstance(out, Deliver) for m, _ in out.messages] == [
         MessageId(1, 2, 2),
         MessageId(1, 2, 3),
     ]
+
+
+def test_a_failed_read_is_asked_for_again_by_the_next_event_and_a_refusal_changes_nothing() -> None:
+    log, d = Log(3), Dispatcher(SubscriptionType.SHARED)
+    d.step(AddConsumer(1, "a"))
+    (read,) = d.step(Flow(1, 5))
+    assert read == ReadEntries(5)
+    assert d.step(Flow(1, 1)) == []  # one read at a time
+    assert d.step(ReadFailed()) == []  # nothing read: the shell retries later (a wake-up)
+    log.run(d, d.step(NewEntries()))
+    assert [m for m, _ in log.delivered[1]] == [MessageId(1, i) for i in range(3)]
+    with pytest.raises(UnknownMessageId):
+        d.step(Ack(1, (MessageId(1, 0), MessageId(1, 9))))  # one unknown id: none is acknowledged
+    assert d.unacked() == 3
+    with pytest.raises(TypeError, match="not a dispatcher event"):
+        d.step(ReadEntries(1))  # type: ignore[arg-type]

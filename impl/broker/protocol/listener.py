@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from impl.broker import entry_codec, namespaces
-from impl.broker.dispatcher import Message, MessageId
+from impl.broker.dispatcher import Ack, Flow, Message, MessageId, Nack
 from impl.broker.errors import (
     BrokerError,
     ConsumerBusyError,
@@ -488,7 +488,7 @@ class _Connection:
     def _flow(self, out: conn.DoFlow) -> list[conn.Output]:
         c = self._consumer(out.consumer_id)
         if c is not None:
-            consumer_step(c.sub, lambda: c.sub.dispatcher.flow(c.service_id, out.permits))
+            consumer_step(c.sub, Flow(c.service_id, out.permits))
         return []
 
     def _ack(self, out: conn.DoAck) -> list[conn.Output]:
@@ -499,9 +499,9 @@ class _Connection:
         try:
             ids = self._acked_ids(c, out)
             if ids and out.cumulative:
-                consumer_step(c.sub, lambda: c.sub.dispatcher.ack(c.service_id, [max(ids)], True))
+                consumer_step(c.sub, Ack(c.service_id, (max(ids),), True))
             elif ids:
-                consumer_step(c.sub, lambda: c.sub.dispatcher.ack(c.service_id, ids, False))
+                consumer_step(c.sub, Ack(c.service_id, tuple(ids), False))
         except UnknownMessageIdError as e:
             log.debug("ack of an unknown id from %s ignored (as Pulsar does): %s", self.peer, e)
         except BrokerError as e:
@@ -552,7 +552,7 @@ class _Connection:
                 at = by_entry.get((wanted.ledger_id, wanted.entry_id), [])
                 ids += at if wanted.batch_index < 0 else [m for m in at if m == wanted]
         if ids:
-            consumer_step(c.sub, lambda: c.sub.dispatcher.nack(c.service_id, ids))
+            consumer_step(c.sub, Nack(c.service_id, tuple(ids)))
         return []
 
     def _detach_consumer(self, consumer_id: int) -> _AttachedConsumer | None:
