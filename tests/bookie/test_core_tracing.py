@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from impl import trace
-from impl.bookie.core import AppendJournal, BookieCore
+from impl.bookie.core import AppendJournal, BookieCore, JournalDurable, Replay, RequestReceived
 from impl.bookie.entry_format import encode_entry
 from impl.bookie.protocol import AddRequest, ReadLacRequest, ReadRequest
 
@@ -13,9 +13,11 @@ KEY = b"k" * 20
 
 
 def _add(core: BookieCore, ledger: int, entry: int, request_id: int) -> AppendJournal:
-    outputs = core.handle(AddRequest(ledger, entry, KEY, encode_entry(ledger, entry, -1, 1, b"x")), request_id)
+    outputs = core.step(
+        RequestReceived(AddRequest(ledger, entry, KEY, encode_entry(ledger, entry, -1, 1, b"x")), request_id)
+    )
     (append,) = [o for o in outputs if isinstance(o, AppendJournal)]
-    core.on_durable(append.token)
+    core.step(JournalDurable(append.token))
     return append
 
 
@@ -25,8 +27,8 @@ def test_two_cores_in_one_process_keep_separate_traces() -> None:
     a = BookieCore(tracer=lambda name, params: first.append((name, params)))
     b = BookieCore(tracer=lambda name, params: second.append((name, params)))
     _add(a, 1, 0, 0)
-    b.handle(ReadRequest(2, 0, fence=True, master_key=KEY), 0)
-    b.handle(ReadLacRequest(2), 1)  # not a ledger.tla step of the bookie: not traced
+    b.step(RequestReceived(ReadRequest(2, 0, fence=True, master_key=KEY), 0))
+    b.step(RequestReceived(ReadLacRequest(2), 1))  # not a ledger.tla step of the bookie: not traced
     assert first == [
         ("BookieHandles", {"ledger": 1, "entry": 0, "kind": "add", "fence": False, "entries": [0], "fenced": False})
     ]
@@ -41,7 +43,7 @@ def test_a_replayed_journal_is_traced_by_the_restarted_core_only() -> None:
     replays: list[tuple[str, dict[str, Any]]] = []
     restarted = BookieCore(tracer=lambda name, params: replays.append((name, params)))
     for record in append.records:
-        restarted.replay(record)
+        restarted.step(Replay(record))
     assert [(name, p["kind"], p["entry"]) for name, p in replays] == [
         ("BookieReplays", "MASTER_KEY", -1),
         ("BookieReplays", "ENTRY", 0),
