@@ -28,42 +28,42 @@ Mapping (spec action [lastAction params] -> what the harness does):
   RevalidateOwnership [broker, lost]
                                    the notifications: SessionExpiredEvent -> BundlesLost (the core drops
                                    the bundle), Reconnect(new session). lost: BundlesLost unloads the topic
-                                   (ManagedLedgerCore.close(), a new core for the next open), as the
+                                   (ManagedLedgerCore step(Close), a new core for the next open), as the
                                    broker's `_bundles_lost`. Not lost (the node is free): the core cannot
                                    re-create a node from a belief it dropped, so the broker acquires the
                                    bundle afresh (step(Acquire), as a lookup does) and the harness keeps
                                    the topic loaded across the loss, which the broker does not do (see
                                    "Where the harness is not the broker's shell" below)
-  ReadLedgerList [broker, version] core.open(); ReadLedgerList -> get(list node) -> on_ledger_list
+  ReadLedgerList [broker, version] core.step(Open) -> ReadLedgerList -> get(list node) -> LedgerListRead
   RecoverLastLedger [broker, ledger]
                                    the held RecoverLastLedger: a RecoveryOp run to its end (StartRecovery
                                    CW, fencing read-LAC, reads, write-back, RecoveryClose CW) ->
-                                   on_ledger_recovered (an empty last ledger leaves the core's list; its
+                                   LastLedgerRecovered (an empty last ledger leaves the core's list; its
                                    DeleteLedgers follows the list write, as in fencing.tla); an empty
                                    snapshot: nothing (see below)
   CreateLedgerAndWriteList [broker, ledger, expectedVersion, badVersion]
                                    the held CreateLedger: the next ledger id created (metadata OPEN,
-                                   a LedgerWriter) -> on_ledger_created -> WriteLedgerList, the
-                                   conditional write (create when absent) -> on_list_written /
-                                   on_list_bad_version
+                                   a LedgerWriter) -> LedgerCreated -> WriteLedgerList, the
+                                   conditional write (create when absent) -> LedgerListWritten /
+                                   LedgerListBadVersion
   AddEntry [broker, ledger, msg, fenced]
-                                   core.add(msg) -> SendAdd -> LedgerWriter.add -> the bookie ->
-                                   writer.receive -> on_add_completed, or on_add_failed (fenced)
+                                   core.step(Add(msg)) -> SendAdd -> LedgerWriter.add -> the bookie ->
+                                   writer.receive -> AddCompleted, or AddFailed (fenced)
   AddEntryAckLost [broker, ledger, msg]
-                                   core.add(msg) -> SendAdd -> LedgerWriter.add -> the bookie stores
+                                   core.step(Add(msg)) -> SendAdd -> LedgerWriter.add -> the bookie stores
                                    it; the reply is dropped (never given to the writer), and the broker
                                    closes the topic (a new core for the next open), keeping its
                                    ownership; the producer gives the message up
   Rollover [broker, from, to, expectedVersion, closeOk, badVersion]
-                                   time passes beyond the ledger's age limit: core.tick(now) ->
-                                   CloseLedger -> writer close (WriterClose CW) -> on_ledger_closed /
-                                   on_ledger_close_failed -> CreateLedger -> WriteLedgerList as above
+                                   time passes beyond the ledger's age limit: core.step(Tick(now)) ->
+                                   CloseLedger -> writer close (WriterClose CW) -> LedgerClosed /
+                                   LedgerCloseFailed -> CreateLedger -> WriteLedgerList as above
   TrimConsumedLedger [broker, ledger, badVersion]
-                                   core.trim(slowest = the cursor core's mark-delete position, capped at
+                                   core.step(Trim(slowest = the cursor core's mark-delete position, capped at
                                    the end of the snapshot's head ledger: the spec trims one ledger a
-                                   step) -> WriteLedgerList -> on_list_written -> DeleteLedgers: the
+                                   step)) -> WriteLedgerList -> LedgerListWritten -> DeleteLedgers: the
                                    metadata deleted, then the bookie's garbage collection of the ledger
-                                   (BookieCore.forget, its entries dropped from ledger storage: the
+                                   (BookieCore's ForgetLedger, its entries dropped from storage: the
                                    spec's deletion empties the ledger), so that a stale writer's add is
                                    refused because the bookie remembers the deletion, not by a fence it
                                    would have forgotten (DeletedLedgerRefusesAdds)
@@ -73,7 +73,7 @@ Mapping (spec action [lastAction params] -> what the harness does):
                                    CompleteRequest (in effect at once; persisted by the rate-limited
                                    flush, whose timer fires only if due at once: see fencing_shells.py)
   CloseFencedManagedLedger [broker]
-                                   core.close(); a new core for the next open
+                                   core.step(Close); a new core for the next open
 
 The abstraction reads `believesOwner` from each OwnershipCore (`is_owned`), `ml` from each
 ManagedLedgerCore, `consumed` from the cursor core's mark-delete position (the entries of the log
@@ -111,29 +111,46 @@ from conformance.fencing_shells import CursorSnapshot, FencingHarnessError, Owne
 from conformance.replay import Candidate, Names
 from conformance.sim_bookie import SimBookie
 from conformance.tla_values import Function, ModelValue, Record, Value
+from impl.bookie.client import writer as bk_writer
 from impl.bookie.client.errors import LedgerFencedError
 from impl.bookie.client.ledger_update import UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp
-from impl.bookie.client.writer import AddCompleted, AddFailed, CloseFailed, LedgerWriter, Send, WriterClosed
+from impl.bookie.client.writer import CloseFailed, LedgerWriter, Send, WriterClosed
+from impl.bookie.core import ForgetLedger
 from impl.bookie.entry_format import decode_entry
 from impl.bookie.protocol import AddResponse, ErrorCode
 from impl.broker.bundles import FULL_RANGE, NamespaceBundle
 from impl.broker.cursor_core import ManagedCursorCore
 from impl.broker.ledger_list import LedgerList, Position, TopicView
 from impl.broker.managed_ledger_core import (
+    Add,
+    AddCompleted,
+    AddFailed,
+    Close,
     CloseLedger,
     CompleteAdd,
     CreateLedger,
     DeleteLedgers,
     FailAdd,
+    LastLedgerRecovered,
+    LedgerClosed,
+    LedgerCloseFailed,
+    LedgerCreated,
+    LedgerListBadVersion,
+    LedgerListRead,
+    LedgerListWriteFailed,
+    LedgerListWritten,
     ManagedLedgerConfig,
     ManagedLedgerCore,
     ManagedLedgerState,
+    Open,
     Output,
     ReadLedgerList,
     RecoverLastLedger,
     SendAdd,
+    Tick,
+    Trim,
     TrimDone,
     WriteLedgerList,
 )
@@ -237,9 +254,9 @@ class FencingWorld:
             if isinstance(out, ReadLedgerList):
                 try:
                     data, stat = broker.store.get(LIST_PATH)
-                    queue += core.on_ledger_list(data, stat.version)
+                    queue += core.step(LedgerListRead(data, stat.version))
                 except NoNode:
-                    queue += core.on_ledger_list(None, None)
+                    queue += core.step(LedgerListRead(None, None))
             elif isinstance(out, RecoverLastLedger | CreateLedger):
                 broker.held.append(out)  # the spec's next step (RecoverLastLedger, CreateLedgerAndWriteList)
             elif isinstance(out, WriteLedgerList):
@@ -271,7 +288,7 @@ class FencingWorld:
         self.next_ledger += 1
         self.created.add(ledger_id)
         broker.writers[ledger_id] = LedgerWriter(ledger_id, metadata)
-        return broker.ml.on_ledger_created(ledger_id, self.now)
+        return broker.ml.step(LedgerCreated(ledger_id, self.now))
 
     def _write_list(self, broker: Broker, out: WriteLedgerList) -> list[Output]:
         store = broker.store
@@ -282,19 +299,19 @@ class FencingWorld:
             else:
                 version = store.set(LIST_PATH, out.data, out.expected_version).version
         except (BadVersion, NodeExists, NoNode) as e:
-            return broker.ml.on_list_bad_version(type(e).__name__)
+            return broker.ml.step(LedgerListBadVersion(type(e).__name__))
         except MetadataError as e:
-            return broker.ml.on_list_write_failed(f"{type(e).__name__}: {e}")
-        return broker.ml.on_list_written(version)
+            return broker.ml.step(LedgerListWriteFailed(f"{type(e).__name__}: {e}"))
+        return broker.ml.step(LedgerListWritten(version))
 
     def _send_add(self, broker: Broker, out: SendAdd) -> list[Output]:
         writer = broker.writers[out.ledger_id]
         for result in self._run_client(writer, writer.add(out.data)):
-            if isinstance(result, AddCompleted):
-                return broker.ml.on_add_completed(out.ledger_id, result.entry_id)
-            if isinstance(result, AddFailed):
+            if isinstance(result, bk_writer.AddCompleted):
+                return broker.ml.step(AddCompleted(out.ledger_id, result.entry_id))
+            if isinstance(result, bk_writer.AddFailed):
                 fenced = isinstance(result.error, LedgerFencedError)
-                return broker.ml.on_add_failed(out.ledger_id, out.entry_id, fenced, str(result.error))
+                return broker.ml.step(AddFailed(out.ledger_id, out.entry_id, fenced, str(result.error)))
         raise FencingHarnessError(f"the add to ledger {out.ledger_id} neither completed nor failed")
 
     def _close_ledger(self, broker: Broker, ledger_id: int) -> list[Output]:
@@ -302,13 +319,13 @@ class FencingWorld:
         try:
             results = self._run_client(writer, writer.close())
         except NoSuchLedger as e:  # deleted by a trim meanwhile
-            return broker.ml.on_ledger_close_failed(ledger_id, False, str(e))
+            return broker.ml.step(LedgerCloseFailed(ledger_id, False, str(e)))
         for result in results:
             if isinstance(result, WriterClosed):
                 md = result.metadata
-                return broker.ml.on_ledger_closed(ledger_id, md.last_entry_id, md.length, self.now)
+                return broker.ml.step(LedgerClosed(ledger_id, md.last_entry_id, md.length, self.now))
             if isinstance(result, CloseFailed):
-                return broker.ml.on_ledger_close_failed(ledger_id, False, str(result.error))
+                return broker.ml.step(LedgerCloseFailed(ledger_id, False, str(result.error)))
         raise FencingHarnessError(f"the writer close of ledger {ledger_id} reported nothing")
 
     def _delete(self, ledger_ids: tuple[int, ...], *, orphans: bool) -> None:
@@ -326,12 +343,13 @@ class FencingWorld:
 
     def _collect(self, ledger_id: int) -> None:
         """The bookie's garbage collection of a ledger whose metadata is gone, as impl/bookie/server.py's
-        `collect_garbage` does it: the core forgets the ledger (its fence with it, and refuses its adds from
-        now on: `BookieCore.deleted`) and ledger storage drops its entries. fencing.tla's deletion empties the
-        ledger at once; its `fenced` flag stays as it was, which the harness keeps in `deleted_fence`."""
+        `collect_garbage` does it: the core forgets the ledger (ForgetLedger: its fence goes with it, and it
+        refuses the ledger's adds from now on, `BookieCore.deleted`) and ledger storage drops its entries.
+        fencing.tla's deletion empties the ledger at once; its `fenced` flag stays as it was, which the
+        harness keeps in `deleted_fence`."""
         state = self.bookie.core.ledgers.get(ledger_id)
         self.deleted_fence[ledger_id] = bool(state and state.fenced)
-        self.bookie.core.forget(ledger_id)
+        self.bookie.core.step(ForgetLedger(ledger_id))
         for key in [k for k in self.bookie.storage if k[0] == ledger_id]:
             del self.bookie.storage[key]
 
@@ -545,7 +563,7 @@ class FencingMapping:
 
     def _unload(self, world: FencingWorld, name: str) -> None:
         broker = world.brokers[name]
-        broker.ml.close()  # its writer close of the current ledger is not performed (see the header)
+        broker.ml.step(Close())  # its writer close of the current ledger is not performed (see the header)
         broker.ml = self._core()
         broker.held.clear()
         broker.recover_step_due = False
@@ -559,7 +577,7 @@ class FencingMapping:
     def _ReadLedgerList(self, world: FencingWorld, name: str) -> None:
         self._ready_ReadLedgerList(world, name)
         broker = world.brokers[name]
-        world.perform(name, broker.ml.open())
+        world.perform(name, broker.ml.step(Open()))
         broker.recover_step_due = broker.ml.state is ManagedLedgerState.RECOVERED
 
     @staticmethod
@@ -595,9 +613,9 @@ class FencingMapping:
         try:
             md = world.recover(out.ledger_id)
         except NoSuchLedger:  # listed but deleted: recovered as empty, as the shell does
-            world.perform(name, broker.ml.on_ledger_recovered(out.ledger_id, -1, 0))
+            world.perform(name, broker.ml.step(LastLedgerRecovered(out.ledger_id, -1, 0)))
             return
-        world.perform(name, broker.ml.on_ledger_recovered(out.ledger_id, md.last_entry_id, md.length))
+        world.perform(name, broker.ml.step(LastLedgerRecovered(out.ledger_id, md.last_entry_id, md.length)))
 
     def _ready_CreateLedgerAndWriteList(self, world: FencingWorld, name: str) -> None:
         broker = world.brokers[name]
@@ -619,12 +637,12 @@ class FencingMapping:
     def _AddEntry(self, world: FencingWorld, name: str) -> None:
         self._ready_AddEntry(world, name)
         broker = world.brokers[name]
-        world.perform(name, broker.ml.add(world.next_msg, payload(world.next_msg), world.now))
+        world.perform(name, broker.ml.step(Add(world.next_msg, payload(world.next_msg), world.now)))
 
     def _AddEntryAckLost(self, world: FencingWorld, name: str) -> None:
         self._ready_AddEntry(world, name)
         broker = world.brokers[name]
-        outputs = broker.ml.add(world.next_msg, payload(world.next_msg), world.now)
+        outputs = broker.ml.step(Add(world.next_msg, payload(world.next_msg), world.now))
         sends = [o for o in outputs if isinstance(o, SendAdd)]
         if len(sends) != 1 or len(outputs) != 1:
             raise FencingHarnessError(f"{name}'s managed ledger did not send the add: {outputs}")
@@ -645,7 +663,7 @@ class FencingMapping:
         self._ready_Rollover(world, name)
         broker = world.brokers[name]
         world.now += CONFIG.max_ledger_age_s
-        world.perform(name, broker.ml.tick(world.now))
+        world.perform(name, broker.ml.step(Tick(world.now)))
         if broker.held:  # the rollover's CreateLedger: in the same step
             self._take(broker, CreateLedger)
             world.perform(name, world.create_ledger(broker))
@@ -672,7 +690,7 @@ class FencingMapping:
             head = ml.ledgers[0]
             if slowest.ledger_id > head.ledger_id:  # one ledger a step, as the spec
                 slowest = Position(head.ledger_id, head.entries - 1)
-        world.perform(name, ml.trim(world.now, slowest, cursors=True))
+        world.perform(name, ml.step(Trim(world.now, slowest, cursors=True)))
 
     @staticmethod
     def _ready_CloseFencedManagedLedger(world: FencingWorld, name: str) -> None:
