@@ -19,8 +19,9 @@ the spec's environment, what the network and the disks do:
   except a recovery close, held until the spec's `RecoveryCloses` step.
 
 A `LedgerCluster` pickles (the metadata store is re-created from the stored metadata), so
-the exhaustive replay can branch from any state. Given a `tracer` (impl/trace.py), every bookie
-core it runs (also one rebuilt after a crash) reports its steps to it.
+the exhaustive replay can branch from any state. Given a `tracer` (impl/trace.py), every core it
+runs reports its steps to it: each bookie core (also one rebuilt after a crash), the writer and
+every recovery attempt (with its write-back writer).
 """
 
 from __future__ import annotations
@@ -96,12 +97,12 @@ class LedgerCluster:
         e, qw, qa = quorums
         metadata = LedgerMetadata(e, qw, qa, (Fragment(0, ensemble),), password=PASSWORD)
         self.cores = cores
-        self.tracer = tracer  # the bookie cores' recorder
+        self.tracer = tracer  # the recorder of every core of the cluster
         self.bookies = {b: SimBookie(cores.bookie(tracer=tracer)) for b in bookies}
         self._metadata = metadata
         self._store: LedgerMetadataStore | None = _new_store(metadata)
         self.writer_name = writer
-        self.writer = cores.writer(LEDGER_ID, metadata)
+        self.writer = cores.writer(LEDGER_ID, metadata, tracer=tracer)
         self.recoveries: dict[str, RecoveryOp | None] = {c: None for c in recoverers}
         self.held_close: dict[str, UpdateMetadata] = {}
         self.inflight: list[InFlight] = []
@@ -277,7 +278,7 @@ class LedgerCluster:
         # A new attempt: the previous one's unanswered requests are forgotten (its replies are stale).
         self.timed_out = [m for m in self.timed_out if m.client != name]
         self.held_close.pop(name, None)
-        op = self.cores.recovery(LEDGER_ID, self.metadata)
+        op = self.cores.recovery(LEDGER_ID, self.metadata, tracer=self.tracer)
         self.recoveries[name] = op
         self._feed(name, op, op.start)
 

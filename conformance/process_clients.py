@@ -8,7 +8,8 @@ conformance/process_runs.py starts one of each per run and speaks to them by lin
 - the recovery client prints `ready`, reads `LEDGER DELAY`, waits DELAY seconds, opens the ledger
   with recovery and prints how that ended.
 
-Each records its cores' events in its own trace file (impl/trace.py's `TraceFile`).
+Each records its cores' events in its own trace file (impl/trace.py's `TraceFile`), the tracer its
+BookKeeper client hands to every writer and recovery op it creates.
 """
 
 from __future__ import annotations
@@ -26,32 +27,29 @@ def _writer(args: argparse.Namespace) -> int:
     from impl.bookie.client.connect import connect_bookkeeper
     from impl.bookie.client.errors import LedgerClientError
     from impl.metadata.url import connect
-    from impl.trace import TraceFile, tracing
+    from impl.trace import TraceFile
 
     e, qw, qa = (int(x) for x in args.quorums.split(","))
     rng = random.Random(args.seed)
     store = connect(args.metadata)
-    client = connect_bookkeeper(store, seed=args.seed)
     recorder = TraceFile(args.trace, role="writer")
+    client = connect_bookkeeper(store, seed=args.seed, tracer=recorder)
     outcomes: list[str] = []
     try:
-        with tracing(recorder):
-            handle = client.create_ledger(e, qw, qa, password=PASSWORD)
-            recorder.write(
-                "LedgerCreated", {"ledger": handle.ledger_id, "ensemble": list(handle.metadata.last_ensemble)}
-            )
-            print(f"ledger {handle.ledger_id}", flush=True)
-            sys.stdin.readline()  # go
-            futures: list[Any] = []
-            for i in range(args.entries):
-                if i == args.fence_after:
-                    _settle(futures, outcomes, LedgerClientError)
-                    print("paused", flush=True)
-                    sys.stdin.readline()  # go on, after the recovery
-                futures.append(handle.add_async(b"entry %d" % i))
-                if args.fence_after < 0:
-                    time.sleep(rng.uniform(0, 0.04))
-            _settle(futures, outcomes, LedgerClientError)
+        handle = client.create_ledger(e, qw, qa, password=PASSWORD)
+        recorder.write("LedgerCreated", {"ledger": handle.ledger_id, "ensemble": list(handle.metadata.last_ensemble)})
+        print(f"ledger {handle.ledger_id}", flush=True)
+        sys.stdin.readline()  # go
+        futures: list[Any] = []
+        for i in range(args.entries):
+            if i == args.fence_after:
+                _settle(futures, outcomes, LedgerClientError)
+                print("paused", flush=True)
+                sys.stdin.readline()  # go on, after the recovery
+            futures.append(handle.add_async(b"entry %d" % i))
+            if args.fence_after < 0:
+                time.sleep(rng.uniform(0, 0.04))
+        _settle(futures, outcomes, LedgerClientError)
     finally:
         client.close()
         store.close()
@@ -73,21 +71,20 @@ def _recover(args: argparse.Namespace) -> int:
     from impl.bookie.client.connect import connect_bookkeeper
     from impl.bookie.client.errors import LedgerClientError
     from impl.metadata.url import connect
-    from impl.trace import TraceFile, tracing
+    from impl.trace import TraceFile
 
     store = connect(args.metadata)
-    client = connect_bookkeeper(store, seed=args.seed)
     recorder = TraceFile(args.trace, role="recovery")
+    client = connect_bookkeeper(store, seed=args.seed, tracer=recorder)
     try:
         print("ready", flush=True)
         ledger, delay = sys.stdin.readline().split()
         time.sleep(float(delay))
-        with tracing(recorder):
-            try:
-                handle = client.open_ledger(int(ledger), PASSWORD, recovery=True)
-                outcome = f"closed last entry {handle.metadata.last_entry_id}"
-            except LedgerClientError as exc:
-                outcome = f"failed: {exc}"
+        try:
+            handle = client.open_ledger(int(ledger), PASSWORD, recovery=True)
+            outcome = f"closed last entry {handle.metadata.last_entry_id}"
+        except LedgerClientError as exc:
+            outcome = f"failed: {exc}"
     finally:
         client.close()
         store.close()

@@ -5,11 +5,12 @@ leads. A seeded scheduler (`simulate`) plays the environment of one ledger over 
 conformance cluster's simulated network, disk and metadata store (LedgerCluster): it picks
 which message to deliver, lose or drop, which bookie crashes or restarts, when the writer
 adds, times out or closes, when recovery clients start, time out, abort or close. The cores
-report what they did through impl/trace.py's hook (`emit`): the writer and the recovery op
+report what they did to the tracer (impl/trace.py) the cluster hands each of them, one recorder
+for the run (`_Recorder`), so its events are in one order: the writer and the recovery op
 one event per ledger.tla action they take, with its parameters and their state after it; the
 bookie core what it holds of the ledger after each request (`BookieHandles`) and each journal
-record it applies at a restart (`BookieReplays`). The scheduler adds the environment's
-events (losses, crashes, restarts).
+record it applies at a restart (`BookieReplays`). The scheduler records the environment's
+events (losses, crashes, restarts) with the same recorder.
 
 `to_tla` writes the events as a TLA+ module: a `TraceSpec` that EXTENDS ledger, with a
 variable `l` for the position in the trace and `t` for which trace (several traces per TLC
@@ -52,7 +53,6 @@ from conformance.ledger_cluster import (
     pending_acks,
 )
 from conformance.tlc import SPEC_DIR, Outcome, TLCError, TLCErrorKind, TLCResult, run_tlc
-from impl import trace
 from impl.bookie.client.recovery import RecoveryOp, RecoveryPhase
 from impl.bookie.client.writer import LedgerWriter, WriterState
 from impl.bookie.protocol import LAST_ENTRY, AddRequest, ReadRequest
@@ -130,18 +130,17 @@ def simulate(config: RunConfig, seed: int, cores: CoreTypes | None = None) -> Ru
     run = Run(config, seed, ensemble)
     # Recovery and the writer's close wait this long: an early recovery leaves little to recover.
     warmup = rng.randrange(config.steps // 3)
-    with trace.tracing(recorder):  # the client cores' process-wide hook; the bookie cores have the recorder
-        for step in range(config.steps):
-            choices = _choices(cluster, config, late=step >= warmup)
-            if not choices:
-                break
-            kept = len(recorder.events)
-            try:
-                rng.choice(choices)(recorder)
-            except HarnessError:
-                # The scheduler offered a step the cores do not take: end the run before it.
-                del recorder.events[kept:]
-                break
+    for step in range(config.steps):
+        choices = _choices(cluster, config, late=step >= warmup)
+        if not choices:
+            break
+        kept = len(recorder.events)
+        try:
+            rng.choice(choices)(recorder)
+        except HarnessError:
+            # The scheduler offered a step the cores do not take: end the run before it.
+            del recorder.events[kept:]
+            break
     run.events = recorder.events
     return run
 
@@ -255,13 +254,13 @@ def _lose(recorder: _Recorder, c: LedgerCluster, m: InFlight, how: str) -> None:
         c.lose_replies([m])
     else:
         c.lose_requests([m], counted=how == "MessageLost")
-    trace.emit(how, kind=_kind(m), bookie=m.bookie, entry=_entry(m), client=m.client)
+    recorder(how, {"kind": _kind(m), "bookie": m.bookie, "entry": _entry(m), "client": m.client})
 
 
 def _env(recorder: _Recorder, c: LedgerCluster, name: str, bookie: str, call: Callable[[str], object]) -> None:
     recorder.bookie = bookie
     call(bookie)
-    trace.emit(name, bookie=bookie)
+    recorder(name, {"bookie": bookie})
 
 
 def _kind(m: InFlight) -> str:

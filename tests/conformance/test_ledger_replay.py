@@ -26,7 +26,6 @@ from conformance.suite import behaviours_of, replay_behaviours, replay_model
 from conformance.tla_values import Record
 from conformance.tlc import SPEC_DIR, Model, load_manifest
 from conformance.trace_validation import WRITER, Run, RunConfig, _as, _deliver, _Recorder, check_traces
-from impl import trace
 from impl.bookie.client.read_lac import ReadLacOp
 from impl.bookie.client.recovery import RecoveryOp, RecoveryOutput, RecoveryPhase
 from impl.bookie.client.writer import AddCompleted, LedgerWriter, WriterOutput, WriterState
@@ -384,8 +383,7 @@ def _hand_run(config: RunConfig, ensemble: tuple[str, ...], script: Callable[[Le
         config.bookie_ids, ensemble, config.quorums, WRITER, config.recoverer_names, tracer=recorder
     )
     run = Run(config, 0, ensemble)
-    with trace.tracing(recorder):
-        script(cluster, recorder)
+    script(cluster, recorder)
     run.events = recorder.events
     return run
 

@@ -24,7 +24,6 @@ from conformance.trace_validation import (
     to_steps,
     validate_traces,
 )
-from impl import trace
 from impl.bookie.client.recovery import RecoveryOp, RecoveryOutput
 from impl.bookie.client.writer import AddCompleted, LedgerWriter, Send, WriterOutput
 from impl.bookie.protocol import ReadRequest
@@ -97,16 +96,33 @@ def _edited(run: Run) -> Run:
     return edited
 
 
-def test_tracer_records_only_while_installed() -> None:
+def test_each_writer_reports_to_its_own_tracer_only() -> None:
     metadata = LedgerMetadata(2, 2, 2, (Fragment(0, ("b1", "b2")),), password=b"p")
-    writer = LedgerWriter(7, metadata)
-    writer.add(b"untraced")
     seen: list[tuple[str, dict[str, object]]] = []
-    with trace.tracing(lambda name, params: seen.append((name, params))):
-        writer.add(b"traced")
-    writer.add(b"untraced again")
-    assert seen == [("WriterSendsAdd", {"ledger": 7, "entry": 1, "lac": -1})]
-    assert not trace.active()
+    other: list[tuple[str, dict[str, object]]] = []
+    untraced = LedgerWriter(7, metadata)
+    traced = LedgerWriter(8, metadata, tracer=lambda name, params: seen.append((name, params)))
+    elsewhere = LedgerWriter(9, metadata, tracer=lambda name, params: other.append((name, params)))
+    untraced.add(b"untraced")
+    traced.add(b"traced")
+    elsewhere.add(b"elsewhere")
+    untraced.add(b"untraced again")
+    assert seen == [("WriterSendsAdd", {"ledger": 8, "entry": 0, "lac": -1})]
+    assert other == [("WriterSendsAdd", {"ledger": 9, "entry": 0, "lac": -1})]
+
+
+def test_every_core_of_a_simulated_run_reports_to_the_run_recorder() -> None:
+    """The bookie cores, the writer, the recovery ops and their write-back writers (seed 2 changes a
+    write-back's ensemble) all record into the one recorder the run hands the cluster."""
+    names = {e.name for e in simulate(E2, 2).events}
+    cores = {
+        "BookieHandles",
+        "WriterSendsAdd",
+        "RecoveryStarts",
+        "RecoveryReceivesAddResponse",
+        "RecoveryChangesEnsemble",
+    }
+    assert cores <= names, cores - names
 
 
 def test_a_seed_determines_the_run() -> None:

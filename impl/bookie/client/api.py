@@ -9,6 +9,10 @@ randomness from a seeded random.Random owned here, never by a core.
 Each running core has a `_Driver`: one input at a time, in order, so transport
 callbacks from any thread (or inline) are serialised; a thread finding another one
 running the core's steps leaves its input to that thread instead of waiting.
+
+A client given a tracer (impl/trace.py; `BookKeeperClient(tracer=...)`, `connect_bookkeeper(tracer=...)`)
+hands it to every writer and recovery op it creates, and records each ledger it creates
+(`LedgerCreated`) there; one given none traces nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from impl.bookie.channel import after_answers
 from impl.bookie.client.aio_channel import on_io_loop_thread
@@ -46,7 +50,9 @@ from impl.metadata.ledger import BookieId, DigestType, LedgerMetadata, LedgerSta
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import MetadataError, MetadataStore
-from impl.trace import emit
+
+if TYPE_CHECKING:
+    from impl.trace import Tracer
 
 __all__ = ["BookKeeperClient", "BookieTransport", "LedgerEntry", "ReadHandle", "WriteHandle"]
 
@@ -199,9 +205,11 @@ class BookKeeperClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         recovery_read_ahead: int = 1,
         owned_store: MetadataStore | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         """`owned_store`: a metadata session the client opened for itself (connect_bookkeeper with a URL);
-        `close()` closes it. A store passed in `ledgers` and `registry` otherwise stays the caller's."""
+        `close()` closes it. A store passed in `ledgers` and `registry` otherwise stays the caller's.
+        `tracer`: the recorder (impl/trace.py) of this client's writers and recovery ops; None: untraced."""
         if recovery_read_ahead < 1:
             raise ValueError(f"recovery_read_ahead must be at least 1, got {recovery_read_ahead}")
         self.recovery_read_ahead = recovery_read_ahead  # entries read at once during recovery
@@ -212,6 +220,7 @@ class BookKeeperClient:
         self._random = random.Random(seed)
         self._random_lock = threading.Lock()
         self._owned_store = owned_store
+        self.tracer = tracer
 
     def close(self) -> None:
         """Release the transport (e.g. close the gRPC channels) and the metadata session the client
@@ -280,13 +289,16 @@ class BookKeeperClient:
             custom_metadata=custom_metadata,
         )
         ledger_id = self.ledgers.create(metadata)
-        # For trace validation of processes writing many ledgers: which ledger, its first ensemble.
-        emit(
-            "LedgerCreated",
-            ledger=ledger_id,
-            ensemble=list(placement.ensemble),
-            quorums=[ensemble, write_quorum, ack_quorum],
-        )
+        if self.tracer is not None:
+            # For trace validation of processes writing many ledgers: which ledger, its first ensemble.
+            self.tracer(
+                "LedgerCreated",
+                {
+                    "ledger": ledger_id,
+                    "ensemble": list(placement.ensemble),
+                    "quorums": [ensemble, write_quorum, ack_quorum],
+                },
+            )
         return WriteHandle(self, ledger_id, metadata)
 
     def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> ReadHandle:
@@ -302,7 +314,7 @@ class BookKeeperClient:
                 elif isinstance(event, RecoveryFailed):
                     future.set_exception(event.error)
 
-            op = RecoveryOp(ledger_id, metadata, read_ahead=self.recovery_read_ahead)
+            op = RecoveryOp(ledger_id, metadata, read_ahead=self.recovery_read_ahead, tracer=self.tracer)
             _Driver(self, op, on_event).feed(op.start)
             metadata = _wait(future, self.timeout_s, f"recovery of ledger {ledger_id}")
         return ReadHandle(self, ledger_id, metadata)
@@ -353,7 +365,7 @@ class WriteHandle:
     def __init__(self, client: BookKeeperClient, ledger_id: int, metadata: LedgerMetadata) -> None:
         self.client = client
         self.ledger_id = ledger_id
-        self.writer = LedgerWriter(ledger_id, metadata)
+        self.writer = LedgerWriter(ledger_id, metadata, tracer=client.tracer)
         self._waiters: dict[int, AddCallback] = {}  # entry id -> whom to tell its outcome
         self._closes: list[Future[LedgerMetadata]] = []  # close() calls waiting for the writer's answer
         self._closes_lock = threading.Lock()

@@ -20,11 +20,16 @@ follow-up work to a thread of your own.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from impl.bookie.client.api import DEFAULT_TIMEOUT_S, BookKeeperClient
 from impl.bookie.client.grpc_transport import DEFAULT_REQUEST_TIMEOUT_S, GrpcTransport
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import MetadataStore
+
+if TYPE_CHECKING:
+    from impl.trace import Tracer
 
 __all__ = ["connect_bookkeeper"]
 
@@ -36,6 +41,7 @@ def connect_bookkeeper(
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     seed: int | None = None,
     recovery_read_ahead: int = 1,
+    tracer: Tracer | None = None,
 ) -> BookKeeperClient:
     """A BookKeeperClient whose bookies are reached over gRPC at their registry ids (host:port).
 
@@ -46,7 +52,9 @@ def connect_bookkeeper(
     is the per-request deadline after which a silent bookie counts as failed (the writer
     then replaces it, recovery treats it as unknown). `seed` fixes bookie placement choices.
     `recovery_read_ahead`: entries read at once while recovering, each from one bookie at a time
-    (BookKeeper's recoveryReadBatchSize, default 1).
+    (BookKeeper's recoveryReadBatchSize, default 1). `tracer`: the recorder (impl/trace.py, e.g. a
+    `TraceFile`) every writer and recovery op of the client reports its protocol steps to; None traces
+    nothing.
     """
     if not request_timeout_s < timeout_s:
         raise ValueError(
@@ -72,4 +80,5 @@ def connect_bookkeeper(
         timeout_s=timeout_s,
         recovery_read_ahead=recovery_read_ahead,
         owned_store=owned,
+        tracer=tracer,
     )

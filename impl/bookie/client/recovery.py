@@ -16,12 +16,19 @@
    ensemble changes stay local.
 6. RecoveryClose IN_RECOVERY -> CLOSED with last entry, length and fragments; if someone
    else closed the ledger first, adopt their close.
+
+An op given a tracer (impl/trace.py) reports each ledger.tla step it takes (`RecoveryStarts`,
+`RecoveryReceivesReadLacResponse`, `RecoveryReceivesReadResponse`, `RecoveryReadTimedOut`,
+`RecoveryCloses`, `RecoveryAborts`) to it, and hands it to its write-back writer
+(`RecoveryReceivesAddResponse`, `RecoveryChangesEnsemble`); one given none traces nothing and
+computes nothing for it.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from impl.bookie.client.distribution import Answer, entry_absent, write_set
 from impl.bookie.client.errors import LedgerClientError, MetadataUpdateError, NotEnoughBookiesError
@@ -31,8 +38,9 @@ from impl.bookie.client.writer import AddFailed, ChooseReplacement, LedgerWriter
 from impl.bookie.entry_format import BadEntry, DecodedEntry, decode_entry, master_key, read_header
 from impl.bookie.protocol import LAST_ENTRY, AddRequest, ErrorCode, ReadRequest, ReadResponse, Request, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, LedgerMetadata, LedgerState
-from impl.trace import active as tracing_active
-from impl.trace import emit
+
+if TYPE_CHECKING:
+    from impl.trace import Tracer
 
 
 @dataclass(frozen=True)
@@ -59,12 +67,16 @@ class RecoveryPhase(enum.Enum):
 
 
 class RecoveryOp:
-    def __init__(self, ledger_id: int, metadata: LedgerMetadata, *, read_ahead: int = 1) -> None:
+    def __init__(
+        self, ledger_id: int, metadata: LedgerMetadata, *, read_ahead: int = 1, tracer: Tracer | None = None
+    ) -> None:
+        """`tracer`: this op's recorder (impl/trace.py), also its write-back writer's; None traces nothing."""
         if read_ahead < 1:
             raise ValueError(f"read_ahead must be at least 1, got {read_ahead}")
         self.read_ahead = read_ahead  # fenced reads in flight (BookKeeper's recoveryReadBatchSize, default 1)
         self.ledger_id = ledger_id
         self.metadata = metadata
+        self.tracer = tracer
         self.phase = RecoveryPhase.STARTING
         self.read_lac: ReadLacOp | None = None
         self.writer: LedgerWriter | None = None
@@ -130,11 +142,11 @@ class RecoveryOp:
             return []
         if request.entry_id == LAST_ENTRY:
             if self.phase is not RecoveryPhase.FENCING or self.read_lac is None:
-                if response is not None and tracing_active():
+                if response is not None and self.tracer is not None:
                     self._trace("RecoveryReceivesReadLacResponse", bookie=bookie, stale=True, lac=_lac_in(response))
                 return []
             outputs = self._from_read_lac(self.read_lac.receive(bookie, request, response))
-            if response is not None and tracing_active():
+            if response is not None and self.tracer is not None:
                 self._trace(
                     "RecoveryReceivesReadLacResponse",
                     bookie=bookie,
@@ -143,7 +155,7 @@ class RecoveryOp:
                     lac=_lac_in(response),
                 )
             return outputs
-        if not tracing_active():
+        if self.tracer is None:
             return self._receive_read(bookie, request.entry_id, response)
         current = self._is_current(bookie, request.entry_id)  # on the state before the answer
         outputs = self._receive_read(bookie, request.entry_id, response)
@@ -190,18 +202,20 @@ class RecoveryOp:
 
     def _trace(self, name: str, **params: object) -> None:
         """Emit a trace event with the op's state after the step (ledger.tla's rPhase, rNext, rTried, rEnd)."""
-        if tracing_active():
+        if self.tracer is not None:
             writer = self.writer
-            emit(
+            self.tracer(
                 name,
-                ledger=self.ledger_id,
-                **params,
-                phase=self.phase.value,
-                end_found=self._end_found,
-                next=self._next,
-                tried=self.reads_asked(),
-                asked=self._asked_last(),
-                written_back=writer.last_add_confirmed if writer is not None else NO_ENTRY,
+                {
+                    "ledger": self.ledger_id,
+                    **params,
+                    "phase": self.phase.value,
+                    "end_found": self._end_found,
+                    "next": self._next,
+                    "tried": self.reads_asked(),
+                    "asked": self._asked_last(),
+                    "written_back": writer.last_add_confirmed if writer is not None else NO_ENTRY,
+                },
             )
 
     def on_replacement(self, failed: BookieId, replacement: BookieId) -> list[RecoveryOutput]:
@@ -236,6 +250,7 @@ class RecoveryOp:
                     last_add_confirmed=self._start,
                     length=output.length,
                     recovery=True,
+                    tracer=self.tracer,
                 )
                 return self._begin_reading(self._start + 1)
         return []

@@ -15,12 +15,18 @@ Pure: `add`, `receive`, `on_replacement`, `on_metadata_result` and `close` retur
 outputs the shell must perform. In recovery mode (used by the recovery op for
 write-back) adds carry the recovery flag and ensemble changes stay local until the
 recovery close.
+
+A writer given a tracer (impl/trace.py) reports each ledger.tla step it takes (`WriterSendsAdd`,
+`WriterReceivesAddResponse`, `WriterChangesEnsemble`, `WriterCloses`; in recovery mode
+`RecoveryReceivesAddResponse`, `RecoveryChangesEnsemble`) to it; one given none traces nothing
+and computes nothing for it.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from impl.bookie.client.distribution import all_write_sets, write_set
 from impl.bookie.client.errors import (
@@ -35,8 +41,9 @@ from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, Upd
 from impl.bookie.entry_format import encode_entry, master_key
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, Request, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, Fragment, LedgerMetadata, LedgerState
-from impl.trace import active as tracing_active
-from impl.trace import emit
+
+if TYPE_CHECKING:
+    from impl.trace import Tracer
 
 
 @dataclass(frozen=True)
@@ -113,8 +120,11 @@ class LedgerWriter:
         last_add_confirmed: int = NO_ENTRY,
         length: int = 0,
         recovery: bool = False,
+        tracer: Tracer | None = None,
     ) -> None:
+        """`tracer`: this writer's recorder (impl/trace.py), or None to trace nothing."""
         self.ledger_id = ledger_id
+        self.tracer = tracer
         self.metadata = metadata
         self.recovery = recovery
         self.state = WriterState.WRITING
@@ -161,26 +171,29 @@ class LedgerWriter:
         )
         pending = _PendingAdd(entry_id, self._pushed_length, body)
         self._pending[entry_id] = pending
-        if not self.recovery and tracing_active():  # a write-back is part of the recovery read step
-            emit("WriterSendsAdd", ledger=self.ledger_id, entry=entry_id, lac=self.last_add_confirmed)
+        if not self.recovery and self.tracer is not None:  # a write-back is part of the recovery read step
+            self.tracer("WriterSendsAdd", {"ledger": self.ledger_id, "entry": entry_id, "lac": self.last_add_confirmed})
         if self._changing is not None:
             return []  # held until the ensemble change settles
         return self._send_all(pending)
 
     def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[WriterOutput]:
         """A bookie's answer to one of our AddRequests; None means no answer (timeout)."""
-        if response is None or not isinstance(request, AddRequest) or not tracing_active():
+        tracer = self.tracer
+        if tracer is None or response is None or not isinstance(request, AddRequest):
             return self._receive(bookie, request, response)
         counted = self._counts(bookie, request, response)  # decided on the state before the answer
         outputs = self._receive(bookie, request, response)
-        emit(
+        tracer(
             "RecoveryReceivesAddResponse" if self.recovery else "WriterReceivesAddResponse",
-            ledger=self.ledger_id,
-            bookie=bookie,
-            entry=request.entry_id,
-            ok=isinstance(response, AddResponse) and response.code is ErrorCode.EOK,
-            counted=counted,
-            **self.trace_state(),
+            {
+                "ledger": self.ledger_id,
+                "bookie": bookie,
+                "entry": request.entry_id,
+                "ok": isinstance(response, AddResponse) and response.code is ErrorCode.EOK,
+                "counted": counted,
+                **self.trace_state(),
+            },
         )
         return outputs
 
@@ -246,13 +259,11 @@ class LedgerWriter:
         self._changing = (failed, replacement)
         first_entry_id = self.last_add_confirmed + 1
         if self.recovery:
-            emit(
-                "RecoveryChangesEnsemble",
-                ledger=self.ledger_id,
-                failed=failed,
-                replacement=replacement,
-                first=first_entry_id,
-            )
+            if self.tracer is not None:
+                self.tracer(
+                    "RecoveryChangesEnsemble",
+                    {"ledger": self.ledger_id, "failed": failed, "replacement": replacement, "first": first_entry_id},
+                )
             return self._ensemble_changed(replace_bookie(self.metadata, first_entry_id, failed, replacement))
         return [UpdateMetadata(EnsembleChange(self.ledger_id, first_entry_id, failed, replacement))]
 
@@ -264,34 +275,34 @@ class LedgerWriter:
 
     def on_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
         change = result.change
-        if not tracing_active():
+        tracer = self.tracer
+        if tracer is None:
             return self._on_metadata_result(result)
         # Only results the writer is waiting for are steps (ledger.tla's CW is atomic with them).
         if isinstance(change, EnsembleChange) and self._changing is not None and self.state is WriterState.WRITING:
             outputs = self._on_metadata_result(result)
             current = result.metadata
             outcome = "OPEN" if result.applied or current is None else current.state.value
-            emit(
+            tracer(
                 "WriterChangesEnsemble",
-                ledger=self.ledger_id,
-                failed=change.failed,
-                replacement=change.replacement,
-                first=change.first_entry_id,
-                outcome=outcome,
-                version=result.version,  # the metadata's store version after the CW (or that refused it)
-                written=result.written,
-                **self.trace_state(),
+                {
+                    "ledger": self.ledger_id,
+                    "failed": change.failed,
+                    "replacement": change.replacement,
+                    "first": change.first_entry_id,
+                    "outcome": outcome,
+                    "version": result.version,  # the metadata's store version after the CW (or that refused it)
+                    "written": result.written,
+                    **self.trace_state(),
+                },
             )
             return outputs
         if isinstance(change, WriterClose) and self.state is WriterState.CLOSING:
             outputs = self._on_metadata_result(result)
             # lac: the LAC it closed with; version, written: as for WriterChangesEnsemble
-            emit(
+            tracer(
                 "WriterCloses",
-                ledger=self.ledger_id,
-                version=result.version,
-                written=result.written,
-                **self.trace_state(),
+                {"ledger": self.ledger_id, "version": result.version, "written": result.written, **self.trace_state()},
             )
             return outputs
         return self._on_metadata_result(result)
