@@ -28,6 +28,7 @@ from impl.broker.protocol.listener import PulsarListener, PulsarLookup
 from impl.broker.service import BrokerConfig, BrokerService
 from impl.metadata import layout
 from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired, SessionState
+from impl.trace import Tracer
 from impl.web.server import WebServer
 
 log = logging.getLogger(__name__)
@@ -95,9 +96,11 @@ class Broker:
         cluster: str = namespaces.DEFAULT_CLUSTER,
         tls_ports: tuple[int, int] = (0, 0),  # (pulsar+ssl://, https://) when config.tls is set; 0 = any free
         connect_configuration_store: Callable[[], MetadataStore] | None = None,  # None: the metadata store
+        tracer: Tracer | None = None,  # the recorder of every BookKeeper client's writers and recovery ops
     ) -> None:
         self.connect_store = connect_store
         self.connect_configuration_store = connect_configuration_store
+        self.tracer = tracer
         self._session_lock = threading.Lock()
         self._stopped = threading.Event()
         self.config = config or BrokerConfig()
@@ -125,7 +128,9 @@ class Broker:
             except BaseException:
                 self.store.close()  # no half-made broker keeps a session open
                 raise
-        self.bookkeeper: BookKeeperClient = connect_bookkeeper(self.store, request_timeout_s=bookie_request_timeout_s)
+        self.bookkeeper: BookKeeperClient = connect_bookkeeper(
+            self.store, request_timeout_s=bookie_request_timeout_s, tracer=tracer
+        )
         self.load_manager = LoadManager(
             self.store,
             self.address,
@@ -287,7 +292,9 @@ class Broker:
                 return
             old_store, old_bookkeeper = self.store, self.bookkeeper
             self.store = self.connect_store()
-            self.bookkeeper = connect_bookkeeper(self.store, request_timeout_s=self.bookie_request_timeout_s)
+            self.bookkeeper = connect_bookkeeper(
+                self.store, request_timeout_s=self.bookie_request_timeout_s, tracer=self.tracer
+            )
             self.service.store, self.service.bookkeeper = self.store, self.bookkeeper
             self.load_manager.reconnect(self.store)
             self._watch_session(self.store)

@@ -10,8 +10,12 @@ import logging
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from pulsar_ref.commands.security_options import add_security_options, security_of
+
+if TYPE_CHECKING:
+    from impl.trace import Tracer
 
 
 def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quorum: int, ack_quorum: int) -> None:
@@ -105,12 +109,19 @@ def main(argv: list[str], prog: str) -> int:
     args = parser.parse_args(argv)
     check_quorums(parser, args)
     args.security = security_of(parser, args)
-    from impl.trace import run_traced
+    if not args.trace:
+        return _run(args)
+    from impl.trace import TraceFile
 
-    return run_traced(args.trace, "broker", lambda: _run(args))
+    recorder = TraceFile(args.trace, role="broker")
+    try:
+        return _run(args, recorder)
+    finally:
+        recorder.close()
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
+    """`tracer`: the recorder of the broker's BookKeeper client (its writers and recovery ops), if traced."""
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -144,6 +155,7 @@ def _run(args: argparse.Namespace) -> int:
                 if args.configuration_store in (None, args.metadata)
                 else lambda: connect(args.configuration_store, session_timeout_s=args.session_timeout)
             ),
+            tracer=tracer,
         )
         broker.start()
     except (MetadataError, OSError) as e:
