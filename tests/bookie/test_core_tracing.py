@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from impl import trace
 from impl.bookie.core import AppendJournal, BookieCore, JournalDurable, Replay, RequestReceived
 from impl.bookie.entry_format import encode_entry
 from impl.bookie.protocol import AddRequest, ReadLacRequest, ReadRequest
@@ -48,10 +47,3 @@ def test_a_replayed_journal_is_traced_by_the_restarted_core_only() -> None:
         ("BookieReplays", "MASTER_KEY", -1),
         ("BookieReplays", "ENTRY", 0),
     ]
-
-
-def test_a_core_without_a_tracer_reports_nothing_to_the_process_wide_hook() -> None:
-    seen: list[str] = []
-    with trace.tracing(lambda name, params: seen.append(name)):
-        _add(BookieCore(), 4, 0, 0)
-    assert seen == []
