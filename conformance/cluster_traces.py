@@ -1,12 +1,12 @@
 """Trace validation of broker cluster runs: does ledger.tla admit every ledger the brokers wrote?
 
 A cluster run (`run_cluster`, `pulsar-ref conform --cluster-run`) is `pulsar-ref cluster up` with
-`--trace-dir`: real ZooKeeper, bookie and broker processes on 127.0.0.1, each appending its
-protocol events to TRACE_DIR/<node>.trace.jsonl (impl/trace.py's hook; a restarted node continues
-its file after a `TraceFileOpened` line), and `pulsar-ref workload` on it. Brokers own topics and
-write managed ledgers through their BookKeeper clients: they create ledgers, add, roll over (the
-writer's close), and when a topic moves (a broker killed, its session expired) the new owner
-recovers (fences and closes) the previous owner's last ledger.
+`--trace-dir`: real ZooKeeper, bookie and broker processes on 127.0.0.1, each appending its protocol
+events to TRACE_DIR/<node>.trace.jsonl (an impl/trace.py `TraceFile` handed to its cores; a
+restarted node continues its file after a `TraceFileOpened` line), and `pulsar-ref workload` on it.
+Brokers own topics and write managed ledgers through their BookKeeper clients: they create ledgers,
+add, roll over (the writer's close), and when a topic moves (a broker killed, its session expired)
+the new owner recovers (fences and closes) the previous owner's last ledger.
 
 `split` cuts the logs per ledger: a broker's client events name their ledger (`ledger`), the
 bookies' `BookieHandles` too. A ledger's writer (`w`) is the broker process that created it

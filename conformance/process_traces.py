@@ -5,8 +5,8 @@ step. Here the runs are real: three `pulsar-ref bookie` processes on 127.0.0.1
 (conformance/process_cluster.py), and per run a writer process that creates a ledger and adds a
 few entries through the BookKeeper client (gRPC) and a recovery process, a second client, that
 opens the ledger with recovery while the writer may still be adding (conformance/process_runs.py,
-conformance/process_clients.py). No process sees a global order, so each records its own through
-impl/trace.py's hook into a trace file (conformance/trace_files.py); conformance/linearization.py
+conformance/process_clients.py). No process sees a global order, so each records its own: its cores
+are handed an impl/trace.py `TraceFile` (conformance/trace_files.py); conformance/linearization.py
 merges a run's logs into one sequence of ledger.tla steps, and TLC checks it here (`check_runs`,
 one TLC run per configuration), with a verdict per run and a summary (`summary`).
 
