@@ -255,10 +255,6 @@ class BookieCore:
     def replay(self, record: JournalRecord) -> list[Output]:
         return self.step(Replay(record))
 
-    # Kept for conformance/fencing_spec.py until it moves to step.
-    def forget(self, ledger_id: int) -> list[Output]:
-        return self.step(ForgetLedger(ledger_id))
-
     # --- requests ---------------------------------------------------------------------------
     def _received(self, e: RequestReceived) -> list[Output]:
         request = e.request

@@ -470,52 +470,6 @@ class ManagedLedgerCore:
             raise TypeError(f"not a managed-ledger event: {event!r}")
         return handler(self, event)
 
-    # Kept for conformance/fencing_spec.py until it moves to step (each a one-line wrapper).
-    def open(self) -> list[Output]:
-        return self.step(Open())
-
-    def on_ledger_list(self, data: bytes | None, version: int | None) -> list[Output]:
-        return self.step(LedgerListRead(data, version))
-
-    def on_ledger_recovered(self, ledger_id: int, last_entry_id: int, length: int) -> list[Output]:
-        return self.step(LastLedgerRecovered(ledger_id, last_entry_id, length))
-
-    def on_ledger_created(self, ledger_id: int, now: float) -> list[Output]:
-        return self.step(LedgerCreated(ledger_id, now))
-
-    def on_list_written(self, new_version: int) -> list[Output]:
-        return self.step(LedgerListWritten(new_version))
-
-    def on_list_bad_version(self, detail: str) -> list[Output]:
-        return self.step(LedgerListBadVersion(detail))
-
-    def on_list_write_failed(self, detail: str) -> list[Output]:
-        return self.step(LedgerListWriteFailed(detail))
-
-    def add(self, token: int, data: bytes, now: float) -> list[Output]:
-        return self.step(Add(token, data, now))
-
-    def on_add_completed(self, ledger_id: int, entry_id: int) -> list[Output]:
-        return self.step(AddCompleted(ledger_id, entry_id))
-
-    def on_add_failed(self, ledger_id: int, entry_id: int, fenced: bool, reason: str) -> list[Output]:
-        return self.step(AddFailed(ledger_id, entry_id, fenced, reason))
-
-    def on_ledger_closed(self, ledger_id: int, last_entry_id: int, length: int, wall_now: float) -> list[Output]:
-        return self.step(LedgerClosed(ledger_id, last_entry_id, length, wall_now))
-
-    def on_ledger_close_failed(self, ledger_id: int, recovered: bool, reason: str) -> list[Output]:
-        return self.step(LedgerCloseFailed(ledger_id, recovered, reason))
-
-    def tick(self, now: float) -> list[Output]:
-        return self.step(Tick(now))
-
-    def trim(self, wall_now: float, slowest: Position | None, cursors: bool) -> list[Output]:
-        return self.step(Trim(wall_now, slowest, cursors))
-
-    def close(self) -> list[Output]:
-        return self.step(Close())
-
     # ---- open (takeover) ------------------------------------------------------------------
 
     def _open(self, e: Open) -> list[Output]:
