@@ -55,9 +55,28 @@ Mapping (spec action [lastAction params] -> what the harness does):
                                    closes the topic (a new core for the next open), keeping its
                                    ownership; the producer gives the message up
   Rollover [broker, from, to, expectedVersion, closeOk, badVersion]
-                                   time passes beyond the ledger's age limit: core.step(Tick(now)) ->
-                                   CloseLedger -> writer close (WriterClose CW) -> LedgerClosed /
-                                   LedgerCloseFailed -> CreateLedger -> WriteLedgerList as above
+                                   time passes beyond the ledger's age limit (the broker's own clock):
+                                   core.step(Tick(now)) -> CloseLedger -> writer close (WriterClose CW)
+                                   -> LedgerClosed / LedgerCloseFailed -> CreateLedger -> WriteLedgerList
+                                   as above
+  (MultiStepRollover: Pulsar's rollover in steps, adds queued meanwhile)
+  QueueAddEntry [broker, msg, phase]
+                                   core.step(Add(msg)): queued by a core whose rollover is under way, or
+                                   sent behind the queued adds in flight, which then waits with them; the
+                                   producer has published it
+  RolloverCloseLedger [broker, ledger, closeOk]
+                                   Tick(now) past the age limit -> CloseLedger -> writer close ->
+                                   LedgerClosed (-> CreateLedger, held) / LedgerCloseFailed (FENCED)
+  RolloverCreateLedger [broker, ledger]
+                                   the held CreateLedger: the next ledger created -> LedgerCreated ->
+                                   WriteLedgerList, held
+  RolloverWriteList [broker, ledger, expectedVersion, queued, badVersion]
+                                   the held conditional write -> LedgerListWritten: the core sends its
+                                   queued adds to the new ledger, and they wait in flight (held) for
+                                   WriteQueuedAdd / LedgerListBadVersion: FENCED, they fail
+  WriteQueuedAdd [broker, ledger, msg, fenced]
+                                   the first add in flight reaches the bookie -> AddCompleted, or
+                                   AddFailed fenced (FENCED: the other adds fail, their sends dropped)
   TrimConsumedLedger [broker, ledger, badVersion]
                                    core.step(Trim(slowest = the cursor core's mark-delete position, capped at
                                    the end of the snapshot's head ledger: the spec trims one ledger a
@@ -89,6 +108,12 @@ Harness choices where the cores do more than the spec (each documented, none hid
   - unloading an open managed ledger (RevalidateOwnership, lost) outputs a writer close of its
     current ledger; fencing.tla's unload leaves the ledger as it is, so the close is not performed
     (as if the broker lost its connections first);
+  - time passes for a broker only in its own rollover steps (each broker has its clock), so another
+    broker's rollover does not age its ledger (the core would roll over at its next add, which
+    fencing.tla's AddEntry never does);
+  - an add the core sends after a rollover's list write (or behind such adds) is in flight until its
+    WriteQueuedAdd step: fencing.tla stores the queued adds one a step, so that a takeover can come
+    between them;
   - the subscription is one cursor, opened once at the start: fencing.tla's `Consume` belongs to no
     broker (cursor.tla has the cursor's takeover and persistence), so its cursor ledgers and node are
     the harness's and their ids are not the topic's ledger ids.
@@ -146,6 +171,7 @@ from impl.broker.managed_ledger_core import (
     ManagedLedgerState,
     Open,
     Output,
+    Phase,
     ReadLedgerList,
     RecoverLastLedger,
     SendAdd,
@@ -185,6 +211,13 @@ class Broker:
     writers: dict[int, LedgerWriter] = field(default_factory=dict)  # ledgers it created, open for writing
     held: list[Output] = field(default_factory=list)  # outputs waiting for their spec step
     recover_step_due: bool = False  # read an empty list: the spec's RecoverLastLedger(b, 0) is still due
+    # Its clock: time passes for a broker only in its own rollover (a ledger ages past its limit), so that
+    # another broker's rollover never ages this one's ledger and turns its next add into a rollover.
+    now: float = 0.0
+
+    def adds_held(self) -> bool:
+        """Adds it sent wait in flight (a rollover's queued adds: WriteQueuedAdd performs them one a step)."""
+        return any(isinstance(out, SendAdd) for out in self.held)
 
     @property
     def store(self) -> MemoryStore:
@@ -217,7 +250,6 @@ class FencingWorld:
     trimmed: int = 0
     expiries: int = 0
     kept_loaded: int = 0  # RevalidateOwnership re-creating the node: a loss the topic was kept loaded across
-    now: float = 0.0
 
     # ---- BookKeeper client cores, run to completion --------------------------------------------------
     def _run_client(self, client: LedgerWriter | RecoveryOp, outputs: list[Any]) -> list[Any]:
@@ -245,7 +277,10 @@ class FencingWorld:
         raise FencingHarnessError(f"recovery of ledger {ledger_id} did not finish")
 
     # ---- performing a managed ledger's outputs (its shell) -------------------------------------------
-    def perform(self, name: str, outputs: list[Output]) -> None:
+    def perform(self, name: str, outputs: list[Output], *, hold_adds: bool = False) -> None:
+        """Perform the outputs and what the core answers to them. `hold_adds`: the adds it sends wait for their
+        own spec step (WriteQueuedAdd: a rollover's queued adds, sent when its list write succeeds); so does
+        every add sent behind one waiting already."""
         broker = self.brokers[name]
         queue = list(outputs)
         while queue:
@@ -262,7 +297,10 @@ class FencingWorld:
             elif isinstance(out, WriteLedgerList):
                 queue += self._write_list(broker, out)
             elif isinstance(out, SendAdd):
-                queue += self._send_add(broker, out)
+                if hold_adds or broker.adds_held():
+                    broker.held.append(out)  # in flight until WriteQueuedAdd
+                else:
+                    queue += self.send_add(broker, out)
             elif isinstance(out, CloseLedger):
                 queue += self._close_ledger(broker, out.ledger_id)
             elif isinstance(out, DeleteLedgers):
@@ -272,7 +310,7 @@ class FencingWorld:
                 )
             elif isinstance(out, CompleteAdd):
                 self.acked.append((out.token, out.position.ledger_id, name, out.position))
-                self.next_msg = out.token + 1
+                self.next_msg = max(self.next_msg, out.token + 1)  # a queued add was published already
             elif isinstance(out, TrimDone):
                 pass  # counted at the deletion
             elif isinstance(out, FailAdd):
@@ -288,7 +326,7 @@ class FencingWorld:
         self.next_ledger += 1
         self.created.add(ledger_id)
         broker.writers[ledger_id] = LedgerWriter(ledger_id, metadata)
-        return broker.ml.step(LedgerCreated(ledger_id, self.now))
+        return broker.ml.step(LedgerCreated(ledger_id, broker.now))
 
     def _write_list(self, broker: Broker, out: WriteLedgerList) -> list[Output]:
         store = broker.store
@@ -304,7 +342,7 @@ class FencingWorld:
             return broker.ml.step(LedgerListWriteFailed(f"{type(e).__name__}: {e}"))
         return broker.ml.step(LedgerListWritten(version))
 
-    def _send_add(self, broker: Broker, out: SendAdd) -> list[Output]:
+    def send_add(self, broker: Broker, out: SendAdd) -> list[Output]:
         writer = broker.writers[out.ledger_id]
         for result in self._run_client(writer, writer.add(out.data)):
             if isinstance(result, bk_writer.AddCompleted):
@@ -323,7 +361,7 @@ class FencingWorld:
         for result in results:
             if isinstance(result, WriterClosed):
                 md = result.metadata
-                return broker.ml.step(LedgerClosed(ledger_id, md.last_entry_id, md.length, self.now))
+                return broker.ml.step(LedgerClosed(ledger_id, md.last_entry_id, md.length, broker.now))
             if isinstance(result, CloseFailed):
                 return broker.ml.step(LedgerCloseFailed(ledger_id, False, str(result.error)))
         raise FencingHarnessError(f"the writer close of ledger {ledger_id} reported nothing")
@@ -453,8 +491,12 @@ class FencingMapping:
         # implementation must follow; one of a mutation (no fencing, writing on after a bad
         # version: bugs the implementation fixed) is a regression trace, which it must refuse.
         self.counterexamples_are_followed = (
-            constants["FenceOnRecovery"] is True and constants["FenceOnBadVersion"] is True
+            constants["FenceOnRecovery"] is True
+            and constants["FenceOnBadVersion"] is True
+            and constants.get("QueuedAddsAwaitListWrite", True) is True
         )
+        # Rollover as one step, or as Pulsar's steps with adds queued meanwhile (the `Rollover...` actions).
+        self.multi_step_rollover = constants.get("MultiStepRollover", False) is True
 
     def _core(self) -> ManagedLedgerCore:
         return self.core_type(TOPIC, CONFIG)
@@ -619,7 +661,7 @@ class FencingMapping:
 
     def _ready_CreateLedgerAndWriteList(self, world: FencingWorld, name: str) -> None:
         broker = world.brokers[name]
-        if not world.alive(name) or broker.recover_step_due:
+        if not world.alive(name) or broker.recover_step_due or broker.ml.state is not ManagedLedgerState.RECOVERED:
             raise FencingHarnessError(f"{name} cannot create a ledger now")
         self._held(broker, CreateLedger)
 
@@ -633,16 +675,34 @@ class FencingMapping:
     def _ready_AddEntry(world: FencingWorld, name: str) -> None:
         if world.next_msg > world.max_messages:
             raise FencingHarnessError("no message left to publish")
+        if _queueing(world.brokers[name]):
+            raise FencingHarnessError(f"{name}'s adds are queued (QueueAddEntry)")
 
     def _AddEntry(self, world: FencingWorld, name: str) -> None:
         self._ready_AddEntry(world, name)
         broker = world.brokers[name]
-        world.perform(name, broker.ml.step(Add(world.next_msg, payload(world.next_msg), world.now)))
+        world.perform(name, broker.ml.step(Add(world.next_msg, payload(world.next_msg), broker.now)))
+
+    @staticmethod
+    def _ready_QueueAddEntry(world: FencingWorld, name: str) -> None:
+        broker = world.brokers[name]
+        if world.next_msg > world.max_messages:
+            raise FencingHarnessError("no message left to publish")
+        if broker.ml.state is not ManagedLedgerState.OPEN or not _queueing(broker):
+            raise FencingHarnessError(f"{name} would send the add at once (AddEntry)")
+
+    def _QueueAddEntry(self, world: FencingWorld, name: str) -> None:
+        """An add during a rollover (or behind queued adds): the core queues it, or sends it behind the queued
+        adds in flight; either way it waits for WriteQueuedAdd. The producer has published it."""
+        self._ready_QueueAddEntry(world, name)
+        broker = world.brokers[name]
+        world.perform(name, broker.ml.step(Add(world.next_msg, payload(world.next_msg), broker.now)), hold_adds=True)
+        world.next_msg += 1
 
     def _AddEntryAckLost(self, world: FencingWorld, name: str) -> None:
         self._ready_AddEntry(world, name)
         broker = world.brokers[name]
-        outputs = broker.ml.step(Add(world.next_msg, payload(world.next_msg), world.now))
+        outputs = broker.ml.step(Add(world.next_msg, payload(world.next_msg), broker.now))
         sends = [o for o in outputs if isinstance(o, SendAdd)]
         if len(sends) != 1 or len(outputs) != 1:
             raise FencingHarnessError(f"{name}'s managed ledger did not send the add: {outputs}")
@@ -662,11 +722,71 @@ class FencingMapping:
     def _Rollover(self, world: FencingWorld, name: str) -> None:
         self._ready_Rollover(world, name)
         broker = world.brokers[name]
-        world.now += CONFIG.max_ledger_age_s
-        world.perform(name, broker.ml.step(Tick(world.now)))
-        if broker.held:  # the rollover's CreateLedger: in the same step
+        broker.now += CONFIG.max_ledger_age_s
+        world.perform(name, broker.ml.step(Tick(broker.now)))
+        if any(isinstance(out, CreateLedger) for out in broker.held):  # the rollover's CreateLedger: in the same step
             self._take(broker, CreateLedger)
             world.perform(name, world.create_ledger(broker))
+
+    # ---- the rollover in Pulsar's steps (MultiStepRollover) ------------------------------------------
+    def _ready_RolloverCloseLedger(self, world: FencingWorld, name: str) -> None:
+        self._ready_session(world, name)
+        broker = world.brokers[name]
+        if broker.ml.state is not ManagedLedgerState.OPEN or _queueing(broker):
+            raise FencingHarnessError(f"{name} cannot start a rollover now")
+
+    def _RolloverCloseLedger(self, world: FencingWorld, name: str) -> None:
+        """Time passes beyond the ledger's age limit: Tick -> CloseLedger -> the writer close -> LedgerClosed
+        (the core asks for the next ledger: CreateLedger waits for RolloverCreateLedger) or LedgerCloseFailed."""
+        self._ready_RolloverCloseLedger(world, name)
+        broker = world.brokers[name]
+        broker.now += CONFIG.max_ledger_age_s
+        outputs = broker.ml.step(Tick(broker.now))
+        if not any(isinstance(out, CloseLedger) for out in outputs):
+            raise FencingHarnessError(f"{name}'s managed ledger did not roll over: {outputs}")
+        world.perform(name, outputs)
+
+    def _ready_RolloverCreateLedger(self, world: FencingWorld, name: str) -> None:
+        self._ready_session(world, name)
+        broker = world.brokers[name]
+        if broker.ml.state is not ManagedLedgerState.OPEN:
+            raise FencingHarnessError(f"{name}'s managed ledger is not open")
+        self._held(broker, CreateLedger)
+
+    def _RolloverCreateLedger(self, world: FencingWorld, name: str) -> None:
+        """The held CreateLedger: the next ledger created -> LedgerCreated -> WriteLedgerList, which waits for
+        RolloverWriteList."""
+        self._ready_RolloverCreateLedger(world, name)
+        broker = world.brokers[name]
+        self._take(broker, CreateLedger)
+        for out in world.create_ledger(broker):
+            if isinstance(out, WriteLedgerList):
+                broker.held.append(out)
+            else:  # a core that sends adds now (none does: the adds wait for the list write) holds them too
+                world.perform(name, [out], hold_adds=True)
+
+    def _ready_RolloverWriteList(self, world: FencingWorld, name: str) -> None:
+        self._ready_session(world, name)
+        self._held(world.brokers[name], WriteLedgerList)
+
+    def _RolloverWriteList(self, world: FencingWorld, name: str) -> None:
+        """The held conditional write of the list -> LedgerListWritten (the core sends its queued adds to the
+        new ledger: they wait in flight for WriteQueuedAdd) or LedgerListBadVersion (FENCED, they fail)."""
+        self._ready_RolloverWriteList(world, name)
+        broker = world.brokers[name]
+        world.perform(name, [self._take(broker, WriteLedgerList)], hold_adds=True)
+
+    def _ready_WriteQueuedAdd(self, world: FencingWorld, name: str) -> None:
+        self._held(world.brokers[name], SendAdd)
+
+    def _WriteQueuedAdd(self, world: FencingWorld, name: str) -> None:
+        """The first add in flight reaches the bookie: AddCompleted (acknowledged), or AddFailed fenced (the core
+        is FENCED and fails the others, whose sends are dropped)."""
+        self._ready_WriteQueuedAdd(world, name)
+        broker = world.brokers[name]
+        world.perform(name, world.send_add(broker, self._take(broker, SendAdd)))
+        if broker.ml.state is not ManagedLedgerState.OPEN:
+            broker.held = [out for out in broker.held if not isinstance(out, SendAdd)]
 
     @staticmethod
     def _ready_Consume(world: FencingWorld) -> None:
@@ -679,7 +799,10 @@ class FencingMapping:
         position = world.log()[world.consumed() - world.trimmed]
         world.subscription = world.subscription.acknowledged(position, world.view())
 
-    _ready_TrimConsumedLedger = _ready_session
+    def _ready_TrimConsumedLedger(self, world: FencingWorld, name: str) -> None:
+        self._ready_session(world, name)
+        if world.brokers[name].ml.phase is not Phase.IDLE:
+            raise FencingHarnessError(f"{name}'s managed ledger changes its list already (a rollover)")
 
     def _TrimConsumedLedger(self, world: FencingWorld, name: str) -> None:
         self._ready_TrimConsumedLedger(world, name)
@@ -690,7 +813,7 @@ class FencingMapping:
             head = ml.ledgers[0]
             if slowest.ledger_id > head.ledger_id:  # one ledger a step, as the spec
                 slowest = Position(head.ledger_id, head.entries - 1)
-        world.perform(name, ml.step(Trim(world.now, slowest, cursors=True)))
+        world.perform(name, ml.step(Trim(broker.now, slowest, cursors=True)))
 
     @staticmethod
     def _ready_CloseFencedManagedLedger(world: FencingWorld, name: str) -> None:
@@ -763,14 +886,30 @@ class FencingMapping:
     def _ml(broker: Broker) -> Record:
         core = broker.ml
         state = "reading" if broker.recover_step_due else core.state.value
+        # An open core's rollover between spec steps: CREATING (the old ledger closed) or WRITING_LIST, whose
+        # new ledger is the spec's ml.current. Its queue: the adds not yet stored, those sent (in flight) first.
+        phase, current = "idle", core.current or 0
+        if core.state is ManagedLedgerState.OPEN and core.phase is Phase.CREATING:
+            phase = "creating"
+        elif core.state is ManagedLedgerState.OPEN and core.phase is Phase.WRITING_LIST and core.next_ledger:
+            phase, current = "writing", core.next_ledger
+        queue = tuple(p.token for p in core.pending if not p.completed) + tuple(p.token for p in core.queued)
         return Record.of(
             {
                 "state": state,
                 "version": 0 if core.version is None else core.version + 1,
                 "ledgers": tuple(i.ledger_id for i in core.ledgers),
-                "current": core.current or 0,
+                "current": current,
+                "phase": phase,
+                "queue": queue,
             }
         )
+
+
+def _queueing(broker: Broker) -> bool:
+    """The broker's adds wait: a rollover is under way, or adds queued before are still in flight."""
+    core = broker.ml
+    return core.phase is not Phase.IDLE or bool(core.queued) or broker.adds_held()
 
 
 def _bind(run: Callable[..., None], *args: object) -> Callable[[FencingWorld], None]:

@@ -14,7 +14,8 @@
 (* bad version, after which its managed ledger is FENCED for good (Pulsar  *)
 (* issue 17736).                                                           *)
 (*                                                                         *)
-(* Three CONSTANT switches mark where the classic bugs live:             *)
+(* Three CONSTANT switches mark where the classic bugs live (a fourth,     *)
+(* with the multi-step rollover, below):                                   *)
 (*   FenceOnRecovery = FALSE : ownership by conditional writes alone, the  *)
 (*                             recovery closes the ledger's metadata but   *)
 (*                             never fences its bookies (mutation 4);      *)
@@ -23,6 +24,16 @@
 (*   DeletedLedgerRefusesAdds = FALSE : bookies that forget a deleted      *)
 (*                             ledger, fence included, and re-create it on *)
 (*                             a stale writer's add (BookKeeper 4462).     *)
+(*                                                                         *)
+(* MultiStepRollover = TRUE takes a rollover in Pulsar's several steps     *)
+(* instead of one: close the current ledger, create the next, write the    *)
+(* list by conditional write, then send the adds that arrived meanwhile    *)
+(* (queued: Pulsar's pendingAddEntries) to the new ledger, one at a time.  *)
+(* Its switch QueuedAddsAwaitListWrite = FALSE sends them to the new       *)
+(* ledger as soon as it is created, before its list write: they are        *)
+(* acknowledged on a ledger no reader of the list sees, for good if the    *)
+(* write then fails (the class of Pulsar issues 12221/14664: adds written  *)
+(* to a ledger the list does not show, acknowledged and lost).             *)
 (*                                                                         *)
 (* ABSTRACTION OF BOOKKEEPER.  A ledger is abstracted to its entries, a    *)
 (* "fenced" flag for its bookies and its metadata state; an add is one     *)
@@ -64,8 +75,11 @@ CONSTANTS
     MaxLostAcks,        \* bound on adds stored but never acknowledged (AddEntryAckLost)
     FenceOnRecovery,    \* TRUE in the protocol; FALSE = mutation 4
     FenceOnBadVersion,  \* TRUE in the protocol; FALSE = mutation 5 (issue 17736)
-    DeletedLedgerRefusesAdds \* TRUE in pulsar-ref; FALSE = a bookie re-creates a garbage-collected ledger
-                             \* on an add (BookKeeper issue 4462, before the bookie kept its deletions)
+    DeletedLedgerRefusesAdds, \* TRUE in pulsar-ref; FALSE = a bookie re-creates a garbage-collected ledger
+                              \* on an add (BookKeeper issue 4462, before the bookie kept its deletions)
+    MultiStepRollover,  \* FALSE: Rollover is one atomic step; TRUE: Pulsar's steps, adds queued meanwhile
+    QueuedAddsAwaitListWrite \* TRUE in Pulsar and pulsar-ref; FALSE = the queued adds are sent to the new
+                             \* ledger before its list write (only with MultiStepRollover)
 
 ASSUME /\ MaxLedgers \in Nat \ {0}
        /\ MaxMessages \in Nat
@@ -74,6 +88,8 @@ ASSUME /\ MaxLedgers \in Nat \ {0}
        /\ FenceOnRecovery \in BOOLEAN
        /\ FenceOnBadVersion \in BOOLEAN
        /\ DeletedLedgerRefusesAdds \in BOOLEAN
+       /\ MultiStepRollover \in BOOLEAN
+       /\ QueuedAddsAwaitListWrite \in BOOLEAN
 
 NoBroker == "none"      \* the ownership node does not exist
 NoLedger == 0           \* a managed ledger with no current ledger
@@ -109,6 +125,9 @@ MLStates == {"closed",     \* not loaded on this broker
              "recovered",  \* last ledger recovered, about to create a ledger and write the list
              "open",       \* writing to ml.current
              "fenced"}     \* terminal: every operation fails until the topic is closed
+\* An open managed ledger's rollover (MultiStepRollover): "idle" (none), "creating" (the current ledger is
+\* closed, the next not created yet), "writing" (ml.current is the new ledger, its list write is due).
+Phases == {"idle", "creating", "writing"}
 
 Range(s) == {s[i] : i \in DOMAIN s}
 
@@ -138,7 +157,8 @@ Init ==
     /\ list = [version |-> 0, ledgers |-> <<>>]
     /\ ledger = [l \in LedgerIds |-> [state |-> "unused", entries |-> <<>>, lastEntry |-> 0, fenced |-> FALSE]]
     /\ nextLedger = 1
-    /\ ml = [b \in Brokers |-> [state |-> "closed", version |-> 0, ledgers |-> <<>>, current |-> NoLedger]]
+    /\ ml = [b \in Brokers |-> [state |-> "closed", version |-> 0, ledgers |-> <<>>, current |-> NoLedger,
+                                phase |-> "idle", queue |-> <<>>]]
     /\ acked = <<>>
     /\ nextMsg = 1
     /\ lostAcks = 0
@@ -146,7 +166,16 @@ Init ==
     /\ trimmed = 0
     /\ lastAction = [name |-> "Init", params |-> [none |-> 0]]
 
-Unloaded == [state |-> "closed", version |-> 0, ledgers |-> <<>>, current |-> NoLedger]
+Unloaded == [state |-> "closed", version |-> 0, ledgers |-> <<>>, current |-> NoLedger, phase |-> "idle",
+             queue |-> <<>>]
+
+\* The managed ledger m once FENCED: its queued adds fail with it (the producer is told; it gives them up).
+Fenced(m) == [m EXCEPT !.state = "fenced", !.phase = "idle", !.queue = <<>>]
+
+\* Whether broker b sends adds to ml.current now: when no rollover is under way, and, in the switch's
+\* unsafe variant, also once the rollover's new ledger is created (before its list write).
+Sending(b) == \/ ml[b].phase = "idle"
+              \/ ml[b].phase = "writing" /\ ~QueuedAddsAwaitListWrite
 
 \* ---- Metadata sessions and ownership ----------------------------------------
 
@@ -203,7 +232,7 @@ ReadLedgerList(b) ==
     /\ believesOwner[b]
     /\ ml[b].state = "closed"
     /\ ml' = [ml EXCEPT ![b] = [state |-> "reading", version |-> list.version,
-                                ledgers |-> list.ledgers, current |-> NoLedger]]
+                                ledgers |-> list.ledgers, current |-> NoLedger, phase |-> "idle", queue |-> <<>>]]
     /\ lastAction' = [name |-> "ReadLedgerList", params |-> [broker |-> b, version |-> list.version]]
     /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, ledger, nextLedger, acked, nextMsg, lostAcks,
                    consumed, trimmed>>
@@ -252,8 +281,9 @@ CreateLedgerAndWriteList(b) ==
           /\ IF ok
              THEN /\ list' = [version |-> list.version + 1, ledgers |-> Append(ml[b].ledgers, l)]
                   /\ ml' = [ml EXCEPT ![b] = [state |-> "open", version |-> list.version + 1,
-                                              ledgers |-> Append(ml[b].ledgers, l), current |-> l]]
-             ELSE /\ ml' = [ml EXCEPT ![b].state = "fenced"]
+                                              ledgers |-> Append(ml[b].ledgers, l), current |-> l,
+                                              phase |-> "idle", queue |-> <<>>]]
+             ELSE /\ ml' = [ml EXCEPT ![b] = Fenced(ml[b])]
                   /\ UNCHANGED list
           /\ lastAction' = [name |-> "CreateLedgerAndWriteList",
                             params |-> [broker |-> b, ledger |-> l, expectedVersion |-> ml[b].version,
@@ -266,11 +296,12 @@ CreateLedgerAndWriteList(b) ==
 \* ledger's metadata state: they refuse an add only when fenced (or when the ledger is gone).
 AddEntry(b) ==
     /\ ml[b].state = "open"
+    /\ ml[b].phase = "idle" /\ ml[b].queue = <<>>            \* else it is queued (QueueAddEntry)
     /\ nextMsg \in Messages
     /\ LET l == ml[b].current
            refused == ~Accepts(l)
        IN /\ IF refused
-             THEN /\ ml' = [ml EXCEPT ![b].state = "fenced"]     \* the add fails fenced: fenced for good
+             THEN /\ ml' = [ml EXCEPT ![b] = Fenced(ml[b])]     \* the add fails fenced: fenced for good
                   /\ UNCHANGED <<ledger, acked, nextMsg>>
              ELSE /\ ledger' = [ledger EXCEPT ![l].entries = Append(@, nextMsg)]
                   /\ acked' = Append(acked, [msg |-> nextMsg, ledger |-> l, broker |-> b])
@@ -287,6 +318,7 @@ AddEntry(b) ==
 \* the atomic ledger's Close above its LAC (atomic_ledger.tla).
 AddEntryAckLost(b) ==
     /\ ml[b].state = "open"
+    /\ ml[b].phase = "idle" /\ ml[b].queue = <<>>
     /\ nextMsg \in Messages
     /\ lostAcks < MaxLostAcks
     /\ LET l == ml[b].current IN
@@ -301,6 +333,7 @@ AddEntryAckLost(b) ==
 \* Rollover: close the current ledger (writer close), create the next, conditional-write the list.
 \* A writer close of a ledger someone already closed succeeds only if the end is the same.
 Rollover(b) ==
+    /\ ~MultiStepRollover
     /\ session[b] = "alive"
     /\ ml[b].state = "open"
     /\ nextLedger \in LedgerIds
@@ -312,7 +345,7 @@ Rollover(b) ==
            ok == list.version = ml[b].version
        IN /\ written > 0                               \* an empty ledger is not rolled over
           /\ IF ~closeOk
-             THEN /\ ml' = [ml EXCEPT ![b].state = "fenced"]
+             THEN /\ ml' = [ml EXCEPT ![b] = Fenced(ml[b])]
                   /\ UNCHANGED <<ledger, nextLedger, list>>
              ELSE /\ ledger' = [ledger EXCEPT ![cur].state = IF @ = "open" THEN "closed" ELSE @,
                                               ![cur].lastEntry = IF ledger[cur].state = "open"
@@ -321,16 +354,106 @@ Rollover(b) ==
                   /\ nextLedger' = nextLedger + 1
                   /\ IF ok
                      THEN /\ list' = [version |-> list.version + 1, ledgers |-> Append(ml[b].ledgers, new)]
-                          /\ ml' = [ml EXCEPT ![b] = [state |-> "open", version |-> list.version + 1,
-                                                      ledgers |-> Append(ml[b].ledgers, new), current |-> new]]
+                          /\ ml' = [ml EXCEPT ![b].version = list.version + 1,
+                                              ![b].ledgers = Append(ml[b].ledgers, new), ![b].current = new]
                      ELSE /\ UNCHANGED list
                           /\ IF FenceOnBadVersion
-                             THEN ml' = [ml EXCEPT ![b].state = "fenced"]
+                             THEN ml' = [ml EXCEPT ![b] = Fenced(ml[b])]
                              ELSE ml' = [ml EXCEPT ![b].current = new]   \* BUG 17736: keeps writing
           /\ lastAction' = [name |-> "Rollover", params |-> [broker |-> b, from |-> cur, to |-> new,
                                                             expectedVersion |-> ml[b].version,
                                                             closeOk |-> closeOk, badVersion |-> ~ok]]
     /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, acked, nextMsg, lostAcks, consumed, trimmed>>
+
+\* ---- Managed ledger: Pulsar's rollover in several steps (MultiStepRollover) ------------------
+
+\* An add that arrives while a rollover is under way, or behind adds still queued, waits in the queue
+\* (Pulsar's pendingAddEntries). The producer has published it (it may publish the next one meanwhile).
+QueueAddEntry(b) ==
+    /\ ml[b].state = "open"
+    /\ ml[b].phase # "idle" \/ ml[b].queue # <<>>
+    /\ nextMsg \in Messages
+    /\ ml' = [ml EXCEPT ![b].queue = Append(@, nextMsg)]
+    /\ nextMsg' = nextMsg + 1
+    /\ lastAction' = [name |-> "QueueAddEntry", params |-> [broker |-> b, msg |-> nextMsg, phase |-> ml[b].phase]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, ledger, nextLedger, acked, lostAcks,
+                   consumed, trimmed>>
+
+\* Step 1: the writer close of the current ledger (Pulsar's ClosingLedger, then ClosedLedger). A ledger
+\* someone already closed at another end cannot be closed: FENCED (as in Rollover).
+RolloverCloseLedger(b) ==
+    /\ MultiStepRollover
+    /\ session[b] = "alive"
+    /\ ml[b].state = "open" /\ ml[b].phase = "idle" /\ ml[b].queue = <<>>
+    /\ LET cur == ml[b].current
+           written == Len(ledger[cur].entries)
+           closeOk == \/ ledger[cur].state = "open"
+                      \/ ledger[cur].state = "closed" /\ ledger[cur].lastEntry = written
+       IN /\ written > 0                               \* an empty ledger is not rolled over
+          /\ IF closeOk
+             THEN /\ ledger' = [ledger EXCEPT ![cur].state = IF @ = "open" THEN "closed" ELSE @,
+                                              ![cur].lastEntry = IF ledger[cur].state = "open" THEN written ELSE @]
+                  /\ ml' = [ml EXCEPT ![b].phase = "creating"]
+             ELSE /\ ml' = [ml EXCEPT ![b] = Fenced(ml[b])]
+                  /\ UNCHANGED ledger
+          /\ lastAction' = [name |-> "RolloverCloseLedger", params |-> [broker |-> b, ledger |-> cur, closeOk |-> closeOk]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, nextLedger, acked, nextMsg, lostAcks,
+                   consumed, trimmed>>
+
+\* Step 2: create the next ledger (Pulsar's CreatingLedger); it becomes ml.current, not yet on the list.
+RolloverCreateLedger(b) ==
+    /\ MultiStepRollover
+    /\ session[b] = "alive"
+    /\ ml[b].state = "open" /\ ml[b].phase = "creating"
+    /\ nextLedger \in LedgerIds
+    /\ ledger' = [ledger EXCEPT ![nextLedger].state = "open"]
+    /\ nextLedger' = nextLedger + 1
+    /\ ml' = [ml EXCEPT ![b].phase = "writing", ![b].current = nextLedger]
+    /\ lastAction' = [name |-> "RolloverCreateLedger", params |-> [broker |-> b, ledger |-> nextLedger]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, acked, nextMsg, lostAcks, consumed, trimmed>>
+
+\* Step 3: conditional-write the list with the new ledger appended. Written: the rollover is done and
+\* the queued adds go to the new ledger (WriteQueuedAdd). A bad version: FENCED, the queued adds fail,
+\* and the managed ledger's current ledger is the old one again (the new one is an orphan).
+RolloverWriteList(b) ==
+    /\ MultiStepRollover
+    /\ session[b] = "alive"
+    /\ ml[b].state = "open" /\ ml[b].phase = "writing"
+    /\ LET new == ml[b].current
+           ok == list.version = ml[b].version
+       IN /\ IF ok
+             THEN /\ list' = [version |-> list.version + 1, ledgers |-> Append(ml[b].ledgers, new)]
+                  /\ ml' = [ml EXCEPT ![b].version = list.version + 1, ![b].ledgers = Append(ml[b].ledgers, new),
+                                      ![b].phase = "idle"]
+             ELSE /\ UNCHANGED list
+                  /\ IF FenceOnBadVersion
+                     THEN ml' = [ml EXCEPT ![b] = [Fenced(ml[b]) EXCEPT !.current = Last(ml[b].ledgers)]]
+                     ELSE ml' = [ml EXCEPT ![b].phase = "idle"]   \* BUG 17736: keeps writing to the new one
+          /\ lastAction' = [name |-> "RolloverWriteList", params |-> [broker |-> b, ledger |-> new,
+                                                                     expectedVersion |-> ml[b].version,
+                                                                     queued |-> Len(ml[b].queue), badVersion |-> ~ok]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, ledger, nextLedger, acked, nextMsg, lostAcks,
+                   consumed, trimmed>>
+
+\* The first queued add is stored on the current ledger and acknowledged; refused (fenced or deleted):
+\* FENCED, and every queued add fails. Only while Sending(b): after the list write (in the unsafe
+\* variant also before it).
+WriteQueuedAdd(b) ==
+    /\ ml[b].state = "open" /\ ml[b].queue # <<>>
+    /\ Sending(b)
+    /\ LET l == ml[b].current
+           m == Head(ml[b].queue)
+           refused == ~Accepts(l)
+       IN /\ IF refused
+             THEN /\ ml' = [ml EXCEPT ![b] = Fenced(ml[b])]
+                  /\ UNCHANGED <<ledger, acked>>
+             ELSE /\ ledger' = [ledger EXCEPT ![l].entries = Append(@, m)]
+                  /\ acked' = Append(acked, [msg |-> m, ledger |-> l, broker |-> b])
+                  /\ ml' = [ml EXCEPT ![b].queue = Tail(@)]
+          /\ lastAction' = [name |-> "WriteQueuedAdd", params |-> [broker |-> b, ledger |-> l, msg |-> m,
+                                                                  fenced |-> refused]]
+    /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, nextLedger, nextMsg, lostAcks, consumed,
+                   trimmed>>
 
 \* The subscription consumes the next entry of the topic's log (advances its mark-delete position).
 Consume ==
@@ -344,7 +467,7 @@ Consume ==
 \* then delete it.  It races stale writers that may still hold it as their current ledger.
 TrimConsumedLedger(b) ==
     /\ session[b] = "alive"
-    /\ ml[b].state = "open"
+    /\ ml[b].state = "open" /\ ml[b].phase = "idle"     \* one change of the list at a time
     /\ Len(list.ledgers) >= 2
     /\ LET h == Head(ml[b].ledgers)
            ok == list.version = ml[b].version
@@ -357,7 +480,7 @@ TrimConsumedLedger(b) ==
                   /\ ledger' = [ledger EXCEPT ![h] = [state |-> "deleted", entries |-> <<>>,
                                                       lastEntry |-> @.lastEntry, fenced |-> @.fenced]]
                   /\ trimmed' = trimmed + ledger[h].lastEntry
-             ELSE /\ ml' = [ml EXCEPT ![b].state = "fenced"]
+             ELSE /\ ml' = [ml EXCEPT ![b] = Fenced(ml[b])]
                   /\ UNCHANGED <<list, ledger, trimmed>>
           /\ lastAction' = [name |-> "TrimConsumedLedger", params |-> [broker |-> b, ledger |-> h,
                                                                       badVersion |-> ~ok]]
@@ -376,19 +499,23 @@ Next ==
         \/ ExpireSession(b) \/ Reconnect(b) \/ AcquireOwnership(b) \/ RevalidateOwnership(b)
         \/ ReadLedgerList(b) \/ RecoverLastLedger(b) \/ CreateLedgerAndWriteList(b)
         \/ AddEntry(b) \/ AddEntryAckLost(b) \/ Rollover(b) \/ TrimConsumedLedger(b) \/ CloseFencedManagedLedger(b)
+        \/ QueueAddEntry(b) \/ RolloverCloseLedger(b) \/ RolloverCreateLedger(b) \/ RolloverWriteList(b)
+        \/ WriteQueuedAdd(b)
     \/ Consume
 
 Spec == Init /\ [][Next]_vars
 
-\* Weak fairness on every broker step but the faults (ExpireSession) and the optional ones (Rollover,
-\* trimming, consumption): a broker that can go on eventually does. Expiries are bounded
-\* (MaxExpiries), so they stop.
+\* Weak fairness on every broker step but the faults (ExpireSession) and the optional ones (Rollover and
+\* RolloverCloseLedger, which starts a multi-step one; trimming; consumption): a broker that can go on
+\* eventually does. Expiries are bounded (MaxExpiries), so they stop.
 FairSpec ==
     /\ Spec
     /\ \A b \in Brokers :
         /\ WF_vars(Reconnect(b)) /\ WF_vars(AcquireOwnership(b)) /\ WF_vars(RevalidateOwnership(b))
         /\ WF_vars(ReadLedgerList(b)) /\ WF_vars(RecoverLastLedger(b)) /\ WF_vars(CreateLedgerAndWriteList(b))
         /\ WF_vars(AddEntry(b)) /\ WF_vars(CloseFencedManagedLedger(b))
+        /\ WF_vars(QueueAddEntry(b)) /\ WF_vars(RolloverCreateLedger(b)) /\ WF_vars(RolloverWriteList(b))
+        /\ WF_vars(WriteQueuedAdd(b))
 
 -----------------------------------------------------------------------------
 \* ---- Invariants ----
@@ -401,13 +528,15 @@ TypeOK ==
     /\ \A l \in LedgerIds : /\ ledger[l].state \in LedgerStates
                             /\ Range(ledger[l].entries) \subseteq Messages
                             /\ ledger[l].fenced \in BOOLEAN
-    /\ \A b \in Brokers : ml[b].state \in MLStates /\ ml[b].current \in LedgerIds \cup {NoLedger}
+    /\ \A b \in Brokers : /\ ml[b].state \in MLStates /\ ml[b].current \in LedgerIds \cup {NoLedger}
+                          /\ ml[b].phase \in Phases /\ Range(ml[b].queue) \subseteq Messages
     /\ consumed \in Nat /\ trimmed \in 0..consumed /\ lostAcks \in 0..MaxLostAcks
 
-\* A broker's add can still be acknowledged: its managed ledger is open on a ledger whose
-\* bookies would accept the add.
+\* A broker's add can still be acknowledged: its managed ledger is open and sends adds to a ledger whose
+\* bookies would accept them.
 CanAck(b) ==
     /\ ml[b].state = "open"
+    /\ Sending(b)
     /\ Accepts(ml[b].current)
 
 \* At most one broker's writes can still be acknowledged on the topic, at any time: once a
@@ -483,4 +612,17 @@ WitnessNoUnacknowledgedInLog ==
 \* Ledger deletion raced a stale writer: a broker is open on a ledger someone trimmed and deleted.
 WitnessNoWriterOnDeletedLedger ==
     \A b \in Brokers : ml[b].state = "open" => ledger[ml[b].current].state # "deleted"
+
+\* (MultiStepRollover, MaxLostAcks = 0) A rollover's list write met a takeover while adds were queued: the
+\* managed ledger is FENCED with a current ledger (FENCED at open it has none), a ledger is an orphan (open, on
+\* no list, nobody's current), and a published message was given up: neither stored, nor acknowledged, nor
+\* queued (only a queued add that failed is).
+WitnessNoQueuedAddLostToListWrite ==
+    ~ \E b \in Brokers :
+        /\ ml[b].state = "fenced" /\ ml[b].current # NoLedger
+        /\ \E l \in LedgerIds : /\ ledger[l].state = "open" /\ l \notin Range(list.ledgers)
+                               /\ \A c \in Brokers : ml[c].state = "fenced" \/ ml[c].current # l
+        /\ \E m \in 1..(nextMsg - 1) : /\ \A i \in 1..Len(acked) : acked[i].msg # m
+                                      /\ \A l \in LedgerIds : m \notin Range(ledger[l].entries)
+                                      /\ \A c \in Brokers : m \notin Range(ml[c].queue)
 =============================================================================
