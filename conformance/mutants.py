@@ -306,6 +306,20 @@ def _trim_blindly(original: Any, core: Any, *args: Any, **kwargs: Any) -> Any:
     ]
 
 
+def _send_queued_on_creation(original: Any, core: Any, e: Any) -> Any:
+    from impl.broker.managed_ledger_core import ManagedLedgerState, Phase, SendAdd
+
+    outputs = original(core, e)
+    if core.state is ManagedLedgerState.OPEN and core.phase is Phase.WRITING_LIST and core.next_ledger == e.ledger_id:
+        # the bug: the adds queued during the rollover go to its new ledger at once, before the list names it
+        for entry_id in range(len(core.queued)):
+            p = core.queued.popleft()
+            p.ledger_id, p.entry_id = e.ledger_id, entry_id
+            core.pending.append(p)
+            outputs.append(SendAdd(p.ledger_id, p.entry_id, p.data))
+    return outputs
+
+
 def _ack_when_sent(original: Any, core: Any, entries: Any) -> Any:
     from impl.broker.replication.replicator import PublishToRemote, SendReceipt
 
@@ -504,6 +518,16 @@ CATALOGUE: tuple[Mutant, ...] = (
         "trimming writes the ledger list without the expected version (a blind write over a takeover's list)",
         (Patch(_ML, "_HANDLERS", _handler("Trim", _trim_blindly)),),
         (_FENCING,),
+    ),
+    Mutant(
+        "ml-sends-queued-adds-before-list-write",
+        "impl/broker/managed_ledger_core.py",
+        "the adds queued during a rollover are sent to its new ledger once it is created, before the list write "
+        "names it (fencing.tla's QueuedAddsAwaitListWrite = FALSE)",
+        (Patch(_ML, "_HANDLERS", _handler("LedgerCreated", _send_queued_on_creation)),),
+        # fencing-rollover-ci's harness holds every add a rollover sends until WriteQueuedAdd, which the protocol
+        # takes only after the list write: the early send shows only when the switch's trace stores it
+        ("fencing-rollover-queuedearly-ci",),
     ),
     Mutant(
         "expiry-keeps-ephemerals",

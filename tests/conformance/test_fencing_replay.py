@@ -258,13 +258,17 @@ def test_the_multi_step_rollover_is_replayed(rollover: tuple[StateGraph, str]) -
 def test_the_queued_adds_switch_is_refused() -> None:
     """fencing-rollover-queuedearly-ci (QueuedAddsAwaitListWrite = FALSE): the trace writes a queued add to the
     rollover's new ledger before its list write; the core has sent nothing (it waits for the list write), so
-    the step is refused."""
+    the step is refused. A core that sends the queued adds at the ledger's creation follows the trace."""
     model = MODELS["fencing-rollover-queuedearly-ci"]
     result = replay_model(model)
     assert result.trace is not None and not result.follow and result.ok, "followed the switch"
     mismatch = result.trace.mismatch
     assert mismatch is not None and mismatch.action == "WriteQueuedAdd", str(mismatch)
     assert "no SendAdd" in str(mismatch)
+    mutant = next(m for m in CATALOGUE if m.name == "ml-sends-queued-adds-before-list-write")
+    with applied(mutant):
+        broken = replay_model(model)
+    assert broken.trace is not None and broken.trace.mismatch is None, str(broken.trace.mismatch)
 
 
 @pytest.mark.parametrize(
