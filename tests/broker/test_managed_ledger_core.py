@@ -280,6 +280,43 @@ def test_bad_version_on_rollover_is_terminal_and_deletes_the_orphan() -> None:
     assert isinstance(old.failed[-1][1], ManagedLedgerFencedError)
 
 
+def test_adds_queued_during_a_rollover_wait_for_its_list_write() -> None:
+    """spec/fencing.tla's multi-step rollover (QueuedAddsAwaitListWrite): adds that arrive while a rollover
+    closes the ledger, creates the next and writes the list are sent only once the list names the new
+    ledger, in order; if the list write meets a takeover they all fail, none of them sent."""
+    world = World()
+    b = opened(world, CONFIG)
+    b.add()
+    b.add()
+    b.settle()
+    queued = [b.add(), b.add()]  # the ledger is full: a rollover starts, both adds wait
+    while not isinstance(b.todo[0], WriteLedgerList):
+        assert not b.inflight
+        b.step()
+    new = b.core.next_ledger
+    assert new is not None and not b.inflight and [p.token for p in b.core.queued] == queued
+    b.step()  # the list is written: now the queued adds go to the new ledger
+    assert [(s.ledger_id, s.entry_id) for s in b.inflight] == [(new, 0), (new, 1)]
+    b.settle()
+    assert [t for t, _ in b.completed][-2:] == queued and world.topic_log() == world.acked
+
+    world = World()
+    old = opened(world, ManagedLedgerConfig(max_entries_per_ledger=1))
+    old.add()
+    old.settle()
+    opened(world, CONFIG)  # a takeover: the old owner's rollover will meet its list
+    queued = [old.add(), old.add()]
+    while not isinstance(old.todo[0], WriteLedgerList):
+        old.step()
+    orphan = old.core.next_ledger
+    assert orphan is not None
+    old.step()  # bad version: FENCED, the queued adds fail, rejected (never sent)
+    assert old.core.state is ManagedLedgerState.FENCED and not old.inflight
+    assert [t for t, _ in old.failed] == queued
+    assert all(isinstance(e, ManagedLedgerFencedError) and e.rejected for _, e in old.failed)
+    assert world.ledgers[orphan].entries == [] and world.ledgers[orphan].deleted
+
+
 def test_a_failed_writers_ledger_ends_where_its_close_says() -> None:
     world = World()
     b = opened(world, ManagedLedgerConfig())
