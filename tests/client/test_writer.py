@@ -9,12 +9,18 @@ from hypothesis import strategies as st
 from impl.bookie.client.errors import LedgerClosedError, LedgerFencedError, MetadataUpdateError
 from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, StartRecovery, UpdateMetadata, WriterClose
 from impl.bookie.client.writer import (
+    Add,
     AddCompleted,
     AddFailed,
+    BookieAnswered,
     ChooseReplacement,
+    Close,
     CloseFailed,
     LedgerWriter,
+    NoReplacement,
+    ReplacementChosen,
     Send,
+    Start,
     WriterClosed,
     WriterOutput,
 )
@@ -38,7 +44,7 @@ def sends(outputs: list[WriterOutput]) -> list[Send]:
 
 def answer(writer: LedgerWriter, send: Send, code: ErrorCode = ErrorCode.EOK) -> list[WriterOutput]:
     assert isinstance(send.request, AddRequest)
-    return writer.receive(send.bookie, send.request, AddResponse(LEDGER, send.request.entry_id, code))
+    return writer.step(BookieAnswered(send.bookie, send.request, AddResponse(LEDGER, send.request.entry_id, code)))
 
 
 def completed(outputs: list[WriterOutput]) -> list[int]:
@@ -47,11 +53,11 @@ def completed(outputs: list[WriterOutput]) -> list[int]:
 
 def test_add_goes_to_its_write_set_with_key_and_piggybacked_lac() -> None:
     writer = LedgerWriter(LEDGER, metadata(e=3, qw=2, qa=2))
-    out0 = sends(writer.add(b"zero"))
+    out0 = sends(writer.step(Add(b"zero")))
     assert [s.bookie for s in out0] == ["b0:1", "b1:1"]
     for s in out0:
         answer(writer, s)
-    out1 = sends(writer.add(b"one"))
+    out1 = sends(writer.step(Add(b"one")))
     assert [s.bookie for s in out1] == ["b1:1", "b2:1"]  # (1 + i) mod 3
     request = out1[0].request
     assert isinstance(request, AddRequest) and request.master_key == master_key(b"pw") and not request.recovery
@@ -61,7 +67,7 @@ def test_add_goes_to_its_write_set_with_key_and_piggybacked_lac() -> None:
 
 def test_in_order_completion_with_out_of_order_acks() -> None:
     writer = LedgerWriter(LEDGER, metadata())
-    per_entry = [sends(writer.add(b"x" * i)) for i in range(3)]
+    per_entry = [sends(writer.step(Add(b"x" * i))) for i in range(3)]
     assert completed(answer(writer, per_entry[2][0]) + answer(writer, per_entry[2][1])) == []
     assert completed(answer(writer, per_entry[1][2]) + answer(writer, per_entry[1][0])) == []
     assert writer.last_add_confirmed == -1  # entry 0 is a hole
@@ -74,7 +80,7 @@ def test_in_order_completion_with_out_of_order_acks() -> None:
 def test_lac_never_passes_a_hole(acks: list[tuple[int, int]]) -> None:
     writer = LedgerWriter(LEDGER, metadata())
     n = len(acks) // 3
-    per_entry = [sends(writer.add(b"p")) for _ in range(n)]
+    per_entry = [sends(writer.step(Add(b"p"))) for _ in range(n)]
     acked: dict[int, int] = {}
     delivered: list[int] = []
     for entry_id, i in acks:
@@ -91,14 +97,14 @@ def test_lac_never_passes_a_hole(acks: list[tuple[int, int]]) -> None:
 @pytest.mark.parametrize(("code", "why"), [(ErrorCode.EFENCED, "fenced"), (ErrorCode.EUA, "master key")])
 def test_fenced_or_unauthorised_stops_the_writer(code: ErrorCode, why: str) -> None:
     writer = LedgerWriter(LEDGER, metadata())
-    first = sends(writer.add(b"a"))
-    sends(writer.add(b"b"))
+    first = sends(writer.step(Add(b"a")))
+    sends(writer.step(Add(b"b")))
     outputs = answer(writer, first[1], code)
     failed = [o for o in outputs if isinstance(o, AddFailed)]
     assert [f.entry_id for f in failed] == [0, 1]
     assert all(isinstance(f.error, LedgerFencedError) for f in failed)
     assert f"ledger {LEDGER}" in str(failed[0].error) and why in str(failed[0].error)
-    later = writer.add(b"c")
+    later = writer.step(Add(b"c"))
     assert len(later) == 1 and isinstance(later[0], AddFailed) and isinstance(later[0].error, LedgerFencedError)
     assert answer(writer, first[0]) == []  # a late ack changes nothing
 
@@ -108,8 +114,8 @@ def test_an_error_for_an_add_with_qa_acks_is_ignored(code: ErrorCode) -> None:
     """BookKeeper's PendingAddOp.writeComplete ignores errors once the add has Qa acks ("completed"):
     an under-replicated entry, not a failure (ledger.tla: `fencedNow` needs fewer than Qa acks)."""
     writer = LedgerWriter(LEDGER, metadata())  # E=Qw=3, Qa=2
-    e0 = sends(writer.add(b"a"))
-    e1 = sends(writer.add(b"b"))
+    e0 = sends(writer.step(Add(b"a")))
+    e1 = sends(writer.step(Add(b"b")))
     answer(writer, e1[0])
     assert answer(writer, e1[1]) == []  # entry 1 has Qa acks; entry 0 still pending: not confirmed
     assert answer(writer, e1[2], code) == []  # ignored: entry 1 completed
@@ -122,7 +128,7 @@ def test_an_error_for_an_add_with_qa_acks_is_ignored(code: ErrorCode) -> None:
 
 def test_efenced_for_an_add_short_of_qa_from_its_write_set_stops_the_writer() -> None:
     writer = LedgerWriter(LEDGER, metadata())
-    e0 = sends(writer.add(b"a"))
+    e0 = sends(writer.step(Add(b"a")))
     answer(writer, e0[0])  # one ack of Qa = 2
     failed = [o for o in answer(writer, e0[1], ErrorCode.EFENCED) if isinstance(o, AddFailed)]
     assert [f.entry_id for f in failed] == [0] and isinstance(failed[0].error, LedgerFencedError)
@@ -131,11 +137,11 @@ def test_efenced_for_an_add_short_of_qa_from_its_write_set_stops_the_writer() ->
 def test_efenced_from_a_replaced_bookie_is_ignored() -> None:
     meta = metadata()
     writer = LedgerWriter(LEDGER, meta)
-    e0 = sends(writer.add(b"a"))
+    e0 = sends(writer.step(Add(b"a")))
     answer(writer, e0[0], ErrorCode.EIO)  # b0 failed: ensemble change
-    (update,) = writer.on_replacement("b0:1", "b3:1")
+    (update,) = writer.step(ReplacementChosen("b0:1", "b3:1"))
     assert isinstance(update, UpdateMetadata)
-    writer.on_metadata_result(MetadataResult(update.change, True, changed_ensemble(meta, 0, "b0:1", "b3:1")))
+    writer.step(MetadataResult(update.change, True, changed_ensemble(meta, 0, "b0:1", "b3:1")))
     assert answer(writer, e0[0], ErrorCode.EFENCED) == []  # b0 is no longer in entry 0's write set
     assert writer.state.value == "writing"
 
@@ -145,13 +151,13 @@ def test_a_change_no_add_needs_any_more_is_dropped_when_the_replacement_comes() 
     a real cluster run showed the add reaching Qa from the others while the replacement was chosen."""
     meta = metadata()
     writer = LedgerWriter(LEDGER, meta)
-    e0 = sends(writer.add(b"a"))
+    e0 = sends(writer.step(Add(b"a")))
     answer(writer, e0[0])
     choose = answer(writer, e0[1], ErrorCode.EIO)  # short of Qa: a replacement is asked for
     assert [type(o) for o in choose] == [ChooseReplacement]
     assert completed(answer(writer, e0[2])) == [0]  # Qa from b0 and b2 meanwhile
-    assert writer.add(b"b") == []  # held while the change is pending
-    outputs = writer.on_replacement(e0[1].bookie, "b3:1")
+    assert writer.step(Add(b"b")) == []  # held while the change is pending
+    outputs = writer.step(ReplacementChosen(e0[1].bookie, "b3:1"))
     assert not [o for o in outputs if isinstance(o, UpdateMetadata)]
     assert writer.metadata == meta and writer.state.value == "writing"
     assert sorted(s.bookie for s in sends(outputs)) == list(BOOKIES)  # the held add goes to the ensemble
@@ -159,10 +165,10 @@ def test_a_change_no_add_needs_any_more_is_dropped_when_the_replacement_comes() 
 
 def test_a_change_still_needed_goes_ahead_when_the_replacement_comes() -> None:
     writer = LedgerWriter(LEDGER, metadata())
-    e0 = sends(writer.add(b"a"))
+    e0 = sends(writer.step(Add(b"a")))
     answer(writer, e0[0])
     answer(writer, e0[1], ErrorCode.EIO)
-    (update,) = writer.on_replacement(e0[1].bookie, "b3:1")  # entry 0 still has one ack of Qa = 2
+    (update,) = writer.step(ReplacementChosen(e0[1].bookie, "b3:1"))  # entry 0 still has one ack of Qa = 2
     assert isinstance(update, UpdateMetadata) and isinstance(update.change, EnsembleChange)
 
 
@@ -171,17 +177,17 @@ def test_a_resent_add_carries_the_lac_it_was_first_sent_with() -> None:
     replacement; ledger.tla re-sends with wSentLac[e], not the current wLac."""
     meta = metadata()
     writer = LedgerWriter(LEDGER, meta)
-    e0 = sends(writer.add(b"a"))
-    e1 = sends(writer.add(b"b"))  # sent with LAC -1
+    e0 = sends(writer.step(Add(b"a")))
+    e1 = sends(writer.step(Add(b"b")))  # sent with LAC -1
     for s in e0[:2]:
         answer(writer, s)
     assert writer.last_add_confirmed == 0
     answer(writer, e1[0])
     answer(writer, e1[1], ErrorCode.EIO)  # b2 failed
-    (update,) = writer.on_replacement(e1[1].bookie, "b3:1")
+    (update,) = writer.step(ReplacementChosen(e1[1].bookie, "b3:1"))
     assert isinstance(update, UpdateMetadata)
     new_meta = changed_ensemble(meta, 1, e1[1].bookie, "b3:1")
-    (resent,) = sends(writer.on_metadata_result(MetadataResult(update.change, True, new_meta)))
+    (resent,) = sends(writer.step(MetadataResult(update.change, True, new_meta)))
     assert resent.bookie == "b3:1" and isinstance(resent.request, AddRequest)
     assert resent.request == e1[1].request  # the same encoded entry
     assert decode_entry(resent.request.body, DigestType.CRC32C, b"pw", LEDGER, 1).lac == -1  # not the current 0
@@ -189,7 +195,7 @@ def test_a_resent_add_carries_the_lac_it_was_first_sent_with() -> None:
 
 def test_a_recovery_add_carries_the_length_it_is_given() -> None:
     writer = LedgerWriter(LEDGER, metadata(), last_add_confirmed=4, length=40, recovery=True)
-    (first, *_) = sends(writer.add(b"abc", length=77))
+    (first, *_) = sends(writer.step(Add(b"abc", 77)))
     assert isinstance(first.request, AddRequest) and first.request.recovery
     entry = decode_entry(first.request.body, DigestType.CRC32C, b"pw", LEDGER, 5)
     assert (entry.lac, entry.length) == (4, 77)
@@ -210,23 +216,23 @@ def changed_ensemble(meta: LedgerMetadata, first: int, failed: str, replacement:
 def test_ensemble_change_resends_unacknowledged_adds_to_the_replacement(failure: ErrorCode | None) -> None:
     meta = metadata()
     writer = LedgerWriter(LEDGER, meta)
-    e0 = sends(writer.add(b"a"))
+    e0 = sends(writer.step(Add(b"a")))
     answer(writer, e0[0])
     assert completed(answer(writer, e0[1])) == [0]
-    e1 = sends(writer.add(b"b"))
+    e1 = sends(writer.step(Add(b"b")))
     assert [s.bookie for s in e1] == ["b1:1", "b2:1", "b0:1"]  # write set (1, 2, 0)
     answer(writer, e1[0])  # b1 acks entry 1
     assert isinstance(e1[1].request, AddRequest)
     outputs = (
-        writer.receive("b2:1", e1[1].request, None) if failure is None else answer(writer, e1[1], failure)
+        writer.step(BookieAnswered("b2:1", e1[1].request, None)) if failure is None else answer(writer, e1[1], failure)
     )  # None: the shell's timeout fired
     assert outputs == [ChooseReplacement("b2:1", BOOKIES)]
-    held = writer.add(b"c")  # adds wait while the ensemble changes
+    held = writer.step(Add(b"c"))  # adds wait while the ensemble changes
     assert held == []
-    (request,) = writer.on_replacement("b2:1", "b3:1")
+    (request,) = writer.step(ReplacementChosen("b2:1", "b3:1"))
     assert request == UpdateMetadata(EnsembleChange(LEDGER, 1, "b2:1", "b3:1"))
     new_meta = changed_ensemble(meta, 1, "b2:1", "b3:1")
-    outputs = writer.on_metadata_result(MetadataResult(request.change, True, new_meta))
+    outputs = writer.step(MetadataResult(request.change, True, new_meta))
     resent = sends(outputs)
     # entry 1 re-sent to the replacement only; entry 2 now sent to its whole write set in the new ensemble
     assert [(s.bookie, s.request.entry_id) for s in resent] == [  # type: ignore[union-attr]
@@ -246,30 +252,30 @@ def test_ensemble_change_resends_unacknowledged_adds_to_the_replacement(failure:
 def test_ensemble_change_finding_the_ledger_closed_or_in_recovery(state: LedgerState, error: type) -> None:
     meta = metadata()
     writer = LedgerWriter(LEDGER, meta)
-    e0 = sends(writer.add(b"a"))
-    writer.add(b"b")
+    e0 = sends(writer.step(Add(b"a")))
+    writer.step(Add(b"b"))
     answer(writer, e0[0], ErrorCode.EIO)
-    (update,) = writer.on_replacement("b0:1", "b3:1")
+    (update,) = writer.step(ReplacementChosen("b0:1", "b3:1"))
     assert isinstance(update, UpdateMetadata)
     reread = LedgerMetadata(3, 3, 2, meta.fragments, state=state, password=b"pw")
-    outputs = writer.on_metadata_result(MetadataResult(update.change, False, reread, "precondition failed"))
+    outputs = writer.step(MetadataResult(update.change, False, reread, "precondition failed"))
     assert [(o.entry_id, type(o.error)) for o in outputs if isinstance(o, AddFailed)] == [(0, error), (1, error)]
-    assert isinstance(writer.add(b"c")[0], AddFailed)
+    assert isinstance(writer.step(Add(b"c"))[0], AddFailed)
 
 
 def test_close_writes_lac_and_length() -> None:
     store = SimLedgerStore(LEDGER, metadata())
     writer = LedgerWriter(LEDGER, store.metadata)
     for payload in (b"abc", b"de"):
-        for s in sends(writer.add(payload)):
+        for s in sends(writer.step(Add(payload))):
             answer(writer, s)
-    pending = sends(writer.add(b"never acknowledged"))
+    pending = sends(writer.step(Add(b"never acknowledged")))
     assert pending
-    outputs = writer.close()
+    outputs = writer.step(Close())
     assert isinstance(outputs[0], AddFailed) and isinstance(outputs[0].error, LedgerClosedError)
     assert outputs[1] == UpdateMetadata(WriterClose(LEDGER, 1, 5))
     assert isinstance(outputs[1], UpdateMetadata)
-    closed = writer.on_metadata_result(store.apply(outputs[1].change))
+    closed = writer.step(store.apply(outputs[1].change))
     assert isinstance(closed[0], WriterClosed) and closed[0].metadata is not None
     assert (closed[0].metadata.state, closed[0].metadata.last_entry_id, closed[0].metadata.length) == (
         LedgerState.CLOSED,
@@ -281,17 +287,36 @@ def test_close_writes_lac_and_length() -> None:
 def test_writer_close_over_in_recovery_wins_and_a_conflicting_close_fails() -> None:
     store = SimLedgerStore(LEDGER, metadata())
     writer = LedgerWriter(LEDGER, store.metadata)
-    for s in sends(writer.add(b"abc")):
+    for s in sends(writer.step(Add(b"abc"))):
         answer(writer, s)
     assert store.apply(StartRecovery(LEDGER)).metadata.state is LedgerState.IN_RECOVERY  # type: ignore[union-attr]
-    (update,) = writer.close()
+    (update,) = writer.step(Close())
     assert isinstance(update, UpdateMetadata)
-    (closed,) = writer.on_metadata_result(store.apply(update.change))
+    (closed,) = writer.step(store.apply(update.change))
     assert isinstance(closed, WriterClosed) and store.metadata.last_entry_id == 0
 
     other = LedgerWriter(LEDGER, metadata())  # a second writer with a different view: LAC -1
-    (conflict,) = other.close()
+    (conflict,) = other.step(Close())
     assert isinstance(conflict, UpdateMetadata)
-    (failed,) = other.on_metadata_result(store.apply(conflict.change))
+    (failed,) = other.step(store.apply(conflict.change))
     assert isinstance(failed, CloseFailed) and isinstance(failed.error, MetadataUpdateError)
     assert "metadata version error" in str(failed.error)
+
+
+@pytest.mark.parametrize("event", [Start(), "add", AddCompleted(0), UpdateMetadata(WriterClose(LEDGER, -1, 0))])
+def test_an_event_of_another_type_is_refused_and_changes_nothing(event: object) -> None:
+    writer = LedgerWriter(LEDGER, metadata())
+    (send, *_) = sends(writer.step(Add(b"a")))
+    with pytest.raises(TypeError, match="not a ledger writer event"):
+        writer.step(event)  # type: ignore[arg-type]
+    assert writer.pending_entry_ids == [0] and writer.state.value == "writing"
+    answer(writer, send)
+
+
+def test_no_replacement_fails_the_pending_adds() -> None:
+    writer = LedgerWriter(LEDGER, metadata())  # E=Qw=3, Qa=2
+    e0 = sends(writer.step(Add(b"a")))
+    assert writer.step(BookieAnswered(e0[0].bookie, e0[0].request, None)) == [ChooseReplacement(e0[0].bookie, BOOKIES)]
+    (failed,) = writer.step(NoReplacement(e0[0].bookie, "no spare bookie left"))
+    assert isinstance(failed, AddFailed) and failed.entry_id == 0 and "no spare bookie left" in str(failed.error)
+    assert writer.state.value == "failed"

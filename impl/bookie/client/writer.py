@@ -11,10 +11,25 @@ it (an under-replicated entry, not a failure), and an answer from a replaced boo
 ignored. Any other failure (error code, or no answer) replaces that bookie by an
 ensemble change at LAC+1 and re-sends the unacknowledged adds to the replacement.
 
-Pure: `add`, `receive`, `on_replacement`, `on_metadata_result` and `close` return the
-outputs the shell must perform. In recovery mode (used by the recovery op for
-write-back) adds carry the recovery flag and ensemble changes stay local until the
-recovery close.
+Pure, and driven one way (docs/architecture.md, "One way to drive a core"): every input is a frozen
+dataclass fed to `step(event) -> list[WriterOutput]`, which returns the outputs the shell must
+perform and raises TypeError for an event of another type.
+
+  Add(payload, length)            the next entry -> Send to its write set (held while an ensemble
+                                  change is in flight), or AddFailed(None) once the writer stopped
+  BookieAnswered(bookie, request, response)   the answer to a Send (None: no answer in time) ->
+                                  AddCompleted in entry order, AddFailed (fenced), or ChooseReplacement
+  ReplacementChosen(failed, replacement)  the shell's answer to ChooseReplacement -> UpdateMetadata
+                                  (EnsembleChange), or, in recovery mode, the re-sends at once
+  NoReplacement(failed, reason)   no bookie to replace `failed` -> AddFailed for every pending add
+  MetadataResult                  the answer to UpdateMetadata (impl/bookie/client/ledger_update.py)
+                                  -> the re-sends of an ensemble change, WriterClosed or CloseFailed
+  Close()                         -> AddFailed for the pending adds and UpdateMetadata(WriterClose)
+
+`Start`, `BookieAnswered`, `ReplacementChosen` and `NoReplacement` are the inputs every client core
+shares (the recovery op, read-LAC op and reader take them too), so they live here with `Send`. In
+recovery mode (used by the recovery op for write-back) adds carry the recovery flag and ensemble
+changes stay local until the recovery close.
 
 A writer given a tracer (impl/trace.py) reports each ledger.tla step it takes (`WriterSendsAdd`,
 `WriterReceivesAddResponse`, `WriterChangesEnsemble`, `WriterCloses`; in recovery mode
@@ -25,8 +40,9 @@ and computes nothing for it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from impl.bookie.client.distribution import all_write_sets, write_set
 from impl.bookie.client.errors import (
@@ -46,9 +62,67 @@ if TYPE_CHECKING:
     from impl.trace import Tracer
 
 
+# ---- inputs shared by the client cores ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """Begin: the recovery op, the read-LAC op and the reader take it once, first (the writer has none)."""
+
+
+@dataclass(frozen=True)
+class BookieAnswered:
+    """The answer to a Send: `response` from `bookie` to `request`, or None for no answer in time
+    (the shell's transport owns the timeout)."""
+
+    bookie: BookieId
+    request: Request
+    response: Response | None
+
+
+@dataclass(frozen=True)
+class ReplacementChosen:
+    """The shell's answer to ChooseReplacement: `replacement`, a writable bookie, takes `failed`'s place."""
+
+    failed: BookieId
+    replacement: BookieId
+
+
+@dataclass(frozen=True)
+class NoReplacement:
+    """The shell's answer to ChooseReplacement when no bookie can replace `failed` (`reason` says why)."""
+
+    failed: BookieId
+    reason: str
+
+
+# ---- the writer's own inputs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Add:
+    """Add the next entry. `length`: the ledger length its header carries; None: the pushed length plus
+    the payload. A recovery write-back passes the recovered entry's own (BookKeeper's recovery sets the
+    handle's length from each entry it read)."""
+
+    payload: bytes
+    length: int | None = None
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close the ledger at the writer's LAC and length (see `LedgerWriter._close`)."""
+
+
+WriterEvent = Add | BookieAnswered | ReplacementChosen | NoReplacement | MetadataResult | Close
+
+
+# ---- outputs --------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Send:
-    """Output: send `request` to `bookie`; feed the answer (or None for no answer) to `receive`."""
+    """Output: send `request` to `bookie`; feed the answer (or None for no answer) back as BookieAnswered."""
 
     bookie: BookieId
     request: Request
@@ -56,7 +130,8 @@ class Send:
 
 @dataclass(frozen=True)
 class ChooseReplacement:
-    """Output: pick a writable bookie not in `exclude` and call `on_replacement(failed, it)`."""
+    """Output: pick a writable bookie not in `exclude`; feed back ReplacementChosen(failed, it), or
+    NoReplacement(failed, why) when there is none."""
 
     failed: BookieId
     exclude: tuple[BookieId, ...]
@@ -149,23 +224,57 @@ class LedgerWriter:
     def changing_ensemble(self) -> bool:
         return self._changing is not None
 
-    # ---- inputs ---------------------------------------------------------------------------------
+    # ---- the one entry point ---------------------------------------------------------------------
 
+    def step(self, event: WriterEvent) -> list[WriterOutput]:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a ledger writer event: {event!r}")
+        return handler(self, event)
+
+    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py, tests/bookie/test_fenced_close.py
+    # and tests/conformance/test_trace_validation.py until they move to step.
     def add(self, payload: bytes, *, length: int | None = None) -> list[WriterOutput]:
-        """Add the next entry. `length`: the ledger length its header carries; by default the
-        pushed length plus the payload. A recovery write-back passes the recovered entry's own
-        (BookKeeper's recovery sets the handle's length from each entry it read)."""
+        return self.step(Add(payload, length))
+
+    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py, tests/client/simulation.py and
+    # tests/bookie/test_fenced_close.py until they move to step.
+    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[WriterOutput]:
+        return self.step(BookieAnswered(bookie, request, response))
+
+    # Kept for conformance/ledger_cluster.py, tests/client/simulation.py and tests/bookie/test_fenced_close.py
+    # until they move to step.
+    def on_replacement(self, failed: BookieId, replacement: BookieId) -> list[WriterOutput]:
+        return self.step(ReplacementChosen(failed, replacement))
+
+    # Kept for conformance/ledger_cluster.py and tests/client/simulation.py until they move to step.
+    def on_no_replacement(self, failed: BookieId, reason: str) -> list[WriterOutput]:
+        return self.step(NoReplacement(failed, reason))
+
+    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py, tests/client/simulation.py and
+    # tests/bookie/test_fenced_close.py until they move to step.
+    def on_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
+        return self.step(result)
+
+    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py and tests/bookie/test_fenced_close.py
+    # until they move to step.
+    def close(self) -> list[WriterOutput]:
+        return self.step(Close())
+
+    # ---- Add --------------------------------------------------------------------------------------
+
+    def _add(self, e: Add) -> list[WriterOutput]:
         if self.state is not WriterState.WRITING:
             return [AddFailed(None, self._refusal())]
         self.last_add_pushed += 1
         entry_id = self.last_add_pushed
-        self._pushed_length = self._pushed_length + len(payload) if length is None else length
+        self._pushed_length = self._pushed_length + len(e.payload) if e.length is None else e.length
         body = encode_entry(
             self.ledger_id,
             entry_id,
             self.last_add_confirmed,
             self._pushed_length,
-            payload,
+            e.payload,
             self.metadata.digest_type,
             self.metadata.password,
         )
@@ -177,8 +286,11 @@ class LedgerWriter:
             return []  # held until the ensemble change settles
         return self._send_all(pending)
 
-    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[WriterOutput]:
+    # ---- BookieAnswered ---------------------------------------------------------------------------
+
+    def _answered(self, e: BookieAnswered) -> list[WriterOutput]:
         """A bookie's answer to one of our AddRequests; None means no answer (timeout)."""
+        bookie, request, response = e.bookie, e.request, e.response
         tracer = self.tracer
         if tracer is None or response is None or not isinstance(request, AddRequest):
             return self._receive(bookie, request, response)
@@ -244,8 +356,11 @@ class LedgerWriter:
             return self._fail(LedgerFencedError(self.ledger_id, f"{why}, reported by bookie {bookie}; stop writing"))
         return self._bookie_failed(bookie)
 
-    def on_replacement(self, failed: BookieId, replacement: BookieId) -> list[WriterOutput]:
+    # ---- ReplacementChosen, NoReplacement --------------------------------------------------------
+
+    def _replacement_chosen(self, e: ReplacementChosen) -> list[WriterOutput]:
         """The shell's answer to ChooseReplacement."""
+        failed, replacement = e.failed, e.replacement
         if self._changing is None or self._changing[0] != failed or self.state is not WriterState.WRITING:
             return []
         if replacement in self.metadata.last_ensemble:
@@ -267,20 +382,22 @@ class LedgerWriter:
             return self._ensemble_changed(replace_bookie(self.metadata, first_entry_id, failed, replacement))
         return [UpdateMetadata(EnsembleChange(self.ledger_id, first_entry_id, failed, replacement))]
 
-    def on_no_replacement(self, failed: BookieId, reason: str) -> list[WriterOutput]:
+    def _no_replacement(self, e: NoReplacement) -> list[WriterOutput]:
         """The shell found no bookie to replace `failed`: the ensemble change, and the pending adds, fail."""
-        if self._changing is None or self._changing[0] != failed or self.state is not WriterState.WRITING:
+        if self._changing is None or self._changing[0] != e.failed or self.state is not WriterState.WRITING:
             return []
-        return self._fail(NotEnoughBookiesError(self.ledger_id, f"cannot replace failed bookie {failed}: {reason}"))
+        return self._fail(NotEnoughBookiesError(self.ledger_id, f"cannot replace failed bookie {e.failed}: {e.reason}"))
 
-    def on_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
+    # ---- MetadataResult ---------------------------------------------------------------------------
+
+    def _metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
         change = result.change
         tracer = self.tracer
         if tracer is None:
-            return self._on_metadata_result(result)
+            return self._take_metadata_result(result)
         # Only results the writer is waiting for are steps (ledger.tla's CW is atomic with them).
         if isinstance(change, EnsembleChange) and self._changing is not None and self.state is WriterState.WRITING:
-            outputs = self._on_metadata_result(result)
+            outputs = self._take_metadata_result(result)
             current = result.metadata
             outcome = "OPEN" if result.applied or current is None else current.state.value
             tracer(
@@ -298,16 +415,16 @@ class LedgerWriter:
             )
             return outputs
         if isinstance(change, WriterClose) and self.state is WriterState.CLOSING:
-            outputs = self._on_metadata_result(result)
+            outputs = self._take_metadata_result(result)
             # lac: the LAC it closed with; version, written: as for WriterChangesEnsemble
             tracer(
                 "WriterCloses",
                 {"ledger": self.ledger_id, "version": result.version, "written": result.written, **self.trace_state()},
             )
             return outputs
-        return self._on_metadata_result(result)
+        return self._take_metadata_result(result)
 
-    def _on_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
+    def _take_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
         change = result.change
         if isinstance(change, EnsembleChange):
             if self._changing is None or self.state is not WriterState.WRITING:
@@ -355,7 +472,9 @@ class LedgerWriter:
             return [CloseFailed(error)]
         return []
 
-    def close(self) -> list[WriterOutput]:
+    # ---- Close ------------------------------------------------------------------------------------
+
+    def _close(self, _: Close) -> list[WriterOutput]:
         """Fail still-pending adds as closed and write CLOSED with LAC and length.
 
         Also after the writer failed (fenced by a recovery, no bookie to replace a failed one):
@@ -475,3 +594,15 @@ class LedgerWriter:
         self._changing = None
         self._failed_bookies.clear()
         return self._fail_pending(error)
+
+
+# Event type -> handler. Mutants (conformance/mutants.py) patch the methods the handlers call
+# (`_receive`, `_deliver_completed`), which every handler reaches through `self`.
+_HANDLERS: dict[type, Callable[[LedgerWriter, Any], list[WriterOutput]]] = {
+    Add: LedgerWriter._add,
+    BookieAnswered: LedgerWriter._answered,
+    ReplacementChosen: LedgerWriter._replacement_chosen,
+    NoReplacement: LedgerWriter._no_replacement,
+    MetadataResult: LedgerWriter._metadata_result,
+    Close: LedgerWriter._close,
+}
