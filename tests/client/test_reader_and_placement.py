@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from impl.bookie.client.errors import BadEntryError, NoSuchEntryError, PlacementError
 from impl.bookie.client.placement import BookieInfo, choose_ensemble, choose_replacement
 from impl.bookie.client.reader import LedgerEntry, ReadCompleted, ReadFailed, ReadOp
-from impl.bookie.client.writer import LedgerWriter, Send
+from impl.bookie.client.writer import Add, BookieAnswered, Close, LedgerWriter, Send, Start
 from impl.bookie.protocol import ErrorCode, ReadRequest, ReadResponse
 from impl.metadata.ledger import DigestType, Fragment, LedgerMetadata
 
@@ -28,20 +28,20 @@ def test_read_range_falls_back_past_a_silent_and_a_corrupting_bookie(digest: Dig
     cluster = SimCluster(LEDGER, BOOKIES, meta)
     writer = LedgerWriter(LEDGER, meta)
     for i in range(4):
-        cluster.perform(writer, writer.add(b"payload-%d" % i))
+        cluster.perform(writer, writer.step(Add(b"payload-%d" % i)))
     cluster.run()
     if digest is not DigestType.DUMMY:  # corrupt b1's copy of entry 1 (first in its write set (1, 2))
         stored = cluster.bookies["b1:1"].storage
         stored[LEDGER, 1] = stored[LEDGER, 1][:-1] + bytes([stored[LEDGER, 1][-1] ^ 1])
     op = ReadOp(LEDGER, meta, 0, 3)
-    outputs = op.start()
+    outputs = op.step(Start())
     assert [s.bookie for s in outputs if isinstance(s, Send)] == ["b0:1", "b1:1", "b2:1", "b0:1"]
     result = None
     pending = [o for o in outputs if isinstance(o, Send)]
     while pending:
         send = pending.pop(0)
         response = None if send.bookie == "b0:1" else cluster.network.answer(send.bookie, send.request)
-        for out in op.receive(send.bookie, send.request, response):
+        for out in op.step(BookieAnswered(send.bookie, send.request, response)):
             if isinstance(out, Send):
                 pending.append(out)
             else:
@@ -53,13 +53,13 @@ def test_read_range_falls_back_past_a_silent_and_a_corrupting_bookie(digest: Dig
 def test_read_of_a_missing_entry_names_it() -> None:
     meta = LedgerMetadata(2, 2, 2, (Fragment(0, ("a", "b")),))
     op = ReadOp(LEDGER, meta, 5, 5)
-    (ask,) = op.start()
+    (ask,) = op.step(Start())
     assert isinstance(ask, Send) and isinstance(ask.request, ReadRequest)
     assert ask.bookie == "b"  # write set of entry 5 with E=2: (1, 0)
-    (again,) = op.receive(ask.bookie, ask.request, ReadResponse(LEDGER, 5, ErrorCode.ENOENTRY))
+    (again,) = op.step(BookieAnswered(ask.bookie, ask.request, ReadResponse(LEDGER, 5, ErrorCode.ENOENTRY)))
     assert isinstance(again, Send) and again.bookie == "a"
-    assert op.receive("b", ask.request, ReadResponse(LEDGER, 5, ErrorCode.EOK)) == []  # late, ignored
-    (failed,) = op.receive("a", ask.request, ReadResponse(LEDGER, 5, ErrorCode.ENOLEDGER))
+    assert op.step(BookieAnswered("b", ask.request, ReadResponse(LEDGER, 5, ErrorCode.EOK))) == []  # late, ignored
+    (failed,) = op.step(BookieAnswered("a", ask.request, ReadResponse(LEDGER, 5, ErrorCode.ENOLEDGER)))
     assert isinstance(failed, ReadFailed) and isinstance(failed.error, NoSuchEntryError)
     assert "entry 5" in str(failed.error)
 
@@ -67,13 +67,23 @@ def test_read_of_a_missing_entry_names_it() -> None:
 def test_read_of_a_wrong_entry_id_is_a_bad_entry() -> None:
     meta = LedgerMetadata(1, 1, 1, (Fragment(0, ("a",)),))
     writer = LedgerWriter(LEDGER, meta)
-    (send,) = writer.add(b"x")
+    (send,) = writer.step(Add(b"x"))
     assert isinstance(send, Send) and hasattr(send.request, "body")
     op = ReadOp(LEDGER, meta, 1, 1)
-    (ask,) = op.start()
+    (ask,) = op.step(Start())
     assert isinstance(ask, Send)
-    (failed,) = op.receive("a", ask.request, ReadResponse(LEDGER, 1, ErrorCode.EOK, send.request.body))  # entry 0
+    (failed,) = op.step(
+        BookieAnswered("a", ask.request, ReadResponse(LEDGER, 1, ErrorCode.EOK, send.request.body))
+    )  # entry 0
     assert isinstance(failed, ReadFailed) and isinstance(failed.error, BadEntryError)
+
+
+@pytest.mark.parametrize("event", [Add(b"x"), Close(), "start"])
+def test_an_event_of_another_type_is_refused_by_the_reader(event: object) -> None:
+    op = ReadOp(LEDGER, LedgerMetadata(1, 1, 1, (Fragment(0, ("a",)),)), 0, 0)
+    with pytest.raises(TypeError, match="not a read event"):
+        op.step(event)  # type: ignore[arg-type]
+    assert not op.finished and [s.bookie for s in op.step(Start()) if isinstance(s, Send)] == ["a"]
 
 
 def test_bad_read_range_is_refused() -> None:

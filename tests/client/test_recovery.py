@@ -12,7 +12,7 @@ from impl.bookie.client.errors import LedgerFencedError, NotEnoughBookiesError
 from impl.bookie.client.ledger_update import StartRecovery, UpdateMetadata
 from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
 from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp, RecoveryPhase
-from impl.bookie.client.writer import AddCompleted, AddFailed, LedgerWriter, Send
+from impl.bookie.client.writer import Add, AddCompleted, AddFailed, BookieAnswered, Close, LedgerWriter, Send, Start
 from impl.bookie.entry_format import encode_entry, master_key, read_header
 from impl.bookie.protocol import AddRequest, ErrorCode, ReadRequest, ReadResponse
 from impl.metadata.ledger import Fragment, LedgerMetadata, LedgerState
@@ -37,13 +37,13 @@ def new_cluster(seed: int = 0, e: int = 3, qw: int = 3, qa: int = 2) -> SimClust
 
 def write(cluster: SimCluster, writer: LedgerWriter, count: int) -> None:
     for i in range(count):
-        cluster.perform(writer, writer.add(f"entry-{i}".encode()))
+        cluster.perform(writer, writer.step(Add(f"entry-{i}".encode())))
     cluster.run()
 
 
 def recover(cluster: SimCluster, read_ahead: int = 1) -> RecoveryOp:
     op = RecoveryOp(LEDGER, cluster.store.metadata, read_ahead=read_ahead)
-    cluster.perform(op, op.start())
+    cluster.perform(op, op.step(Start()))
     return op
 
 
@@ -68,50 +68,66 @@ def lac_answer(entry_id: int, lac: int, length: int = 10) -> ReadResponse:
 def test_read_lac_fences_every_bookie_and_takes_the_max_lac() -> None:
     meta = LedgerMetadata(3, 3, 2, (Fragment(0, ("a", "b", "c")),), password=b"secret")
     op = ReadLacOp(LEDGER, meta)
-    sent = op.start()
+    sent = op.step(Start())
     assert [s.bookie for s in sent] == ["a", "b", "c"]
     request = sent[0].request
     assert isinstance(request, ReadRequest) and request.fence and request.master_key == master_key(b"secret")
-    assert op.receive("a", request, lac_answer(5, 3, 50)) == []  # one answer covers no write set of E3/Qw3/Qa2
+    assert (
+        op.step(BookieAnswered("a", request, lac_answer(5, 3, 50))) == []
+    )  # one answer covers no write set of E3/Qw3/Qa2
     # The LAC and the length come from one header (BookKeeper's RecoveryData): the max-LAC answer's.
-    assert op.receive("b", request, lac_answer(6, 4, 60)) == [ReadLacDone(4, 60)]
-    assert op.receive("c", request, lac_answer(9, 8)) == []  # done already
+    assert op.step(BookieAnswered("b", request, lac_answer(6, 4, 60))) == [ReadLacDone(4, 60)]
+    assert op.step(BookieAnswered("c", request, lac_answer(9, 8))) == []  # done already
 
 
 def test_read_lac_counts_no_entry_as_an_answer_and_fails_without_coverage() -> None:
     meta = LedgerMetadata(3, 3, 2, (Fragment(0, ("a", "b", "c")),), password=b"secret")
     op = ReadLacOp(LEDGER, meta)
-    request = op.start()[0].request
-    assert op.receive("a", request, ReadResponse(LEDGER, -1, ErrorCode.EIO)) == []
-    assert op.receive("b", request, ReadResponse(LEDGER, -1, ErrorCode.ENOENTRY)) == []
-    (failed,) = op.receive("c", request, None)
+    request = op.step(Start())[0].request
+    assert op.step(BookieAnswered("a", request, ReadResponse(LEDGER, -1, ErrorCode.EIO))) == []
+    assert op.step(BookieAnswered("b", request, ReadResponse(LEDGER, -1, ErrorCode.ENOENTRY))) == []
+    (failed,) = op.step(BookieAnswered("c", request, None))
     assert isinstance(failed, ReadLacFailed) and isinstance(failed.error, NotEnoughBookiesError)
     assert "a" in str(failed.error) and "c" in str(failed.error)
 
     op = ReadLacOp(LEDGER, meta)
-    assert op.receive("a", request, ReadResponse(LEDGER, -1, ErrorCode.ENOLEDGER)) == []
-    assert op.receive("b", request, ReadResponse(LEDGER, -1, ErrorCode.ENOENTRY)) == [ReadLacDone(-1, 0)]
+    assert op.step(BookieAnswered("a", request, ReadResponse(LEDGER, -1, ErrorCode.ENOLEDGER))) == []
+    assert op.step(BookieAnswered("b", request, ReadResponse(LEDGER, -1, ErrorCode.ENOENTRY))) == [ReadLacDone(-1, 0)]
 
 
 def test_read_lac_keeps_the_first_header_with_the_largest_lac() -> None:
     # ReadLastConfirmedOp replaces its RecoveryData only on a strictly larger LAC; (-1, 0) to begin with.
     meta = LedgerMetadata(3, 3, 1, (Fragment(0, ("a", "b", "c")),), password=b"secret")
     op = ReadLacOp(LEDGER, meta, fence=False)
-    request = op.start()[0].request
-    assert op.receive("a", request, lac_answer(3, -1, 30)) == []
+    request = op.step(Start())[0].request
+    assert op.step(BookieAnswered("a", request, lac_answer(3, -1, 30))) == []
     assert (op.lac, op.length) == (-1, 0)  # a LAC of -1 replaces nothing
-    assert op.receive("b", request, lac_answer(4, 2, 40)) == []
-    assert op.receive("c", request, lac_answer(5, 2, 50)) == [ReadLacDone(2, 40)]  # equal LAC: the first stays
+    assert op.step(BookieAnswered("b", request, lac_answer(4, 2, 40))) == []
+    assert op.step(BookieAnswered("c", request, lac_answer(5, 2, 50))) == [
+        ReadLacDone(2, 40)
+    ]  # equal LAC: the first stays
 
 
 def test_read_lac_treats_a_corrupt_entry_as_an_error() -> None:
     meta = LedgerMetadata(2, 2, 2, (Fragment(0, ("a", "b")),), password=b"secret")
     op = ReadLacOp(LEDGER, meta)
-    request = op.start()[0].request
+    request = op.step(Start())[0].request
     good = lac_answer(4, 3)
     corrupt = ReadResponse(LEDGER, 4, ErrorCode.EOK, good.body[:-1] + b"X")
-    assert op.receive("a", request, corrupt) == []
-    assert op.receive("b", request, good) == [ReadLacDone(3, 10)]
+    assert op.step(BookieAnswered("a", request, corrupt)) == []
+    assert op.step(BookieAnswered("b", request, good)) == [ReadLacDone(3, 10)]
+
+
+@pytest.mark.parametrize("event", [Add(b"x"), Close(), ReadLacDone(3), "start"])
+def test_an_event_of_another_type_is_refused_by_recovery_and_read_lac(event: object) -> None:
+    meta = LedgerMetadata(3, 3, 2, (Fragment(0, ("a", "b", "c")),), password=b"secret")
+    read_lac = ReadLacOp(LEDGER, meta)
+    with pytest.raises(TypeError, match="not a read-LAC event"):
+        read_lac.step(event)  # type: ignore[arg-type]
+    op = RecoveryOp(LEDGER, meta)
+    with pytest.raises(TypeError, match="not a recovery event"):
+        op.step(event)  # type: ignore[arg-type]
+    assert op.phase is RecoveryPhase.STARTING and op.step(Start()) == [UpdateMetadata(StartRecovery(LEDGER))]
 
 
 # ---- recovery over the simulated cluster ------------------------------------------------------------
@@ -121,9 +137,9 @@ def test_recovery_of_a_closed_ledger_does_nothing() -> None:
     cluster = new_cluster()
     writer = LedgerWriter(LEDGER, cluster.store.metadata)
     write(cluster, writer, 3)
-    cluster.perform(writer, writer.close())
+    cluster.perform(writer, writer.step(Close()))
     op = RecoveryOp(LEDGER, cluster.store.metadata)
-    (done,) = op.start()
+    (done,) = op.step(Start())
     assert isinstance(done, RecoveryDone) and done.adopted and done.metadata.last_entry_id == 2
 
 
@@ -132,14 +148,14 @@ def test_recovery_fences_the_writer_and_keeps_every_acknowledged_entry() -> None
     writer = LedgerWriter(LEDGER, cluster.store.metadata)
     write(cluster, writer, 5)
     op = RecoveryOp(LEDGER, cluster.store.metadata)
-    assert op.start() == [UpdateMetadata(StartRecovery(LEDGER))]
-    cluster.perform(op, op.on_metadata_result(cluster.store.apply(StartRecovery(LEDGER))))
+    assert op.step(Start()) == [UpdateMetadata(StartRecovery(LEDGER))]
+    cluster.perform(op, op.step(cluster.store.apply(StartRecovery(LEDGER))))
     cluster.run()
     done = outcome(cluster, op)
     assert not done.adopted
     assert (done.metadata.state, done.metadata.last_entry_id) == (LedgerState.CLOSED, 4)
     assert done.metadata.length == sum(len(f"entry-{i}") for i in range(5))
-    cluster.perform(writer, writer.add(b"late"))
+    cluster.perform(writer, writer.step(Add(b"late")))
     cluster.run()
     failures = [e for e in cluster.events_of(writer) if isinstance(e, AddFailed)]
     assert failures and all(isinstance(f.error, LedgerFencedError) for f in failures)
@@ -158,7 +174,7 @@ def recover_recording(cluster: SimCluster, read_ahead: int = 1) -> tuple[Recover
         perform(client, outputs)
 
     cluster.perform = recording  # type: ignore[method-assign]
-    cluster.perform(op, op.start())
+    cluster.perform(op, op.step(Start()))
     cluster.run()
     return op, seen
 
@@ -174,7 +190,7 @@ def test_recovery_reads_from_the_start_point_plus_one_and_never_the_start_entry(
     cluster = new_cluster()
     writer = LedgerWriter(LEDGER, cluster.store.metadata)
     for i in range(3):  # one at a time: entry 2 carries LAC 1
-        cluster.perform(writer, writer.add(f"entry-{i}".encode()))
+        cluster.perform(writer, writer.step(Add(f"entry-{i}".encode())))
         cluster.run()
     op, seen = recover_recording(cluster, read_ahead)
     done = outcome(cluster, op)
@@ -306,7 +322,7 @@ def test_concurrent_recoveries_during_writing_agree_and_keep_the_writers_lac(see
     writer = LedgerWriter(LEDGER, cluster.store.metadata)
     write(cluster, writer, 3)
     for i in range(12):  # keep adds in flight while recoveries start
-        cluster.perform(writer, writer.add(f"more-{i}".encode()))
+        cluster.perform(writer, writer.step(Add(f"more-{i}".encode())))
         for _ in range(cluster.random.randrange(4)):
             cluster.step()
     ops = []
@@ -330,19 +346,19 @@ def test_recovery_sends_only_fenced_reads_and_recovery_adds() -> None:
     writer = LedgerWriter(LEDGER, cluster.store.metadata)
     write(cluster, writer, 2)
     op = RecoveryOp(LEDGER, cluster.store.metadata)
-    op.start()
-    outputs = op.on_metadata_result(cluster.store.apply(StartRecovery(LEDGER)))
+    op.step(Start())
+    outputs = op.step(cluster.store.apply(StartRecovery(LEDGER)))
     seen: list[Send] = []
     pending = [o for o in outputs if isinstance(o, Send)]
     while pending:
         send = pending.pop(0)
         seen.append(send)
         response = cluster.network.answer(send.bookie, send.request)
-        more = op.receive(send.bookie, send.request, response)
+        more = op.step(BookieAnswered(send.bookie, send.request, response))
         pending += [o for o in more if isinstance(o, Send)]
         for o in more:
             if isinstance(o, UpdateMetadata):
-                op.on_metadata_result(cluster.store.apply(o.change))
+                op.step(cluster.store.apply(o.change))
     assert seen and all(
         (isinstance(s.request, ReadRequest) and s.request.fence)
         or (isinstance(s.request, AddRequest) and s.request.recovery)
@@ -366,7 +382,7 @@ def test_any_interleaving_recovers_one_end_covering_every_acknowledged_entry(
     cluster = new_cluster(seed=seed, e=e, qw=qw, qa=qa)
     writer = LedgerWriter(LEDGER, cluster.store.metadata)
     for i in range(10):
-        cluster.perform(writer, writer.add(f"w-{i}".encode()))
+        cluster.perform(writer, writer.step(Add(f"w-{i}".encode())))
         for _ in range(cluster.random.randrange(5)):
             cluster.step()
     victim = cluster.random.choice(BOOKIES[:e])
@@ -424,7 +440,7 @@ def test_every_completed_add_sits_on_qa_bookies_of_its_stored_write_set(
         checked = len(confirmed)
 
     for i in range(15):
-        cluster.perform(writer, writer.add(f"w-{i}".encode()))
+        cluster.perform(writer, writer.step(Add(f"w-{i}".encode())))
         for _ in range(cluster.random.randrange(4)):
             cluster.step()
             check_new_completions()

@@ -8,7 +8,10 @@ randomness from a seeded random.Random owned here, never by a core.
 
 Each running core has a `_Driver`: one input at a time, in order, so transport
 callbacks from any thread (or inline) are serialised; a thread finding another one
-running the core's steps leaves its input to that thread instead of waiting.
+running the core's steps leaves its input to that thread instead of waiting. Every core
+is driven through its one entry point, `step(event)` (docs/architecture.md, "One way to
+drive a core"): `Start()`, `Add`, `Close()`, and the answers to its outputs
+(`BookieAnswered`, `ReplacementChosen`/`NoReplacement`, `MetadataResult`).
 
 A client given a tracer (impl/trace.py; `BookKeeperClient(tracer=...)`, `connect_bookkeeper(tracer=...)`)
 hands it to every writer and recovery op it creates, and records each ledger it creates
@@ -36,12 +39,18 @@ from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
 from impl.bookie.client.reader import LedgerEntry, ReadCompleted, ReadFailed, ReadOp
 from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp
 from impl.bookie.client.writer import (
+    Add,
     AddCompleted,
     AddFailed,
+    BookieAnswered,
     ChooseReplacement,
+    Close,
     CloseFailed,
     LedgerWriter,
+    NoReplacement,
+    ReplacementChosen,
     Send,
+    Start,
     WriterClosed,
 )
 from impl.futures import settle
@@ -71,8 +80,14 @@ class BookieTransport(Protocol):
         bookie did not answer in time (the transport owns the timeout). May call back inline."""
 
 
+class _Core(Protocol):
+    """What a driver needs of a client core (writer, recovery, read-LAC, reader): its one entry point."""
+
+    def step(self, event: Any) -> list[Any]: ...
+
+
 class _Answer:
-    """Whom the transport tells the answer to one Send: queues the core's `receive` of it as a step.
+    """Whom the transport tells the answer to one Send: queues the core's step of it (BookieAnswered).
     One slotted object per request in flight (a closure over the same took six for the collector)."""
 
     __slots__ = ("driver", "bookie", "request", "response")
@@ -88,7 +103,7 @@ class _Answer:
         self.driver.feed(self.step)
 
     def step(self) -> list[Any]:
-        return self.driver.core.receive(self.bookie, self.request, self.response)
+        return self.driver.core.step(BookieAnswered(self.bookie, self.request, self.response))
 
 
 class _Driver:
@@ -102,7 +117,7 @@ class _Driver:
     answers a stream message waits for the message's other answers (`after_answers`): the steps
     of all of them are one round, so one hand-over, not one per answer."""
 
-    def __init__(self, client: BookKeeperClient, core: Any, on_event: Callable[[Any], None]) -> None:
+    def __init__(self, client: BookKeeperClient, core: _Core, on_event: Callable[[Any], None]) -> None:
         self.client = client
         self.core = core
         self.on_event = on_event
@@ -167,16 +182,15 @@ class _Driver:
             except (PlacementError, MetadataError) as e:
                 # An unreachable registry (e.g. the session closed under a closing client) leaves
                 # no replacement either; the core fails the affected adds with this reason.
-                reason = f"{type(e).__name__}: {e}"
-                self.feed(lambda: core.on_no_replacement(output.failed, reason))
+                self.feed(partial(core.step, NoReplacement(output.failed, f"{type(e).__name__}: {e}")))
             else:
-                self.feed(lambda: core.on_replacement(output.failed, replacement))
+                self.feed(partial(core.step, ReplacementChosen(output.failed, replacement)))
         elif isinstance(output, UpdateMetadata):
             try:
                 result = apply_change(self.client.ledgers, output.change)
             except MetadataError as e:
                 result = MetadataResult(output.change, False, None, f"{type(e).__name__}: {e}")
-            self.feed(lambda: core.on_metadata_result(result))
+            self.feed(partial(core.step, result))
         else:
             self.on_event(output)
 
@@ -315,7 +329,7 @@ class BookKeeperClient:
                     future.set_exception(event.error)
 
             op = RecoveryOp(ledger_id, metadata, read_ahead=self.recovery_read_ahead, tracer=self.tracer)
-            _Driver(self, op, on_event).feed(op.start)
+            _Driver(self, op, on_event).feed(partial(op.step, Start()))
             metadata = _wait(future, self.timeout_s, f"recovery of ledger {ledger_id}")
         return ReadHandle(self, ledger_id, metadata)
 
@@ -335,7 +349,7 @@ class BookKeeperClient:
                 future.set_exception(event.error)
 
         op = ReadOp(ledger_id, metadata, first, last)
-        _Driver(self, op, on_event).feed(op.start)
+        _Driver(self, op, on_event).feed(partial(op.step, Start()))
         return _wait(future, self.timeout_s, f"read of ledger {ledger_id} entries {first}..{last}")
 
     def _read_lac(self, ledger_id: int, metadata: LedgerMetadata) -> int:
@@ -348,7 +362,7 @@ class BookKeeperClient:
                 future.set_exception(event.error)
 
         op = ReadLacOp(ledger_id, metadata, fence=False)
-        _Driver(self, op, on_event).feed(op.start)
+        _Driver(self, op, on_event).feed(partial(op.step, Start()))
         return _wait(future, self.timeout_s, f"read-LAC of ledger {ledger_id}")
 
 
@@ -397,7 +411,7 @@ class WriteHandle:
         def step() -> list[Any]:
             outputs: list[Any] = []
             for payload, callback in payloads:
-                added = self.writer.add(payload)
+                added = self.writer.step(Add(payload))
                 first = added[0] if added else None
                 if isinstance(first, AddFailed) and first.entry_id is None:
                     callback(first.error)  # refused: the writer is fenced, failed or closed
@@ -423,7 +437,7 @@ class WriteHandle:
         future: Future[LedgerMetadata] = Future()
         with self._closes_lock:
             self._closes.append(future)
-        self._driver.feed(self.writer.close)
+        self._driver.feed(partial(self.writer.step, Close()))
         return _wait(future, self.client.timeout_s, f"close of ledger {self.ledger_id}")
 
     def read(self, first: int, last: int) -> list[LedgerEntry]:

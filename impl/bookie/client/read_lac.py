@@ -8,18 +8,25 @@ ReadLastConfirmedOp, the result is the header of the answer with the largest LAC
 one seen; `(-1, 0)` when no answer carries a LAC above -1). Done by the per-write-set
 coverage rule: once every write set has fewer than Qa bookies still unknown, the old writer
 can reach Qa on no write set.
+
+Pure, and driven one way (docs/architecture.md, "One way to drive a core"): `step(event)` takes
+`Start()` (-> a Send to every bookie of the last fragment) and `BookieAnswered(bookie, request,
+response)` (None: no answer in time; -> ReadLacDone or ReadLacFailed once decided), and raises
+TypeError for an event of another type. The recovery op feeds its own events on to it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from impl.bookie.client.distribution import Answer, lac_coverage_reached
 from impl.bookie.client.errors import LedgerClientError, NotEnoughBookiesError
-from impl.bookie.client.writer import Send
+from impl.bookie.client.writer import BookieAnswered, Send, Start
 from impl.bookie.entry_format import BadEntry, decode_entry, master_key
-from impl.bookie.protocol import LAST_ENTRY, ErrorCode, ReadRequest, ReadResponse, Request, Response
-from impl.metadata.ledger import NO_ENTRY, BookieId, LedgerMetadata
+from impl.bookie.protocol import LAST_ENTRY, ErrorCode, ReadRequest, ReadResponse, Response
+from impl.metadata.ledger import NO_ENTRY, LedgerMetadata
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class ReadLacFailed:
 
 
 ReadLacOutput = Send | ReadLacDone | ReadLacFailed
+ReadLacEvent = Start | BookieAnswered
 
 
 class ReadLacOp:
@@ -47,12 +55,23 @@ class ReadLacOp:
         self.length = 0  # the length in the header that carried `lac`
         self.finished = False
 
+    def step(self, event: ReadLacEvent) -> list[ReadLacOutput]:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a read-LAC event: {event!r}")
+        return handler(self, event)
+
+    # Kept for tests/conformance/test_ledger_replay.py (RecoveryWithoutFencing) until it moves to step.
     def start(self) -> list[Send]:
+        return [o for o in self.step(Start()) if isinstance(o, Send)]  # Start gives Sends only
+
+    def _begin(self, _: Start) -> list[ReadLacOutput]:
         key = master_key(self.metadata.password) if self.fence else None
         request = ReadRequest(self.ledger_id, LAST_ENTRY, fence=self.fence, master_key=key)
         return [Send(bookie, request) for bookie in self.ensemble]
 
-    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[ReadLacOutput]:
+    def _answered(self, e: BookieAnswered) -> list[ReadLacOutput]:
+        bookie, request, response = e.bookie, e.request, e.response
         if self.finished or not isinstance(request, ReadRequest) or request.entry_id != LAST_ENTRY:
             return []
         if bookie not in self.ensemble:
@@ -94,3 +113,11 @@ class ReadLacOp:
         if entry.lac > self.lac:  # strictly larger: the first answer with the largest LAC is kept
             self.lac, self.length = entry.lac, entry.length
         return Answer.OK
+
+
+# Event type -> handler. Mutants (conformance/mutants.py) patch the functions this module calls
+# (`lac_coverage_reached`).
+_HANDLERS: dict[type, Callable[[ReadLacOp, Any], list[ReadLacOutput]]] = {
+    Start: ReadLacOp._begin,
+    BookieAnswered: ReadLacOp._answered,
+}

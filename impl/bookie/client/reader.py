@@ -4,17 +4,24 @@ For each entry, ask the first bookie of its write set; on an error, no answer, a
 negative answer or an entry that fails verification (digest, ledger id, entry id, via
 entry_format.decode_entry), fall back to the next bookie of the write set. Entries are
 delivered together, in order, once all are read.
+
+Pure, and driven one way (docs/architecture.md, "One way to drive a core"): `step(event)` takes
+`Start()` (-> a Send for each entry) and `BookieAnswered(bookie, request, response)` (None: no answer
+in time; -> the next Send, ReadCompleted or ReadFailed), and raises TypeError for an event of another
+type.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from impl.bookie.client.distribution import write_set
 from impl.bookie.client.errors import BadEntryError, LedgerClientError, NoSuchEntryError, NotEnoughBookiesError
-from impl.bookie.client.writer import Send
+from impl.bookie.client.writer import BookieAnswered, Send, Start
 from impl.bookie.entry_format import BadEntry, decode_entry
-from impl.bookie.protocol import ErrorCode, ReadRequest, ReadResponse, Request, Response
+from impl.bookie.protocol import ErrorCode, ReadRequest, ReadResponse
 from impl.metadata.ledger import BookieId, LedgerMetadata
 
 
@@ -36,6 +43,7 @@ class ReadFailed:
 
 
 ReadOutput = Send | ReadCompleted | ReadFailed
+ReadEvent = Start | BookieAnswered
 
 
 @dataclass
@@ -63,10 +71,17 @@ class ReadOp:
             members = write_set(entry_id, m.ensemble_size, m.write_quorum)
             self._reads[entry_id] = _EntryRead(tuple(ensemble[i] for i in members))
 
-    def start(self) -> list[ReadOutput]:
+    def step(self, event: ReadEvent) -> list[ReadOutput]:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a read event: {event!r}")
+        return handler(self, event)
+
+    def _begin(self, _: Start) -> list[ReadOutput]:
         return [self._ask(entry_id) for entry_id in self._reads]
 
-    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[ReadOutput]:
+    def _answered(self, e: BookieAnswered) -> list[ReadOutput]:
+        bookie, request, response = e.bookie, e.request, e.response
         if self.finished or not isinstance(request, ReadRequest):
             return []
         read = self._reads.get(request.entry_id)
@@ -106,3 +121,10 @@ class ReadOp:
                 self.ledger_id, f"{read.corrupt} bookie(s) returned a copy of {where} that failed verification"
             )
         return NotEnoughBookiesError(self.ledger_id, f"could not read {where}; retry when bookies are back")
+
+
+# Event type -> handler.
+_HANDLERS: dict[type, Callable[[ReadOp, Any], list[ReadOutput]]] = {
+    Start: ReadOp._begin,
+    BookieAnswered: ReadOp._answered,
+}

@@ -17,6 +17,18 @@
 6. RecoveryClose IN_RECOVERY -> CLOSED with last entry, length and fragments; if someone
    else closed the ledger first, adopt their close.
 
+Pure, and driven one way (docs/architecture.md, "One way to drive a core"): every input is a frozen
+dataclass fed to `step(event) -> list[RecoveryOutput]`; an event of another type raises TypeError.
+
+  Start()                 step 1 (RecoveryDone), 2 (UpdateMetadata(StartRecovery)) or, already
+                          IN_RECOVERY, 3 (the fencing read-LAC's Sends)
+  MetadataResult          the answer to UpdateMetadata: StartRecovery (-> step 3) or RecoveryClose
+                          (-> RecoveryDone, or RecoveryFailed)
+  BookieAnswered          the answer to a Send (None: no answer in time): a read-LAC answer goes to the
+                          read-LAC op (impl/bookie/client/read_lac.py), a write-back's to the writer,
+                          an entry read's decides entries (step 4)
+  ReplacementChosen, NoReplacement   the answers to the write-back writer's ChooseReplacement
+
 An op given a tracer (impl/trace.py) reports each ledger.tla step it takes (`RecoveryStarts`,
 `RecoveryReceivesReadLacResponse`, `RecoveryReceivesReadResponse`, `RecoveryReadTimedOut`,
 `RecoveryCloses`, `RecoveryAborts`) to it, and hands it to its write-back writer
@@ -27,14 +39,26 @@ computes nothing for it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from impl.bookie.client.distribution import Answer, entry_absent, write_set
 from impl.bookie.client.errors import LedgerClientError, MetadataUpdateError, NotEnoughBookiesError
 from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, StartRecovery, UpdateMetadata
-from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
-from impl.bookie.client.writer import AddFailed, ChooseReplacement, LedgerWriter, Send, WriterOutput
+from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp, ReadLacOutput
+from impl.bookie.client.writer import (
+    Add,
+    AddFailed,
+    BookieAnswered,
+    ChooseReplacement,
+    LedgerWriter,
+    NoReplacement,
+    ReplacementChosen,
+    Send,
+    Start,
+    WriterOutput,
+)
 from impl.bookie.entry_format import BadEntry, DecodedEntry, decode_entry, master_key, read_header
 from impl.bookie.protocol import LAST_ENTRY, AddRequest, ErrorCode, ReadRequest, ReadResponse, Request, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, LedgerMetadata, LedgerState
@@ -55,6 +79,7 @@ class RecoveryFailed:
 
 
 RecoveryOutput = Send | ChooseReplacement | UpdateMetadata | RecoveryDone | RecoveryFailed
+RecoveryEvent = Start | MetadataResult | BookieAnswered | ReplacementChosen | NoReplacement
 
 
 class RecoveryPhase(enum.Enum):
@@ -89,9 +114,41 @@ class RecoveryOp:
         self._end_found = False
         self._key = master_key(metadata.password)
 
-    # ---- inputs ---------------------------------------------------------------------------------
+    # ---- the one entry point ---------------------------------------------------------------------
 
+    def step(self, event: RecoveryEvent) -> list[RecoveryOutput]:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a recovery event: {event!r}")
+        return handler(self, event)
+
+    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py and tests/bookie/test_fenced_close.py
+    # until they move to step.
     def start(self) -> list[RecoveryOutput]:
+        return self.step(Start())
+
+    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py, tests/client/simulation.py and
+    # tests/bookie/test_fenced_close.py until they move to step.
+    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[RecoveryOutput]:
+        return self.step(BookieAnswered(bookie, request, response))
+
+    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py, tests/client/simulation.py and
+    # tests/bookie/test_fenced_close.py until they move to step.
+    def on_metadata_result(self, result: MetadataResult) -> list[RecoveryOutput]:
+        return self.step(result)
+
+    # Kept for conformance/ledger_cluster.py, tests/client/simulation.py and tests/bookie/test_fenced_close.py
+    # until they move to step.
+    def on_replacement(self, failed: BookieId, replacement: BookieId) -> list[RecoveryOutput]:
+        return self.step(ReplacementChosen(failed, replacement))
+
+    # Kept for conformance/ledger_cluster.py and tests/client/simulation.py until they move to step.
+    def on_no_replacement(self, failed: BookieId, reason: str) -> list[RecoveryOutput]:
+        return self.step(NoReplacement(failed, reason))
+
+    # ---- Start ------------------------------------------------------------------------------------
+
+    def _begin(self, _: Start) -> list[RecoveryOutput]:
         if self.metadata.state is LedgerState.CLOSED:
             outputs = self._done(self.metadata, adopted=True)
             self._trace("RecoveryStarts", outcome="CLOSED")
@@ -102,7 +159,9 @@ class RecoveryOp:
         self._trace("RecoveryStarts", outcome="IN_RECOVERY")
         return outputs
 
-    def on_metadata_result(self, result: MetadataResult) -> list[RecoveryOutput]:
+    # ---- MetadataResult ---------------------------------------------------------------------------
+
+    def _metadata_result(self, result: MetadataResult) -> list[RecoveryOutput]:
         current = result.metadata
         if isinstance(result.change, StartRecovery) and self.phase is RecoveryPhase.STARTING:
             if current is None:
@@ -131,13 +190,16 @@ class RecoveryOp:
             return outputs
         return []
 
-    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[RecoveryOutput]:
+    # ---- BookieAnswered ---------------------------------------------------------------------------
+
+    def _answered(self, e: BookieAnswered) -> list[RecoveryOutput]:
+        bookie, request, response = e.bookie, e.request, e.response
         if isinstance(request, AddRequest):
             if self.writer is None or self.phase is not RecoveryPhase.READING:
                 if response is not None:  # a late write-back answer: no longer counted
                     self._trace("RecoveryReceivesAddResponse", bookie=bookie, entry=request.entry_id, counted=False)
                 return []
-            return self._from_writer(self.writer.receive(bookie, request, response))
+            return self._from_writer(self.writer.step(e))
         if not isinstance(request, ReadRequest):
             return []
         if request.entry_id == LAST_ENTRY:
@@ -145,7 +207,7 @@ class RecoveryOp:
                 if response is not None and self.tracer is not None:
                     self._trace("RecoveryReceivesReadLacResponse", bookie=bookie, stale=True, lac=_lac_in(response))
                 return []
-            outputs = self._from_read_lac(self.read_lac.receive(bookie, request, response))
+            outputs = self._from_read_lac(self.read_lac.step(e))
             if response is not None and self.tracer is not None:
                 self._trace(
                     "RecoveryReceivesReadLacResponse",
@@ -218,28 +280,28 @@ class RecoveryOp:
                 },
             )
 
-    def on_replacement(self, failed: BookieId, replacement: BookieId) -> list[RecoveryOutput]:
-        if self.writer is None or self.phase is not RecoveryPhase.READING:
-            return []
-        return self._from_writer(self.writer.on_replacement(failed, replacement))
+    # ---- ReplacementChosen, NoReplacement: the write-back writer's ----------------------------------
 
-    def on_no_replacement(self, failed: BookieId, reason: str) -> list[RecoveryOutput]:
+    def _to_writer(self, e: ReplacementChosen | NoReplacement) -> list[RecoveryOutput]:
         if self.writer is None or self.phase is not RecoveryPhase.READING:
             return []
-        return self._from_writer(self.writer.on_no_replacement(failed, reason))
+        return self._from_writer(self.writer.step(e))
 
     # ---- steps ----------------------------------------------------------------------------------
 
     def _fence(self) -> list[RecoveryOutput]:
         self.phase = RecoveryPhase.FENCING
         self.read_lac = ReadLacOp(self.ledger_id, self.metadata, fence=True)
-        return [*self.read_lac.start()]
+        return self._from_read_lac(self.read_lac.step(Start()))
 
-    def _from_read_lac(self, outputs: list[Send | ReadLacDone | ReadLacFailed]) -> list[RecoveryOutput]:
+    def _from_read_lac(self, outputs: list[ReadLacOutput]) -> list[RecoveryOutput]:
+        passed: list[RecoveryOutput] = []
         for output in outputs:
-            if isinstance(output, ReadLacFailed):
+            if isinstance(output, Send):
+                passed.append(output)  # its fencing reads (Start)
+            elif isinstance(output, ReadLacFailed):
                 return self._fail(output.error)
-            if isinstance(output, ReadLacDone):
+            elif isinstance(output, ReadLacDone):
                 self.phase = RecoveryPhase.READING
                 # Never start inside the last fragment's predecessor (BookKeeper issue 2615).
                 self._start = max(output.lac, self.metadata.fragments[-1].first_entry_id - 1)
@@ -253,7 +315,7 @@ class RecoveryOp:
                     tracer=self.tracer,
                 )
                 return self._begin_reading(self._start + 1)
-        return []
+        return passed
 
     def _begin_reading(self, first: int) -> list[RecoveryOutput]:
         self._next = first
@@ -353,7 +415,7 @@ class RecoveryOp:
     def _entry_exists(self, entry: DecodedEntry) -> list[RecoveryOutput]:
         assert self.writer is not None and self.writer.last_add_pushed + 1 == entry.entry_id
         # Written back with its own header length (LedgerRecoveryOp sets the length from each entry read).
-        return self._from_writer(self.writer.add(entry.payload, length=entry.length))
+        return self._from_writer(self.writer.step(Add(entry.payload, entry.length)))
 
     def _from_writer(self, outputs: list[WriterOutput]) -> list[RecoveryOutput]:
         passed: list[RecoveryOutput] = []
@@ -386,6 +448,17 @@ class RecoveryOp:
         if step_event:
             self._trace("RecoveryAborts", before=before)
         return [RecoveryFailed(error)]
+
+
+# Event type -> handler. Mutants (conformance/mutants.py) patch the methods the handlers call (`_ask`)
+# or the functions of this module (`entry_absent`), which every handler reaches.
+_HANDLERS: dict[type, Callable[[RecoveryOp, Any], list[RecoveryOutput]]] = {
+    Start: RecoveryOp._begin,
+    MetadataResult: RecoveryOp._metadata_result,
+    BookieAnswered: RecoveryOp._answered,
+    ReplacementChosen: RecoveryOp._to_writer,
+    NoReplacement: RecoveryOp._to_writer,
+}
 
 
 def _lac_in(response: Response) -> int | None:
