@@ -38,6 +38,11 @@ conformance/ledger_cluster.py):
       the bookie core handles it (journalled), the reply is dropped; None at the timeout step
   RequestToDownBookieLost [kind, client, bookie, entry]
       as MessageLost, not counted as a lost message
+  (with SharedFate, ledger-deep's network) every step that sends
+      its requests to a bookie that is down are its client's connection attempt's queue: a step
+      that starts an attempt (nothing of the client in flight to that bookie) has a variant per
+      outcome: the attempt fails (its requests are lost at once, not counted) or it connects at
+      the bookie's restart (they stay in flight; a queued request is never lost alone)
   BookieCrashes [bookie]
       the bookie core is rebuilt from its journal (BookieCore.replay); queued requests are lost
   BookieRestarts [bookie] / BookieFailsPermanently [bookie]
@@ -68,6 +73,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from functools import partial
+from itertools import combinations
 
 from conformance.ledger_cluster import (
     LEDGER_ID,
@@ -99,13 +105,27 @@ def _mv(value: Value) -> ModelValue:
     return value
 
 
-def _then_fail_fast(run: Callable[[LedgerCluster], None], cluster: LedgerCluster) -> None:
-    """`run`, then ledger.tla's FailFast: whatever it sent to a bookie that is down is lost at once
-    (not counted as a lost message; the sender sees a timeout, as for RequestToDownBookieLost)."""
+def _queued(cluster: LedgerCluster) -> set[tuple[str, BookieId]]:
+    """(client, bookie) pairs with a connection attempt pending: requests in flight to a down bookie."""
+    return {(m.client, m.bookie) for m in cluster.inflight if not cluster.bookies[m.bookie].up}
+
+
+def _then_shared_fate(
+    run: Callable[[LedgerCluster], None], failing: frozenset[BookieId], cluster: LedgerCluster
+) -> None:
+    """`run`, then ledger.tla's SharedFate for the connection attempts it started: the requests it sent
+    to a down bookie to which their client had nothing queued start an attempt; those to a bookie in
+    `failing` fail with it at once (not counted as a lost message; the sender sees a timeout), the others
+    wait in flight for the bookie's restart. A `failing` bookie the step starts no attempt to is refused
+    (that variant is another one's twin)."""
+    before = _queued(cluster)
     run(cluster)
-    to_down = [m for m in cluster.inflight if not cluster.bookies[m.bookie].up]
-    if to_down:
-        cluster.lose_requests(to_down, counted=False)
+    started = [m for m in cluster.inflight if not cluster.bookies[m.bookie].up and (m.client, m.bookie) not in before]
+    missing = failing - {m.bookie for m in started}
+    if missing:
+        raise HarnessError(f"this step starts no connection attempt to {sorted(missing)}")
+    if failing:
+        cluster.lose_requests([m for m in started if m.bookie in failing], counted=False)
 
 
 class LedgerMapping:
@@ -124,7 +144,7 @@ class LedgerMapping:
         self.quorums = (int(constants["E"]), int(constants["Qw"]), int(constants["Qa"]))  # type: ignore[arg-type]
         self.entries = range(int(constants["NumEntries"]))  # type: ignore[arg-type]
         self.impl_id = {b: f"bookie-{i}:3181" for i, b in enumerate(self.bookies, start=1)}
-        self.fail_fast = constants.get("FailFast") is True  # ledger.tla's switch, set by ledger-deep's cfg
+        self.shared_fate = constants.get("SharedFate") is True  # ledger.tla's network switch, set by ledger-deep's cfg
         # ledger.tla's JournalSyncData (default TRUE); FALSE: journal appends wait for a sync (SimBookie.hold)
         self.journal_sync = constants.get("JournalSyncData") is not False
         self.cores = cores or CoreTypes()  # tests swap in broken cores to prove that the replay can fail
@@ -161,8 +181,14 @@ class LedgerMapping:
         if make is None:
             raise KeyError(f"ledger.tla action {action} has no mapping")
         result: list[Candidate] = make(cluster, names)
-        if self.fail_fast:
-            result = [replace(c, run=partial(_then_fail_fast, c.run)) for c in result]
+        if self.shared_fate:
+            down = sorted(b for b, node in cluster.bookies.items() if not node.up)
+            fates = [frozenset(s) for n in range(len(down) + 1) for s in combinations(down, n)]
+            result = [
+                replace(c, label=_fate_label(c.label, failing), run=partial(_then_shared_fate, c.run, failing))
+                for c in result
+                for failing in fates
+            ]
         return result
 
     def _groups(
@@ -252,7 +278,9 @@ class LedgerMapping:
         ]
 
     def _do_MessageLost(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
-        return self._losses(cluster, names, None, lambda c, ms: c.lose_requests(ms))
+        # With SharedFate a request to a down bookie is queued on a connection attempt, not on the wire.
+        up = True if self.shared_fate else None
+        return self._losses(cluster, names, up, lambda c, ms: c.lose_requests(ms))
 
     def _do_ReplyLost(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
         return self._losses(cluster, names, True, lambda c, ms: c.lose_replies(ms))
@@ -523,6 +551,10 @@ def _durable_state(node: SimBookie) -> Value:
 def _impl(candidate: Candidate, names: Names) -> BookieId:
     spec = candidate.params["bookie"]
     return next(i for i, s in names.items() if s == spec)
+
+
+def _fate_label(label: str, failing: frozenset[BookieId]) -> str:
+    return f"{label}; the connection attempts to {sorted(failing)} fail" if failing else label
 
 
 def _show(msg: Record) -> str:

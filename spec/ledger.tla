@@ -12,7 +12,7 @@
 (* effect is the check-and-set at the instant of the successful write.    *)
 (*                                                                         *)
 (* Switches defined below and overridden by a model's cfg (so the other   *)
-(* models need not name them): FailFast (ledger-deep only) and            *)
+(* models need not name them): SharedFate (ledger-deep's network) and    *)
 (* JournalSyncData (FALSE: a bookie acknowledges an add before its        *)
 (* journal is synced, and a crash loses the unsynced tail; BookKeeper's   *)
 (* journalSyncData = false).                                              *)
@@ -169,13 +169,30 @@ Requests == {"add", "recoveryAdd", "readLac", "read"}
 InFlight(kind, c, b, e) == \E m \in msgs : m.kind = kind /\ m.client = c /\ m.bookie = b /\ m.entry = e
 NoMessagesOf(c) == \A m \in msgs : m.client # c
 
-\* New requests go out through Send. A request to a bookie that is down stays in flight until it
-\* is dropped (RequestToDownBookieLost) or the bookie restarts and handles it, as when the client
-\* reconnects in time. FailFast (ledger-deep only: `FailFast = TRUE` in its cfg) drops it at once,
-\* as when the connection is refused; spec/README.md ("Reductions and what each assumes") says what
-\* that leaves out and why the deep model may. Ensemble changes re-send only to bookies that are up.
-FailFast == FALSE
-Send(reqs) == IF FailFast THEN {m \in reqs : up[m.bookie]} ELSE reqs
+\* New requests go out through Sends(base, reqs): msgs' is base with reqs added, as the network lets
+\* them go. SharedFate (a definition, FALSE unless a model's CONSTANTS set it; ledger-deep sets it) picks
+\* the network of a request sent to a bookie that is down (spec/README.md, "Reductions and what each
+\* assumes", SharedFate, argues that TRUE is BookKeeper's network and says what it leaves out):
+\*   FALSE, the general network: it stays in flight on its own until it is dropped
+\*     (RequestToDownBookieLost) or the bookie restarts and handles it.
+\*   TRUE, BookKeeper's PerChannelBookieClient (and pulsar-ref's stream per bookie): the client has no
+\*     connection to the bookie, so the request starts a connection attempt, and every request the
+\*     client sends the bookie until the attempt resolves waits in the attempt's queue. They share its
+\*     fate: the attempt fails (all are failed, in the step that starts it; the client's timeouts then
+\*     see them gone) or it connects once the bookie is up again (all are handed to the restarted
+\*     bookie, from its restart on). While a bookie is down, a client's requests in flight to it are
+\*     exactly its attempt's queue (a crash loses every request at the bookie), so Queued(c, b) says
+\*     whether c has an attempt pending; a queued request is not on the wire, so it is not lost alone.
+\* Ensemble changes re-send only to bookies that are up.
+SharedFate == FALSE
+Queued(c, b) == \E m \in msgs : m.client = c /\ m.bookie = b
+\* The bookies reqs start a connection attempt to: down, with nothing of the sender queued for them.
+NewAttempts(reqs) == {r.bookie : r \in {q \in reqs : ~up[q.bookie] /\ ~Queued(q.client, q.bookie)}}
+Sends(base, reqs) ==
+    IF SharedFate
+    THEN \E failedAttempts \in SUBSET NewAttempts(reqs) :
+            msgs' = base \cup {m \in reqs : m.bookie \notin failedAttempts}
+    ELSE msgs' = base \cup reqs
 
 \* Does a bookie acknowledge an add only once its journal record is synced (fsynced)? TRUE (as
 \* BookKeeper's journalSyncData = true and pulsar-ref's journal: replies wait for the write that is
@@ -234,7 +251,7 @@ WriterSendsAdd ==
     /\ LET e == wPushed + 1 IN
        /\ wPushed' = e
        /\ wSentLac' = [wSentLac EXCEPT ![e] = wLac]
-       /\ msgs' = msgs \cup Send({Msg("add", Writer, b, e, wLac) : b \in WriteSet(wFragments, e)})
+       /\ Sends(msgs, {Msg("add", Writer, b, e, wLac) : b \in WriteSet(wFragments, e)})
        /\ lastAction' = [name |-> "WriterSendsAdd", params |-> [entry |-> e, lac |-> wLac]]
     /\ UNCHANGED <<meta, bookieVars, wState, wLac, wAcks, wFragments, recVars, lost, crashes>>
 
@@ -424,7 +441,7 @@ RecoveryStarts(c) ==
             /\ rPhase' = [rPhase EXCEPT ![c] = "fencing"]
             /\ rReadFragments' = [rReadFragments EXCEPT ![c] = meta.fragments]
             /\ rFragments' = [rFragments EXCEPT ![c] = meta.fragments]
-            /\ msgs' = msgs \cup Send({Msg("readLac", c, b, NoEntry, 0) : b \in Range(LastEnsemble(meta.fragments))})
+            /\ Sends(msgs, {Msg("readLac", c, b, NoEntry, 0) : b \in Range(LastEnsemble(meta.fragments))})
             /\ UNCHANGED rEnd
     /\ lastAction' = [name |-> "RecoveryStarts", params |-> [client |-> c, outcome |-> meta.state]]
     /\ UNCHANGED <<bookieVars, writerVars, rAnswered, rMaxLac, rNext, rNegatives, rTried, rWbAcks, rWbSentLac,
@@ -451,7 +468,7 @@ RecoveryHandlesReadLacReply(m, req) ==
                           /\ rMaxLac' = [rMaxLac EXCEPT ![c] = NoEntry]
                           /\ rNext' = [rNext EXCEPT ![c] = start + 1]
                           /\ rWbLac' = [rWbLac EXCEPT ![c] = start]
-                          /\ msgs' = (msgs \ {req}) \cup Send(ReadAt(c, start + 1, 0))
+                          /\ Sends(msgs \ {req}, ReadAt(c, start + 1, 0))
                           /\ rTried' = [rTried EXCEPT ![c] = 1]
                      ELSE /\ rAnswered' = [rAnswered EXCEPT ![c] = answered]
                           /\ rMaxLac' = [rMaxLac EXCEPT ![c] = maxLac]
@@ -500,10 +517,10 @@ RecoveryHandlesReadReply(m, req) ==
                           /\ rNegatives' = [rNegatives EXCEPT ![c] = {}]
                           /\ rWbSentLac' = [rWbSentLac EXCEPT ![c][e] = rWbLac[c]]
                           /\ rLength' = [rLength EXCEPT ![c] = LengthAt(e)]   \* the entry's own header
-                          /\ msgs' = (msgs \ {req})
-                                     \cup Send({Msg("recoveryAdd", c, b, e, rWbLac[c]) :
-                                                b \in WriteSetIn(LastEnsemble(rFragments[c]), e)}
-                                           \cup ReadAt(c, e + 1, 0))
+                          /\ Sends(msgs \ {req},
+                                    {Msg("recoveryAdd", c, b, e, rWbLac[c]) :
+                                     b \in WriteSetIn(LastEnsemble(rFragments[c]), e)}
+                                    \cup ReadAt(c, e + 1, 0))
                           /\ rTried' = [rTried EXCEPT ![c] = 1]
                           /\ UNCHANGED <<rPhase, rEnd>>
                      ELSE IF current /\ Cardinality(negs) >= NegativeThreshold
@@ -515,7 +532,7 @@ RecoveryHandlesReadReply(m, req) ==
                           /\ UNCHANGED <<rNext, rWbSentLac, rLength>>
                      ELSE IF current   \* not enough negatives yet: ask the write set's next bookie
                      THEN /\ rNegatives' = [rNegatives EXCEPT ![c] = negs]
-                          /\ msgs' = (msgs \ {req}) \cup Send(ReadAt(c, e, rTried[c]))
+                          /\ Sends(msgs \ {req}, ReadAt(c, e, rTried[c]))
                           /\ rTried' = [rTried EXCEPT ![c] = @ + 1]
                           /\ UNCHANGED <<rPhase, rEnd, rNext, rWbSentLac, rLength>>
                      ELSE /\ msgs' = msgs \ {req}
@@ -554,7 +571,7 @@ RecoveryHandlesAddReply(m, req) ==
 RecoveryReadTimedOut(c) ==
     /\ rPhase[c] = "reading" /\ rTried[c] < Qw
     /\ \A b \in Bookies : ~InFlight("read", c, b, rNext[c]) /\ ~InFlight("readResp", c, b, rNext[c])
-    /\ msgs' = msgs \cup Send(ReadAt(c, rNext[c], rTried[c]))
+    /\ Sends(msgs, ReadAt(c, rNext[c], rTried[c]))
     /\ rTried' = [rTried EXCEPT ![c] = @ + 1]
     /\ lastAction' = [name |-> "RecoveryReadTimedOut", params |-> [client |-> c, entry |-> rNext[c]]]
     /\ UNCHANGED <<meta, bookieVars, writerVars, rPhase, rAnswered, rMaxLac, rReadFragments, rFragments, rNext,
@@ -624,6 +641,7 @@ RecoveryAborts(c) ==
 
 \* A lost request: the sender sees a timeout.
 LoseRequest(m) ==
+    /\ SharedFate => up[m.bookie]   \* a request queued on a connection attempt is not on the wire
     /\ lost < MaxLostMessages
     /\ lost' = lost + 1
     /\ msgs' = msgs \ {m}
@@ -634,6 +652,7 @@ LoseRequest(m) ==
 \* A request to a bookie that is down gets no answer (not counted as a lost message: the crash is
 \* the fault).
 DropRequestToDownBookie(m) ==
+    /\ ~SharedFate   \* with SharedFate a queued request fails with its attempt, in Sends
     /\ m.kind \in Requests /\ ~up[m.bookie]
     /\ msgs' = msgs \ {m}
     /\ lastAction' = [name |-> "RequestToDownBookieLost", params |-> [kind |-> m.kind, client |-> m.client,
@@ -951,15 +970,16 @@ LacDead == meta.state = "CLOSED" /\ \A c \in Recoverers : rPhase[c] \in {"idle",
 \*   an add (a stopped writer's, or a done client's) of an entry the bookie stores, once the LAC
 \*     header is dead: entries unchanged, only bookieLac moves.
 DeadRequest(m) ==
-    CASE m.kind \in {"read", "readLac"} ->
-              /\ fenced[m.bookie]
-              /\ rPhase[m.client] \in {"reading", "closing", "done"}
-              /\ ~(m.kind = "read" /\ rPhase[m.client] = "reading" /\ m.entry = rNext[m.client])
-      [] m.kind = "add" ->
-              WriterStopped /\ (fenced[m.bookie] \/ (m.entry \in entries[m.bookie] /\ LacDead))
-      [] m.kind = "recoveryAdd" ->
-              rPhase[m.client] = "done" /\ m.entry \in entries[m.bookie] /\ LacDead
-      [] OTHER -> FALSE
+    /\ SharedFate => up[m.bookie]   \* a queued request decides whether the client's next send to b may fail
+    /\ CASE m.kind \in {"read", "readLac"} ->
+                 /\ fenced[m.bookie]
+                 /\ rPhase[m.client] \in {"reading", "closing", "done"}
+                 /\ ~(m.kind = "read" /\ rPhase[m.client] = "reading" /\ m.entry = rNext[m.client])
+         [] m.kind = "add" ->
+                 WriterStopped /\ (fenced[m.bookie] \/ (m.entry \in entries[m.bookie] /\ LacDead))
+         [] m.kind = "recoveryAdd" ->
+                 rPhase[m.client] = "done" /\ m.entry \in entries[m.bookie] /\ LacDead
+         [] OTHER -> FALSE
 \* The fenced flags are read only when a writer add is delivered: dead once the writer stopped (it
 \* sends no more) and every add of it still in flight is dead.
 FencedDead == WriterStopped /\ \A m \in msgs : m.kind = "add" => DeadRequest(m)

@@ -88,9 +88,10 @@ READS_CFG = with_constants(
 # also lost, could still move on to the other bookie (the abort fires the write-back's timeout only).
 READS_ABORT_CFG = with_constants(READS_CFG, Qa=2, MaxLostMessages=2)
 
-# FAULTS_CFG with ledger.tla's FailFast (ledger-deep's switch): a request sent to a bookie that is
-# down is lost at once instead of waiting in flight for the bookie's restart.
-FAIL_FAST_CFG = FAULTS_CFG.replace('    Mutation = "none"\n', '    Mutation = "none"\n    FailFast = TRUE\n')
+# FAULTS_CFG with ledger.tla's SharedFate (ledger-deep's network): the requests a client sends a bookie
+# that is down wait on one connection attempt and share its fate: all fail when it starts, or all reach
+# the restarted bookie.
+SHARED_FATE_CFG = FAULTS_CFG.replace('    Mutation = "none"\n', '    Mutation = "none"\n    SharedFate = TRUE\n')
 
 # Two entries, an ensemble change, no recovery: a pending add is re-sent to the replacement.
 RESEND_CFG = with_constants(
@@ -132,7 +133,7 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[St
         "start": START_CFG,
         "reads": READS_CFG,
         "reads-abort": READS_ABORT_CFG,
-        "fail-fast": FAIL_FAST_CFG,
+        "shared-fate": SHARED_FATE_CFG,
     }
 
     def get(name: str) -> tuple[StateGraph, str]:
@@ -170,7 +171,7 @@ def replay(graphs: Callable[[str], tuple[StateGraph, str]], name: str, cores: Co
         "writer",
         "reads",
         "reads-abort",
-        "fail-fast",
+        "shared-fate",
     ],
 )
 def test_every_edge_of_the_state_graph_is_replayed(graphs: Callable[[str], tuple[StateGraph, str]], name: str) -> None:
@@ -200,7 +201,7 @@ def test_the_replayed_models_exercise_every_action(graphs: Callable[[str], tuple
     assert seen == EVERY_ACTION
 
 
-def test_fail_fast_loses_a_request_to_a_down_bookie_when_it_is_sent(
+def test_shared_fate_queues_requests_to_a_down_bookie_on_one_connection_attempt(
     graphs: Callable[[str], tuple[StateGraph, str]],
 ) -> None:
     def to_down_bookie(graph: StateGraph, node: str) -> list[Record]:
@@ -209,13 +210,28 @@ def test_fail_fast_loses_a_request_to_a_down_bookie_when_it_is_sent(
         return [m for m in _msgs(graph, node) if m["kind"] in REQUESTS and up[m["bookie"]] is False]
 
     general, _ = graphs("faults")
-    fast, fast_config = graphs("fail-fast")
-    assert LedgerMapping(read_constants(fast_config)).fail_fast
-    assert any(to_down_bookie(general, node) for node in general.labels)
-    assert not any(to_down_bookie(fast, node) for node in fast.labels)
-    assert "RequestToDownBookieLost" not in {e.action for e in fast.edges}
-    assert {"BookieCrashes", "BookieRestarts"} <= {e.action for e in fast.edges}
-    assert 0 < len(fast.labels) < len(general.labels)
+    shared, shared_config = graphs("shared-fate")
+    assert LedgerMapping(read_constants(shared_config)).shared_fate
+    actions = {e.action for e in shared.edges}
+    assert "RequestToDownBookieLost" not in actions  # a queued request fails only with its attempt
+    assert {"BookieCrashes", "BookieRestarts"} <= actions
+    # An attempt that connects: requests queued while the bookie is down, there at its restart.
+    queued = {node for node in shared.labels if to_down_bookie(shared, node)}
+    assert any(e.action == "BookieRestarts" and e.source in queued for e in shared.edges)
+
+    # The writer's add to its (only) bookie while it is down: the attempt fails (nothing in flight
+    # after the step) or waits for the restart (the add queued).
+    def add_queued(e: Any) -> bool | None:
+        source = shared.state(e.source)
+        up, fragments = source["up"], source["wFragments"]
+        assert isinstance(up, Mapping) and isinstance(fragments, tuple)
+        if e.action != "WriterSendsAdd" or up[fragments[-1]["ens"][0]] is not False:
+            return None
+        return any(m["kind"] == "add" for m in to_down_bookie(shared, e.target))
+
+    assert {add_queued(e) for e in shared.edges} >= {True, False}
+    # (one request per client and bookie at a time here: as many states as the general network)
+    assert 0 < len(shared.labels) <= len(general.labels)
 
 
 def test_another_walk_order_reaches_the_states_along_other_paths(
