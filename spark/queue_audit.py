@@ -12,6 +12,11 @@ computed as a few aggregates and windows over the consumers' operations.
 5. Figures per (subscription, fault kind): the fault kind of a delivery is a CASE over the few injections
    (collected to the driver); cumulative acks cover positions through a running maximum per (subscription, log).
 Only cases and figure rows reach the driver.
+
+Columns are named as in spark/audit.py: the history's number `history`, an operation's `invoke_index` and
+`completion_index` (and `completion_time`), its `value` and `position` (a struct (ledger_id, entry_id,
+batch_index), which orders like docs/history.md), and for consumers the `subscription`, its `subscription_type`,
+the `consumer`, a delivery's `redelivery_count`, `key` and `log` (the partition it came from, else the topic).
 """
 
 from __future__ import annotations
@@ -45,9 +50,10 @@ NEEDED = [
 
 
 def _pos(col: Any) -> Any:
+    """A history's position, [ledger_id, entry_id, batch_index], as a struct that orders like it (as spark/audit.py)."""
     from pyspark.sql import functions as F
 
-    return F.struct(col[0].alias("l"), col[1].alias("e"), col[2].alias("b"))
+    return F.struct(col[0].alias("ledger_id"), col[1].alias("entry_id"), col[2].alias("batch_index"))
 
 
 def has_consumers(events: Any) -> bool:
@@ -62,28 +68,35 @@ def _ops(events: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    ev = events.filter(F.col("process") != "nemesis")
-    w = Window.partitionBy("history", "process").orderBy("index")
-    nxt = F.lead(F.struct("index", "time", "type", "value", "position", "redelivery_count", "key", "partition"), 1)
-    paired = ev.withColumn("nxt", nxt.over(w)).filter(F.col("type") == "invoke")
+    events = events.filter(F.col("process") != "nemesis")
+    by_process = Window.partitionBy("history", "process").orderBy("index")
+    completion = F.lead(
+        F.struct("index", "time", "type", "value", "position", "redelivery_count", "key", "partition"), 1
+    ).over(by_process)
+    paired = events.withColumn("completion", completion).filter(F.col("type") == "invoke")
     receive = F.col("f") == "receive"
+
+    def delivered(field: str) -> Any:
+        """A receive's field from its completion (the delivery), any other operation's from its invoke."""
+        return F.when(receive, F.col(f"completion.{field}")).otherwise(F.col(field))
+
     return paired.select(
         "history",
         "f",
         "topic",
-        F.col("subscription").alias("sub"),
+        "subscription",
         "consumer",
-        F.col("subscription_type").alias("stype"),
+        "subscription_type",
         F.coalesce("cumulative", F.lit(False)).alias("cumulative"),
-        F.col("index").alias("inv"),
-        F.coalesce(F.col("nxt.type"), F.lit("info")).alias("outcome"),
-        F.col("nxt.index").alias("cmp"),
-        F.col("nxt.time").alias("cmp_time"),
-        F.when(receive, F.col("nxt.value")).otherwise(F.col("value")).alias("val"),
-        _pos(F.when(receive, F.col("nxt.position")).otherwise(F.col("position"))).alias("pos"),
-        F.coalesce(F.col("nxt.redelivery_count"), F.lit(0)).alias("rc"),
-        F.when(receive, F.col("nxt.key")).alias("key"),
-        F.coalesce(F.when(receive, F.col("nxt.partition")).otherwise(F.col("partition")), F.col("topic")).alias("log"),
+        F.col("index").alias("invoke_index"),
+        F.coalesce(F.col("completion.type"), F.lit("info")).alias("outcome"),
+        F.col("completion.index").alias("completion_index"),
+        F.col("completion.time").alias("completion_time"),
+        delivered("value").alias("value"),
+        _pos(delivered("position")).alias("position"),
+        F.coalesce(F.col("completion.redelivery_count"), F.lit(0)).alias("redelivery_count"),
+        F.when(receive, F.col("completion.key")).alias("key"),
+        F.coalesce(delivered("partition"), F.col("topic")).alias("log"),
     )
 
 
@@ -102,7 +115,7 @@ def _cases(df: Any, candidate: Any, extra: Any = None) -> Any:
     from pyspark.sql import functions as F
 
     extra = F.lit(None).cast("long") if extra is None else extra
-    return df.select("history", candidate.alias("c"), extra.alias("extra")).select("history", "c.*", "extra")
+    return df.select("history", candidate.alias("case"), extra.alias("extra")).select("history", "case.*", "extra")
 
 
 def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, int]]:
@@ -118,7 +131,8 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
     )
     ops = _ops(events).cache()
     consumer_ops = ops.filter(F.col("f") != "append")
-    counts = {r["history"]: r["n"] for r in consumer_ops.groupBy("history").agg(F.count("*").alias("n")).collect()}
+    per_history = consumer_ops.groupBy("history").agg(F.count("*").alias("operations"))
+    counts = {r["history"]: r["operations"] for r in per_history.collect()}
     per_value = _per_value(ops).cache()
     deliveries = _deliveries(per_value, ops).cache()
     cases = [
@@ -150,81 +164,121 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
 
 
 def _per_value(ops: Any) -> Any:
-    """One row per value: its append (`app`), its deliveries (`dels`), its confirmed acks (`oks`) and the acks and
-    nacks sent of it (`sent`)."""
+    """One row per value: its `append` (its topic, outcome, completion and time), its `deliveries`, its
+    `confirmed_acks` and the acks and nacks sent of it (`releases`)."""
     from pyspark.sql import functions as F
 
     delivered = (F.col("f") == "receive") & (F.col("outcome") == "ok")
     return (
         ops.filter(F.col("f").isin("append", "ack", "nack") | delivered)
-        .groupBy("history", "val")
+        .groupBy("history", "value")
         .agg(
             F.max(
                 F.when(
                     F.col("f") == "append",
                     F.struct(
-                        F.col("topic").alias("atopic"),
-                        F.col("outcome").alias("aout"),
-                        F.col("cmp").alias("acmp"),
-                        F.col("cmp_time").alias("atime"),
+                        F.col("topic").alias("append_topic"),
+                        F.col("outcome").alias("append_outcome"),
+                        F.col("completion_index").alias("append_completion"),
+                        F.col("completion_time").alias("append_time"),
                     ),
                 )
-            ).alias("app"),
+            ).alias("append"),
             F.collect_list(
-                F.when(delivered, F.struct("cmp", "topic", "sub", "consumer", "rc", "log", "pos", "key", "cmp_time"))
-            ).alias("dels"),
+                F.when(
+                    delivered,
+                    F.struct(
+                        "completion_index",
+                        "topic",
+                        "subscription",
+                        "consumer",
+                        "redelivery_count",
+                        "log",
+                        "position",
+                        "key",
+                        "completion_time",
+                    ),
+                )
+            ).alias("deliveries"),
             F.collect_list(
-                F.when((F.col("f") == "ack") & (F.col("outcome") == "ok"), F.struct("topic", "sub", "cmp"))
-            ).alias("oks"),
-            F.collect_list(F.when(F.col("f").isin("ack", "nack"), F.struct("consumer", "inv"))).alias("sent"),
+                F.when(
+                    (F.col("f") == "ack") & (F.col("outcome") == "ok"),
+                    F.struct("topic", "subscription", "completion_index"),
+                )
+            ).alias("confirmed_acks"),
+            F.collect_list(F.when(F.col("f").isin("ack", "nack"), F.struct("consumer", "invoke_index"))).alias(
+                "releases"
+            ),
         )
     )
 
 
-def _deliveries(per_value: Any, ops: Any) -> Any:
-    """Every delivery with what its value's other operations say of it: `earliest` (the subscription's first
-    delivery of the value), `first`, `confirmed` (its earliest confirmed ack on the subscription), `released` (the
-    earliest ack or nack of it by this consumer), `again` (the subscription's next delivery of it), and the
-    append's topic, outcome, completion and time."""
+def _same_subscription(x: Any) -> Any:
+    """Whether `x` (a delivery or an ack in a value's lists) is of the row's subscription."""
     from pyspark.sql import functions as F
 
-    d = (
-        per_value.filter(F.size("dels") > 0)
-        .select("history", "val", "app", "dels", "oks", "sent", F.explode("dels").alias("d"))
-        .select("history", "val", "app.*", "dels", "oks", "sent", "d.*")
+    return (x["topic"] == F.col("topic")) & (x["subscription"] == F.col("subscription"))
+
+
+def _deliveries(per_value: Any, ops: Any) -> Any:
+    """Every delivery with what its value's other operations say of it: `earliest` (the subscription's first
+    delivery of the value), `first` (whether this is it, not redelivered), `confirmed` (its earliest confirmed ack
+    on the subscription), `released` (the earliest ack or nack of it by this consumer), `delivered_again` (the
+    subscription's next delivery of it), and the append's topic, outcome, completion and time."""
+    from pyspark.sql import functions as F
+
+    deliveries = (
+        per_value.filter(F.size("deliveries") > 0)
+        .select(
+            "history",
+            "value",
+            "append",
+            "deliveries",
+            "confirmed_acks",
+            "releases",
+            F.explode("deliveries").alias("delivery"),
+        )
+        .select("history", "value", "append.*", "deliveries", "confirmed_acks", "releases", "delivery.*")
     )
-    same_sub = lambda x: (x["topic"] == F.col("topic")) & (x["sub"] == F.col("sub"))  # noqa: E731
-    d = d.select(
+    completion = F.col("completion_index")
+    later = lambda x: _same_subscription(x) & (x["completion_index"] > completion)  # noqa: E731
+    deliveries = deliveries.select(
         "*",
-        F.array_min(F.transform(F.filter("dels", same_sub), lambda x: x["cmp"])).alias("earliest"),
+        F.array_min(F.transform(F.filter("deliveries", _same_subscription), lambda x: x["completion_index"])).alias(
+            "earliest"
+        ),
+        F.array_min(F.transform(F.filter("deliveries", later), lambda x: x["completion_index"])).alias(
+            "delivered_again"
+        ),
+        F.array_min(F.transform(F.filter("confirmed_acks", _same_subscription), lambda x: x["completion_index"])).alias(
+            "confirmed"
+        ),
         F.array_min(
-            F.transform(F.filter("dels", lambda x: same_sub(x) & (x["cmp"] > F.col("cmp"))), lambda x: x["cmp"])
-        ).alias("again"),
-        F.array_min(F.transform(F.filter("oks", same_sub), lambda x: x["cmp"])).alias("confirmed"),
-        F.array_min(
-            F.transform(F.filter("sent", lambda x: x["consumer"] == F.col("consumer")), lambda x: x["inv"])
+            F.transform(F.filter("releases", lambda x: x["consumer"] == F.col("consumer")), lambda x: x["invoke_index"])
         ).alias("released"),
-    ).drop("dels", "oks", "sent")
+    ).drop("deliveries", "confirmed_acks", "releases")
     types = (
         ops.filter(F.col("f") == "subscribe")
-        .groupBy("history", "topic", "sub")
-        .agg(F.min_by("stype", "inv").alias("stype"))
+        .groupBy("history", "topic", "subscription")
+        .agg(F.min_by("subscription_type", "invoke_index").alias("subscription_type"))
     )
-    return d.join(F.broadcast(types), ["history", "topic", "sub"], "left").withColumn(
-        "first", (F.col("cmp") == F.col("earliest")) & (F.col("rc") == 0)
+    return deliveries.join(F.broadcast(types), ["history", "topic", "subscription"], "left").withColumn(
+        "first", (completion == F.col("earliest")) & (F.col("redelivery_count") == 0)
     )
 
 
 def _unexpected(deliveries: Any) -> Any:
     from pyspark.sql import functions as F
 
-    first_seen = deliveries.filter(F.col("cmp") == F.col("earliest"))
-    bad = first_seen.filter(F.col("aout").isNull() | (F.col("aout") == "fail") | (F.col("atopic") != F.col("log")))
-    failed = (F.col("aout") == "fail") & (F.col("atopic") == F.col("log"))
-    detail = F.to_json(F.struct("sub", "val", "pos", "consumer", failed.alias("failed"), "acmp"))
-    return _cases(
-        bad, _candidate("unexpected-delivery", F.col("log"), [F.col("cmp")], detail), F.when(failed, F.col("acmp"))
+    first_seen = deliveries.filter(F.col("completion_index") == F.col("earliest"))
+    outcome, topic = F.col("append_outcome"), F.col("append_topic")
+    unexpected = first_seen.filter(outcome.isNull() | (outcome == "fail") | (topic != F.col("log")))
+    failed = (outcome == "fail") & (topic == F.col("log"))
+    detail = F.to_json(
+        F.struct("subscription", "value", "position", "consumer", failed.alias("failed"), "append_completion")
     )
+    candidate = _candidate("unexpected-delivery", F.col("log"), [F.col("completion_index")], detail)
+    return _cases(unexpected, candidate, F.when(failed, F.col("append_completion")))
 
 
 def _lost(per_value: Any, ops: Any) -> Any:
@@ -233,59 +287,72 @@ def _lost(per_value: Any, ops: Any) -> Any:
 
     drained = (
         ops.filter((F.col("f") == "drain") & (F.col("outcome") == "ok"))
-        .groupBy("history", "topic", "sub")
-        .agg(F.min("cmp").alias("drained"))
+        .groupBy("history", "topic", "subscription")
+        .agg(F.min("completion_index").alias("drained"))
     )
-    acked = per_value.filter(F.col("app.aout") == "ok").select(
-        "history", "val", "dels", F.col("app.atopic").alias("atopic"), F.col("app.acmp").alias("acmp"),
-        F.regexp_replace("app.atopic", "-partition-[0-9]+$", "").alias("topic"),
+    acked = per_value.filter(F.col("append.append_outcome") == "ok").select(
+        "history", "value", "deliveries", "append.append_topic", "append.append_completion",
+        F.regexp_replace("append.append_topic", "-partition-[0-9]+$", "").alias("topic"),
     )  # fmt: skip
-    lost = acked.join(F.broadcast(drained), ["history", "topic"]).filter(
-        ~F.exists("dels", lambda x: (x["topic"] == F.col("topic")) & (x["sub"] == F.col("sub")))
-    )
-    detail = F.to_json(F.struct("sub", "val"))
-    return _cases(lost, _candidate("lost-message", F.col("atopic"), [F.col("acmp"), F.col("drained")], detail))
+    lost = acked.join(F.broadcast(drained), ["history", "topic"]).filter(~F.exists("deliveries", _same_subscription))
+    detail = F.to_json(F.struct("subscription", "value"))
+    ops_shown = [F.col("append_completion"), F.col("drained")]
+    return _cases(lost, _candidate("lost-message", F.col("append_topic"), ops_shown, detail))
 
 
 def _reordered(deliveries: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    firsts = deliveries.filter(F.col("first") & F.col("stype").isin(*ORDERED_TYPES))
-    w = Window.partitionBy("history", "topic", "sub", "consumer", "log").orderBy("cmp")
-    pairs = firsts.withColumn("prev", F.lag(F.struct("cmp", "pos", "val"), 1).over(w)).filter(
-        F.col("prev").isNotNull() & (F.col("pos") < F.col("prev.pos"))
+    firsts = deliveries.filter(F.col("first") & F.col("subscription_type").isin(*ORDERED_TYPES))
+    in_session = Window.partitionBy("history", "topic", "subscription", "consumer", "log").orderBy("completion_index")
+    previous = F.lag(F.struct("completion_index", "position", "value"), 1).over(in_session)
+    pairs = firsts.withColumn("previous", previous).filter(
+        F.col("previous").isNotNull() & (F.col("position") < F.col("previous.position"))
     )
     detail = F.to_json(
-        F.struct("sub", "stype", "consumer", F.col("prev.val").alias("v1"), F.col("prev.pos").alias("p1"), "val", "pos")
+        F.struct(
+            "subscription",
+            "subscription_type",
+            "consumer",
+            F.col("previous.value").alias("previous_value"),
+            F.col("previous.position").alias("previous_position"),
+            "value",
+            "position",
+        )
     )
-    return _cases(pairs, _candidate("subscription-reorder", F.col("log"), [F.col("prev.cmp"), F.col("cmp")], detail))
+    ops_shown = [F.col("previous.completion_index"), F.col("completion_index")]
+    return _cases(pairs, _candidate("subscription-reorder", F.col("log"), ops_shown, detail))
 
 
 def _key_order(ops: Any, deliveries: Any, events: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    firsts = deliveries.filter(F.col("first") & (F.col("stype") == "Key_Shared") & F.col("key").isNotNull())
-    w = Window.partitionBy("history", "topic", "sub", "log", "key").orderBy("cmp")
-    prev = F.lag(F.struct("cmp", "pos", "val", "consumer", "released", "again"), 1)
-    pairs = firsts.withColumn("prev", prev.over(w)).filter(F.col("prev").isNotNull())
-    lower = pairs.filter(F.col("pos") < F.col("prev.pos")).withColumn("why", F.lit("lower"))
+    firsts = deliveries.filter(F.col("first") & (F.col("subscription_type") == "Key_Shared") & F.col("key").isNotNull())
+    of_key = Window.partitionBy("history", "topic", "subscription", "log", "key").orderBy("completion_index")
+    previous = F.lag(
+        F.struct("completion_index", "position", "value", "consumer", "released", "delivered_again"), 1
+    ).over(of_key)
+    pairs = firsts.withColumn("previous", previous).filter(F.col("previous").isNotNull())
+    completion, position = F.col("completion_index"), F.col("position")
+    lower = pairs.filter(position < F.col("previous.position")).withColumn("why", F.lit("lower"))
     # A move to another consumer is excused by the previous consumer's ack or nack of its message, or its close,
     # invoked before this delivery completed, by a fault beginning or healing in between, or by the previous
     # message delivered again in between.
     closed = (
         ops.filter(F.col("f") == "close")
         .groupBy("history", F.col("consumer").alias("holder"))
-        .agg(F.min("inv").alias("closed"))
+        .agg(F.min("invoke_index").alias("closed"))
     )
+    released, again = F.col("previous.released"), F.col("previous.delivered_again")
     moved = (
-        pairs.filter((F.col("pos") >= F.col("prev.pos")) & (F.col("consumer") != F.col("prev.consumer")))
-        .filter(F.col("prev.released").isNull() | (F.col("prev.released") >= F.col("cmp")))
-        .filter(F.col("prev.again").isNull() | (F.col("prev.again") >= F.col("cmp")))
-        .withColumn("holder", F.col("prev.consumer"))
+        pairs.filter((position >= F.col("previous.position")) & (F.col("consumer") != F.col("previous.consumer")))
+        .filter(released.isNull() | (released >= completion))
+        .filter(again.isNull() | (again >= completion))
+        .withColumn("holder", F.col("previous.consumer"))
         .join(F.broadcast(closed), ["history", "holder"], "left")
-        .filter(F.col("closed").isNull() | (F.col("closed") >= F.col("cmp")))
+        .filter(F.col("closed").isNull() | (F.col("closed") >= completion))
     )
     boundaries = events.filter(
         (F.col("process") == "nemesis") & (F.col("f") != "stopped") & F.col("error").isNull()
@@ -295,18 +362,27 @@ def _key_order(ops: Any, deliveries: Any, events: Any) -> Any:
     boundary = F.col("boundary")
     moved = moved.join(
         F.broadcast(boundaries),
-        (F.col("history") == F.col("boundary_history")) & (boundary > F.col("prev.cmp")) & (boundary < F.col("cmp")),
+        (F.col("history") == F.col("boundary_history"))
+        & (boundary > F.col("previous.completion_index"))
+        & (boundary < completion),
         "left_anti",
     ).withColumn("why", F.lit("held"))
-    cols = ["history", "log", "sub", "key", "prev", "cmp", "pos", "val", "consumer", "why"]
-    both = lower.select(*cols).unionByName(moved.select(*cols))
-    prev_shown = F.struct(*[F.col("prev")[k].alias(k) for k in ("cmp", "pos", "val", "consumer")])
-    detail = F.to_json(F.struct("sub", "key", prev_shown.alias("prev"), "val", "pos", "consumer", "why"))
-    return _cases(both, _candidate("key-order", F.col("log"), [F.col("prev.cmp"), F.col("cmp")], detail))
+    columns = [
+        "history", "log", "subscription", "key", "previous", "completion_index", "position", "value", "consumer", "why",
+    ]  # fmt: skip
+    both = lower.select(*columns).unionByName(moved.select(*columns))
+    shown = ("completion_index", "position", "value", "consumer")
+    previous_shown = F.struct(*[F.col("previous")[k].alias(k) for k in shown])
+    detail = F.to_json(
+        F.struct("subscription", "key", previous_shown.alias("previous"), "value", "position", "consumer", "why")
+    )
+    ops_shown = [F.col("previous.completion_index"), completion]
+    return _cases(both, _candidate("key-order", F.col("log"), ops_shown, detail))
 
 
 def _fault_kind(events: Any) -> Any:
-    """A column expression: the kind of the latest fault injected before `cmp` in its history ('none' first)."""
+    """A column expression: the kind of the latest fault injected before `completion_index` in its history ('none'
+    first)."""
     from pyspark.sql import functions as F
 
     injections = (
@@ -316,7 +392,7 @@ def _fault_kind(events: Any) -> Any:
     )
     expr = None
     for r in sorted(injections, key=lambda r: (r["history"], -r["index"])):
-        cond = (F.col("history") == r["history"]) & (F.col("cmp") > r["index"])
+        cond = (F.col("history") == r["history"]) & (F.col("completion_index") > r["index"])
         expr = F.when(cond, F.lit(r["f"])) if expr is None else expr.when(cond, F.lit(r["f"]))
     return F.lit("none") if expr is None else expr.otherwise(F.lit("none"))
 
@@ -325,45 +401,48 @@ def _figures(ops: Any, deliveries: Any, events: Any) -> list[dict[str, Any]]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    d = deliveries.withColumn("fault", _fault_kind(events))
+    deliveries = deliveries.withColumn("fault", _fault_kind(events))
     # Cumulative acks cover every position up to theirs: a running maximum of their positions per (subscription,
     # log) in completion order, scanned only where there are cumulative acks.
+    session = ["history", "topic", "subscription", "log"]
     acks_ok = ops.filter((F.col("f") == "ack") & (F.col("outcome") == "ok") & F.col("cumulative"))
-    cum = acks_ok.select("history", "topic", "sub", "log", "cmp", F.col("pos").alias("cpos"))
-    groups = cum.select("history", "topic", "sub", "log").distinct()
-    pos_type = cum.schema["cpos"].dataType
-    rows = d.join(F.broadcast(groups), ["history", "topic", "sub", "log"], "left_semi").select(
-        "history", "topic", "sub", "log", "cmp", "pos", F.lit(None).cast(pos_type).alias("cpos")
+    cumulative_acks = acks_ok.select(*session, "completion_index", F.col("position").alias("acked_position"))
+    groups = cumulative_acks.select(*session).distinct()
+    position_type = cumulative_acks.schema["acked_position"].dataType
+    rows = deliveries.join(F.broadcast(groups), session, "left_semi").select(
+        *session, "completion_index", "position", F.lit(None).cast(position_type).alias("acked_position")
     )
-    w = Window.partitionBy("history", "topic", "sub", "log").orderBy("cmp").rowsBetween(Window.unboundedPreceding, -1)
+    earlier = Window.partitionBy(*session).orderBy("completion_index").rowsBetween(Window.unboundedPreceding, -1)
+    acked_through = F.col("acked_through")
     scanned = (
-        rows.unionByName(cum.withColumn("pos", F.lit(None).cast(pos_type)))
-        .withColumn("reach", F.max("cpos").over(w))
-        .filter(F.col("cpos").isNull())
+        rows.unionByName(cumulative_acks.withColumn("position", F.lit(None).cast(position_type)))
+        .withColumn("acked_through", F.max("acked_position").over(earlier))
+        .filter(F.col("acked_position").isNull())
         .select(
             "history",
             "topic",
-            "sub",
-            "cmp",
-            (F.col("reach").isNotNull() & (F.col("reach") >= F.col("pos"))).alias("cumcov"),
+            "subscription",
+            "completion_index",
+            (acked_through.isNotNull() & (acked_through >= F.col("position"))).alias("cumulatively_acked"),
         )
     )
-    d = d.join(scanned, ["history", "topic", "sub", "cmp"], "left")
-    covered = (F.col("confirmed").isNotNull() & (F.col("confirmed") < F.col("cmp"))) | F.coalesce(
-        "cumcov", F.lit(False)
+    deliveries = deliveries.join(scanned, ["history", "topic", "subscription", "completion_index"], "left")
+    completion = F.col("completion_index")
+    covered = (F.col("confirmed").isNotNull() & (F.col("confirmed") < completion)) | F.coalesce(
+        "cumulatively_acked", F.lit(False)
     )
     lag = F.when(
-        (F.col("cmp") == F.col("earliest")) & (F.col("aout") == "ok") & F.col("atime").isNotNull(),
-        F.greatest(F.col("cmp_time") - F.col("atime"), F.lit(0)).cast("double") / 1e6,
+        (completion == F.col("earliest")) & (F.col("append_outcome") == "ok") & F.col("append_time").isNotNull(),
+        F.greatest(F.col("completion_time") - F.col("append_time"), F.lit(0)).cast("double") / 1e6,
     )
-    d = d.withColumn("lag", lag)
-    figures = d.groupBy("history", "topic", "sub", "fault").agg(
-        F.first("stype", ignorenulls=True).alias("stype"),
+    deliveries = deliveries.withColumn("lag", lag)
+    figures = deliveries.groupBy("history", "topic", "subscription", "fault").agg(
+        F.first("subscription_type", ignorenulls=True).alias("subscription_type"),
         F.count("*").alias("deliveries"),
         F.sum(F.col("first").cast("int")).alias("first"),
-        F.sum((F.col("cmp") != F.col("earliest")).cast("int")).alias("duplicates"),
+        F.sum((completion != F.col("earliest")).cast("int")).alias("duplicates"),
         F.sum(covered.cast("int")).alias("after_ack"),
-        F.max("rc").alias("max_redelivery"),
+        F.max("redelivery_count").alias("max_redelivery"),
         F.expr("percentile(lag, 0.5)").alias("lag_p50_ms"),
         F.expr("percentile(lag, 0.99)").alias("lag_p99_ms"),
     )
@@ -376,38 +455,41 @@ def explain(row: dict[str, Any]) -> str:
     ops = row["ops"]
 
     def p(x: Any) -> str:
-        return format_position(None if x is None else (x["l"], x["e"], x["b"]))
+        return format_position(None if x is None else (x["ledger_id"], x["entry_id"], x["batch_index"]))
 
     name = row["anomaly"]
     if name == "unexpected-delivery":
         why = "whose append completed fail" if d.get("failed") else "which no append to this log carried"
         return (
-            f"subscription {d['sub']!r} delivered {d['val']!r} at {p(d['pos'])} to consumer {d['consumer']} at "
+            f"subscription {d['subscription']!r} delivered {d['value']!r} at {p(d['position'])} to consumer "
+            f"{d['consumer']} at "
             f"{t[ops[-1]]}, {why}"
         )
     if name == "lost-message":
         return (
-            f"append {d['val']!r} was acknowledged at {t[ops[0]]}; subscription {d['sub']!r} drained at "
+            f"append {d['value']!r} was acknowledged at {t[ops[0]]}; subscription {d['subscription']!r} drained at "
             f"{t[ops[1]]} without ever delivering it"
         )
     if name == "subscription-reorder":
         return (
-            f"{d['stype']} subscription {d['sub']!r} delivered {d['v1']!r} at {p(d['p1'])} to consumer {d['consumer']} "
-            f"at {t[ops[0]]}, then {d['val']!r} at the lower position {p(d['pos'])} at {t[ops[1]]}"
+            f"{d['subscription_type']} subscription {d['subscription']!r} delivered {d['previous_value']!r} at "
+            f"{p(d['previous_position'])} to consumer {d['consumer']} at {t[ops[0]]}, then {d['value']!r} at the lower "
+            f"position {p(d['position'])} at {t[ops[1]]}"
         )
-    prev = d["prev"]
+    previous = d["previous"]
     why = (
         "the later delivery is at a lower position"
         if d["why"] == "lower"
-        else f"consumer {prev['consumer']} still held {prev['val']!r} unacknowledged, and no fault came between"
+        else f"consumer {previous['consumer']} still held {previous['value']!r} unacknowledged, and no fault came "
+        "between"
     )
     return (
-        f"Key_Shared subscription {d['sub']!r}, key {d['key']!r}: {prev['val']!r} at {p(prev['pos'])} went to consumer "
-        f"{prev['consumer']} at {t[ops[0]]}, then {d['val']!r} at {p(d['pos'])} to consumer {d['consumer']} at "
-        f"{t[ops[1]]}: {why}"
+        f"Key_Shared subscription {d['subscription']!r}, key {d['key']!r}: {previous['value']!r} at "
+        f"{p(previous['position'])} went to consumer {previous['consumer']} at {t[ops[0]]}, then {d['value']!r} at "
+        f"{p(d['position'])} to consumer {d['consumer']} at {t[ops[1]]}: {why}"
     )
 
 
 def figures_of(row: dict[str, Any]) -> SubscriptionFigures:
-    subscription = (row["topic"], row["sub"], row["stype"] or "?", row["fault"])
+    subscription = (row["topic"], row["subscription"], row["subscription_type"] or "?", row["fault"])
     return SubscriptionFigures.of(subscription, row, (row["lag_p50_ms"], row["lag_p99_ms"]))

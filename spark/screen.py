@@ -5,10 +5,11 @@ the minimal witnesses) only needs the topics the screen flags; for a valid histo
 screen decides "may this topic hold an anomaly?" with long integers only, so that Spark aggregates in hash
 tables and shuffles narrow rows:
 
-- a position (l, e, b) becomes one long, l, e and b packed with as many bits as the history's largest values
-  need (so the packed order is the lexicographic order); a history whose positions do not fit in 63 bits is not
-  screened (the exact job audits all of it);
-- a topic becomes xxhash64(topic); two topic names with one hash in a history also mean "not screened".
+- a position (ledger_id, entry_id, batch_index) becomes one long, the three packed with as many bits as the
+  history's largest values need (so the packed order is the lexicographic order); a history whose positions do not
+  fit in 63 bits is not screened (the exact job audits all of it);
+- a topic becomes xxhash64(topic), its `topic_id`; two topic names with one hash in a history also mean "not
+  screened".
 
 Three shuffles of narrow rows:
 1. events by process: invokes paired with their completions (lead), as in the exact job;
@@ -22,6 +23,10 @@ Three shuffles of narrow rows:
    flags gap. Once no value has two positions, the values' positions are exactly the topic's known positions.
 Plus, over the operations by (topic, index bucket), the two-level running maxima of the exact job on longs
 (realtime-reorder, stale-read, nonmonotonic-read), and over each process's acks nonmonotonic-append.
+
+Columns are named as in spark/audit.py (`history`, `invoke_index`, `completion_index`, `value`, `position`,
+`highest_position`, `cut_by_limit`, and in the running maxima `ack`, `read_reach`, `query_position`, `start`,
+`query_reach`), but every position here is a packed long.
 
 Each flag is implied by its anomaly's definition in spark/reference.py, so the screen never misses a topic the
 exact job would report (the Spark tests compare the two paths with the reference checker on every corpus
@@ -76,14 +81,14 @@ def screen(events: Any) -> Screened | None:
         events.filter(F.col("process") != "nemesis")
         .select(
             "history",
-            F.col("process").cast("long").alias("proc"),
-            F.col("index").alias("idx"),
+            F.col("process").cast("long").alias("process"),
+            "index",
             "type",
             "f",
             "topic",
-            F.xxhash64("topic").alias("tid"),
-            F.when((f == "append") & (kind == "invoke"), F.col("value")).alias("val"),
-            F.when((f == "append") & (kind == "ok"), F.col("position")).alias("pos"),
+            F.xxhash64("topic").alias("topic_id"),
+            F.when((f == "append") & (kind == "invoke"), F.col("value")).alias("value"),
+            F.when((f == "append") & (kind == "ok"), F.col("position")).alias("position"),
             F.col("from").alias("start"),
             "limit",
             F.coalesce("final", F.lit(False)).alias("final"),
@@ -106,19 +111,19 @@ def _screen(base: Any) -> Screened | None:
         return F.sum(cond.cast("long"))
 
     def widest(i: int) -> Any:  # read entries are not scanned here: one beyond these widths flags its topic
-        return F.max(F.greatest(F.col("pos")[i], F.col("start")[i]))
+        return F.max(F.greatest(F.col("position")[i], F.col("start")[i]))
 
     rows = (
-        base.groupBy("history", "topic", "tid")
+        base.groupBy("history", "topic", "topic_id")
         .agg(
             count(kind == "invoke").alias("ops"),
             count((f == "append") & (kind == "ok")).alias("appends_ok"),
             count((f == "append") & (kind == "fail")).alias("appends_fail"),
             count((f == "append") & (kind == "invoke")).alias("appends"),
             count((f == "read") & (kind == "invoke")).alias("reads"),
-            widest(0).alias("l"),
-            widest(1).alias("e"),
-            widest(2).alias("b"),
+            widest(0).alias("widest_ledger_id"),
+            widest(1).alias("widest_entry_id"),
+            widest(2).alias("widest_batch_index"),
         )
         .collect()
     )
@@ -134,23 +139,29 @@ def _screen(base: Any) -> Screened | None:
         }
         for r in rows
     ]
-    names = {(r["history"], r["tid"]): r["topic"] for r in rows}
-    bl, be, bb = (_bits(max((r[k] or 0 for r in rows), default=0)) for k in "leb")
-    if len(names) < len(rows) or bl + be + bb > 63:
+    names = {(r["history"], r["topic_id"]): r["topic"] for r in rows}
+    ledger_bits, entry_bits, batch_bits = (
+        _bits(max((r[f"widest_{k}"] or 0 for r in rows), default=0)) for k in ("ledger_id", "entry_id", "batch_index")
+    )
+    if len(names) < len(rows) or ledger_bits + entry_bits + batch_bits > 63:
         return None  # two topics share a hash, or positions do not pack into a long
 
     def pack(p: Any) -> Any:
-        return F.shiftleft(p[0], be + bb).bitwiseOR(F.shiftleft(p[1], bb)).bitwiseOR(p[2])
+        return F.shiftleft(p[0], entry_bits + batch_bits).bitwiseOR(F.shiftleft(p[1], batch_bits)).bitwiseOR(p[2])
 
     def wider(p: Any) -> Any:
         """Whether position p does not fit the packing (only a read entry can: the widths come from the rest)."""
-        return (F.shiftright(p[0], bl) != 0) | (F.shiftright(p[1], be) != 0) | (F.shiftright(p[2], bb) != 0)
+        return (
+            (F.shiftright(p[0], ledger_bits) != 0)
+            | (F.shiftright(p[1], entry_bits) != 0)
+            | (F.shiftright(p[2], batch_bits) != 0)
+        )
 
     # The operations and the per-value table are read by several checks: cached, each is computed once (column
     # pruning would otherwise make every branch its own, unshared shuffle).
     ops = _ops(base, pack).cache()
     try:
-        flags, per_value = _flags(base, ops, pack, wider, pos_bucket_shift=bb + POS_BUCKET_BITS)
+        flags, per_value = _flags(base, ops, pack, wider, pos_bucket_shift=batch_bits + POS_BUCKET_BITS)
         try:
             found = flags.collect()
         finally:
@@ -164,7 +175,7 @@ def _screen(base: Any) -> Screened | None:
                 if h == r["history"]:
                     flagged.setdefault((h, topic), set()).add("value")
         else:
-            flagged.setdefault((r["history"], names[(r["history"], r["tid"])]), set()).add(r["family"])
+            flagged.setdefault((r["history"], names[(r["history"], r["topic_id"])]), set()).add(r["family"])
     every = frozenset(FAMILIES)
     suspects = {k: every if "value" in f else frozenset(f) for k, f in flagged.items()}
     return Screened(summary, suspects)
@@ -175,48 +186,50 @@ def _ops(base: Any, pack: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    n = F.size("entries")
-    ev = base.select(
+    events = base.select(
         "history",
-        "proc",
-        "idx",
+        "process",
+        "index",
         "type",
         "f",
-        "tid",
-        "val",
-        pack(F.col("pos")).alias("p"),
+        "topic_id",
+        "value",
+        pack(F.col("position")).alias("position"),
         pack(F.col("start")).alias("start"),
         "limit",
         "final",
-        F.when(F.col("entries").isNotNull(), n).alias("n"),
-        F.array_max(F.transform("entries", lambda x: pack(x["position"]))).alias("reach"),
+        F.when(F.col("entries").isNotNull(), F.size("entries")).alias("entry_count"),
+        F.array_max(F.transform("entries", lambda x: pack(x["position"]))).alias("highest_position"),
     )
-    w = Window.partitionBy("history", "proc").orderBy("idx")
-    nxt = F.lead(F.struct("idx", "type", "p", "n", "reach"), 1).over(w)
+    by_process = Window.partitionBy("history", "process").orderBy("index")
+    completion = F.lead(F.struct("index", "type", "position", "entry_count", "highest_position"), 1).over(by_process)
+    entry_count = F.col("completion.entry_count")
     return (
-        ev.withColumn("nxt", nxt)
+        events.withColumn("completion", completion)
         .filter(F.col("type") == "invoke")
         .select(
             "history",
-            "proc",
-            "tid",
+            "process",
+            "topic_id",
             "f",
-            F.col("idx").alias("inv"),
-            "val",
+            F.col("index").alias("invoke_index"),
+            "value",
             F.coalesce("start", F.lit(0).cast("long")).alias("start"),
-            F.coalesce(F.col("nxt.type"), F.lit("info")).alias("outcome"),
-            F.col("nxt.idx").alias("cmp"),
-            F.col("nxt.p").alias("p"),
-            F.col("nxt.reach").alias("reach"),
+            F.coalesce(F.col("completion.type"), F.lit("info")).alias("outcome"),
+            F.col("completion.index").alias("completion_index"),
+            F.col("completion.position").alias("position"),
+            F.col("completion.highest_position").alias("highest_position"),
             "final",
-            F.coalesce(F.col("limit").isNotNull() & (F.col("nxt.n") >= F.col("limit")), F.lit(False)).alias("cut"),
-            (F.coalesce(F.col("nxt.n"), F.lit(0)) > 0).alias("shows"),
+            F.coalesce(F.col("limit").isNotNull() & (entry_count >= F.col("limit")), F.lit(False)).alias(
+                "cut_by_limit"
+            ),
+            (F.coalesce(entry_count, F.lit(0)) > 0).alias("shows_entries"),
         )
     )
 
 
 def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) -> tuple[Any, Any]:
-    """Rows (history, tid, all, family): a topic (with `all`, every topic of the history) that may hold an anomaly
+    """Rows (history, topic_id, all, family): a topic (with `all`, every topic of the history) that may hold an anomaly
     of that family of checks.
 
     Also returns the cached per-value table, for the caller to release once the rows are collected.
@@ -229,20 +242,18 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
     appends = ops.filter(is_append)
     reads = ops.filter((F.col("f") == "read") & ok)
 
-    # Final reads not cut by their limit: one bit each (in `cmp` order) per topic.
-    finals = reads.filter(F.col("final") & ~F.col("cut")).select(
-        "history",
-        "tid",
-        "cmp",
-        (F.row_number().over(Window.partitionBy("history", "tid").orderBy("cmp")) - 1).alias("bit"),
+    # Final reads not cut by their limit: one bit each (in completion order) per topic.
+    in_topic = Window.partitionBy("history", "topic_id").orderBy("completion_index")
+    finals = reads.filter(F.col("final") & ~F.col("cut_by_limit")).select(
+        "history", "topic_id", "completion_index", (F.row_number().over(in_topic) - 1).alias("final_bit")
     )
-    final_masks = finals.groupBy("history", "tid").agg(F.count("*").alias("finals"))
-    mask = F.when(F.col("finals") <= MAX_FINALS, F.expr("shiftleft(1L, finals)") - 1)
+    final_reads = finals.groupBy("history", "topic_id").agg(F.count("*").alias("final_reads"))
+    every_final = F.when(F.col("final_reads") <= MAX_FINALS, F.expr("shiftleft(1L, final_reads)") - 1)
 
     def flagged(family: str, df: Any, cond: Any, everything: Any = None) -> Any:
         return df.filter(cond).select(
             "history",
-            "tid",
+            "topic_id",
             (everything if everything is not None else F.lit(False)).alias("all"),
             F.lit(family).alias("family"),
         )
@@ -250,149 +261,183 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
     # Read entries: value, packed position, the next entry's position, and the final-read bit.
     entries = base.filter((F.col("f") == "read") & (F.col("type") == "ok")).select(
         "history",
-        "tid",
-        "idx",
+        "topic_id",
+        "index",
         F.explode(
             F.transform(
                 "entries",
                 lambda x, i: F.struct(
-                    pack(x["position"]).alias("p"),
-                    x["value"].alias("v"),
-                    pack(F.get("entries", i + 1)["position"]).alias("nxt"),
-                    wider(x["position"]).cast("int").alias("wide"),
+                    pack(x["position"]).alias("position"),
+                    x["value"].alias("value"),
+                    pack(F.get("entries", i + 1)["position"]).alias("next_position"),
+                    wider(x["position"]).cast("int").alias("too_wide"),
                 ),
             )
-        ).alias("x"),
+        ).alias("entry"),
     )
-    entries = entries.join(
-        F.broadcast(finals.select("history", F.col("cmp").alias("idx"), "bit")), ["history", "idx"], "left"
-    ).select(
+    final_bits = finals.select("history", F.col("completion_index").alias("index"), "final_bit")
+    entries = entries.join(F.broadcast(final_bits), ["history", "index"], "left").select(
         "history",
-        F.col("x.v").alias("val"),
-        "tid",
-        F.lit(0).alias("app"),
-        F.lit(0).alias("ok"),
+        F.col("entry.value").alias("value"),
+        "topic_id",
+        F.lit(0).alias("is_append"),
+        F.lit(0).alias("acknowledged"),
         F.lit(0).alias("failed"),
-        F.lit(1).alias("rd"),
-        F.col("x.p").alias("p"),
-        F.col("x.nxt").alias("nxt"),
-        F.coalesce(F.expr("shiftleft(1L, bit)"), F.lit(0).cast("long")).alias("fin"),
-        F.col("x.wide").alias("wide"),
+        F.lit(1).alias("by_read"),
+        F.col("entry.position").alias("position"),
+        F.col("entry.next_position").alias("next_position"),
+        F.coalesce(F.expr("shiftleft(1L, final_bit)"), F.lit(0).cast("long")).alias("final_reads_showing"),
+        F.col("entry.too_wide").alias("too_wide"),
     )
     value_rows = appends.select(
         "history",
-        "val",
-        "tid",
-        F.lit(1).alias("app"),
-        ok.cast("int").alias("ok"),
+        "value",
+        "topic_id",
+        F.lit(1).alias("is_append"),
+        ok.cast("int").alias("acknowledged"),
         (F.col("outcome") == "fail").cast("int").alias("failed"),
-        F.lit(0).alias("rd"),
-        F.when(ok, F.col("p")).alias("p"),
-        F.lit(None).cast("long").alias("nxt"),
-        F.lit(0).cast("long").alias("fin"),
-        F.lit(0).alias("wide"),
+        F.lit(0).alias("by_read"),
+        F.when(ok, F.col("position")).alias("position"),
+        F.lit(None).cast("long").alias("next_position"),
+        F.lit(0).cast("long").alias("final_reads_showing"),
+        F.lit(0).alias("too_wide"),
     ).unionByName(entries)
     per_value = (
-        value_rows.groupBy("history", "val")
+        value_rows.groupBy("history", "value")
         .agg(
-            F.sum("app").alias("apps"),
-            F.max("ok").alias("ok"),
+            F.sum("is_append").alias("appends"),
+            F.max("acknowledged").alias("acknowledged"),
             F.max("failed").alias("failed"),
-            F.max("rd").alias("rd"),
-            F.min("p").alias("lo"),
-            F.max("p").alias("hi"),
-            F.max("nxt").alias("mx"),
-            F.min("tid").alias("tid"),
-            F.max("tid").alias("t1"),
-            F.bit_or("fin").alias("fin"),
-            F.max("wide").alias("wide"),
+            F.max("by_read").alias("by_read"),
+            F.min("position").alias("lowest_position"),
+            F.max("position").alias("highest_position"),
+            F.max("next_position").alias("highest_next_position"),
+            F.min("topic_id").alias("topic_id"),
+            F.max("topic_id").alias("highest_topic_id"),
+            F.bit_or("final_reads_showing").alias("final_reads_showing"),
+            F.max("too_wide").alias("too_wide"),
         )
-        .join(F.broadcast(final_masks), ["history", "tid"], "left")
+        .join(F.broadcast(final_reads), ["history", "topic_id"], "left")
         .cache()
     )
-    read, lo = F.col("rd") == 1, F.col("lo")
-    lost = (F.col("ok") == 1) & (F.col("finals") > 0) & (F.col("fin") != F.coalesce(mask, F.lit(-1)))
+    read, lowest = F.col("by_read") == 1, F.col("lowest_position")
+    in_two_topics = F.col("topic_id") != F.col("highest_topic_id")
+    lost = (
+        (F.col("acknowledged") == 1)
+        & (F.col("final_reads") > 0)
+        & (F.col("final_reads_showing") != F.coalesce(every_final, F.lit(-1)))
+    )
     by_value = flagged(
         "value",
         per_value,
-        (F.col("tid") != F.col("t1"))
-        | (read & (F.col("apps") == 0))
+        in_two_topics
+        | (read & (F.col("appends") == 0))
         | (read & (F.col("failed") == 1))
-        | (lo != F.col("hi"))
+        | (lowest != F.col("highest_position"))
         | lost
-        | (F.col("wide") == 1),
-        F.col("tid") != F.col("t1"),
+        | (F.col("too_wide") == 1),
+        in_two_topics,
     )
 
     # One row per value at its position, by (topic, position bucket): two values at one position, and gaps.
-    at = per_value.filter(lo.isNotNull()).select("history", "tid", lo.alias("p"), "mx")
-    at = at.withColumn("pb", F.shiftright("p", pos_bucket_shift))
+    at = per_value.filter(lowest.isNotNull()).select(
+        "history", "topic_id", lowest.alias("position"), "highest_next_position"
+    )
+    at = at.withColumn("position_bucket", F.shiftright("position", pos_bucket_shift))
+    bucket = ["history", "topic_id", "position_bucket"]
     positions = (
-        at.repartition("history", "tid", "pb")
-        .groupBy("history", "tid", "pb", "p")
-        .agg(F.count("*").alias("c"), F.max("mx").alias("mx"))
+        at.repartition(*bucket)
+        .groupBy(*bucket, "position")
+        .agg(F.count("*").alias("value_count"), F.max("highest_next_position").alias("highest_next_position"))
     )
-    positions = positions.withColumn("succ", F.lead("p").over(Window.partitionBy("history", "tid", "pb").orderBy("p")))
-    heads = at.groupBy("history", "tid", "pb").agg(F.min("p").alias("head"))
+    positions = positions.withColumn(
+        "successor", F.lead("position").over(Window.partitionBy(*bucket).orderBy("position"))
+    )
+    heads = at.groupBy(*bucket).agg(F.min("position").alias("bucket_head"))
     heads = heads.select(
-        "history", "tid", "pb", F.lead("head").over(Window.partitionBy("history", "tid").orderBy("pb")).alias("nh")
+        *bucket,
+        F.lead("bucket_head")
+        .over(Window.partitionBy("history", "topic_id").orderBy("position_bucket"))
+        .alias("next_bucket_head"),
     )
-    positions = positions.join(heads, ["history", "tid", "pb"], "left").withColumn("succ", F.coalesce("succ", "nh"))
-    mx, succ = F.col("mx"), F.col("succ")
-    by_position = flagged("position", positions, (F.col("c") > 1) | ((mx > F.col("p")) & (succ.isNull() | (mx > succ))))
+    positions = positions.join(heads, bucket, "left").withColumn(
+        "successor", F.coalesce("successor", "next_bucket_head")
+    )
+    highest_next, successor = F.col("highest_next_position"), F.col("successor")
+    skips = (highest_next > F.col("position")) & (successor.isNull() | (highest_next > successor))
+    by_position = flagged("position", positions, (F.col("value_count") > 1) | skips)
 
     # Running maxima per topic in index order: acks and read reaches at completions, queries at invokes.
     done = ops.filter(ok)
     none = F.lit(None).cast("long")
-    contributions = done.filter(is_append | F.col("shows")).select(
+    contributions = done.filter(is_append | F.col("shows_entries")).select(
         "history",
-        "tid",
-        F.col("cmp").alias("idx"),
-        F.when(is_append, F.col("p")).alias("a"),
-        F.when(~is_append, F.col("reach")).alias("r"),
-        none.alias("qa"),
-        none.alias("qs"),
-        none.alias("qr"),
-        F.lit(False).alias("q"),
+        "topic_id",
+        F.col("completion_index").alias("index"),
+        F.when(is_append, F.col("position")).alias("ack"),
+        F.when(~is_append, F.col("highest_position")).alias("read_reach"),
+        none.alias("query_position"),
+        none.alias("start"),
+        none.alias("query_reach"),
+        F.lit(False).alias("read_query"),
     )
-    queries = done.filter(is_append | ~F.col("cut")).select(
+    queries = done.filter(is_append | ~F.col("cut_by_limit")).select(
         "history",
-        "tid",
-        F.col("inv").alias("idx"),
-        none.alias("a"),
-        none.alias("r"),
-        F.when(is_append, F.col("p")).alias("qa"),
-        F.when(~is_append, F.col("start")).alias("qs"),
-        F.when(~is_append, F.col("reach")).alias("qr"),
-        (~is_append).alias("q"),
+        "topic_id",
+        F.col("invoke_index").alias("index"),
+        none.alias("ack"),
+        none.alias("read_reach"),
+        F.when(is_append, F.col("position")).alias("query_position"),
+        F.when(~is_append, F.col("start")).alias("start"),
+        F.when(~is_append, F.col("highest_position")).alias("query_reach"),
+        (~is_append).alias("read_query"),
     )
-    scan = contributions.unionByName(queries).withColumn("ib", F.shiftright("idx", INDEX_BUCKET_BITS))
+    scan = contributions.unionByName(queries).withColumn("index_bucket", F.shiftright("index", INDEX_BUCKET_BITS))
     upto = (
-        Window.partitionBy("history", "tid", "ib")
-        .orderBy("idx")
+        Window.partitionBy("history", "topic_id", "index_bucket")
+        .orderBy("index")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    local = scan.select("*", F.max("a").over(upto).alias("la"), F.max("r").over(upto).alias("lr"))
-    ends = scan.groupBy("history", "tid", "ib").agg(F.max("a").alias("ba"), F.max("r").alias("br"))
-    before = Window.partitionBy("history", "tid").orderBy("ib").rowsBetween(Window.unboundedPreceding, -1)
-    carry = ends.select(
-        "history", "tid", "ib", F.max("ba").over(before).alias("ca"), F.max("br").over(before).alias("cr")
+    local = scan.select(
+        "*",
+        F.max("ack").over(upto).alias("bucket_highest_ack"),
+        F.max("read_reach").over(upto).alias("bucket_highest_reach"),
     )
-    asked = local.filter(F.col("qa").isNotNull() | F.col("q")).join(carry, ["history", "tid", "ib"], "left")
-    m_ack, m_read = F.greatest("la", "ca"), F.greatest("lr", "cr")
-    qs, qr = F.col("qs"), F.col("qr")
+    ends = scan.groupBy("history", "topic_id", "index_bucket").agg(
+        F.max("ack").alias("bucket_end_ack"), F.max("read_reach").alias("bucket_end_reach")
+    )
+    before = (
+        Window.partitionBy("history", "topic_id").orderBy("index_bucket").rowsBetween(Window.unboundedPreceding, -1)
+    )
+    carry = ends.select(
+        "history",
+        "topic_id",
+        "index_bucket",
+        F.max("bucket_end_ack").over(before).alias("earlier_highest_ack"),
+        F.max("bucket_end_reach").over(before).alias("earlier_highest_reach"),
+    )
+    query_position, read_query = F.col("query_position"), F.col("read_query")
+    asked = local.filter(query_position.isNotNull() | read_query).join(
+        carry, ["history", "topic_id", "index_bucket"], "left"
+    )
+    highest_ack = F.greatest("bucket_highest_ack", "earlier_highest_ack")
+    highest_reach = F.greatest("bucket_highest_reach", "earlier_highest_reach")
+    start, query_reach = F.col("start"), F.col("query_reach")
 
-    def misses(m: Any) -> Any:
-        return F.col("q") & (m >= qs) & (qr.isNull() | (qr < m))
+    def misses(highest: Any) -> Any:
+        return read_query & (highest >= start) & (query_reach.isNull() | (query_reach < highest))
 
-    by_scan = flagged("scan", asked, (F.col("qa").isNotNull() & (m_ack > F.col("qa"))) | misses(m_ack) | misses(m_read))
+    reordered = query_position.isNotNull() & (highest_ack > query_position)
+    by_scan = flagged("scan", asked, reordered | misses(highest_ack) | misses(highest_reach))
 
     # nonmonotonic-append: ops are partitioned by process already.
     acks = appends.filter(ok)
-    prev = F.lag("p").over(Window.partitionBy("history", "proc", "tid").orderBy("cmp"))
-    by_process = flagged("process", acks.withColumn("prev", prev), F.col("p") <= F.col("prev"))
+    by_process_topic = Window.partitionBy("history", "process", "topic_id").orderBy("completion_index")
+    previous = F.lag("position").over(by_process_topic)
+    lower = F.col("position") <= F.col("previous_position")
+    by_process = flagged("process", acks.withColumn("previous_position", previous), lower)
 
-    too_many_finals = flagged("value", final_masks, F.col("finals") > MAX_FINALS)
+    too_many_finals = flagged("value", final_reads, F.col("final_reads") > MAX_FINALS)
     flags = (
         by_value.unionByName(by_position)
         .unionByName(by_scan)
