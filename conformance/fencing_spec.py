@@ -259,9 +259,9 @@ class FencingWorld:
         while queue:
             out = queue.pop(0)
             if isinstance(out, Send):
-                queue += client.receive(out.bookie, out.request, self.bookie.answer(out.request))
+                queue += client.step(bk_writer.BookieAnswered(out.bookie, out.request, self.bookie.answer(out.request)))
             elif isinstance(out, UpdateMetadata):
-                queue += client.on_metadata_result(apply_change(self.bookkeeper, out.change))
+                queue += client.step(apply_change(self.bookkeeper, out.change))
             else:
                 results.append(out)
         return results
@@ -269,7 +269,7 @@ class FencingWorld:
     def recover(self, ledger_id: int) -> LedgerMetadata:
         metadata, _ = self.bookkeeper.read(ledger_id)
         op = RecoveryOp(ledger_id, metadata)
-        for out in self._run_client(op, op.start()):
+        for out in self._run_client(op, op.step(bk_writer.Start())):
             if isinstance(out, RecoveryDone):
                 return out.metadata
             if isinstance(out, RecoveryFailed):
@@ -344,7 +344,7 @@ class FencingWorld:
 
     def send_add(self, broker: Broker, out: SendAdd) -> list[Output]:
         writer = broker.writers[out.ledger_id]
-        for result in self._run_client(writer, writer.add(out.data)):
+        for result in self._run_client(writer, writer.step(bk_writer.Add(out.data))):
             if isinstance(result, bk_writer.AddCompleted):
                 return broker.ml.step(AddCompleted(out.ledger_id, result.entry_id))
             if isinstance(result, bk_writer.AddFailed):
@@ -355,7 +355,7 @@ class FencingWorld:
     def _close_ledger(self, broker: Broker, ledger_id: int) -> list[Output]:
         writer = broker.writers.pop(ledger_id)
         try:
-            results = self._run_client(writer, writer.close())
+            results = self._run_client(writer, writer.step(bk_writer.Close()))
         except NoSuchLedger as e:  # deleted by a trim meanwhile
             return broker.ml.step(LedgerCloseFailed(ledger_id, False, str(e)))
         for result in results:
@@ -707,7 +707,7 @@ class FencingMapping:
         if len(sends) != 1 or len(outputs) != 1:
             raise FencingHarnessError(f"{name}'s managed ledger did not send the add: {outputs}")
         writer = broker.writers[sends[0].ledger_id]
-        for out in writer.add(sends[0].data):
+        for out in writer.step(bk_writer.Add(sends[0].data)):
             if not isinstance(out, Send):
                 raise FencingHarnessError(f"the writer did not send the add: {out}")
             reply = world.bookie.answer(out.request)

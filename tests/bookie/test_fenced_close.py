@@ -29,12 +29,17 @@ from impl.bookie.client.ledger_update import UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp
 from impl.bookie.client.writer import (
+    Add,
     AddCompleted,
     AddFailed,
+    BookieAnswered,
     ChooseReplacement,
+    Close,
     CloseFailed,
     LedgerWriter,
+    ReplacementChosen,
     Send,
+    Start,
     WriterClosed,
     WriterState,
 )
@@ -71,10 +76,10 @@ class World:
             if isinstance(output, Send):
                 self.in_flight.append((client, output.bookie, output.request))
             elif isinstance(output, UpdateMetadata):
-                self.perform(client, client.on_metadata_result(apply_change(self.store, output.change)))
+                self.perform(client, client.step(apply_change(self.store, output.change)))
             elif isinstance(output, ChooseReplacement):
                 spare = next(b for b in BOOKIES if b not in output.exclude)
-                self.perform(client, client.on_replacement(output.failed, spare))
+                self.perform(client, client.step(ReplacementChosen(output.failed, spare)))
             else:
                 self.events.setdefault(id(client), []).append(output)
 
@@ -82,7 +87,7 @@ class World:
         client, bookie, request = self.in_flight.pop(index % len(self.in_flight))
         response = self.network.answer(bookie, request)
         assert response is not None, f"{bookie} is reachable"
-        self.perform(client, client.receive(bookie, request, response))
+        self.perform(client, client.step(BookieAnswered(bookie, request, response)))
 
     def of(self, client: Any, *kinds: type) -> list[Any]:
         return [e for e in self.events.get(id(client), []) if isinstance(e, kinds)]
@@ -91,7 +96,7 @@ class World:
 def close_answer(world: World, writer: LedgerWriter) -> WriterClosed | CloseFailed:
     """Ask the writer to close and return its answer (performing the metadata write it asks for)."""
     before = len(world.of(writer, WriterClosed, CloseFailed))
-    world.perform(writer, writer.close())
+    world.perform(writer, writer.step(Close()))
     answers = world.of(writer, WriterClosed, CloseFailed)
     assert len(answers) == before + 1, f"one close, one answer: {answers[before:]}"
     answer: WriterClosed | CloseFailed = answers[-1]
@@ -123,7 +128,7 @@ def test_a_writers_close_agrees_with_recoverys_close_in_every_ordering(
     world = World(transitions.create(e, qw, qa, BOOKIES[:e], password=PASSWORD))
     writer = LedgerWriter(LEDGER, world.stored())
     for i in range(acknowledged_first):  # entries acknowledged before anything else happens
-        world.perform(writer, writer.add(b"first-%d" % i))
+        world.perform(writer, writer.step(Add(b"first-%d" % i)))
     while world.in_flight:
         world.deliver(0)
     recovery: RecoveryOp | None = None
@@ -132,7 +137,7 @@ def test_a_writers_close_agrees_with_recoverys_close_in_every_ordering(
 
     def start_recovery() -> RecoveryOp:
         op = RecoveryOp(LEDGER, world.stored())
-        world.perform(op, op.start())
+        world.perform(op, op.step(Start()))
         return op
 
     for action, n in actions:
@@ -140,7 +145,7 @@ def test_a_writers_close_agrees_with_recoverys_close_in_every_ordering(
             world.deliver(n)
         elif action == "add" and adds < 8:
             adds += 1
-            world.perform(writer, writer.add(b"then-%d" % adds))
+            world.perform(writer, writer.step(Add(b"then-%d" % adds)))
         elif action == "recover" and recovery is None:
             recovery = start_recovery()
         elif action == "close" and not closes:
@@ -193,20 +198,20 @@ def test_a_fenced_writer_closed_before_the_recovery_closes_wins_and_the_recovery
     which had found one more entry, adopts that close instead of its own."""
     world = World(transitions.create(3, 3, 3, BOOKIES[:3], password=PASSWORD))
     writer = LedgerWriter(LEDGER, world.stored())
-    world.perform(writer, writer.add(b"e0"))
+    world.perform(writer, writer.step(Add(b"e0")))
     while world.in_flight:
         world.deliver(0)
-    world.perform(writer, writer.add(b"e1"))  # Qa=3: reaches b0 and b1 now, b2 later
+    world.perform(writer, writer.step(Add(b"e1")))  # Qa=3: reaches b0 and b1 now, b2 later
     world.deliver(0)
     world.deliver(0)
     recovery = RecoveryOp(LEDGER, world.stored())
-    world.perform(recovery, recovery.start())
+    world.perform(recovery, recovery.step(Start()))
     held = world.in_flight.pop(0)  # e1 to b2, held back until the end
     fencing = [i for i, (_, _, r) in enumerate(world.in_flight) if isinstance(r, ReadRequest) and r.fence]
     assert len(fencing) == 3
     for _ in fencing:  # the fencing reads reach every bookie; the recovery's next steps wait
         world.deliver(next(i for i, (_, _, r) in enumerate(world.in_flight) if isinstance(r, ReadRequest) and r.fence))
-    world.perform(writer, writer.add(b"e2"))  # the fence reaches the writer through a new add
+    world.perform(writer, writer.step(Add(b"e2")))  # the fence reaches the writer through a new add
     while not world.of(writer, AddFailed):
         world.deliver(next(i for i, (client, _, _) in enumerate(world.in_flight) if client is writer))
     assert writer.state is WriterState.FAILED and writer.last_add_confirmed == 0
@@ -230,20 +235,20 @@ def test_a_fenced_writer_closed_after_the_recovery_closed_further_gets_the_versi
     and closes at 1 first; the fenced writer, whose LAC is 0, is told the conflict, every time."""
     world = World(transitions.create(3, 3, 3, BOOKIES[:3], password=PASSWORD))
     writer = LedgerWriter(LEDGER, world.stored())
-    world.perform(writer, writer.add(b"e0"))
+    world.perform(writer, writer.step(Add(b"e0")))
     while world.in_flight:
         world.deliver(0)
-    world.perform(writer, writer.add(b"e1"))
+    world.perform(writer, writer.step(Add(b"e1")))
     world.deliver(0)
     world.deliver(0)
     world.in_flight.pop(0)  # e1 to b2 is lost
     recovery = RecoveryOp(LEDGER, world.stored())
-    world.perform(recovery, recovery.start())
+    world.perform(recovery, recovery.step(Start()))
     while world.in_flight:
         world.deliver(0)
     (done,) = world.of(recovery, RecoveryDone)
     assert not done.adopted and done.metadata.last_entry_id == 1
-    world.perform(writer, writer.add(b"e2"))  # the writer learns it is fenced
+    world.perform(writer, writer.step(Add(b"e2")))  # the writer learns it is fenced
     while world.in_flight:
         world.deliver(0)
     assert writer.state is WriterState.FAILED

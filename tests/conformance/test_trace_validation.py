@@ -25,7 +25,7 @@ from conformance.trace_validation import (
     validate_traces,
 )
 from impl.bookie.client.recovery import RecoveryOp, RecoveryOutput
-from impl.bookie.client.writer import AddCompleted, LedgerWriter, Send, WriterOutput
+from impl.bookie.client.writer import Add, AddCompleted, LedgerWriter, Send, WriterOutput
 from impl.bookie.protocol import ReadRequest
 from impl.metadata.ledger import Fragment, LedgerMetadata
 from pulsar_ref.commands import conform
@@ -103,10 +103,10 @@ def test_each_writer_reports_to_its_own_tracer_only() -> None:
     untraced = LedgerWriter(7, metadata)
     traced = LedgerWriter(8, metadata, tracer=lambda name, params: seen.append((name, params)))
     elsewhere = LedgerWriter(9, metadata, tracer=lambda name, params: other.append((name, params)))
-    untraced.add(b"untraced")
-    traced.add(b"traced")
-    elsewhere.add(b"elsewhere")
-    untraced.add(b"untraced again")
+    untraced.step(Add(b"untraced"))
+    traced.step(Add(b"traced"))
+    elsewhere.step(Add(b"elsewhere"))
+    untraced.step(Add(b"untraced again"))
     assert seen == [("WriterSendsAdd", {"ledger": 8, "entry": 0, "lac": -1})]
     assert other == [("WriterSendsAdd", {"ledger": 9, "entry": 0, "lac": -1})]
 
