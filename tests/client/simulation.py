@@ -22,7 +22,7 @@ from typing import Any
 from conformance.sim_bookie import SimBookie, SimNetwork
 from impl.bookie.client.ledger_update import LedgerChange, MetadataResult, UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
-from impl.bookie.client.writer import ChooseReplacement, Send
+from impl.bookie.client.writer import BookieAnswered, ChooseReplacement, NoReplacement, ReplacementChosen, Send
 from impl.bookie.protocol import AddRequest, Request, Response
 from impl.metadata.ledger import LedgerMetadata
 from impl.metadata.ledger_store import LedgerMetadataStore
@@ -77,11 +77,11 @@ class SimCluster:
             elif isinstance(output, ChooseReplacement):
                 choices = [b for b in self.spares if b not in output.exclude]
                 if choices:  # spares are shared: several clients may pick the same one
-                    self.perform(client, client.on_replacement(output.failed, choices[0]))
+                    self.perform(client, client.step(ReplacementChosen(output.failed, choices[0])))
                 else:
-                    self.perform(client, client.on_no_replacement(output.failed, "no spare bookie left"))
+                    self.perform(client, client.step(NoReplacement(output.failed, "no spare bookie left")))
             elif isinstance(output, UpdateMetadata):
-                self.perform(client, client.on_metadata_result(self.store.apply(output.change)))
+                self.perform(client, client.step(self.store.apply(output.change)))
             else:
                 self.events.setdefault(id(client), []).append(output)
 
@@ -94,7 +94,7 @@ class SimCluster:
             response = None  # the shell's timeout fires
         else:
             response = self.network.answer(bookie, request)  # None from a silent bookie
-        self.perform(client, client.receive(bookie, request, response))
+        self.perform(client, client.step(BookieAnswered(bookie, request, response)))
         return True
 
     def run(self, max_steps: int = 100_000) -> None:
