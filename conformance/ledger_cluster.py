@@ -35,7 +35,18 @@ from conformance.sim_bookie import BookieAnswerError, SimBookie
 from impl.bookie.client.ledger_update import MetadataResult, RecoveryClose, UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.recovery import RecoveryFailed, RecoveryOp, RecoveryPhase
-from impl.bookie.client.writer import ChooseReplacement, LedgerWriter, Send, WriterState
+from impl.bookie.client.writer import (
+    Add,
+    BookieAnswered,
+    ChooseReplacement,
+    Close,
+    LedgerWriter,
+    NoReplacement,
+    ReplacementChosen,
+    Send,
+    Start,
+    WriterState,
+)
 from impl.bookie.core import BookieCore
 from impl.bookie.entry_format import read_header
 from impl.bookie.protocol import AddRequest, ReadRequest, Request, Response
@@ -48,7 +59,7 @@ if TYPE_CHECKING:
 
 LEDGER_ID = 7
 PASSWORD = b"conformance"
-NO_REPLACEMENT = "<none>"  # answer a ChooseReplacement with on_no_replacement
+NO_REPLACEMENT = "<none>"  # answer a ChooseReplacement with NoReplacement
 
 
 class HarnessError(Exception):
@@ -147,14 +158,15 @@ class LedgerCluster:
                     )
                 self._replacement = None  # one replacement per step, as in the spec
                 if choice == NO_REPLACEMENT:
-                    self._feed(name, core, partial(core.on_no_replacement, output.failed, "the spec gives up (abort)"))
+                    gives_up = NoReplacement(output.failed, "the spec gives up (abort)")
+                    self._feed(name, core, partial(core.step, gives_up))
                 else:
-                    self._feed(name, core, partial(core.on_replacement, output.failed, choice))
+                    self._feed(name, core, partial(core.step, ReplacementChosen(output.failed, choice)))
             elif isinstance(output, UpdateMetadata):
                 if isinstance(output.change, RecoveryClose):
                     self.held_close[name] = output  # until the spec's RecoveryCloses
                 else:
-                    self._feed(name, core, partial(core.on_metadata_result, self._apply(output)))
+                    self._feed(name, core, partial(core.step, self._apply(output)))
             else:
                 self.events.append((name, output))
 
@@ -235,7 +247,7 @@ class LedgerCluster:
                 raise HarnessError(f"cannot deliver to bookie {m.bookie}: it is down")
             response = self.bookie_handles(m.bookie, m.request)
             responses.append(response)
-            self._feed(m.client, m.core, partial(m.core.receive, m.bookie, m.request, response))
+            self._feed(m.client, m.core, partial(m.core.step, BookieAnswered(m.bookie, m.request, response)))
         return responses
 
     def lose_requests(self, chosen: list[InFlight], *, counted: bool = True) -> None:
@@ -253,10 +265,10 @@ class LedgerCluster:
     # ---- the writer ---------------------------------------------------------------------------------
     def writer_add(self) -> None:
         entry_id = self.writer.last_add_pushed + 1
-        self._feed(self.writer_name, self.writer, lambda: self.writer.add(payload(entry_id)))
+        self._feed(self.writer_name, self.writer, lambda: self.writer.step(Add(payload(entry_id))))
 
     def writer_close(self) -> None:
-        self._feed(self.writer_name, self.writer, self.writer.close)
+        self._feed(self.writer_name, self.writer, partial(self.writer.step, Close()))
 
     def _time_out(self, name: str, core: Client, requests: list[InFlight], replacement: BookieId | None) -> None:
         """The sender's timeouts fire for `requests`: it gets None for each (and may change ensemble)."""
@@ -265,7 +277,7 @@ class LedgerCluster:
         self._replacement = replacement
         try:
             for m in requests:
-                self._feed(name, core, partial(core.receive, m.bookie, m.request, None))
+                self._feed(name, core, partial(core.step, BookieAnswered(m.bookie, m.request, None)))
         finally:
             self._replacement = None
 
@@ -280,7 +292,7 @@ class LedgerCluster:
         self.held_close.pop(name, None)
         op = self.cores.recovery(LEDGER_ID, self.metadata, tracer=self.tracer)
         self.recoveries[name] = op
-        self._feed(name, op, op.start)
+        self._feed(name, op, partial(op.step, Start()))
 
     def _op(self, name: str) -> RecoveryOp:
         op = self.recoveries[name]
@@ -312,7 +324,7 @@ class LedgerCluster:
         if update is None:
             raise HarnessError(f"recovery client {name} has no close to write (its write-backs are not done)")
         op = self._op(name)
-        self._feed(name, op, partial(op.on_metadata_result, self._apply(update)))
+        self._feed(name, op, partial(op.step, self._apply(update)))
 
     def abort_recovery(self, name: str) -> None:
         """The attempt's timeouts fire: its read-LACs', or its current read's once every bookie of the write

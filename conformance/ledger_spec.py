@@ -4,30 +4,30 @@ Mapping (spec action [lastAction params] -> what the harness feeds the cores, se
 conformance/ledger_cluster.py):
 
   WriterSendsAdd [entry, lac]
-      writer.add(payload(entry)); its Sends go in flight
+      writer step Add(payload(entry)); its Sends go in flight
   WriterReceivesAddResponse [bookie, entry, ok, counted]
       the bookie core handles the AddRequest (journalled, durable), then
-      writer.receive(bookie, request, reply)
+      writer step BookieAnswered(bookie, request, reply)
   WriterChangesEnsemble [failed, replacement, first, outcome]
-      writer.receive(failed, request, None) for its unanswered adds to `failed` (the timeout);
+      writer step BookieAnswered(failed, request, None) for its unanswered adds to `failed` (the timeout);
       its ChooseReplacement answered with `replacement`; the EnsembleChange CW applied
   WriterCloses [lac, outcome]
-      writer.close(); the WriterClose CW applied
+      writer step Close(); the WriterClose CW applied
   RecoveryStarts [client, outcome]
-      a new RecoveryOp(metadata read now).start(); the StartRecovery CW applied
+      a new RecoveryOp(metadata read now) step Start(); the StartRecovery CW applied
   RecoveryReceivesReadLacResponse [client, bookie, lac, stale]
-      the bookie core handles the fenced ReadRequest(entry -1); op.receive
+      the bookie core handles the fenced ReadRequest(entry -1); op step BookieAnswered
   RecoveryReceivesReadResponse [client, bookie, entry, found, stale]
-      the bookie core handles the fenced ReadRequest(entry); op.receive
+      the bookie core handles the fenced ReadRequest(entry); op step BookieAnswered
   RecoveryReceivesAddResponse [client, bookie, entry, counted]
-      the bookie core handles the recovery AddRequest; op.receive
+      the bookie core handles the recovery AddRequest; op step BookieAnswered
   RecoveryChangesEnsemble [client, failed, replacement, first]
-      op.receive(failed, add, None) for its unanswered write-backs; replacement answered
+      op step BookieAnswered(failed, add, None) for its unanswered write-backs; replacement answered
       (a local change, kept until the close)
   RecoveryCloses [client, lastEntry, outcome]
-      the held RecoveryClose CW applied; op.on_metadata_result
+      the held RecoveryClose CW applied; op step MetadataResult
   RecoveryReadTimedOut [client, entry]
-      op.receive(bookie, read, None) for its lost read of the entry being decided: it asks the
+      op step BookieAnswered(bookie, read, None) for its lost read of the entry being decided: it asks the
       next bookie of the write set (sequential reads)
   RecoveryAborts [client, phase]
       every unanswered request of the attempt gets None (reads first, then a write-back with

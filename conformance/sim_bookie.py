@@ -8,7 +8,7 @@ waiting for it are one step, as in ledger.tla), or, made with `hold=True`, only 
 until then the appends wait in `unsynced` and the replies that need them wait in the core.
 
 `crash()` loses what was not durable: the unsynced appends, ledger storage (never checkpointed here)
-and the core's memory. The core is rebuilt at once from the journal with `BookieCore.replay` (a core
+and the core's memory. The core is rebuilt at once from the journal with `Replay` events (a core
 of the same class, given the same tracer), which puts the journalled entries back into ledger storage;
 the bookie stays down until `restart()`. `fail()` takes a bookie out for good.
 
@@ -32,7 +32,18 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from impl.bookie.core import AppendJournal, BookieCore, JournalRecord, Output, ReadEntry, Reply, StoreEntry
+from impl.bookie.core import (
+    AppendJournal,
+    BookieCore,
+    JournalDurable,
+    JournalRecord,
+    Output,
+    ReadEntry,
+    Replay,
+    Reply,
+    RequestReceived,
+    StoreEntry,
+)
 from impl.bookie.protocol import Request, Response
 
 
@@ -56,7 +67,7 @@ class SimBookie:
         if request_id is None:
             request_id = self.next_request_id
             self.next_request_id += 1
-        return self._perform(self.core.handle(request, request_id))
+        return self._perform(self.core.step(RequestReceived(request, request_id)))
 
     def answer(self, request: Request) -> Response:
         """The response to one request that is answered at once; BookieAnswerError if it is not exactly one."""
@@ -74,7 +85,7 @@ class SimBookie:
         replies: list[Reply] = []
         for append in syncing:
             self.journal.extend(append.records)
-            replies += self._perform(self.core.on_durable(append.token))
+            replies += self._perform(self.core.step(JournalDurable(append.token)))
         return replies
 
     def body(self, ledger_id: int, entry_id: int) -> bytes | None:
@@ -93,7 +104,7 @@ class SimBookie:
                     self.unsynced.append(out)
                 else:
                     self.journal.extend(out.records)
-                    pending += self.core.on_durable(out.token)
+                    pending += self.core.step(JournalDurable(out.token))
             elif isinstance(out, ReadEntry):
                 replies.append(out.reply(self.storage.get((out.ledger_id, out.entry_id))))
             else:
@@ -108,7 +119,7 @@ class SimBookie:
         self.storage = {}
         self.core = type(self.core)(tracer=self.core.tracer)
         for record in self.journal:
-            self._perform(self.core.replay(record))
+            self._perform(self.core.step(Replay(record)))
 
     def restart(self) -> None:
         self.up = True

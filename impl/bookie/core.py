@@ -243,18 +243,6 @@ class BookieCore:
             raise TypeError(f"not a bookie event: {event!r}")
         return handler(self, event)
 
-    # Kept for conformance/sim_bookie.py until it moves to step.
-    def handle(self, request: Request, request_id: int) -> list[Output]:
-        return self.step(RequestReceived(request, request_id))
-
-    # Kept for conformance/sim_bookie.py until it moves to step.
-    def on_durable(self, token: int) -> list[Output]:
-        return self.step(JournalDurable(token))
-
-    # Kept for conformance/sim_bookie.py until it moves to step.
-    def replay(self, record: JournalRecord) -> list[Output]:
-        return self.step(Replay(record))
-
     # --- requests ---------------------------------------------------------------------------
     def _received(self, e: RequestReceived) -> list[Output]:
         request = e.request

@@ -61,10 +61,6 @@ class ReadLacOp:
             raise TypeError(f"not a read-LAC event: {event!r}")
         return handler(self, event)
 
-    # Kept for tests/conformance/test_ledger_replay.py (RecoveryWithoutFencing) until it moves to step.
-    def start(self) -> list[Send]:
-        return [o for o in self.step(Start()) if isinstance(o, Send)]  # Start gives Sends only
-
     def _begin(self, _: Start) -> list[ReadLacOutput]:
         key = master_key(self.metadata.password) if self.fence else None
         request = ReadRequest(self.ledger_id, LAST_ENTRY, fence=self.fence, master_key=key)

@@ -60,7 +60,7 @@ from impl.bookie.client.writer import (
     WriterOutput,
 )
 from impl.bookie.entry_format import BadEntry, DecodedEntry, decode_entry, master_key, read_header
-from impl.bookie.protocol import LAST_ENTRY, AddRequest, ErrorCode, ReadRequest, ReadResponse, Request, Response
+from impl.bookie.protocol import LAST_ENTRY, AddRequest, ErrorCode, ReadRequest, ReadResponse, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, LedgerMetadata, LedgerState
 
 if TYPE_CHECKING:
@@ -121,30 +121,6 @@ class RecoveryOp:
         if handler is None:
             raise TypeError(f"not a recovery event: {event!r}")
         return handler(self, event)
-
-    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py and tests/bookie/test_fenced_close.py
-    # until they move to step.
-    def start(self) -> list[RecoveryOutput]:
-        return self.step(Start())
-
-    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py, tests/client/simulation.py and
-    # tests/bookie/test_fenced_close.py until they move to step.
-    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[RecoveryOutput]:
-        return self.step(BookieAnswered(bookie, request, response))
-
-    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py, tests/client/simulation.py and
-    # tests/bookie/test_fenced_close.py until they move to step.
-    def on_metadata_result(self, result: MetadataResult) -> list[RecoveryOutput]:
-        return self.step(result)
-
-    # Kept for conformance/ledger_cluster.py, tests/client/simulation.py and tests/bookie/test_fenced_close.py
-    # until they move to step.
-    def on_replacement(self, failed: BookieId, replacement: BookieId) -> list[RecoveryOutput]:
-        return self.step(ReplacementChosen(failed, replacement))
-
-    # Kept for conformance/ledger_cluster.py and tests/client/simulation.py until they move to step.
-    def on_no_replacement(self, failed: BookieId, reason: str) -> list[RecoveryOutput]:
-        return self.step(NoReplacement(failed, reason))
 
     # ---- Start ------------------------------------------------------------------------------------
 

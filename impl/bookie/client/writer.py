@@ -232,35 +232,6 @@ class LedgerWriter:
             raise TypeError(f"not a ledger writer event: {event!r}")
         return handler(self, event)
 
-    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py, tests/bookie/test_fenced_close.py
-    # and tests/conformance/test_trace_validation.py until they move to step.
-    def add(self, payload: bytes, *, length: int | None = None) -> list[WriterOutput]:
-        return self.step(Add(payload, length))
-
-    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py, tests/client/simulation.py and
-    # tests/bookie/test_fenced_close.py until they move to step.
-    def receive(self, bookie: BookieId, request: Request, response: Response | None) -> list[WriterOutput]:
-        return self.step(BookieAnswered(bookie, request, response))
-
-    # Kept for conformance/ledger_cluster.py, tests/client/simulation.py and tests/bookie/test_fenced_close.py
-    # until they move to step.
-    def on_replacement(self, failed: BookieId, replacement: BookieId) -> list[WriterOutput]:
-        return self.step(ReplacementChosen(failed, replacement))
-
-    # Kept for conformance/ledger_cluster.py and tests/client/simulation.py until they move to step.
-    def on_no_replacement(self, failed: BookieId, reason: str) -> list[WriterOutput]:
-        return self.step(NoReplacement(failed, reason))
-
-    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py, tests/client/simulation.py and
-    # tests/bookie/test_fenced_close.py until they move to step.
-    def on_metadata_result(self, result: MetadataResult) -> list[WriterOutput]:
-        return self.step(result)
-
-    # Kept for conformance/fencing_spec.py, conformance/ledger_cluster.py and tests/bookie/test_fenced_close.py
-    # until they move to step.
-    def close(self) -> list[WriterOutput]:
-        return self.step(Close())
-
     # ---- Add --------------------------------------------------------------------------------------
 
     def _add(self, e: Add) -> list[WriterOutput]:
