@@ -127,6 +127,7 @@ class Standalone:
         ensemble: int = 2,
         write_quorum: int = 2,
         ack_quorum: int = 2,
+        max_entries_per_ledger: int = ManagedLedgerConfig.max_entries_per_ledger,
         cluster: str = namespaces.DEFAULT_CLUSTER,
         configuration_store: str | None = None,  # URL of the instance's configuration store; None: the embedded one
     ) -> None:
@@ -170,7 +171,12 @@ class Standalone:
         self.bookies = [
             _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry) for i, p in enumerate(ports[:bookies])
         ]
-        ml_config = ManagedLedgerConfig(ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum)
+        ml_config = ManagedLedgerConfig(
+            ensemble=ensemble,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            max_entries_per_ledger=max_entries_per_ledger,
+        )
         self.config = BrokerConfig(managed_ledger=ml_config, security=security)
         self.broker: Broker | None = None
         self._lock = threading.Lock()

@@ -91,6 +91,7 @@ def main(argv: list[str], prog: str) -> int:
             ensemble=args.ensemble,
             write_quorum=args.write_quorum,
             ack_quorum=args.ack_quorum,
+            max_entries_per_ledger=args.max_entries_per_ledger,
             cluster=args.cluster,
             configuration_store=args.configuration_store,
         )
