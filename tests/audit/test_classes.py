@@ -28,6 +28,7 @@ def test_no_archive_means_no_options(cache: Path) -> None:
     assert classes.java_options() == []
 
 
+@pytest.mark.deep  # 45-85 s: records a second 143 MB archive; `make test` records the real one first
 def test_record_check_and_audit_with_it(cache: Path, tmp_path: Path) -> None:
     path = classes.record()
     assert path.is_file() and path.stat().st_size > 0
