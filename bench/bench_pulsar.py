@@ -25,6 +25,8 @@ on the same disk and reports its write + fdatasync p50 and maximum, and how many
 the bookies of a deployment share that disk, so a stall of the disk is a stall of every add.
 
 `--rows fixed-rate` runs only the fixed-rate row, `--rounds N` times, each on a fresh deployment.
+`--rows disk-probe` runs only the disk probe, for --seconds, `--rounds N` times, with no deployment
+and no client: what the disk does on its own, to read the fixed-rate rows against.
 
     .venv/bin/python bench/bench_pulsar.py [--deployment standalone cluster pulsar-lite]
         [--messages 20000] [--backlog 100000] [--rate 1000] [--seconds 10] [--rows fixed-rate --rounds 3]
@@ -107,10 +109,10 @@ class DiskProbe:
         finally:
             os.close(fd)
 
-    def summary(self) -> str:
+    def summary(self, during: str = "during the fixed-rate row") -> str:
         slow = sum(1 for x in self.latencies if x > 0.02)
         return (
-            f"disk during the fixed-rate row: {len(self.latencies)} probe writes (1 KiB, O_DSYNC) p50 "
+            f"disk {during}: {len(self.latencies)} probe writes (1 KiB, O_DSYNC) p50 "
             f"{pct(self.latencies, 50):.2f} ms, max {pct(self.latencies, 100):.0f} ms, {slow} over 20 ms"
         )
 
@@ -349,20 +351,36 @@ def finish(
     return lines
 
 
+def probe_disk(seconds: float, work: Path) -> None:
+    """The disk probe alone, nothing else of the benchmark's running."""
+    work.mkdir(parents=True, exist_ok=True)
+    with DiskProbe(work) as disk:
+        time.sleep(seconds)
+    print(f"{calibration()}; {disk.summary(f'alone for {seconds:g} s')}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--deployment", nargs="+", choices=list(DEPLOYMENTS), default=list(DEPLOYMENTS))
     parser.add_argument("--messages", type=int, default=20_000, help="messages per publish row (20,000)")
     parser.add_argument("--backlog", type=int, default=100_000, help="backlog of each consume row (100,000)")
     parser.add_argument("--rate", type=int, default=1000, help="fixed-rate row: messages per second (1,000)")
-    parser.add_argument("--seconds", type=float, default=10.0, help="fixed-rate row: seconds (10)")
-    parser.add_argument("--rows", choices=["all", "fixed-rate"], default="all", help="every row, or the fixed-rate row")
+    parser.add_argument("--seconds", type=float, default=10.0, help="fixed-rate row or disk probe: seconds (10)")
+    parser.add_argument(
+        "--rows",
+        choices=["all", "fixed-rate", "disk-probe"],
+        default="all",
+        help="every row, the fixed-rate row, or the disk probe alone (all)",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="runs of each deployment, each a fresh one (1)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-pulsar-"))
     print(f"command: {' '.join(sys.argv)}\n{calibration()}\n", flush=True)
     try:
         for round_ in range(args.rounds):
+            if args.rows == "disk-probe":
+                probe_disk(args.seconds, work)
+                continue
             for deployment in args.deployment:
                 run(deployment, args, work / f"round-{round_}")
     finally:
