@@ -37,21 +37,46 @@ def topic(prefix: str) -> str:
     return f"persistent://public/default/{prefix}-{int(time.time() * 1000)}-{next(_n)}"
 
 
+def received(c: core.ClientConnection, type_: int, field_name: str, message: object) -> list[core.Output]:
+    return c.step(core.FrameReceived(frames.Frame(core.build(type_, field_name, message))))
+
+
 def test_the_core_refuses_anything_before_connected_and_matches_answers_by_request_id() -> None:
     c = core.ClientConnection()
-    pong = frames.Frame(core.build(api.BaseCommand.PONG, "pong", api.CommandPong()))
     with pytest.raises(core.ProtocolViolation):
-        c.receive(pong)
+        received(c, api.BaseCommand.PONG, "pong", api.CommandPong())
     c = core.ClientConnection()
     connected = api.CommandConnected(server_version="x", protocol_version=20, max_message_size=100)
-    (event,) = c.receive(frames.Frame(core.build(api.BaseCommand.CONNECTED, "connected", connected)))
+    (event,) = received(c, api.BaseCommand.CONNECTED, "connected", connected)
     assert event == core.Connected("x", 20, 100)
-    request_id, _ = c.request(api.BaseCommand.LOOKUP, api.CommandLookupTopic(topic="t"))
-    stray = api.CommandSuccess(request_id=request_id + 5)
-    assert c.receive(frames.Frame(core.build(api.BaseCommand.SUCCESS, "success", stray))) == []
+    lookup = api.CommandLookupTopic(topic="t")
+    (sent,) = c.step(core.Request(api.BaseCommand.LOOKUP, lookup))
+    assert isinstance(sent, core.WriteRequest)
+    request_id = sent.request_id
+    assert frames.FrameDecoder().feed(sent.data)[0].command.lookupTopic.request_id == request_id
+    assert received(c, api.BaseCommand.SUCCESS, "success", api.CommandSuccess(request_id=request_id + 5)) == []
     error = api.CommandError(request_id=request_id, error=api.TopicNotFound, message="no")
-    (refused,) = c.receive(frames.Frame(core.build(api.BaseCommand.ERROR, "error", error)))
+    (refused,) = received(c, api.BaseCommand.ERROR, "error", error)
     assert refused == core.Refused(request_id, api.TopicNotFound, "no")
+
+
+def test_the_core_connects_with_a_token_drops_late_answers_and_reports_the_unanswered_at_close() -> None:
+    c = core.ClientConnection()
+    (connect,) = c.step(core.Connect("secret"))
+    assert isinstance(connect, core.Write)
+    assert frames.FrameDecoder().feed(connect.data)[0].command.connect.auth_data == b"secret"
+    received(c, api.BaseCommand.CONNECTED, "connected", api.CommandConnected(protocol_version=20))
+    sent = [c.step(core.Request(api.BaseCommand.LOOKUP, api.CommandLookupTopic(topic="t")))[0] for _ in range(3)]
+    ids = [s.request_id for s in sent if isinstance(s, core.WriteRequest)]
+    assert c.step(core.RequestTimedOut(ids[0])) == []
+    assert received(c, api.BaseCommand.SUCCESS, "success", api.CommandSuccess(request_id=ids[0])) == []
+    assert c.step(core.ConnectionClosed()) == [core.Unanswered(ids[1]), core.Unanswered(ids[2])]
+    assert not c.connected
+
+
+def test_the_core_refuses_what_is_not_one_of_its_events() -> None:
+    with pytest.raises(TypeError):
+        core.ClientConnection().step(core.Write(b"x"))  # type: ignore[arg-type]
 
 
 def test_produce_and_consume_with_batches_keys_and_properties(client: Client) -> None:

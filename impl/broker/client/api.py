@@ -390,7 +390,7 @@ class Producer:
             send.num_messages = len(singles)
         self._pending[sequence_id] = _Pending(futures, len(singles) > 1)
         with contextlib.suppress(ConnectionLost):  # on_detached fails what is pending, this entry included
-            conn.write(core.ClientConnection.command(T.SEND, "send", send, data))
+            conn.write(core.command(T.SEND, "send", send, data))
 
     def flush(self) -> None:
         with self._lock:
@@ -410,7 +410,7 @@ class Producer:
 
     # ---- the broker's answers ------------------------------------------------------------------
 
-    def on_event(self, event: core.Event) -> None:
+    def on_event(self, event: core.Output) -> None:
         with self._lock:
             if isinstance(event, core.Receipt):
                 pending = self._pending.pop(event.sequence_id, None)
@@ -582,11 +582,11 @@ class Consumer:
         conn = self._conn
         if conn is None:
             raise NotAttached(f"consumer of {self.subscription} is reconnecting; try again")
-        conn.write(core.ClientConnection.command(type_, field_name, message))
+        conn.write(core.command(type_, field_name, message))
 
     # ---- the broker's messages -----------------------------------------------------------------
 
-    def on_event(self, event: core.Event) -> None:
+    def on_event(self, event: core.Output) -> None:
         if isinstance(event, core.ActiveChanged):
             self.active = event.active
             return

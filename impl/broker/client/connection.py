@@ -1,14 +1,31 @@
 """A client's side of one connection to a broker, in Pulsar's protocol (pure core).
 
-It numbers requests, builds their frames, and turns the broker's frames into events: the answer
+It numbers requests, builds their frames, and turns the broker's frames into outputs: the answer
 to a request (by request id), a send's receipt or error (by producer id and sequence id), a
 message for a consumer, a producer or consumer closed by the broker. It keeps no socket and no
-clock; the shell (impl/broker/client/transport.py) writes what it returns and routes the events.
+clock; the shell (impl/broker/client/transport.py) writes what it returns and routes the rest.
+
+Pure, and driven one way (docs/architecture.md, "One way to drive a core"): every input is a frozen
+dataclass fed to `step(event) -> list[Output]`; an event of another type raises TypeError.
+
+  Connect(token)            -> Write(CONNECT), with the token when the brokers authenticate
+  Request(kind, message)    a request answered by request id (LOOKUP, PRODUCER, SUBSCRIBE...) ->
+                            WriteRequest: its frame, the request id set here
+  RequestTimedOut(request_id)  the caller gave up: a late answer is dropped
+  FrameReceived(frame)      a frame from the broker -> Connected, Answered or Refused (by request id),
+                            Receipt or SendFailed (by producer id), Delivered, ProducerClosed,
+                            ConsumerClosed, ActiveChanged, Write (PONG); ProtocolViolation when the
+                            broker sends what the protocol does not allow
+  ConnectionClosed()        -> Unanswered for every request still waiting
+
+Frames that expect no answer by request id (SEND, FLOW, ACK, REDELIVER...) change nothing here:
+`command(...)` builds them. `connected`, `protocol_version` and `max_message_size` are queries.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +66,58 @@ class ProtocolViolation(Exception):
     """The broker sent what the protocol does not allow here: the connection cannot go on."""
 
 
-# ---- events --------------------------------------------------------------------------------
+# ---- inputs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Connect:
+    """Open the session: CONNECT, with a token when the brokers authenticate (Pulsar's token provider)."""
+
+    token: str | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request of kind `kind` (a key of REQUESTS); its request id is set on the frame, not on `message`."""
+
+    kind: int
+    message: Any
+
+
+@dataclass(frozen=True)
+class RequestTimedOut:
+    request_id: int
+
+
+@dataclass(frozen=True)
+class FrameReceived:
+    frame: Frame
+
+
+@dataclass(frozen=True)
+class ConnectionClosed:
+    """The connection is gone (closed by either side, or broken)."""
+
+
+Event = Connect | Request | RequestTimedOut | FrameReceived | ConnectionClosed
+
+
+# ---- outputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Write:
+    """A frame to send (CONNECT, PONG)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """A request's frame to send; its answer comes as Answered or Refused with this request id."""
+
+    request_id: int
+    data: bytes
 
 
 @dataclass(frozen=True)
@@ -72,6 +140,13 @@ class Refused:
     request_id: int
     error: int
     message: str
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """The connection closed before the request's answer came."""
+
+    request_id: int
 
 
 @dataclass(frozen=True)
@@ -116,24 +191,19 @@ class ActiveChanged:
     active: bool
 
 
-@dataclass(frozen=True)
-class Write:
-    """A frame to send back (PONG)."""
-
-    data: bytes
-
-
-Event = (
-    Connected
+Output = (
+    Write
+    | WriteRequest
+    | Connected
     | Answered
     | Refused
+    | Unanswered
     | Receipt
     | SendFailed
     | Delivered
     | ProducerClosed
     | ConsumerClosed
     | ActiveChanged
-    | Write
 )
 
 
@@ -141,6 +211,11 @@ def build(type_: int, field_name: str, message: Any) -> api.BaseCommand:
     cmd = api.BaseCommand(type=type_)
     getattr(cmd, field_name).CopyFrom(message)
     return cmd
+
+
+def command(type_: int, field_name: str, message: Any, payload: bytes | None = None) -> bytes:
+    """A frame that expects no answer by request id (SEND, FLOW, ACK, REDELIVER...)."""
+    return encode(build(type_, field_name, message), payload)
 
 
 @dataclass
@@ -151,33 +226,40 @@ class ClientConnection:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _pending: dict[int, int] = field(default_factory=dict)  # request id -> its command type
 
-    def connect(self, token: str | None = None) -> bytes:
-        """CONNECT, with a token when the brokers authenticate (Pulsar's token provider)."""
+    # ---- the one entry point -------------------------------------------------------------------
+
+    def step(self, event: Event) -> list[Output]:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a client connection event: {event!r}")
+        return handler(self, event)
+
+    # ---- the client's requests ---------------------------------------------------------------
+
+    def _connect(self, e: Connect) -> list[Output]:
         c = api.CommandConnect(
             client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION, auth_method_name="none"
         )
-        if token is not None:
-            c.auth_method_name, c.auth_data = "token", token.encode()
-        return encode(build(T.CONNECT, "connect", c))
+        if e.token is not None:
+            c.auth_method_name, c.auth_data = "token", e.token.encode()
+        return [Write(encode(build(T.CONNECT, "connect", c)))]
 
-    def request(self, type_: int, message: Any) -> tuple[int, bytes]:
-        """Number a request (its request id is set here) and frame it."""
-        field_name, id_field = REQUESTS[type_]
+    def _request(self, e: Request) -> list[Output]:
+        field_name, id_field = REQUESTS[e.kind]
         request_id = next(self._ids)
-        setattr(message, id_field, request_id)
-        self._pending[request_id] = type_
-        return request_id, encode(build(type_, field_name, message))
+        cmd = build(e.kind, field_name, e.message)
+        setattr(getattr(cmd, field_name), id_field, request_id)  # on the copy: the event stays as given
+        self._pending[request_id] = e.kind
+        return [WriteRequest(request_id, encode(cmd))]
 
-    def forget(self, request_id: int) -> None:
-        """The caller gave up on a request: a late answer is dropped."""
-        self._pending.pop(request_id, None)
+    def _request_timed_out(self, e: RequestTimedOut) -> list[Output]:
+        self._pending.pop(e.request_id, None)
+        return []
 
-    @staticmethod
-    def command(type_: int, field_name: str, message: Any, payload: bytes | None = None) -> bytes:
-        """A frame that expects no answer by request id (SEND, FLOW, ACK, REDELIVER...)."""
-        return encode(build(type_, field_name, message), payload)
+    # ---- the broker's frames -----------------------------------------------------------------
 
-    def receive(self, frame: Frame) -> list[Event]:
+    def _frame_received(self, e: FrameReceived) -> list[Output]:
+        frame = e.frame
         cmd = frame.command
         kind = cmd.type
         if not self.connected:
@@ -195,10 +277,10 @@ class ClientConnection:
             refused = _refusal(kind, answer)
             return [refused] if refused is not None else [Answered(answer.request_id, cmd)]
         if kind == T.ERROR:
-            e = cmd.error
-            if self._pending.pop(e.request_id, None) is None:
+            err = cmd.error
+            if self._pending.pop(err.request_id, None) is None:
                 return []
-            return [Refused(e.request_id, e.error, e.message)]
+            return [Refused(err.request_id, err.error, err.message)]
         if kind == T.SEND_RECEIPT:
             r = cmd.send_receipt
             return [Receipt(r.producer_id, r.sequence_id, r.message_id.ledgerId, r.message_id.entryId)]
@@ -232,9 +314,8 @@ class ClientConnection:
             return []
         raise ProtocolViolation(f"unexpected {command_name(kind)} from the broker")
 
-    def lost(self) -> list[int]:
-        """The connection is gone: the requests still waiting for an answer."""
-        waiting = list(self._pending)
+    def _connection_closed(self, e: ConnectionClosed) -> list[Output]:
+        waiting: list[Output] = [Unanswered(request_id) for request_id in self._pending]
         self._pending.clear()
         self.connected = False
         return waiting
@@ -252,3 +333,13 @@ def _refusal(kind: int, answer: Any) -> Refused | None:
     if kind == T.ACK_RESPONSE and answer.HasField("error"):
         return Refused(answer.request_id, answer.error, answer.message)
     return None
+
+
+# Event type -> handler.
+_HANDLERS: dict[type, Callable[[ClientConnection, Any], list[Output]]] = {
+    Connect: ClientConnection._connect,
+    Request: ClientConnection._request,
+    RequestTimedOut: ClientConnection._request_timed_out,
+    FrameReceived: ClientConnection._frame_received,
+    ConnectionClosed: ClientConnection._connection_closed,
+}

@@ -1,7 +1,7 @@
 """One TCP connection to a broker (the shell around impl/broker/client/connection.py).
 
-A reader thread decodes the broker's frames, feeds the core and routes its events: answers
-complete the waiting request's future, receipts and messages go to the producer or consumer
+A reader thread decodes the broker's frames, steps the core with each and routes its outputs:
+answers complete the waiting request's future, receipts and messages go to the producer or consumer
 registered under their id, and a broker's CLOSE_PRODUCER / CLOSE_CONSUMER or the loss of the
 connection tells them to attach again. Writes are serialized by a lock.
 """
@@ -29,7 +29,7 @@ READ_CHUNK = 256 * 1024
 class Handler(Protocol):
     """A producer or consumer attached to a connection."""
 
-    def on_event(self, event: core.Event) -> None: ...
+    def on_event(self, event: core.Output) -> None: ...
 
     def on_detached(self) -> None:
         """The broker closed it, or the connection was lost: attach again (or give up)."""
@@ -68,7 +68,9 @@ class BrokerConnection:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._reader = threading.Thread(target=self._read_loop, name=f"pulsar-conn-{port}", daemon=True)
         self._reader.start()
-        self.write(self.core.connect(token))
+        with self._lock:
+            outputs = self.core.step(core.Connect(token))
+        self._perform(outputs)
         try:
             self._connected.result(connect_timeout_s)
         except FutureTimeout:
@@ -91,15 +93,17 @@ class BrokerConnection:
         with self._lock:
             if not self.open:
                 raise ConnectionLost(f"connection to {self.url} is closed")
-            request_id, frame = self.core.request(type_, message)
+            (sent,) = self.core.step(core.Request(type_, message))
+            assert isinstance(sent, core.WriteRequest)  # a request's only output is its frame
+            request_id = sent.request_id
             self._futures[request_id] = future
-        self.write(frame)
+        self.write(sent.data)
         try:
             return future.result(timeout_s or self.timeout_s)
         except FutureTimeout:
             with self._lock:
                 self._futures.pop(request_id, None)
-                self.core.forget(request_id)
+                self.core.step(core.RequestTimedOut(request_id))
             raise ClientError(f"{self.url} did not answer within {timeout_s or self.timeout_s}s") from None
 
     def attach(self, kind: str, handler_id: int, handler: Handler) -> None:
@@ -122,54 +126,58 @@ class BrokerConnection:
                     break
                 for frame in decoder.feed(data):
                     with self._lock:
-                        events = self.core.receive(frame)
-                    for event in events:
-                        self._route(event)
+                        outputs = self.core.step(core.FrameReceived(frame))
+                    self._perform(outputs)
         except (OSError, FrameError, core.ProtocolViolation) as e:
             reason = str(e)
         finally:
             self._lost(reason)
 
-    def _route(self, event: core.Event) -> None:
-        if isinstance(event, core.Connected):
-            self._connected.set_result(event)
-        elif isinstance(event, core.Answered | core.Refused):
+    def _perform(self, outputs: list[core.Output]) -> None:
+        for out in outputs:
+            self._route(out)
+
+    def _route(self, out: core.Output) -> None:
+        if isinstance(out, core.Connected):
+            self._connected.set_result(out)
+        elif isinstance(out, core.Answered | core.Refused):
             with self._lock:
-                future = self._futures.pop(event.request_id, None)
+                future = self._futures.pop(out.request_id, None)
             if future is None:
                 return
-            if isinstance(event, core.Answered):
-                future.set_result(event.command)
+            if isinstance(out, core.Answered):
+                future.set_result(out.command)
             else:
-                future.set_exception(ClientError(event.message, event.error))
-        elif isinstance(event, core.Write):
-            self.write(event.data)
-        elif isinstance(event, core.Receipt | core.SendFailed | core.ProducerClosed):
-            self._to("producer", event.producer_id, event)
-        elif isinstance(event, core.Delivered | core.ConsumerClosed | core.ActiveChanged):
-            self._to("consumer", event.consumer_id, event)
+                future.set_exception(ClientError(out.message, out.error))
+        elif isinstance(out, core.Write):
+            self.write(out.data)
+        elif isinstance(out, core.Receipt | core.SendFailed | core.ProducerClosed):
+            self._to("producer", out.producer_id, out)
+        elif isinstance(out, core.Delivered | core.ConsumerClosed | core.ActiveChanged):
+            self._to("consumer", out.consumer_id, out)
 
-    def _to(self, kind: str, handler_id: int, event: core.Event) -> None:
+    def _to(self, kind: str, handler_id: int, out: core.Output) -> None:
         with self._lock:
             handler = self._handlers.get((kind, handler_id))
-            if isinstance(event, core.ProducerClosed | core.ConsumerClosed):
+            if isinstance(out, core.ProducerClosed | core.ConsumerClosed):
                 self._handlers.pop((kind, handler_id), None)
         if handler is None:
             return
-        if isinstance(event, core.ProducerClosed | core.ConsumerClosed):
+        if isinstance(out, core.ProducerClosed | core.ConsumerClosed):
             handler.on_detached()
         else:
-            handler.on_event(event)
+            handler.on_event(out)
 
     def _lost(self, reason: str) -> None:
         with self._lock:
             self.open = False
-            self.core.lost()
-            futures, self._futures = self._futures, {}
+            unanswered = self.core.step(core.ConnectionClosed())
+            waiting = [o.request_id for o in unanswered if isinstance(o, core.Unanswered)]
+            futures = [f for f in (self._futures.pop(i, None) for i in waiting) if f is not None]
             handlers, self._handlers = list(self._handlers.values()), {}
         if not self._connected.done():
             self._connected.set_exception(ConnectionLost(f"{self.url}: {reason}"))
-        for future in futures.values():
+        for future in futures:
             future.set_exception(ConnectionLost(f"connection to {self.url} lost: {reason}"))
         for handler in handlers:
             handler.on_detached()

@@ -74,13 +74,13 @@ class RemoteProducer:
         if num_messages > 1:
             send.num_messages = num_messages
         try:
-            self._conn.write(core.ClientConnection.command(T.SEND, "send", send, entry))
+            self._conn.write(core.command(T.SEND, "send", send, entry))
         except ConnectionLost as e:
             self._lose(str(e))
 
     # ---- the remote broker's answers (on the connection's thread) ---------------------------
 
-    def on_event(self, event: core.Event) -> None:
+    def on_event(self, event: core.Output) -> None:
         if isinstance(event, core.Receipt):
             with self._lock:
                 token = self._pending.pop(event.sequence_id, None)
