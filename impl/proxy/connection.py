@@ -19,12 +19,30 @@ role itself, and the proxy's lookups ask the brokers with the client's token too
 Before CONNECT only CONNECT is accepted, and frames are checked (size, form) by the same decoder
 as the broker's. Keep-alive on a lookup connection is the broker's rule: PING after `keepalive_s`
 of silence, close after another.
+
+Pure, and driven one way (docs/architecture.md, "One way to drive a core"): every input is a frozen
+dataclass fed to `step(event) -> list[Output]`; an event of another type raises TypeError.
+
+  ConnectionOpened(now)         the client connected: its silence is counted from `now`
+  FrameReceived(frame, now)     a frame from the client, before the relay -> Reply, Close,
+                                DoAuthenticate, DoLookup, DoPartitions, DoTopics or DoConnectBroker
+  Authenticated(), AuthenticationFailed(message)    the answer to DoAuthenticate
+  LookupDone(request_id, broker_url, broker_url_tls), LookupFailed(request_id, error, message),
+  PartitionsDone(request_id, partitions), PartitionsFailed(...), TopicsDone(request_id, topics),
+  TopicsFailed(...)             the answers to DoLookup, DoPartitions, DoTopics -> the client's Reply
+  BrokerAnswered(frame)         the broker's first frame after DoConnectBroker -> StartRelay (CONNECTED)
+                                or Close; BrokerUnreachable(message): the connect failed -> Close
+  Tick(now)                     keep-alive -> a PING or Close
+
+`state`, `protocol_version` and `target` are queries.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.protocol.connection import (
@@ -52,6 +70,112 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
+# ---- inputs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConnectionOpened:
+    now: float
+
+
+@dataclass(frozen=True)
+class FrameReceived:
+    frame: Frame
+    now: float
+
+
+@dataclass(frozen=True)
+class Authenticated:
+    """The token was good: go on with the CONNECT (the broker learns the role from it again)."""
+
+
+@dataclass(frozen=True)
+class AuthenticationFailed:
+    message: str
+
+
+@dataclass(frozen=True)
+class LookupDone:
+    """The owner's URLs, as the logical addresses a client names in `proxy_to_broker_url` (a client
+    on pulsar+ssl:// names the TLS one)."""
+
+    request_id: int
+    broker_url: str
+    broker_url_tls: str
+
+
+@dataclass(frozen=True)
+class LookupFailed:
+    request_id: int
+    error: int  # a ServerError
+    message: str
+
+
+@dataclass(frozen=True)
+class PartitionsDone:
+    request_id: int
+    partitions: int
+
+
+@dataclass(frozen=True)
+class PartitionsFailed:
+    request_id: int
+    error: int  # a ServerError
+    message: str
+
+
+@dataclass(frozen=True)
+class TopicsDone:
+    request_id: int
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TopicsFailed:
+    request_id: int
+    error: int  # a ServerError
+    message: str
+
+
+@dataclass(frozen=True)
+class BrokerAnswered:
+    """The broker's first frame on a proxied connection."""
+
+    frame: Frame
+
+
+@dataclass(frozen=True)
+class BrokerUnreachable:
+    """The target is not a registered broker, or it could not be reached."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    now: float
+
+
+Event = (
+    ConnectionOpened
+    | FrameReceived
+    | Authenticated
+    | AuthenticationFailed
+    | LookupDone
+    | LookupFailed
+    | PartitionsDone
+    | PartitionsFailed
+    | TopicsDone
+    | TopicsFailed
+    | BrokerAnswered
+    | BrokerUnreachable
+    | Tick
+)
+
+
+# ---- outputs (with Reply, Close and DoAuthenticate of the broker's connection) ------------------
+
+
 @dataclass(frozen=True)
 class DoLookup:
     request_id: int
@@ -73,7 +197,7 @@ class DoTopics:
 @dataclass(frozen=True)
 class DoConnectBroker:
     """Connect to `target` (host:port: must be a registered broker) and send it `connect` (the client's
-    CONNECT, without the proxy field); then feed its first frame to `broker_answered`."""
+    CONNECT, without the proxy field); then step BrokerAnswered with its first frame."""
 
     target: str
     connect: api.BaseCommand
@@ -98,12 +222,23 @@ class ProxyConnection:
     _last_heard: float = 0.0
     _ping_sent_at: float | None = field(default=None)
 
-    def start(self, now: float) -> None:
-        self._last_heard = now
+    # ---- the one entry point -------------------------------------------------------------------
 
-    def receive(self, frame: Frame, now: float) -> list[Output]:
-        self._last_heard, self._ping_sent_at = now, None
-        cmd = frame.command
+    def step(self, event: Event) -> list[Output]:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a proxy connection event: {event!r}")
+        return handler(self, event)
+
+    # ---- the client's frames -------------------------------------------------------------------
+
+    def _connection_opened(self, e: ConnectionOpened) -> list[Output]:
+        self._last_heard = e.now
+        return []
+
+    def _frame_received(self, e: FrameReceived) -> list[Output]:
+        self._last_heard, self._ping_sent_at = e.now, None
+        cmd = e.frame.command
         if self.state is State.AWAITING_CONNECT:
             if cmd.type != T.CONNECT:
                 self.state = State.CLOSED
@@ -141,17 +276,16 @@ class ProxyConnection:
         connected = api.CommandConnected(server_version=SERVER_VERSION, protocol_version=self.protocol_version)
         return [Reply(command(T.CONNECTED, connected=connected))]
 
-    def authenticated(self) -> list[Output]:
-        """The token was good: go on with the CONNECT (the broker learns the role from it again)."""
+    def _authenticated(self, e: Authenticated) -> list[Output]:
         if self.state is not State.AUTHENTICATING or self._connect_command is None:
             return []
         connect, self._connect_command = self._connect_command, None
         return self._connect(connect)
 
-    def authentication_failed(self, message: str) -> list[Output]:
+    def _authentication_failed(self, e: AuthenticationFailed) -> list[Output]:
         """As a broker: an ERROR (AuthenticationError), then the connection closes."""
         self.state, self._connect_command = State.CLOSED, None
-        return [error_reply(0, api.AuthenticationError, message), Close(f"authentication failed: {message}")]
+        return [error_reply(0, api.AuthenticationError, e.message), Close(f"authentication failed: {e.message}")]
 
     def _not_here(self, cmd: api.BaseCommand) -> Reply:
         name = command_name(cmd.type)
@@ -164,71 +298,71 @@ class ProxyConnection:
 
     # ---- results of the shell's work -----------------------------------------------------------
 
-    def looked_up(self, request_id: int, broker_url: str, broker_url_tls: str) -> Reply:
-        """The owner's URLs, as the logical addresses a client names in `proxy_to_broker_url` (a client
-        on pulsar+ssl:// names the TLS one)."""
+    def _lookup_done(self, e: LookupDone) -> list[Output]:
         answer = api.CommandLookupTopicResponse(
-            request_id=request_id,
+            request_id=e.request_id,
             response=LookupType.Connect,
-            brokerServiceUrl=broker_url,
-            brokerServiceUrlTls=broker_url_tls,
+            brokerServiceUrl=e.broker_url,
+            brokerServiceUrlTls=e.broker_url_tls,
             authoritative=True,
             proxy_through_service_url=True,
         )
-        return Reply(command(T.LOOKUP_RESPONSE, lookupTopicResponse=answer))
+        return [Reply(command(T.LOOKUP_RESPONSE, lookupTopicResponse=answer))]
 
-    def lookup_failed(self, request_id: int, error: int, message: str) -> Reply:
+    def _lookup_failed(self, e: LookupFailed) -> list[Output]:
         answer = api.CommandLookupTopicResponse(
-            request_id=request_id,
+            request_id=e.request_id,
             response=LookupType.Failed,
-            error=error,  # type: ignore[arg-type]
-            message=message,
+            error=e.error,  # type: ignore[arg-type]
+            message=e.message,
         )
-        return Reply(command(T.LOOKUP_RESPONSE, lookupTopicResponse=answer))
+        return [Reply(command(T.LOOKUP_RESPONSE, lookupTopicResponse=answer))]
 
-    def partitions(self, request_id: int, partitions: int) -> Reply:
+    def _partitions_done(self, e: PartitionsDone) -> list[Output]:
         answer = api.CommandPartitionedTopicMetadataResponse(
-            request_id=request_id, partitions=partitions, response=api.CommandPartitionedTopicMetadataResponse.Success
+            request_id=e.request_id,
+            partitions=e.partitions,
+            response=api.CommandPartitionedTopicMetadataResponse.Success,
         )
-        return Reply(command(T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=answer))
+        return [Reply(command(T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=answer))]
 
-    def partitions_failed(self, request_id: int, error: int, message: str) -> Reply:
+    def _partitions_failed(self, e: PartitionsFailed) -> list[Output]:
         answer = api.CommandPartitionedTopicMetadataResponse(
-            request_id=request_id,
+            request_id=e.request_id,
             response=api.CommandPartitionedTopicMetadataResponse.Failed,
-            error=error,  # type: ignore[arg-type]
-            message=message,
+            error=e.error,  # type: ignore[arg-type]
+            message=e.message,
         )
-        return Reply(command(T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=answer))
+        return [Reply(command(T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=answer))]
 
-    def topics(self, request_id: int, topics: list[str]) -> Reply:
-        answer = api.CommandGetTopicsOfNamespaceResponse(request_id=request_id, topics=topics)
-        return Reply(command(T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=answer))
+    def _topics_done(self, e: TopicsDone) -> list[Output]:
+        answer = api.CommandGetTopicsOfNamespaceResponse(request_id=e.request_id, topics=e.topics)
+        return [Reply(command(T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=answer))]
 
-    def request_failed(self, request_id: int, error: int, message: str) -> Reply:
-        return error_reply(request_id, error, message)
+    def _topics_failed(self, e: TopicsFailed) -> list[Output]:
+        return [error_reply(e.request_id, e.error, e.message)]
 
-    def broker_answered(self, frame: Frame) -> list[Output]:
-        """The broker's first frame on a proxied connection: CONNECTED starts the relay; an ERROR (or
-        anything else) goes to the client and the connection closes."""
+    def _broker_answered(self, e: BrokerAnswered) -> list[Output]:
+        """CONNECTED starts the relay; an ERROR (or anything else) goes to the client and the
+        connection closes."""
         if self.state is not State.CONNECTING:
             return []
-        if frame.command.type == T.CONNECTED:
+        if e.frame.command.type == T.CONNECTED:
             self.state = State.RELAYING
-            return [Reply(frame.command), StartRelay()]
+            return [Reply(e.frame.command), StartRelay()]
         self.state = State.CLOSED
-        return [Reply(frame.command), Close(f"broker {self.target} refused the connection")]
+        return [Reply(e.frame.command), Close(f"broker {self.target} refused the connection")]
 
-    def broker_unreachable(self, message: str) -> list[Output]:
-        """The target is not a registered broker, or it could not be reached: the client's connect fails
-        (it looks the topic up again and retries)."""
+    def _broker_unreachable(self, e: BrokerUnreachable) -> list[Output]:
+        """The client's connect fails (it looks the topic up again and retries)."""
         self.state = State.CLOSED
-        return [error_reply(0, api.ServiceNotReady, message), Close(message)]
+        return [error_reply(0, api.ServiceNotReady, e.message), Close(e.message)]
 
     # ---- time ------------------------------------------------------------------------------
 
-    def tick(self, now: float) -> list[Output]:
+    def _tick(self, e: Tick) -> list[Output]:
         """Keep-alive on a lookup connection (a relayed one is the broker's to keep alive)."""
+        now = e.now
         if self.state not in (State.AWAITING_CONNECT, State.LOOKUPS) or now - self._last_heard < self.keepalive_s:
             return []
         if self.state is State.AWAITING_CONNECT or (
@@ -240,3 +374,21 @@ class ProxyConnection:
             return []
         self._ping_sent_at = now
         return [Reply(command(T.PING, ping=api.CommandPing()))]
+
+
+# Event type -> handler.
+_HANDLERS: dict[type, Callable[[ProxyConnection, Any], list[Output]]] = {
+    ConnectionOpened: ProxyConnection._connection_opened,
+    FrameReceived: ProxyConnection._frame_received,
+    Authenticated: ProxyConnection._authenticated,
+    AuthenticationFailed: ProxyConnection._authentication_failed,
+    LookupDone: ProxyConnection._lookup_done,
+    LookupFailed: ProxyConnection._lookup_failed,
+    PartitionsDone: ProxyConnection._partitions_done,
+    PartitionsFailed: ProxyConnection._partitions_failed,
+    TopicsDone: ProxyConnection._topics_done,
+    TopicsFailed: ProxyConnection._topics_failed,
+    BrokerAnswered: ProxyConnection._broker_answered,
+    BrokerUnreachable: ProxyConnection._broker_unreachable,
+    Tick: ProxyConnection._tick,
+}

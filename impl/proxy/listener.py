@@ -76,13 +76,13 @@ class _ClientConnection:
         self.reader, self.writer = reader, writer
         self.core = core.ProxyConnection(authentication=listener.authenticator is not None)
         self.credentials: dict[str, str] = {}  # the client's token, for the lookups asked on its behalf
-        self.core.start(time.monotonic())
         self.decoder = frames.FrameDecoder()
         self.broker: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self.relaying = asyncio.Event()
         self.open = True
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.perform(self.core.step(core.ConnectionOpened(time.monotonic())))
 
     async def serve(self) -> None:
         try:
@@ -94,7 +94,7 @@ class _ClientConnection:
                 try:
                     received = self.decoder.feed(data, max_frames=1)
                     while received and self.open:
-                        self.perform(self.core.receive(received[0], time.monotonic()))
+                        self.perform(self.core.step(core.FrameReceived(received[0], time.monotonic())))
                         if self.core.state is not core.State.LOOKUPS:
                             break
                         received = self.decoder.feed(b"", max_frames=1)
@@ -111,7 +111,7 @@ class _ClientConnection:
             self.close("the client went away")
 
     def tick(self, now: float) -> None:
-        self.perform(self.core.tick(now))
+        self.perform(self.core.step(core.Tick(now)))
 
     def perform(self, outputs: list[core.Output]) -> None:
         for out in outputs:
@@ -121,16 +121,16 @@ class _ClientConnection:
             elif isinstance(out, Close):
                 self.close(out.reason)
             elif isinstance(out, DoAuthenticate):
-                self.perform(self._authenticate(out))
+                self.perform(self.core.step(self._authenticate(out)))
             elif isinstance(out, core.DoLookup):
                 lookup = functools.partial(self._looked_up, out.request_id, out.topic)
-                self._ask(out.request_id, lookup, self.core.lookup_failed)
+                self._ask(out.request_id, lookup, core.LookupFailed)
             elif isinstance(out, core.DoPartitions):
                 partitions = functools.partial(self._partitions, out.request_id, out.topic)
-                self._ask(out.request_id, partitions, self.core.partitions_failed)
+                self._ask(out.request_id, partitions, core.PartitionsFailed)
             elif isinstance(out, core.DoTopics):
                 topics = functools.partial(self._topics, out.request_id, out.namespace)
-                self._ask(out.request_id, topics, self.core.request_failed)
+                self._ask(out.request_id, topics, core.TopicsFailed)
             elif isinstance(out, core.DoConnectBroker):
                 asyncio.ensure_future(self._connect_broker(out))
             elif isinstance(out, core.StartRelay):
@@ -140,28 +140,31 @@ class _ClientConnection:
     def directory(self) -> BrokerDirectory:
         return self.listener.directory
 
-    def _authenticate(self, out: DoAuthenticate) -> list[core.Output]:
+    def _authenticate(self, out: DoAuthenticate) -> core.Event:
         assert self.listener.authenticator is not None
         try:
             self.listener.authenticator.authenticate_connect(out.method, out.data)
         except AuthenticationFailed as e:
-            return self.core.authentication_failed(str(e))
+            return core.AuthenticationFailed(str(e))
         self.credentials = {"Authorization": f"Bearer {out.data.decode('utf-8', 'replace')}"}
-        return self.core.authenticated()
+        return core.Authenticated()
 
-    def _looked_up(self, request_id: int, topic: str) -> Reply:
-        return self.core.looked_up(request_id, *self.directory.lookup(topic, self.credentials))
+    def _looked_up(self, request_id: int, topic: str) -> core.Event:
+        return core.LookupDone(request_id, *self.directory.lookup(topic, self.credentials))
 
-    def _partitions(self, request_id: int, topic: str) -> Reply:
-        return self.core.partitions(request_id, self.directory.partitions(topic, self.credentials))
+    def _partitions(self, request_id: int, topic: str) -> core.Event:
+        return core.PartitionsDone(request_id, self.directory.partitions(topic, self.credentials))
 
-    def _topics(self, request_id: int, namespace: str) -> Reply:
-        return self.core.topics(request_id, self.directory.topics(namespace, self.credentials))
+    def _topics(self, request_id: int, namespace: str) -> core.Event:
+        return core.TopicsDone(request_id, tuple(self.directory.topics(namespace, self.credentials)))
 
-    def _ask(self, request_id: int, work: Callable[[], Reply], failed: Callable[[int, int, str], Reply]) -> None:
-        """Run `work` (it returns the answer) on the pool; a failure is answered with `failed`."""
+    def _ask(
+        self, request_id: int, work: Callable[[], core.Event], failed: Callable[[int, int, str], core.Event]
+    ) -> None:
+        """Run `work` (it returns the answer, as the core's event) on the pool; a failure is answered with
+        `failed`. The core is stepped back on the loop's thread, as every other event is."""
 
-        def run() -> Reply:
+        def run() -> core.Event:
             try:
                 return work()
             except (InvalidTopicName, ValueError) as e:
@@ -175,17 +178,17 @@ class _ClientConnection:
                 return failed(request_id, api.ServiceNotReady, f"{e}; retry")
 
         future = self.loop.run_in_executor(self.listener.pool, run)
-        future.add_done_callback(lambda f: self.perform([f.result()]) if not f.cancelled() else None)
+        future.add_done_callback(lambda f: self.perform(self.core.step(f.result())) if not f.cancelled() else None)
 
     async def _connect_broker(self, out: core.DoConnectBroker) -> None:
         """Connect to a registered broker only, hand it the client's CONNECT, pass its answer back."""
         try:
             allowed = await self.loop.run_in_executor(self.listener.pool, self.directory.broker_addresses)
         except Exception as e:  # the metadata store is unreachable: the client retries
-            self.perform(self.core.broker_unreachable(f"cannot read the brokers' registrations: {e}"))
+            self.perform(self.core.step(core.BrokerUnreachable(f"cannot read the brokers' registrations: {e}")))
             return
         if out.target not in allowed:
-            self.perform(self.core.broker_unreachable(f"{out.target} is not a registered broker"))
+            self.perform(self.core.step(core.BrokerUnreachable(f"{out.target} is not a registered broker")))
             return
         host, _, port = allowed[out.target].rpartition(":")  # its pulsar:// listener, for a TLS address too
         try:
@@ -199,11 +202,11 @@ class _ClientConnection:
                     raise ConnectionError("the broker closed the connection")
                 answer = decoder.feed(data, max_frames=1)
         except (OSError, TimeoutError, frames.FrameError, ConnectionError) as e:
-            self.perform(self.core.broker_unreachable(f"cannot connect to broker {out.target}: {e}; retry"))
+            self.perform(self.core.step(core.BrokerUnreachable(f"cannot connect to broker {out.target}: {e}; retry")))
             return
         self.broker = (reader, writer)
         leftover_from_broker = decoder.take_buffered()
-        self.perform(self.core.broker_answered(answer[0]))
+        self.perform(self.core.step(core.BrokerAnswered(answer[0])))
         if self.open and leftover_from_broker:
             self.writer.write(leftover_from_broker)
         if not self.open:
