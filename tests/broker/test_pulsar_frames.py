@@ -82,7 +82,7 @@ def test_entries_keep_the_producers_bytes_and_their_checksum() -> None:
 
 
 def receive(core: conn.ServerConnection, cmd: api.BaseCommand, payload: bytes | None = None) -> list[conn.Output]:
-    return core.receive(frames.Frame(cmd, payload), now=0.0)
+    return core.step(conn.FrameReceived(frames.Frame(cmd, payload), now=0.0))
 
 
 def test_nothing_but_connect_before_connected_and_the_version_is_the_lower() -> None:
@@ -118,7 +118,7 @@ def test_a_send_before_its_producer_is_ready_is_refused() -> None:
         core, conn.command(T.PRODUCER, producer=api.CommandProducer(topic="t", producer_id=0, request_id=1))
     )
     assert isinstance(create, conn.DoCreateProducer)
-    core.producer_ready(1, 0, "p", -1)
+    core.step(conn.ProducerReady(1, 0, "p", -1))
     send = api.CommandSend(producer_id=0, sequence_id=10, num_messages=5)
     (publish,) = receive(core, conn.command(T.SEND, send=send), b"x")
     assert isinstance(publish, conn.DoPublish) and publish.highest_sequence_id == 14
@@ -126,13 +126,13 @@ def test_a_send_before_its_producer_is_ready_is_refused() -> None:
 
 def test_keepalive_pings_a_silent_client_then_closes() -> None:
     core = conn.ServerConnection(max_message_size=1000, keepalive_s=10)
-    core.start(0.0)
-    core.receive(frames.Frame(conn.command(T.CONNECT, connect=api.CommandConnect(protocol_version=20))), 0.0)
-    assert core.tick(5.0) == []
-    (ping,) = core.tick(10.0)
+    core.step(conn.ConnectionOpened(0.0))
+    receive(core, conn.command(T.CONNECT, connect=api.CommandConnect(protocol_version=20)))
+    assert core.step(conn.Tick(5.0)) == []
+    (ping,) = core.step(conn.Tick(10.0))
     assert isinstance(ping, conn.Reply) and ping.command.type == T.PING
-    assert core.tick(15.0) == []
-    (close,) = core.tick(20.0)
+    assert core.step(conn.Tick(15.0)) == []
+    (close,) = core.step(conn.Tick(20.0))
     assert isinstance(close, conn.Close)
 
 

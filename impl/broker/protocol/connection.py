@@ -1,10 +1,33 @@
 """One client connection of a broker, as Pulsar's protocol has it (pure core).
 
-The core takes the frames a client sends (`receive`) and the results of the work it asked the
-broker to do (`producer_ready`, `send_done`, `subscribed`, ...), and returns what to perform: a
-reply to write (`Reply`), the connection to close (`Close`), or a request for the broker's
-service (the `Do*` dataclasses). It never touches a socket, a topic or a clock: the listener
-(impl/broker/protocol/listener.py) does, and passes `now` in.
+The listener (impl/broker/protocol/listener.py) drives the core with one function,
+`step(event) -> list[Output]`, and every input is a typed event:
+
+  ConnectionOpened(now)       the client connected: keep-alive counts from here
+  FrameReceived(frame, now)   a frame from the client
+  Authenticated(role), AuthenticationFailed(message)
+                              the answer to DoAuthenticate
+  ProducerReady(...), ProducerFailed(...)
+                              the answer to DoCreateProducer
+  Subscribed(...), SubscribeFailed(...)
+                              the answer to DoSubscribe
+  SendReceipt(...), SendError(...)
+                              a SEND's outcome: SEND_RECEIPT, or SEND_ERROR (also for a SEND the
+                              listener refuses itself)
+  Message(...)                a message for a consumer: MESSAGE
+  ActiveConsumerChange(...)   a Failover consumer became active or inactive
+  AckResponse(...)            an ACK's outcome, for a client that asked for one
+  CloseProducer(producer_id), CloseConsumer(consumer_id)
+                              the broker closes one (unload, fenced topic, seek): the client
+                              creates it again
+  ConsumerRemoved(consumer_id)  an UNSUBSCRIBE removed the consumer: its id is free again
+  Tick(now)                   keep-alive
+  ConnectionClosed()          the connection is gone, with every producer and consumer on it
+
+Outputs: a reply to write (`Reply`), the connection to close (`Close`), or a request for the
+broker's service (the `Do*` dataclasses), whose result comes back as the next event. An event of
+another type raises TypeError. The core never touches a socket, a topic or a clock: the listener
+does, and passes `now` in. `state`, `role`, `producers` and `consumers` are for reading.
 
 What it decides:
 - Nothing but CONNECT is accepted before CONNECTED; the protocol version is the lower of the
@@ -23,7 +46,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from impl.broker.dispatcher import MessageId, SubscriptionType
 from impl.broker.protocol import pulsar_api_pb2 as api
@@ -58,6 +81,146 @@ class State(enum.Enum):
     AUTHENTICATING = "authenticating"
     CONNECTED = "connected"
     CLOSED = "closed"
+
+
+# ---- inputs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConnectionOpened:
+    now: float
+
+
+@dataclass(frozen=True)
+class FrameReceived:
+    frame: Frame
+    now: float
+
+
+@dataclass(frozen=True)
+class Authenticated:
+    role: str
+
+
+@dataclass(frozen=True)
+class AuthenticationFailed:
+    message: str
+
+
+@dataclass(frozen=True)
+class ProducerReady:
+    request_id: int
+    producer_id: int
+    name: str
+    last_sequence_id: int
+
+
+@dataclass(frozen=True)
+class ProducerFailed:
+    request_id: int
+    producer_id: int
+    error: int  # a ServerError
+    message: str
+
+
+@dataclass(frozen=True)
+class SendReceipt:
+    producer_id: int
+    sequence_id: int
+    highest_sequence_id: int
+    message_id: MessageId
+
+
+@dataclass(frozen=True)
+class SendError:
+    producer_id: int
+    sequence_id: int
+    error: int  # a ServerError
+    message: str
+
+
+@dataclass(frozen=True)
+class Subscribed:
+    request_id: int
+    consumer_id: int
+
+
+@dataclass(frozen=True)
+class SubscribeFailed:
+    request_id: int
+    consumer_id: int
+    error: int  # a ServerError
+    message: str
+
+
+@dataclass(frozen=True)
+class Message:
+    consumer_id: int
+    message_id: MessageId
+    redelivery_count: int
+    ack_set: tuple[int, ...]  # the batch indexes sent, as bit-set words; () = the whole entry
+    entry: bytes
+
+
+@dataclass(frozen=True)
+class ActiveConsumerChange:
+    consumer_id: int
+    active: bool
+
+
+@dataclass(frozen=True)
+class AckResponse:
+    consumer_id: int
+    request_id: int
+    error: int | None = None  # a ServerError; None = acknowledged
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class CloseProducer:
+    producer_id: int
+
+
+@dataclass(frozen=True)
+class CloseConsumer:
+    consumer_id: int
+
+
+@dataclass(frozen=True)
+class ConsumerRemoved:
+    consumer_id: int
+
+
+@dataclass(frozen=True)
+class Tick:
+    now: float
+
+
+@dataclass(frozen=True)
+class ConnectionClosed:
+    pass
+
+
+Event = (
+    ConnectionOpened
+    | FrameReceived
+    | Authenticated
+    | AuthenticationFailed
+    | ProducerReady
+    | ProducerFailed
+    | SendReceipt
+    | SendError
+    | Subscribed
+    | SubscribeFailed
+    | Message
+    | ActiveConsumerChange
+    | AckResponse
+    | CloseProducer
+    | CloseConsumer
+    | ConsumerRemoved
+    | Tick
+    | ConnectionClosed
+)
 
 
 # ---- outputs ---------------------------------------------------------------------------------
@@ -190,7 +353,7 @@ class DoGetTopics:
 
 @dataclass(frozen=True)
 class DoAuthenticate:
-    """Check the client's credentials; answer with `authenticated` or `authentication_failed`."""
+    """Check the client's credentials; answer with Authenticated or AuthenticationFailed."""
 
     method: str
     data: bytes
@@ -234,6 +397,18 @@ def error_reply(request_id: int, error: int, message: str) -> Reply:
 
 def success_reply(request_id: int) -> Reply:
     return Reply(command(T.SUCCESS, success=api.CommandSuccess(request_id=request_id)))
+
+
+def _send_error_reply(producer_id: int, sequence_id: int, error: int, message: str) -> Reply:
+    err = api.CommandSendError(producer_id=producer_id, sequence_id=sequence_id, error=error, message=message)  # type: ignore[arg-type]
+    return Reply(command(T.SEND_ERROR, send_error=err))
+
+
+def _ack_response_reply(consumer_id: int, request_id: int, error: int | None = None, message: str = "") -> Reply:
+    resp = api.CommandAckResponse(consumer_id=consumer_id, request_id=request_id)
+    if error is not None:
+        resp.error, resp.message = error, message  # type: ignore[assignment]
+    return Reply(command(T.ACK_RESPONSE, ackResponse=resp))
 
 
 def id_from_wire(mid: api.MessageIdData) -> MessageId:
@@ -283,10 +458,23 @@ class ServerConnection:
     _last_heard: float = 0.0
     _ping_sent_at: float | None = None
 
+    # ---- the one entry point -------------------------------------------------------------------
+
+    def step(self, event: Event) -> list[Output]:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a Pulsar connection event: {event!r}")
+        return handler(self, event)
+
     # ---- frames in ---------------------------------------------------------------------------
 
-    def receive(self, frame: Frame, now: float) -> list[Output]:
-        self._last_heard, self._ping_sent_at = now, None
+    def _opened(self, e: ConnectionOpened) -> list[Output]:
+        self._last_heard = e.now
+        return []
+
+    def _frame_received(self, e: FrameReceived) -> list[Output]:
+        frame = e.frame
+        self._last_heard, self._ping_sent_at = e.now, None
         cmd = frame.command
         kind = cmd.type
         if self.state is State.CLOSED:
@@ -299,7 +487,7 @@ class ServerConnection:
         if self.state is State.AUTHENTICATING:
             self.state = State.CLOSED
             return [Close(f"{command_name(kind)} before authentication completed")]
-        handler = self._HANDLERS.get(kind)
+        handler = self._COMMANDS.get(kind)
         if handler is None:
             return self._unsupported(cmd, frame)
         return handler(self, cmd, frame)
@@ -312,16 +500,16 @@ class ServerConnection:
             return [DoAuthenticate(c.auth_method_name, c.auth_data)]
         return self._connected()
 
-    def authenticated(self, role: str) -> list[Output]:
+    def _authenticated(self, e: Authenticated) -> list[Output]:
         if self.state is not State.AUTHENTICATING:
             return []
-        self.role = role
+        self.role = e.role
         return self._connected()
 
-    def authentication_failed(self, message: str) -> list[Output]:
+    def _authentication_failed(self, e: AuthenticationFailed) -> list[Output]:
         """As Pulsar: an ERROR (AuthenticationError), then the connection closes."""
         self.state = State.CLOSED
-        return [error_reply(0, api.AuthenticationError, message), Close(f"authentication failed: {message}")]
+        return [error_reply(0, api.AuthenticationError, e.message), Close(f"authentication failed: {e.message}")]
 
     def _connected(self) -> list[Output]:
         self.state = State.CONNECTED
@@ -373,7 +561,7 @@ class ServerConnection:
         producer = self.producers.get(s.producer_id)
         if producer is None or not producer.ready:
             return [
-                self.send_error(
+                _send_error_reply(
                     s.producer_id,
                     s.sequence_id,
                     api.NotAllowedError,
@@ -381,7 +569,7 @@ class ServerConnection:
                 )
             ]
         if frame.payload is None:
-            return [self.send_error(s.producer_id, s.sequence_id, api.UnknownError, "SEND without a payload")]
+            return [_send_error_reply(s.producer_id, s.sequence_id, api.UnknownError, "SEND without a payload")]
         num = s.num_messages if s.HasField("num_messages") else 1
         highest = s.highest_sequence_id if s.HasField("highest_sequence_id") else s.sequence_id + num - 1
         highest = max(highest, s.sequence_id)
@@ -436,7 +624,7 @@ class ServerConnection:
         if self._ready_consumer(a.consumer_id) is None:
             if request_id is None:
                 return []
-            return [self.ack_response(a.consumer_id, request_id, api.ConsumerNotFound, "no such consumer")]
+            return [_ack_response_reply(a.consumer_id, request_id, api.ConsumerNotFound, "no such consumer")]
         ids = tuple(AckedId(id_from_wire(m), tuple(m.ack_set), m.batch_size) for m in a.message_id)
         return [DoAck(a.consumer_id, ids, a.ack_type == api.CommandAck.Cumulative, request_id)]
 
@@ -485,7 +673,8 @@ class ServerConnection:
     def _ignored(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
         return []  # a client's answer to a broker request (none are sent but CLOSE_*): nothing to do
 
-    _HANDLERS: ClassVar[dict[int, Callable[[ServerConnection, api.BaseCommand, Frame], list[Output]]]] = {
+    # Command type -> its handler; any other command is answered by _unsupported.
+    _COMMANDS: ClassVar[dict[int, Callable[[ServerConnection, api.BaseCommand, Frame], list[Output]]]] = {
         T.PING: _ping,
         T.PONG: _pong,
         T.PARTITIONED_METADATA: _partitioned_metadata,
@@ -512,76 +701,81 @@ class ServerConnection:
         ok = api.CommandProducerSuccess(request_id=request_id, producer_name=name, last_sequence_id=last_sequence_id)
         return Reply(command(T.PRODUCER_SUCCESS, producer_success=ok))
 
-    def producer_ready(self, request_id: int, producer_id: int, name: str, last_sequence_id: int) -> list[Output]:
-        producer = self.producers.get(producer_id)
+    def _producer_ready(self, e: ProducerReady) -> list[Output]:
+        producer = self.producers.get(e.producer_id)
         if producer is None:  # closed while being created: the shell closes it again
-            return [DoCloseProducer(None, producer_id)]
-        producer.name, producer.ready = name, True
-        return [self._producer_success(request_id, name, last_sequence_id)]
+            return [DoCloseProducer(None, e.producer_id)]
+        producer.name, producer.ready = e.name, True
+        return [self._producer_success(e.request_id, e.name, e.last_sequence_id)]
 
-    def producer_failed(self, request_id: int, producer_id: int, error: int, message: str) -> list[Output]:
-        self.producers.pop(producer_id, None)
-        return [error_reply(request_id, error, message)]
+    def _producer_failed(self, e: ProducerFailed) -> list[Output]:
+        self.producers.pop(e.producer_id, None)
+        return [error_reply(e.request_id, e.error, e.message)]
 
-    def send_receipt(self, producer_id: int, sequence_id: int, highest: int, mid: MessageId) -> Reply:
+    def _send_receipt(self, e: SendReceipt) -> list[Output]:
         receipt = api.CommandSendReceipt(
-            producer_id=producer_id, sequence_id=sequence_id, highest_sequence_id=highest, message_id=id_to_wire(mid)
+            producer_id=e.producer_id,
+            sequence_id=e.sequence_id,
+            highest_sequence_id=e.highest_sequence_id,
+            message_id=id_to_wire(e.message_id),
         )
-        return Reply(command(T.SEND_RECEIPT, send_receipt=receipt))
+        return [Reply(command(T.SEND_RECEIPT, send_receipt=receipt))]
 
-    def send_error(self, producer_id: int, sequence_id: int, error: int, message: str) -> Reply:
-        err = api.CommandSendError(producer_id=producer_id, sequence_id=sequence_id, error=error, message=message)  # type: ignore[arg-type]
-        return Reply(command(T.SEND_ERROR, send_error=err))
+    def _send_error(self, e: SendError) -> list[Output]:
+        return [_send_error_reply(e.producer_id, e.sequence_id, e.error, e.message)]
 
-    def subscribed(self, request_id: int, consumer_id: int) -> list[Output]:
-        consumer = self.consumers.get(consumer_id)
+    def _subscribed(self, e: Subscribed) -> list[Output]:
+        consumer = self.consumers.get(e.consumer_id)
         if consumer is None:
-            return [DoCloseConsumer(None, consumer_id)]
+            return [DoCloseConsumer(None, e.consumer_id)]
         consumer.ready = True
-        return [success_reply(request_id)]
+        return [success_reply(e.request_id)]
 
-    def subscribe_failed(self, request_id: int, consumer_id: int, error: int, message: str) -> list[Output]:
-        self.consumers.pop(consumer_id, None)
-        return [error_reply(request_id, error, message)]
+    def _subscribe_failed(self, e: SubscribeFailed) -> list[Output]:
+        self.consumers.pop(e.consumer_id, None)
+        return [error_reply(e.request_id, e.error, e.message)]
 
-    def message(
-        self, consumer_id: int, mid: MessageId, redelivery_count: int, ack_set: list[int], entry: bytes
-    ) -> Reply:
-        consumer = self.consumers.get(consumer_id)
-        msg = api.CommandMessage(consumer_id=consumer_id, message_id=id_to_wire(mid), redelivery_count=redelivery_count)
-        msg.ack_set.extend(ack_set)
+    def _message(self, e: Message) -> list[Output]:
+        consumer = self.consumers.get(e.consumer_id)
+        msg = api.CommandMessage(
+            consumer_id=e.consumer_id, message_id=id_to_wire(e.message_id), redelivery_count=e.redelivery_count
+        )
+        msg.ack_set.extend(e.ack_set)
         if consumer is not None and consumer.epoch:
             msg.consumer_epoch = consumer.epoch
-        return Reply(command(T.MESSAGE, message=msg), entry)
+        return [Reply(command(T.MESSAGE, message=msg), e.entry)]
 
-    def active_consumer_change(self, consumer_id: int, active: bool) -> Reply:
-        change = api.CommandActiveConsumerChange(consumer_id=consumer_id, is_active=active)
-        return Reply(command(T.ACTIVE_CONSUMER_CHANGE, active_consumer_change=change))
+    def _active_consumer_change(self, e: ActiveConsumerChange) -> list[Output]:
+        change = api.CommandActiveConsumerChange(consumer_id=e.consumer_id, is_active=e.active)
+        return [Reply(command(T.ACTIVE_CONSUMER_CHANGE, active_consumer_change=change))]
 
-    def ack_response(self, consumer_id: int, request_id: int, error: int | None = None, message: str = "") -> Reply:
-        resp = api.CommandAckResponse(consumer_id=consumer_id, request_id=request_id)
-        if error is not None:
-            resp.error, resp.message = error, message  # type: ignore[assignment]
-        return Reply(command(T.ACK_RESPONSE, ackResponse=resp))
+    def _ack_response(self, e: AckResponse) -> list[Output]:
+        return [_ack_response_reply(e.consumer_id, e.request_id, e.error, e.message)]
 
-    def close_producer(self, producer_id: int) -> list[Output]:
+    def _broker_closes_producer(self, e: CloseProducer) -> list[Output]:
         """The broker closes a producer (unload, fenced topic): the client looks the topic up again."""
-        if self.producers.pop(producer_id, None) is None:
+        if self.producers.pop(e.producer_id, None) is None:
             return []
-        close = api.CommandCloseProducer(producer_id=producer_id, request_id=0)
+        close = api.CommandCloseProducer(producer_id=e.producer_id, request_id=0)
         return [Reply(command(T.CLOSE_PRODUCER, close_producer=close))]
 
-    def close_consumer(self, consumer_id: int) -> list[Output]:
+    def _broker_closes_consumer(self, e: CloseConsumer) -> list[Output]:
         """The broker closes a consumer (unload, seek): the client subscribes again."""
-        if self.consumers.pop(consumer_id, None) is None:
+        if self.consumers.pop(e.consumer_id, None) is None:
             return []
-        close = api.CommandCloseConsumer(consumer_id=consumer_id, request_id=0)
+        close = api.CommandCloseConsumer(consumer_id=e.consumer_id, request_id=0)
         return [Reply(command(T.CLOSE_CONSUMER, close_consumer=close))]
+
+    def _consumer_removed(self, e: ConsumerRemoved) -> list[Output]:
+        # The UNSUBSCRIBE's answer tells the client; no CLOSE_CONSUMER is due.
+        self.consumers.pop(e.consumer_id, None)
+        return []
 
     # ---- time and the end ----------------------------------------------------------------------
 
-    def tick(self, now: float) -> list[Output]:
+    def _tick(self, e: Tick) -> list[Output]:
         """Keep-alive: ping a silent client once, close the connection if it stays silent."""
+        now = e.now
         if self.state is State.CLOSED or now - self._last_heard < self.keepalive_s:
             return []
         if self.state is State.AWAITING_CONNECT or (
@@ -594,7 +788,7 @@ class ServerConnection:
         self._ping_sent_at = now
         return [Reply(command(T.PING, ping=api.CommandPing()))]
 
-    def closed(self) -> list[Output]:
+    def _closed(self, _e: ConnectionClosed) -> list[Output]:
         """The connection is gone: every producer and consumer on it goes too."""
         self.state = State.CLOSED
         outputs: list[Output] = [DoCloseProducer(None, pid) for pid in self.producers]
@@ -603,5 +797,25 @@ class ServerConnection:
         self.consumers.clear()
         return outputs
 
-    def start(self, now: float) -> None:
-        self._last_heard = now
+
+# Event type -> handler.
+_HANDLERS: dict[type, Callable[[ServerConnection, Any], list[Output]]] = {
+    ConnectionOpened: ServerConnection._opened,
+    FrameReceived: ServerConnection._frame_received,
+    Authenticated: ServerConnection._authenticated,
+    AuthenticationFailed: ServerConnection._authentication_failed,
+    ProducerReady: ServerConnection._producer_ready,
+    ProducerFailed: ServerConnection._producer_failed,
+    SendReceipt: ServerConnection._send_receipt,
+    SendError: ServerConnection._send_error,
+    Subscribed: ServerConnection._subscribed,
+    SubscribeFailed: ServerConnection._subscribe_failed,
+    Message: ServerConnection._message,
+    ActiveConsumerChange: ServerConnection._active_consumer_change,
+    AckResponse: ServerConnection._ack_response,
+    CloseProducer: ServerConnection._broker_closes_producer,
+    CloseConsumer: ServerConnection._broker_closes_consumer,
+    ConsumerRemoved: ServerConnection._consumer_removed,
+    Tick: ServerConnection._tick,
+    ConnectionClosed: ServerConnection._closed,
+}

@@ -156,18 +156,17 @@ class _Sink(ConsumerSink):
             if len(indexes) < first.batch_size:
                 ack_set = bitset.to_words(indexes)
             mid = MessageId(first.id.ledger_id, first.id.entry_id, -1)
-            out.append(
-                core.message(self.consumer_id, mid, count, ack_set, entry_codec.strip_broker_metadata(first.entry))
-            )
+            entry = entry_codec.strip_broker_metadata(first.entry)
+            out += core.step(conn.Message(self.consumer_id, mid, count, tuple(ack_set), entry))
             i = j
         self.connection.from_thread(out)
 
     def set_active(self, active: bool) -> None:
-        self.connection.from_thread([self.connection.core.active_consumer_change(self.consumer_id, active)])
+        self.connection.from_thread(self.connection.core.step(conn.ActiveConsumerChange(self.consumer_id, active)))
 
     def close(self) -> None:
         self.connection.from_thread_call(
-            lambda: self.connection.perform(self.connection.core.close_consumer(self.consumer_id))
+            lambda: self.connection.perform(self.connection.core.step(conn.CloseConsumer(self.consumer_id)))
         )
 
 
@@ -189,7 +188,6 @@ class _Connection:
             max_message_size=listener.max_message_size,
             authentication=self.service.config.security.authenticator is not None,
         )
-        self.core.start(time.monotonic())
         self.decoder = frames.FrameDecoder(listener.max_message_size + frames.FRAME_PADDING)
         self.producers: dict[int, tuple[Topic, str]] = {}
         self.consumers: dict[int, _AttachedConsumer] = {}
@@ -207,6 +205,7 @@ class _Connection:
         self._drain_scheduled = False
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.perform(self.core.step(conn.ConnectionOpened(time.monotonic())))
 
     # ---- the loop's side ---------------------------------------------------------------------
 
@@ -224,7 +223,7 @@ class _Connection:
                     break
                 now = time.monotonic()
                 for frame in received:
-                    self.perform(self.core.receive(frame, now))
+                    self.perform(self.core.step(conn.FrameReceived(frame, now)))
                     if not self.open:
                         break
                 self._publish_sends()
@@ -256,10 +255,10 @@ class _Connection:
         self.open = False
         log.debug("Pulsar connection from %s closed: %s", self.peer, reason)
         self.writer.close()
-        self.perform(self.core.closed())
+        self.perform(self.core.step(conn.ConnectionClosed()))
 
     def tick(self, now: float) -> None:
-        self.perform(self.core.tick(now))
+        self.perform(self.core.step(conn.Tick(now)))
 
     def perform(self, outputs: list[conn.Output]) -> None:
         for out in outputs:
@@ -317,15 +316,17 @@ class _Connection:
         """The entry of a SEND, or None when it is refused here (answered with SEND_ERROR)."""
         pid, seq = out.producer_id, out.sequence_id
         if pid not in self.producers:
-            self.write(self.core.send_error(pid, seq, api.NotAllowedError, f"producer {pid} is not attached"))
+            self.perform(
+                self.core.step(conn.SendError(pid, seq, api.NotAllowedError, f"producer {pid} is not attached"))
+            )
             return None
         try:
             entry = entry_codec.parse(out.data)
         except entry_codec.ChecksumMismatch as e:
-            self.write(self.core.send_error(pid, seq, api.ChecksumError, str(e)))
+            self.perform(self.core.step(conn.SendError(pid, seq, api.ChecksumError, str(e))))
             return None
         except entry_codec.CorruptEntry as e:
-            self.write(self.core.send_error(pid, seq, api.UnknownError, f"the message is malformed: {e}"))
+            self.perform(self.core.step(conn.SendError(pid, seq, api.UnknownError, f"the message is malformed: {e}")))
             return None
         if self.producers[pid][1].startswith(REPLICATOR_PREFIX):
             return Append.of_replicated(out.data, entry)
@@ -378,17 +379,17 @@ class _Connection:
             self._send_failed(pid, seq, e)
             return
         mid = MessageId(-1, -1, -1) if position is None else MessageId(position.ledger_id, position.entry_id, -1)
-        self.write(self.core.send_receipt(pid, seq, highest, mid))
+        self.perform(self.core.step(conn.SendReceipt(pid, seq, highest, mid)))
 
     def _send_failed(self, pid: int, seq: int, error: BrokerError) -> None:
         if isinstance(error, TopicFenced | ServiceNotReady | NotOwner):
             # The topic is no longer ours to write: close the producer; the client looks the topic up
             # again, re-creates it and resends what is pending (de-duplication keeps it once).
             self._detach_producer(pid)
-            self.perform(self.core.close_producer(pid))
+            self.perform(self.core.step(conn.CloseProducer(pid)))
             return
         code, message = server_error(error)
-        self.write(self.core.send_error(pid, seq, code, message))
+        self.perform(self.core.step(conn.SendError(pid, seq, code, message)))
 
     def _detach_producer(self, pid: int) -> None:
         topic, name = self.producers.pop(pid, (None, ""))
@@ -440,17 +441,17 @@ class _Connection:
             name, last = topic.attach_producer(out.producer_name, (self, out.producer_id), out.epoch, out.exclusive)
         except Exception as e:
             code, message = server_error(e)
-            return self.core.producer_failed(out.request_id, out.producer_id, code, message)
+            return self.core.step(conn.ProducerFailed(out.request_id, out.producer_id, code, message))
         pid = out.producer_id
         self.producers[pid] = (topic, name)
         topic.close_watchers[(self, "producer", pid)] = lambda: self.from_thread_call(
             lambda: self._broker_closes_producer(pid)
         )
-        return self.core.producer_ready(out.request_id, pid, name, last)
+        return self.core.step(conn.ProducerReady(out.request_id, pid, name, last))
 
     def _broker_closes_producer(self, pid: int) -> None:
         self.producers.pop(pid, None)
-        self.perform(self.core.close_producer(pid))
+        self.perform(self.core.step(conn.CloseProducer(pid)))
 
     def _close_producer(self, out: conn.DoCloseProducer) -> list[conn.Output]:
         self._detach_producer(out.producer_id)
@@ -476,11 +477,11 @@ class _Connection:
             )
         except Exception as e:
             code, message = server_error(e)
-            return self.core.subscribe_failed(out.request_id, out.consumer_id, code, message)
+            return self.core.step(conn.SubscribeFailed(out.request_id, out.consumer_id, code, message))
         cid = out.consumer_id
         self.consumers[cid] = _AttachedConsumer(topic, sub, service_id, sink)
         topic.close_watchers[(self, "consumer", cid)] = sink.close
-        return self.core.subscribed(out.request_id, cid)
+        return self.core.step(conn.Subscribed(out.request_id, cid))
 
     def _consumer(self, consumer_id: int) -> _AttachedConsumer | None:
         return self.consumers.get(consumer_id)
@@ -507,9 +508,9 @@ class _Connection:
         except BrokerError as e:
             if out.request_id is not None:
                 code, message = server_error(e)
-                return [self.core.ack_response(out.consumer_id, out.request_id, code, message)]
+                return self.core.step(conn.AckResponse(out.consumer_id, out.request_id, code, message))
         if out.request_id is not None:
-            replies.append(self.core.ack_response(out.consumer_id, out.request_id))
+            replies += self.core.step(conn.AckResponse(out.consumer_id, out.request_id))
         return replies
 
     def _acked_ids(self, c: _AttachedConsumer, out: conn.DoAck) -> list[MessageId]:
@@ -577,14 +578,14 @@ class _Connection:
         if others:
             return [conn.error_reply(out.request_id, api.ConsumerBusy, "other consumers are connected")]
         self._detach_consumer(out.consumer_id)
-        self.core.consumers.pop(out.consumer_id, None)
+        removed = self.core.step(conn.ConsumerRemoved(out.consumer_id))
         try:
             if c.sub.durable:
                 c.topic.unsubscribe(c.sub.name)
         except Exception as e:
             code, message = server_error(e)
-            return [conn.error_reply(out.request_id, code, message)]
-        return [conn.success_reply(out.request_id)]
+            return [*removed, conn.error_reply(out.request_id, code, message)]
+        return [*removed, conn.success_reply(out.request_id)]
 
     def _seek(self, out: conn.DoSeek) -> list[conn.Output]:
         c = self._consumer(out.consumer_id)
@@ -666,8 +667,8 @@ class _Connection:
         try:
             role = authenticator.authenticate_connect(out.method, out.data)
         except tokens.AuthenticationFailed as e:
-            return self.core.authentication_failed(str(e))
-        return self.core.authenticated(role)
+            return self.core.step(conn.AuthenticationFailed(str(e)))
+        return self.core.step(conn.Authenticated(role))
 
     _JOBS: dict[type, Callable[[Any, Any], list[conn.Output]]] = {
         conn.DoAuthenticate: _authenticate,
