@@ -136,6 +136,88 @@ def test_keepalive_pings_a_silent_client_then_closes() -> None:
     assert isinstance(close, conn.Close)
 
 
+def connected(authentication: bool = False) -> conn.ServerConnection:
+    core = conn.ServerConnection(max_message_size=1000, authentication=authentication)
+    receive(core, conn.command(T.CONNECT, connect=api.CommandConnect(protocol_version=20)))
+    return core
+
+
+def subscribe(core: conn.ServerConnection, consumer_id: int, request_id: int) -> list[conn.Output]:
+    sub = api.CommandSubscribe(
+        topic="t", subscription="s", consumer_id=consumer_id, request_id=request_id, consumer_epoch=3
+    )
+    return receive(core, conn.command(T.SUBSCRIBE, subscribe=sub))
+
+
+@pytest.mark.parametrize("not_an_event", [None, "PING", frames.Frame(conn.command(T.PING, ping=api.CommandPing()))])
+def test_step_refuses_what_is_not_an_event(not_an_event: object) -> None:
+    core = connected()
+    with pytest.raises(TypeError, match="not a Pulsar connection event"):
+        core.step(not_an_event)  # type: ignore[arg-type]
+    assert core.state is conn.State.CONNECTED
+
+
+def test_authentication_answers_connect_or_closes_with_an_error() -> None:
+    core = connected(authentication=True)
+    assert core.state is conn.State.AUTHENTICATING
+    (reply,) = core.step(conn.Authenticated("alice"))
+    assert isinstance(reply, conn.Reply) and reply.command.type == T.CONNECTED and core.role == "alice"
+    assert core.step(conn.Authenticated("mallory")) == [] and core.role == "alice"  # no second answer
+    core = connected(authentication=True)
+    error, close = core.step(conn.AuthenticationFailed("expired"))
+    assert isinstance(error, conn.Reply) and error.command.error.error == api.AuthenticationError
+    assert isinstance(close, conn.Close) and core.state is conn.State.CLOSED
+
+
+def test_a_failed_producer_frees_its_id_and_sends_are_answered_by_events() -> None:
+    core = connected()
+    producer = conn.command(T.PRODUCER, producer=api.CommandProducer(topic="t", producer_id=0, request_id=1))
+    receive(core, producer)
+    (error,) = core.step(conn.ProducerFailed(1, 0, api.ProducerBusy, "busy"))
+    assert isinstance(error, conn.Reply) and error.command.error.error == api.ProducerBusy
+    (create,) = receive(core, producer)  # the id is free again
+    assert isinstance(create, conn.DoCreateProducer)
+    (receipt,) = core.step(conn.SendReceipt(0, 5, 7, conn.MessageId(3, 4, -1)))
+    assert isinstance(receipt, conn.Reply)
+    r = receipt.command.send_receipt
+    assert (r.sequence_id, r.highest_sequence_id, r.message_id.ledgerId, r.message_id.entryId) == (5, 7, 3, 4)
+    (send_error,) = core.step(conn.SendError(0, 5, api.ChecksumError, "bad"))
+    assert isinstance(send_error, conn.Reply) and send_error.command.send_error.error == api.ChecksumError
+    (close,) = core.step(conn.CloseProducer(0))
+    assert isinstance(close, conn.Reply) and close.command.type == T.CLOSE_PRODUCER
+    assert core.step(conn.CloseProducer(0)) == []  # already gone
+
+
+def test_consumer_events_become_its_frames_and_removal_frees_its_id() -> None:
+    core = connected()
+    (do,) = subscribe(core, 0, 1)
+    assert isinstance(do, conn.DoSubscribe)
+    (ok,) = core.step(conn.Subscribed(1, 0))
+    assert isinstance(ok, conn.Reply) and ok.command.success.request_id == 1
+    (msg,) = core.step(conn.Message(0, conn.MessageId(1, 2, -1), 1, (5,), b"entry"))
+    assert isinstance(msg, conn.Reply) and msg.payload == b"entry"
+    m = msg.command.message
+    assert (m.redelivery_count, list(m.ack_set), m.consumer_epoch) == (1, [5], 3)
+    (active,) = core.step(conn.ActiveConsumerChange(0, True))
+    assert isinstance(active, conn.Reply) and active.command.active_consumer_change.is_active
+    (ack,) = core.step(conn.AckResponse(0, 9, api.ConsumerNotFound, "gone"))
+    assert isinstance(ack, conn.Reply) and ack.command.ackResponse.error == api.ConsumerNotFound
+    assert core.step(conn.ConsumerRemoved(0)) == [] and 0 not in core.consumers
+    assert isinstance(subscribe(core, 0, 2)[0], conn.DoSubscribe)  # the id is free again
+    (failed,) = core.step(conn.SubscribeFailed(2, 0, api.ConsumerBusy, "busy"))
+    assert isinstance(failed, conn.Reply) and failed.command.error.error == api.ConsumerBusy
+    assert 0 not in core.consumers
+
+
+def test_the_connection_closing_closes_its_producers_and_consumers() -> None:
+    core = connected()
+    receive(core, conn.command(T.PRODUCER, producer=api.CommandProducer(topic="t", producer_id=4, request_id=1)))
+    subscribe(core, 7, 2)
+    assert core.step(conn.ConnectionClosed()) == [conn.DoCloseProducer(None, 4), conn.DoCloseConsumer(None, 7)]
+    assert core.state is conn.State.CLOSED and not core.producers and not core.consumers
+    assert core.step(conn.Subscribed(2, 7)) == [conn.DoCloseConsumer(None, 7)]  # subscribed too late
+
+
 # ---- a live listener and raw sockets ------------------------------------------------------
 
 
