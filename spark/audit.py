@@ -45,6 +45,7 @@ if __name__ == "__main__" and not __package__:  # `spark-submit spark/audit.py`:
 
 from spark.history import format_position, format_time  # noqa: E402
 from spark.report import Case, Report, TopicSummary  # noqa: E402
+from spark.scan import running_maxima  # noqa: E402
 
 SCHEMA = (
     "index long, time long, process string, type string, f string, topic string, value string, "
@@ -121,13 +122,6 @@ def read_entries(value: Any) -> Any:
             F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>").alias("position"), x[1].alias("value")
         ),
     )
-
-
-def _later(a: Any, b: Any) -> Any:
-    """The greater of two nullable structs (null counts as absent)."""
-    from pyspark.sql import functions as F
-
-    return F.when(a.isNull() | (b > a), b).otherwise(a)
 
 
 def _candidate(name: str, topic: Any, ops: list[Any], detail: Any, gap_read: Any = None, gap_order: Any = None) -> Any:
@@ -480,10 +474,9 @@ def _running_maxima(acks: Any, reads: Any) -> Any:
     """realtime-reorder, stale-read, nonmonotonic-read: running maxima per topic over events in index order.
 
     Acks and read reaches contribute at their completion, appends and reads query at their invoke (ties on
-    position: the earliest event, hence the negated index). Two-level: a running maximum within each bucket of
-    INDEX_BUCKET events, plus the maximum of all earlier buckets of the topic.
+    position: the earliest event, hence the negated index). Two-level (spark/scan.py): a running maximum within each
+    bucket of INDEX_BUCKET events, plus the maximum of all earlier buckets of the topic.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     none = F.lit(None)
@@ -549,31 +542,7 @@ def _running_maxima(acks: Any, reads: Any) -> Any:
         .select(*columns)
         .withColumn("index_bucket", F.floor(F.col("index") / INDEX_BUCKET))
     )
-    in_bucket = Window.partitionBy("history", "topic", "index_bucket").orderBy("index")
-    upto = in_bucket.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    local = scan_in.select(
-        "*",
-        F.max("ack").over(upto).alias("bucket_highest_ack"),
-        F.max("read_reach").over(upto).alias("bucket_highest_reach"),
-    )
-    # Bucket maxima aggregated before any shuffle (a small table), then the maximum of all earlier buckets.
-    ends = scan_in.groupBy("history", "topic", "index_bucket").agg(
-        F.max("ack").alias("bucket_end_ack"), F.max("read_reach").alias("bucket_end_reach")
-    )
-    before = Window.partitionBy("history", "topic").orderBy("index_bucket").rowsBetween(Window.unboundedPreceding, -1)
-    carry = ends.select(
-        "history",
-        "topic",
-        "index_bucket",
-        F.max("bucket_end_ack").over(before).alias("earlier_highest_ack"),
-        F.max("bucket_end_reach").over(before).alias("earlier_highest_reach"),
-    )
-    queries = (
-        local.filter(F.col("query_completion").isNotNull())
-        .join(carry, ["history", "topic", "index_bucket"], "left")
-        .withColumn("highest_ack", _later(F.col("bucket_highest_ack"), F.col("earlier_highest_ack")))
-        .withColumn("highest_reach", _later(F.col("bucket_highest_reach"), F.col("earlier_highest_reach")))
-    )
+    queries = running_maxima(scan_in, ["history", "topic"], keep=F.col("query_completion").isNotNull())
     highest_ack, highest_reach = F.col("highest_ack"), F.col("highest_reach")
     query_reach, topic = F.col("query_reach"), F.col("topic")
     query = [F.col("index"), F.col("query_completion")]

@@ -22,7 +22,7 @@ Three shuffles of narrow rows:
    divergent-read (b); with the positions sorted, a read that goes from a to b with the successor of a below b
    flags gap. Once no value has two positions, the values' positions are exactly the topic's known positions.
 Plus, over the operations by (topic, index bucket), the two-level running maxima of the exact job on longs
-(realtime-reorder, stale-read, nonmonotonic-read), and over each process's acks nonmonotonic-append.
+(spark/scan.py; realtime-reorder, stale-read, nonmonotonic-read), and over each process's acks nonmonotonic-append.
 
 Columns are named as in spark/audit.py (`history`, `invoke_index`, `completion_index`, `value`, `position`,
 `highest_position`, `cut_by_limit`, and in the running maxima `ack`, `read_reach`, `query_position`, `start`,
@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from spark.scan import running_maxima
 
 # Buckets of the two-level scans, as in spark/audit.py: 2**POS_BUCKET_BITS entries of a ledger per position
 # bucket, 2**INDEX_BUCKET_BITS events per index bucket.
@@ -393,35 +395,9 @@ def _flags(base: Any, ops: Any, pack: Any, wider: Any, pos_bucket_shift: int) ->
         (~is_append).alias("read_query"),
     )
     scan = contributions.unionByName(queries).withColumn("index_bucket", F.shiftright("index", INDEX_BUCKET_BITS))
-    upto = (
-        Window.partitionBy("history", "topic_id", "index_bucket")
-        .orderBy("index")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    local = scan.select(
-        "*",
-        F.max("ack").over(upto).alias("bucket_highest_ack"),
-        F.max("read_reach").over(upto).alias("bucket_highest_reach"),
-    )
-    ends = scan.groupBy("history", "topic_id", "index_bucket").agg(
-        F.max("ack").alias("bucket_end_ack"), F.max("read_reach").alias("bucket_end_reach")
-    )
-    before = (
-        Window.partitionBy("history", "topic_id").orderBy("index_bucket").rowsBetween(Window.unboundedPreceding, -1)
-    )
-    carry = ends.select(
-        "history",
-        "topic_id",
-        "index_bucket",
-        F.max("bucket_end_ack").over(before).alias("earlier_highest_ack"),
-        F.max("bucket_end_reach").over(before).alias("earlier_highest_reach"),
-    )
     query_position, read_query = F.col("query_position"), F.col("read_query")
-    asked = local.filter(query_position.isNotNull() | read_query).join(
-        carry, ["history", "topic_id", "index_bucket"], "left"
-    )
-    highest_ack = F.greatest("bucket_highest_ack", "earlier_highest_ack")
-    highest_reach = F.greatest("bucket_highest_reach", "earlier_highest_reach")
+    asked = running_maxima(scan, ["history", "topic_id"], keep=query_position.isNotNull() | read_query)
+    highest_ack, highest_reach = F.col("highest_ack"), F.col("highest_reach")
     start, query_reach = F.col("start"), F.col("query_reach")
 
     def misses(highest: Any) -> Any:

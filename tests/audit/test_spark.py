@@ -116,6 +116,25 @@ def test_two_level_scans_agree_with_reference_across_buckets(
             assert any(c.anomaly == anomaly and set(touched) <= set(c.ops) for c in result.report.cases)
 
 
+def test_running_maxima_carry_across_buckets(spark: Any) -> None:
+    """spark/scan.py on a few rows, two indices per bucket: most maxima come from earlier buckets (a dropped carry
+    gives nulls or lower values), and none leaks from one topic into another."""
+    from pyspark.sql import functions as F
+
+    from spark.scan import running_maxima
+
+    acks = {"t": [5, None, None, 7, None, 2, None, None, 1, None], "u": [None, 3, None, None]}
+    rows = [(0, t, i, i // 2, a, None if a is None else 10 * a) for t, rs in acks.items() for i, a in enumerate(rs)]
+    df = spark.createDataFrame(
+        rows, "history int, topic string, index long, index_bucket long, ack long, read_reach long"
+    )
+    queries = running_maxima(df, ["history", "topic"], keep=F.col("ack").isNull())
+    got = {(r["topic"], r["index"]): (r["highest_ack"], r["highest_reach"]) for r in queries.collect()}
+    expected = {("t", 1): 5, ("t", 2): 5, ("t", 4): 7, ("t", 6): 7, ("t", 7): 7, ("t", 9): 7, ("u", 2): 3, ("u", 3): 3}
+    assert got == {**{k: (a, 10 * a) for k, a in expected.items()}, ("u", 0): (None, None)}
+    assert set(queries.columns) == {*df.columns, "highest_ack", "highest_reach"}
+
+
 def test_malformed_history_exits_2_on_the_spark_path(spark: Any, tmp_path: Path, capsys: Any) -> None:
     """Without --reference the format is checked while Spark audits: a bad line still means exit 2, no verdict."""
     events = fixed_corpus(1)[0][1]
