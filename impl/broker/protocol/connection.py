@@ -27,7 +27,8 @@ The listener (impl/broker/protocol/listener.py) drives the core with one functio
 Outputs: a reply to write (`Reply`), the connection to close (`Close`), or a request for the
 broker's service (the `Do*` dataclasses), whose result comes back as the next event. An event of
 another type raises TypeError. The core never touches a socket, a topic or a clock: the listener
-does, and passes `now` in. `state`, `role`, `producers` and `consumers` are for reading.
+does, and passes `now` in. `state`, `role`, `producers` and `consumers` are for reading. Like any
+core it is not thread-safe: its shell steps it on one thread (the listener's event loop).
 
 What it decides:
 - Nothing but CONNECT is accepted before CONNECTED; the protocol version is the lower of the

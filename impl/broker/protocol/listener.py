@@ -21,7 +21,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +58,8 @@ from impl.security.authorization import Access, AuthorizationFailed
 log = logging.getLogger(__name__)
 
 TICK_S = 1.0
+# What a job or a delivery thread hands the loop: events for the core, or outputs to perform as they are.
+Result = conn.Event | conn.Output
 READ_CHUNK = 256 * 1024
 
 _SERVER_ERRORS: dict[type[BrokerError], int] = {
@@ -143,8 +145,7 @@ class _Sink(ConsumerSink):
     def deliver(self, messages: list[tuple[Message, int]]) -> None:
         # Consecutive messages of one entry go as one MESSAGE; ack_set names the batch indexes sent
         # when not all of them are (the rest were acknowledged, or went to another consumer).
-        out: list[conn.Output] = []
-        core = self.connection.core
+        events: list[conn.Event] = []
         i = 0
         while i < len(messages):
             first, count = messages[i]
@@ -157,17 +158,15 @@ class _Sink(ConsumerSink):
                 ack_set = bitset.to_words(indexes)
             mid = MessageId(first.id.ledger_id, first.id.entry_id, -1)
             entry = entry_codec.strip_broker_metadata(first.entry)
-            out += core.step(conn.Message(self.consumer_id, mid, count, tuple(ack_set), entry))
+            events.append(conn.Message(self.consumer_id, mid, count, tuple(ack_set), entry))
             i = j
-        self.connection.from_thread(out)
+        self.connection.from_thread(events)
 
     def set_active(self, active: bool) -> None:
-        self.connection.from_thread(self.connection.core.step(conn.ActiveConsumerChange(self.consumer_id, active)))
+        self.connection.from_thread([conn.ActiveConsumerChange(self.consumer_id, active)])
 
     def close(self) -> None:
-        self.connection.from_thread_call(
-            lambda: self.connection.perform(self.connection.core.step(conn.CloseConsumer(self.consumer_id)))
-        )
+        self.connection.from_thread([conn.CloseConsumer(self.consumer_id)])
 
 
 @dataclass
@@ -281,14 +280,20 @@ class _Connection:
                     return
                 continue
             try:
-                outputs = await self.loop.run_in_executor(self.listener.pool, job)
+                results = await self.loop.run_in_executor(self.listener.pool, job)
             except Exception:
                 log.exception("a Pulsar request from %s failed", self.peer)
                 continue
-            self.perform(outputs)
+            self.apply(results)
 
-    def from_thread(self, outputs: list[conn.Output]) -> None:
-        self.from_thread_call(lambda: self.perform(outputs))
+    def apply(self, results: Sequence[Result]) -> None:
+        """On the loop: step the core with each event, perform each output, in order. Jobs and
+        delivery threads hand their events here, so the core is only ever stepped on the loop."""
+        for item in results:
+            self.perform([item] if isinstance(item, conn.Output) else self.core.step(item))
+
+    def from_thread(self, results: Sequence[Result]) -> None:
+        self.from_thread_call(lambda: self.apply(results))
 
     def from_thread_call(self, call: Callable[[], None]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the connection is gone
@@ -399,7 +404,7 @@ class _Connection:
 
     # ---- jobs (on the pool) ------------------------------------------------------------------
 
-    def _lookup(self, out: conn.DoLookup) -> list[conn.Output]:
+    def _lookup(self, out: conn.DoLookup) -> list[Result]:
         resp = api.CommandLookupTopicResponse(request_id=out.request_id)
         try:
             self._authorize(out.topic, Access.LOOKUP, "Lookup")
@@ -416,7 +421,7 @@ class _Connection:
                 resp.brokerServiceUrlTls = url_tls
         return [conn.Reply(conn.command(api.BaseCommand.LOOKUP_RESPONSE, lookupTopicResponse=resp))]
 
-    def _partitioned_metadata(self, out: conn.DoPartitionedMetadata) -> list[conn.Output]:
+    def _partitioned_metadata(self, out: conn.DoPartitionedMetadata) -> list[Result]:
         resp = api.CommandPartitionedTopicMetadataResponse(request_id=out.request_id)
         try:
             name = parse_topic(out.topic)
@@ -434,30 +439,30 @@ class _Connection:
             resp.error, resp.message = server_error(e)  # type: ignore[assignment]
         return [conn.Reply(conn.command(api.BaseCommand.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=resp))]
 
-    def _create_producer(self, out: conn.DoCreateProducer) -> list[conn.Output]:
+    def _create_producer(self, out: conn.DoCreateProducer) -> list[Result]:
         try:
             self._authorize(out.topic, Access.PRODUCE, "Produce")
             topic = self.service.topic(out.topic)
             name, last = topic.attach_producer(out.producer_name, (self, out.producer_id), out.epoch, out.exclusive)
         except Exception as e:
             code, message = server_error(e)
-            return self.core.step(conn.ProducerFailed(out.request_id, out.producer_id, code, message))
+            return [conn.ProducerFailed(out.request_id, out.producer_id, code, message)]
         pid = out.producer_id
         self.producers[pid] = (topic, name)
         topic.close_watchers[(self, "producer", pid)] = lambda: self.from_thread_call(
             lambda: self._broker_closes_producer(pid)
         )
-        return self.core.step(conn.ProducerReady(out.request_id, pid, name, last))
+        return [conn.ProducerReady(out.request_id, pid, name, last)]
 
     def _broker_closes_producer(self, pid: int) -> None:
         self.producers.pop(pid, None)
         self.perform(self.core.step(conn.CloseProducer(pid)))
 
-    def _close_producer(self, out: conn.DoCloseProducer) -> list[conn.Output]:
+    def _close_producer(self, out: conn.DoCloseProducer) -> list[Result]:
         self._detach_producer(out.producer_id)
         return [] if out.request_id is None else [conn.success_reply(out.request_id)]
 
-    def _subscribe(self, out: conn.DoSubscribe) -> list[conn.Output]:
+    def _subscribe(self, out: conn.DoSubscribe) -> list[Result]:
         try:
             self._authorize(out.topic, Access.CONSUME, "subscribe")
             topic = self.service.topic(out.topic)
@@ -477,26 +482,25 @@ class _Connection:
             )
         except Exception as e:
             code, message = server_error(e)
-            return self.core.step(conn.SubscribeFailed(out.request_id, out.consumer_id, code, message))
+            return [conn.SubscribeFailed(out.request_id, out.consumer_id, code, message)]
         cid = out.consumer_id
         self.consumers[cid] = _AttachedConsumer(topic, sub, service_id, sink)
         topic.close_watchers[(self, "consumer", cid)] = sink.close
-        return self.core.step(conn.Subscribed(out.request_id, cid))
+        return [conn.Subscribed(out.request_id, cid)]
 
     def _consumer(self, consumer_id: int) -> _AttachedConsumer | None:
         return self.consumers.get(consumer_id)
 
-    def _flow(self, out: conn.DoFlow) -> list[conn.Output]:
+    def _flow(self, out: conn.DoFlow) -> list[Result]:
         c = self._consumer(out.consumer_id)
         if c is not None:
             consumer_step(c.sub, Flow(c.service_id, out.permits))
         return []
 
-    def _ack(self, out: conn.DoAck) -> list[conn.Output]:
+    def _ack(self, out: conn.DoAck) -> list[Result]:
         c = self._consumer(out.consumer_id)
-        replies: list[conn.Output] = []
         if c is None:
-            return replies
+            return []
         try:
             ids = self._acked_ids(c, out)
             if ids and out.cumulative:
@@ -508,10 +512,8 @@ class _Connection:
         except BrokerError as e:
             if out.request_id is not None:
                 code, message = server_error(e)
-                return self.core.step(conn.AckResponse(out.consumer_id, out.request_id, code, message))
-        if out.request_id is not None:
-            replies += self.core.step(conn.AckResponse(out.consumer_id, out.request_id))
-        return replies
+                return [conn.AckResponse(out.consumer_id, out.request_id, code, message)]
+        return [] if out.request_id is None else [conn.AckResponse(out.consumer_id, out.request_id)]
 
     def _acked_ids(self, c: _AttachedConsumer, out: conn.DoAck) -> list[MessageId]:
         """The delivered messages an ACK names. An id is a whole entry, less the batch indexes its
@@ -540,7 +542,7 @@ class _Connection:
             by_entry.setdefault((m.ledger_id, m.entry_id), []).append(m)
         return by_entry
 
-    def _redeliver(self, out: conn.DoRedeliver) -> list[conn.Output]:
+    def _redeliver(self, out: conn.DoRedeliver) -> list[Result]:
         c = self._consumer(out.consumer_id)
         if c is None:
             return []
@@ -566,11 +568,11 @@ class _Connection:
                 log.debug("removing consumer %d of %s: %s", consumer_id, self.peer, e)
         return c
 
-    def _close_consumer(self, out: conn.DoCloseConsumer) -> list[conn.Output]:
+    def _close_consumer(self, out: conn.DoCloseConsumer) -> list[Result]:
         self._detach_consumer(out.consumer_id)
         return [] if out.request_id is None else [conn.success_reply(out.request_id)]
 
-    def _unsubscribe(self, out: conn.DoUnsubscribe) -> list[conn.Output]:
+    def _unsubscribe(self, out: conn.DoUnsubscribe) -> list[Result]:
         c = self._consumer(out.consumer_id)
         if c is None:
             return [conn.error_reply(out.request_id, api.ConsumerNotFound, "no such consumer")]
@@ -578,16 +580,16 @@ class _Connection:
         if others:
             return [conn.error_reply(out.request_id, api.ConsumerBusy, "other consumers are connected")]
         self._detach_consumer(out.consumer_id)
-        removed = self.core.step(conn.ConsumerRemoved(out.consumer_id))
+        removed = conn.ConsumerRemoved(out.consumer_id)
         try:
             if c.sub.durable:
                 c.topic.unsubscribe(c.sub.name)
         except Exception as e:
             code, message = server_error(e)
-            return [*removed, conn.error_reply(out.request_id, code, message)]
-        return [*removed, conn.success_reply(out.request_id)]
+            return [removed, conn.error_reply(out.request_id, code, message)]
+        return [removed, conn.success_reply(out.request_id)]
 
-    def _seek(self, out: conn.DoSeek) -> list[conn.Output]:
+    def _seek(self, out: conn.DoSeek) -> list[Result]:
         c = self._consumer(out.consumer_id)
         if c is None:
             return [conn.error_reply(out.request_id, api.ConsumerNotFound, "no such consumer")]
@@ -606,7 +608,7 @@ class _Connection:
             sink.close()
         return [conn.success_reply(out.request_id)]
 
-    def _get_last_message_id(self, out: conn.DoGetLastMessageId) -> list[conn.Output]:
+    def _get_last_message_id(self, out: conn.DoGetLastMessageId) -> list[Result]:
         c = self._consumer(out.consumer_id)
         if c is None:
             return [conn.error_reply(out.request_id, api.ConsumerNotFound, "no such consumer")]
@@ -632,7 +634,7 @@ class _Connection:
             )
         return [conn.Reply(conn.command(api.BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=resp))]
 
-    def _get_topics(self, out: conn.DoGetTopics) -> list[conn.Output]:
+    def _get_topics(self, out: conn.DoGetTopics) -> list[Result]:
         try:
             namespace = NamespaceName.parse(out.namespace)
             self.service.authorizer.check(self.core.role or None, Access.CONSUME, namespace=namespace)
@@ -661,16 +663,16 @@ class _Connection:
         except AuthorizationFailed as e:
             raise AuthorizationFailed(f"Client is not authorized to {operation}: {e}") from None
 
-    def _authenticate(self, out: conn.DoAuthenticate) -> list[conn.Output]:
+    def _authenticate(self, out: conn.DoAuthenticate) -> list[Result]:
         authenticator = self.service.config.security.authenticator
         assert authenticator is not None
         try:
             role = authenticator.authenticate_connect(out.method, out.data)
         except tokens.AuthenticationFailed as e:
-            return self.core.step(conn.AuthenticationFailed(str(e)))
-        return self.core.step(conn.Authenticated(role))
+            return [conn.AuthenticationFailed(str(e))]
+        return [conn.Authenticated(role)]
 
-    _JOBS: dict[type, Callable[[Any, Any], list[conn.Output]]] = {
+    _JOBS: dict[type, Callable[[Any, Any], list[Result]]] = {
         conn.DoAuthenticate: _authenticate,
         conn.DoLookup: _lookup,
         conn.DoPartitionedMetadata: _partitioned_metadata,
