@@ -969,9 +969,14 @@ LacDead == meta.state = "CLOSED" /\ \A c \in Recoverers : rPhase[c] \in {"idle",
 \*   a stopped writer's add to a fenced bookie: rejected, no change;
 \*   an add (a stopped writer's, or a done client's) of an entry the bookie stores, once the LAC
 \*     header is dead: entries unchanged, only bookieLac moves.
+\* With SharedFate a request queued on a connection attempt to a down bookie is dead on the same
+\* terms (it is handled, if at all, by the restarted bookie, as one on the wire; it cannot be lost
+\* alone, which only leaves fewer behaviours), but its presence says one more thing: that its client
+\* has an attempt pending to that bookie, so the client's next request there joins it and cannot
+\* fail on its own (Queued). QueueMarks keeps that in the fingerprint: one mark per client and down
+\* bookie with anything queued, whether the requests are dead or live.
 DeadRequest(m) ==
-    /\ SharedFate => up[m.bookie]   \* a queued request decides whether the client's next send to b may fail
-    /\ CASE m.kind \in {"read", "readLac"} ->
+    CASE m.kind \in {"read", "readLac"} ->
                  /\ fenced[m.bookie]
                  /\ rPhase[m.client] \in {"reading", "closing", "done"}
                  /\ ~(m.kind = "read" /\ rPhase[m.client] = "reading" /\ m.entry = rNext[m.client])
@@ -980,6 +985,7 @@ DeadRequest(m) ==
          [] m.kind = "recoveryAdd" ->
                  rPhase[m.client] = "done" /\ m.entry \in entries[m.bookie] /\ LacDead
          [] OTHER -> FALSE
+QueueMarks == IF SharedFate THEN {<<m.client, m.bookie>> : m \in {q \in msgs : ~up[q.bookie]}} ELSE {}
 \* The fenced flags are read only when a writer add is delivered: dead once the writer stopped (it
 \* sends no more) and every add of it still in flight is dead.
 FencedDead == WriterStopped /\ \A m \in msgs : m.kind = "add" => DeadRequest(m)
@@ -1000,7 +1006,7 @@ deadView ==
        IF FencedDead THEN [b \in Bookies |-> FALSE] ELSE fenced,
        IF LacDead THEN [b \in Bookies |-> NoEntry] ELSE bookieLac,
        durableState, up, failed,
-       {m \in msgs : ~DeadRequest(m)},
+       {m \in msgs : ~DeadRequest(m)}, QueueMarks,
        wState, IF WriterStopped THEN NoEntry ELSE wPushed, wLac, AcksView(wAcks), SentLacView(wSentLac),
        wFragments,
        [c \in Recoverers |->
