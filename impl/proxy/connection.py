@@ -48,9 +48,13 @@ from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.protocol.connection import (
     KEEPALIVE_S,
     PROTOCOL_VERSION,
+    AuthenticationFailed,
     Close,
+    ConnectionOpened,
     DoAuthenticate,
+    FrameReceived,
     Reply,
+    Tick,
     command,
     error_reply,
 )
@@ -71,27 +75,13 @@ class State(enum.Enum):
 
 
 # ---- inputs ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConnectionOpened:
-    now: float
-
-
-@dataclass(frozen=True)
-class FrameReceived:
-    frame: Frame
-    now: float
+# ConnectionOpened, FrameReceived, AuthenticationFailed and Tick are the broker connection's own events:
+# a client's connection opens, speaks and times out the same way whichever end it reached.
 
 
 @dataclass(frozen=True)
 class Authenticated:
     """The token was good: go on with the CONNECT (the broker learns the role from it again)."""
-
-
-@dataclass(frozen=True)
-class AuthenticationFailed:
-    message: str
 
 
 @dataclass(frozen=True)
@@ -149,11 +139,6 @@ class BrokerUnreachable:
     """The target is not a registered broker, or it could not be reached."""
 
     message: str
-
-
-@dataclass(frozen=True)
-class Tick:
-    now: float
 
 
 Event = (
