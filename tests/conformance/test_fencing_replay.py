@@ -23,7 +23,7 @@ from conformance.fencing_spec import OWNER_PATH, FencingMapping, FencingWorld
 from conformance.mutants import CATALOGUE, applied
 from conformance.replay import GraphReplay, read_constants, replay_graph, replay_trace
 from conformance.statespace import StateGraph, dump_state_graph
-from conformance.suite import behaviours_of, replay_behaviours, replay_model
+from conformance.suite import replay_behaviours
 from conformance.tla_values import Function, ModelValue, Record
 from conformance.tlc import SPEC_DIR, load_manifest
 from impl.broker import cursor_core, managed_ledger_core, ownership_core
@@ -31,6 +31,7 @@ from impl.broker.cursor_core import ManagedCursorCore
 from impl.broker.ledger_list import Position
 from impl.broker.managed_ledger_core import ManagedLedgerCore, ManagedLedgerState, Output
 from impl.broker.ownership_core import OwnershipCore
+from tests.conformance.shared import Conformance
 
 pytestmark = pytest.mark.tlc
 
@@ -211,16 +212,18 @@ def test_a_bookie_accepting_adds_to_a_deleted_ledger_is_caught(small: tuple[Stat
         ("fencing-mutation5-badversion-ci", "Rollover", {"ml"}),
     ],
 )
-def test_mutation_counterexample_is_refused(name: str, action: str, differing: set[str]) -> None:
-    result = replay_model(MODELS[name])
+def test_mutation_counterexample_is_refused(
+    conformance: Conformance, name: str, action: str, differing: set[str]
+) -> None:
+    result = conformance.replay(name)  # replay_model(MODELS[name]), once per session
     assert result.trace is not None and not result.follow and result.ok, f"followed the mutation {name}"
     mismatch = result.trace.mismatch
     assert mismatch is not None
     assert (mismatch.action, mismatch.differing) == (action, differing), str(mismatch)
 
 
-def test_mutation4_is_refused_for_the_fence() -> None:
-    result = replay_model(MODELS["fencing-mutation4-nofence-ci"])
+def test_mutation4_is_refused_for_the_fence(conformance: Conformance) -> None:
+    result = conformance.replay("fencing-mutation4-nofence-ci")
     assert result.trace is not None and result.trace.mismatch is not None
     closest = result.trace.mismatch.closest
     assert closest is not None
@@ -255,12 +258,12 @@ def test_the_multi_step_rollover_is_replayed(rollover: tuple[StateGraph, str]) -
     assert written and refused  # queued adds acknowledged on the new ledger; and all failing at a fence
 
 
-def test_the_queued_adds_switch_is_refused() -> None:
+def test_the_queued_adds_switch_is_refused(conformance: Conformance) -> None:
     """fencing-rollover-queuedearly-ci (QueuedAddsAwaitListWrite = FALSE): the trace writes a queued add to the
     rollover's new ledger before its list write; the core has sent nothing (it waits for the list write), so
     the step is refused. A core that sends the queued adds at the ledger's creation follows the trace."""
-    behaviours = behaviours_of(MODELS["fencing-rollover-queuedearly-ci"])  # TLC once, replayed twice
-    result = replay_behaviours(behaviours)
+    behaviours = conformance.behaviours("fencing-rollover-queuedearly-ci")  # TLC once, replayed twice
+    result = conformance.replay("fencing-rollover-queuedearly-ci")  # replay_behaviours(behaviours)
     assert result.trace is not None and not result.follow and result.ok, "followed the switch"
     mismatch = result.trace.mismatch
     assert mismatch is not None and mismatch.action == "WriteQueuedAdd", str(mismatch)
@@ -280,12 +283,12 @@ def test_the_queued_adds_switch_is_refused() -> None:
         "fencing-witness-queuedaddlost-ci",
     ],
 )
-def test_the_witnesses_are_followed(name: str) -> None:
+def test_the_witnesses_are_followed(conformance: Conformance, name: str) -> None:
     # Counterexamples of the protocol's own configuration: situations that must be reachable (an
     # old owner's add failing fenced; trimming deleting a stale writer's ledger; a message whose ack
     # was lost kept in a closed ledger by the broker's own recovery; a rollover's list write meeting a
     # takeover while adds are queued, which fail). The cores reach them.
-    result = replay_model(MODELS[name])
+    result = conformance.replay(name)  # replay_model(MODELS[name]), once per session
     assert result.trace is not None and result.follow
     assert result.trace.mismatch is None, str(result.trace.mismatch)
     assert result.ok and result.trace.steps == result.trace_states - 1 > 0
@@ -366,8 +369,8 @@ class MappingLosingTheOwnershipNode(FencingMapping):
         del world.server.nodes[OWNER_PATH]
 
 
-def test_a_broken_core_follows_the_mutation5_counterexample() -> None:
-    behaviours = behaviours_of(MODELS["fencing-mutation5-badversion-ci"])
+def test_a_broken_core_follows_the_mutation5_counterexample(conformance: Conformance) -> None:
+    behaviours = conformance.behaviours("fencing-mutation5-badversion-ci")
     assert behaviours.trace is not None
     config = SPEC_DIR / MODELS["fencing-mutation5-badversion-ci"].config
     mapping = FencingMapping(read_constants(config.read_text()), cores=CoreKeepingWritingAfterBadVersion)

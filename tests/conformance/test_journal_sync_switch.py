@@ -14,11 +14,12 @@ import pytest
 
 from conformance.ledger_cluster import LEDGER_ID, HarnessError, LedgerCluster
 from conformance.ledger_spec import LedgerMapping
-from conformance.mutants import CATALOGUE, Checks, applied, run_mutant
+from conformance.mutants import CATALOGUE, applied, run_mutant
 from conformance.replay import read_constants
-from conformance.suite import Behaviours, behaviours_of, replay_behaviours
+from conformance.suite import replay_behaviours
 from conformance.tla_values import Function, ModelValue, Record, Value
 from conformance.tlc import SPEC_DIR, load_manifest
+from tests.conformance.shared import Conformance
 
 MODEL = "ledger-switch-ackbeforesync-ci"
 MUTANT = next(m for m in CATALOGUE if m.name == "bookie-acks-before-durable")
@@ -75,9 +76,8 @@ def test_an_add_answered_before_its_sync_is_lost_by_a_crash() -> None:
 
 
 @pytest.mark.tlc
-def test_the_core_refuses_the_switch_and_the_mutant_follows_it() -> None:
-    model = next(m for m in load_manifest() if m.name == MODEL)
-    behaviours = behaviours_of(model)
+def test_the_core_refuses_the_switch_and_the_mutant_follows_it(conformance: Conformance) -> None:
+    behaviours = conformance.behaviours(MODEL)
     assert behaviours.trace is not None
     assert [action for action, _ in behaviours.trace] == [
         "Initial predicate",
@@ -85,13 +85,12 @@ def test_the_core_refuses_the_switch_and_the_mutant_follows_it() -> None:
         "WriterReceivesAddResponse",
         "BookieCrashes",
     ]
-    fixed = replay_behaviours(behaviours)
+    fixed = conformance.replay(MODEL)  # replay_behaviours(behaviours), once per session
     assert fixed.ok and fixed.trace is not None and fixed.trace.mismatch is not None
     assert (fixed.trace.mismatch.step, fixed.trace.mismatch.action) == (2, "WriterReceivesAddResponse")
     with applied(MUTANT):
         broken = replay_behaviours(behaviours)
     assert not broken.ok and broken.trace is not None and broken.trace.mismatch is None
 
-    cache: dict[str, Behaviours] = {MODEL: behaviours}
-    verdict = run_mutant(MUTANT, Checks(cache.__getitem__))
+    verdict = run_mutant(MUTANT, conformance.checks())
     assert verdict.killed_by == MODEL and "followed to the end" in verdict.how, verdict

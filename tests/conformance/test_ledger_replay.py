@@ -22,9 +22,8 @@ from conformance.ledger_cluster import LEDGER_ID, CoreTypes, InFlight, LedgerClu
 from conformance.ledger_spec import LedgerMapping
 from conformance.replay import GraphReplay, has_symmetry, read_constants, replay_graph
 from conformance.statespace import StateGraph, dump_state_graph
-from conformance.suite import behaviours_of, replay_behaviours, replay_model
 from conformance.tla_values import Record
-from conformance.tlc import SPEC_DIR, Model, load_manifest
+from conformance.tlc import SPEC_DIR, load_manifest
 from conformance.trace_validation import WRITER, Run, RunConfig, _as, _deliver, _Recorder, check_traces
 from impl.bookie.client.read_lac import ReadLacOp
 from impl.bookie.client.recovery import RecoveryOp, RecoveryOutput, RecoveryPhase
@@ -32,6 +31,7 @@ from impl.bookie.client.writer import AddCompleted, LedgerWriter, Start, WriterO
 from impl.bookie.core import BookieCore, Output, RecordKind, Replay
 from impl.bookie.core import Event as BookieEvent
 from impl.bookie.protocol import LAST_ENTRY, AddRequest, ReadRequest
+from tests.conformance.shared import Conformance
 
 pytestmark = pytest.mark.tlc
 
@@ -124,8 +124,11 @@ EVERY_ACTION = {
 
 
 @pytest.fixture(scope="module")
-def graphs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[StateGraph, str]]:
-    """TLC's state graph of a manifest model or of one of the configs above (dumped once per module)."""
+def graphs(
+    tmp_path_factory: pytest.TempPathFactory, conformance: Conformance
+) -> Callable[[str], tuple[StateGraph, str]]:
+    """TLC's state graph of a manifest model (the session's, conftest.py) or of one of the configs above
+    (dumped once per module)."""
     cache: dict[str, tuple[StateGraph, str]] = {}
     extra = {
         "faults": FAULTS_CFG,
@@ -142,15 +145,30 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[St
             if name in extra:
                 config = tmp_path_factory.mktemp("cfg") / f"ledger_test_{name}.cfg"
                 config.write_text(extra[name])
+                cache[name] = (dump_state_graph(LEDGER_TLA, config), config.read_text())
             else:
-                config = SPEC_DIR / MODELS[name].config
-            cache[name] = (dump_state_graph(LEDGER_TLA, config), config.read_text())
+                model = MODELS[name]
+                assert model.spec == "ledger.tla", name
+                graph = conformance.behaviours(name).graph
+                assert graph is not None, f"{name}: no state graph"
+                cache[name] = (graph, (SPEC_DIR / model.config).read_text())
         return cache[name]
 
     return get
 
 
-def replay(graphs: Callable[[str], tuple[StateGraph, str]], name: str, cores: CoreTypes | None = None) -> GraphReplay:
+def replay(
+    graphs: Callable[[str], tuple[StateGraph, str]],
+    name: str,
+    cores: CoreTypes | None = None,
+    conformance: Conformance | None = None,
+) -> GraphReplay:
+    """The replay of `name`'s graph against `cores`; of a manifest model against the production cores,
+    the session's (conftest.py: the same replay, also the mutation score's baseline), given `conformance`."""
+    if cores is None and conformance is not None and name in MODELS:
+        report = conformance.replay(name).graph
+        assert report is not None, f"{name}: no graph replay"
+        return report
     graph, config = graphs(name)
     mapping = LedgerMapping(read_constants(config), cores=cores)
     return replay_graph(mapping, name, graph, symmetry=has_symmetry(config))
@@ -175,8 +193,10 @@ def replay(graphs: Callable[[str], tuple[StateGraph, str]], name: str, cores: Co
         "shared-fate",
     ],
 )
-def test_every_edge_of_the_state_graph_is_replayed(graphs: Callable[[str], tuple[StateGraph, str]], name: str) -> None:
-    report = replay(graphs, name)
+def test_every_edge_of_the_state_graph_is_replayed(
+    graphs: Callable[[str], tuple[StateGraph, str]], conformance: Conformance, name: str
+) -> None:
+    report = replay(graphs, name, conformance=conformance)
     assert report.mismatch is None, str(report.mismatch)
     graph, _ = graphs(name)
     assert report.edges == len(graph.edges) > 0 and report.states == len(graph.labels)
@@ -261,9 +281,10 @@ def test_another_walk_order_reaches_the_states_along_other_paths(
         ("ledger-mutation3-negqa-ci", "RecoveryReceivesReadResponse", {"msgs", "rNegatives", "rPhase", "rTried"}),
     ],
 )
-def test_mutation_counterexample_is_refused(name: str, action: str, differing: set[str]) -> None:
-    model: Model = MODELS[name]
-    result = replay_model(model)
+def test_mutation_counterexample_is_refused(
+    conformance: Conformance, name: str, action: str, differing: set[str]
+) -> None:
+    result = conformance.replay(name)  # replay_model(MODELS[name]), once per session
     assert result.trace is not None and result.ok, f"the implementation followed the mutation {name} to the end"
     mismatch = result.trace.mismatch
     assert mismatch is not None
@@ -272,11 +293,11 @@ def test_mutation_counterexample_is_refused(name: str, action: str, differing: s
     assert len(mismatch.behaviour) == mismatch.step - 1 == result.trace.steps
 
 
-def test_mutation4_one_read_lac_answer_is_refused_where_fencing_would_end() -> None:
+def test_mutation4_one_read_lac_answer_is_refused_where_fencing_would_end(conformance: Conformance) -> None:
     # The weakened coverage rule ends fencing at the first read-LAC answer (and starts reading); the
     # implementation waits for every write set to be covered: refused at that answer, the last step
     # (FencedBeforeReading is violated in the state it reaches).
-    result = replay_model(MODELS["ledger-mutation4-readlacone-ci"])
+    result = conformance.replay("ledger-mutation4-readlacone-ci")
     assert result.trace is not None and result.ok, "the implementation followed the weakened coverage rule"
     mismatch = result.trace.mismatch
     assert mismatch is not None and mismatch.step == result.trace_states - 1
@@ -292,10 +313,12 @@ def test_mutation4_one_read_lac_answer_is_refused_where_fencing_would_end() -> N
         ("ledger-witness-closedlength-ci", "RecoveryCloses"),
     ],
 )
-def test_a_witness_of_the_protocol_is_followed_to_the_end(name: str, last_action: str) -> None:
-    behaviours = behaviours_of(MODELS[name])
+def test_a_witness_of_the_protocol_is_followed_to_the_end(
+    conformance: Conformance, name: str, last_action: str
+) -> None:
+    behaviours = conformance.behaviours(name)
     assert behaviours.trace is not None and behaviours.trace[-1][0] == last_action
-    result = replay_behaviours(behaviours)
+    result = conformance.replay(name)  # replay_behaviours(behaviours)
     assert result.follow and result.ok, str(result.trace.mismatch if result.trace else result.tlc_outcome)
     assert result.trace is not None and result.trace.steps == result.trace_states - 1 > 1
 
@@ -331,8 +354,8 @@ def test_the_liveness_models_have_their_fault(graphs: Callable[[str], tuple[Stat
     assert "MessageLost" in {e.action for e in qa.edges}
 
 
-def test_mutation1_fenced_reads_then_the_late_add_is_rejected() -> None:
-    result = replay_model(MODELS["ledger-mutation1-nofence-ci"])
+def test_mutation1_fenced_reads_then_the_late_add_is_rejected(conformance: Conformance) -> None:
+    result = conformance.replay("ledger-mutation1-nofence-ci")
     assert result.trace is not None and result.trace.mismatch is not None
     closest = result.trace.mismatch.closest
     assert closest is not None
@@ -368,12 +391,16 @@ def test_recovery_reads_the_entry_after_its_start_point_first(
     assert reads == {0, 1}  # start -1 reads entry 0, start 0 reads entry 1 (and never entry 0)
 
 
-def test_tiny_fragments_is_replayed_in_full(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
+def test_tiny_fragments_is_replayed_in_full(
+    graphs: Callable[[str], tuple[StateGraph, str]], conformance: Conformance
+) -> None:
     """Decision 1 again, with ensemble changes (a start point at a fragment's first entry - 1) and the
     ledger length of decision 4 (recovery closing with the read-LAC's length)."""
-    report = replay(graphs, "ledger-ci-tiny-fragments")
+    report = replay(graphs, "ledger-ci-tiny-fragments", conformance=conformance)
     assert report.mismatch is None, str(report.mismatch)
     assert report.edges_covered == report.edges and report.states_covered == report.states
+    graph, _ = graphs("ledger-ci-tiny-fragments")
+    assert report.edges == len(graph.edges) > 0 and report.states == len(graph.labels)
 
 
 def test_a_resent_add_carries_the_lac_it_was_first_sent_with(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:

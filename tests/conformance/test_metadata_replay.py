@@ -10,10 +10,10 @@ import pytest
 from conformance.metadata_spec import MetadataMapping
 from conformance.replay import GraphReplay, read_constants, replay_graph
 from conformance.statespace import StateGraph, dump_state_graph
-from conformance.suite import replay_model
 from conformance.tlc import SPEC_DIR, load_manifest
 from impl.metadata.memory import MemoryServer
 from impl.metadata.store import ANY_VERSION, Op, OpResult, SetData
+from tests.conformance.shared import Conformance
 
 pytestmark = pytest.mark.tlc
 
@@ -87,9 +87,9 @@ def test_every_edge_of_the_state_graph_is_replayed(
 
 
 @pytest.mark.parametrize("name", ["metadata-nofencing-ci", "metadata-blindwrites-ci"])
-def test_the_store_follows_the_predicted_anomaly(name: str) -> None:
+def test_the_store_follows_the_predicted_anomaly(conformance: Conformance, name: str) -> None:
     # Not bugs of the store: configurations (blind writes, no fencing) whose anomaly it must reproduce.
-    result = replay_model(MODELS[name])
+    result = conformance.replay(name)  # replay_model(MODELS[name]), once per session
     assert result.trace is not None and result.follow
     assert result.trace.mismatch is None, str(result.trace.mismatch)
     assert result.ok and result.trace.steps == result.trace_states - 1 > 0

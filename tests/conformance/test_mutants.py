@@ -16,11 +16,11 @@ import pytest
 
 from conformance import mutants as mutation
 from conformance.mutants import CATALOGUE, Checks, Mutant, MutantError, Patch, applied, run_mutant
-from conformance.suite import Behaviours, behaviours_of
 from conformance.tlc import load_manifest
 from conformance.trace_validation import CONFIGS
 from impl.bookie.client.writer import LedgerWriter
 from impl.metadata import transitions
+from tests.conformance.shared import Conformance
 
 MODELS = {m.name: m for m in load_manifest()}
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,15 +109,10 @@ def test_a_patch_of_a_missing_attribute_is_a_typed_error() -> None:
 
 
 @pytest.fixture(scope="module")
-def checks() -> Checks:
-    cache: dict[str, Behaviours] = {}
-
-    def behaviours(name: str) -> Behaviours:
-        if name not in cache:
-            cache[name] = behaviours_of(MODELS[name])
-        return cache[name]
-
-    return Checks(behaviours)
+def checks(conformance: Conformance) -> Checks:
+    """TLC's behaviours and the models' baselines (their unmutated replays) are the session's (conftest.py):
+    the replay tests' own results, or computed here if this module runs alone."""
+    return conformance.checks()
 
 
 @pytest.mark.tlc

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.mutants import CATALOGUE, Checks, run_mutant
+from conformance.mutants import CATALOGUE, run_mutant
 from conformance.replay import read_constants, replay_graph
 from conformance.replication_spec import ReplicationMapping
-from conformance.suite import Behaviours, behaviours_of, replay_behaviours
+from conformance.suite import Behaviours
 from conformance.tlc import SPEC_DIR, Outcome, load_manifest
 from impl.broker.ledger_list import Position
 from impl.broker.replication.replicator import Entry, Output, Replicator, SendReceipt
+from tests.conformance.shared import Conformance
 
 pytestmark = pytest.mark.tlc
 
@@ -34,8 +35,8 @@ EVERY_ACTION = {
 
 
 @pytest.fixture(scope="module")
-def behaviours() -> dict[str, Behaviours]:
-    return {m.name: behaviours_of(m) for m in REPLICATION}
+def behaviours(conformance: Conformance) -> dict[str, Behaviours]:
+    return {m.name: conformance.behaviours(m.name) for m in REPLICATION}
 
 
 def test_the_manifest_has_the_models_the_issue_asks_for() -> None:
@@ -46,8 +47,8 @@ def test_the_manifest_has_the_models_the_issue_asks_for() -> None:
 
 
 @pytest.mark.parametrize("name", [m.name for m in REPLICATION])
-def test_every_ci_model_is_replayed(behaviours: dict[str, Behaviours], name: str) -> None:
-    result = replay_behaviours(behaviours[name])
+def test_every_ci_model_is_replayed(behaviours: dict[str, Behaviours], conformance: Conformance, name: str) -> None:
+    result = conformance.replay(name)  # replay_behaviours(behaviours[name]), once per session
     assert result.ok, str(result.graph and result.graph.mismatch) + str(result.trace and result.trace.mismatch)
     if result.graph is not None:
         graph = behaviours[name].graph
@@ -119,8 +120,8 @@ def test_a_broken_replicator_is_caught(behaviours: dict[str, Behaviours], core: 
 
 
 @pytest.mark.parametrize("name", [m.name for m in CATALOGUE if "replication" in m.core])
-def test_the_replication_mutants_are_killed(behaviours: dict[str, Behaviours], name: str) -> None:
-    checks = Checks(lambda model: behaviours[model])
+def test_the_replication_mutants_are_killed(conformance: Conformance, name: str) -> None:
+    checks = conformance.checks()  # the models' baselines: the session's replays
     verdict = run_mutant(next(m for m in CATALOGUE if m.name == name), checks)
     assert verdict.killed and not verdict.error, verdict
     assert checks.baseline[verdict.killed_by]
