@@ -29,7 +29,7 @@ the bookies of a deployment share that disk, so a stall of the disk is a stall o
 and no client: what the disk does on its own, to read the fixed-rate rows against.
 
     .venv/bin/python bench/bench_pulsar.py [--deployment standalone cluster pulsar-lite]
-        [--messages 20000] [--backlog 100000] [--rate 1000] [--seconds 10] [--rows fixed-rate --rounds 3]
+        [--messages 100000] [--backlog 100000] [--rate 1000] [--seconds 10] [--rows fixed-rate --rounds 3]
 """
 
 from __future__ import annotations
@@ -362,7 +362,12 @@ def probe_disk(seconds: float, work: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--deployment", nargs="+", choices=list(DEPLOYMENTS), default=list(DEPLOYMENTS))
-    parser.add_argument("--messages", type=int, default=20_000, help="messages per publish row (20,000)")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=100_000,
+        help="messages per publish row (100,000: each row times seconds, not a fraction of one)",
+    )
     parser.add_argument("--backlog", type=int, default=100_000, help="backlog of each consume row (100,000)")
     parser.add_argument("--rate", type=int, default=1000, help="fixed-rate row: messages per second (1,000)")
     parser.add_argument("--seconds", type=float, default=10.0, help="fixed-rate row or disk probe: seconds (10)")
