@@ -49,6 +49,8 @@ NoEntry == -1
 LengthAt(e) == e + 1
 Max(a, b) == IF a >= b THEN a ELSE b
 Range(f) == { f[i] : i \in DOMAIN f }
+\* x \in Range(f), without building the set (TLC: cheaper in the guards evaluated on every state).
+InSeq(f, x) == \E i \in DOMAIN f : f[i] = x
 
 (***************************************************************************)
 (* Fragments and write sets.                                              *)
@@ -300,10 +302,13 @@ WriterTimedOut(b, e) ==
 \* re-sent to nb (and b's acks of them forgotten), each with the LAC it was first sent with
 \* (PendingAddOp re-sends the entry it encoded once). Re-read metadata IN_RECOVERY = fenced,
 \* CLOSED = failed.
+\* (Guard order, for TLC's speed only: b # nb and up[nb] are implied by the rest and cheap, and with no
+\* spare bookie ~InSeq(.., nb) fails first; TLC evaluates this guard for each of the |Bookies|^2 pairs.)
 WriterChangesEnsemble(b, nb) ==
     /\ wState = "WRITING"
-    /\ b \in Range(LastEnsemble(wFragments))
-    /\ nb \notin Range(LastEnsemble(wFragments)) /\ up[nb]
+    /\ b # nb /\ up[nb]
+    /\ ~InSeq(LastEnsemble(wFragments), nb)
+    /\ InSeq(LastEnsemble(wFragments), b)
     /\ \E e \in Entries : WriterTimedOut(b, e)
     /\ LET frags == ReplaceBookie(wFragments, b, nb, wLac + 1) IN
        /\ Len(frags) <= MaxFragments
@@ -588,8 +593,9 @@ RecoveryAddTimedOut(c, b, e) ==
 \* recovery adds are re-sent to nb with the LAC they were first sent with (as the writer's).
 RecoveryChangesEnsemble(c, b, nb) ==
     /\ rPhase[c] \in {"reading", "closing"}
-    /\ b \in Range(LastEnsemble(rFragments[c]))
-    /\ nb \notin Range(LastEnsemble(rFragments[c])) /\ up[nb]
+    /\ b # nb /\ up[nb]
+    /\ ~InSeq(LastEnsemble(rFragments[c]), nb)
+    /\ InSeq(LastEnsemble(rFragments[c]), b)
     /\ \E e \in Entries : RecoveryAddTimedOut(c, b, e)
     /\ LET frags == ReplaceBookie(rFragments[c], b, nb, rWbLac[c] + 1) IN
        /\ Len(frags) <= MaxFragments
@@ -624,15 +630,21 @@ RecoveryCloses(c) ==
 \* Recovery fails (and may be retried): fencing cannot be covered, the entry being read has
 \* neither an OK nor enough negatives from all Qw bookies asked, or a write-back timed out; with
 \* nothing more in flight.
+\* The abort's condition is evaluated as one boolean (IF): as a conjunct of the action TLC would take
+\* each disjunct and each timed-out (b, e) as a branch of its own and generate the same successor once
+\* per branch. Same action, fewer duplicate successors.
+RecoveryMayAbort(c) ==
+    \/ /\ rPhase[c] = "fencing" /\ ~Covered(c)
+       /\ \A b \in Bookies : ~InFlight("readLac", c, b, NoEntry) /\ ~InFlight("readLacResp", c, b, NoEntry)
+    \/ /\ rPhase[c] = "reading" /\ rTried[c] = Qw
+       /\ \A b \in Bookies : ~InFlight("read", c, b, rNext[c]) /\ ~InFlight("readResp", c, b, rNext[c])
+    \/ \E b \in Bookies, e \in Entries : RecoveryAddTimedOut(c, b, e)
 RecoveryAborts(c) ==
-    /\ \/ /\ rPhase[c] = "fencing" /\ ~Covered(c)
-          /\ \A b \in Bookies : ~InFlight("readLac", c, b, NoEntry) /\ ~InFlight("readLacResp", c, b, NoEntry)
-       \/ /\ rPhase[c] = "reading" /\ rTried[c] = Qw
-          /\ \A b \in Bookies : ~InFlight("read", c, b, rNext[c]) /\ ~InFlight("readResp", c, b, rNext[c])
-       \/ \E b \in Bookies, e \in Entries : RecoveryAddTimedOut(c, b, e)
-    /\ AbortAttempt(c)
-    /\ lastAction' = [name |-> "RecoveryAborts", params |-> [client |-> c, phase |-> rPhase[c]]]
-    /\ UNCHANGED <<meta, bookieVars, msgs, writerVars, lost, crashes>>
+    IF RecoveryMayAbort(c)
+    THEN /\ AbortAttempt(c)
+         /\ lastAction' = [name |-> "RecoveryAborts", params |-> [client |-> c, phase |-> rPhase[c]]]
+         /\ UNCHANGED <<meta, bookieVars, msgs, writerVars, lost, crashes>>
+    ELSE FALSE
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -736,9 +748,10 @@ WriterReceivesAddResponse == \E m \in msgs : DeliverAddToWriter(m)
 RecoveryReceivesAddResponse == \E m \in msgs : DeliverAddToRecoverer(m)
 RecoveryReceivesReadLacResponse == \E m \in msgs : DeliverReadLac(m)
 RecoveryReceivesReadResponse == \E m \in msgs : DeliverRead(m)
-RequestToDownBookieLost == \E m \in msgs : DropRequestToDownBookie(m)
-MessageLost == \E m \in msgs : LoseRequest(m)
-ReplyLost == \E m \in msgs : LoseReply(m)
+\* The budget tests (also inside each step) come first so that TLC does not scan msgs when they fail.
+RequestToDownBookieLost == ~SharedFate /\ \E m \in msgs : DropRequestToDownBookie(m)
+MessageLost == lost < MaxLostMessages /\ \E m \in msgs : LoseRequest(m)
+ReplyLost == lost < MaxLostMessages /\ \E m \in msgs : LoseReply(m)
 
 Writing ==
     \/ WriterSendsAdd \/ WriterCloses
@@ -985,7 +998,8 @@ DeadRequest(m) ==
          [] m.kind = "recoveryAdd" ->
                  rPhase[m.client] = "done" /\ m.entry \in entries[m.bookie] /\ LacDead
          [] OTHER -> FALSE
-QueueMarks == IF SharedFate THEN {<<m.client, m.bookie>> : m \in {q \in msgs : ~up[q.bookie]}} ELSE {}
+\* (With every bookie up nothing is queued: the test only spares TLC the scan of msgs.)
+QueueMarks == IF SharedFate /\ \E b \in Bookies : ~up[b] THEN {<<m.client, m.bookie>> : m \in {q \in msgs : ~up[q.bookie]}} ELSE {}
 \* The fenced flags are read only when a writer add is delivered: dead once the writer stopped (it
 \* sends no more) and every add of it still in flight is dead.
 FencedDead == WriterStopped /\ \A m \in msgs : m.kind = "add" => DeadRequest(m)
@@ -997,23 +1011,39 @@ FencedDead == WriterStopped /\ \A m \in msgs : m.kind = "add" => DeadRequest(m)
 \* reached Qa is as good as any other such set; and the LAC a pending add was first sent with is
 \* read only by the re-send of an ensemble change, so it is dead.
 NoSpareBookie == Cardinality(Bookies) = E
-AcksView(acks) == IF NoSpareBookie
+\* (When no entry has Qa acks the collapse changes nothing: acks itself is the same value, cheaper.)
+AcksView(acks) == IF NoSpareBookie /\ \E e \in Entries : Cardinality(acks[e]) >= Qa
                   THEN [e \in Entries |-> IF Cardinality(acks[e]) >= Qa THEN {"Qa reached"} ELSE acks[e]]
                   ELSE acks
 SentLacView(sent) == IF NoSpareBookie THEN NoLacs ELSE sent
+\* The parts below are written for TLC's speed (the VIEW is evaluated on every generated state); each
+\* gives the same partition of states as the plain form (spec/README.md, "Reductions and what each
+\* assumes", deepView, "evaluated cheaply"): constants computed once; the recovery clients' locals as
+\* whole variables (a tuple of functions instead of a function of tuples: the same information) while
+\* no client is done, the per-client form (a done client keeps only rEnd) otherwise, the two forms
+\* told apart by their shape.
+NoFences == [b \in Bookies |-> FALSE]
+NoBookieLacs == [b \in Bookies |-> NoEntry]
+RecoverersView ==
+    IF \A c \in Recoverers : rPhase[c] # "done"
+    THEN <<"none done", rPhase, rAnswered, rMaxLac, rReadFragments, rFragments, rNext, rNegatives, rTried,
+           IF NoSpareBookie /\ \E c \in Recoverers, e \in Entries : Cardinality(rWbAcks[c][e]) >= Qa
+           THEN [c \in Recoverers |-> AcksView(rWbAcks[c])] ELSE rWbAcks,
+           IF NoSpareBookie THEN "dead" ELSE rWbSentLac, rWbLac, rEnd, rLength>>
+    ELSE [c \in Recoverers |->
+              IF rPhase[c] = "done" THEN <<rEnd[c]>>
+              ELSE <<rPhase[c], rAnswered[c], rMaxLac[c], rReadFragments[c], rFragments[c], rNext[c],
+                     rNegatives[c], rTried[c], AcksView(rWbAcks[c]), SentLacView(rWbSentLac[c]), rWbLac[c], rEnd[c],
+                     rLength[c]>>]
 deadView ==
     << meta, entries,
-       IF FencedDead THEN [b \in Bookies |-> FALSE] ELSE fenced,
-       IF LacDead THEN [b \in Bookies |-> NoEntry] ELSE bookieLac,
+       IF FencedDead THEN NoFences ELSE fenced,
+       IF LacDead THEN NoBookieLacs ELSE bookieLac,
        durableState, up, failed,
        {m \in msgs : ~DeadRequest(m)}, QueueMarks,
        wState, IF WriterStopped THEN NoEntry ELSE wPushed, wLac, AcksView(wAcks), SentLacView(wSentLac),
        wFragments,
-       [c \in Recoverers |->
-           IF rPhase[c] = "done" THEN <<rEnd[c]>>
-           ELSE <<rPhase[c], rAnswered[c], rMaxLac[c], rReadFragments[c], rFragments[c], rNext[c],
-                  rNegatives[c], rTried[c], AcksView(rWbAcks[c]), SentLacView(rWbSentLac[c]), rWbLac[c], rEnd[c],
-                  rLength[c]>>],
+       RecoverersView,
        lost, crashes >>
 
 deepView == IF SafeForever THEN <<"safe forever">> ELSE deadView
