@@ -76,7 +76,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    models = select(load_manifest(args.manifest), args.specs, args.profile)
+    manifest = load_manifest(args.manifest)
+    if args.model:
+        unknown = sorted(set(args.model) - {m.name for m in manifest})
+        if unknown:
+            raise ManifestError(f"no model {', '.join(unknown)} in {args.manifest}")
+        # named models: whatever their profile, in the manifest's order
+        models = [m for m in select(manifest, args.specs, None) if m.name in args.model]
+    else:
+        models = select(manifest, args.specs, args.profile)
     if not models:
         print(f"no models match (profile {args.profile}); see `{args.prog} list`", file=sys.stderr)
         return 2
@@ -151,6 +159,11 @@ def main(argv: list[str], prog: str) -> int:
     )
     check.add_argument("specs", nargs="*", metavar="SPEC", help="spec names (ledger, fencing.tla, ...); default all")
     check.add_argument("--profile", choices=PROFILES, default="ci", help="which models (default: %(default)s)")
+    check.add_argument(
+        "--model",
+        action="append",
+        help="only this model of spec/models.toml, whatever --profile says (repeatable)",
+    )
     check.add_argument("--workers", type=int, default=1, help="TLC worker threads (default: %(default)s)")
     check.add_argument(
         "--trace-dir", type=Path, default=None, help="save each counterexample as <model>.json in this directory"
