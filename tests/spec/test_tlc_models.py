@@ -245,3 +245,23 @@ def test_fencing_ci_checks_liveness_and_the_property_can_fail(tmp_path: Path) ->
     assert any(s.action == "CloseFencedManagedLedger" for s in result.trace) or "fenced" in str(
         result.trace[-1].values()["ml"]
     )
+
+
+def test_check_model_runs_only_the_named_models_whatever_their_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _copy_spec(tmp_path, "metadata.tla", "metadata_blindwrites_ci.cfg")
+    manifest = tmp_path / "models.toml"
+    entry = (
+        '[[model]]\nname = "{name}"\nspec = "metadata.tla"\nconfig = "metadata_blindwrites_ci.cfg"\n'
+        'profile = "{profile}"\nexpect = "violation"\nviolates = "NoLostUpdate"\ndescription = "test"\n'
+    )
+    manifest.write_text(entry.format(name="in-ci", profile="ci") + entry.format(name="in-deep", profile="deep"))
+    argv = ["--manifest", str(manifest), "check", "--model", "in-deep"]
+    assert spec_command.main(argv, "spec") == 0
+    out = capsys.readouterr().out
+    assert "in-deep: TLC on metadata.tla" in out and "in-ci" not in out
+    # a name the manifest does not have: a typed refusal naming it, and no TLC run
+    assert spec_command.main(["--manifest", str(manifest), "check", "--model", "in-dep"], "spec") == 2
+    captured = capsys.readouterr()
+    assert "no model in-dep in" in captured.err and "TLC on" not in captured.out
