@@ -86,7 +86,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         models = select(manifest, args.specs, args.profile)
     if not models:
-        print(f"no models match (profile {args.profile}); see `{args.prog} list`", file=sys.stderr)
+        which = f"named {', '.join(args.model)}" if args.model else f"in profile {args.profile}"
+        print(f"no models {which} match the specs given; see `{args.prog} list`", file=sys.stderr)
         return 2
     spec_dir = args.manifest.parent
     rows = [["spec", "model", "expected", "result", "distinct states", "depth", "time"]]

@@ -256,12 +256,16 @@ def test_check_model_runs_only_the_named_models_whatever_their_profile(
         '[[model]]\nname = "{name}"\nspec = "metadata.tla"\nconfig = "metadata_blindwrites_ci.cfg"\n'
         'profile = "{profile}"\nexpect = "violation"\nviolates = "NoLostUpdate"\ndescription = "test"\n'
     )
-    manifest.write_text(entry.format(name="in-ci", profile="ci") + entry.format(name="in-deep", profile="deep"))
+    other = entry.format(name="other", profile="ci").replace("metadata.tla", "fencing.tla")
+    manifest.write_text(entry.format(name="in-ci", profile="ci") + entry.format(name="in-deep", profile="deep") + other)
     argv = ["--manifest", str(manifest), "check", "--model", "in-deep"]
     assert spec_command.main(argv, "spec") == 0
     out = capsys.readouterr().out
-    assert "in-deep: TLC on metadata.tla" in out and "in-ci" not in out
+    assert "in-deep: TLC on metadata.tla" in out and "in-ci" not in out and "other" not in out
     # a name the manifest does not have: a typed refusal naming it, and no TLC run
     assert spec_command.main(["--manifest", str(manifest), "check", "--model", "in-dep"], "spec") == 2
     captured = capsys.readouterr()
     assert "no model in-dep in" in captured.err and "TLC on" not in captured.out
+    # a named model outside the specs given: said so, not blamed on the profile
+    assert spec_command.main(["--manifest", str(manifest), "check", "fencing", "--model", "in-deep"], "spec") == 2
+    assert "no models named in-deep match the specs given" in capsys.readouterr().err
