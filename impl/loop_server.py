@@ -17,6 +17,13 @@ from typing import Protocol
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
+def no_delay(writer: asyncio.StreamWriter) -> None:
+    """Turn Nagle's algorithm off on a stream's TCP socket: every frame leaves when it is written."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class LoopServer:
     def __init__(
         self, host: str, port: int, name: str, purpose: str = "clients", tls: ssl.SSLContext | None = None
@@ -47,8 +54,15 @@ class LoopServer:
         def run() -> None:
             asyncio.set_event_loop(self.loop)
 
+            async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                # The listening socket is created without a TCP protocol number, so asyncio does not set
+                # TCP_NODELAY on what it accepts: without it Nagle holds each small reply until the
+                # client's delayed ACK (~40 ms), which was most of a delivery's latency.
+                no_delay(writer)
+                await handle(reader, writer)
+
             async def serve() -> None:
-                self._server = await asyncio.start_server(handle, sock=self.sock, ssl=self.tls)
+                self._server = await asyncio.start_server(accepted, sock=self.sock, ssl=self.tls)
                 if tick is not None:
                     self.loop.call_later(tick[0], every, *tick)
 

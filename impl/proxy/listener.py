@@ -19,10 +19,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from impl.broker.naming import InvalidTopicName
-from impl.broker.protocol import frames
-from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.protocol.connection import Close, DoAuthenticate, Reply
-from impl.loop_server import ConnectionListener
+from impl.loop_server import ConnectionListener, no_delay
+from impl.protocol import frames
+from impl.protocol import pulsar_api_pb2 as api
+from impl.protocol.session import Close, DoAuthenticate, Reply
 from impl.proxy import connection as core
 from impl.proxy.directory import BrokerDirectory, NoBroker
 from impl.security.tokens import AuthenticationFailed, TokenAuthenticator
@@ -193,6 +193,7 @@ class _ClientConnection:
         host, _, port = allowed[out.target].rpartition(":")  # its pulsar:// listener, for a TLS address too
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+            no_delay(writer)
             writer.write(frames.encode(out.connect))
             decoder = frames.FrameDecoder()
             answer: list[frames.Frame] = []
