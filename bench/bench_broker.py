@@ -1,7 +1,7 @@
 """Broker benchmark: publish throughput, latency at a fixed rate, catch-up reads from the bookies.
 
 Deployments (E2/Qw2/Qa2 in both, driven from this process with the project's Pulsar client,
-impl/broker/client/, over Pulsar's binary protocol):
+impl/client/, over Pulsar's binary protocol):
   standalone   `pulsar-ref standalone` as one process (embedded metadata, three in-process bookies, one broker)
   cluster      separate processes: a real ZooKeeper, three `pulsar-ref bookie`, one `pulsar-ref broker`
                (impl/cluster/deployment.py, as `pulsar-ref cluster up` lays them out)
@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from impl.broker.client import Client  # noqa: E402
+from impl.client import Client  # noqa: E402
 from impl.cluster.deployment import Cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

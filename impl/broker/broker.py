@@ -21,10 +21,10 @@ from impl.bookie.client.connect import connect_bookkeeper
 from impl.broker import namespaces, web
 from impl.broker.bundles import NamespaceBundle
 from impl.broker.errors import NamespaceNotInCluster, NotOwner, ServiceNotReady, TopicNotFound
+from impl.broker.listener import PulsarListener, PulsarLookup
 from impl.broker.load_manager import LoadManager
 from impl.broker.lookup import BrokerLoad
 from impl.broker.naming import TopicName
-from impl.broker.protocol.listener import PulsarListener, PulsarLookup
 from impl.broker.service import BrokerConfig, BrokerService
 from impl.metadata import layout
 from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired, SessionState

@@ -17,7 +17,7 @@ position is acknowledged to the cursor) once every message of the batch is ackno
 Unacknowledged messages of a consumer that leaves, and negatively acknowledged ones, are
 redelivered (before new messages) with their redelivery count raised.
 
-Pure: the shell (impl/broker/service.py's `Subscription`, fed by impl/broker/protocol/listener.py)
+Pure: the shell (impl/broker/service.py's `Subscription`, fed by impl/broker/listener.py)
 gives every input as a typed event to one function, `step(event) -> list[Output]`, reads the
 managed ledger, sends to consumers and updates the durable cursor, as the outputs ask:
 
@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impl.broker.ledger_list import Position
+from impl.protocol import entry_codec
+from impl.protocol.message_id import MessageId
 
 READ_BATCH = 100  # entries read per ReadEntries at most
 
@@ -71,15 +73,9 @@ class UnknownMessageId(SubscriptionError):
     pass
 
 
-@dataclass(frozen=True, order=True)
-class MessageId:
-    ledger_id: int
-    entry_id: int
-    batch_index: int = 0
-
-    @property
-    def position(self) -> Position:
-        return Position(self.ledger_id, self.entry_id)
+def position_of(mid: MessageId) -> Position:
+    """The managed-ledger position of the entry that holds a message."""
+    return Position(mid.ledger_id, mid.entry_id)
 
 
 @dataclass(frozen=True)
@@ -256,7 +252,7 @@ class Dispatcher:
             self._caught_up = True
             return []
         for msg in messages:
-            self._unacked_in_entry.setdefault(msg.id.position, msg.batch_size)
+            self._unacked_in_entry.setdefault(position_of(msg.id), msg.batch_size)
         self._messages_per_entry = max(1, messages[-1].batch_size)
         outputs = self._assign(messages)
         return outputs + self._dispatch()
@@ -279,12 +275,12 @@ class Dispatcher:
         for mid in acked:
             self._unhold(owner.pending.pop(mid))
             self._redelivery_count.pop(mid, None)
-            left = self._unacked_in_entry.get(mid.position, 1) - 1
+            left = self._unacked_in_entry.get(position_of(mid), 1) - 1
             if left <= 0:
-                self._unacked_in_entry.pop(mid.position, None)
-                done.append(mid.position)
+                self._unacked_in_entry.pop(position_of(mid), None)
+                done.append(position_of(mid))
             else:
-                self._unacked_in_entry[mid.position] = left
+                self._unacked_in_entry[position_of(mid)] = left
         outputs: list[Output] = [AckEntries(tuple(sorted(done)))] if done else []
         return outputs + self._dispatch()
 
@@ -428,3 +424,20 @@ _HANDLERS: dict[type, Callable[[Dispatcher, Any], list[Output]]] = {
     Ack: Dispatcher._ack,
     Nack: Dispatcher._nack,
 }
+
+
+def messages_of(position: Position, data: bytes, payloads: bool = True, keys_needed: bool = True) -> list[Message]:
+    """The messages of one entry, with their ids (ledger, entry, batch index), each holding the
+    whole entry (`entry`) for dispatch. With payloads=False nothing is decompressed, and with
+    keys_needed=False (every subscription type but Key_Shared) a batch is not even opened."""
+    entry = entry_codec.parse(data, verify_checksum=False)
+    n = entry.num_messages
+    if payloads:
+        decoded = entry_codec.singles(entry)
+        return [
+            Message(MessageId(position.ledger_id, position.entry_id, i), m.key, m.payload, m.properties, n, data)
+            for i, m in enumerate(decoded)
+        ]
+    ledger_id, entry_id = position.ledger_id, position.entry_id
+    keys_of = entry_codec.keys(entry) if keys_needed else [""] * n
+    return [Message(MessageId(ledger_id, entry_id, i), key, b"", (), n, data) for i, key in enumerate(keys_of)]

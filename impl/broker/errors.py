@@ -1,6 +1,6 @@
 """The broker's typed errors, each with a sentence to act on.
 
-The Pulsar listener maps each to Pulsar's ServerError (impl/broker/protocol/listener.py) and the
+The Pulsar listener maps each to Pulsar's ServerError (impl/broker/listener.py) and the
 web service to an HTTP status. `rejected` says whether the broker certainly wrote nothing for the
 request: a client may then report a send as failed; otherwise its outcome is unknown (the entry
 may have reached a bookie and be recovered by the next owner of the topic).

@@ -27,10 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impl.bookie.client.api import BookKeeperClient
-from impl.broker import entry_codec, namespaces
+from impl.broker import namespaces
 from impl.broker.authorization import Authorizer
-from impl.broker.client.api import Client
-from impl.broker.client.errors import ClientError
 from impl.broker.dispatcher import (
     AckEntries,
     ActiveChanged,
@@ -40,7 +38,6 @@ from impl.broker.dispatcher import (
     Dispatcher,
     EntriesRead,
     Message,
-    MessageId,
     NewEntries,
     Output,
     ReadEntries,
@@ -49,9 +46,9 @@ from impl.broker.dispatcher import (
     SubscriptionError,
     SubscriptionType,
     UnknownMessageId,
+    messages_of,
 )
 from impl.broker.dispatcher import Event as DispatcherEvent
-from impl.broker.entry_codec import CorruptEntry, messages_of
 from impl.broker.errors import (
     BrokerError,
     ConsumerBusyError,
@@ -80,7 +77,12 @@ from impl.broker.naming import InvalidTopicName, NamespaceName, TopicName
 from impl.broker.replication.replicator import CURSOR_PREFIX, is_replicator_cursor
 from impl.broker.replication.topic_replicator import TopicReplicator
 from impl.broker.topic_stats import TopicCounters
+from impl.client.api import Client
+from impl.client.errors import ClientError
 from impl.metadata.store import MetadataError, MetadataStore
+from impl.protocol import entry_codec
+from impl.protocol.entry_codec import CorruptEntry
+from impl.protocol.message_id import MessageId
 from impl.security.settings import Security
 
 log = logging.getLogger(__name__)

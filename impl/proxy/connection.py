@@ -44,8 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.protocol.connection import (
+from impl.protocol import pulsar_api_pb2 as api
+from impl.protocol.frames import Frame, command_name
+from impl.protocol.session import (
     KEEPALIVE_S,
     PROTOCOL_VERSION,
     AuthenticationFailed,
@@ -58,7 +59,6 @@ from impl.broker.protocol.connection import (
     command,
     error_reply,
 )
-from impl.broker.protocol.frames import Frame, command_name
 
 T = api.BaseCommand
 SERVER_VERSION = "pulsar-ref-proxy"

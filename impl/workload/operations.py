@@ -95,10 +95,10 @@ class Credentials:
 
 
 class ClientSession:
-    """Through the project's own Pulsar client (impl/broker/client/)."""
+    """Through the project's own Pulsar client (impl/client/)."""
 
     def __init__(self, service_url: str, credentials: Credentials | None = None) -> None:
-        from impl.broker.client import Client
+        from impl.client import Client
 
         self.client = Client(service_url, token=credentials.token if credentials else None)
         self.producers: dict[str, Any] = {}
@@ -114,7 +114,7 @@ class ClientSession:
             self.client.close()
 
     def append(self, topic: str, value: str, key: str | None = None) -> Outcome:
-        from impl.broker.client import SendRejected
+        from impl.client import SendRejected
 
         try:
             message_id = self.producer(topic).send(value.encode(), key or "", timeout_s=APPEND_TIMEOUT_S)
@@ -126,7 +126,7 @@ class ClientSession:
         return Outcome("ok", {"position": position_of(message_id)})
 
     def read(self, topic: str, start: Position | None, limit: int | None) -> Outcome:
-        from impl.broker.client import MessageId
+        from impl.client import MessageId
 
         try:
             entries = self.client.read_topic(
@@ -155,7 +155,7 @@ class ClientSession:
         return Received(Outcome("ok", fields), msg)
 
     def ack(self, consumer: Any, message: Any, cumulative: bool) -> Outcome:
-        from impl.broker.client import ClientError, NotAttached
+        from impl.client import ClientError, NotAttached
 
         try:
             if cumulative:

@@ -29,7 +29,7 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument("--service-url", default=DEFAULT_SERVICE, help=f"broker(s) to ask (default {DEFAULT_SERVICE})")
     args = parser.parse_args(argv)
 
-    from impl.broker.client import Client, ClientError
+    from impl.client import Client, ClientError
 
     received = 0
     try:

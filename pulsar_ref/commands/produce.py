@@ -20,7 +20,7 @@ def main(argv: list[str], prog: str) -> int:
     if args.num_produce < 1:
         parser.error("-n must be at least 1")
 
-    from impl.broker.client import Client, ClientError
+    from impl.client import Client, ClientError
 
     try:
         with Client(args.service_url) as client:

@@ -15,8 +15,8 @@ import pytest
 
 from conformance.sim_bookie import SimNetwork
 from impl.bookie.client.api import BookKeeperClient
-from impl.broker.client import Client
 from impl.broker.standalone import Standalone
+from impl.client import Client
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.memory import MemoryServer
 from impl.metadata.registry import BookieRegistry
@@ -120,6 +120,6 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
 
 @pytest.fixture
 def client(standalone: Standalone) -> Iterator[Client]:
-    """The project's Pulsar client (impl/broker/client/) on the standalone's pulsar:// listener."""
+    """The project's Pulsar client (impl/client/) on the standalone's pulsar:// listener."""
     with Client(standalone.pulsar_service_url, timeout_s=10) as c:
         yield c

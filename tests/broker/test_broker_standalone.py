@@ -1,5 +1,5 @@
 """The broker end to end on the embedded default: a Standalone (embedded store, three real
-in-process bookies behind gRPC, one broker) with the project's Pulsar client (impl/broker/client/)
+in-process bookies behind gRPC, one broker) with the project's Pulsar client (impl/client/)
 on its pulsar:// listener and the admin REST API on its web service, as a user runs them."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from urllib.parse import urlsplit
 import pulsar
 import pytest
 
-from impl.broker.client import (
+from impl.broker.standalone import Standalone, StandaloneAlreadyRunning
+from impl.broker.web.admin_client import AdminClient, topic_path
+from impl.client import (
     Client,
     ClientError,
     Consumer,
@@ -23,10 +25,8 @@ from impl.broker.client import (
     PartitionedConsumer,
     SendRejected,
 )
-from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.standalone import Standalone, StandaloneAlreadyRunning
-from impl.broker.web.admin_client import AdminClient, topic_path
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
+from impl.protocol import pulsar_api_pb2 as api
 from impl.web.http import HttpError
 from tests.broker import pulsar_standalone
 from tests.waiting import wait_for

@@ -7,11 +7,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from impl.broker.entry_codec import SingleMessage, build_messages
 from impl.broker.errors import PersistenceError
 from impl.broker.managed_ledger import ManagedLedgerError, Position
 from impl.broker.naming import TopicName
 from impl.broker.service import Append, BrokerConfig, Topic
+from impl.protocol.entry_codec import SingleMessage, build_messages
 
 
 class HeldAdds:
@@ -71,7 +71,7 @@ def test_a_replicators_messages_are_deduplicated_on_their_origins_producer_and_s
     """A producer named pulsar.repl.<cluster> sends other producers' messages: de-duplication keys on the
     producer name and sequence id in each message's metadata (Pulsar's rule), so a replay after the
     replicator rewound is dropped, whatever sequence ids the replicator's own sends carry."""
-    from impl.broker import entry_codec
+    from impl.protocol import entry_codec
 
     t, ml = topic()
 

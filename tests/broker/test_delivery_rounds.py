@@ -13,7 +13,7 @@ from typing import Any
 
 from impl.broker import managed_ledger
 from impl.broker.managed_ledger import ManagedLedger, ManagedLedgerConfig, ManagedLedgerError, Position
-from impl.broker.protocol import listener
+from impl.protocol import listener
 
 from .conftest import Cluster, FakeClock
 

@@ -17,7 +17,6 @@ from impl.broker.dispatcher import (
     EntriesRead,
     Flow,
     Message,
-    MessageId,
     Nack,
     NewEntries,
     Output,
@@ -30,6 +29,7 @@ from impl.broker.dispatcher import (
     key_hash,
 )
 from impl.broker.managed_ledger import Position
+from impl.protocol.message_id import MessageId
 
 
 class Log:

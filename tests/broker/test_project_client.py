@@ -1,4 +1,4 @@
-"""The project's own client (impl/broker/client/) over Pulsar's protocol, against a real standalone
+"""The project's own client (impl/client/) over Pulsar's protocol, against a real standalone
 process: what the workload, `produce` and `consume` rely on, outcomes reported honestly."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from impl.broker.client import Client, ClientError, MessageId, SendRejected, SendUnknown
-from impl.broker.client import connection as core
-from impl.broker.protocol import frames
-from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.web.admin_client import topic_path
+from impl.client import Client, ClientError, MessageId, SendRejected, SendUnknown
+from impl.client import connection as core
+from impl.protocol import frames
+from impl.protocol import pulsar_api_pb2 as api
 from tests.broker.pulsar_standalone import ROOT, Standalone, running_standalone
 
 pytestmark = pytest.mark.processes

@@ -11,10 +11,11 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from impl.broker.client import Client, ConsumerMessage, MessageId, SendRejected
 from impl.broker.cursor import ManagedCursor
+from impl.broker.dispatcher import position_of
 from impl.broker.service import Subscription
 from impl.broker.standalone import Standalone
+from impl.client import Client, ConsumerMessage, MessageId, SendRejected
 from tests.waiting import wait_for
 
 
@@ -67,7 +68,7 @@ def test_acks_that_queue_up_are_persisted_together(standalone: Standalone, clien
             consumer.acknowledge(msg)
         wait_for(lambda: queued_requests(standalone, sub) >= 7, "the acks to queue up in the broker")
     wait_for(lambda: sub.cursor.backlog() == 0, "every ack to count")
-    assert sub.cursor.mark_delete_position == got[-1].id.position
+    assert sub.cursor.mark_delete_position == position_of(got[-1].id)
     # The first ack was taken before the lock was let go, the other seven waited together.
     assert cursor.ledger_entries - persisted <= 2
     consumer.close()
@@ -90,7 +91,7 @@ def test_an_unknown_id_among_queued_acks_spoils_none_of_the_others(standalone: S
             consumer.acknowledge(msg)
         wait_for(lambda: queued_requests(standalone, sub) >= 6, "the acks to queue up in the broker")
     wait_for(lambda: sub.cursor.backlog() == 0, "the known acks to count")
-    assert sub.cursor.mark_delete_position == got[-1].id.position
+    assert sub.cursor.mark_delete_position == position_of(got[-1].id)
     producer.send(b"after")  # the connection and the consumer live on
     assert consumer.receive(timeout_s=10).data == b"after"
     consumer.close()

@@ -13,12 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl.broker import entry_codec
-from impl.broker.client.api import Client
-from impl.broker.protocol import connection as conn
-from impl.broker.protocol import frames
-from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.broker import connection as conn
 from impl.broker.standalone import Standalone
+from impl.client.api import Client
+from impl.protocol import entry_codec, frames
+from impl.protocol import pulsar_api_pb2 as api
 
 T = api.BaseCommand
 

@@ -17,12 +17,13 @@ from typing import Any
 import pulsar
 import pytest
 
-from impl.broker import entry_codec, namespaces
+from impl.broker import namespaces
 from impl.broker.naming import NamespaceName
 from impl.broker.standalone import Standalone
 from impl.metadata.store import MetadataStore
 from impl.metadata.url import connect
 from impl.metadata.zkserver import ZooKeeperServer, free_port
+from impl.protocol import entry_codec
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.zookeeper

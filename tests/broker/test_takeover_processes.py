@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from impl.broker.client import Client, ClientError, MessageId, Producer, SendRejected, SendUnknown
 from impl.broker.web.admin_client import AdminClient, topic_path
+from impl.client import Client, ClientError, MessageId, Producer, SendRejected, SendUnknown
 from impl.metadata import layout
 from impl.metadata.url import connect
 from impl.metadata.zkserver import ZooKeeperServer

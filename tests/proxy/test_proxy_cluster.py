@@ -15,11 +15,11 @@ import psutil
 import pulsar
 import pytest
 
-from impl.broker.protocol import frames
-from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.protocol.connection import command
+from impl.broker.connection import command
 from impl.broker.web.admin_client import AdminClient, topic_path
 from impl.cluster.deployment import Cluster
+from impl.protocol import frames
+from impl.protocol import pulsar_api_pb2 as api
 from spark.history import read_history
 from spark.reference import check
 from tests.cluster.conftest import REPO, processes_of, pulsar_ref, state

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from impl.broker.protocol import frames
-from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.protocol.connection import Close, DoAuthenticate, Reply, command
+from impl.broker.connection import Close, DoAuthenticate, Reply, command
+from impl.protocol import frames
+from impl.protocol import pulsar_api_pb2 as api
 from impl.proxy import connection as core
 
 T = api.BaseCommand

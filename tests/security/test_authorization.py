@@ -13,10 +13,10 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from impl.broker.protocol import frames
-from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.protocol.connection import command
+from impl.broker.connection import command
 from impl.broker.web.admin_client import AdminClient, topic_path
+from impl.protocol import frames
+from impl.protocol import pulsar_api_pb2 as api
 from impl.security import tokens
 from impl.web import client as http
 from impl.web.http import HttpError

@@ -19,11 +19,11 @@ import contextlib
 import threading
 from collections.abc import Callable, Hashable
 
-from impl.broker.client import connection as core
-from impl.broker.client.api import Client
-from impl.broker.client.errors import ClientError, ConnectionLost
-from impl.broker.client.transport import BrokerConnection
-from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.client import connection as core
+from impl.client.api import Client
+from impl.client.errors import ClientError, ConnectionLost
+from impl.client.transport import BrokerConnection
+from impl.protocol import pulsar_api_pb2 as api
 
 T = api.BaseCommand
 

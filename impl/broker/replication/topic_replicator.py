@@ -28,14 +28,14 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from impl.broker import entry_codec
-from impl.broker.client.api import Client
-from impl.broker.client.errors import ClientError
 from impl.broker.ledger_list import Position
 from impl.broker.managed_ledger import ManagedCursor, ManagedLedger
 from impl.broker.replication import replicator as rc
 from impl.broker.replication.remote import RemoteProducer
 from impl.broker.topic_stats import Rate
+from impl.client.api import Client
+from impl.client.errors import ClientError
+from impl.protocol import entry_codec
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The project's Pulsar client, over Pulsar's binary protocol: connection.py is the pure core of
 one connection, transport.py its socket shell, api.py the Client, Producer, Consumer and Reader."""
 
-from impl.broker.client.api import (
+from impl.client.api import (
     Client,
     Consumer,
     ConsumerMessage,
@@ -10,8 +10,8 @@ from impl.broker.client.api import (
     Producer,
     Reader,
 )
-from impl.broker.client.errors import ClientError, ConnectionLost, NotAttached, SendRejected, SendUnknown
-from impl.broker.dispatcher import MessageId
+from impl.client.errors import ClientError, ConnectionLost, NotAttached, SendRejected, SendUnknown
+from impl.protocol.message_id import MessageId
 
 __all__ = [
     "Client",

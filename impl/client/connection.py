@@ -3,7 +3,7 @@
 It numbers requests, builds their frames, and turns the broker's frames into outputs: the answer
 to a request (by request id), a send's receipt or error (by producer id and sequence id), a
 message for a consumer, a producer or consumer closed by the broker. It keeps no socket and no
-clock; the shell (impl/broker/client/transport.py) writes what it returns and routes the rest.
+clock; the shell (impl/client/transport.py) writes what it returns and routes the rest.
 
 Pure, and driven one way (docs/architecture.md, "One way to drive a core"): every input is a frozen
 dataclass fed to `step(event) -> list[Output]`; an event of another type raises TypeError.
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.protocol.frames import Frame, command_name, encode
+from impl.protocol import pulsar_api_pb2 as api
+from impl.protocol.frames import Frame, command_name, encode
 
 CLIENT_VERSION = "pulsar-ref-client"
 PROTOCOL_VERSION = 20

@@ -1,5 +1,5 @@
 """The project's Pulsar client: `Client`, `Producer`, `Consumer`, `Reader`, over Pulsar's binary
-protocol (impl/broker/client/transport.py), so that it works against any Pulsar broker.
+protocol (impl/client/transport.py), so that it works against any Pulsar broker.
 
 - Lookup asks the service URL's brokers in turn and follows redirects to the owner; connections
   are pooled by broker URL.
@@ -28,13 +28,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from impl.broker import entry_codec
-from impl.broker.client import connection as core
-from impl.broker.client.errors import ClientError, ConnectionLost, NotAttached, SendRejected, SendUnknown
-from impl.broker.client.transport import BrokerConnection
-from impl.broker.dispatcher import MessageId
-from impl.broker.protocol import bitset
-from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.client import connection as core
+from impl.client.errors import ClientError, ConnectionLost, NotAttached, SendRejected, SendUnknown
+from impl.client.transport import BrokerConnection
+from impl.protocol import bitset, entry_codec
+from impl.protocol import pulsar_api_pb2 as api
+from impl.protocol.message_id import MessageId
 
 T = api.BaseCommand
 PARTITION_SUFFIX = "-partition-"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.protocol import pulsar_api_pb2 as api
 
 # Pulsar's default maxMessageSize (5 MiB) plus the padding its brokers allow for the command and
 # the metadata around a message of that size.

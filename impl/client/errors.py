@@ -4,7 +4,7 @@ or may not have (and the message may still appear later)."""
 
 from __future__ import annotations
 
-from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.protocol import pulsar_api_pb2 as api
 
 
 class ClientError(Exception):

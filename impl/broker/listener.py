@@ -1,5 +1,5 @@
 """The broker's `pulsar://` listener: Pulsar's binary protocol over TCP (the shell around
-impl/broker/protocol/connection.py).
+impl/broker/connection.py).
 
 One asyncio event loop thread serves every connection: it reads frames, feeds each connection's
 core and writes what the core replies. Sends go straight to the topic from the loop (a topic
@@ -26,8 +26,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from impl.broker import entry_codec, namespaces
-from impl.broker.dispatcher import Ack, Flow, Message, MessageId, Nack
+from impl.broker import connection as conn
+from impl.broker import namespaces
+from impl.broker.dispatcher import Ack, Flow, Message, Nack, position_of
 from impl.broker.errors import (
     BrokerError,
     ConsumerBusyError,
@@ -45,13 +46,13 @@ from impl.broker.errors import (
 )
 from impl.broker.managed_ledger import Position, after_deliveries
 from impl.broker.naming import NamespaceName
-from impl.broker.protocol import bitset, frames
-from impl.broker.protocol import connection as conn
-from impl.broker.protocol import pulsar_api_pb2 as api
 from impl.broker.replication.replicator import REPLICATOR_PREFIX
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
 from impl.loop_server import ConnectionListener
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
+from impl.protocol import bitset, entry_codec, frames
+from impl.protocol import pulsar_api_pb2 as api
+from impl.protocol.message_id import MessageId
 from impl.security import tokens
 from impl.security.authorization import Access, AuthorizationFailed
 
@@ -150,7 +151,7 @@ class _Sink(ConsumerSink):
         while i < len(messages):
             first, count = messages[i]
             j = i + 1
-            while j < len(messages) and messages[j][0].id.position == first.id.position:
+            while j < len(messages) and position_of(messages[j][0].id) == position_of(first.id):
                 j += 1
             indexes = [m.id.batch_index for m, _ in messages[i:j]]
             ack_set: list[int] = []

@@ -1,4 +1,4 @@
-"""One TCP connection to a broker (the shell around impl/broker/client/connection.py).
+"""One TCP connection to a broker (the shell around impl/client/connection.py).
 
 A reader thread decodes the broker's frames, steps the core with each and routes its outputs:
 answers complete the waiting request's future, receipts and messages go to the producer or consumer
@@ -16,10 +16,10 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol
 
-from impl.broker.client import connection as core
-from impl.broker.client.errors import ClientError, ConnectionLost
-from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.protocol.frames import FrameDecoder, FrameError
+from impl.client import connection as core
+from impl.client.errors import ClientError, ConnectionLost
+from impl.protocol import pulsar_api_pb2 as api
+from impl.protocol.frames import FrameDecoder, FrameError
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """One client connection of a broker, as Pulsar's protocol has it (pure core).
 
-The listener (impl/broker/protocol/listener.py) drives the core with one function,
+The listener (impl/broker/listener.py) drives the core with one function,
 `step(event) -> list[Output]`, and every input is a typed event:
 
   ConnectionOpened(now)       the client connected: keep-alive counts from here
@@ -49,13 +49,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from impl.broker.dispatcher import MessageId, SubscriptionType
-from impl.broker.protocol import pulsar_api_pb2 as api
-from impl.broker.protocol.frames import Frame, command_name
+from impl.broker.dispatcher import SubscriptionType
+from impl.protocol import pulsar_api_pb2 as api
+from impl.protocol.frames import Frame, command_name
+from impl.protocol.message_id import MessageId
+from impl.protocol.session import (
+    KEEPALIVE_S,
+    PROTOCOL_VERSION,
+    AuthenticationFailed,
+    Close,
+    ConnectionOpened,
+    DoAuthenticate,
+    FrameReceived,
+    Reply,
+    Tick,
+    command,
+    error_reply,
+)
 
-PROTOCOL_VERSION = 20  # what this broker speaks: the official 4.x client's
 SERVER_VERSION = "pulsar-ref"
-KEEPALIVE_S = 30.0
 LATEST = MessageId(2**63 - 1, 2**63 - 1, -1)  # MessageId.latest of the clients
 EARLIEST = MessageId(-1, -1, -1)
 
@@ -88,24 +100,8 @@ class State(enum.Enum):
 
 
 @dataclass(frozen=True)
-class ConnectionOpened:
-    now: float
-
-
-@dataclass(frozen=True)
-class FrameReceived:
-    frame: Frame
-    now: float
-
-
-@dataclass(frozen=True)
 class Authenticated:
     role: str
-
-
-@dataclass(frozen=True)
-class AuthenticationFailed:
-    message: str
 
 
 @dataclass(frozen=True)
@@ -193,11 +189,6 @@ class ConsumerRemoved:
 
 
 @dataclass(frozen=True)
-class Tick:
-    now: float
-
-
-@dataclass(frozen=True)
 class ConnectionClosed:
     pass
 
@@ -225,17 +216,6 @@ Event = (
 
 
 # ---- outputs ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reply:
-    command: api.BaseCommand
-    payload: bytes | None = None
-
-
-@dataclass(frozen=True)
-class Close:
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -352,14 +332,6 @@ class DoGetTopics:
     pattern: str | None
 
 
-@dataclass(frozen=True)
-class DoAuthenticate:
-    """Check the client's credentials; answer with Authenticated or AuthenticationFailed."""
-
-    method: str
-    data: bytes
-
-
 Output = (
     Reply
     | Close
@@ -382,18 +354,6 @@ Output = (
 
 
 # ---- building commands -------------------------------------------------------------------------
-
-
-def command(type_: int, **fields: object) -> api.BaseCommand:
-    """A BaseCommand of `type_` with its one sub-message set from `fields` (name=message)."""
-    cmd = api.BaseCommand(type=type_)
-    for name, value in fields.items():
-        getattr(cmd, name).CopyFrom(value)
-    return cmd
-
-
-def error_reply(request_id: int, error: int, message: str) -> Reply:
-    return Reply(command(T.ERROR, error=api.CommandError(request_id=request_id, error=error, message=message)))  # type: ignore[arg-type]
 
 
 def success_reply(request_id: int) -> Reply:

@@ -22,9 +22,7 @@ from dataclasses import dataclass
 import crc32c
 from google.protobuf.message import DecodeError
 
-from impl.broker.dispatcher import Message, MessageId
-from impl.broker.ledger_list import Position
-from impl.broker.protocol import pulsar_api_pb2 as api
+from impl.protocol import pulsar_api_pb2 as api
 
 MAGIC_CRC32C = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA = 0x0E02
@@ -230,20 +228,3 @@ def keys(entry: Entry) -> list[str]:
         return [m.ordering_key.decode("utf-8", "replace") if m.ordering_key else m.key for m in singles(entry)]
     except CorruptEntry:
         return [whole] * entry.num_messages
-
-
-def messages_of(position: Position, data: bytes, payloads: bool = True, keys_needed: bool = True) -> list[Message]:
-    """The messages of one entry, with their ids (ledger, entry, batch index), each holding the
-    whole entry (`entry`) for dispatch. With payloads=False nothing is decompressed, and with
-    keys_needed=False (every subscription type but Key_Shared) a batch is not even opened."""
-    entry = parse(data, verify_checksum=False)
-    n = entry.num_messages
-    if payloads:
-        decoded = singles(entry)
-        return [
-            Message(MessageId(position.ledger_id, position.entry_id, i), m.key, m.payload, m.properties, n, data)
-            for i, m in enumerate(decoded)
-        ]
-    ledger_id, entry_id = position.ledger_id, position.entry_id
-    keys_of = keys(entry) if keys_needed else [""] * n
-    return [Message(MessageId(ledger_id, entry_id, i), key, b"", (), n, data) for i, key in enumerate(keys_of)]
