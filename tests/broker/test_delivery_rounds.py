@@ -11,9 +11,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from impl.broker import managed_ledger
+from impl.broker import listener, managed_ledger
 from impl.broker.managed_ledger import ManagedLedger, ManagedLedgerConfig, ManagedLedgerError, Position
-from impl.protocol import listener
 
 from .conftest import Cluster, FakeClock
 
