@@ -17,7 +17,6 @@ import collections
 import contextlib
 import functools
 import logging
-import re
 import ssl
 import threading
 import time
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from impl.broker import connection as conn
-from impl.broker import namespaces
+from impl.broker import namespaces, topic_pattern
 from impl.broker.dispatcher import Ack, Flow, Message, Nack, position_of
 from impl.broker.errors import (
     BrokerError,
@@ -646,10 +645,10 @@ class _Connection:
         resp = api.CommandGetTopicsOfNamespaceResponse(request_id=out.request_id)
         if out.pattern is not None:
             try:
-                pattern = re.compile(out.pattern.split("://", 1)[-1])
-            except re.error as e:
+                matches = topic_pattern.matcher(out.pattern)
+            except topic_pattern.BadTopicsPattern as e:
                 return [conn.error_reply(out.request_id, api.NotAllowedError, f"bad topics pattern: {e}")]
-            topics = [t for t in topics if pattern.fullmatch(t.split("://", 1)[-1])]
+            topics = [t for t in topics if matches(t)]
             resp.filtered = True
         resp.topics.extend(topics)
         cmd = conn.command(api.BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=resp)

@@ -342,3 +342,48 @@ def test_a_replicator_producers_resend_is_dropped_on_its_origins_sequence_id(sta
     assert receipts[0].entryId >= 0 and (receipts[1].ledgerId, receipts[1].entryId) == (-1, -1)  # a duplicate
     with Client(standalone.pulsar_service_url, timeout_s=10) as client:
         assert [data for _, data in client.read_topic(topic)] == [b"from-east"]
+
+
+def topics_request(request_id: int, pattern: str) -> bytes:
+    get = api.CommandGetTopicsOfNamespace(request_id=request_id, namespace="public/default", topics_pattern=pattern)
+    return frames.encode(conn.command(T.GET_TOPICS_OF_NAMESPACE, getTopicsOfNamespace=get))
+
+
+def test_a_backtracking_topics_pattern_holds_no_one_up(standalone: Standalone) -> None:
+    """`(a+)+` against 40 a's and a dash takes Python's `re` about 2**40 steps with the interpreter lock held
+    (issue 49: 3 such requests froze every client for 14 s); RE2 answers it in linear time, and a second
+    client is served meanwhile."""
+    long_name = "persistent://public/default/" + "a" * 40 + "-x"
+    sock = raw(standalone)
+    sock.sendall(connect_frame())
+    read_frames(sock)
+    sock.sendall(frames.encode(conn.command(T.PRODUCER, producer=api.CommandProducer(topic=long_name, request_id=1))))
+    assert read_frames(sock)[0].command.type == T.PRODUCER_SUCCESS
+    for request_id in (2, 3, 4):
+        sock.sendall(topics_request(request_id, "persistent://public/default/(a+)+"))
+    other = raw(standalone)
+    other.sendall(connect_frame())
+    assert read_frames(other)[0].command.type == T.CONNECTED
+    other.sendall(topics_request(1, "persistent://public/default/a+-x"))
+    (listed,) = read_frames(other)
+    assert long_name in listed.command.getTopicsOfNamespaceResponse.topics
+    answers: list[frames.Frame] = []
+    while len(answers) < 3:
+        got = read_frames(sock)
+        assert got, "the pathological requests were never answered"
+        answers += got
+    for a in answers:
+        r = a.command.getTopicsOfNamespaceResponse
+        assert a.command.type == T.GET_TOPICS_OF_NAMESPACE_RESPONSE and r.filtered and long_name not in r.topics
+
+
+def test_a_topics_pattern_re2_cannot_match_in_linear_time_is_refused(standalone: Standalone) -> None:
+    sock = raw(standalone)
+    sock.sendall(connect_frame())
+    read_frames(sock)
+    sock.sendall(topics_request(7, "persistent://public/default/(a)\\1"))  # a backreference
+    (error,) = read_frames(sock)
+    assert error.command.type == T.ERROR and error.command.error.error == api.NotAllowedError
+    assert error.command.error.request_id == 7 and "bad topics pattern" in error.command.error.message
+    sock.sendall(frames.encode(conn.command(T.PING, ping=api.CommandPing())))
+    assert read_frames(sock)[0].command.type == T.PONG  # the connection serves on
