@@ -34,6 +34,7 @@ from impl.metadata.store import MetadataError, MetadataStore, NoNode
 from impl.metadata.url import connect
 from impl.metadata.zkserver import free_port, port_is_free
 from impl.security.settings import Security
+from impl.security.tokens import AuthenticationFailed
 from impl.web.http import HttpError, Request, Response, Router
 from impl.web.server import WebServer
 
@@ -359,10 +360,41 @@ class Standalone:
             os.close(self._lock_fd)
 
 
+def control_refusal(request: Request, port: int, security: Security) -> Response | None:
+    """Why the control endpoint refuses `request`, or None. It can kill the broker, so:
+    - never from a web page of another origin: a browser names the page's origin in `Origin` (and
+      `Sec-Fetch-Site`) on a cross-site form POST or fetch; the endpoint's own origin is loopback:port.
+      `Host` must name loopback too, so a DNS-rebound name cannot reach it either;
+    - with authentication on, the admin API's token (`Authorization: Bearer`), of a super-user when
+      authorization is on too (Pulsar's broker-level admin operations are super-user only)."""
+    own = {f"127.0.0.1:{port}", f"localhost:{port}"}
+    host = request.headers.get("host", "")
+    if host not in own:
+        return Response.error(403, f"the control endpoint answers only to Host 127.0.0.1:{port}, not {host!r}")
+    origin = request.headers.get("origin")
+    if origin is not None and origin not in {f"http://{h}" for h in own}:
+        return Response.error(403, f"cross-origin request refused (Origin {origin!r})")
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return Response.error(403, "cross-site request refused (Sec-Fetch-Site)")
+    authenticator = security.authenticator
+    if authenticator is None:
+        return None
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return Response.error(401, "Authentication required: send Authorization: Bearer <token>")
+    try:
+        role = authenticator.authenticate(token.strip())
+    except AuthenticationFailed as e:
+        return Response.error(401, f"Authentication failed: {e}")
+    if security.authorization and role not in security.super_user_roles:
+        return Response.error(403, f"role {role!r} is not a super-user: the control endpoint is super-user only")
+    return None
+
+
 class ControlServer:
     """The standalone's control endpoint, on 127.0.0.1 only: `GET /status` and `POST /VERB/NODE`
     (kill, restart, start, expire-session), each answered with the nodes' status as JSON. It is not
-    the broker's web service, so it stays up while the broker is killed."""
+    the broker's web service, so it stays up while the broker is killed. Guarded by `control_refusal`."""
 
     def __init__(self, standalone: Standalone, port: int) -> None:
         router = Router()
@@ -381,8 +413,13 @@ class ControlServer:
                 log.exception("standalone %s %s failed", verb, node)
                 raise HttpError(500, f"{type(e).__name__}: {e}") from e
 
+        security = standalone.config.security
+
+        def guarded(request: Request) -> Response:
+            return control_refusal(request, port, security) or router(request)
+
         try:
-            self.server = WebServer(router, "127.0.0.1", port, name="standalone-control", threads=2)
+            self.server = WebServer(guarded, "127.0.0.1", port, name="standalone-control", threads=2)
         except OSError as e:
             raise OSError(
                 f"cannot listen on control port 127.0.0.1:{port} ({e}); remove {STATE_FILE} to pick new ports"

@@ -184,10 +184,13 @@ class InProcessNode:
         if port is None or self.host.pid() is None or self.host.paused():
             raise NodeError(f"{self.host.name} is not running (or paused); its {self.name} cannot be reached")
         base = f"http://127.0.0.1:{port}"
+        # A `--secure` standalone's control endpoint wants the admin token it made (impl/security/secure_setup.py).
+        token_file = self.host.directory / "data" / "security" / "admin.token"
+        headers = {"Authorization": f"Bearer {token_file.read_text().strip()}"} if token_file.exists() else None
         try:
             if verb == "status":
-                return call("GET", f"{base}/status", timeout_s=30)
-            return call("POST", f"{base}/{verb}/{node}", timeout_s=30)
+                return call("GET", f"{base}/status", timeout_s=30, headers=headers)
+            return call("POST", f"{base}/{verb}/{node}", timeout_s=30, headers=headers)
         except Unreachable as e:
             raise NodeError(f"the control endpoint of {self.host.name} failed: {e}") from None
         except HttpError as e:

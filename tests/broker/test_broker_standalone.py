@@ -354,3 +354,26 @@ def test_the_control_endpoint_reports_status_and_refuses_unknown_verbs_and_nodes
             call("POST", base + path)
         assert refused.value.status == 400 and reason in refused.value.reason
     assert all(n["up"] for n in call("GET", f"{base}/status"))  # nothing was done
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "http://evil.example"},  # a cross-site form POST or fetch from a web page
+        {"Origin": "http://127.0.0.1:1"},  # loopback, but another port: another origin
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Host": "rebound.example"},  # a DNS-rebound name pointing at 127.0.0.1
+    ],
+)
+def test_the_control_endpoint_refuses_cross_origin_requests(standalone: Standalone, headers: dict[str, str]) -> None:
+    """Issue 49: a web page could kill the broker through a cross-site POST to the control endpoint."""
+    from impl.web.client import call
+    from impl.web.http import HttpError
+
+    base = f"http://127.0.0.1:{standalone.control_port}"
+    with pytest.raises(HttpError) as refused:
+        call("POST", f"{base}/kill/broker", headers=headers)
+    assert refused.value.status == 403
+    assert {n["node"]: n["up"] for n in call("GET", f"{base}/status")}["broker"]  # not killed
+    own = call("GET", f"{base}/status", headers={"Origin": base})  # its own origin is served
+    assert any(n["node"] == "broker" for n in own)

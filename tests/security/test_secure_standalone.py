@@ -3,6 +3,7 @@ needs; the official client and `pulsar-ref admin` use it; a restart keeps the sa
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,9 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from impl.security import tokens
+from impl.web.client import call
+from impl.web.http import HttpError
 from tests.broker.pulsar_standalone import Standalone
 from tests.processes import ROOT
 
@@ -17,6 +21,25 @@ from tests.processes import ROOT
 def admin_cli(*args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "pulsar_ref.cli", "admin", *args]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def check_control_endpoint(data: Path, admin_token: str) -> None:
+    """Issue 49: with --secure the control endpoint (it can kill the broker) wants the admin API's token,
+    of a super-user; cross-origin requests are refused even with it."""
+    control = f"http://127.0.0.1:{json.loads((data / 'standalone.json').read_text())['control_port']}"
+    alice = tokens.create_token("alice", secret_key=tokens.read_key(data / "security" / "secret.key"))
+    for headers, status in (
+        ({}, 401),
+        ({"Authorization": "Bearer not-a-token"}, 401),
+        ({"Authorization": f"Bearer {alice}"}, 403),  # authenticated, not a super-user
+        ({"Authorization": f"Bearer {admin_token}", "Origin": "http://evil.example"}, 403),
+    ):
+        for method, path in (("GET", "/status"), ("POST", "/kill/broker")):
+            with pytest.raises(HttpError) as refused:
+                call(method, control + path, headers=headers)
+            assert refused.value.status == status, (headers, method, path)
+    nodes = call("GET", control + "/status", headers={"Authorization": f"Bearer {admin_token}"})
+    assert {n["node"]: n["up"] for n in nodes}["broker"]  # served, and nothing above killed it
 
 
 @pytest.mark.processes
@@ -56,6 +79,8 @@ def test_secure_standalone_is_one_command_and_keeps_its_credentials(tmp_path: Pa
             assert f'"numberOfEntries": {run}' in stats.stdout
             refused = admin_cli("--admin-url", standalone.web_url, "tenants", "list")
             assert refused.returncode == 2 and "(401)" in refused.stderr
+            if run == 1:
+                check_control_endpoint(data, token)
         finally:
             standalone.stop()
     assert tokens_seen[0] == tokens_seen[1]  # the files made on the first start are kept
