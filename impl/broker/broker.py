@@ -27,6 +27,7 @@ from impl.broker.lookup import BrokerLoad
 from impl.broker.naming import TopicName
 from impl.broker.service import BrokerConfig, BrokerService
 from impl.metadata import layout
+from impl.metadata.renewal import SessionRenewer
 from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired, SessionState
 from impl.trace import Tracer
 from impl.web.server import WebServer
@@ -150,7 +151,11 @@ class Broker:
             cluster=self.cluster,
         )
         self._service_urls: dict[str, tuple[str, str]] = {self.address: (self.service_url, self.service_url_tls)}
-        self._watch_session(self.store)
+        # Every expiry is renewed, also a broker's that owned nothing: the ownership cache reports
+        # losses only, and an unregistered broker would never be chosen again. Added after the load
+        # manager's ownership cache listens (a store tells its listeners in order).
+        self._renewer = SessionRenewer(f"broker {self.address}", connect_store, self._adopt_session)
+        self._renewer.watch(self.store)
 
     @property
     def configuration_store(self) -> MetadataStore:
@@ -274,36 +279,51 @@ class Broker:
         )
         log.warning("broker %s lost bundles %s; dropped topics %s", self.address, bundles, dropped)
 
-    def _watch_session(self, store: MetadataStore) -> None:
-        """Renew `store`'s session when it expires. Registered after the load manager's ownership cache
-        (a store tells its listeners in order), so the cache knows of the expiry before the renewal."""
-        store.add_session_listener(lambda state: self._session_changed(store, state))
-
-    def _session_changed(self, store: MetadataStore, state: SessionState) -> None:
-        """On the store's thread. Every expiry is renewed, also a broker's that owned nothing: the
-        ownership cache reports losses only, and an unregistered broker would never be chosen again."""
-        if state is SessionState.EXPIRED and store is self.store and not self._stopped.is_set():
-            threading.Thread(target=self._renew_session, args=(store,), name="renew-session", daemon=True).start()
-
-    def _renew_session(self, expired: MetadataStore) -> None:
-        """After expiry: a new session, BookKeeper client and registration; nothing of the old one is reused."""
+    def _adopt_session(self, store: MetadataStore) -> None:
+        """The renewer's new session (its listener is already added): the ownership cache, the
+        BookKeeper client and the registration move to it; nothing of the old session is reused.
+        Raises if any step fails: the renewer closes `store` and tries again on another session."""
         with self._session_lock:
-            if self._stopped.is_set() or self.store is not expired or not self.load_manager.ownership.expired:
-                return
+            if self._stopped.is_set():
+                raise ServiceNotReady(f"broker {self.address} is stopping")
+            # The old session is dead (or this is a retry after an abandoned one): drop every belief
+            # of it now, whichever listener ran first. Idempotent.
+            self.load_manager.ownership.abandon_session()
+            bookkeeper = connect_bookkeeper(store, request_timeout_s=self.bookie_request_timeout_s, tracer=self.tracer)
+            try:
+                self.load_manager.reconnect(store)  # the ownership cache's session, and register again
+            except BaseException:
+                self.load_manager.ownership.abandon_session()
+                bookkeeper.close()
+                raise
             old_store, old_bookkeeper = self.store, self.bookkeeper
-            self.store = self.connect_store()
-            self.bookkeeper = connect_bookkeeper(
-                self.store, request_timeout_s=self.bookie_request_timeout_s, tracer=self.tracer
-            )
+            self.store, self.bookkeeper = store, bookkeeper
             self.service.store, self.service.bookkeeper = self.store, self.bookkeeper
-            self.load_manager.reconnect(self.store)
-            self._watch_session(self.store)
             for closing in (old_bookkeeper.close, old_store.close):
                 try:
                     closing()
                 except Exception as e:  # the old session is gone anyway; nothing is written with it
                     log.debug("closing the expired session's clients: %s", e)
-            log.warning("broker %s continues on a new metadata session", self.address)
+
+    @property
+    def renewing_session(self) -> bool:
+        """The metadata session expired and no new one is in use yet (the broker is unregistered)."""
+        return self._renewer.renewing or self.load_manager.ownership.expired
+
+    def unhealthy(self) -> str | None:
+        """Why writes cannot succeed now, or None: the metadata session is being renewed (the broker is
+        unregistered and owns nothing), or fewer writable bookies are registered than an ensemble needs."""
+        if self._stopped.is_set():
+            return f"broker {self.address} is stopping"
+        if self.renewing_session:
+            return f"broker {self.address} lost its metadata session and is opening a new one"
+        if self.address not in self.load_manager.registry.live_brokers():
+            return f"broker {self.address} is not registered in the metadata store"
+        need = self.config.managed_ledger.ensemble
+        have = len(self.bookkeeper.registry.writable_bookies())
+        if have < need:
+            return f"need {need} writable bookies, have {have}"
+        return None
 
     def expire_session(self) -> None:
         """Fault injection: have the metadata store expire this broker's session."""
@@ -330,6 +350,7 @@ class Broker:
         """Fault injection in one process (standalone): die as a killed broker does. Nothing more is
         written; the session ends, so its ephemeral nodes go at once (a real crash waits for the timeout)."""
         self._stopped.set()
+        self._renewer.stop()
         self._stop_listeners()
         self.service.unload_topics(lambda _n: True, graceful=False)
         try:
@@ -350,6 +371,7 @@ class Broker:
 
     def stop(self) -> None:
         self._stopped.set()
+        self._renewer.stop()
         self._stop_listeners()
         self.service.close()
         try:

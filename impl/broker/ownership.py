@@ -100,6 +100,13 @@ class OwnershipCache:
             self._stores[session] = store
         self._listen(store, session)
 
+    def abandon_session(self) -> None:
+        """The current session is dead or given up (a renewal attempt that failed): drop every belief
+        of it, as its EXPIRED would (the core ignores a second expiry of the same session)."""
+        with self._lock:
+            session = self._core.session
+        self._drive(core.SessionExpiredEvent(session))
+
     def _on_session_state(self, session: int, state: SessionState) -> None:
         """The store's notification: EXPIRED drops every belief at once (RevalidateOwnership, lost);
         CONNECTED checks the nodes whose watch could not be armed."""

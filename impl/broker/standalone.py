@@ -30,6 +30,7 @@ from impl.broker.managed_ledger import ManagedLedgerConfig
 from impl.broker.service import BrokerConfig
 from impl.metadata import layout
 from impl.metadata.registry import BookieRegistry
+from impl.metadata.renewal import SessionRenewer
 from impl.metadata.store import MetadataError, MetadataStore, NoNode
 from impl.metadata.url import connect
 from impl.metadata.zkserver import free_port, port_is_free
@@ -80,7 +81,7 @@ class _InProcessBookie:
     def start(self) -> None:
         # The metadata store lets the bookie garbage-collect ledgers whose metadata was deleted
         # (topics trimmed by the broker).
-        bookie = Bookie(self.data_dir, metadata=self.registry.store)
+        bookie = Bookie(self.data_dir, metadata=lambda: self.registry.store)
         for torn in bookie.replay_report.torn:
             log.warning("bookie %s: ignored torn journal tail %s at %d", self.bookie_id, torn.file, torn.offset)
         server = BookieServer(bookie, port=self.port, http_port=0)
@@ -88,20 +89,29 @@ class _InProcessBookie:
         self.server = server
         self.registry.register(self.bookie_id, http_url=server.http_url)
 
+    def register_on(self, registry: BookieRegistry) -> None:
+        """Register again on a new session (the old one expired and took the node with it)."""
+        self.registry = registry
+        server = self.server
+        if server is not None:
+            registry.register(self.bookie_id, readonly=server.bookie.core.readonly, http_url=server.http_url)
+
     def stop(self, graceful: bool = True) -> None:
         server, self.server = self.server, None
         if server is None:
             return
         if graceful:
-            self.registry.unregister(self.bookie_id)
+            with contextlib.suppress(MetadataError):  # an expired session's node is gone already
+                self.registry.unregister(self.bookie_id)
         if server.http is not None:
             server.http.stop()
         server.server.stop(grace=0).wait()  # a crash: requests in flight are lost
         server.bookie.close()
         if not graceful:
             # A dead bookie's ephemeral node vanishes when its session does; ours is shared with
-            # the broker, so remove it by hand as the expiry would.
-            self.registry.unregister(self.bookie_id)
+            # the other bookies, so remove it by hand as the expiry would.
+            with contextlib.suppress(MetadataError):
+                self.registry.unregister(self.bookie_id)
 
     @property
     def up(self) -> bool:
@@ -169,6 +179,10 @@ class Standalone:
         previous = {self.web_port, state.get("web_port"), old_broker_port} - {None}
         self._clear_stale_registrations(ports[:bookies], sorted(previous))
         registry = BookieRegistry(self.store)
+        # The in-process bookies share this session; when it expires (the process was stopped past the
+        # session timeout and another session's heartbeat reaped it first) they register again on a new one.
+        self._renewer = SessionRenewer("standalone bookies", lambda: connect(self.metadata_url), self._adopt_session)
+        self._renewer.watch(self.store)
         self.bookies = [
             _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry) for i, p in enumerate(ports[:bookies])
         ]
@@ -181,6 +195,14 @@ class Standalone:
         self.config = BrokerConfig(managed_ledger=ml_config, security=security)
         self.broker: Broker | None = None
         self._lock = threading.Lock()
+
+    def _adopt_session(self, store: MetadataStore) -> None:
+        registry = BookieRegistry(store)
+        for bookie in self.bookies:
+            bookie.register_on(registry)
+        old, self.store = self.store, store
+        with contextlib.suppress(MetadataError):
+            old.close()
 
     def _clear_stale_registrations(self, bookie_ports: list[int], broker_ports: list[int]) -> None:
         """Delete ephemeral nodes a killed run of this standalone left behind (its session has not
@@ -352,10 +374,12 @@ class Standalone:
         control = getattr(self, "_control", None)
         if control is not None:
             control.stop()
+        self._renewer.stop()
         self.stop_broker()
         for bookie in self.bookies:
             bookie.stop()
-        self.store.close()
+        with contextlib.suppress(MetadataError):
+            self.store.close()
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
 

@@ -11,6 +11,8 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from impl import shutdown
+
 if TYPE_CHECKING:
     from impl.metadata.store import MetadataStore
     from impl.trace import Tracer
@@ -45,7 +47,8 @@ def run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
     from impl.bookie.journal import JournalMissing
     from impl.bookie.server import Bookie, BookieServer
     from impl.metadata.registry import BookieAlreadyRegistered, BookieRegistry
-    from impl.metadata.store import MetadataError, SessionState
+    from impl.metadata.renewal import SessionRenewer
+    from impl.metadata.store import MetadataError
     from impl.metadata.url import DEFAULT_SESSION_TIMEOUT_S, connect
 
     config = dict(DEFAULTS)
@@ -137,31 +140,19 @@ def run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
         return 1
     stop = threading.Event()
 
-    def register_again() -> None:
-        """The session expired (its registration went with it): as a BookKeeper bookie does,
-        open a new session and register again, so clients can place ledgers here again."""
-        while not stop.is_set():
-            try:
-                store = connect(args.metadata)
-                registry = BookieRegistry(store)
-                registry.register(bookie_id[0], readonly=bookie.core.readonly, http_url=server.http_url)
-            except MetadataError as e:
-                print(f"bookie {bookie_id[0]}: registering again failed ({e}); retrying", file=sys.stderr, flush=True)
-                stop.wait(1.0)
-                continue
-            old = session.store
-            session.store, session.registry = store, registry
-            store.add_session_listener(on_session)
-            with contextlib.suppress(MetadataError):
-                old.close()
-            print(f"bookie {bookie_id[0]} registered again on a new metadata session", flush=True)
-            return
+    def adopt(store: MetadataStore) -> None:
+        """The session expired (its registration went with it): as a BookKeeper bookie does, register
+        again on a new session, so clients can place ledgers here again (retried until it works)."""
+        registry = BookieRegistry(store)
+        registry.register(bookie_id[0], readonly=bookie.core.readonly, http_url=server.http_url)
+        old = session.store
+        session.store, session.registry = store, registry
+        with contextlib.suppress(MetadataError):
+            old.close()
+        print(f"bookie {bookie_id[0]} registered again on a new metadata session", flush=True)
 
-    def on_session(state: SessionState) -> None:
-        if state is SessionState.EXPIRED and not stop.is_set():
-            threading.Thread(target=register_again, name="register-again", daemon=True).start()
-
-    session.store.add_session_listener(on_session)
+    renewer = SessionRenewer(f"bookie {bookie_id[0]}", lambda: connect(args.metadata), adopt)
+    renewer.watch(session.store)
     print(
         f"bookie {bookie_id[0]} listening (HTTP: {server.http_url or 'none'}); "
         f"replayed {bookie.replay_report.records} journal records "
@@ -171,6 +162,8 @@ def run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
+    shutdown.halt_after(args.shutdown_timeout, f"bookie {bookie_id[0]}")
+    renewer.stop()
     with contextlib.suppress(MetadataError):
         session.registry.unregister(bookie_id[0])
     server.stop()
@@ -293,6 +286,7 @@ def main(argv: list[str], prog: str) -> int:
         "record replayed) to FILE as JSON lines, for trace validation (conformance/process_traces.py); "
         "slower, off by default",
     )
+    shutdown.add_argument(parser)
     args = parser.parse_args(argv)
     if not args.trace:
         return run(args)

@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from impl import shutdown
 from pulsar_ref.commands.security_options import add_security_options, security_of
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ def main(argv: list[str], prog: str) -> int:
         "created, add sent and answered, ensemble change, close, recovery step) to FILE as JSON lines, for "
         "trace validation (conformance/cluster_traces.py); slower, off by default",
     )
+    shutdown.add_argument(parser)
     args = parser.parse_args(argv)
     check_quorums(parser, args)
     args.security = security_of(parser, args)
@@ -170,6 +172,7 @@ def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
+    shutdown.halt_after(args.shutdown_timeout, "broker")
     broker.stop()
     print("broker stopped", flush=True)
     return 0

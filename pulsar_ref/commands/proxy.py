@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 
+from impl import shutdown
 from pulsar_ref.commands.security_options import add_security_options, security_of
 
 
@@ -34,6 +35,7 @@ def main(argv: list[str], prog: str) -> int:
     parser.add_argument("--web-tls-port", type=int, default=0, help="https:// port, with TLS on (default 0 = any)")
     add_security_options(parser, authorization=False)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    shutdown.add_argument(parser)
     args = parser.parse_args(argv)
     security = security_of(parser, args)
     logging.basicConfig(
@@ -66,6 +68,7 @@ def main(argv: list[str], prog: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
+    shutdown.halt_after(args.shutdown_timeout, "proxy")
     proxy.stop()
     print("proxy stopped", flush=True)
     return 0

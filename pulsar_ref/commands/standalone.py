@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+from impl import shutdown
 from pulsar_ref.commands.broker import add_instance_options, add_ledger_options, check_quorums
 from pulsar_ref.commands.security_options import add_security_options, security_of
 
@@ -59,6 +60,7 @@ def main(argv: list[str], prog: str) -> int:
     add_security_options(parser)
     add_instance_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    shutdown.add_argument(parser)
     args = parser.parse_args(argv)
     check_quorums(parser, args)
     security = security_of(parser, args)
@@ -117,6 +119,7 @@ def main(argv: list[str], prog: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
+    shutdown.halt_after(args.shutdown_timeout, "standalone")
     standalone.stop()
     print("standalone stopped", flush=True)
     return 0

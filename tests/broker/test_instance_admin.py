@@ -20,6 +20,7 @@ import pulsar
 import pytest
 
 from impl.broker.web.admin_client import AdminClient
+from impl.metadata.store import MetadataStore
 from impl.metadata.url import connect
 from impl.metadata.zkserver import ZooKeeperServer
 from impl.web.http import HttpError
@@ -257,5 +258,41 @@ def test_a_broker_that_owns_nothing_renews_its_expired_metadata_session(zookeepe
         found = AdminClient(broker.web_url).call("GET", "/lookup/v2/topic/persistent/public/default/idle")
         assert found["brokerUrl"] == broker.service_url  # a lookup acquires the bundle on the new session
         assert len(broker.load_manager.ownership.owned_bundles()) == 1
+    finally:
+        broker.stop()
+
+
+def test_a_broker_renews_however_many_sessions_expire_in_a_row(zookeeper: ZooKeeperServer) -> None:
+    """Issue 49: the renewal's own new session expired too and the thread that renewed died, leaving the
+    broker unregistered for good. Here the next two sessions the broker opens are expired by ZooKeeper
+    before the broker can use them (before any listener is on them, the race that was lost), then the
+    session it finally keeps is expired once more: each time it must end up registered and serving."""
+    from impl.broker.broker import Broker
+    from tests.waiting import wait_for
+
+    metadata = f"zk://{zookeeper.connect_string}/in-a-row-{uuid.uuid4().hex[:8]}"
+    doomed = [0]
+
+    def connect_store() -> MetadataStore:
+        store = connect(metadata, session_timeout_s=4)
+        if doomed[0] > 0:
+            doomed[0] -= 1
+            store.expire_session()  # a real expiry, by the server, of the session just opened
+        return store
+
+    broker = Broker(connect_store, cluster="solo")
+    try:
+        broker.start()
+        for round_, expired_on_arrival in enumerate((2, 0)):
+            doomed[0] = expired_on_arrival
+            old, failures = broker.store, broker._renewer.failures
+            broker.expire_session()
+            wait_for(lambda: broker.store is not old and not broker.renewing_session, "a new live session", 30)
+            wait_for(lambda: broker.address in broker.live_brokers(), "the broker registered again", 20)
+            assert doomed[0] == 0
+            assert broker._renewer.failures - failures >= expired_on_arrival, round_
+            assert broker.unhealthy() is None or "bookies" in (broker.unhealthy() or "")
+            found = AdminClient(broker.web_url).call("GET", f"/lookup/v2/topic/persistent/public/default/row-{round_}")
+            assert found["brokerUrl"] == broker.service_url
     finally:
         broker.stop()

@@ -243,6 +243,9 @@ class AdminRoutes:
     def health(self, req: Request) -> Response:
         namespaces.list_tenants(self._config)  # the configuration store answers
         self.ctx.store.exists("/")  # and the cluster's metadata store
+        why = self.ctx.unhealthy()  # and writes can succeed: registered, on a live session, enough bookies
+        if why is not None:
+            raise HttpError(503, f"unhealthy: {why}")
         return Response.text("ok")
 
     def leader(self, req: Request) -> Response:

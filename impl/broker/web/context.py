@@ -55,6 +55,10 @@ class WebContext(Protocol):
 
     def leader(self) -> str | None: ...
 
+    def unhealthy(self) -> str | None:
+        """Why writes cannot succeed now (no live session, too few writable bookies), or None."""
+        ...
+
     def internal_headers(self) -> dict[str, str]:
         """Headers of the broker's own calls to web services (credentials when authentication is on)."""
         ...
