@@ -4,7 +4,8 @@
 only); the exact checks below, which compute the minimal witnesses, then run on the topics it flags: none for
 a valid history.
 
-Run as `spark-submit spark/audit.py HISTORY... [--json OUT] [--html OUT]` or through `pulsar-ref audit`.
+Run through `pulsar-ref audit` or `spark-submit spark/submit.py HISTORY... [--json OUT] [--html OUT]` (spark/cli.py
+calls this job; the job never calls the command line).
 Definitions of every anomaly are in spark/reference.py's docstring; this job computes the same cases (the same
 witness events) so the two can be compared on every test history.
 
@@ -34,18 +35,14 @@ spark/queue_audit.py, which decides the anomalies of subscriptions and measures 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if __name__ == "__main__" and not __package__:  # `spark-submit spark/audit.py`: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from spark.history import format_position, format_time  # noqa: E402
-from spark.report import Case, Report, TopicSummary  # noqa: E402
-from spark.scan import running_maxima  # noqa: E402
+from spark.history import format_position, format_time
+from spark.report import Case, Report, TopicSummary
+from spark.scan import read_entries, running_maxima
 
 SCHEMA = (
     "index long, time long, process string, type string, f string, topic string, value string, "
@@ -105,23 +102,6 @@ def load(spark: Any, paths: Sequence[str]) -> Any:
     for df in frames[1:]:
         out = out.unionByName(df)
     return out
-
-
-def read_entries(value: Any) -> Any:
-    """A read's `value` (JSON text) as an array of (position: [ledger_id, entry_id, batch_index], value) in
-    delivery order.
-
-    from_json gives each position back as compact JSON text "[l,e,b]": it is split, not parsed again (a JSON
-    parser per entry is slow).
-    """
-    from pyspark.sql import functions as F
-
-    return F.transform(
-        F.from_json(value, "array<array<string>>"),
-        lambda x: F.struct(
-            F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>").alias("position"), x[1].alias("value")
-        ),
-    )
 
 
 def _candidate(name: str, topic: Any, ops: list[Any], detail: Any, gap_read: Any = None, gap_order: Any = None) -> Any:
@@ -834,9 +814,3 @@ def audit(
             )
         )
     return out
-
-
-if __name__ == "__main__":
-    from spark.cli import main
-
-    sys.exit(main(sys.argv[1:], prog="spark-submit spark/audit.py"))

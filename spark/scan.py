@@ -1,4 +1,5 @@
-"""The two-level running maximum shared by the exact job (spark/audit.py) and its screen (spark/screen.py).
+"""What the exact job (spark/audit.py) and its screen (spark/screen.py) share: the two-level running maximum,
+and the parse of a read's entries.
 
 Both scan a topic's events in index order for the highest ack and the highest read reach before each query
 (realtime-reorder, stale-read, nonmonotonic-read); the screen on packed longs, the exact job on structs, with the
@@ -49,3 +50,20 @@ def running_maxima(rows: Any, topic: Sequence[str], keep: Any) -> Any:
         # greatest skips nulls: the first bucket has no earlier maximum, a bucket may have none of its own yet.
         out = out.withColumn(name, F.greatest(f"bucket_{name}", f"earlier_{name}"))
     return out.drop(*[f"{level}_{name}" for name in MAXIMA.values() for level in ("bucket", "earlier")])
+
+
+def read_entries(value: Any) -> Any:
+    """A read's `value` (JSON text) as an array of (position: [ledger_id, entry_id, batch_index], value) in
+    delivery order.
+
+    from_json gives each position back as compact JSON text "[l,e,b]": it is split, not parsed again (a JSON
+    parser per entry is slow).
+    """
+    from pyspark.sql import functions as F
+
+    return F.transform(
+        F.from_json(value, "array<array<string>>"),
+        lambda x: F.struct(
+            F.split(F.translate(x[0], "[]", ""), ",").cast("array<long>").alias("position"), x[1].alias("value")
+        ),
+    )

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark.scan import running_maxima
+from spark.scan import read_entries, running_maxima
 
 # Buckets of the two-level scans, as in spark/audit.py: 2**POS_BUCKET_BITS entries of a ledger per position
 # bucket, 2**INDEX_BUCKET_BITS events per index bucket.
@@ -74,8 +74,6 @@ def _bits(n: int | None) -> int:
 def screen(events: Any) -> Screened | None:
     """Screen `events` (spark/audit.py `load`); None if the history cannot be screened (audit it exactly)."""
     from pyspark.sql import functions as F
-
-    from spark.audit import read_entries
 
     f, kind = F.col("f"), F.col("type")
     read_ok = (f == "read") & (kind == "ok")

@@ -41,7 +41,7 @@ def spark_session(
         return _session
     from pyspark.sql import SparkSession
 
-    from spark.classes import QUIET, java_options
+    from spark.jvm import QUIET, java_options
 
     master = master or os.environ.get("PULSAR_REF_SPARK_MASTER") or "local[*]"
     builder = SparkSession.builder.appName("pulsar-ref-audit").master(master)

@@ -185,3 +185,130 @@ def test_type_checking_imports_do_not_count() -> None:
 def test_a_core_may_name_the_tracer_type_for_type_checking_only() -> None:
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from impl.trace import Tracer\n"
     assert violations("impl.bookie.client.writer", source) == []
+
+
+# ---- no import circles ---------------------------------------------------------------------------------------
+# Every import counts here, also those inside functions and under `if TYPE_CHECKING:`: a circle is a pair of
+# modules that each need the other to be read, whenever the import runs.
+CIRCLE_TOPS = ("impl", "spark", "pulsar_ref", "conformance", "bench")
+
+
+def project_modules() -> dict[str, tuple[bool, str]]:
+    """module -> (is a package's __init__, source), for every project file but tests and generated code."""
+    found = {}
+    for top in CIRCLE_TOPS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if "_pb2" not in path.name:
+                found[module_name(path)] = (path.name == "__init__.py", path.read_text())
+    return found
+
+
+def import_graph(modules: dict[str, tuple[bool, str]]) -> dict[str, set[str]]:
+    """module -> the project modules it imports. `from p import m` is an edge to p.m when m is a module and to p
+    otherwise; relative imports are resolved against the importing module's package."""
+
+    def known(name: str) -> str | None:  # the longest project module that `name` is or is inside of
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, (is_package, source) in modules.items():
+        package = module if is_package else module.rpartition(".")[0]
+        targets: list[str] = []
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                targets += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*parts, base] if base else parts)
+                targets += [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        graph[module] = {t for t in map(known, targets) if t is not None and t != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            child = next(successors, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circles() -> None:
+    graph = import_graph(project_modules())
+    found = circles(graph)
+    assert not found, "import circles (each module imports, maybe inside a function, another of its line):\n" + (
+        "\n".join(
+            ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c)
+            for c in found  # who imports whom
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("modules", "circle"),
+    [
+        # the spark/audit.py <-> spark/cli.py shape: one side imports the other only inside a function
+        (
+            {
+                "spark.audit": (False, "def main():\n    from spark.cli import main\n"),
+                "spark.cli": (False, "import spark.audit\n"),
+            },
+            ["spark.audit", "spark.cli"],
+        ),
+        # an import for type checking only still makes a circle
+        (
+            {
+                "impl.a": (False, "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from impl.b import B\n"),
+                "impl.b": (False, "from impl import c\n"),
+                "impl.c": (False, "from .a import A\n"),
+                "impl": (True, ""),
+            },
+            ["impl.a", "impl.b", "impl.c"],
+        ),
+    ],
+)
+def test_a_circle_is_caught(modules: dict[str, tuple[bool, str]], circle: list[str]) -> None:
+    assert circles(import_graph(modules)) == [circle]
+
+
+def test_a_line_of_imports_is_no_circle() -> None:
+    modules = {"impl.a": (False, "import impl.b\n"), "impl.b": (False, "from impl.c import x\n"), "impl.c": (False, "")}
+    assert circles(import_graph(modules)) == []

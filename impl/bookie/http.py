@@ -6,17 +6,31 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from impl.bookie.core import BookieCore
+from impl.bookie.journal import Journal
+from impl.bookie.ledger_storage import LedgerStorage
 from impl.latency import LatencyBuckets
 from impl.web.http import Request, Response, Router
 from impl.web.server import WebServer
 
-if TYPE_CHECKING:
-    from impl.bookie.server import Bookie
+
+class Bookie(Protocol):
+    """What this service reads of the bookie (impl/bookie/server.py's Bookie, which starts this
+    service: typed here as an interface so that this module does not import the server)."""
+
+    core: BookieCore
+    journal: Journal
+    storage: LedgerStorage
+    data_dir: Path
+    add_latency: LatencyBuckets
+    read_latency: LatencyBuckets
+
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 

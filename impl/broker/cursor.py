@@ -40,7 +40,7 @@ from impl.metadata.ledger_store import NoSuchLedger
 from impl.metadata.store import BadVersion, MetadataError, NodeExists, NoNode
 
 if TYPE_CHECKING:
-    from impl.broker.managed_ledger import Cancellable, ManagedLedger
+    from impl.broker.ledger_host import Cancellable, LedgerHost
 
 __all__ = ["CURSOR_FORMAT", "CursorState", "ManagedCursor", "NonDurableCursor", "Range", "initial_state"]
 
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 class _CursorBase:
     """What durable and non-durable cursors share: the queries of the state, and the read position."""
 
-    def __init__(self, ml: ManagedLedger, name: str) -> None:
+    def __init__(self, ml: LedgerHost, name: str) -> None:
         self.ml = ml
         self.name = name
         self._lock = threading.RLock()
@@ -120,7 +120,7 @@ class NonDurableCursor(_CursorBase):
     """A reader: starts at `start` (None = the earliest entry), or right after it (`after`),
     remembers nothing across brokers."""
 
-    def __init__(self, ml: ManagedLedger, start: Position | None, after: bool = False) -> None:
+    def __init__(self, ml: LedgerHost, start: Position | None, after: bool = False) -> None:
         view = ml.view()
         if start is None:
             state = initial_state(view, "earliest")
@@ -172,7 +172,7 @@ MakeEvent = Callable[[float], core.Event]  # the input, given the time
 class ManagedCursor(_CursorBase):
     """A durable cursor: the shell of a `ManagedCursorCore` (see the module docstring)."""
 
-    def __init__(self, ml: ManagedLedger, name: str) -> None:
+    def __init__(self, ml: LedgerHost, name: str) -> None:
         super().__init__(ml, name)
         self.path = ml.cursor_path(name)
         self._core = ManagedCursorCore(ml.name, name, ml.config)
@@ -204,14 +204,14 @@ class ManagedCursor(_CursorBase):
     # ---- open, create, recover ---------------------------------------------------------------
 
     @classmethod
-    def open_or_create(cls, ml: ManagedLedger, name: str, initial: Literal["earliest", "latest"]) -> ManagedCursor:
+    def open_or_create(cls, ml: LedgerHost, name: str, initial: Literal["earliest", "latest"]) -> ManagedCursor:
         """The cursor `name`: recovered if its node exists, else created at `initial`."""
         cursor = cls(ml, name)
         cursor._open(initial_state(ml.view(), initial))
         return cursor
 
     @classmethod
-    def recover(cls, ml: ManagedLedger, child: str) -> ManagedCursor:
+    def recover(cls, ml: LedgerHost, child: str) -> ManagedCursor:
         """Recover the cursor stored at child node `child` of the managed-ledger node."""
         cursor = cls(ml, cursor_name_from_child(child))
         cursor._open(None)

@@ -34,12 +34,13 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from impl.bookie.client.api import BookKeeperClient, ReadHandle, WriteHandle
 from impl.bookie.client.errors import LedgerClientError, LedgerFencedError, MetadataVersionError, PlacementError
 from impl.broker.cursor import ManagedCursor, NonDurableCursor
 from impl.broker.entry_cache import EntryCache
+from impl.broker.ledger_host import CallLater, Cancellable
 from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView
 from impl.broker.managed_ledger_core import (
     Add,
@@ -160,13 +161,6 @@ def _run_deferred() -> None:
             work()
         except Exception:
             log.exception("work put off to the end of a round of managed-ledger completions failed")
-
-
-class Cancellable(Protocol):
-    def cancel(self) -> None: ...
-
-
-CallLater = Callable[[float, Callable[[], None]], Cancellable]
 
 
 def thread_timer(delay_s: float, action: Callable[[], None]) -> Cancellable:

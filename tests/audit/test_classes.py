@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark import classes
+from spark import classes, jvm
 from spark.generate import generate, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,9 +23,9 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_no_archive_means_no_options(cache: Path) -> None:
-    path = classes.archive_path()
+    path = jvm.archive_path()
     assert path is not None and path.parent == cache
-    assert classes.java_options() == []
+    assert jvm.java_options() == []
 
 
 @pytest.mark.deep  # 45-85 s: records a second 143 MB archive; `make test` records the real one first
@@ -33,7 +33,7 @@ def test_record_check_and_audit_with_it(cache: Path, tmp_path: Path) -> None:
     path = classes.record()
     assert path.is_file() and path.stat().st_size > 0
     assert [p.name for p in cache.iterdir()] == [path.name], "no half-written recording is left behind"
-    assert classes.java_options()[0] == f"-XX:SharedArchiveFile={path}"
+    assert jvm.java_options()[0] == f"-XX:SharedArchiveFile={path}"
     assert classes.record() == path  # recorded once: the second call finds it
 
     # An audit in a fresh process on the archive decides as without it.

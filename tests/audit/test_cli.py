@@ -175,3 +175,24 @@ def test_unparsable_line_exits_2(line: bytes, reason: str, tmp_path: Path, capsy
     assert main([str(path), "--reference"], prog="pulsar-ref audit") == 2
     err = capsys.readouterr().err
     assert "h.jsonl:2:" in err and reason in err, err
+
+
+def test_spark_submit_entry_file_runs_the_cli_by_path(tmp_path: Path) -> None:
+    """spark-submit runs spark/submit.py as a file from anywhere: it puts its own repository first on the path
+    (no PYTHONPATH) and runs the audit's command line."""
+    import os
+
+    root = Path(__file__).resolve().parents[2]
+    entry = str(root / "spark" / "submit.py")
+    code = (
+        f"import runpy, sys\nsys.argv = [{entry!r}, '--help']\n"
+        f"try:\n    runpy.run_path({entry!r}, run_name='__main__')\n"
+        "except SystemExit as e:\n    print('exit', e.code)\n"
+        "print(sys.modules['spark.cli'].__file__)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "spark-submit spark/submit.py" in run.stdout
+    *_, status, cli = run.stdout.strip().splitlines()
+    assert (status, cli) == ("exit 0", str(root / "spark" / "cli.py"))
