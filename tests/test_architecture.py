@@ -64,6 +64,8 @@ PURE = frozenset(
         "impl.web.http",
         "impl.security.authorization",
         "impl.broker.web.access",
+        "impl.broker.schema.model",
+        "impl.broker.schema.compatibility",
     ]
 )
 # What a pure module may not import: threads, clocks, randomness, sockets, processes, files, RPC, stores.

@@ -81,8 +81,6 @@ SUB_TYPES = {
 # Requests without an implementation here; each carries its request id in field 1.
 _UNSUPPORTED_REQUESTS: dict[int, str] = {
     T.CONSUMER_STATS: "consumerStats",
-    T.GET_SCHEMA: "getSchema",
-    T.GET_OR_CREATE_SCHEMA: "getOrCreateSchema",
     T.NEW_TXN: "newTxn",
     T.TC_CLIENT_CONNECT_REQUEST: "tcClientConnectRequest",
     T.WATCH_TOPIC_LIST: "watchTopicList",
@@ -110,6 +108,7 @@ class ProducerReady:
     producer_id: int
     name: str
     last_sequence_id: int
+    schema_version: bytes | None = None  # the registry's version of the producer's schema
 
 
 @dataclass(frozen=True)
@@ -239,6 +238,7 @@ class DoCreateProducer:
     producer_name: str  # "" = the broker chooses one
     epoch: int
     exclusive: bool
+    schema: api.Schema | None = None  # None: the producer declared none
 
 
 @dataclass(frozen=True)
@@ -267,6 +267,7 @@ class DoSubscribe:
     earliest: bool  # initial position of a new subscription
     start: MessageId | None  # a reader's (non-durable) start, inclusive
     consumer_name: str
+    schema: api.Schema | None = None
 
 
 @dataclass(frozen=True)
@@ -332,6 +333,20 @@ class DoGetTopics:
     pattern: str | None
 
 
+@dataclass(frozen=True)
+class DoGetSchema:
+    request_id: int
+    topic: str
+    version: bytes | None  # None: the latest
+
+
+@dataclass(frozen=True)
+class DoGetOrCreateSchema:
+    request_id: int
+    topic: str
+    schema: api.Schema
+
+
 Output = (
     Reply
     | Close
@@ -349,6 +364,8 @@ Output = (
     | DoSeek
     | DoGetLastMessageId
     | DoGetTopics
+    | DoGetSchema
+    | DoGetOrCreateSchema
     | DoAuthenticate
 )
 
@@ -393,6 +410,7 @@ class _Producer:
     topic: str
     name: str = ""
     ready: bool = False
+    schema_version: bytes | None = None
 
 
 @dataclass
@@ -510,12 +528,13 @@ class ServerConnection:
         existing = self.producers.get(p.producer_id)
         if existing is not None:
             if existing.topic == p.topic and existing.ready:  # the client asked again: it is there
-                return [self._producer_success(p.request_id, existing.name, -1)]
+                return [self._producer_success(p.request_id, existing.name, -1, existing.schema_version)]
             return [error_reply(p.request_id, api.ServiceNotReady, f"producer id {p.producer_id} is being created")]
         self.producers[p.producer_id] = _Producer(p.topic)
         name = p.producer_name if p.HasField("producer_name") else ""
         exclusive = p.producer_access_mode in (api.Exclusive, api.ExclusiveWithFencing, api.WaitForExclusive)
-        return [DoCreateProducer(p.request_id, p.producer_id, p.topic, name, p.epoch, exclusive)]
+        schema = p.schema if p.HasField("schema") else None
+        return [DoCreateProducer(p.request_id, p.producer_id, p.topic, name, p.epoch, exclusive, schema)]
 
     def _send(self, cmd: api.BaseCommand, frame: Frame) -> list[Output]:
         s = cmd.send
@@ -566,6 +585,7 @@ class ServerConnection:
                 s.initialPosition == api.CommandSubscribe.Earliest,
                 start,
                 s.consumer_name,
+                s.schema if s.HasField("schema") else None,
             )
         ]
 
@@ -631,6 +651,14 @@ class ServerConnection:
         g = cmd.getTopicsOfNamespace
         return [DoGetTopics(g.request_id, g.namespace, g.topics_pattern if g.HasField("topics_pattern") else None)]
 
+    def _get_schema(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        g = cmd.getSchema
+        return [DoGetSchema(g.request_id, g.topic, g.schema_version if g.HasField("schema_version") else None)]
+
+    def _get_or_create_schema(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
+        g = cmd.getOrCreateSchema
+        return [DoGetOrCreateSchema(g.request_id, g.topic, g.schema)]
+
     def _ignored(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
         return []  # a client's answer to a broker request (none are sent but CLOSE_*): nothing to do
 
@@ -652,22 +680,28 @@ class ServerConnection:
         T.SEEK: _seek,
         T.GET_LAST_MESSAGE_ID: _get_last_message_id,
         T.GET_TOPICS_OF_NAMESPACE: _get_topics,
+        T.GET_SCHEMA: _get_schema,
+        T.GET_OR_CREATE_SCHEMA: _get_or_create_schema,
         T.SUCCESS: _ignored,
         T.ERROR: _ignored,
     }
 
     # ---- results of the broker's work ------------------------------------------------------
 
-    def _producer_success(self, request_id: int, name: str, last_sequence_id: int) -> Reply:
+    def _producer_success(
+        self, request_id: int, name: str, last_sequence_id: int, schema_version: bytes | None = None
+    ) -> Reply:
         ok = api.CommandProducerSuccess(request_id=request_id, producer_name=name, last_sequence_id=last_sequence_id)
+        if schema_version is not None:
+            ok.schema_version = schema_version
         return Reply(command(T.PRODUCER_SUCCESS, producer_success=ok))
 
     def _producer_ready(self, e: ProducerReady) -> list[Output]:
         producer = self.producers.get(e.producer_id)
         if producer is None:  # closed while being created: the shell closes it again
             return [DoCloseProducer(None, e.producer_id)]
-        producer.name, producer.ready = e.name, True
-        return [self._producer_success(e.request_id, e.name, e.last_sequence_id)]
+        producer.name, producer.ready, producer.schema_version = e.name, True, e.schema_version
+        return [self._producer_success(e.request_id, e.name, e.last_sequence_id, e.schema_version)]
 
     def _producer_failed(self, e: ProducerFailed) -> list[Output]:
         self.producers.pop(e.producer_id, None)

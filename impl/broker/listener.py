@@ -46,6 +46,8 @@ from impl.broker.errors import (
 from impl.broker.managed_ledger import Position, after_deliveries
 from impl.broker.naming import NamespaceName
 from impl.broker.replication.replicator import REPLICATOR_PREFIX
+from impl.broker.schema import protocol as schema_protocol
+from impl.broker.schema.model import SchemaError
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
 from impl.loop_server import ConnectionListener
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
@@ -83,6 +85,8 @@ def server_error(e: Exception) -> tuple[int, str]:
         return _SERVER_ERRORS.get(type(e), api.UnknownError), str(e)
     if isinstance(e, AuthorizationFailed):
         return api.AuthorizationError, str(e)
+    if isinstance(e, SchemaError):
+        return schema_protocol.refusal(e)
     if isinstance(e, (SessionExpired, ConnectionLoss)):
         return api.ServiceNotReady, f"metadata session not usable now: {e}; retry"
     if isinstance(e, MetadataError):
@@ -443,6 +447,7 @@ class _Connection:
         try:
             self._authorize(out.topic, Access.PRODUCE, "Produce")
             topic = self.service.topic(out.topic)
+            schema_version = schema_protocol.producer_version(self.service, topic.name, out.schema)
             name, last = topic.attach_producer(out.producer_name, (self, out.producer_id), out.epoch, out.exclusive)
         except Exception as e:
             code, message = server_error(e)
@@ -452,7 +457,7 @@ class _Connection:
         topic.close_watchers[(self, "producer", pid)] = lambda: self.from_thread_call(
             lambda: self._broker_closes_producer(pid)
         )
-        return [conn.ProducerReady(out.request_id, pid, name, last)]
+        return [conn.ProducerReady(out.request_id, pid, name, last, schema_version)]
 
     def _broker_closes_producer(self, pid: int) -> None:
         self.producers.pop(pid, None)
@@ -466,6 +471,7 @@ class _Connection:
         try:
             self._authorize(out.topic, Access.CONSUME, "subscribe")
             topic = self.service.topic(out.topic)
+            schema_protocol.check_consumer(self.service, topic.name, out.schema)
             service_id = self.service.next_consumer_id()
             sink = _Sink(self, out.consumer_id)
             reader_start: Position | None | bool = False
@@ -687,6 +693,8 @@ class _Connection:
         conn.DoSeek: _seek,
         conn.DoGetLastMessageId: _get_last_message_id,
         conn.DoGetTopics: _get_topics,
+        conn.DoGetSchema: schema_protocol.get_schema,
+        conn.DoGetOrCreateSchema: schema_protocol.get_or_create_schema,
     }
 
 

@@ -214,6 +214,10 @@ class NamespacePolicies:
     # replication_clusters). () only on a node written before the policy existed: it means the local
     # cluster alone, which get_policies(..., local_cluster=C) fills in.
     replication_clusters: tuple[str, ...] = ()
+    # The schema registry's policies (docs/schema.md): None = the broker's strategy (FULL).
+    schema_compatibility_strategy: str | None = None
+    is_allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False
 
     def __post_init__(self) -> None:
         n = self.bundles
@@ -232,6 +236,12 @@ class NamespacePolicies:
             doc["auth_policies"] = self.auth.to_json()
         if self.replication_clusters:
             doc["replication_clusters"] = list(self.replication_clusters)
+        if self.schema_compatibility_strategy is not None:
+            doc["schema_compatibility_strategy"] = self.schema_compatibility_strategy
+        if not self.is_allow_auto_update_schema:
+            doc["is_allow_auto_update_schema"] = False
+        if self.schema_validation_enforced:
+            doc["schema_validation_enforced"] = True
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -257,6 +267,9 @@ class NamespacePolicies:
                 dedup,
                 auth,
                 tuple(clusters),
+                raw.get("schema_compatibility_strategy"),
+                bool(raw.get("is_allow_auto_update_schema", True)),
+                bool(raw.get("schema_validation_enforced", False)),
             )
         except (KeyError, TypeError) as e:
             raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
@@ -530,6 +543,11 @@ def set_retention(store: MetadataStore, namespace: NamespaceName | str, retentio
 def set_deduplication(store: MetadataStore, namespace: NamespaceName | str, enabled: bool | None) -> None:
     """Enable or disable de-duplication in the namespace; None returns it to the broker's setting."""
     _update_policies(store, namespace, lambda p: dataclasses.replace(p, deduplication=enabled))
+
+
+def set_schema_policies(store: MetadataStore, namespace: NamespaceName | str, **changes: Any) -> None:
+    """Change schema_compatibility_strategy, is_allow_auto_update_schema or schema_validation_enforced."""
+    _update_policies(store, namespace, lambda p: dataclasses.replace(p, **changes))
 
 
 def grant_permission(

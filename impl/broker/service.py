@@ -76,6 +76,8 @@ from impl.broker.managed_ledger import (
 from impl.broker.naming import InvalidTopicName, NamespaceName, TopicName
 from impl.broker.replication.replicator import CURSOR_PREFIX, is_replicator_cursor
 from impl.broker.replication.topic_replicator import TopicReplicator
+from impl.broker.schema.registry import SchemaRegistry
+from impl.broker.schema.storage import SchemaStorage
 from impl.broker.topic_stats import TopicCounters
 from impl.client.api import Client
 from impl.client.errors import ClientError
@@ -717,6 +719,9 @@ class BrokerService:
         self._remote_clients: dict[str, tuple[str, Client]] = {}  # cluster -> (its pulsar:// URL, client)
         self.config = config or BrokerConfig()
         self.authorizer = Authorizer(lambda: self.configuration_store, self.config.security)
+        self.schemas = SchemaRegistry(
+            SchemaStorage(store, bookkeeper, self.config.managed_ledger), lambda: self.configuration_store
+        )
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()

@@ -229,3 +229,16 @@ def bundle_assignment_path(tenant: str, namespace: str, lower: int, upper: int) 
     return f"{BUNDLE_ASSIGNMENTS}/{_component('tenant', tenant)}/{_component('namespace', namespace)}/" + bundle_name(
         lower, upper
     )
+
+
+# --- the schema registry ----------------------------------------------------------------------
+
+SCHEMAS_ROOT = "/schemas"
+
+
+def schema_locator_path(tenant: str, namespace: str, topic: str) -> str:
+    """A topic's schema locator, /schemas/<tenant>/<ns>/<topic> (Pulsar's BookkeeperSchemaStorage path;
+    the topic is the partitioned topic's name for its partitions, URL-encoded as managed ledgers are)."""
+    if not isinstance(topic, str) or not topic:
+        raise InvalidName(f"topic must be a non-empty name, got {topic!r}")
+    return f"{SCHEMAS_ROOT}/{_component('tenant', tenant)}/{_component('namespace', namespace)}/{quote(topic, safe='')}"

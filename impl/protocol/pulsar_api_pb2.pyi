@@ -126,8 +126,66 @@ class IntRange(_message.Message):
     end: int
     def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
+class Schema(_message.Message):
+    __slots__ = ("name", "schema_data", "type", "properties")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        NONE: _ClassVar[Schema.Type]
+        STRING: _ClassVar[Schema.Type]
+        JSON: _ClassVar[Schema.Type]
+        PROTOBUF: _ClassVar[Schema.Type]
+        AVRO: _ClassVar[Schema.Type]
+        BOOLEAN: _ClassVar[Schema.Type]
+        INT8: _ClassVar[Schema.Type]
+        INT16: _ClassVar[Schema.Type]
+        INT32: _ClassVar[Schema.Type]
+        INT64: _ClassVar[Schema.Type]
+        FLOAT: _ClassVar[Schema.Type]
+        DOUBLE: _ClassVar[Schema.Type]
+        DATE: _ClassVar[Schema.Type]
+        TIME: _ClassVar[Schema.Type]
+        TIMESTAMP: _ClassVar[Schema.Type]
+        KEY_VALUE: _ClassVar[Schema.Type]
+        INSTANT: _ClassVar[Schema.Type]
+        LOCAL_DATE: _ClassVar[Schema.Type]
+        LOCAL_TIME: _ClassVar[Schema.Type]
+        LOCAL_DATE_TIME: _ClassVar[Schema.Type]
+        PROTOBUF_NATIVE: _ClassVar[Schema.Type]
+        AUTO_CONSUME: _ClassVar[Schema.Type]
+    NONE: Schema.Type
+    STRING: Schema.Type
+    JSON: Schema.Type
+    PROTOBUF: Schema.Type
+    AVRO: Schema.Type
+    BOOLEAN: Schema.Type
+    INT8: Schema.Type
+    INT16: Schema.Type
+    INT32: Schema.Type
+    INT64: Schema.Type
+    FLOAT: Schema.Type
+    DOUBLE: Schema.Type
+    DATE: Schema.Type
+    TIME: Schema.Type
+    TIMESTAMP: Schema.Type
+    KEY_VALUE: Schema.Type
+    INSTANT: Schema.Type
+    LOCAL_DATE: Schema.Type
+    LOCAL_TIME: Schema.Type
+    LOCAL_DATE_TIME: Schema.Type
+    PROTOBUF_NATIVE: Schema.Type
+    AUTO_CONSUME: Schema.Type
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_DATA_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    schema_data: bytes
+    type: Schema.Type
+    properties: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    def __init__(self, name: _Optional[str] = ..., schema_data: _Optional[bytes] = ..., type: _Optional[_Union[Schema.Type, str]] = ..., properties: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ...) -> None: ...
+
 class MessageMetadata(_message.Message):
-    __slots__ = ("producer_name", "sequence_id", "publish_time", "properties", "replicated_from", "partition_key", "replicate_to", "compression", "uncompressed_size", "num_messages_in_batch", "event_time", "ordering_key", "deliver_at_time", "highest_sequence_id", "null_value", "null_partition_key")
+    __slots__ = ("producer_name", "sequence_id", "publish_time", "properties", "replicated_from", "partition_key", "replicate_to", "compression", "uncompressed_size", "num_messages_in_batch", "event_time", "schema_version", "ordering_key", "deliver_at_time", "highest_sequence_id", "null_value", "null_partition_key")
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +197,7 @@ class MessageMetadata(_message.Message):
     UNCOMPRESSED_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_MESSAGES_IN_BATCH_FIELD_NUMBER: _ClassVar[int]
     EVENT_TIME_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     ORDERING_KEY_FIELD_NUMBER: _ClassVar[int]
     DELIVER_AT_TIME_FIELD_NUMBER: _ClassVar[int]
     HIGHEST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -155,12 +214,13 @@ class MessageMetadata(_message.Message):
     uncompressed_size: int
     num_messages_in_batch: int
     event_time: int
+    schema_version: bytes
     ordering_key: bytes
     deliver_at_time: int
     highest_sequence_id: int
     null_value: bool
     null_partition_key: bool
-    def __init__(self, producer_name: _Optional[str] = ..., sequence_id: _Optional[int] = ..., publish_time: _Optional[int] = ..., properties: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., replicated_from: _Optional[str] = ..., partition_key: _Optional[str] = ..., replicate_to: _Optional[_Iterable[str]] = ..., compression: _Optional[_Union[CompressionType, str]] = ..., uncompressed_size: _Optional[int] = ..., num_messages_in_batch: _Optional[int] = ..., event_time: _Optional[int] = ..., ordering_key: _Optional[bytes] = ..., deliver_at_time: _Optional[int] = ..., highest_sequence_id: _Optional[int] = ..., null_value: _Optional[bool] = ..., null_partition_key: _Optional[bool] = ...) -> None: ...
+    def __init__(self, producer_name: _Optional[str] = ..., sequence_id: _Optional[int] = ..., publish_time: _Optional[int] = ..., properties: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., replicated_from: _Optional[str] = ..., partition_key: _Optional[str] = ..., replicate_to: _Optional[_Iterable[str]] = ..., compression: _Optional[_Union[CompressionType, str]] = ..., uncompressed_size: _Optional[int] = ..., num_messages_in_batch: _Optional[int] = ..., event_time: _Optional[int] = ..., schema_version: _Optional[bytes] = ..., ordering_key: _Optional[bytes] = ..., deliver_at_time: _Optional[int] = ..., highest_sequence_id: _Optional[int] = ..., null_value: _Optional[bool] = ..., null_partition_key: _Optional[bool] = ...) -> None: ...
 
 class SingleMessageMetadata(_message.Message):
     __slots__ = ("properties", "partition_key", "payload_size", "compacted_out", "event_time", "ordering_key", "sequence_id", "null_value")
@@ -241,7 +301,7 @@ class KeySharedMeta(_message.Message):
     def __init__(self, keySharedMode: _Optional[int] = ..., hashRanges: _Optional[_Iterable[_Union[IntRange, _Mapping]]] = ..., allowOutOfOrderDelivery: _Optional[bool] = ...) -> None: ...
 
 class CommandSubscribe(_message.Message):
-    __slots__ = ("topic", "subscription", "subType", "consumer_id", "request_id", "consumer_name", "priority_level", "durable", "start_message_id", "metadata", "read_compacted", "initialPosition", "replicate_subscription_state", "force_topic_creation", "start_message_rollback_duration_sec", "keySharedMeta", "consumer_epoch")
+    __slots__ = ("topic", "subscription", "subType", "consumer_id", "request_id", "consumer_name", "priority_level", "durable", "start_message_id", "metadata", "read_compacted", "schema", "initialPosition", "replicate_subscription_state", "force_topic_creation", "start_message_rollback_duration_sec", "keySharedMeta", "consumer_epoch")
     class SubType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         Exclusive: _ClassVar[CommandSubscribe.SubType]
@@ -269,6 +329,7 @@ class CommandSubscribe(_message.Message):
     START_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     READ_COMPACTED_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
     INITIALPOSITION_FIELD_NUMBER: _ClassVar[int]
     REPLICATE_SUBSCRIPTION_STATE_FIELD_NUMBER: _ClassVar[int]
     FORCE_TOPIC_CREATION_FIELD_NUMBER: _ClassVar[int]
@@ -286,13 +347,14 @@ class CommandSubscribe(_message.Message):
     start_message_id: MessageIdData
     metadata: _containers.RepeatedCompositeFieldContainer[KeyValue]
     read_compacted: bool
+    schema: Schema
     initialPosition: CommandSubscribe.InitialPosition
     replicate_subscription_state: bool
     force_topic_creation: bool
     start_message_rollback_duration_sec: int
     keySharedMeta: KeySharedMeta
     consumer_epoch: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., subType: _Optional[_Union[CommandSubscribe.SubType, str]] = ..., consumer_id: _Optional[int] = ..., request_id: _Optional[int] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_message_id: _Optional[_Union[MessageIdData, _Mapping]] = ..., metadata: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., read_compacted: _Optional[bool] = ..., initialPosition: _Optional[_Union[CommandSubscribe.InitialPosition, str]] = ..., replicate_subscription_state: _Optional[bool] = ..., force_topic_creation: _Optional[bool] = ..., start_message_rollback_duration_sec: _Optional[int] = ..., keySharedMeta: _Optional[_Union[KeySharedMeta, _Mapping]] = ..., consumer_epoch: _Optional[int] = ...) -> None: ...
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., subType: _Optional[_Union[CommandSubscribe.SubType, str]] = ..., consumer_id: _Optional[int] = ..., request_id: _Optional[int] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_message_id: _Optional[_Union[MessageIdData, _Mapping]] = ..., metadata: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., read_compacted: _Optional[bool] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., initialPosition: _Optional[_Union[CommandSubscribe.InitialPosition, str]] = ..., replicate_subscription_state: _Optional[bool] = ..., force_topic_creation: _Optional[bool] = ..., start_message_rollback_duration_sec: _Optional[int] = ..., keySharedMeta: _Optional[_Union[KeySharedMeta, _Mapping]] = ..., consumer_epoch: _Optional[int] = ...) -> None: ...
 
 class CommandPartitionedTopicMetadata(_message.Message):
     __slots__ = ("topic", "request_id", "metadata_auto_creation_enabled")
@@ -365,13 +427,14 @@ class CommandLookupTopicResponse(_message.Message):
     def __init__(self, brokerServiceUrl: _Optional[str] = ..., brokerServiceUrlTls: _Optional[str] = ..., response: _Optional[_Union[CommandLookupTopicResponse.LookupType, str]] = ..., request_id: _Optional[int] = ..., authoritative: _Optional[bool] = ..., error: _Optional[_Union[ServerError, str]] = ..., message: _Optional[str] = ..., proxy_through_service_url: _Optional[bool] = ...) -> None: ...
 
 class CommandProducer(_message.Message):
-    __slots__ = ("topic", "producer_id", "request_id", "producer_name", "encrypted", "metadata", "epoch", "user_provided_producer_name", "producer_access_mode", "topic_epoch")
+    __slots__ = ("topic", "producer_id", "request_id", "producer_name", "encrypted", "metadata", "schema", "epoch", "user_provided_producer_name", "producer_access_mode", "topic_epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     ENCRYPTED_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     USER_PROVIDED_PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ACCESS_MODE_FIELD_NUMBER: _ClassVar[int]
@@ -382,11 +445,12 @@ class CommandProducer(_message.Message):
     producer_name: str
     encrypted: bool
     metadata: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    schema: Schema
     epoch: int
     user_provided_producer_name: bool
     producer_access_mode: ProducerAccessMode
     topic_epoch: int
-    def __init__(self, topic: _Optional[str] = ..., producer_id: _Optional[int] = ..., request_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., encrypted: _Optional[bool] = ..., metadata: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., epoch: _Optional[int] = ..., user_provided_producer_name: _Optional[bool] = ..., producer_access_mode: _Optional[_Union[ProducerAccessMode, str]] = ..., topic_epoch: _Optional[int] = ...) -> None: ...
+    def __init__(self, topic: _Optional[str] = ..., producer_id: _Optional[int] = ..., request_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., encrypted: _Optional[bool] = ..., metadata: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., epoch: _Optional[int] = ..., user_provided_producer_name: _Optional[bool] = ..., producer_access_mode: _Optional[_Union[ProducerAccessMode, str]] = ..., topic_epoch: _Optional[int] = ...) -> None: ...
 
 class CommandSend(_message.Message):
     __slots__ = ("producer_id", "sequence_id", "num_messages", "highest_sequence_id", "is_chunk", "marker")
@@ -660,6 +724,52 @@ class CommandGetTopicsOfNamespaceResponse(_message.Message):
     changed: bool
     def __init__(self, request_id: _Optional[int] = ..., topics: _Optional[_Iterable[str]] = ..., filtered: _Optional[bool] = ..., topics_hash: _Optional[str] = ..., changed: _Optional[bool] = ...) -> None: ...
 
+class CommandGetSchema(_message.Message):
+    __slots__ = ("request_id", "topic", "schema_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    topic: str
+    schema_version: bytes
+    def __init__(self, request_id: _Optional[int] = ..., topic: _Optional[str] = ..., schema_version: _Optional[bytes] = ...) -> None: ...
+
+class CommandGetSchemaResponse(_message.Message):
+    __slots__ = ("request_id", "error_code", "error_message", "schema", "schema_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    error_code: ServerError
+    error_message: str
+    schema: Schema
+    schema_version: bytes
+    def __init__(self, request_id: _Optional[int] = ..., error_code: _Optional[_Union[ServerError, str]] = ..., error_message: _Optional[str] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., schema_version: _Optional[bytes] = ...) -> None: ...
+
+class CommandGetOrCreateSchema(_message.Message):
+    __slots__ = ("request_id", "topic", "schema")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    topic: str
+    schema: Schema
+    def __init__(self, request_id: _Optional[int] = ..., topic: _Optional[str] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ...) -> None: ...
+
+class CommandGetOrCreateSchemaResponse(_message.Message):
+    __slots__ = ("request_id", "error_code", "error_message", "schema_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    error_code: ServerError
+    error_message: str
+    schema_version: bytes
+    def __init__(self, request_id: _Optional[int] = ..., error_code: _Optional[_Union[ServerError, str]] = ..., error_message: _Optional[str] = ..., schema_version: _Optional[bytes] = ...) -> None: ...
+
 class RequestWithId(_message.Message):
     __slots__ = ("request_id",)
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -667,7 +777,7 @@ class RequestWithId(_message.Message):
     def __init__(self, request_id: _Optional[int] = ...) -> None: ...
 
 class BaseCommand(_message.Message):
-    __slots__ = ("type", "connect", "connected", "subscribe", "producer", "send", "send_receipt", "send_error", "message", "ack", "flow", "unsubscribe", "success", "error", "close_producer", "close_consumer", "producer_success", "ping", "pong", "redeliverUnacknowledgedMessages", "partitionMetadata", "partitionMetadataResponse", "lookupTopic", "lookupTopicResponse", "consumerStats", "reachedEndOfTopic", "seek", "getLastMessageId", "getLastMessageIdResponse", "active_consumer_change", "getTopicsOfNamespace", "getTopicsOfNamespaceResponse", "getSchema", "ackResponse", "getOrCreateSchema", "newTxn", "tcClientConnectRequest", "watchTopicList")
+    __slots__ = ("type", "connect", "connected", "subscribe", "producer", "send", "send_receipt", "send_error", "message", "ack", "flow", "unsubscribe", "success", "error", "close_producer", "close_consumer", "producer_success", "ping", "pong", "redeliverUnacknowledgedMessages", "partitionMetadata", "partitionMetadataResponse", "lookupTopic", "lookupTopicResponse", "consumerStats", "reachedEndOfTopic", "seek", "getLastMessageId", "getLastMessageIdResponse", "active_consumer_change", "getTopicsOfNamespace", "getTopicsOfNamespaceResponse", "getSchema", "getSchemaResponse", "ackResponse", "getOrCreateSchema", "getOrCreateSchemaResponse", "newTxn", "tcClientConnectRequest", "watchTopicList")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         CONNECT: _ClassVar[BaseCommand.Type]
@@ -789,8 +899,10 @@ class BaseCommand(_message.Message):
     GETTOPICSOFNAMESPACE_FIELD_NUMBER: _ClassVar[int]
     GETTOPICSOFNAMESPACERESPONSE_FIELD_NUMBER: _ClassVar[int]
     GETSCHEMA_FIELD_NUMBER: _ClassVar[int]
+    GETSCHEMARESPONSE_FIELD_NUMBER: _ClassVar[int]
     ACKRESPONSE_FIELD_NUMBER: _ClassVar[int]
     GETORCREATESCHEMA_FIELD_NUMBER: _ClassVar[int]
+    GETORCREATESCHEMARESPONSE_FIELD_NUMBER: _ClassVar[int]
     NEWTXN_FIELD_NUMBER: _ClassVar[int]
     TCCLIENTCONNECTREQUEST_FIELD_NUMBER: _ClassVar[int]
     WATCHTOPICLIST_FIELD_NUMBER: _ClassVar[int]
@@ -826,10 +938,12 @@ class BaseCommand(_message.Message):
     active_consumer_change: CommandActiveConsumerChange
     getTopicsOfNamespace: CommandGetTopicsOfNamespace
     getTopicsOfNamespaceResponse: CommandGetTopicsOfNamespaceResponse
-    getSchema: RequestWithId
+    getSchema: CommandGetSchema
+    getSchemaResponse: CommandGetSchemaResponse
     ackResponse: CommandAckResponse
-    getOrCreateSchema: RequestWithId
+    getOrCreateSchema: CommandGetOrCreateSchema
+    getOrCreateSchemaResponse: CommandGetOrCreateSchemaResponse
     newTxn: RequestWithId
     tcClientConnectRequest: RequestWithId
     watchTopicList: RequestWithId
-    def __init__(self, type: _Optional[int] = ..., connect: _Optional[_Union[CommandConnect, _Mapping]] = ..., connected: _Optional[_Union[CommandConnected, _Mapping]] = ..., subscribe: _Optional[_Union[CommandSubscribe, _Mapping]] = ..., producer: _Optional[_Union[CommandProducer, _Mapping]] = ..., send: _Optional[_Union[CommandSend, _Mapping]] = ..., send_receipt: _Optional[_Union[CommandSendReceipt, _Mapping]] = ..., send_error: _Optional[_Union[CommandSendError, _Mapping]] = ..., message: _Optional[_Union[CommandMessage, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., flow: _Optional[_Union[CommandFlow, _Mapping]] = ..., unsubscribe: _Optional[_Union[CommandUnsubscribe, _Mapping]] = ..., success: _Optional[_Union[CommandSuccess, _Mapping]] = ..., error: _Optional[_Union[CommandError, _Mapping]] = ..., close_producer: _Optional[_Union[CommandCloseProducer, _Mapping]] = ..., close_consumer: _Optional[_Union[CommandCloseConsumer, _Mapping]] = ..., producer_success: _Optional[_Union[CommandProducerSuccess, _Mapping]] = ..., ping: _Optional[_Union[CommandPing, _Mapping]] = ..., pong: _Optional[_Union[CommandPong, _Mapping]] = ..., redeliverUnacknowledgedMessages: _Optional[_Union[CommandRedeliverUnacknowledgedMessages, _Mapping]] = ..., partitionMetadata: _Optional[_Union[CommandPartitionedTopicMetadata, _Mapping]] = ..., partitionMetadataResponse: _Optional[_Union[CommandPartitionedTopicMetadataResponse, _Mapping]] = ..., lookupTopic: _Optional[_Union[CommandLookupTopic, _Mapping]] = ..., lookupTopicResponse: _Optional[_Union[CommandLookupTopicResponse, _Mapping]] = ..., consumerStats: _Optional[_Union[CommandConsumerStats, _Mapping]] = ..., reachedEndOfTopic: _Optional[_Union[CommandReachedEndOfTopic, _Mapping]] = ..., seek: _Optional[_Union[CommandSeek, _Mapping]] = ..., getLastMessageId: _Optional[_Union[CommandGetLastMessageId, _Mapping]] = ..., getLastMessageIdResponse: _Optional[_Union[CommandGetLastMessageIdResponse, _Mapping]] = ..., active_consumer_change: _Optional[_Union[CommandActiveConsumerChange, _Mapping]] = ..., getTopicsOfNamespace: _Optional[_Union[CommandGetTopicsOfNamespace, _Mapping]] = ..., getTopicsOfNamespaceResponse: _Optional[_Union[CommandGetTopicsOfNamespaceResponse, _Mapping]] = ..., getSchema: _Optional[_Union[RequestWithId, _Mapping]] = ..., ackResponse: _Optional[_Union[CommandAckResponse, _Mapping]] = ..., getOrCreateSchema: _Optional[_Union[RequestWithId, _Mapping]] = ..., newTxn: _Optional[_Union[RequestWithId, _Mapping]] = ..., tcClientConnectRequest: _Optional[_Union[RequestWithId, _Mapping]] = ..., watchTopicList: _Optional[_Union[RequestWithId, _Mapping]] = ...) -> None: ...
+    def __init__(self, type: _Optional[int] = ..., connect: _Optional[_Union[CommandConnect, _Mapping]] = ..., connected: _Optional[_Union[CommandConnected, _Mapping]] = ..., subscribe: _Optional[_Union[CommandSubscribe, _Mapping]] = ..., producer: _Optional[_Union[CommandProducer, _Mapping]] = ..., send: _Optional[_Union[CommandSend, _Mapping]] = ..., send_receipt: _Optional[_Union[CommandSendReceipt, _Mapping]] = ..., send_error: _Optional[_Union[CommandSendError, _Mapping]] = ..., message: _Optional[_Union[CommandMessage, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., flow: _Optional[_Union[CommandFlow, _Mapping]] = ..., unsubscribe: _Optional[_Union[CommandUnsubscribe, _Mapping]] = ..., success: _Optional[_Union[CommandSuccess, _Mapping]] = ..., error: _Optional[_Union[CommandError, _Mapping]] = ..., close_producer: _Optional[_Union[CommandCloseProducer, _Mapping]] = ..., close_consumer: _Optional[_Union[CommandCloseConsumer, _Mapping]] = ..., producer_success: _Optional[_Union[CommandProducerSuccess, _Mapping]] = ..., ping: _Optional[_Union[CommandPing, _Mapping]] = ..., pong: _Optional[_Union[CommandPong, _Mapping]] = ..., redeliverUnacknowledgedMessages: _Optional[_Union[CommandRedeliverUnacknowledgedMessages, _Mapping]] = ..., partitionMetadata: _Optional[_Union[CommandPartitionedTopicMetadata, _Mapping]] = ..., partitionMetadataResponse: _Optional[_Union[CommandPartitionedTopicMetadataResponse, _Mapping]] = ..., lookupTopic: _Optional[_Union[CommandLookupTopic, _Mapping]] = ..., lookupTopicResponse: _Optional[_Union[CommandLookupTopicResponse, _Mapping]] = ..., consumerStats: _Optional[_Union[CommandConsumerStats, _Mapping]] = ..., reachedEndOfTopic: _Optional[_Union[CommandReachedEndOfTopic, _Mapping]] = ..., seek: _Optional[_Union[CommandSeek, _Mapping]] = ..., getLastMessageId: _Optional[_Union[CommandGetLastMessageId, _Mapping]] = ..., getLastMessageIdResponse: _Optional[_Union[CommandGetLastMessageIdResponse, _Mapping]] = ..., active_consumer_change: _Optional[_Union[CommandActiveConsumerChange, _Mapping]] = ..., getTopicsOfNamespace: _Optional[_Union[CommandGetTopicsOfNamespace, _Mapping]] = ..., getTopicsOfNamespaceResponse: _Optional[_Union[CommandGetTopicsOfNamespaceResponse, _Mapping]] = ..., getSchema: _Optional[_Union[CommandGetSchema, _Mapping]] = ..., getSchemaResponse: _Optional[_Union[CommandGetSchemaResponse, _Mapping]] = ..., ackResponse: _Optional[_Union[CommandAckResponse, _Mapping]] = ..., getOrCreateSchema: _Optional[_Union[CommandGetOrCreateSchema, _Mapping]] = ..., getOrCreateSchemaResponse: _Optional[_Union[CommandGetOrCreateSchemaResponse, _Mapping]] = ..., newTxn: _Optional[_Union[RequestWithId, _Mapping]] = ..., tcClientConnectRequest: _Optional[_Union[RequestWithId, _Mapping]] = ..., watchTopicList: _Optional[_Union[RequestWithId, _Mapping]] = ...) -> None: ...

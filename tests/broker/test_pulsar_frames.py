@@ -99,11 +99,11 @@ def test_nothing_but_connect_before_connected_and_the_version_is_the_lower() -> 
 def test_unimplemented_requests_get_an_error_naming_them_with_their_request_id() -> None:
     core = conn.ServerConnection(max_message_size=1000)
     receive(core, conn.command(T.CONNECT, connect=api.CommandConnect(protocol_version=20)))
-    cmd = api.BaseCommand(type=T.GET_SCHEMA)
-    cmd.getSchema.request_id = 42
+    cmd = api.BaseCommand(type=T.CONSUMER_STATS)
+    cmd.consumerStats.request_id = 42
     (reply,) = receive(core, cmd)
     assert isinstance(reply, conn.Reply)
-    assert reply.command.error.request_id == 42 and "GET_SCHEMA" in reply.command.error.message
+    assert reply.command.error.request_id == 42 and "CONSUMER_STATS" in reply.command.error.message
     (reply,) = receive(core, api.BaseCommand(type=999))
     assert isinstance(reply, conn.Reply) and "999" in reply.command.error.message
 

@@ -1,0 +1,150 @@
+"""Schema storage as Pulsar's BookkeeperSchemaStorage keeps it (the shell: ledgers and metadata).
+
+Each schema version is the single entry of its own BookKeeper ledger, written and closed before
+anything points at it. The topic's locator, /schemas/<tenant>/<ns>/<topic> in the metadata store,
+lists the versions with the ledger position and hash of each. A version exists once the locator
+names it, and the locator only changes by a conditional write (create, or set at the version read):
+of two brokers racing, one write fails and that broker deletes its ledger. A broker that crashes
+after writing its ledger and before the locator leaves a ledger nothing points at (tagged with
+the schema id in its custom metadata), never a visible half-registered version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from impl.bookie.client.api import BookKeeperClient
+from impl.broker.managed_ledger import ManagedLedgerConfig
+from impl.broker.naming import TopicName
+from impl.broker.schema.model import SchemaData
+from impl.metadata import layout
+from impl.metadata.store import BadVersion, MetadataStore, NodeExists, NoNode
+
+log = logging.getLogger(__name__)
+
+
+class LocatorConflict(Exception):
+    """Another writer changed the locator since it was read: nothing of ours is visible; re-read."""
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    version: int
+    ledger_id: int
+    entry_id: int
+    hash: str
+
+
+@dataclass(frozen=True)
+class Locator:
+    entries: tuple[IndexEntry, ...]
+    stat_version: int  # the metadata node's version: the condition of the next write
+
+    @property
+    def latest(self) -> IndexEntry:
+        return self.entries[-1]
+
+    def to_json(self) -> bytes:
+        rows = [
+            {"version": e.version, "ledger": e.ledger_id, "entry": e.entry_id, "hash": e.hash} for e in self.entries
+        ]
+        return json.dumps({"index": rows}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, stat_version: int) -> Locator:
+        rows = json.loads(data)["index"]
+        entries = tuple(IndexEntry(r["version"], r["ledger"], r["entry"], r["hash"]) for r in rows)
+        return cls(entries, stat_version)
+
+
+def schema_id(name: TopicName) -> TopicName:
+    """Partitions share their partitioned topic's schema."""
+    return name.base
+
+
+def locator_path(name: TopicName) -> str:
+    sid = schema_id(name)
+    return layout.schema_locator_path(sid.tenant, sid.namespace_portion, sid.local_name)
+
+
+class SchemaStorage:
+    def __init__(self, store: MetadataStore, bookkeeper: BookKeeperClient, config: ManagedLedgerConfig) -> None:
+        self.store = store
+        self.bookkeeper = bookkeeper
+        self.config = config
+        self._cache: dict[tuple[int, int], SchemaData] = {}  # versions never change: cached for good
+
+    def locator(self, name: TopicName) -> Locator | None:
+        try:
+            data, stat = self.store.get(locator_path(name))
+        except NoNode:
+            return None
+        return Locator.from_json(data, stat.version)
+
+    def read(self, entry: IndexEntry) -> SchemaData:
+        key = (entry.ledger_id, entry.entry_id)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        handle = self.bookkeeper.open_ledger(entry.ledger_id, self.config.password, recovery=False)
+        (stored,) = handle.read(entry.entry_id, entry.entry_id)
+        schema = SchemaData.from_json(stored.payload)
+        self._cache[key] = schema
+        return schema
+
+    def add(self, name: TopicName, schema: SchemaData, current: Locator | None) -> int:
+        """Store `schema` as the version after `current` (None: the first); LocatorConflict if the
+        locator is no longer `current`. Returns the new version."""
+        sid = str(schema_id(name))
+        c = self.config
+        handle = self.bookkeeper.create_ledger(
+            c.ensemble,
+            c.write_quorum,
+            c.ack_quorum,
+            digest=c.digest,
+            password=c.password,
+            custom_metadata={"application": b"pulsar", "component": b"schema", "pulsar/schemaId": sid.encode()},
+        )
+        try:
+            entry_id = handle.add(schema.to_json())
+        finally:
+            handle.close()
+        version = 0 if current is None else current.latest.version + 1
+        added = IndexEntry(version, handle.ledger_id, entry_id, schema.hash)
+        path = locator_path(name)
+        try:
+            if current is None:
+                self.store.ensure_path(path.rsplit("/", 1)[0])
+                self.store.create(path, Locator((added,), 0).to_json())
+            else:
+                self.store.set(path, Locator((*current.entries, added), 0).to_json(), current.stat_version)
+        except (BadVersion, NodeExists, NoNode) as e:
+            self._drop_ledger(handle.ledger_id)
+            raise LocatorConflict(f"the schema locator of {sid} changed meanwhile: {e}") from None
+        self._cache[(handle.ledger_id, entry_id)] = schema
+        return version
+
+    def delete(self, name: TopicName) -> Locator | None:
+        """Remove the locator (conditionally, at the version read), then the ledgers it named."""
+        while True:
+            current = self.locator(name)
+            if current is None:
+                return None
+            try:
+                self.store.delete(locator_path(name), current.stat_version)
+            except BadVersion:
+                continue  # a version was added meanwhile: delete that one too
+            except NoNode:
+                return None
+            for e in current.entries:
+                self._cache.pop((e.ledger_id, e.entry_id), None)
+                self._drop_ledger(e.ledger_id)
+            return current
+
+    def _drop_ledger(self, ledger_id: int) -> None:
+        try:
+            self.bookkeeper.delete_ledger(ledger_id)
+        except Exception as e:  # an orphan ledger is garbage, never visible: log and go on
+            log.warning("could not delete schema ledger %d: %s", ledger_id, e)
