@@ -693,8 +693,8 @@ class _Connection:
         conn.DoSeek: _seek,
         conn.DoGetLastMessageId: _get_last_message_id,
         conn.DoGetTopics: _get_topics,
-        conn.DoGetSchema: schema_protocol.get_schema,
-        conn.DoGetOrCreateSchema: schema_protocol.get_or_create_schema,
+        conn.DoGetSchema: lambda self, out: schema_protocol.get_schema(self, out, server_error),
+        conn.DoGetOrCreateSchema: lambda self, out: schema_protocol.get_or_create_schema(self, out, server_error),
     }
 
 

@@ -3,6 +3,7 @@ PRODUCER's and SUBSCRIBE's schemas, GET_SCHEMA and GET_OR_CREATE_SCHEMA."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from impl.broker import connection as conn
@@ -46,13 +47,10 @@ def check_consumer(service: BrokerService, name: TopicName, schema: api.Schema |
         service.schemas.for_consumer(name, from_wire(schema))
 
 
-def _failure(e: Exception) -> tuple[int, str]:
-    from impl.broker.listener import server_error  # the listener imports this module
-
-    return server_error(e)
+ErrorOf = Callable[[Exception], tuple[int, str]]  # the listener's: a failure -> (ServerError, reason)
 
 
-def get_schema(connection: Any, out: conn.DoGetSchema) -> list[Any]:
+def get_schema(connection: Any, out: conn.DoGetSchema, error_of: ErrorOf) -> list[Any]:
     resp = api.CommandGetSchemaResponse(request_id=out.request_id)
     try:
         connection._authorize(out.topic, Access.LOOKUP, "get schema")
@@ -62,11 +60,11 @@ def get_schema(connection: Any, out: conn.DoGetSchema) -> list[Any]:
         resp.schema.CopyFrom(to_wire(schema, str(name.base)))
         resp.schema_version = version_bytes(found)
     except Exception as e:
-        resp.error_code, resp.error_message = _failure(e)  # type: ignore[assignment]
+        resp.error_code, resp.error_message = error_of(e)  # type: ignore[assignment]
     return [conn.Reply(conn.command(api.BaseCommand.GET_SCHEMA_RESPONSE, getSchemaResponse=resp))]
 
 
-def get_or_create_schema(connection: Any, out: conn.DoGetOrCreateSchema) -> list[Any]:
+def get_or_create_schema(connection: Any, out: conn.DoGetOrCreateSchema, error_of: ErrorOf) -> list[Any]:
     resp = api.CommandGetOrCreateSchemaResponse(request_id=out.request_id)
     try:
         connection._authorize(out.topic, Access.PRODUCE, "get or create schema")
@@ -76,7 +74,7 @@ def get_or_create_schema(connection: Any, out: conn.DoGetOrCreateSchema) -> list
         if version is not None:
             resp.schema_version = version_bytes(version)
     except Exception as e:
-        resp.error_code, resp.error_message = _failure(e)  # type: ignore[assignment]
+        resp.error_code, resp.error_message = error_of(e)  # type: ignore[assignment]
     cmd = conn.command(api.BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE, getOrCreateSchemaResponse=resp)
     return [conn.Reply(cmd)]
 
