@@ -180,12 +180,12 @@ from impl.broker.managed_ledger_core import (
     TrimDone,
     WriteLedgerList,
 )
-from impl.broker.naming import NamespaceName
 from impl.broker.ownership_core import BundlesLost, OwnershipCore
 from impl.metadata.layout import ledger_path
 from impl.metadata.ledger import Fragment, LedgerMetadata, LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
 from impl.metadata.memory import MemoryServer, MemoryStore
+from impl.metadata.naming import NamespaceName
 from impl.metadata.serde import deserialize
 from impl.metadata.store import BadVersion, MetadataError, NodeExists, NoNode
 

@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Callable
 
 from impl.broker import namespaces
-from impl.broker.naming import NamespaceName, TopicName
+from impl.metadata.naming import NamespaceName, TopicName
 from impl.metadata.store import MetadataStore
 from impl.security import authorization
 from impl.security.authorization import Access, AuthorizationFailed, Facts

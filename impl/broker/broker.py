@@ -23,10 +23,10 @@ from impl.broker.bundles import NamespaceBundle
 from impl.broker.errors import NamespaceNotInCluster, NotOwner, ServiceNotReady, TopicNotFound
 from impl.broker.listener import PulsarListener, PulsarLookup
 from impl.broker.load_manager import LoadManager
-from impl.broker.lookup import BrokerLoad
-from impl.broker.naming import TopicName
 from impl.broker.service import BrokerConfig, BrokerService
 from impl.metadata import layout
+from impl.metadata.brokers import BrokerLoad
+from impl.metadata.naming import TopicName
 from impl.metadata.renewal import SessionRenewer
 from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired, SessionState
 from impl.trace import Tracer

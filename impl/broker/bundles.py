@@ -16,8 +16,8 @@ import zlib
 from dataclasses import dataclass
 
 from impl.broker import namespaces
-from impl.broker.naming import NamespaceName, TopicName
 from impl.metadata import layout
+from impl.metadata.naming import NamespaceName, TopicName
 
 DEFAULT_NUMBER_OF_BUNDLES = namespaces.DEFAULT_NUMBER_OF_BUNDLES
 FULL_RANGE = layout.FULL_HASH_RANGE  # 2^32

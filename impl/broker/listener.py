@@ -44,12 +44,12 @@ from impl.broker.errors import (
     UnknownMessageIdError,
 )
 from impl.broker.managed_ledger import Position, after_deliveries
-from impl.broker.naming import NamespaceName
 from impl.broker.replication.replicator import REPLICATOR_PREFIX
 from impl.broker.schema import protocol as schema_protocol
 from impl.broker.schema.model import SchemaError
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
 from impl.loop_server import ConnectionListener
+from impl.metadata.naming import NamespaceName
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
 from impl.protocol import bitset, entry_codec, frames
 from impl.protocol import pulsar_api_pb2 as api

@@ -10,12 +10,12 @@ import threading
 from collections.abc import Callable
 
 from impl.broker import namespaces
-from impl.broker.broker_registry import BrokerRegistry
 from impl.broker.bundles import NamespaceBundle, bundle_for
-from impl.broker.lookup import BrokerLoad, LookupFailed, LookupResult, NoBrokerAvailable, decide_lookup
-from impl.broker.naming import NamespaceName, TopicName
+from impl.broker.lookup import LookupFailed, LookupResult, NoBrokerAvailable, decide_lookup
 from impl.broker.ownership import LostCallback, OwnershipCache
 from impl.metadata import layout
+from impl.metadata.brokers import BrokerLoad, BrokerRegistry
+from impl.metadata.naming import NamespaceName, TopicName
 from impl.metadata.store import (
     BadVersion,
     MetadataStore,

@@ -13,13 +13,13 @@ naming the next owner and unloads the bundle; whoever acquires the bundle next d
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from impl.broker.bundles import NamespaceBundle
 from impl.metadata import layout
+from impl.metadata.brokers import BrokerLoad
 from impl.metadata.store import (
     MetadataError,
 )
@@ -37,38 +37,6 @@ class LookupFailed(MetadataError):
     """Ownership of the bundle kept changing while we looked it up."""
 
     code = "ServiceNotReady"
-
-
-@dataclass(frozen=True)
-class BrokerLoad:
-    """What a broker publishes in its /loadbalance/brokers/<host:port> node."""
-
-    broker: str
-    bundles: int = 0
-    topics: int = 0
-    service_url: str = ""  # where Pulsar clients connect: pulsar://host:port (Pulsar's pulsarServiceUrl)
-    web_url: str = ""  # the admin REST API and lookups: http://host:port (Pulsar's webServiceUrl)
-    service_url_tls: str = ""  # pulsar+ssl://host:port when the broker serves TLS (pulsarServiceUrlTls)
-    web_url_tls: str = ""  # https://host:port when it does (webServiceUrlTls)
-
-    def to_json(self) -> bytes:
-        doc = {"broker": self.broker, "bundles": self.bundles, "topics": self.topics}
-        urls = {"pulsarServiceUrl": self.service_url, "webServiceUrl": self.web_url}
-        tls = {"pulsarServiceUrlTls": self.service_url_tls, "webServiceUrlTls": self.web_url_tls}
-        return json.dumps(doc | urls | tls).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> BrokerLoad:
-        raw = json.loads(data)
-        return cls(
-            str(raw["broker"]),
-            int(raw["bundles"]),
-            int(raw["topics"]),
-            str(raw.get("pulsarServiceUrl", "")),
-            str(raw.get("webServiceUrl", "")),
-            str(raw.get("pulsarServiceUrlTls", "")),
-            str(raw.get("webServiceUrlTls", "")),
-        )
 
 
 @dataclass(frozen=True)

@@ -92,11 +92,11 @@ from impl.broker.managed_ledger_errors import (
     ManagedLedgerNotReadyError,
     NoSuchCursorError,
 )
-from impl.broker.naming import TopicName
 from impl.futures import settle
 from impl.metadata.layout import MANAGED_LEDGERS_ROOT, cursor_path, parse_managed_ledger_path
 from impl.metadata.ledger import LedgerState
 from impl.metadata.ledger_store import NoSuchLedger
+from impl.metadata.naming import TopicName
 from impl.metadata.store import (
     BadVersion,
     MetadataError,

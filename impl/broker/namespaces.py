@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from impl.broker.naming import NamespaceName, TopicName, check_named_entity
 from impl.metadata import layout
+from impl.metadata.naming import NamespaceName, TopicName, check_named_entity
 from impl.metadata.store import (
     ANY_VERSION,
     BadVersion,

@@ -73,7 +73,6 @@ from impl.broker.managed_ledger import (
     NonDurableCursor,
     Position,
 )
-from impl.broker.naming import InvalidTopicName, NamespaceName, TopicName
 from impl.broker.replication.replicator import CURSOR_PREFIX, is_replicator_cursor
 from impl.broker.replication.topic_replicator import TopicReplicator
 from impl.broker.schema.registry import SchemaRegistry
@@ -81,6 +80,7 @@ from impl.broker.schema.storage import SchemaStorage
 from impl.broker.topic_stats import TopicCounters
 from impl.client.api import Client
 from impl.client.errors import ClientError
+from impl.metadata.naming import InvalidTopicName, NamespaceName, TopicName
 from impl.metadata.store import MetadataError, MetadataStore
 from impl.protocol import entry_codec
 from impl.protocol.entry_codec import CorruptEntry

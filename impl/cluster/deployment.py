@@ -41,9 +41,9 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from impl.broker.namespaces import DEFAULT_CLUSTER, AdminError, ClusterData, register_cluster
-from impl.broker.naming import InvalidNamespaceName, check_named_entity
 from impl.cluster.nodes import Node, NodeError, pulsar_ref_command
 from impl.cluster.sessions import SessionExpiryError, ZooKeeperAdmin, expire_node_session
+from impl.metadata.naming import InvalidNamespaceName, check_named_entity
 from impl.metadata.zkserver import ZooKeeperEnsemble, ZooKeeperError, ZooKeeperServer, free_port
 from impl.security.secure_setup import SUPER_USER, ensure_secure_files
 

@@ -10,9 +10,8 @@ import threading
 from collections.abc import Callable
 from urllib.parse import quote
 
-from impl.broker.broker_registry import BrokerRegistry
-from impl.broker.lookup import BrokerLoad
-from impl.broker.naming import TopicName
+from impl.metadata.brokers import BrokerLoad, BrokerRegistry
+from impl.metadata.naming import TopicName
 from impl.metadata.store import ConnectionLoss, MetadataStore, SessionExpired
 from impl.web import client
 from impl.web.http import HttpError

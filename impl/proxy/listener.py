@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from impl.broker.naming import InvalidTopicName
 from impl.loop_server import ConnectionListener, no_delay
+from impl.metadata.naming import InvalidTopicName
 from impl.protocol import frames
 from impl.protocol import pulsar_api_pb2 as api
 from impl.protocol.session import Close, DoAuthenticate, Reply

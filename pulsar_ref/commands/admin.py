@@ -298,8 +298,8 @@ def main(argv: list[str], prog: str) -> int:
     args = _parser(prog).parse_args(argv)
     verb = VERBS[args.group][args.verb_name]
 
-    from impl.broker.naming import InvalidNamespaceName, InvalidTopicName
     from impl.broker.web.admin_client import AdminClient, topic_path
+    from impl.metadata.naming import InvalidNamespaceName, InvalidTopicName
     from impl.security.tls import TlsConfigError, client_context
     from impl.web.http import HttpError
 

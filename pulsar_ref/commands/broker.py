@@ -32,7 +32,7 @@ def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quo
 
 
 def _cluster_name(name: str) -> str:
-    from impl.broker.naming import InvalidNamespaceName, check_named_entity
+    from impl.metadata.naming import InvalidNamespaceName, check_named_entity
 
     try:
         return check_named_entity("cluster", name)

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from impl.broker import namespaces as ns
-from impl.broker.naming import InvalidNamespaceName
 from impl.metadata import layout
+from impl.metadata.naming import InvalidNamespaceName
 from impl.metadata.store import MetadataStore
 from impl.metadata.url import connect as connect_url
 

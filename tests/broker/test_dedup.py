@@ -9,8 +9,8 @@ from typing import Any
 
 from impl.broker.errors import PersistenceError
 from impl.broker.managed_ledger import ManagedLedgerError, Position
-from impl.broker.naming import TopicName
 from impl.broker.service import Append, BrokerConfig, Topic
+from impl.metadata.naming import TopicName
 from impl.protocol.entry_codec import SingleMessage, build_messages
 
 

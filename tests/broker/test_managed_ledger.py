@@ -27,11 +27,11 @@ from impl.broker.managed_ledger import (
     ManagedLedgerState,
     Position,
 )
-from impl.broker.naming import InvalidTopicName, NonPersistentNotSupported
 from impl.metadata.layout import InvalidName
 from impl.metadata.ledger import LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
 from impl.metadata.memory import MemoryServer
+from impl.metadata.naming import InvalidTopicName, NonPersistentNotSupported
 from impl.metadata.registry import BookieRegistry
 
 from .conftest import BOOKIES, Cluster, FakeClock, make_cluster

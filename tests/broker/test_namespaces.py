@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from impl.broker import namespaces as ns
-from impl.broker.naming import InvalidNamespaceName, NamespaceName, TopicName
+from impl.metadata.naming import InvalidNamespaceName, NamespaceName, TopicName
 from impl.metadata.store import MetadataStore
 from impl.metadata.url import connect as connect_url
 

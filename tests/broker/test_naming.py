@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from impl.broker.naming import (
+from impl.metadata import layout
+from impl.metadata.naming import (
     InvalidNamespaceName,
     InvalidTopicName,
     NamespaceName,
     NonPersistentNotSupported,
     TopicName,
 )
-from impl.metadata import layout
 
 ENTITY_CHARS = "-=:._abcXYZ019"
 entities = st.text(alphabet=ENTITY_CHARS, min_size=1, max_size=12).filter(lambda s: s not in (".", ".."))

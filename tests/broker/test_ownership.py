@@ -14,14 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from impl.broker import namespaces
-from impl.broker.broker_registry import BrokerAlreadyRegistered, BrokerRegistry
 from impl.broker.bundles import NamespaceBundle, bundle_boundaries, bundle_for, namespace_bundles, topic_hash
 from impl.broker.load_manager import LoadManager
-from impl.broker.lookup import BrokerLoad, LookupDecision, NoBrokerAvailable, decide_lookup, least_loaded
-from impl.broker.naming import NamespaceName, TopicName
+from impl.broker.lookup import LookupDecision, NoBrokerAvailable, decide_lookup, least_loaded
 from impl.broker.ownership import OwnershipCache
+from impl.metadata.brokers import BrokerAlreadyRegistered, BrokerLoad, BrokerRegistry
 from impl.metadata.layout import InvalidName
 from impl.metadata.memory import MemoryServer, MemoryStore
+from impl.metadata.naming import NamespaceName, TopicName
 from impl.metadata.store import (
     ConnectionLoss,
     InvalidArgument,

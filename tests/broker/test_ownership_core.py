@@ -12,8 +12,8 @@ import pytest
 
 from impl.broker import ownership_core as core
 from impl.broker.bundles import NamespaceBundle, namespace_bundles
-from impl.broker.naming import NamespaceName
 from impl.broker.ownership_core import OwnershipCore
+from impl.metadata.naming import NamespaceName
 from impl.metadata.store import BadVersion, ConnectionLoss, InvalidArgument, NodeExists, NoNode, SessionExpired
 
 ME, OTHER = 101, 202  # session ids: ours, another broker's

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from impl.broker.bundles import NamespaceBundle, namespace_bundles
-from impl.broker.naming import NamespaceName
 from impl.broker.ownership import OwnershipCache
 from impl.metadata.memory import MemoryServer
+from impl.metadata.naming import NamespaceName
 from impl.metadata.store import NoNode, SessionExpired
 
 BROKERS = ["a:1", "b:1", "c:1"]

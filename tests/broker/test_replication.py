@@ -18,8 +18,8 @@ import pulsar
 import pytest
 
 from impl.broker import namespaces
-from impl.broker.naming import NamespaceName
 from impl.broker.standalone import Standalone
+from impl.metadata.naming import NamespaceName
 from impl.metadata.store import MetadataStore
 from impl.metadata.url import connect
 from impl.metadata.zkserver import ZooKeeperServer, free_port

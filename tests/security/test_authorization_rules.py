@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from impl.broker.naming import NamespaceName, TopicName
 from impl.broker.web.access import need_of, refusal
+from impl.metadata.naming import NamespaceName, TopicName
 from impl.security.authorization import (
     Access,
     AuthPolicies,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from impl.broker.naming import NamespaceName, TopicName
+from impl.metadata.naming import NamespaceName, TopicName
 from impl.security.authorization import Access
 
 OPEN = ("/metrics",)  # served without credentials, as Pulsar's metrics are by default

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from impl.broker import namespaces
-from impl.broker.naming import NamespaceName, check_named_entity
 from impl.broker.web.context import WebContext
+from impl.metadata.naming import NamespaceName, check_named_entity
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import MetadataStore
 from impl.web.http import HttpError, Request, Response, Router

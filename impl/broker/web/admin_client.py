@@ -8,7 +8,7 @@ import ssl
 from typing import Any
 from urllib.parse import quote
 
-from impl.broker.naming import TopicName
+from impl.metadata.naming import TopicName
 from impl.web import client
 from impl.web.http import HttpError
 

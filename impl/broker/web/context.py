@@ -16,9 +16,9 @@ from impl.broker.errors import (
     ServiceNotReady,
     TopicNotFound,
 )
-from impl.broker.lookup import BrokerLoad
-from impl.broker.naming import InvalidNamespaceName, InvalidTopicName
 from impl.broker.service import BrokerService
+from impl.metadata.brokers import BrokerLoad
+from impl.metadata.naming import InvalidNamespaceName, InvalidTopicName
 from impl.metadata.store import ConnectionLoss, MetadataStore, SessionExpired
 from impl.web.http import HttpError, Request, Response
 

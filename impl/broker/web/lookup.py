@@ -5,8 +5,8 @@ API's own calls; a topic without a schema answers 404, as Pulsar does)."""
 from __future__ import annotations
 
 from impl.broker import namespaces
-from impl.broker.naming import NON_PERSISTENT, PERSISTENT, TopicName
 from impl.broker.web.context import WebContext, redirect_to_owner
+from impl.metadata.naming import NON_PERSISTENT, PERSISTENT, TopicName
 from impl.web.http import HttpError, Request, Response, Router
 
 

@@ -7,8 +7,8 @@ live in the namespace's policies node, so every broker sees a change at once."""
 from __future__ import annotations
 
 from impl.broker import namespaces
-from impl.broker.naming import NamespaceName, TopicName, check_named_entity
 from impl.broker.web.context import WebContext
+from impl.metadata.naming import NamespaceName, TopicName, check_named_entity
 from impl.security.authorization import InvalidPermissions, parse_actions
 from impl.web.http import HttpError, Request, Response, Router
 

@@ -11,10 +11,10 @@ from urllib.parse import quote
 
 from impl.broker import namespaces
 from impl.broker.errors import ConsumerBusyError, NotEmptyError
-from impl.broker.naming import NamespaceName, TopicName, check_named_entity
 from impl.broker.service import Topic
 from impl.broker.web import stats
 from impl.broker.web.context import WebContext, redirect_to_owner
+from impl.metadata.naming import NamespaceName, TopicName, check_named_entity
 from impl.web import client as fetch
 from impl.web.http import HttpError, Request, Response, Router
 

@@ -21,10 +21,10 @@ from urllib.parse import quote
 
 from impl.broker import namespaces
 from impl.broker.ledger_list import LedgerList
-from impl.broker.naming import NamespaceName, TopicName, check_named_entity
 from impl.broker.web.context import WebContext
 from impl.metadata.ledger import LedgerMetadata, LedgerState
 from impl.metadata.ledger_store import LedgerMetadataStore, NoSuchLedger
+from impl.metadata.naming import NamespaceName, TopicName, check_named_entity
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import NoNode
 from impl.web import client

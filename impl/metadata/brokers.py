@@ -1,12 +1,14 @@
 """The broker registry: live brokers' ephemeral /loadbalance/brokers/<host:port> nodes, each holding
-the broker's load and URLs (a `BrokerLoad`).
+the broker's load and URLs (a `BrokerLoad`). Part of the metadata layout, so that the brokers that write it
+and the proxy that reads it share it without the proxy importing the broker.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+from dataclasses import dataclass
 
-from impl.broker.lookup import BrokerLoad
 from impl.metadata import layout
 from impl.metadata.store import (
     MetadataError,
@@ -14,6 +16,39 @@ from impl.metadata.store import (
     NodeExists,
     NoNode,
 )
+
+
+@dataclass(frozen=True)
+class BrokerLoad:
+    """What a broker publishes in its /loadbalance/brokers/<host:port> node."""
+
+    broker: str
+    bundles: int = 0
+    topics: int = 0
+    service_url: str = ""  # where Pulsar clients connect: pulsar://host:port (Pulsar's pulsarServiceUrl)
+    web_url: str = ""  # the admin REST API and lookups: http://host:port (Pulsar's webServiceUrl)
+    service_url_tls: str = ""  # pulsar+ssl://host:port when the broker serves TLS (pulsarServiceUrlTls)
+    web_url_tls: str = ""  # https://host:port when it does (webServiceUrlTls)
+
+    def to_json(self) -> bytes:
+        doc = {"broker": self.broker, "bundles": self.bundles, "topics": self.topics}
+        urls = {"pulsarServiceUrl": self.service_url, "webServiceUrl": self.web_url}
+        tls = {"pulsarServiceUrlTls": self.service_url_tls, "webServiceUrlTls": self.web_url_tls}
+        return json.dumps(doc | urls | tls).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> BrokerLoad:
+        raw = json.loads(data)
+        return cls(
+            str(raw["broker"]),
+            int(raw["bundles"]),
+            int(raw["topics"]),
+            str(raw.get("pulsarServiceUrl", "")),
+            str(raw.get("webServiceUrl", "")),
+            str(raw.get("pulsarServiceUrlTls", "")),
+            str(raw.get("webServiceUrlTls", "")),
+        )
+
 
 # --- the broker registry (shell) ---------------------------------------------------------------
 
