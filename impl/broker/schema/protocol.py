@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from impl.broker import connection as conn
-from impl.broker.naming import TopicName
 from impl.broker.schema.model import (
     TYPE_NUMBERS,
     SchemaData,
@@ -16,6 +15,7 @@ from impl.broker.schema.model import (
     version_bytes,
     version_from_bytes,
 )
+from impl.metadata.naming import TopicName
 from impl.protocol import pulsar_api_pb2 as api
 from impl.security.authorization import Access
 

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from impl.broker import namespaces
-from impl.broker.naming import TopicName
 from impl.broker.schema import compatibility
 from impl.broker.schema.model import IncompatibleSchema, SchemaData, SchemaNotFound, validate
 from impl.broker.schema.storage import Locator, LocatorConflict, SchemaStorage
+from impl.metadata.naming import TopicName
 from impl.metadata.store import MetadataStore
 
 ATTEMPTS = 8

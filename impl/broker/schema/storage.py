@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from impl.bookie.client.api import BookKeeperClient
 from impl.broker.managed_ledger import ManagedLedgerConfig
-from impl.broker.naming import TopicName
 from impl.broker.schema.model import SchemaData
 from impl.metadata import layout
+from impl.metadata.naming import TopicName
 from impl.metadata.store import BadVersion, MetadataStore, NodeExists, NoNode
 
 log = logging.getLogger(__name__)
