@@ -57,6 +57,16 @@ def _cluster_data(a: argparse.Namespace) -> dict[str, str]:
     }
 
 
+_SCHEMA_FILE = ("--filename", str, None, 'a JSON file: {"type": "AVRO", "schema": "<definition>", "properties": {}}')
+
+
+def _schema_file(a: argparse.Namespace) -> Any:
+    try:
+        return json.loads(Path(a.filename).read_text())
+    except ValueError as e:
+        raise OSError(f"{a.filename} is not JSON: {e}") from None
+
+
 def _tenant_info(a: argparse.Namespace) -> dict[str, list[str]]:
     return {"adminRoles": _names(a.admin_roles)} | (
         {"allowedClusters": _names(a.allowed_clusters)} if a.allowed_clusters else {}
@@ -247,6 +257,33 @@ VERBS: dict[str, dict[str, Verb]] = {
             "DELETE", "{topic}/permissions/{role}", "topic", options=(_ROLE,), help="take the topic's grant away"
         ),
     },
+    "schemas": {
+        "get": Verb(
+            "GET",
+            "{schema_topic}/schema",
+            "topic",
+            options=(("--version", int, -1, "this version (default: the latest)"),),
+            help="a topic's schema",
+        ),
+        "versions": Verb("GET", "{schema_topic}/schemas", "topic", help="every schema version of a topic"),
+        "upload": Verb(
+            "POST",
+            "{schema_topic}/schema",
+            "topic",
+            options=(_SCHEMA_FILE,),
+            body=_schema_file,
+            help='add a schema version (the file: {"type": "AVRO", "schema": "...", "properties": {}})',
+        ),
+        "delete": Verb("DELETE", "{schema_topic}/schema", "topic", help="delete every version and its ledger"),
+        "compatibility": Verb(
+            "POST",
+            "{schema_topic}/compatibility",
+            "topic",
+            options=(_SCHEMA_FILE,),
+            body=_schema_file,
+            help="test a schema against the topic's versions without storing it",
+        ),
+    },
     "brokers": {
         "list": Verb("GET", "/admin/v2/brokers/{cluster}", "cluster", help="the live brokers of a cluster"),
         "leader-broker": Verb("GET", "/admin/v2/brokers/leaderBroker", help="the leader broker"),
@@ -307,6 +344,9 @@ def main(argv: list[str], prog: str) -> int:
         path = verb.path
         if verb.positional == "topic":
             path = path.replace("{topic}", topic_path(args.topic))
+            path = path.replace("{schema_topic}", topic_path(args.topic).replace("/persistent/", "/schemas/", 1))
+            if getattr(args, "version", -1) >= 0 and path.endswith("/schema"):
+                path += f"/{args.version}"
         values = {k: str(v) for k, v in vars(args).items() if v is not None}
         path = path.format(
             **{k: values.get(k, "") for k in ("tenant", "namespace", "cluster", "subscription", "time", "role")}
@@ -320,7 +360,7 @@ def main(argv: list[str], prog: str) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"error: cannot read the token file: {e}", file=sys.stderr)
+        print(f"error: cannot read the token or schema file: {e}", file=sys.stderr)
         return 2
     except HttpError as e:
         status = f" ({e.status})" if e.status else ""

@@ -102,6 +102,8 @@ class TopicRoutes:
             raise NotEmptyError(f"Topic {name} has connected consumers; close them or delete with force=true")
         self.ctx.service.unload_topics(lambda n: n == name, graceful=False)
         owned.ml.delete()
+        if not name.is_partition:  # a partition's schema is its partitioned topic's
+            self.ctx.service.schemas.delete(name)
         return Response.empty()
 
     # ---- partitioned topics -------------------------------------------------------------------
@@ -146,6 +148,7 @@ class TopicRoutes:
             if self._exists(partition):
                 fetch.call("DELETE", self.ctx.web_url + _path(partition) + query, headers=self.ctx.internal_headers())
         namespaces.delete_partitioned_topic(self.ctx.configuration_store, name)
+        self.ctx.service.schemas.delete(name)
         return Response.empty()
 
     # ---- one topic's data ---------------------------------------------------------------------
