@@ -372,9 +372,12 @@ def read_lag_plot(page: Page, ops: Sequence[Op]) -> str:
     return _plot(page, "read-lag", height, dots, axis, "")
 
 
-def unavailability(page: Page, ops: Sequence[Op]) -> list[tuple[Fault, dict[str, int | None]]]:
-    """Per fault: per topic that had any operation, the time from the injection to the completion of the first
-    `ok` operation on the topic invoked at or after it (None: none was)."""
+def unavailability(
+    page: Page, ops: Sequence[Op], after_heal: bool = False
+) -> list[tuple[Fault, dict[str, int | None]]]:
+    """Per fault: per topic that had any operation, the time from the injection (from the heal if `after_heal`:
+    how long the system takes to serve again once the fault is over, e.g. after a stall) to the completion of
+    the first `ok` operation on the topic invoked at or after it (None: none was)."""
     by_topic: dict[str, list[tuple[int, int]]] = defaultdict(list)
     topics = set()
     for op in ops:
@@ -396,10 +399,17 @@ def unavailability(page: Page, ops: Sequence[Op]) -> list[tuple[Fault, dict[str,
         waits: dict[str, int | None] = {}
         for topic in sorted(topics):
             invokes, suffix = index.get(topic, ([], []))
-            i = bisect.bisect_left(invokes, fault.start)
-            waits[topic] = suffix[i] - fault.start if i < len(invokes) else None
+            since = fault.end if after_heal else fault.start
+            i = bisect.bisect_left(invokes, since)
+            waits[topic] = suffix[i] - since if i < len(invokes) else None
         out.append((fault, waits))
     return out
+
+
+def _worst_wait(waits: dict[str, int | None]) -> str:
+    if any(w is None for w in waits.values()):
+        return "never"
+    return duration(max(w for w in waits.values() if w is not None)) if waits else "-"
 
 
 def unavailability_table(page: Page, ops: Sequence[Op]) -> str:
@@ -407,9 +417,11 @@ def unavailability_table(page: Page, ops: Sequence[Op]) -> str:
         return "<p>No fault was injected.</p>"
     rows = [
         "<table id='unavailability'><tr><th>fault</th><th>node</th><th>start (s)</th><th>lasted</th>"
-        "<th>topics that answered</th><th>time to next ok (max)</th><th>slowest topic</th></tr>"
+        "<th>topics that answered</th><th>time to next ok (max)</th><th>slowest topic</th>"
+        "<th>after the heal: time to next ok (max)</th></tr>"
     ]
-    for fault, waits in unavailability(page, ops):
+    recovered = [waits for _, waits in unavailability(page, ops, after_heal=True)]
+    for (fault, waits), after in zip(unavailability(page, ops), recovered, strict=True):
         answered = {t: w for t, w in waits.items() if w is not None}
         never = sorted(t for t, w in waits.items() if w is None)
         if never:
@@ -427,7 +439,8 @@ def unavailability_table(page: Page, ops: Sequence[Op]) -> str:
             f'<tr class="fault-row" data-kind="{esc(fault.kind)}" title="{esc(detail)}">'
             f"<td><svg width='10' height='10'><rect class='fault fault-{slug(fault.kind)}' width='10' height='10'/>"
             f"</svg> {esc(fault.kind)}</td><td>{esc(fault.node)}</td><td>{page.rel(fault.start):.3f}</td>"
-            f"<td>{lasted}</td><td>{len(answered)} of {len(waits)}</td><td>{worst}</td><td>{esc(slowest)}</td></tr>"
+            f"<td>{lasted}</td><td>{len(answered)} of {len(waits)}</td><td>{worst}</td><td>{esc(slowest)}</td>"
+            f"<td>{_worst_wait(after) if fault.healed else '-'}</td></tr>"
         )
     rows.append("</table>")
     if len(page.faults) > MAX_FAULT_ROWS:

@@ -32,7 +32,7 @@ from impl.metadata import layout
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.renewal import SessionRenewer
 from impl.metadata.store import MetadataError, MetadataStore, NoNode
-from impl.metadata.url import connect
+from impl.metadata.url import DEFAULT_SESSION_TIMEOUT_S, connect
 from impl.metadata.zkserver import free_port, port_is_free
 from impl.security.settings import Security
 from impl.security.tokens import AuthenticationFailed
@@ -141,8 +141,10 @@ class Standalone:
         max_entries_per_ledger: int = ManagedLedgerConfig.max_entries_per_ledger,
         cluster: str = namespaces.DEFAULT_CLUSTER,
         configuration_store: str | None = None,  # URL of the instance's configuration store; None: the embedded one
+        session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,  # of every metadata session (zooKeeperSessionTimeout)
     ) -> None:
         self.cluster = cluster
+        self.session_timeout_s = session_timeout_s
         self.configuration_store_url = configuration_store
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -173,7 +175,7 @@ class Standalone:
             | ({"pulsar_tls_port": self.tls_ports[0], "web_tls_port": self.tls_ports[1]} if security.tls else {})
         )
         self.metadata_url = f"embedded://{self.data_dir / 'metadata'}"
-        self.store: MetadataStore = connect(self.metadata_url)
+        self.store: MetadataStore = connect(self.metadata_url, self.session_timeout_s)
         # A previous run may have registered under the web port it used then (or, before the
         # broker's identity became its web address, under its gRPC port, kept as "broker_port").
         previous = {self.web_port, state.get("web_port"), old_broker_port} - {None}
@@ -181,7 +183,9 @@ class Standalone:
         registry = BookieRegistry(self.store)
         # The in-process bookies share this session; when it expires (the process was stopped past the
         # session timeout and another session's heartbeat reaped it first) they register again on a new one.
-        self._renewer = SessionRenewer("standalone bookies", lambda: connect(self.metadata_url), self._adopt_session)
+        self._renewer = SessionRenewer(
+            "standalone bookies", lambda: connect(self.metadata_url, self.session_timeout_s), self._adopt_session
+        )
         self._renewer.watch(self.store)
         self.bookies = [
             _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry) for i, p in enumerate(ports[:bookies])
@@ -294,7 +298,7 @@ class Standalone:
             if self.broker is not None:
                 return
             broker = Broker(
-                lambda: connect(self.metadata_url),
+                lambda: connect(self.metadata_url, self.session_timeout_s),
                 self.config,
                 pulsar_port=self.pulsar_port,
                 web_port=self.web_port,

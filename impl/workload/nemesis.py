@@ -11,6 +11,9 @@ anomalies up with the faults.
 Fault kinds:
   kill-bookie / kill-broker / kill-proxy / kill-standalone     SIGKILL; healed by starting it (same data, port)
   pause-bookie / pause-broker / pause-proxy / pause-standalone  SIGSTOP; healed by SIGCONT
+  stall                SIGSTOP of a standalone process, broker or bookie for `stall_s` (past its metadata session
+                       timeout, so the session expires), then SIGCONT at once; the heal does not restart it: it
+                       checks the node registered again by itself (issue 49), and says so in the history
   expire-session       ZooKeeper ends a bookie's or broker's session; healed by restarting the node
                        if it did not register again by itself
   restart-zookeeper    SIGKILL one ZooKeeper server; healed by starting it again (same data)
@@ -27,6 +30,7 @@ import time
 from dataclasses import dataclass
 
 from impl.cluster.deployment import Cluster, ClusterError, InProcessNode
+from impl.metadata.url import DEFAULT_SESSION_TIMEOUT_S
 from impl.workload.geo import InstanceNodes
 from impl.workload.history import HistoryWriter
 
@@ -41,6 +45,7 @@ FAULT_ROLES = {
     "pause-proxy": ("proxy",),
     "kill-standalone": ("standalone",),
     "pause-standalone": ("standalone",),
+    "stall": ("standalone", "broker", "bookie"),
     # An instance's (impl/workload/geo.py): every broker of one cluster at once, so the other clusters'
     # replicators find no remote to send to.
     "kill-brokers": ("brokers",),
@@ -50,6 +55,12 @@ FAULTS = tuple(FAULT_ROLES)
 # How long a heal keeps trying to start a crashed node (ZooKeeper's and the embedded store's sessions time out
 # after 10 s by default; until then a restarted node may find its old registration and refuse to start).
 RESTART_PATIENCE_S = 30.0
+# A stall outlasts the metadata session timeout (impl.metadata.url's default, 10 s) by this much, so the session
+# certainly expires (the store's server, or another session's reaper, notices it while the node is stopped).
+STALL_MARGIN_S = 5.0
+DEFAULT_STALL_S = DEFAULT_SESSION_TIMEOUT_S + STALL_MARGIN_S
+# After SIGCONT, how long a stalled node has to register again by itself before its heal says it did not.
+STALL_RECOVERY_S = 30.0
 
 
 class NemesisError(Exception):
@@ -73,6 +84,7 @@ class Nemesis:
         seed: int | None = None,
         cycle: bool = False,
         max_faults: int = 0,
+        stall_s: float = DEFAULT_STALL_S,
     ) -> None:
         for kind in faults:
             if kind not in FAULT_ROLES:
@@ -89,6 +101,7 @@ class Nemesis:
         self.rng = random.Random(seed)
         self.cycle = cycle
         self.max_faults = max_faults  # 0 = no limit
+        self.stall_s = stall_s
         self.active: ActiveFault | None = None
         self.injected = 0
         self.injected_or_tried = 0
@@ -101,7 +114,9 @@ class Nemesis:
     def _targets(cluster: Cluster | InstanceNodes, kind: str, running: bool = False) -> list[str]:
         """Nodes this fault can hit (only running ones if `running`)."""
         nodes = [n for n in cluster.nodes() if n.role in FAULT_ROLES[kind]]
-        if kind.startswith("pause-"):  # a signal stops a whole process, not a bookie inside standalone
+        if (
+            kind.startswith("pause-") or kind == "stall"
+        ):  # a signal stops a whole process, not a bookie inside standalone
             nodes = [n for n in nodes if not isinstance(n, InProcessNode)]
         if kind == "expire-session":
             nodes = [n for n in nodes if cluster.can_expire(n)]
@@ -177,6 +192,13 @@ class Nemesis:
             return f"SIGKILL pid {self.cluster.kill(node)}"
         if kind.startswith("pause-"):
             return f"SIGSTOP pid {self.cluster.pause(node)}"
+        if kind == "stall":
+            pid = self.cluster.pause(node)
+            try:
+                self._stop.wait(self.stall_s)  # held under the lock: nothing else may heal it early
+            finally:
+                self.cluster.resume(node)
+            return f"SIGSTOP pid {pid} for {self.stall_s:g} s (past the metadata session timeout), then SIGCONT"
         if kind == "expire-session":
             return f"ZooKeeper session 0x{self.cluster.expire_session(node):x} ended"
         if kind == "restart-zookeeper":
@@ -239,6 +261,8 @@ class Nemesis:
                 time.sleep(1.0)
 
     def _undo(self, fault: ActiveFault) -> str:
+        if fault.kind == "stall":
+            return self._recovered_from_stall(fault.node)
         if fault.kind.startswith("pause-"):
             return f"SIGCONT pid {self.cluster.resume(fault.node)}"
         if fault.kind == "expire-session":
@@ -247,6 +271,24 @@ class Nemesis:
             self.cluster.restart(fault.node)
             return f"restarted (it did not register again by itself), pid {self.cluster.node(fault.node).pid()}"
         return self._bring_back(fault.node)
+
+    def _recovered_from_stall(self, name: str) -> str:
+        """The stalled node was resumed at once; it must have registered again by itself (a new session).
+        Raises ClusterError (the heal fails, the history says so, heal_all restarts it) if it did not."""
+        node = self.cluster.node(name)
+        if node.role == "standalone" or not self.cluster.metadata_url.startswith("zk://"):
+            return "resumed; registers again by itself (the embedded store is checked by the workload's writes)"
+        deadline = time.monotonic() + STALL_RECOVERY_S
+        while not self._stop.is_set():
+            try:
+                if self.cluster.registered(name):
+                    return "resumed; registered again by itself"
+            except ClusterError:
+                pass  # ZooKeeper busy: ask again
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        raise ClusterError(f"{name} did not register again by itself within {STALL_RECOVERY_S:g} s of SIGCONT")
 
     def _unregistered(self, name: str) -> bool:
         node = self.cluster.node(name)

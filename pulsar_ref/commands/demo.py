@@ -27,8 +27,17 @@ from impl.workload.nemesis import Nemesis, NemesisError
 from impl.workload.run import Summary, Workload, WorkloadConfig, WorkloadError
 
 # Taken in turn (not at random), so that a one-minute demo shows every kind.
-STANDALONE_FAULTS = ["kill-bookie", "kill-broker", "pause-standalone", "expire-session"]
-CLUSTER_FAULTS = ["kill-bookie", "kill-broker", "pause-bookie", "pause-broker", "expire-session", "restart-zookeeper"]
+# `stall` stops a process past its metadata session timeout: it must recover by itself (issue 49).
+STANDALONE_FAULTS = ["kill-bookie", "kill-broker", "pause-standalone", "expire-session", "stall"]
+CLUSTER_FAULTS = [
+    "kill-bookie",
+    "kill-broker",
+    "pause-bookie",
+    "pause-broker",
+    "expire-session",
+    "restart-zookeeper",
+    "stall",
+]
 # Across clusters: a whole remote side gone or frozen, a replicating broker killed or its session ended.
 GEO_FAULTS = ["kill-brokers", "kill-broker", "pause-brokers", "expire-session", "kill-bookie"]
 # Pulsar's own defaults (managedLedgerDefaultEnsembleSize etc.): with 3 bookies a ledger survives one dead bookie

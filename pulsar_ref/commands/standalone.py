@@ -60,6 +60,14 @@ def main(argv: list[str], prog: str) -> int:
     add_security_options(parser)
     add_instance_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="metadata session timeout of the broker and the bookies (Pulsar's zooKeeperSessionTimeoutMillis; "
+        "default 10): a stall longer than this expires them, and they register again when it ends",
+    )
     shutdown.add_argument(parser)
     args = parser.parse_args(argv)
     check_quorums(parser, args)
@@ -96,6 +104,7 @@ def main(argv: list[str], prog: str) -> int:
             max_entries_per_ledger=args.max_entries_per_ledger,
             cluster=args.cluster,
             configuration_store=args.configuration_store,
+            session_timeout_s=args.session_timeout,
         )
         standalone.start()
     except (MetadataError, OSError, ValueError) as e:

@@ -14,7 +14,7 @@ from impl.cluster.deployment import Cluster, ClusterError
 from impl.cluster.instance import Instance
 from impl.workload.geo import InstanceNodes
 from impl.workload.history import HistoryWriter
-from impl.workload.nemesis import FAULTS, Nemesis, NemesisError
+from impl.workload.nemesis import DEFAULT_STALL_S, FAULTS, Nemesis, NemesisError
 from impl.workload.operations import Credentials
 from impl.workload.run import Summary, Workload, WorkloadConfig, WorkloadError
 
@@ -95,6 +95,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="pick each fault at random (default) or take the kinds in turn",
     )
     parser.add_argument("--nemesis-max", type=int, default=0, help="inject at most this many faults (0 = no limit)")
+    parser.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=DEFAULT_STALL_S,
+        metavar="S",
+        help=f"how long the `stall` fault keeps a process stopped (default {DEFAULT_STALL_S:g}: past the "
+        "10 s metadata session timeout, so its sessions expire)",
+    )
     parser.add_argument("--cluster-dir", type=Path, help="the --dir of `pulsar-ref cluster up` (for the nemesis)")
     parser.add_argument(
         "--instance-dir",
@@ -226,6 +234,7 @@ def _run(
                 args.seed,
                 cycle=args.nemesis_order == "cycle",
                 max_faults=args.nemesis_max,
+                stall_s=args.stall_seconds,
             )
         _progress(
             f"workload {config.run_id}: {config.processes} processes, {config.ops} ops at {config.rate or 'max'}/s "

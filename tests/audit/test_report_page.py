@@ -300,7 +300,7 @@ def test_the_unavailability_table_has_a_row_per_fault(shown: Shown) -> None:
     faults = sorted(shown.faults, key=lambda f: f.start)
     assert len(shown_rows) == len(faults)
     for row, fault in zip(shown_rows, faults, strict=True):
-        kind, node, start, lasted, answered, worst, slowest = row
+        kind, node, start, lasted, answered, worst, slowest, after_heal = row
         assert (kind, node) == (fault.kind, fault.node)
         assert abs(float(start) - (fault.start - t0) / 1e9) < 0.0006
         healed = fault.end < max(ev["time"] for ev in shown.events)
@@ -315,6 +315,11 @@ def test_the_unavailability_table_has_a_row_per_fault(shown: Shown) -> None:
         longest = max(w for w in waits.values() if w is not None)
         assert abs(_ns(worst) - longest) <= max(longest * 0.001, 0.06e6), (worst, longest)
         assert waits[slowest] == longest
+        if healed:  # the stall's figure: how long until every topic served again once the fault was over
+            recovered = [min(c for t, i, c in ok if t == topic and i >= fault.end) - fault.end for topic in topics]
+            assert abs(_ns(after_heal) - max(recovered)) <= max(max(recovered) * 0.001, 0.06e6), after_heal
+        else:
+            assert after_heal == "-"
 
 
 def test_the_subscription_figures_are_a_table(shown: Shown) -> None:

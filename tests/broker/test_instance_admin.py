@@ -12,9 +12,9 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulsar
 import pytest
@@ -25,6 +25,9 @@ from impl.metadata.url import connect
 from impl.metadata.zkserver import ZooKeeperServer
 from impl.web.http import HttpError
 from tests.processes import ROOT, start_listening
+
+if TYPE_CHECKING:
+    from impl.broker.broker import Broker
 
 pytestmark = pytest.mark.zookeeper
 
@@ -262,6 +265,10 @@ def test_a_broker_that_owns_nothing_renews_its_expired_metadata_session(zookeepe
         broker.stop()
 
 
+def _renewed(broker: Broker, old: MetadataStore) -> Callable[[], bool]:
+    return lambda: broker.store is not old and not broker.renewing_session
+
+
 def test_a_broker_renews_however_many_sessions_expire_in_a_row(zookeeper: ZooKeeperServer) -> None:
     """Issue 49: the renewal's own new session expired too and the thread that renewed died, leaving the
     broker unregistered for good. Here the next two sessions the broker opens are expired by ZooKeeper
@@ -271,7 +278,7 @@ def test_a_broker_renews_however_many_sessions_expire_in_a_row(zookeeper: ZooKee
     from tests.waiting import wait_for
 
     metadata = f"zk://{zookeeper.connect_string}/in-a-row-{uuid.uuid4().hex[:8]}"
-    doomed = [0]
+    doomed = [0]  # how many of the next sessions opened are expired on arrival
 
     def connect_store() -> MetadataStore:
         store = connect(metadata, session_timeout_s=4)
@@ -287,7 +294,7 @@ def test_a_broker_renews_however_many_sessions_expire_in_a_row(zookeeper: ZooKee
             doomed[0] = expired_on_arrival
             old, failures = broker.store, broker._renewer.failures
             broker.expire_session()
-            wait_for(lambda: broker.store is not old and not broker.renewing_session, "a new live session", 30)
+            wait_for(_renewed(broker, old), "a new live session", 30)
             wait_for(lambda: broker.address in broker.live_brokers(), "the broker registered again", 20)
             assert doomed[0] == 0
             assert broker._renewer.failures - failures >= expired_on_arrival, round_
