@@ -28,7 +28,12 @@ Semantics (as ZooKeeper 3.8):
     not block.
   - Session listeners are told of state changes: CONNECTED, SUSPENDED (connection
     lost, session may still be alive) and EXPIRED (ephemerals are gone; the client
-    must never act on the old session again: BookKeeper issue 4462).
+    must never act on the old session again: BookKeeper issue 4462). A component renews with
+    `impl.metadata.renewal.SessionRenewer`, which retries until a new session is adopted.
+  - Deadlines: no operation waits for ever. The zk:// backend raises ConnectionLoss when ZooKeeper
+    has not answered within its operation timeout (default max(2 x session timeout, 10 s)); the
+    embedded backend when the database stays locked for 60 s (SQLite's busy timeout); the memory
+    model never waits.
 """
 
 from __future__ import annotations

@@ -183,14 +183,19 @@ def _reconnecting() -> KazooRetry:
 class ZooKeeperStore(MetadataStore):
     """One ZooKeeper session (a started KazooClient), optionally under a chroot."""
 
-    def __init__(self, hosts: str, chroot: str = "", session_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, hosts: str, chroot: str = "", session_timeout_s: float = 10.0, op_timeout_s: float | None = None
+    ) -> None:
         if not session_timeout_s > 0:
             raise InvalidArgument(f"session timeout must be > 0 seconds, not {session_timeout_s!r}")
+        if op_timeout_s is not None and not op_timeout_s > 0:
+            raise InvalidArgument(f"operation timeout must be > 0 seconds, not {op_timeout_s!r}")
         self.hosts = hosts
         self.chroot = chroot
         self.session_timeout_s = session_timeout_s
-        # An operation that gets no answer for this long is reported as ConnectionLoss.
-        self._op_timeout_s = max(2 * session_timeout_s, 10.0)
+        # Every operation's deadline: one that gets no answer for this long raises ConnectionLoss (ZooKeeper
+        # unreachable, stopped or too slow; the operation may or may not have applied).
+        self._op_timeout_s = op_timeout_s if op_timeout_s is not None else max(2 * session_timeout_s, 10.0)
         self._listeners: list[SessionListener] = []
         self._lock = threading.Lock()
         self._expired = threading.Event()
@@ -221,10 +226,10 @@ class ZooKeeperStore(MetadataStore):
         self._client.add_listener(self._on_state)
 
     @classmethod
-    def from_url(cls, url: str, session_timeout_s: float = 10.0) -> ZooKeeperStore:
+    def from_url(cls, url: str, session_timeout_s: float = 10.0, op_timeout_s: float | None = None) -> ZooKeeperStore:
         """Open a session on `zk://HOST:PORT[,HOST:PORT...][/CHROOT]`."""
         hosts, chroot = parse_url(url)
-        return cls(hosts, chroot, session_timeout_s)
+        return cls(hosts, chroot, session_timeout_s, op_timeout_s)
 
     @property
     def session_id(self) -> int:

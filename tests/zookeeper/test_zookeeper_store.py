@@ -10,8 +10,11 @@ import pytest
 from kazoo.client import KazooClient
 
 from impl.metadata.store import (
+    ConnectionLoss,
+    Create,
     EventType,
     InvalidArgument,
+    MultiFailed,
     NoNode,
     SessionExpired,
     SessionState,
@@ -141,3 +144,41 @@ def test_the_store_reconnects_at_least_every_second_without_giving_up(zookeeper:
     with ZooKeeperStore.from_url(f"zk://{zookeeper.connect_string}") as store:
         retry = store._client._conn_retry
         assert retry is not None and retry.max_tries == -1 and retry.max_delay <= 1.0
+
+
+@pytest.mark.parametrize("zookeeper_state", ["paused", "killed"])
+def test_every_operation_has_a_deadline_and_a_typed_error(tmp_path: Path, zookeeper_state: str) -> None:
+    """Issue 49 item 7: with ZooKeeper stopped (SIGSTOP) or dead, each call raises ConnectionLoss once its
+    deadline passes, never waits for ever (a broker's stop once hung in a `get` with no deadline)."""
+    import os
+    import signal
+
+    server = ZooKeeperServer(tmp_path / "zk", die_with_parent=True)
+    server.start()
+    pid = server.pid()
+    assert pid is not None
+    try:
+        store = ZooKeeperStore.from_url(f"zk://{server.connect_string}", session_timeout_s=4.0, op_timeout_s=1.0)
+        store.create("/n", b"v")
+        if zookeeper_state == "paused":
+            os.kill(pid, signal.SIGSTOP)
+        else:
+            server.kill()
+        for call in (
+            lambda: store.get("/n"),
+            lambda: store.set("/n", b"w"),
+            lambda: store.create("/m"),
+            lambda: store.children("/"),
+            lambda: store.exists("/n"),
+            lambda: store.delete("/n"),
+            lambda: store.multi([Create("/o")]),
+        ):
+            with pytest.raises((ConnectionLoss, MultiFailed)) as raised:
+                call()
+            error = raised.value
+            assert isinstance(error.cause if isinstance(error, MultiFailed) else error, ConnectionLoss), error
+        store.close()
+    finally:
+        if server.pid() is not None:
+            os.kill(pid, signal.SIGCONT)
+            server.kill()
