@@ -28,7 +28,7 @@ from impl.metadata import layout
 from impl.metadata.brokers import BrokerLoad
 from impl.metadata.naming import TopicName
 from impl.metadata.renewal import SessionRenewer
-from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired, SessionState
+from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired
 from impl.trace import Tracer
 from impl.web.server import WebServer
 
@@ -123,9 +123,10 @@ class Broker:
         # The instance's configuration store (the /admin tree: clusters, tenants, namespaces), a session of
         # its own when it is another store; None when it is the metadata store itself.
         self._configuration_store: MetadataStore | None = None
+        self._configuration_renewer: SessionRenewer | None = None
         if connect_configuration_store is not None:
             try:
-                self._configuration_store = self._open_configuration_store()
+                self._configuration_store = connect_configuration_store()
             except BaseException:
                 self.store.close()  # no half-made broker keeps a session open
                 raise
@@ -156,42 +157,33 @@ class Broker:
         # manager's ownership cache listens (a store tells its listeners in order).
         self._renewer = SessionRenewer(f"broker {self.address}", connect_store, self._adopt_session)
         self._renewer.watch(self.store)
+        if connect_configuration_store is not None and self._configuration_store is not None:
+            self._configuration_renewer = SessionRenewer(
+                f"broker {self.address} (configuration store)",
+                connect_configuration_store,
+                self._adopt_configuration_session,
+            )
+            self._configuration_renewer.watch(self._configuration_store)
 
     @property
     def configuration_store(self) -> MetadataStore:
         """Where the /admin tree lives: clusters, tenants, namespaces and their policies, partitioned topics."""
         return self.store if self._configuration_store is None else self._configuration_store
 
-    def _open_configuration_store(self) -> MetadataStore:
-        assert self.connect_configuration_store is not None
-        store = self.connect_configuration_store()
-        store.add_session_listener(self._configuration_session_changed)
-        return store
-
-    def _configuration_session_changed(self, state: SessionState) -> None:
-        """On the store's thread: an expired configuration session is replaced by a new one. Nothing of
-        this broker's is ephemeral there (no ownership, no fencing), so nothing else is to be undone;
-        until the new session is open, admin calls answer 503 (SessionExpired)."""
-        if state is SessionState.EXPIRED and not self._stopped.is_set():
-            threading.Thread(target=self._renew_configuration_session, name="renew-config", daemon=True).start()
-
-    def _renew_configuration_session(self) -> None:
+    def _adopt_configuration_session(self, store: MetadataStore) -> None:
+        """The configuration store's new session (after the old one expired). Nothing of this broker's is
+        ephemeral there (no ownership, no fencing), so nothing else is to be undone; until a new session is
+        adopted (retried until it is), admin calls answer 503 (SessionExpired)."""
         with self._session_lock:
             if self._stopped.is_set():
-                return
-            old = self._configuration_store
-            try:
-                self._configuration_store = self._open_configuration_store()
-            except Exception as e:  # the store is unreachable: the old session keeps answering SessionExpired
-                log.error("broker %s cannot open a new configuration store session: %s", self.address, e)
-                return
+                raise ServiceNotReady(f"broker {self.address} is stopping")
+            old, self._configuration_store = self._configuration_store, store
             self.load_manager.configuration_reconnected()
-            if old is not None:
-                try:
-                    old.close()
-                except Exception as e:
-                    log.debug("closing the expired configuration store session: %s", e)
-            log.warning("broker %s continues on a new configuration store session", self.address)
+        if old is not None:
+            try:
+                old.close()
+            except Exception as e:
+                log.debug("closing the expired configuration store session: %s", e)
 
     def cluster_data(self) -> namespaces.ClusterData:
         """This broker's cluster as it registers it when the instance does not know it yet."""
@@ -351,6 +343,8 @@ class Broker:
         written; the session ends, so its ephemeral nodes go at once (a real crash waits for the timeout)."""
         self._stopped.set()
         self._renewer.stop()
+        if self._configuration_renewer is not None:
+            self._configuration_renewer.stop()
         self._stop_listeners()
         self.service.unload_topics(lambda _n: True, graceful=False)
         try:
@@ -372,6 +366,8 @@ class Broker:
     def stop(self) -> None:
         self._stopped.set()
         self._renewer.stop()
+        if self._configuration_renewer is not None:
+            self._configuration_renewer.stop()
         self._stop_listeners()
         self.service.close()
         try:

@@ -10,9 +10,9 @@ when it is done from a one-off thread started by the EXPIRED notification:
   - the renewal itself can fail (SessionExpired, ConnectionLoss): a thread that dies with it leaves
     nobody to retry.
 `SessionRenewer` closes both: one long-lived thread renews whenever told, the listener is added
-*before* the component's `adopt` runs on the new session (so an expiry during or after it is
-reported, and one before it makes `adopt`'s own writes fail), and a failed attempt is abandoned
-(closed) and retried after `retry_s` until it succeeds or `stop()`.
+*before* the component's `adopt` runs on the new session and a read on the session then proves it
+was still alive (so an expiry after that is reported, and one before it fails the attempt), and a
+failed attempt is abandoned (closed) and retried after `retry_s` until it succeeds or `stop()`.
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ class SessionRenewer:
             if self._stopped.is_set():
                 raise RuntimeError("stopped")
             self.watch(store)  # before adopt: an expiry from now on is reported
+            # One from before is not: a round trip on the session proves it was alive when the listener was
+            # added (an adopt that writes nothing, like the configuration store's, would not find out).
+            store.exists("/")
             self._adopt(store)
         except BaseException:
             if self._abandon is not None:

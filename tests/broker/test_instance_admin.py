@@ -303,3 +303,44 @@ def test_a_broker_renews_however_many_sessions_expire_in_a_row(zookeeper: ZooKee
             assert found["brokerUrl"] == broker.service_url
     finally:
         broker.stop()
+
+
+def test_a_configuration_session_expired_on_arrival_is_renewed_again(zookeeper: ZooKeeperServer) -> None:
+    """The configuration store's renewal used to be tried once: a new session that failed left the admin API
+    answering 503 for good. Here the first new session is expired before the broker can use it."""
+    from impl.broker.broker import Broker
+    from tests.waiting import wait_for
+
+    uid = uuid.uuid4().hex[:8]
+    zk = zookeeper.connect_string
+    metadata, config = f"zk://{zk}/cfg-row-own-{uid}", f"zk://{zk}/cfg-row-conf-{uid}"
+    doomed = [0]
+
+    def connect_config() -> MetadataStore:
+        store = connect(config, session_timeout_s=4)
+        if doomed[0] > 0:
+            doomed[0] -= 1
+            store.expire_session()
+        return store
+
+    broker = Broker(
+        lambda: connect(metadata, session_timeout_s=4), cluster="solo", connect_configuration_store=connect_config
+    )
+    try:
+        broker.start()
+        old = broker.configuration_store
+        doomed[0] = 1
+        broker.expire_configuration_session()
+        wait_for(lambda: doomed[0] == 0 and broker.configuration_store is not old, "a new configuration session", 30)
+        wait_for(
+            lambda: _answers(broker.web_url, "/admin/v2/clusters") == ["solo"], "the admin API to answer again", 30
+        )
+    finally:
+        broker.stop()
+
+
+def _answers(web_url: str, path: str) -> Any:
+    try:
+        return AdminClient(web_url).call("GET", path)
+    except HttpError:
+        return None
