@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from impl.broker import connection as conn
 from impl.broker.schema.model import (
     TYPE_NUMBERS,
+    InvalidSchema,
     SchemaData,
     SchemaError,
     type_name,
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 
 def from_wire(schema: api.Schema) -> SchemaData:
+    if not schema.HasField("type"):  # absent, or a number this protocol does not know (an unknown field)
+        raise InvalidSchema("a schema with no known type")
     name = type_name(schema.type)
     return SchemaData(name, schema.schema_data, {kv.key: kv.value for kv in schema.properties})
 

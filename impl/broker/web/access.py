@@ -45,7 +45,14 @@ def need_of(method: str, path: str) -> Need:
                 Access.TENANT_ADMIN, rest[0]
             )  # its admins may read and delete it; creating one is a super-user's
         if kind == "schemas" and len(rest) >= 3:
-            return _topic_need(Access.LOOKUP, "persistent", *rest[:3])
+            # As Pulsar's topic operations: GET_SCHEMA a lookup, uploading a produce, DELETE_SCHEMA an admin's
+            action = rest[3] if len(rest) > 3 else ""
+            need = Access.LOOKUP
+            if method == "POST" and action == "schema":
+                need = Access.PRODUCE
+            elif method == "DELETE":
+                need = Access.TENANT_ADMIN
+            return _topic_need(need, "persistent", *rest[:3])
         if kind == "namespaces" and rest:
             if len(rest) >= 2:
                 ns = NamespaceName(rest[0], rest[1])

@@ -29,8 +29,4 @@ def install(router: Router, ctx: WebContext) -> None:
             }
         )
 
-    def schema(req: Request, tenant: str, namespace: str, topic: str) -> Response:
-        raise HttpError(404, "Schema not found")  # no schema registry: every topic carries bytes
-
     router.add("GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
-    router.add("GET", "/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema", schema)
