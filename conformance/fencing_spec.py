@@ -118,7 +118,7 @@ Harness choices where the cores do more than the spec (each documented, none hid
     broker (cursor.tla has the cursor's takeover and persistence), so its cursor ledgers and node are
     the harness's and their ids are not the topic's ledger ids.
 
-Where the harness is not the broker's shell (spec/README.md, "fencing.tla and the ownership core"):
+Where the harness is not the broker's shell (spec/conformance.md, "fencing.tla and the ownership core"):
   - RevalidateOwnership with the node free keeps the topic loaded across the loss the core reports
     (`FencingWorld.kept_loaded` counts it); the broker unloads its topics on every loss;
   - the broker renews its session only after a loss (impl/broker/broker.py `_bundles_lost`); the

@@ -17,7 +17,7 @@ conformance machinery itself, never an assertion about the mutant:
 
 Each mutant lists its checks in the order tried (the cheapest first); the run stops at the
 first kill. A mutant none of its checks kills *survives*: `pulsar-ref conform` names it and
-exits non-zero. The catalogue is documented in spec/README.md ("Mutation score").
+exits non-zero. The catalogue is documented in spec/conformance.md ("Mutation score").
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class ProcessVerdict:
         if self.lost:
             text += (
                 "; NOT in the processes' orders, which form a cycle (atomic delivery cannot order them; "
-                "spec/README.md, trace validation): answers the client ignored taken as lost replies: "
+                "spec/conformance.md, trace validation): answers the client ignored taken as lost replies: "
                 + "; ".join(self.lost)
             )
         return text

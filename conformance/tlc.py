@@ -381,3 +381,70 @@ def load_manifest(path: Path | None = None) -> list[Model]:
             )
         )
     return models
+
+
+# ---- Vacuity: every property of a spec can fail on some ci model ---------------------------
+
+_CFG_SECTION = re.compile(r"^[A-Z_]+$")
+_CFG_PROPERTY_SECTIONS = ("INVARIANT", "INVARIANTS", "PROPERTY", "PROPERTIES")
+
+
+def config_properties(path: Path) -> set[str]:
+    """The invariants and (temporal or action) properties a TLC config checks."""
+    text = re.sub(r"\\\*.*", "", path.read_text())
+    text = re.sub(r"\(\*.*?\*\)", "", text, flags=re.S)
+    names: set[str] = set()
+    in_section = False
+    for token in text.split():
+        if token in _CFG_PROPERTY_SECTIONS:
+            in_section = True
+        elif _CFG_SECTION.match(token) and token not in ("TRUE", "FALSE"):
+            in_section = False  # CONSTANTS, SPECIFICATION, VIEW, SYMMETRY, ...
+        elif in_section:
+            names.add(token)
+    return names
+
+
+@dataclass(frozen=True)
+class Unguarded:
+    """A property of a spec that no ci model is expected to violate."""
+
+    spec: str
+    prop: str
+    models: tuple[str, ...]  # the models that check it
+    reason: str  # why that is accepted (from the manifest's [[unguarded]]), '' if it is not
+
+
+def vacuity(models: list[Model], spec_dir: Path, exempt: dict[tuple[str, str], str]) -> list[Unguarded]:
+    """Every invariant and property any model of a spec checks (ci or deep) must be the `violates` of
+    a ci model of that spec expected to fail: a mutation, a failure switch or a witness. A property
+    that no ci model can violate is dead or unguarded: a change that breaks it would go unseen.
+    Returns the properties with none, each with the manifest's reason if it gives one."""
+    checked: dict[tuple[str, str], list[str]] = {}
+    for m in models:
+        for prop in sorted(config_properties(spec_dir / m.config)):
+            checked.setdefault((m.spec, prop), []).append(m.name)
+    violated = {(m.spec, m.violates) for m in models if m.profile == "ci" and m.expect is Outcome.VIOLATION}
+    return [
+        Unguarded(spec, prop, tuple(names), exempt.get((spec, prop), ""))
+        for (spec, prop), names in sorted(checked.items())
+        if (spec, prop) not in violated
+    ]
+
+
+def load_unguarded(path: Path | None = None) -> dict[tuple[str, str], str]:
+    """The manifest's [[unguarded]] entries: (spec, property) -> why no ci model violates it."""
+    import tomllib
+
+    path = path or SPEC_DIR / "models.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ManifestError(f"cannot read the model manifest {path}: {exc}") from exc
+    out: dict[tuple[str, str], str] = {}
+    for i, entry in enumerate(data.get("unguarded", []), start=1):
+        missing = [k for k in ("spec", "property", "reason") if not entry.get(k)]
+        if missing:
+            raise ManifestError(f"{path}: unguarded #{i}: missing {', '.join(missing)}")
+        out[(entry["spec"], entry["property"])] = entry["reason"]
+    return out

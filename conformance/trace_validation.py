@@ -24,7 +24,7 @@ of each trace gives the verdict: accepted, or the first event no behaviour can m
 Every event is a ledger.tla action: no step is admitted outside the spec. (Until the spec and
 the cores were made to agree on BookKeeper's behaviour, three were: recovery's "anchor read" of
 its start entry, the writer ignoring a stale EFENCED answer, and a read-LAC answer below the
-spec's bookieLac; spec/README.md, "Decisions".) To keep the runs inside ledger.tla's
+spec's bookieLac; spec/ledger.md, "Decisions".) To keep the runs inside ledger.tla's
 reductions, the scheduler merges identical requests in flight (the spec's messages are a
 set), times a request out only when nothing else is in flight about it, and starts a
 recovery attempt only when nothing of the previous one is in flight.

@@ -2,7 +2,7 @@
 (***************************************************************************)
 (* A BookKeeper ledger as one atomic object: the abstraction fencing.tla   *)
 (* uses for each of its ledgers, and what ledger.tla refines (checked by   *)
-(* TLC: ledger.tla's AtomicLedgerInit and AtomicLedgerSteps; README).   *)
+(* TLC: ledger.tla's AtomicLedgerInit and AtomicLedgerSteps; atomic_ledger.md).   *)
 (*                                                                         *)
 (* The writer pushes entries 0, 1, ... in order; it confirms them in       *)
 (* order (the LAC); the ledger is closed once, at an end that lies between *)

@@ -594,7 +594,7 @@ ClosedLedgerNeverChanges ==
 \* Once session expiries stop, the topic makes progress: every message is eventually acknowledged by
 \* some broker. Ledger ids are bounded in a model, and a stale broker that reconnected may open the
 \* topic (fencing the owner's ledger, using ids) before it revalidates its ownership and unloads; a
-\* behaviour that used up every id stops there, which the property allows (spec/README.md).
+\* behaviour that used up every id stops there, which the property allows (spec/fencing.md).
 EveryMessageAcknowledged == <>(nextMsg > MaxMessages \/ nextLedger > MaxLedgers)
 
 \* ---- Witnesses: negations of situations the passing model must reach (each a model

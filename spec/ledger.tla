@@ -173,7 +173,7 @@ NoMessagesOf(c) == \A m \in msgs : m.client # c
 
 \* New requests go out through Sends(base, reqs): msgs' is base with reqs added, as the network lets
 \* them go. SharedFate (a definition, FALSE unless a model's CONSTANTS set it; ledger-deep sets it) picks
-\* the network of a request sent to a bookie that is down (spec/README.md, "Reductions and what each
+\* the network of a request sent to a bookie that is down (spec/ledger.md, "Reductions and what each
 \* assumes", SharedFate, argues that TRUE is BookKeeper's network and says what it leaves out):
 \*   FALSE, the general network: it stays in flight on its own until it is dropped
 \*     (RequestToDownBookieLost) or the bookie restarts and handles it.
@@ -413,7 +413,7 @@ Reply(m) ==
 
 \* Per-write-set coverage: every write set of the ensemble has fewer than Qa bookies that did
 \* not answer, so the old writer can no longer reach Qa on any write set.
-\* Mutation "read_lac_one_answer" weakens it to one answer (spec/README.md: safety does not depend on it).
+\* Mutation "read_lac_one_answer" weakens it to one answer (spec/ledger.md: safety does not depend on it).
 CoveredBy(c, answered) ==
     IF Mutation = "read_lac_one_answer" THEN answered # {}
     ELSE \A ws \in AllWriteSets(LastEnsemble(rReadFragments[c])) : Cardinality(ws \ answered) < Qa
@@ -611,7 +611,7 @@ RecoveryChangesEnsemble(c, b, nb) ==
 \* Recovery close by CW once every write-back finished: IN_RECOVERY -> CLOSED with the recovered
 \* end, its length and the local fragments; if someone else CLOSED it, adopt that (closeRecovered:
 \* no comparison). Note: when no entry past the start point was read, the length is the read-LAC's,
-\* which need not be the length at the end (BookKeeper's own behaviour, kept; see spec/README.md).
+\* which need not be the length at the end (BookKeeper's own behaviour, kept; see spec/ledger.md).
 RecoveryCloses(c) ==
     /\ rPhase[c] = "closing"
     /\ rWbLac[c] >= rEnd[c]
@@ -852,7 +852,7 @@ ValidFragments ==
 
 \* The closed length (meta.length) is the length some entry's header carries, or 0 (no header): the
 \* writer's close takes its LAC's, a recovery's the read-LAC's or the last entry it read (decision 1 in
-\* spec/README.md). It need not be the length at the closed end: WitnessClosedLengthAtEnd.
+\* spec/ledger.md). It need not be the length at the closed end: WitnessClosedLengthAtEnd.
 ClosedLengthFromAHeader ==
     meta.state = "CLOSED" => meta.length = 0 \/ \E b \in Bookies : meta.length - 1 \in entries[b]
 
@@ -864,7 +864,7 @@ WitnessClosedLengthAtEnd == meta.state = "CLOSED" => meta.length = LengthAt(meta
 \* What the fencing read-LAC's coverage rule gives: from a recovery attempt's first read on, no write
 \* set of the ensemble it fenced has Qa unfenced bookies, so an add the old writer sends from then on
 \* cannot reach Qa (one stored on a bookie before its fence still can: the LAC can move). Safety does
-\* not depend on it (spec/README.md, "The read-LAC coverage rule"): mutation read_lac_one_answer
+\* not depend on it (spec/ledger.md, "The read-LAC coverage rule"): mutation read_lac_one_answer
 \* violates only this.
 FencedBeforeReading ==
     \A c \in Recoverers :
@@ -940,7 +940,7 @@ RecoveryTerminates ==
 (* fingerprint and explores only its successors, so two states may share *)
 (* one only if (a) every invariant has the same value in both and (b)     *)
 (* whatever one can reach, the other can reach up to states that again    *)
-(* share a fingerprint or are at least as constrained. spec/README.md     *)
+(* share a fingerprint or are at least as constrained. spec/ledger.md     *)
 (* ("Reductions and what each assumes") gives the argument per invariant. *)
 (***************************************************************************)
 
@@ -1017,7 +1017,7 @@ AcksView(acks) == IF NoSpareBookie /\ \E e \in Entries : Cardinality(acks[e]) >=
                   ELSE acks
 SentLacView(sent) == IF NoSpareBookie THEN NoLacs ELSE sent
 \* The parts below are written for TLC's speed (the VIEW is evaluated on every generated state); each
-\* gives the same partition of states as the plain form (spec/README.md, "Reductions and what each
+\* gives the same partition of states as the plain form (spec/ledger.md, "Reductions and what each
 \* assumes", deepView, "evaluated cheaply"): constants computed once; the recovery clients' locals as
 \* whole variables (a tuple of functions instead of a function of tuples: the same information) while
 \* no client is done, the per-client form (a done client keeps only rEnd) otherwise, the two forms

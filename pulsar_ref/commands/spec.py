@@ -15,9 +15,12 @@ from conformance.tlc import (
     Outcome,
     TLCError,
     TLCResult,
+    config_properties,
     load_manifest,
+    load_unguarded,
     run_tlc,
     save_trace,
+    vacuity,
 )
 
 
@@ -75,6 +78,31 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_vacuity(manifest: list[Model], specs: list[str], path: Path) -> list[str]:
+    """Print, per spec, the properties no ci model violates; return the failures: a property with no
+    violating ci model and no reason in the manifest, or a reason kept for a property now guarded."""
+    models = select(manifest, specs, None)
+    exempt = load_unguarded(path)
+    found = vacuity(models, path.parent, exempt)
+    failures = []
+    for u in found:
+        if u.reason:
+            print(f"vacuity: {u.spec} {u.prop}: no ci model violates it (accepted: {u.reason})")
+        else:
+            failures.append(
+                f"vacuity: {u.spec} {u.prop} (checked by {', '.join(u.models)}) is violated by no ci model: "
+                "add a mutation or failure switch that breaks it, with a ci model expecting the violation"
+            )
+    unguarded = {(u.spec, u.prop) for u in found}
+    in_scope = {m.spec for m in models}
+    for spec, prop in sorted(exempt):
+        if spec in in_scope and (spec, prop) not in unguarded:
+            failures.append(f"vacuity: {spec} {prop} is listed as unguarded in {path.name} but is guarded now")
+    checked = len({(m.spec, p) for m in models for p in config_properties(path.parent / m.config)})
+    print(f"vacuity: {checked - len(found)} of {checked} properties are violated by a ci model")
+    return failures
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.manifest)
     if args.model:
@@ -90,8 +118,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"no models {which} match the specs given; see `{args.prog} list`", file=sys.stderr)
         return 2
     spec_dir = args.manifest.parent
-    rows = [["spec", "model", "expected", "result", "distinct states", "depth", "time"]]
     failures: list[str] = []
+    if not args.model and args.profile == "ci" and not args.no_vacuity:
+        failures += check_vacuity(manifest, args.specs, args.manifest)
+    rows = [["spec", "model", "expected", "result", "distinct states", "depth", "time"]]
     for i, model in enumerate(models, start=1):
         print(f"[{i}/{len(models)}] {model.name}: TLC on {model.spec} with {model.config} ...", flush=True)
         expected = model.expect.value + (f": {model.violates}" if model.violates else "")
@@ -132,7 +162,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     print()
     print(_table(rows))
     if failures:
-        print("\nFAILED (results differ from spec/models.toml):", file=sys.stderr)
+        print("\nFAILED (results differ from spec/models.toml, or a property no ci model can fail):", file=sys.stderr)
         for line in failures:
             print(f"  {line}", file=sys.stderr)
         return 1
@@ -164,6 +194,12 @@ def main(argv: list[str], prog: str) -> int:
         "--model",
         action="append",
         help="only this model of spec/models.toml, whatever --profile says (repeatable)",
+    )
+    check.add_argument(
+        "--no-vacuity",
+        action="store_true",
+        help="skip the vacuity check (on the ci profile, every property of the specs checked must be "
+        "violated by some ci model; the manifest's [[unguarded]] entries say why not where it is not)",
     )
     check.add_argument("--workers", type=int, default=1, help="TLC worker threads (default: %(default)s)")
     check.add_argument(

@@ -53,7 +53,7 @@ def test_a_crash_keeps_only_the_journal_and_a_clone_is_independent() -> None:
 
 
 def test_the_read_lac_answer_is_the_last_entrys_lac_even_below_a_lac_seen_before() -> None:
-    """Decision (spec/README.md): a fencing read-LAC answer is the bookie's last entry, so its LAC is
+    """Decision (spec/ledger.md): a fencing read-LAC answer is the bookie's last entry, so its LAC is
     that entry's header's (BookKeeper's ledger storage returns the last entry for entry -1), which
     can be below a LAC piggybacked on an earlier entry. ledger.tla's bookieLac is that LAC."""
     from conformance.ledger_spec import LedgerMapping

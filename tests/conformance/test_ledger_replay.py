@@ -76,7 +76,7 @@ WRITER_CFG = WRITER_CFG.replace("MaxCrashes = 1", "MaxCrashes = 0").replace(
 WRITER_CFG = WRITER_CFG.replace("SYMMETRY BookieSymmetry\n", "")
 
 # One bookie, two entries, a recovery: the writer's entry 1 carries LAC 0, so recovery's start
-# point can be entry 0 (it reads entry 1 first, never entry 0; decision 1 in spec/README.md).
+# point can be entry 0 (it reads entry 1 first, never entry 0; decision 1 in spec/ledger.md).
 START_CFG = WRITER_CFG.replace("Recoverers = {}", "Recoverers = {r1}")
 
 # Sequential recovery reads: E=Qw=2 Qa=1 (the end takes 2 negatives), one lost message. A negative
@@ -208,7 +208,7 @@ def test_every_edge_of_the_state_graph_is_replayed(
 def test_the_graph_is_the_models(graphs: Callable[[str], tuple[StateGraph, str]]) -> None:
     # The dump is of the model itself (same VIEW and SYMMETRY): as many states as TLC reports for it.
     graph, _ = graphs("ledger-ci-liveness")
-    assert len(graph.labels) == 526 and len(graph.initial) == 2  # spec/README.md; an initial state per ensemble
+    assert len(graph.labels) == 526 and len(graph.initial) == 2  # spec/ledger.md; an initial state per ensemble
     graph, _ = graphs("ledger-ci-striping")
     assert len(graph.labels) == 479 and len(graph.initial) == 1  # symmetry: one initial class
 
@@ -368,7 +368,7 @@ def test_mutation1_fenced_reads_then_the_late_add_is_rejected(conformance: Confo
     assert {"wLac", "wState", "entries"} <= later["WriterReceivesAddResponse"]
 
 
-# ---- the decisions that made ledger.tla and the cores agree (spec/README.md, "Decisions") ----------
+# ---- the decisions that made ledger.tla and the cores agree (spec/ledger.md, "Decisions") ----------
 
 
 def _msgs(graph: StateGraph, node: str) -> list[Record]:
