@@ -29,6 +29,7 @@ from conformance.metadata_spec import MetadataMapping
 from conformance.replay import GraphReplay, TraceReplay, has_symmetry, read_constants, replay_graph, replay_trace
 from conformance.replication_spec import ReplicationMapping
 from conformance.statespace import StateGraph, dump_state_graph
+from conformance.storage_spec import StorageMapping
 from conformance.tla_values import Value
 from conformance.tlc import SPEC_DIR, Model, Outcome, run_tlc
 
@@ -39,6 +40,7 @@ MAPPINGS: dict[str, Callable[..., Any]] = {
     "ledger.tla": LedgerMapping,
     "metadata.tla": MetadataMapping,
     "replication.tla": ReplicationMapping,
+    "storage.tla": StorageMapping,
 }
 
 

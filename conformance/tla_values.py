@@ -132,7 +132,11 @@ class _Parser:
         if c == '"':
             return self.string()
         if c == "-" or c.isdigit():
-            return self.integer()
+            low = self.integer()
+            if self.text.startswith("..", self.pos):  # an interval set, as TLC prints 1..3
+                self.pos += 2
+                return frozenset(range(low, self.integer() + 1))
+            return low
         if c.isalpha() or c == "_":
             return self.identifier()
         raise self.error("a value")

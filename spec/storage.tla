@@ -165,7 +165,8 @@ Ack ==
 \* ---- Trim ----
 
 \* Remove the head ledgers every cursor consumed and retention no longer keeps (as the broker's list
-\* says), by conditional write; delete them (bookie copy and offloaded objects) once it applied.
+\* says), by conditional write; delete them once it applied: the bookie copy and the object the list
+\* records (the objects of failed attempts are left: leaks).
 Trim(b) ==
     /\ known[b].loaded /\ op[b] = Idle
     /\ LET v == known[b]
@@ -173,14 +174,17 @@ Trim(b) ==
            matches == v.version = ml.version
        IN /\ T # {}
           /\ \E o \in Outcomes(matches) :
-              LET newMl == [ml EXCEPT !.version = @ + 1, !.ledgers = @ \ T]
+              LET newMl == [ml EXCEPT !.version = @ + 1, !.ledgers = @ \ T,
+                                      !.offloaded = [l \in Ledgers |-> IF l \in T THEN NoUid ELSE @[l]]]
                   delete == o = "ok" \/ Mutation = "trim_on_bad_version"  \* mutation: deleted whatever the answer
               IN /\ ml' = IF Applied(o) THEN newMl ELSE ml
                  /\ known' = [known EXCEPT ![b] = IF o = "ok" THEN [v EXCEPT !.version = newMl.version,
-                                                                          !.ledgers = newMl.ledgers]
+                                                                          !.ledgers = newMl.ledgers,
+                                                                          !.offloaded = newMl.offloaded]
                                                   ELSE NotLoaded]
                  /\ bookies' = IF delete THEN bookies \ T ELSE bookies
-                 /\ tiered' = IF delete THEN [x \in DOMAIN tiered |-> IF x[1] \in T THEN "none" ELSE tiered[x]]
+                 /\ tiered' = IF delete THEN [x \in DOMAIN tiered |-> IF x[1] \in T /\ v.offloaded[x[1]] = x[2]
+                                                                  THEN "none" ELSE tiered[x]]
                               ELSE tiered
                  /\ faults' = Fault(o)
                  /\ lastAction' = [name |-> "Trim", params |-> [broker |-> b, outcome |-> o,

@@ -737,30 +737,9 @@ class ManagedLedgerCore:
         if self.phase is not Phase.IDLE:
             return [TrimDone(())]  # a list change is in flight; trim again later
         c = self.config
-        candidates: list[LedgerInfo] = []
-        for info in self.ledgers:
-            if info.ledger_id == self.current:
-                break
-            consumed = not cursors or (
-                slowest is not None
-                and (
-                    info.ledger_id < slowest.ledger_id
-                    or (info.ledger_id == slowest.ledger_id and slowest.entry_id >= info.entries - 1)
-                )
-            )
-            if not consumed:
-                break
-            candidates.append(info)
-        # Retention: keep at least retention_minutes of age and retention_size_mb of data.
         remaining = sum(i.size for i in self.ledgers) + self.pushed_bytes
-        chosen: list[int] = []
-        for info in candidates:
-            if c.retention_minutes > 0 and e.wall_now - info.timestamp < c.retention_minutes * 60:
-                break
-            if c.retention_size_mb > 0 and remaining - info.size < c.retention_size_mb * MB:
-                break
-            remaining -= info.size
-            chosen.append(info.ledger_id)
+        retention = (c.retention_minutes, c.retention_size_mb)
+        chosen = trimmable(self.ledgers, self.current, slowest, cursors, *retention, e.wall_now, remaining)
         if not chosen:
             return [TrimDone(())]
         self.trimming = tuple(chosen)
@@ -826,6 +805,46 @@ class ManagedLedgerCore:
             # The writer close records the end; the next owner's recovery finds it closed.
             outputs.append(CloseLedger(self.current))
         return outputs
+
+
+def trimmable(
+    ledgers: list[LedgerInfo],
+    current: int | None,
+    slowest: Position | None,
+    cursors: bool,
+    retention_minutes: float,
+    retention_size_mb: float,
+    wall_now: float,
+    total_bytes: int,
+) -> list[int]:
+    """The head ledgers a trim may remove (spec TrimConsumedLedger; storage.tla Trim): closed ledgers every
+    durable cursor has passed (`slowest`: the smallest mark-delete position; with no cursor, only retention
+    holds data back, as in Pulsar), while what remains keeps retention_minutes of age and retention_size_mb
+    of data (`total_bytes`: the topic's size now). Shared by the managed ledger and the lifecycle core."""
+    candidates: list[LedgerInfo] = []
+    for info in ledgers:
+        if info.ledger_id == current:
+            break
+        consumed = not cursors or (
+            slowest is not None
+            and (
+                info.ledger_id < slowest.ledger_id
+                or (info.ledger_id == slowest.ledger_id and slowest.entry_id >= info.entries - 1)
+            )
+        )
+        if not consumed:
+            break
+        candidates.append(info)
+    remaining = total_bytes
+    chosen: list[int] = []
+    for info in candidates:
+        if retention_minutes > 0 and wall_now - info.timestamp < retention_minutes * 60:
+            break
+        if retention_size_mb > 0 and remaining - info.size < retention_size_mb * MB:
+            break
+        remaining -= info.size
+        chosen.append(info.ledger_id)
+    return chosen
 
 
 # Event type -> handler. A mutant (conformance/mutants.py) replaces an entry of this table to break one handler.

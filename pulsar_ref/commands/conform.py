@@ -28,7 +28,7 @@ from conformance.suite import Behaviours, ModelResult, behaviours_of, mapping_fo
 from conformance.tlc import PROFILES, ManifestError, Model, Outcome, TLCError, load_manifest
 from conformance.trace_validation import summary, validate_traces
 
-SPECS = ("ledger", "fencing", "metadata", "replication", "cursor")
+SPECS = ("ledger", "fencing", "metadata", "replication", "cursor", "storage")
 EXIT_MISMATCH, EXIT_USAGE, EXIT_UNSUPPORTED = 1, 2, 3
 
 

@@ -70,3 +70,11 @@ def test_json_round_trip_is_lossless() -> None:
 def test_malformed_values_give_a_typed_error_saying_where(bad: str) -> None:
     with pytest.raises(TlaValueError, match="not a TLA\\+ value: expected"):
         parse_value(bad)
+
+
+def test_an_interval_set_parses_as_its_elements() -> None:
+    from conformance.tla_values import Record, parse_value
+
+    assert parse_value("[ledgers |-> 1..3, none |-> 1..0]") == Record.of(
+        {"ledgers": frozenset({1, 2, 3}), "none": frozenset()}
+    )
