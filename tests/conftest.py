@@ -10,6 +10,9 @@ import pytest
 
 from impl.metadata.zkserver import ZooKeeperNotInstalled, ZooKeeperServer
 
+# Every process a test starts dies with the suite, and the suite fails if one is left at its end.
+pytest_plugins = ["tests.leftovers"]
+
 
 @pytest.fixture(scope="session")
 def zookeeper() -> Iterator[ZooKeeperServer]:
