@@ -41,11 +41,15 @@ def marked(token: str) -> list[int]:
     return found
 
 
-def describe(pid: int) -> str:
+def command_line(pid: int) -> str:
     try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return "(gone)"
+
+
+def describe(pid: int) -> str:
+    return command_line(pid)[:200]
 
 
 def parent_of(pid: int) -> int:
@@ -60,7 +64,7 @@ def leftovers(token: str, suite_pid: int, reaper_pid: int) -> list[int]:
         p
         for p in marked(token)
         if p not in (suite_pid, reaper_pid)
-        and not (parent_of(p) == suite_pid and any(s in describe(p) for s in ENDS_WITH_THE_SUITE))
+        and not (parent_of(p) == suite_pid and any(s in command_line(p) for s in ENDS_WITH_THE_SUITE))
     ]
 
 
