@@ -37,7 +37,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Literal
 
 from impl.bookie.client.api import BookKeeperClient, ReadHandle, WriteHandle
-from impl.bookie.client.errors import LedgerClientError, LedgerFencedError, MetadataVersionError, PlacementError
+from impl.bookie.client.errors import (
+    BadRequestError,
+    LedgerClientError,
+    LedgerFencedError,
+    MetadataVersionError,
+    PlacementError,
+)
 from impl.broker.cursor import ManagedCursor, NonDurableCursor
 from impl.broker.entry_cache import EntryCache
 from impl.broker.ledger_host import CallLater, Cancellable
@@ -488,7 +494,10 @@ class ManagedLedger:
         def done(outcome: int | LedgerClientError) -> None:
             if isinstance(outcome, LedgerClientError):
                 fenced = isinstance(outcome, LedgerFencedError)
-                self._queue(AddFailed(ledger_id, entry_id, fenced, str(outcome)))
+                refused = isinstance(outcome, BadRequestError) and outcome.entry_id == entry_id
+                if refused:
+                    log.warning("managed ledger %s: %s", self.name, outcome)
+                self._queue(AddFailed(ledger_id, entry_id, fenced, str(outcome), refused=refused))
             else:
                 self._queue(AddCompleted(ledger_id, outcome))
 

@@ -55,6 +55,7 @@ from typing import Any
 
 from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView
 from impl.broker.managed_ledger_errors import (
+    EntryRefusedError,
     ManagedLedgerClosedError,
     ManagedLedgerError,
     ManagedLedgerFencedError,
@@ -258,6 +259,7 @@ class AddFailed:
     entry_id: int
     fenced: bool
     reason: str
+    refused: bool = False  # a bookie refused this entry for good (EBADREQ): fail it, do not resend it
 
 
 @dataclass(frozen=True)
@@ -444,6 +446,8 @@ class ManagedLedgerCore:
     fence_reason: str = ""
     write_failed: bool = False  # the current ledger's writer failed: close it before anything else
     retrying: bool = False  # the current ledger replaces one whose writer failed
+    refused: dict[int, str] = field(default_factory=dict)  # token -> why a bookie refused its entry for good
+    refused_adds: int = 0  # adds failed by a bookie's permanent refusal (a metric)
 
     # ---- queries -----------------------------------------------------------------------------
 
@@ -654,6 +658,10 @@ class ManagedLedgerCore:
             return []  # a stale failure of a ledger we already left
         if e.fenced:
             return self._fence(f"ledger {e.ledger_id} was fenced by another broker's recovery ({e.reason})")
+        if e.refused:  # this entry can never be stored: it fails; the adds after it go to the next ledger
+            for p in self.pending:
+                if p.ledger_id == e.ledger_id and p.entry_id == e.entry_id:
+                    self.refused[p.token] = e.reason
         # Any other failure (no bookie to replace a failed one) stops the ledger's writer: close
         # the ledger (its end decides which of the failed adds are stored after all) and send
         # the others again to the next ledger.
@@ -690,19 +698,28 @@ class ManagedLedgerCore:
         # The closed end is the truth: adds sent to this ledger up to it are stored; the ones
         # after it are not (beyond the end no reader sees them), and go to the next ledger.
         resend: list[PendingAdd] = []
+        refused: list[Output] = []
         for p in self.pending:
             if p.entry_id <= last_entry_id:
                 p.completed = True
+            elif p.token in self.refused:
+                self.refused_adds += 1
+                why = f"{self.refused.pop(p.token)}; the entry is not stored"
+                refused.append(FailAdd(p.token, EntryRefusedError(self.name, why)))
             else:
                 p.ledger_id, p.entry_id = None, -1
                 resend.append(p)
         outputs = self._complete_head()
-        assert len(self.pending) == len(resend)  # the stored ones were a prefix
+        assert len(self.pending) == len(resend) + len(refused)  # the stored ones were a prefix
+        outputs += refused
         self.pending.clear()
+        self.refused.clear()
         self.queued.extendleft(reversed(resend))
         if self.write_failed:
             self.write_failed = False
-            if self.retrying:
+            if refused:
+                pass  # the cause is known and failed: the others are no retry of a failed ledger
+            elif self.retrying:
                 # The ledger that replaced a failed one failed too before storing anything:
                 # give up on these adds rather than create ledgers in a loop.
                 self.retrying = False

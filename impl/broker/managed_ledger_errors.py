@@ -44,6 +44,10 @@ class ManagedLedgerNotReadyError(ManagedLedgerError):
     """A ledger could not be created (e.g. too few writable bookies); the add may be retried."""
 
 
+class EntryRefusedError(ManagedLedgerError):
+    """A bookie refused the entry for good (EBADREQ: malformed or over its frame limit); not retried."""
+
+
 class NoSuchCursorError(ManagedLedgerError):
     """The named cursor does not exist on this managed ledger."""
 

@@ -73,6 +73,7 @@ from impl.broker.managed_ledger import (
     NonDurableCursor,
     Position,
 )
+from impl.broker.managed_ledger_errors import EntryRefusedError
 from impl.broker.replication.replicator import CURSOR_PREFIX, is_replicator_cursor
 from impl.broker.replication.topic_replicator import TopicReplicator
 from impl.broker.schema.registry import SchemaRegistry
@@ -122,6 +123,10 @@ PUBLISH_CHUNK = 64
 # A/B of 1, 2 and unlimited on the standalone (bench/RESULTS.md): lowest publish latency at 1,000
 # msg/s, and async throughput, batched or not, no lower than with more.
 STEPS_IN_FLIGHT = 1
+# The most an entry's metadata (headers, properties, checksum) may add to its payload: a payload of
+# max_message_size plus this must fit a bookie's frame (impl/bookie/core.py MAX_ENTRY_SIZE, 5 MiB +
+# 10 KiB, like Pulsar's maxMessageSize and the nettyMaxFrameSizeBytes its bookkeeper.conf ships).
+MAX_METADATA_SIZE = 8 * 1024
 REMOTE_TIMEOUT_S = 10.0  # replicators' requests to another cluster (lookup, PRODUCER)
 
 
@@ -129,7 +134,7 @@ REMOTE_TIMEOUT_S = 10.0  # replicators' requests to another cluster (lookup, PRO
 class BrokerConfig:
     managed_ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     max_message_size: int = 5 * 1024 * 1024  # Pulsar's default maxMessageSize
-    deduplication: bool = True  # producers' (name, sequence id) pairs are de-duplicated
+    deduplication: bool = False  # Pulsar's brokerDeduplicationEnabled: on per namespace policy
     security: Security = field(default_factory=Security)  # authentication, authorization, TLS (all off)
 
 
@@ -461,6 +466,11 @@ class Topic:
         if size > self.service.config.max_message_size:
             raise MessageTooLarge(
                 f"{size} bytes is over the broker's limit of {self.service.config.max_message_size}; split the message"
+                " (or enable chunking on the producer)"
+            )
+        if len(append.data) - size > MAX_METADATA_SIZE:
+            raise MessageTooLarge(
+                f"the message's metadata is {len(append.data) - size} bytes, over the limit of {MAX_METADATA_SIZE}"
             )
         if self.closed:
             raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
@@ -484,6 +494,8 @@ class Topic:
             elif isinstance(outcome, ManagedLedgerError) and outcome.rejected and self.closed:
                 # It waited for a step and the topic closed (unload) meanwhile: nothing was written.
                 result.set_exception(ServiceNotReady(f"topic {self.name} closed before the entry was written; retry"))
+            elif isinstance(outcome, EntryRefusedError):  # never stored, and never will be: not retriable
+                result.set_exception(MessageTooLarge(f"entry refused on {self.name}: {outcome}"))
             elif isinstance(outcome, ManagedLedgerError):
                 result.set_exception(PersistenceError(f"entry not confirmed on {self.name}: {outcome}"))
             else:

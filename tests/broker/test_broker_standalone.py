@@ -166,7 +166,10 @@ def test_negative_ack_redelivers_and_unknown_ack_disturbs_nothing(client: Client
 def test_deduplication_of_a_resent_sequence_id_and_across_producer_reconnect(
     client: Client, standalone: Standalone
 ) -> None:
-    t = topic()
+    admin = admin_of(standalone)  # de-duplication is off by default (as in Pulsar): on for this namespace
+    admin.call("PUT", "/admin/v2/namespaces/public/dedup-on")
+    admin.call("POST", "/admin/v2/namespaces/public/dedup-on/deduplication", True)
+    t = f"persistent://public/dedup-on/t-{uuid.uuid4().hex[:8]}"
     producer = client.create_producer(t, name="dedup-producer")
     producer.send(b"a")
     producer.send(b"b")

@@ -288,8 +288,11 @@ def test_seek_by_message_id_and_by_publish_time(client: pulsar.Client) -> None:
     assert [int(m.data()) for m in receive_all(consumer, 3)] == [3, 4, 5]
 
 
-def test_deduplication_across_producer_re_creation(client: pulsar.Client) -> None:
-    topic = topic_name("dedup")
+def test_deduplication_across_producer_re_creation(client: pulsar.Client, standalone: Standalone) -> None:
+    # De-duplication is off by default (as in Pulsar's brokerDeduplicationEnabled): on for this namespace.
+    standalone.admin.call("PUT", "/admin/v2/namespaces/public/dedup-on")
+    standalone.admin.call("POST", "/admin/v2/namespaces/public/dedup-on/deduplication", True)
+    topic = topic_name("dedup").replace("/public/default/", "/public/dedup-on/")
     producer = client.create_producer(topic, producer_name="writer-1")
     for i in range(5):
         producer.send(b"%d" % i, sequence_id=i)

@@ -16,6 +16,15 @@ class LedgerClientError(Exception):
         self.ledger_id = ledger_id
 
 
+class BadRequestError(LedgerClientError):
+    """A bookie refused an add for good (EBADREQ: malformed, or over its frame limit). Every pending
+    add of the ledger fails with it; `entry_id` is the one refused (the others may be sent again)."""
+
+    def __init__(self, ledger_id: int, entry_id: int, message: str) -> None:
+        super().__init__(ledger_id, message)
+        self.entry_id = entry_id
+
+
 class LedgerFencedError(LedgerClientError):
     """The ledger was fenced (recovered by someone else) or a bookie refused our key: the writer stops."""
 

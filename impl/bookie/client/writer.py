@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from impl.bookie.client.distribution import all_write_sets, write_set
 from impl.bookie.client.errors import (
+    BadRequestError,
     LedgerClientError,
     LedgerClosedError,
     LedgerFencedError,
@@ -325,6 +326,18 @@ class LedgerWriter:
                 else ("a bookie refused the master key (EUA: wrong password)")
             )
             return self._fail(LedgerFencedError(self.ledger_id, f"{why}, reported by bookie {bookie}; stop writing"))
+        if code is ErrorCode.EBADREQ:
+            # A permanent refusal of this entry (malformed, or over the bookie's frame limit): any
+            # replacement bookie would refuse it too, so an ensemble change would only loop. The
+            # ledger's adds fail (entries are ordered: nothing after it can complete either).
+            return self._fail(
+                BadRequestError(
+                    self.ledger_id,
+                    request.entry_id,
+                    f"bookie {bookie} refused entry {request.entry_id} ({len(request.body)} bytes) as malformed "
+                    "or too large (EBADREQ); not retried",
+                )
+            )
         return self._bookie_failed(bookie)
 
     # ---- ReplacementChosen, NoReplacement --------------------------------------------------------
