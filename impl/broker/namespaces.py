@@ -218,8 +218,14 @@ class NamespacePolicies:
     schema_compatibility_strategy: str | None = None
     is_allow_auto_update_schema: bool = True
     schema_validation_enforced: bool = False
+    # Pulsar's message_ttl_in_seconds: messages older than this are expired from every subscription's
+    # backlog (the cursor moves past them); None = unset (no TTL), 0 = no TTL.
+    message_ttl_seconds: int | None = None
 
     def __post_init__(self) -> None:
+        ttl = self.message_ttl_seconds
+        if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0):
+            raise InvalidPolicies(f"Invalid value for message TTL: {ttl!r} (seconds, an integer >= 0)")
         n = self.bundles
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_NUMBER_OF_BUNDLES:
             raise InvalidPolicies(f"a namespace needs between 1 and {MAX_NUMBER_OF_BUNDLES} bundles, got {n!r}")
@@ -242,6 +248,8 @@ class NamespacePolicies:
             doc["is_allow_auto_update_schema"] = False
         if self.schema_validation_enforced:
             doc["schema_validation_enforced"] = True
+        if self.message_ttl_seconds is not None:
+            doc["message_ttl_in_seconds"] = self.message_ttl_seconds
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -270,6 +278,7 @@ class NamespacePolicies:
                 raw.get("schema_compatibility_strategy"),
                 bool(raw.get("is_allow_auto_update_schema", True)),
                 bool(raw.get("schema_validation_enforced", False)),
+                raw.get("message_ttl_in_seconds"),
             )
         except (KeyError, TypeError) as e:
             raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
@@ -543,6 +552,11 @@ def set_retention(store: MetadataStore, namespace: NamespaceName | str, retentio
 def set_deduplication(store: MetadataStore, namespace: NamespaceName | str, enabled: bool | None) -> None:
     """Enable or disable de-duplication in the namespace; None returns it to the broker's setting."""
     _update_policies(store, namespace, lambda p: dataclasses.replace(p, deduplication=enabled))
+
+
+def set_message_ttl(store: MetadataStore, namespace: NamespaceName | str, seconds: int | None) -> None:
+    """Set the namespace's message TTL in seconds (None removes it)."""
+    _update_policies(store, namespace, lambda p: dataclasses.replace(p, message_ttl_seconds=seconds))
 
 
 def set_schema_policies(store: MetadataStore, namespace: NamespaceName | str, **changes: Any) -> None:

@@ -252,6 +252,18 @@ class Subscription:
             return self.dispatcher.step(ReadFailed())
         return self.dispatcher.step(EntriesRead(tuple(messages)))
 
+    def expire_to(self, position: Position) -> bool:
+        """Message TTL: the entries up to `position` expired; the cursor moves past them (never back).
+        True if it moved."""
+        current = self.cursor.mark_delete_position
+        if current is not None and position <= current:
+            return False
+        self.cursor.mark_delete(position)
+        with self.lock:
+            if self.read_after is None or self.read_after < position:
+                self.read_after = position  # not read (delivered) any more
+        return True
+
     def reset(self, start: Position | None) -> list[ConsumerSink]:
         """Seek: the cursor reads again from `start`; every consumer is removed (the caller closes them,
         and their clients subscribe again). Returns the removed consumers' sinks."""
@@ -310,6 +322,7 @@ class Topic:
         self.counters = TopicCounters()
         # Geo-replication: one replicator per remote cluster of the namespace (set_replication).
         self.replicators: dict[str, TopicReplicator] = {}
+        self.message_ttl_s = service.message_ttl_in(name)  # 0: none; follows the namespace's policy
         self.deduplication = service.deduplication_in(name)
         if self.deduplication:
             self._rebuild_dedup()
@@ -528,6 +541,37 @@ class Topic:
                     return pos
             position = self.ml.next_position(batch[-1][0])
         return None if last is None else Position(last.ledger_id, last.entry_id + 1)
+
+    def last_published_before(self, publish_time_ms: int, after: Position | None) -> Position | None:
+        """The last entry after `after` (None: from the first) published before the time (None: none);
+        a scan from `after`, as the reference keeps no time index."""
+        position = self.ml.first_position() if after is None else self.ml.next_position(after)
+        last, found = self.ml.last_confirmed(), None
+        while position is not None and last is not None and position <= last:
+            batch = self.ml.read(position, 500)
+            if not batch:
+                break
+            for pos, data in batch:
+                if entry_codec.parse(data, verify_checksum=False).metadata.publish_time >= publish_time_ms:
+                    return found
+                found = pos
+            position = self.ml.next_position(batch[-1][0])
+        return found
+
+    def expire_messages(self, seconds: float, subscription: str | None = None) -> list[str]:
+        """Message TTL and expireMessages: on each subscription (or the one named), the messages published
+        more than `seconds` ago are acknowledged. Returns the subscriptions whose cursor moved."""
+        cutoff = int((time.time() - seconds) * 1000)
+        moved: list[str] = []
+        for name, sub in list(self.subscriptions.items()):
+            if subscription is not None and name != subscription:
+                continue
+            end = self.last_published_before(cutoff, sub.cursor.mark_delete_position)
+            if end is not None and sub.expire_to(end):
+                moved.append(name)
+        if moved:
+            self.maybe_trim()
+        return moved
 
     def last_message_id(self) -> MessageId | None:
         last = self.last_entry()
@@ -756,6 +800,8 @@ class BrokerService:
                 topic.counters.roll()
                 try:
                     topic.ml.tick()
+                    if topic.message_ttl_s > 0:
+                        topic.expire_messages(topic.message_ttl_s)
                     topic.maybe_trim()
                 except Exception as e:  # a fenced or closing topic: its owner handles it
                     log.debug("tick of %s: %s", topic.name, e)
@@ -814,6 +860,7 @@ class BrokerService:
         minutes, size_mb = self._retention(policies.retention)
         dedup = self.config.deduplication if policies.deduplication is None else policies.deduplication
         for topic in loaded:
+            topic.message_ttl_s = policies.message_ttl_seconds or 0
             topic.ml.set_retention(minutes, size_mb)
             topic.set_deduplication(dedup)
             try:
@@ -843,6 +890,14 @@ class BrokerService:
         if known is not None:
             known[1].close()
         return client
+
+    def message_ttl_in(self, name: TopicName) -> int:
+        """The namespace's message TTL in seconds (0: none)."""
+        try:
+            ttl = namespaces.get_policies(self.configuration_store, name.namespace_name).message_ttl_seconds
+        except (namespaces.AdminError, MetadataError):
+            ttl = None
+        return ttl or 0
 
     def deduplication_in(self, name: TopicName) -> bool:
         """Whether the topic's producers are de-duplicated: its namespace's policy, else the broker's

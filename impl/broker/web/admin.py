@@ -55,6 +55,9 @@ class AdminRoutes:
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/replication", self.set_replication)
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/retention", self.get_retention)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/retention", self.set_retention)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.get_message_ttl)
+        r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.set_message_ttl)
+        r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.remove_message_ttl)
         r.add("GET", f"{v2}/brokers/health", self.health)
         r.add("GET", f"{v2}/brokers/leaderBroker", self.leader)
         r.add("GET", f"{v2}/brokers/{{cluster}}", self.brokers)
@@ -236,6 +239,19 @@ class AdminRoutes:
         size = _int(body.get("retentionSizeInMB", 0), "retentionSizeInMB")
         retention = namespaces.RetentionPolicy(minutes, size)
         namespaces.set_retention(self._config, self._ns(tenant, namespace), retention)
+        return Response.empty()
+
+    def get_message_ttl(self, req: Request, tenant: str, namespace: str) -> Response:
+        policies = namespaces.get_policies(self._config, self._ns(tenant, namespace))
+        return Response.json(policies.message_ttl_seconds)  # null when unset, as Pulsar
+
+    def set_message_ttl(self, req: Request, tenant: str, namespace: str) -> Response:
+        seconds = _int(req.json(), "the message TTL (seconds)")
+        namespaces.set_message_ttl(self._config, self._ns(tenant, namespace), seconds)
+        return Response.empty()
+
+    def remove_message_ttl(self, req: Request, tenant: str, namespace: str) -> Response:
+        namespaces.set_message_ttl(self._config, self._ns(tenant, namespace), None)
         return Response.empty()
 
     # ---- brokers and bookies ------------------------------------------------------------------

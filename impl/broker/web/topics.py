@@ -47,6 +47,8 @@ class TopicRoutes:
         r.add("DELETE", TOPIC + "/subscription/{subscription}", self.delete_subscription)
         r.add("POST", TOPIC + "/subscription/{subscription}/resetcursor/{timestamp}", self.reset_cursor)
         r.add("GET", TOPIC + "/lastMessageId", self.last_message_id)
+        r.add("POST", TOPIC + "/subscription/{subscription}/expireMessages/{seconds}", self.expire_messages)
+        r.add("POST", TOPIC + "/all_subscription/expireMessages/{seconds}", self.expire_all_messages)
 
     # ---- names, existence, ownership ----------------------------------------------------------
 
@@ -219,6 +221,26 @@ class TopicRoutes:
             raise HttpError(404, f"Subscription {subscription!r} not found on {owned.name}")
         for sink in sub.reset(owned.first_published_at(int(timestamp))):
             sink.close()  # as Pulsar: its consumers are disconnected and subscribe again from there
+        return Response.empty()
+
+    def expire_messages(
+        self, req: Request, tenant: str, namespace: str, topic: str, subscription: str, seconds: str
+    ) -> Response:
+        """Acknowledge, on the subscription, the messages published more than `seconds` ago."""
+        return self._expire(req, self._name(tenant, namespace, topic), subscription, seconds)
+
+    def expire_all_messages(self, req: Request, tenant: str, namespace: str, topic: str, seconds: str) -> Response:
+        return self._expire(req, self._name(tenant, namespace, topic), None, seconds)
+
+    def _expire(self, req: Request, name: TopicName, subscription: str | None, seconds: str) -> Response:
+        if not seconds.isdigit():
+            raise HttpError(400, f"the expiry time must be whole seconds >= 0, not {seconds!r}")
+        owned = self._owned(req, name)
+        if isinstance(owned, Response):
+            return owned
+        if subscription is not None and subscription not in owned.subscriptions:
+            raise HttpError(404, f"Subscription {subscription!r} not found on {owned.name}")
+        owned.expire_messages(int(seconds), subscription)
         return Response.empty()
 
     def last_message_id(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
