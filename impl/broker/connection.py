@@ -68,6 +68,10 @@ from impl.protocol.session import (
 )
 
 SERVER_VERSION = "pulsar-ref"
+# Before CONNECT succeeds a client is unknown: it gets a short time to finish the handshake and a small
+# frame (a CONNECT with a token is a few KiB), so silent or slow connections cannot hold buffers.
+HANDSHAKE_TIMEOUT_S = 10.0
+MAX_FRAME_BEFORE_CONNECTED = 64 * 1024
 LATEST = MessageId(2**63 - 1, 2**63 - 1, -1)  # MessageId.latest of the clients
 EARLIEST = MessageId(-1, -1, -1)
 
@@ -427,6 +431,7 @@ class ServerConnection:
 
     max_message_size: int
     keepalive_s: float = KEEPALIVE_S
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
     authentication: bool = False  # CONNECT must carry credentials the broker accepts
     role: str = ""  # who the client is, once authenticated
     state: State = State.AWAITING_CONNECT
@@ -435,6 +440,7 @@ class ServerConnection:
     producers: dict[int, _Producer] = field(default_factory=dict)
     consumers: dict[int, _Consumer] = field(default_factory=dict)
     _last_heard: float = 0.0
+    _opened_at: float = 0.0
     _ping_sent_at: float | None = None
 
     # ---- the one entry point -------------------------------------------------------------------
@@ -448,7 +454,7 @@ class ServerConnection:
     # ---- frames in ---------------------------------------------------------------------------
 
     def _opened(self, e: ConnectionOpened) -> list[Output]:
-        self._last_heard = e.now
+        self._last_heard = self._opened_at = e.now
         return []
 
     def _frame_received(self, e: FrameReceived) -> list[Output]:
@@ -771,6 +777,11 @@ class ServerConnection:
     def _tick(self, e: Tick) -> list[Output]:
         """Keep-alive: ping a silent client once, close the connection if it stays silent."""
         now = e.now
+        if self.state in (State.AWAITING_CONNECT, State.AUTHENTICATING) and (
+            now - self._opened_at >= self.handshake_timeout_s
+        ):
+            self.state = State.CLOSED
+            return [Close(f"the handshake did not complete within {self.handshake_timeout_s:.0f} s")]
         if self.state is State.CLOSED or now - self._last_heard < self.keepalive_s:
             return []
         if self.state is State.AWAITING_CONNECT or (

@@ -191,7 +191,7 @@ class _Connection:
             max_message_size=listener.max_message_size,
             authentication=self.service.config.security.authenticator is not None,
         )
-        self.decoder = frames.FrameDecoder(listener.max_message_size + frames.FRAME_PADDING)
+        self.decoder = frames.FrameDecoder(conn.MAX_FRAME_BEFORE_CONNECTED)  # raised once CONNECTED
         self.producers: dict[int, tuple[Topic, str]] = {}
         self.consumers: dict[int, _AttachedConsumer] = {}
         self.jobs: asyncio.Queue[Callable[[], list[conn.Output]] | None] = asyncio.Queue()
@@ -219,6 +219,8 @@ class _Connection:
                 data = await self.reader.read(READ_CHUNK)
                 if not data:
                     break
+                if self.core.state is conn.State.CONNECTED:  # the client is known now: full-size frames
+                    self.decoder.max_frame_size = self.listener.max_message_size + frames.FRAME_PADDING
                 try:
                     received = self.decoder.feed(data)
                 except frames.FrameError as e:

@@ -387,3 +387,31 @@ def test_a_topics_pattern_re2_cannot_match_in_linear_time_is_refused(standalone:
     assert error.command.error.request_id == 7 and "bad topics pattern" in error.command.error.message
     sock.sendall(frames.encode(conn.command(T.PING, ping=api.CommandPing())))
     assert read_frames(sock)[0].command.type == T.PONG  # the connection serves on
+
+
+def test_the_handshake_must_complete_in_time_whatever_the_client_sends() -> None:
+    core = conn.ServerConnection(max_message_size=1000, keepalive_s=30, handshake_timeout_s=10)
+    core.step(conn.ConnectionOpened(0.0))
+    assert core.step(conn.Tick(9.0)) == []
+    (close,) = core.step(conn.Tick(10.0))
+    assert isinstance(close, conn.Close) and "handshake" in close.reason
+    core = conn.ServerConnection(max_message_size=1000, handshake_timeout_s=10, authentication=True)
+    core.step(conn.ConnectionOpened(0.0))
+    core.step(conn.FrameReceived(frames.Frame(conn.command(T.CONNECT, connect=api.CommandConnect())), now=5.0))
+    (close,) = core.step(conn.Tick(10.0))  # still authenticating: CONNECT's arrival does not restart the clock
+    assert isinstance(close, conn.Close)
+    core = connected()
+    assert core.step(conn.Tick(core.handshake_timeout_s + 1)) == []  # connected: only keep-alive applies
+
+
+def test_a_large_frame_before_connect_is_refused_without_buffering_it(standalone: Standalone) -> None:
+    """Issue 49: 5 MiB was buffered per connection before CONNECT; now a frame over 64 KiB is refused at
+    its size field, and a connected client still sends 1 MiB messages."""
+    sock = raw(standalone)
+    sock.sendall(struct.pack(">I", conn.MAX_FRAME_BEFORE_CONNECTED + 1))
+    assert closed_by_peer(sock)
+    client = pulsar.Client(standalone.pulsar_service_url)
+    try:
+        assert client.create_producer("after-big-frame").send(b"x" * (1 << 20)) is not None
+    finally:
+        client.close()
