@@ -36,6 +36,9 @@ COMPLETIONS = ("ok", "fail", "info")
 LOG_OPS = ("append", "read")
 CONSUMER_OPS = ("subscribe", "receive", "ack", "nack", "close", "drain")
 SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
+# The final drain's consumers are named drain-<process> (docs/history.md): what they receive is the drain's, never
+# the latest fault's.
+DRAIN_CONSUMER_PREFIX = "drain-"
 NOT_RETIRING = ("ack", "nack")  # an unconfirmed acknowledgement does not retire its process
 
 

@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
 from spark.faults import Fault, NemesisStep, intervals
-from spark.history import Op, Position, format_position, format_time
+from spark.history import DRAIN_CONSUMER_PREFIX, Op, Position, format_position, format_time
 from spark.report import ANOMALIES, Case, Report
 
 W = 900  # plot width (px)
@@ -87,6 +87,16 @@ class Page:
         self.faults: list[Fault] = intervals(steps, self.t1)
         self.failed_steps = [s for s in steps if s.error is not None]
         self.kinds = sorted({f.kind for f in self.faults})
+        # The final drain (after healing, docs/history.md): from its consumers' first invoke to their last event.
+        drained = [op for op in ops if (op.consumer or "").startswith(DRAIN_CONSUMER_PREFIX) or op.f == "drain"]
+        self.drain: tuple[int, int] | None = (
+            (
+                min(op.inv_time for op in drained),
+                max(op.cmp_time if op.cmp_time is not None else op.inv_time for op in drained),
+            )
+            if drained
+            else None
+        )
         self.fs = sorted({op.f for op in ops}, key=lambda f: (_F_ORDER.get(f, len(_F_ORDER)), f))
 
     def rel(self, t: int) -> float:
@@ -99,8 +109,16 @@ class Page:
         return "\n".join(rules)
 
     def shades(self, t0: int, t1: int, x: Scale, top: float, bottom: float) -> str:
-        """One rectangle per fault overlapping [t0, t1], clipped to it, behind the plot's marks."""
+        """One rectangle per fault overlapping [t0, t1], clipped to it, behind the plot's marks; the drain's phase
+        too."""
         out = []
+        if self.drain is not None and self.drain[1] >= t0 and self.drain[0] <= t1:
+            a, b = max(self.drain[0], t0), min(self.drain[1], t1)
+            out.append(
+                f'<rect class="phase phase-drain" data-start="{self.drain[0]}" data-end="{self.drain[1]}" '
+                f'x="{x(a):.1f}" y="{top:.1f}" width="{max(x(b) - x(a), 1.5):.1f}" height="{bottom - top:.1f}">'
+                f"<title>drain: {format_time(self.drain[0])} to {format_time(self.drain[1])}</title></rect>"
+            )
         for f in self.faults:
             a, b = max(f.start, t0), min(f.end, t1)
             if b < a or (b == a and not t0 <= f.start <= t1):
@@ -116,15 +134,21 @@ class Page:
         return "".join(out)
 
     def legend(self) -> str:
+        drain = (
+            "<li class='phase-key'><svg width='14' height='12'><rect class='phase phase-drain' width='14' height='12'/>"
+            "</svg> drain (after healing)</li>"
+            if self.drain
+            else ""
+        )
         if not self.kinds:
-            return "<p id='fault-legend' class='legend'>No fault was injected.</p>"
+            return f"<ul id='fault-legend' class='legend'><li>No fault was injected.</li>{drain}</ul>"
         items = "".join(
             f'<li class="fault-key" data-kind="{esc(k)}"><svg width="14" height="12"><rect class="fault '
             f'fault-{slug(k)}" width="14" height="12"/></svg> {esc(k)} '
             f"({sum(1 for f in self.faults if f.kind == k)})</li>"
             for k in self.kinds
         )
-        return f"<ul id='fault-legend' class='legend'><li>faults (shaded):</li>{items}</ul>"
+        return f"<ul id='fault-legend' class='legend'><li>faults (shaded):</li>{items}{drain}</ul>"
 
 
 _F_ORDER = {f: i for i, f in enumerate(("append", "read", "subscribe", "receive", "ack", "nack", "close", "drain"))}
@@ -609,7 +633,10 @@ def _subscription_table(report: Report) -> str:
     )
     return (
         "<h2>Subscriptions</h2><p>What Pulsar does not promise, measured per subscription and per kind of the latest "
-        f"fault before the delivery.</p><table id='subscriptions'><tr>{head}</tr>{''.join(body)}</table>{more}"
+        "fault before the delivery; what the final drain's consumers received is under <b>drain</b>.</p>"
+        f"<p id='waited-for-drain'>{getattr(report, 'waited_for_drain', 0)} messages waited for the drain: their "
+        "subscription had no consumer during the run.</p>"
+        f"<table id='subscriptions'><tr>{head}</tr>{''.join(body)}</table>{more}"
     )
 
 
@@ -617,7 +644,7 @@ CSS = """body{font-family:sans-serif;margin:2em;max-width:960px;color:#222}.vali
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}
 td:first-child,th:first-child{text-align:left}figure{margin:0 0 1em 0}
 .legend{list-style:none;padding:0;margin:.2em 0 .8em 0;font-size:12px}.legend li{display:inline-block;margin-right:1em}
-rect.fault{fill-opacity:.2}.legend rect.fault,td rect.fault{fill-opacity:.5}
+rect.fault{fill-opacity:.2}rect.phase-drain{fill:#888;fill-opacity:.15}.legend rect.fault,td rect.fault{fill-opacity:.5}
 rect.op.ok{fill:#8c8}rect.op.fail{fill:#e88}rect.op.info{fill:#ec6}text.op{font-size:10px}
 text.lane-name,text.tick{font-size:11px;fill:#444}.axis{stroke:#444}.grid{stroke:#eee}
 .mark,.swatch{fill:var(--c,#36c);stroke:var(--c,#36c)}.mark.ok{stroke:none;fill-opacity:.7}.mark.fail{fill:none;stroke-width:1.5}

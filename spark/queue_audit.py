@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from spark.history import CONSUMER_OPS, format_position, format_time
+from spark.history import CONSUMER_OPS, DRAIN_CONSUMER_PREFIX, format_position, format_time
 from spark.report import SubscriptionFigures
 
 ORDERED_TYPES = ("Exclusive", "Failover")
@@ -401,7 +401,8 @@ def _figures(ops: Any, deliveries: Any, events: Any) -> list[dict[str, Any]]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    deliveries = deliveries.withColumn("fault", _fault_kind(events))
+    in_drain = F.col("consumer").startswith(DRAIN_CONSUMER_PREFIX)
+    deliveries = deliveries.withColumn("fault", F.when(in_drain, F.lit("drain")).otherwise(_fault_kind(events)))
     # Cumulative acks cover every position up to theirs: a running maximum of their positions per (subscription,
     # log) in completion order, scanned only where there are cumulative acks.
     session = ["history", "topic", "subscription", "log"]

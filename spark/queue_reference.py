@@ -29,7 +29,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Sequence
 
-from spark.history import NemesisEvent, Op, format_position, time_teller
+from spark.history import DRAIN_CONSUMER_PREFIX, NemesisEvent, Op, format_position, time_teller
 from spark.report import Case, SubscriptionFigures
 
 Sub = tuple[str, str]  # (subscribed topic, subscription name)
@@ -261,7 +261,8 @@ def figures(ops: Sequence[Op], nemesis: Sequence[NemesisEvent] = ()) -> list[Sub
     for d, is_first in zip(delivered, first, strict=True):
         sub = (d.topic, d.subscription or "")
         idx = d.cmp_index or 0
-        group = (sub, fault_kind_at(injections, idx))
+        in_drain = (d.consumer or "").startswith(DRAIN_CONSUMER_PREFIX)
+        group = (sub, "drain" if in_drain else fault_kind_at(injections, idx))
         row = rows[group]
         row["deliveries"] += 1
         row["first"] += is_first

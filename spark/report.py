@@ -119,6 +119,15 @@ class Report:
     def valid(self) -> bool:
         return not self.cases
 
+    @property
+    def waited_for_drain(self) -> int:
+        """Messages first delivered by the final drain to subscriptions that delivered nothing before it (no
+        consumer during the run): their lag is the run's length, not a fault's doing."""
+        during_run = {(f.topic, f.subscription) for f in self.subscriptions if f.fault != "drain"}
+        return sum(
+            f.first for f in self.subscriptions if f.fault == "drain" and (f.topic, f.subscription) not in during_run
+        )
+
     def to_json(self) -> dict[str, Any]:
         by_name: dict[str, list[dict[str, Any]]] = {}
         for c in sorted(self.cases, key=lambda c: (ANOMALIES.index(c.anomaly), c.topic, c.ops)):
@@ -132,4 +141,5 @@ class Report:
             "anomaly_types": [a for a in ANOMALIES if a in by_name],
             "anomalies": by_name,
             "subscriptions": [vars(f) for f in sorted(self.subscriptions, key=lambda f: f.key)],
+            "waited_for_drain": self.waited_for_drain,
         }

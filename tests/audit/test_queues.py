@@ -148,7 +148,7 @@ def test_figures_count_redeliveries_duplicates_and_deliveries_after_a_confirmed_
 def test_spark_agrees_on_the_hand_written_histories(spark: Any, tmp_path: Path) -> None:
     from spark.audit import audit
 
-    histories = [two_consumers_one_key(b)[0] for b in (None, "ack", "close", "fault", "redelivered")]
+    histories = [two_consumers_one_key(b)[0] for b in (None, "ack", "close", "fault", "redelivered")] + [drained_run()]
     paths, references = [], []
     for k, h in enumerate(histories):
         (tmp_path / str(k)).mkdir()
@@ -199,3 +199,37 @@ def test_a_receive_must_carry_its_delivery_and_only_acks_may_end_info_and_go_on(
     write_jsonl(h.events, str(path))
     with pytest.raises(HistoryError, match="after an info completion"):
         read_history(str(path))
+
+
+def drained_run() -> History:
+    """Subscription s has a consumer during the run, subscription idle none; a fault, then the final drain
+    (consumers named drain-<process>, docs/history.md) delivers what is left to both."""
+    h = History()
+    h.append(0, "v1", 0)
+    h.append(0, "v2", 1)
+    h.subscribe(1, "a", kind="Shared")
+    h.receive(1, "a", "v1", 0)
+    h.ack(1, "a", "v1", 0)
+    h.add(process="nemesis", type="info", f="expire-session", value="broker-1")
+    for process, sub, left in ((5, "s", [("v2", 1)]), (6, "idle", [("v1", 0), ("v2", 1)])):
+        h.subscribe(process, f"drain-{process}", kind="Shared", sub=sub)
+        for value, entry in left:
+            h.receive(process, f"drain-{process}", value, entry, sub=sub)
+            h.ack(process, f"drain-{process}", value, entry, sub=sub)
+        h.op(process, "drain", subscription=sub)
+    return h
+
+
+def test_the_drain_is_its_own_phase_never_the_last_fault(tmp_path: Path) -> None:
+    from spark.history import read_history
+    from spark.html import render
+
+    h = drained_run()
+    report = h.report(tmp_path)
+    rows = {(f.subscription, f.fault): (f.deliveries, f.first) for f in report.subscriptions}
+    assert rows == {("s", "none"): (1, 1), ("s", "drain"): (1, 1), ("idle", "drain"): (2, 2)}
+    assert report.waited_for_drain == 2  # idle's two messages: s had a consumer, its one drained message did not wait
+    assert report.to_json()["waited_for_drain"] == 2
+    page = render(str(tmp_path / "h.jsonl"), report, read_history(str(tmp_path / "h.jsonl")))
+    assert 'class="phase phase-drain"' in page and "drain (after healing)" in page
+    assert "<p id='waited-for-drain'>2 messages waited for the drain" in page
