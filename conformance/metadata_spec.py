@@ -91,9 +91,6 @@ class MetadataWorld:
 class MetadataMapping:
     spec = SPEC
     symmetric: frozenset[ModelValue] = frozenset()
-    # metadata.tla's violating models are configurations (blind writes, no fencing), not bugs the
-    # implementation fixed: the store must follow their counterexamples to the end.
-    counterexamples_are_followed = True
 
     def __init__(self, constants: Mapping[str, Value], *, cores: type[MemoryServer] | None = None) -> None:
         self.server_type = cores or MemoryServer  # tests swap in a broken store
@@ -105,6 +102,10 @@ class MetadataMapping:
         # Issue 24 item 3 (definitions a model may override): lost answers of /counter's sets.
         self.lost_answers = constants.get("LostAnswers") is True
         self.resolution = str(constants.get("Resolution", "token"))
+        # metadata.tla's violating models are configurations (blind writes, no fencing, a resolution of
+        # lost answers), not bugs: the store must follow their counterexamples to the end. A `Mutation`
+        # (issue 47: the store breaking a rule of its own) is a bug it does not have: it must refuse it.
+        self.counterexamples_are_followed = constants.get("Mutation", "none") == "none"
 
     def initial(self, state: Mapping[str, Value]) -> tuple[MetadataWorld, Names]:
         server = self.server_type()

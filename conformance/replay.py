@@ -41,6 +41,9 @@ from conformance.tla_values import Function, ModelValue, Record, Value, parse_va
 Names = dict[str, ModelValue]  # implementation id (a bookie id) -> the spec's model value
 State = Mapping[str, Value]
 AUXILIARY = ("lastAction",)  # spec variables outside the VIEW: not part of the state
+# Ghost variables (issue 47; named ghost*): history a spec keeps for its properties and the protocol
+# never reads; the implementation has none, so the replay compares every other variable.
+GHOST_PREFIX = "ghost"
 
 
 @dataclass
@@ -159,7 +162,7 @@ def differences(spec: State, impl: State) -> list[str]:
     """Side-by-side lines for every variable where the spec's and the implementation's states differ."""
     lines: list[str] = []
     for var in sorted(spec):
-        if var in AUXILIARY:
+        if var in AUXILIARY or var.startswith(GHOST_PREFIX):
             continue
         want, got = spec[var], impl.get(var, "<missing in the abstraction>")
         if want == got:
@@ -366,7 +369,7 @@ class Mismatch(Exception):
 def _match(
     impl: dict[str, Value], spec: State, perms: Sequence[dict[ModelValue, ModelValue]]
 ) -> dict[ModelValue, ModelValue] | None:
-    variables = [v for v in spec if v not in AUXILIARY]
+    variables = [v for v in spec if v not in AUXILIARY and not v.startswith(GHOST_PREFIX)]
     if all(impl.get(var) == spec[var] for var in variables):
         return perms[0] if perms else {}  # the identity (perms start with it)
     for perm in perms[1:]:

@@ -53,6 +53,13 @@ NoWriter == "none"      \* the writer token of /counter before any update
 \* "content" (version + 1 and its own data = its write), "conflict" (BadVersion = another writer's).
 LostAnswers == FALSE
 Resolution == "token"
+\* Issue 47 (overridden in a mutation model's CONSTANTS): one-rule changes that break one property each,
+\* so that no property passes vacuously (`spec check`'s vacuity check): "epochs_stay" (every owner
+\* node gets epoch 1: epochs stop advancing), "expiry_keeps_ephemeral" (an expired session's owner node
+\* stays), "create_ignores_exists" (create of /owner succeeds over an existing node),
+\* "sequential_reuses_name" (a sequential create does not bump the child version), "set_keeps_version"
+\* (setData does not bump the version).
+Mutation == "none"
 NoPending == [active |-> FALSE, version |-> 0, data |-> 0, applied |-> FALSE]
 \* The writer token /counter's data carries: the client and its write's number (unique per write);
 \* observed only with LostAnswers (elsewhere nothing reads it, and it would only split states).
@@ -77,12 +84,21 @@ VARIABLES
                     \* the truth, which the client does not know)
     issued,         \* [Clients -> Nat]: the client's writes of /counter so far (its token's number; with LostAnswers)
     misreported,    \* a client was told a wrong outcome (a write that did not apply succeeded, or one that did failed)
+    \* Ghost variables (issue 47): history the protocol never reads, so that a property stated over them
+    \* cannot be made to hold by the bug it guards (conformance compares no ghost* variable).
+    ghostTerm,      \* successful creates of /owner so far: the ownership term
+    ghostHolderTerm, \* [Clients -> Nat]: the term of the /owner node the client created last (0: none)
+    ghostHolders,   \* clients whose created /owner node has not been deleted
+    ghostWriteTerms, \* the writer's term of each write the storage accepted, in order
     lastAction      \* auxiliary, for conformance: [name, params] of the last action (not in the VIEW)
 
 vars == <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
-          seqChildren, cversion, role, epoch, storage, pending, issued, misreported, lastAction>>
+          seqChildren, cversion, role, epoch, storage, pending, issued, misreported, lastAction,
+          ghostTerm, ghostHolderTerm, ghostHolders, ghostWriteTerms>>
 view == <<sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
-          seqChildren, cversion, role, epoch, storage, pending, issued, misreported>>
+          seqChildren, cversion, role, epoch, storage, pending, issued, misreported,
+          ghostTerm, ghostHolderTerm, ghostHolders, ghostWriteTerms>>
+ghosts == <<ghostTerm, ghostHolderTerm, ghostHolders, ghostWriteTerms>>
 
 -----------------------------------------------------------------------------
 Init ==
@@ -104,13 +120,17 @@ Init ==
     /\ issued = [c \in Clients |-> 0]
     /\ misreported = FALSE
     /\ lastAction = [name |-> "Init", params |-> [none |-> 0]]
+    /\ ghostTerm = 0
+    /\ ghostHolderTerm = [c \in Clients |-> 0]
+    /\ ghostHolders = {}
+    /\ ghostWriteTerms = <<>>
 
 Live(c) == sessionAlive[c]
 
 \* ---- Sessions ----
 
 \* The client connects (or reconnects after noticing an expiry) and gets a new session.
-Connect(c) ==
+ConnectStep(c) ==
     /\ ~sessionAlive[c]
     /\ role[c] = "none"                 \* a reconnecting client first noticed the expiry
     /\ sessionId' = [sessionId EXCEPT ![c] = nextSession]
@@ -121,12 +141,12 @@ Connect(c) ==
                    expiries, counter, updates, readCache, owner, zxid, seqChildren, cversion, role, epoch, storage>>
 
 \* The store expires a session and deletes its ephemeral nodes.  The client is not told.
-ExpireSession(c) ==
+ExpireSessionStep(c) ==
     /\ sessionAlive[c]
     /\ expiries < MaxExpiries
     /\ sessionAlive' = [sessionAlive EXCEPT ![c] = FALSE]
     /\ expiries' = expiries + 1
-    /\ IF owner.exists /\ owner.ephemeralOwner = sessionId[c]
+    /\ IF owner.exists /\ owner.ephemeralOwner = sessionId[c] /\ Mutation # "expiry_keeps_ephemeral"
        THEN /\ owner' = [owner EXCEPT !.exists = FALSE, !.ephemeralOwner = NoSession]
             /\ zxid' = zxid + 1
        ELSE UNCHANGED <<owner, zxid>>
@@ -136,7 +156,7 @@ ExpireSession(c) ==
                    storage>>
 
 \* Trying to reconnect, the client learns its session expired: it drops what it believed.
-NoticeExpiry(c) ==
+NoticeExpiryStep(c) ==
     /\ ~sessionAlive[c]
     /\ role[c] # "none"
     /\ role' = [role EXCEPT ![c] = "none"]
@@ -147,7 +167,7 @@ NoticeExpiry(c) ==
 
 \* ---- Versioned node: read, then conditional set on what was read ----
 
-ReadCounter(c) ==
+ReadCounterStep(c) ==
     /\ Live(c)
     /\ readCache' = [readCache EXCEPT ![c] = [version |-> counter.version, data |-> counter.data]]
     /\ lastAction' = [name |-> "ReadCounter", params |-> [client |-> c, version |-> counter.version]]
@@ -158,7 +178,7 @@ ReadCounter(c) ==
 \* setData(/counter, read data + 1, expectedVersion): BadVersion unless the version still matches. The data
 \* carries the writer's token. With LostAnswers the answer can be lost, after the write applied or with
 \* the request: the client keeps the write pending (one at a time) and retries it.
-IncrementCounter(c) ==
+IncrementCounterStep(c) ==
     /\ Live(c)
     /\ updates < MaxUpdates
     /\ ~pending[c].active
@@ -171,7 +191,8 @@ IncrementCounter(c) ==
           LET lost == outcome # "answered"
               applied == ok /\ outcome # "lostBefore"
           IN /\ IF applied
-                THEN /\ counter' = [version |-> counter.version + 1, data |-> data, writer |-> Token(c, n)]
+                THEN /\ counter' = [version |-> IF Mutation = "set_keeps_version" THEN counter.version
+                                                 ELSE counter.version + 1, data |-> data, writer |-> Token(c, n)]
                      /\ updates' = updates + 1
                      /\ zxid' = zxid + 1
                 ELSE UNCHANGED <<counter, updates, zxid>>
@@ -190,7 +211,7 @@ IncrementCounter(c) ==
 \* session. It applies if the first did not (and nothing else changed /counter); BadVersion otherwise, and
 \* the client reads /counter back to resolve the outcome: its own write (success), another's (failure),
 \* or unknown (reported as such: never wrong).
-RetryIncrement(c) ==
+RetryIncrementStep(c) ==
     /\ Live(c)
     /\ pending[c].active
     /\ LET p == pending[c]
@@ -219,11 +240,11 @@ RetryIncrement(c) ==
 
 \* ---- Sequential nodes ----
 
-CreateSequential(c) ==
+CreateSequentialStep(c) ==
     /\ Live(c)
     /\ cversion < MaxSequential
     /\ seqChildren' = seqChildren \cup {cversion}
-    /\ cversion' = cversion + 1
+    /\ cversion' = IF Mutation = "sequential_reuses_name" THEN cversion ELSE cversion + 1
     /\ zxid' = zxid + 1
     /\ lastAction' = [name |-> "CreateSequential", params |-> [client |-> c, name |-> cversion]]
     /\ UNCHANGED <<pending, issued, misreported,
@@ -233,13 +254,14 @@ CreateSequential(c) ==
 \* ---- Ephemeral ownership node and the data storage ----
 
 \* create(/owner, ephemeral): NodeExists unless absent.  The node's czxid is the owner's epoch.
-CreateOwnerNode(c) ==
+CreateOwnerNodeStep(c) ==
     /\ Live(c)
     /\ role[c] = "none"
-    /\ ~owner.exists
-    /\ owner' = [exists |-> TRUE, version |-> 0, czxid |-> zxid + 1, ephemeralOwner |-> sessionId[c]]
+    /\ ~owner.exists \/ Mutation = "create_ignores_exists"
+    /\ LET e == IF Mutation = "epochs_stay" THEN 1 ELSE zxid + 1
+       IN /\ owner' = [exists |-> TRUE, version |-> 0, czxid |-> e, ephemeralOwner |-> sessionId[c]]
+          /\ epoch' = [epoch EXCEPT ![c] = e]
     /\ zxid' = zxid + 1
-    /\ epoch' = [epoch EXCEPT ![c] = zxid + 1]
     \* without fencing the new owner may write at once; with fencing it first fences
     /\ role' = [role EXCEPT ![c] = IF Fencing THEN "elected" ELSE "writer"]
     /\ lastAction' = [name |-> "CreateOwnerNode", params |-> [client |-> c, epoch |-> zxid + 1]]
@@ -248,7 +270,7 @@ CreateOwnerNode(c) ==
                    cversion, storage>>
 
 \* Fence the storage with the owner's epoch: storage refuses writes of any older epoch from now on.
-FenceStorage(c) ==
+FenceStorageStep(c) ==
     /\ role[c] = "elected"
     /\ storage' = [storage EXCEPT !.fence = IF epoch[c] > @ THEN epoch[c] ELSE @]
     /\ role' = [role EXCEPT ![c] = "writer"]
@@ -259,7 +281,7 @@ FenceStorage(c) ==
 
 \* Write data.  The storage knows nothing about sessions: it accepts unless fenced past the epoch.
 \* A fenced writer gives up its role.  Note: no live session is needed to write data.
-WriteData(c) ==
+WriteDataStep(c) ==
     /\ role[c] = "writer"
     /\ Len(storage.log) < MaxDataWrites
     /\ LET refused == Fencing /\ epoch[c] < storage.fence
@@ -272,6 +294,29 @@ WriteData(c) ==
     /\ UNCHANGED <<pending, issued, misreported,
                    sessionId, sessionAlive, nextSession, expiries, counter, updates, readCache, owner, zxid,
                    seqChildren, cversion, epoch>>
+
+\* The ghost variables follow the protocol's steps (GhostStep); nothing of the protocol reads them.
+GhostStep(c) ==
+    /\ ghostTerm' = IF lastAction'.name = "CreateOwnerNode" THEN ghostTerm + 1 ELSE ghostTerm
+    /\ ghostHolderTerm' = IF lastAction'.name = "CreateOwnerNode" THEN [ghostHolderTerm EXCEPT ![c] = ghostTerm + 1]
+                          ELSE ghostHolderTerm
+    /\ ghostHolders' = CASE lastAction'.name = "CreateOwnerNode" -> ghostHolders \cup {c}
+                        [] owner.exists /\ ~owner'.exists -> {h \in ghostHolders : sessionId[h] # owner.ephemeralOwner}
+                        [] OTHER -> ghostHolders
+    /\ ghostWriteTerms' = IF Len(storage'.log) > Len(storage.log) THEN Append(ghostWriteTerms, ghostHolderTerm[c])
+                          ELSE ghostWriteTerms
+
+\* Each action is the protocol's step and the ghosts' (named after the step, for the traces).
+Connect(c) == ConnectStep(c) /\ GhostStep(c)
+ExpireSession(c) == ExpireSessionStep(c) /\ GhostStep(c)
+NoticeExpiry(c) == NoticeExpiryStep(c) /\ GhostStep(c)
+ReadCounter(c) == ReadCounterStep(c) /\ GhostStep(c)
+IncrementCounter(c) == IncrementCounterStep(c) /\ GhostStep(c)
+RetryIncrement(c) == RetryIncrementStep(c) /\ GhostStep(c)
+CreateSequential(c) == CreateSequentialStep(c) /\ GhostStep(c)
+CreateOwnerNode(c) == CreateOwnerNodeStep(c) /\ GhostStep(c)
+FenceStorage(c) == FenceStorageStep(c) /\ GhostStep(c)
+WriteData(c) == WriteDataStep(c) /\ GhostStep(c)
 
 Next ==
     \E c \in Clients :
@@ -308,12 +353,21 @@ SequentialNamesUnique == seqChildren = 0..(cversion - 1)
 EphemeralOwnedByLiveSession ==
     owner.exists => \E c \in Clients : sessionId[c] = owner.ephemeralOwner /\ sessionAlive[c]
 
-\* At most one client holds the ownership node at a time (holds by construction of create).
+\* At most one client with a live session holds the ownership node. Stated over the ghost set of
+\* clients whose create succeeded and whose node was not deleted since: the node itself has one owner
+\* field, so stated over it the property could not fail (a create over an existing node would pass).
 OneOwnerNode ==
-    Cardinality({c \in Clients : owner.exists /\ owner.ephemeralOwner = sessionId[c] /\ sessionAlive[c]}) <= 1
+    Cardinality({c \in ghostHolders : sessionAlive[c]}) <= 1
 
 \* (b)/(c) Single writer: once a newer owner's write was accepted, no older owner's write is
 \* accepted after it.  The epochs of accepted writes never go down.
 SingleWriter ==
     \A i, j \in 1..Len(storage.log) : i < j => storage.log[i].epoch <= storage.log[j].epoch
+
+\* The same over an independent witness (issue 47): the ownership term, counted by the ghost at each
+\* successful create of /owner, which the protocol never reads. SingleWriter is stated over the epochs
+\* the protocol itself fences with; a bug that stops them advancing makes it hold trivially while an
+\* expired owner writes after its successor. This one still fails then (model metadata-mutation-epochsstay-ci).
+SingleWriterByTerm ==
+    \A i, j \in 1..Len(ghostWriteTerms) : i < j => ghostWriteTerms[i] <= ghostWriteTerms[j]
 =============================================================================

@@ -74,3 +74,24 @@ def test_spec_check_fails_on_a_property_no_ci_model_violates(
     assert spec_command.main(["--manifest", str(manifest), "check"], "spec") == 1
     err = capsys.readouterr().err
     assert "metadata.tla NoLostUpdate is listed as unguarded in models.toml but is guarded now" in err
+
+
+@pytest.mark.tlc
+def test_single_writer_over_epochs_is_blind_to_epochs_that_stop_but_the_term_is_not(tmp_path: Path) -> None:
+    """Issue 47 item 1: with every owner node at epoch 1, SingleWriter (over the epochs the protocol
+    fences with) passes although an expired owner writes after its successor; SingleWriterByTerm, over
+    the ghost ownership term the protocol never reads, fails."""
+    from conformance.tlc import Outcome, run_tlc
+
+    shutil.copy(SPEC_DIR / "metadata.tla", tmp_path / "metadata.tla")
+    cfg = (SPEC_DIR / "metadata_mutation_epochsstay_ci.cfg").read_text()
+    blind = tmp_path / "blind.cfg"
+    blind.write_text(cfg.replace("    SingleWriterByTerm\n", ""))
+    assert run_tlc(tmp_path / "metadata.tla", blind).outcome is Outcome.PASS
+    seen = tmp_path / "seen.cfg"
+    seen.write_text(cfg)
+    result = run_tlc(tmp_path / "metadata.tla", seen)
+    assert (result.outcome, result.violated) == (Outcome.VIOLATION, "SingleWriterByTerm")
+    # the counterexample: two owners' writes accepted, the later one from the earlier term
+    writes = [s for s in result.trace if s.action == "WriteData"]
+    assert len(writes) >= 2
