@@ -252,6 +252,7 @@ class DoPublish:
     highest_sequence_id: int
     num_messages: int
     data: bytes  # headers and payload: the entry to store
+    is_chunk: bool = False  # one chunk of a chunked message (its chunks share the sequence id)
 
 
 @dataclass(frozen=True)
@@ -559,7 +560,7 @@ class ServerConnection:
         num = s.num_messages if s.HasField("num_messages") else 1
         highest = s.highest_sequence_id if s.HasField("highest_sequence_id") else s.sequence_id + num - 1
         highest = max(highest, s.sequence_id)
-        return [DoPublish(s.producer_id, s.sequence_id, highest, num, frame.payload)]
+        return [DoPublish(s.producer_id, s.sequence_id, highest, num, frame.payload, s.is_chunk)]
 
     def _close_producer(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
         c = cmd.close_producer

@@ -341,7 +341,7 @@ class _Connection:
             return None
         if self.producers[pid][1].startswith(REPLICATOR_PREFIX):
             return Append.of_replicated(out.data, entry)
-        return Append(out.data, seq, out.highest_sequence_id, len(entry.payload))
+        return Append(out.data, seq, out.highest_sequence_id, len(entry.payload), is_chunk=out.is_chunk)
 
     def _publish(self, run: list[tuple[conn.DoPublish, Append]]) -> None:
         pid = run[0][0].producer_id

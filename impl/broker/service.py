@@ -105,6 +105,7 @@ class Append:
     # De-duplication's producer name when it is not the sending producer's: a replicator sends
     # other producers' messages, which are de-duplicated on their origin's name (`of_replicated`).
     origin_producer: str = ""
+    is_chunk: bool = False  # a chunk of a chunked message: its chunks share one sequence id
 
     @classmethod
     def of_replicated(cls, data: bytes, entry: entry_codec.Entry) -> Append:
@@ -414,7 +415,7 @@ class Topic:
                         refusal = e
                 if refusal is not None:
                     results.append(refusal)
-                elif dedup and append.sequence_id <= self.last_sequence.get(key, -1):
+                elif dedup and self._duplicate(key, append):
                     if append.sequence_id <= self.persisted_sequence.get(key, -1):
                         done: Future[tuple[Position | None, bool]] = Future()
                         done.set_result((None, True))
@@ -430,10 +431,23 @@ class Topic:
                     results.append(result)
                     if dedup:
                         with self._dedup_lock:
-                            self.last_sequence[key] = append.highest_sequence_id
+                            self.last_sequence[key] = max(append.highest_sequence_id, self.last_sequence.get(key, -1))
             if adds:
                 self._submit(adds)
         return results
+
+    def _duplicate(self, producer: str, append: Append) -> bool:
+        """Whether de-duplication takes the entry for one the producer already published (Pulsar's
+        rule: its sequence id is at or below the highest pushed). Two cases where Pulsar's rule would
+        confirm and drop messages are kept instead (docs/pulsar-protocol.md, "De-duplication"): the
+        later chunks of a chunked message, which share its sequence id, and a batch whose highest
+        sequence id passes the highest pushed (KeyBased batching sends interleaved ranges)."""
+        last = self.last_sequence.get(producer, -1)
+        if append.sequence_id > last:
+            return False
+        if append.is_chunk and append.sequence_id == last:
+            return False
+        return append.highest_sequence_id <= last
 
     def _submit(self, adds: list[tuple[bytes, AddCallback]]) -> None:
         """Hand the adds to the managed ledger now, or, while STEPS_IN_FLIGHT earlier steps' adds are

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from impl.broker import connection as conn
 from impl.broker.standalone import Standalone
+from impl.broker.web.admin_client import AdminClient
 from impl.client.api import Client
 from impl.protocol import entry_codec, frames
 from impl.protocol import pulsar_api_pb2 as api
@@ -327,7 +328,10 @@ def test_a_replicator_producers_resend_is_dropped_on_its_origins_sequence_id(sta
     sock = raw(standalone)
     sock.sendall(connect_frame())
     read_frames(sock)
-    topic = "persistent://public/default/raw-replicated"
+    admin = AdminClient(standalone.web_service_url, timeout_s=20)  # de-duplication is off by default: on here
+    admin.call("PUT", "/admin/v2/namespaces/public/raw-dedup")
+    admin.call("POST", "/admin/v2/namespaces/public/raw-dedup/deduplication", True)
+    topic = "persistent://public/raw-dedup/raw-replicated"
     producer = api.CommandProducer(topic=topic, producer_id=0, request_id=1, producer_name="pulsar.repl.east")
     sock.sendall(frames.encode(conn.command(T.PRODUCER, producer=producer)))
     assert read_frames(sock)[0].command.type == T.PRODUCER_SUCCESS

@@ -5,12 +5,14 @@ Pulsar, dropped 20 of 30 as duplicates while confirming them)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
 import pulsar
 import pytest
 
+from impl.broker.web.admin_client import topic_path
 from tests.broker.pulsar_standalone import Standalone, running_standalone
 
 
@@ -58,3 +60,61 @@ def test_keybased_batches_all_arrive_on_the_default_namespace(client: pulsar.Cli
         consumer.acknowledge(m)
         got.append(int(m.data()))
     assert sorted(got) == list(range(30))
+
+
+def dedup_namespace(standalone: Standalone) -> str:
+    """public/dedup-on, with the de-duplication policy on (off by default, as in Pulsar)."""
+    namespaces = standalone.admin.call("GET", "/admin/v2/namespaces/public")
+    if "public/dedup-on" not in namespaces:
+        standalone.admin.call("PUT", "/admin/v2/namespaces/public/dedup-on")
+    standalone.admin.call("POST", "/admin/v2/namespaces/public/dedup-on/deduplication", True)
+    return "public/dedup-on"
+
+
+def test_keybased_batches_all_arrive_with_deduplication_on(client: pulsar.Client, standalone: Standalone) -> None:
+    t = topic("keybased").replace("public/default", dedup_namespace(standalone))
+    consumer = client.subscribe(t, "s")
+    producer = client.create_producer(t, batching_enabled=True, batching_type=pulsar.BatchingType.KeyBased)
+    for i in range(30):
+        producer.send_async(b"%d" % i, None, partition_key=f"k{i % 3}")
+    producer.flush()
+    got = []
+    for _ in range(30):
+        m = consumer.receive(20_000)
+        consumer.acknowledge(m)
+        got.append(int(m.data()))
+    assert sorted(got) == list(range(30))
+
+
+@pytest.mark.parametrize("dedup", [False, True], ids=["dedup-off", "dedup-on"])
+def test_chunked_10_mb_messages_round_trip_on_every_subscription_type(
+    client: pulsar.Client, standalone: Standalone, dedup: bool
+) -> None:
+    t = topic("chunks")
+    if dedup:
+        t = t.replace("public/default", dedup_namespace(standalone))
+    types = [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover, pulsar.ConsumerType.Shared]
+    types.append(pulsar.ConsumerType.KeyShared)
+    consumers = [client.subscribe(t, f"s-{kind}", consumer_type=kind) for kind in types]
+    producer = client.create_producer(t, batching_enabled=False, chunking_enabled=True, send_timeout_millis=60_000)
+    messages = [bytes([i]) * 10_000_000 for i in (1, 2)]
+    for m in messages:
+        producer.send(m)
+    producer.send(b"small")
+    for consumer in consumers:
+        got = [consumer.receive(30_000) for _ in range(3)]
+        assert [m.data() for m in got] == [*messages, b"small"]
+        for m in got:
+            consumer.acknowledge(m)
+    # An ack of a chunked message acks all its chunks: nothing is left in any subscription's backlog.
+    subscriptions = wait_for_empty_backlogs(standalone, t)
+    assert {name: sub["msgBacklog"] for name, sub in subscriptions.items()} == {f"s-{k}": 0 for k in types}
+
+
+def wait_for_empty_backlogs(standalone: Standalone, t: str) -> dict:
+    deadline = time.monotonic() + 20
+    while True:
+        subscriptions = standalone.admin.call("GET", f"{topic_path(t)}/stats")["subscriptions"]
+        if all(sub["msgBacklog"] == 0 for sub in subscriptions.values()) or time.monotonic() > deadline:
+            return subscriptions
+        time.sleep(0.2)

@@ -404,6 +404,7 @@ def test_a_namespace_retention_policy_keeps_consumed_ledgers_that_are_otherwise_
 def test_a_changed_deduplication_policy_applies_to_a_loaded_topic_at_once(standalone: Standalone) -> None:
     admin = standalone.admin
     admin.call("PUT", "/admin/v2/namespaces/public/live-policies")
+    admin.call("POST", "/admin/v2/namespaces/public/live-policies/deduplication", True)  # off by default
     topic = "persistent://public/live-policies/t"
     client = pulsar.Client(standalone.url, operation_timeout_seconds=20)
 
