@@ -404,6 +404,11 @@ class ManagedLedger:
         finally:
             self._drain()
 
+    def retention(self) -> tuple[float, float]:
+        """(minutes, MB) of consumed data kept (0: none, inf: unlimited)."""
+        with self._state() as core:
+            return core.config.retention_minutes, core.config.retention_size_mb
+
     def set_retention(self, minutes: float, size_mb: float) -> None:
         """Keep this much of what every cursor consumed from the next trim on (a changed policy)."""
         with self._state() as core:

@@ -660,9 +660,18 @@ class Topic:
             self.ml.delete_cursor(sub_name)
 
     def maybe_trim(self) -> None:
-        """Schedule trimming once every cursor has moved past the first ledger (not per ack)."""
+        """Schedule trimming once every cursor has moved past the first ledger (not per ack), or, on a
+        topic without cursors and with a finite retention, at every tick (retention alone decides)."""
         slowest, first = self.ml.slowest_mark_delete(), self.ml.first_position()
-        if slowest is None or first is None or slowest.ledger_id <= first.ledger_id:
+        if first is None:
+            return
+        if slowest is None:
+            # No subscription holds data back: only retention does, when a finite one is set (the ticker
+            # trims). Deviation: with none set, Pulsar deletes such data; the reference keeps it, so
+            # readers of topics nobody subscribes to (the workload's, the tests') read it back.
+            if self.ml.cursors() or not any(0 < r < math.inf for r in self.ml.retention()):
+                return
+        elif slowest.ledger_id <= first.ledger_id:
             return
         with self.lock:
             if self._trim_scheduled or self.closed:
