@@ -62,6 +62,7 @@ from impl.broker.managed_ledger_core import (
     WriteLedgerList,
 )
 from impl.broker.managed_ledger_errors import (
+    EntryRefusedError,
     ManagedLedgerClosedError,
     ManagedLedgerError,
     ManagedLedgerFencedError,
@@ -333,6 +334,27 @@ def test_a_failed_writers_ledger_ends_where_its_close_says() -> None:
     assert positions[1] == Position(stored.ledger_id, 1) and positions[2].ledger_id > stored.ledger_id
     assert world.topic_log() == world.acked
     assert b.core.state is ManagedLedgerState.OPEN
+
+
+def test_a_bookies_permanent_refusal_fails_that_add_alone_and_only_once() -> None:
+    """EBADREQ (an entry over the bookie's frame): the refused add fails, the adds after it are
+    stored on the next ledger, nothing is retried in a loop (a 5 MiB message once spun forever)."""
+    world = World()
+    b = opened(world, ManagedLedgerConfig())
+    tokens = [b.add() for _ in range(3)]
+    b.complete_one()
+    refused = b.inflight.popleft()
+    b.feed(b.core.step(AddFailed(refused.ledger_id, refused.entry_id, False, "EBADREQ", refused=True)))
+    after = b.inflight.popleft()  # the writer stopped: the add after it fails with it, not refused
+    b.feed(b.core.step(AddFailed(after.ledger_id, after.entry_id, False, "EBADREQ")))
+    b.settle()
+    assert [t for t, _ in b.completed] == [tokens[0], tokens[2]]
+    assert [(t, type(e)) for t, e in b.failed] == [(tokens[1], EntryRefusedError)]
+    assert b.core.refused_adds == 1 and not b.core.retrying
+    assert world.topic_log() == world.acked
+    b.add()
+    b.settle()
+    assert len(b.completed) == 3 and b.core.state is ManagedLedgerState.OPEN
 
 
 def test_a_writer_failure_during_trimming_closes_the_ledger_afterwards() -> None:

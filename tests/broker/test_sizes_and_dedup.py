@@ -118,3 +118,15 @@ def wait_for_empty_backlogs(standalone: Standalone, t: str) -> dict:
         if all(sub["msgBacklog"] == 0 for sub in subscriptions.values()) or time.monotonic() > deadline:
             return subscriptions
         time.sleep(0.2)
+
+
+@pytest.mark.deep
+def test_a_chunked_100_mb_message_round_trips(client: pulsar.Client) -> None:
+    t = topic("chunks-100mb")
+    consumer = client.subscribe(t, "s", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(t, batching_enabled=False, chunking_enabled=True, send_timeout_millis=300_000)
+    message = bytes(range(256)) * (100_000_000 // 256)
+    producer.send(message)
+    got = consumer.receive(300_000)
+    assert got.data() == message
+    consumer.acknowledge(got)
