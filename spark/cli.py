@@ -37,6 +37,8 @@ def _print_summary(path: str, report: Report) -> None:
             name = f"{f.topic.rsplit('/', 1)[-1]} {f.subscription}"
             lag = "-" if f.lag_p50_ms is None else f"{f.lag_p50_ms:.1f}"
             print(f"  {name:<44} {f.fault:<16} {f.deliveries:>9} {f.redeliveries:>11} {f.after_ack:>9} {lag:>10}")
+    if report.waited_for_drain:
+        print(f"  {report.waited_for_drain} messages waited for the final drain (their subscription had no consumer)")
     for c in report.cases[:20]:
         print(f"  {c.anomaly}: events {list(c.ops)}: {c.explanation}")
     if len(report.cases) > 20:

@@ -119,6 +119,7 @@ def test_nemesis_events_are_ignored_and_valid_exits_0(tmp_path: Path) -> None:
         "anomaly_types": [],
         "anomalies": {},
         "subscriptions": [],
+        "waited_for_drain": 0,
     }
 
 
@@ -147,7 +148,7 @@ def test_cli_reports_anomalies_json_and_html(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     assert "INVALID" in proc.stdout and "lost-write" in proc.stdout
     doc = json.loads(out_json.read_text())
-    assert set(doc) == {"valid", "ops", "topics", "anomaly_types", "anomalies", "subscriptions"}
+    assert set(doc) == {"valid", "ops", "topics", "anomaly_types", "anomalies", "subscriptions", "waited_for_drain"}
     assert doc["valid"] is False and "lost-write" in doc["anomaly_types"]
     assert set(doc["anomaly_types"]) == set(doc["anomalies"])
     for cases in doc["anomalies"].values():
