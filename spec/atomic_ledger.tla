@@ -23,6 +23,11 @@ CONSTANT NumEntries     \* entries 0 .. NumEntries-1 at most
 NoEntry == -1
 Entries == 0 .. NumEntries - 1
 
+\* Issue 47 (overridden in a mutation model's CONSTANTS; "none" everywhere else, the instance in
+\* ledger_refines_atomic.tla included): "confirm_past_end" drops Confirm's closed-end guard,
+\* "content_lags" leaves a reader's content behind a confirm while OPEN.
+AtomicMutation == "none"
+
 VARIABLES
     state,      \* "OPEN" (also while being recovered) | "CLOSED"
     pushed,     \* the highest entry the writer sent (NoEntry: none)
@@ -49,9 +54,9 @@ Push ==
 \* prefix). Once CLOSED, only up to the closed end.
 Confirm(n) ==
     /\ n \in lac + 1 .. pushed
-    /\ state = "CLOSED" => n <= end
+    /\ (state = "CLOSED" /\ AtomicMutation # "confirm_past_end") => n <= end
     /\ lac' = n
-    /\ content' = IF state = "OPEN" THEN 0 .. n ELSE content
+    /\ content' = IF state = "OPEN" /\ AtomicMutation # "content_lags" THEN 0 .. n ELSE content
     /\ UNCHANGED <<state, pushed, end>>
 
 \* Close at e: the writer's close at its LAC, or a recovery's at what it found (at least the LAC,
@@ -71,4 +76,9 @@ Spec == Init /\ [][Next]_vars
 \* What the abstraction promises, as invariants of this module (they follow from its actions).
 LacWithinEnd == state = "CLOSED" => lac <= end
 ContentIsAPrefix == content = 0 .. (IF state = "CLOSED" THEN end ELSE lac)
+
+TypeOK ==
+    /\ state \in {"OPEN", "CLOSED"}
+    /\ {pushed, lac, end} \subseteq Entries \cup {NoEntry}
+    /\ content \subseteq Entries
 =============================================================================
