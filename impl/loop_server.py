@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -110,6 +113,15 @@ class ConnectionListener:
         self.host, self.port, self.loop = self.server.host, self.server.port, self.server.loop
         self.tick_s = tick_s
         self.connections: set[Connection] = set()
+        self.max_connections = 0  # 0: no limit
+        self.max_connections_per_ip = 0
+        self._per_ip: dict[str, int] = {}
+        self._open = 0
+
+    def limit_connections(self, total: int, per_ip: int) -> None:
+        """Close connections past `total` open ones, or past `per_ip` from one address, as soon as they
+        are accepted (before a byte is read): a flood of idle connections cannot grow memory unbounded."""
+        self.max_connections, self.max_connections_per_ip = total, per_ip
 
     def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Connection:
         raise NotImplementedError
@@ -118,12 +130,31 @@ class ConnectionListener:
         self.server.start(self._accept, (self.tick_s, self._tick))
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = self.connection(reader, writer)
-        self.connections.add(connection)
+        peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if peer else "?"
+        refusal = None
+        if self.max_connections and self._open >= self.max_connections:
+            refusal = f"{self._open} connections open, the limit is {self.max_connections}"
+        elif self.max_connections_per_ip and self._per_ip.get(ip, 0) >= self.max_connections_per_ip:
+            refusal = f"{self._per_ip[ip]} connections open from {ip}, the limit is {self.max_connections_per_ip}"
+        if refusal is not None:
+            log.warning("%s: refusing a connection from %s: %s", self.server.name, ip, refusal)
+            writer.close()
+            return
+        self._open += 1
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         try:
-            await connection.serve()
+            connection = self.connection(reader, writer)
+            self.connections.add(connection)
+            try:
+                await connection.serve()
+            finally:
+                self.connections.discard(connection)
         finally:
-            self.connections.discard(connection)
+            self._open -= 1
+            self._per_ip[ip] -= 1
+            if not self._per_ip[ip]:
+                del self._per_ip[ip]
 
     def _tick(self) -> None:
         now = time.monotonic()

@@ -119,6 +119,9 @@ class Broker:
             context = self.config.security.tls.server_context()
             self.pulsar_tls = PulsarListener(host, tls_ports[0], self.config.max_message_size, tls=context)
             self.web_tls = WebServer(app, host, tls_ports[1], name="broker-tls", tls=context)
+        for listener in (self.pulsar, self.pulsar_tls):
+            if listener is not None:
+                listener.limit_connections(self.config.max_connections, self.config.max_connections_per_ip)
         self.store = connect_store()
         # The instance's configuration store (the /admin tree: clusters, tenants, namespaces), a session of
         # its own when it is another store; None when it is the metadata store itself.

@@ -137,6 +137,10 @@ class BrokerConfig:
     max_message_size: int = 5 * 1024 * 1024  # Pulsar's default maxMessageSize
     deduplication: bool = False  # Pulsar's brokerDeduplicationEnabled: on per namespace policy
     security: Security = field(default_factory=Security)  # authentication, authorization, TLS (all off)
+    # Pulsar's brokerMaxConnections / brokerMaxConnectionsPerIp: connections past them are closed at once
+    # (0: no limit, Pulsar's default).
+    max_connections: int = 0
+    max_connections_per_ip: int = 0
 
 
 def parse_topic(topic: str) -> TopicName:
