@@ -49,7 +49,7 @@ from impl.broker.schema import protocol as schema_protocol
 from impl.broker.schema.model import SchemaError
 from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
 from impl.loop_server import ConnectionListener
-from impl.metadata.naming import NamespaceName
+from impl.metadata.naming import NamespaceName, TopicName
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
 from impl.protocol import bitset, entry_codec, frames
 from impl.protocol import pulsar_api_pb2 as api
@@ -436,6 +436,8 @@ class _Connection:
             resp.partitions = (
                 0 if name.is_partition else namespaces.get_partitions(self.service.configuration_store, name)
             )
+            if resp.partitions == 0 and not name.is_partition:
+                resp.partitions = self._auto_partition(name)
             resp.response = api.CommandPartitionedTopicMetadataResponse.Success
         except namespaces.AdminError as e:
             resp.response = api.CommandPartitionedTopicMetadataResponse.Failed
@@ -444,6 +446,20 @@ class _Connection:
             resp.response = api.CommandPartitionedTopicMetadataResponse.Failed
             resp.error, resp.message = server_error(e)  # type: ignore[assignment]
         return [conn.Reply(conn.command(api.BaseCommand.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=resp))]
+
+    def _auto_partition(self, name: TopicName) -> int:
+        """A topic used for the first time in a namespace whose auto creation is partitioned: create it
+        partitioned (Pulsar creates it when the client asks for its partitions). Its partition count."""
+        policy = self.service.auto_topic_creation(name)
+        if not policy.allow or policy.topic_type != "partitioned" or policy.default_partitions is None:
+            return 0
+        if self.service.store.exists(name.managed_ledger_path) is not None:
+            return 0  # a non-partitioned topic of that name exists
+        with contextlib.suppress(namespaces.AlreadyExists):  # another client created it first
+            namespaces.create_partitioned_topic(
+                self.service.configuration_store, name, policy.default_partitions, local=self.service.store
+            )
+        return namespaces.get_partitions(self.service.configuration_store, name)
 
     def _create_producer(self, out: conn.DoCreateProducer) -> list[Result]:
         try:

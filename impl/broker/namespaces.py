@@ -192,6 +192,39 @@ class TenantInfo:
 
 
 @dataclass(frozen=True)
+class AutoTopicCreation:
+    """Pulsar's AutoTopicCreationOverride: whether a producer or consumer may create a topic by using it,
+    and of which type (a partitioned one gets default_partitions partitions)."""
+
+    allow: bool = True
+    topic_type: str = "non-partitioned"  # or "partitioned"
+    default_partitions: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.allow, bool):
+            raise InvalidPolicies(f"allowAutoTopicCreation must be true or false, not {self.allow!r}")
+        if self.topic_type not in ("non-partitioned", "partitioned"):
+            raise InvalidPolicies(f"topicType must be non-partitioned or partitioned, not {self.topic_type!r}")
+        n = self.default_partitions
+        if self.topic_type == "partitioned" and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+            raise InvalidPolicies(f"a partitioned topic type needs defaultNumPartitions >= 1, got {n!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"allowAutoTopicCreation": self.allow, "topicType": self.topic_type}
+        if self.default_partitions is not None:
+            doc["defaultNumPartitions"] = self.default_partitions
+        return doc
+
+    @classmethod
+    def from_json(cls, raw: Any) -> AutoTopicCreation:
+        if not isinstance(raw, dict) or "allowAutoTopicCreation" not in raw:
+            raise InvalidPolicies('the body must be {"allowAutoTopicCreation": true|false, "topicType": ...}')
+        return cls(
+            raw["allowAutoTopicCreation"], raw.get("topicType", "non-partitioned"), raw.get("defaultNumPartitions")
+        )
+
+
+@dataclass(frozen=True)
 class RetentionPolicy:
     """Pulsar's RetentionPolicies: keep acknowledged data this long / this big; -1 = unlimited, 0 = none."""
 
@@ -221,6 +254,7 @@ class NamespacePolicies:
     # Pulsar's message_ttl_in_seconds: messages older than this are expired from every subscription's
     # backlog (the cursor moves past them); None = unset (no TTL), 0 = no TTL.
     message_ttl_seconds: int | None = None
+    auto_topic_creation: AutoTopicCreation | None = None  # None: the broker's (allowed, non-partitioned)
 
     def __post_init__(self) -> None:
         ttl = self.message_ttl_seconds
@@ -250,6 +284,8 @@ class NamespacePolicies:
             doc["schema_validation_enforced"] = True
         if self.message_ttl_seconds is not None:
             doc["message_ttl_in_seconds"] = self.message_ttl_seconds
+        if self.auto_topic_creation is not None:
+            doc["autoTopicCreationOverride"] = self.auto_topic_creation.to_json()
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -279,6 +315,9 @@ class NamespacePolicies:
                 bool(raw.get("is_allow_auto_update_schema", True)),
                 bool(raw.get("schema_validation_enforced", False)),
                 raw.get("message_ttl_in_seconds"),
+                None
+                if raw.get("autoTopicCreationOverride") is None
+                else AutoTopicCreation.from_json(raw["autoTopicCreationOverride"]),
             )
         except (KeyError, TypeError) as e:
             raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
@@ -557,6 +596,13 @@ def set_deduplication(store: MetadataStore, namespace: NamespaceName | str, enab
 def set_message_ttl(store: MetadataStore, namespace: NamespaceName | str, seconds: int | None) -> None:
     """Set the namespace's message TTL in seconds (None removes it)."""
     _update_policies(store, namespace, lambda p: dataclasses.replace(p, message_ttl_seconds=seconds))
+
+
+def set_auto_topic_creation(
+    store: MetadataStore, namespace: NamespaceName | str, policy: AutoTopicCreation | None
+) -> None:
+    """Override the broker's auto topic creation in the namespace (None removes the override)."""
+    _update_policies(store, namespace, lambda p: dataclasses.replace(p, auto_topic_creation=policy))
 
 
 def set_schema_policies(store: MetadataStore, namespace: NamespaceName | str, **changes: Any) -> None:

@@ -61,6 +61,7 @@ from impl.broker.errors import (
     ReservedName,
     ServiceNotReady,
     TopicFenced,
+    TopicNotFound,
     UnknownMessageIdError,
 )
 from impl.broker.managed_ledger import (
@@ -918,6 +919,20 @@ class BrokerService:
             known[1].close()
         return client
 
+    def auto_topic_creation(self, name: TopicName) -> namespaces.AutoTopicCreation:
+        """The namespace's override, else the broker's default (allowed, non-partitioned)."""
+        try:
+            policy = namespaces.get_policies(self.configuration_store, name.namespace_name).auto_topic_creation
+        except (namespaces.AdminError, MetadataError):
+            policy = None
+        return policy or namespaces.AutoTopicCreation()
+
+    def may_create(self, name: TopicName) -> bool:
+        """Whether using `name` creates it: partitions of a partitioned topic always do."""
+        return self.auto_topic_creation(name).allow or (
+            name.is_partition and namespaces.get_partitions(self.configuration_store, name.base) > 0
+        )
+
     def message_ttl_in(self, name: TopicName) -> int:
         """The namespace's message TTL in seconds (0: none)."""
         try:
@@ -953,8 +968,9 @@ class BrokerService:
         if redirect:
             raise NotOwner(f"{name} is served by {broker}; look it up again")
 
-    def topic(self, topic: str) -> Topic:
-        """The loaded topic, loading it (takeover: recover and fence the last ledger) if needed."""
+    def topic(self, topic: str, create: bool = False) -> Topic:
+        """The loaded topic, loading it (takeover: recover and fence the last ledger) if needed. A topic that
+        does not exist is created when `create` (the admin API) or the namespace's auto creation allows."""
         name = parse_topic(topic)
         key = str(name)
         existing = self.topics.get(key)
@@ -968,6 +984,8 @@ class BrokerService:
             if existing is not None and not existing.closed:
                 return existing
             self.ownership.check_namespace(name)
+            if not create and not self.may_create(name) and self.store.exists(name.managed_ledger_path) is None:
+                raise TopicNotFound(f"Topic {name} does not exist (auto topic creation is off in its namespace)")
             try:
                 ml = ManagedLedger.open(
                     name.managed_ledger_name, self.store, self.bookkeeper, self.managed_ledger_config(name)

@@ -56,6 +56,9 @@ class AdminRoutes:
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/retention", self.get_retention)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/retention", self.set_retention)
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.get_message_ttl)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/autoTopicCreation", self.get_auto_creation)
+        r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/autoTopicCreation", self.set_auto_creation)
+        r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/autoTopicCreation", self.remove_auto_creation)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.set_message_ttl)
         r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.remove_message_ttl)
         r.add("GET", f"{v2}/brokers/health", self.health)
@@ -248,6 +251,22 @@ class AdminRoutes:
     def set_message_ttl(self, req: Request, tenant: str, namespace: str) -> Response:
         seconds = _int(req.json(), "the message TTL (seconds)")
         namespaces.set_message_ttl(self._config, self._ns(tenant, namespace), seconds)
+        return Response.empty()
+
+    def get_auto_creation(self, req: Request, tenant: str, namespace: str) -> Response:
+        policy = namespaces.get_policies(self._config, self._ns(tenant, namespace)).auto_topic_creation
+        return Response.json(None if policy is None else policy.to_json())
+
+    def set_auto_creation(self, req: Request, tenant: str, namespace: str) -> Response:
+        try:
+            policy = namespaces.AutoTopicCreation.from_json(req.json())
+        except namespaces.InvalidPolicies as e:
+            raise HttpError(400, str(e)) from None
+        namespaces.set_auto_topic_creation(self._config, self._ns(tenant, namespace), policy)
+        return Response.empty()
+
+    def remove_auto_creation(self, req: Request, tenant: str, namespace: str) -> Response:
+        namespaces.set_auto_topic_creation(self._config, self._ns(tenant, namespace), None)
         return Response.empty()
 
     def remove_message_ttl(self, req: Request, tenant: str, namespace: str) -> Response:

@@ -71,7 +71,7 @@ class TopicRoutes:
         lookup = self.ctx.service.ownership.lookup(name, req.flag("authoritative"))
         if lookup.kind == "redirect":
             return redirect_to_owner(self.ctx, req, name, lookup.broker_address, lookup.authoritative)
-        return self.ctx.service.topic(str(name))
+        return self.ctx.service.topic(str(name), create=not must_exist)
 
     # ---- listing and creating -----------------------------------------------------------------
 
