@@ -48,6 +48,19 @@ def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_
         owned = [topics_of(b, topics) for b in (first, second)]
         assert owned[0] and owned[1], owned  # both brokers own some of them
 
+        # Sizes (issue 43): a message at the advertised limit is stored on the cluster's bookies, and a
+        # chunked 10 MB message round-trips.
+        sizes = "persistent://public/default/sizes"
+        big = client.create_producer(sizes, batching_enabled=False, send_timeout_millis=60_000)
+        reader = client.create_reader(sizes, pulsar.MessageId.earliest)
+        big.send(b"b" * 5_242_816)
+        chunked = client.create_producer(
+            sizes, batching_enabled=False, chunking_enabled=True, send_timeout_millis=60_000
+        )
+        chunked.send(b"c" * 10_000_000)
+        got = [len(reader.read_next(60_000).data()) for _ in range(2)]
+        assert got == [5_242_816, 10_000_000]
+
         # The admin REST API: any broker answers for the cluster; topic calls go to the owner (307).
         webs = [f"http://127.0.0.1:{b['web_port']}" for b in (first, second)]
         admin = AdminClient(webs[0])
