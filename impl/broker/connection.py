@@ -407,6 +407,23 @@ def id_to_wire(mid: MessageId, partition: int = -1) -> api.MessageIdData:
     return out
 
 
+def non_utf8_field(message: Any, prefix: str = "") -> str | None:
+    """The path of the first string field holding bytes that are not UTF-8, or None. Python's protobuf
+    returns such a proto2 `string` as bytes instead of failing the parse."""
+    for descriptor, value in message.ListFields():
+        path = f"{prefix}{descriptor.name}"
+        values = value if descriptor.is_repeated else [value]
+        if descriptor.type == descriptor.TYPE_STRING:
+            if any(isinstance(v, bytes) for v in values):
+                return path
+        elif descriptor.type == descriptor.TYPE_MESSAGE:
+            for v in values:
+                found = non_utf8_field(v, path + ".")
+                if found is not None:
+                    return found
+    return None
+
+
 # ---- the connection ------------------------------------------------------------------------
 
 
@@ -465,6 +482,9 @@ class ServerConnection:
         kind = cmd.type
         if self.state is State.CLOSED:
             return []
+        bad = non_utf8_field(cmd)
+        if bad is not None:
+            return self._not_utf8(cmd, bad)
         if self.state is State.AWAITING_CONNECT:
             if kind != T.CONNECT:
                 self.state = State.CLOSED
@@ -505,6 +525,20 @@ class ServerConnection:
             max_message_size=self.max_message_size,
         )
         return [Reply(command(T.CONNECTED, connected=connected))]
+
+    def _not_utf8(self, cmd: api.BaseCommand, field_path: str) -> list[Output]:
+        """A name that is not UTF-8 (protobuf hands it over as bytes): refused before any handler sees it,
+        so no producer or consumer is half-made. A request gets its error; anything else closes."""
+        message = f"{field_path} is not valid UTF-8"
+        request_id = None
+        for descriptor, value in cmd.ListFields():
+            if descriptor.message_type is not None and "request_id" in descriptor.message_type.fields_by_name:
+                request_id = value.request_id
+        if self.state is not State.CONNECTED or request_id is None:
+            self.state = State.CLOSED
+            return [Close(message)]
+        code = api.InvalidTopicName if field_path.endswith(".topic") else api.NotAllowedError
+        return [error_reply(request_id, code, message)]
 
     def _unsupported(self, cmd: api.BaseCommand, frame: Frame) -> list[Output]:
         name = command_name(cmd.type)

@@ -76,6 +76,8 @@ class Request:
             return json.loads(self.body)
         except (ValueError, UnicodeDecodeError) as e:
             raise HttpError(400, f"the body is not valid JSON: {e}") from e
+        except RecursionError:  # 200k nested `[`: the parser's stack, not ours to spend
+            raise HttpError(400, "the body is not valid JSON: nested too deeply") from None
 
     def flag(self, name: str, default: bool = False) -> bool:
         value = self.query.get(name)

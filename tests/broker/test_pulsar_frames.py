@@ -467,3 +467,64 @@ def test_a_thousand_idle_connections_stay_within_a_memory_bound(standalone: Stan
         for sock in socks:
             sock.close()
     wait_for(lambda: len(listener.connections) == 0, "the connections to be gone")
+
+
+def with_bytes(cmd: api.BaseCommand, text: str, replacement: bytes) -> frames.Frame:
+    """`cmd` with `text` replaced by as many raw bytes in its encoding, the way a hostile client sends them."""
+    assert len(text.encode()) == len(replacement)
+    encoded = cmd.SerializeToString().replace(text.encode(), replacement)
+    decoded = api.BaseCommand()
+    decoded.ParseFromString(encoded)
+    return frames.Frame(decoded, None)
+
+
+def test_names_that_are_not_utf8_are_refused_and_leave_nothing_behind() -> None:
+    """Issue 49: a producer name that is not UTF-8 crashed the connection task and left a ghost producer."""
+    core = connected()
+    producer = conn.command(T.PRODUCER, producer=api.CommandProducer(topic="t", producer_id=0, request_id=1,
+                                                                     producer_name="NAME"))  # fmt: skip
+    (error,) = core.step(conn.FrameReceived(with_bytes(producer, "NAME", b"\xff\xfe\xfd\xfc"), now=0.0))
+    assert isinstance(error, conn.Reply) and error.command.error.error == api.NotAllowedError
+    assert error.command.error.request_id == 1 and "producer_name" in error.command.error.message
+    assert not core.producers
+    sub = api.CommandSubscribe(topic="TOPIC", subscription="s", consumer_id=0, request_id=2)
+    (error,) = core.step(conn.FrameReceived(with_bytes(conn.command(T.SUBSCRIBE, subscribe=sub), "TOPIC",
+                                                       b"\xc3\x28abc"), now=0.0))  # fmt: skip
+    assert isinstance(error, conn.Reply) and error.command.error.error == api.InvalidTopicName
+    assert not core.consumers
+    (create,) = receive(core, producer)  # the connection serves on
+    assert isinstance(create, conn.DoCreateProducer)
+
+
+@given(st.binary(min_size=5, max_size=5), st.sampled_from(["PNAME", "TOPIC", "SUBNM", "CNAME"]))
+@settings(max_examples=100, deadline=None)
+def test_any_bytes_in_a_name_give_a_typed_answer(junk: bytes, field: str) -> None:
+    core = connected()
+    sub = api.CommandSubscribe(
+        topic="TOPIC", subscription="SUBNAME", consumer_id=0, request_id=2, consumer_name="CNAME"
+    )
+    prod = api.CommandProducer(topic="TOPIC", producer_id=0, request_id=1, producer_name="PNAME")
+    for cmd in (conn.command(T.SUBSCRIBE, subscribe=sub), conn.command(T.PRODUCER, producer=prod)):
+        if field.encode() not in cmd.SerializeToString():
+            continue
+        frame = with_bytes(cmd, field, junk)
+        for out in core.step(conn.FrameReceived(frame, now=0.0)):
+            assert isinstance(out, conn.Reply | conn.DoCreateProducer | conn.DoSubscribe)
+            if isinstance(out, conn.DoCreateProducer | conn.DoSubscribe):  # only names that are text go on
+                assert all(isinstance(v, str) for v in vars(out).values() if isinstance(v, str | bytes))
+        assert core.state is conn.State.CONNECTED
+
+
+def test_a_producer_name_that_is_not_utf8_gets_an_error_and_no_ghost(standalone: Standalone) -> None:
+    sock = raw(standalone)
+    sock.sendall(connect_frame())
+    read_frames(sock)
+    topic = "persistent://public/default/raw-utf8"
+    bad = api.CommandProducer(topic=topic, producer_id=0, request_id=1, producer_name="NAME")
+    frame = with_bytes(conn.command(T.PRODUCER, producer=bad), "NAME", b"\xff\xfe\xfd\xfc")
+    sock.sendall(frames.encode(frame.command))
+    (error,) = read_frames(sock)
+    assert error.command.type == T.ERROR and error.command.error.error == api.NotAllowedError
+    good = api.CommandProducer(topic=topic, producer_id=0, request_id=2, producer_name="good")
+    sock.sendall(frames.encode(conn.command(T.PRODUCER, producer=good)))  # the same id: it was never taken
+    assert read_frames(sock)[0].command.type == T.PRODUCER_SUCCESS

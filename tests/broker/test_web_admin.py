@@ -234,6 +234,9 @@ def test_the_official_client_works_with_an_http_service_url(standalone: Standalo
         ("POST", "/admin/v2/persistent/public/default/t/subscription/s/resetcursor/yesterday", None, 400),
         ("GET", "/lookup/v2/topic/persistent/public/default/t?authoritative=maybe", None, 400),
         ("GET", "/lookup/v2/topic/elsewhere/public/default/t", None, 400),
+        ("PUT", "/admin/v2/tenants/x", b"[" * 200_000, 400),  # issue 49: was a 500 (RecursionError)
+        ("GET", "/view/ledger/" + "9" * 30, None, 400),  # issue 49: was a 500 (beyond 64 bits)
+        ("GET", "/view/ledger/%C2%B2", None, 400),  # "²": a digit to str.isdigit, not to int()
     ],
 )
 def test_bad_requests_get_a_4xx_with_a_json_reason(

@@ -202,8 +202,9 @@ class View:
     # ---- a ledger -------------------------------------------------------------------------------
 
     def ledger(self, req: Request, ledger_id: str) -> Response:
-        if not ledger_id.isdigit():
-            raise HttpError(400, f"a ledger id is a whole number, not {ledger_id!r}")
+        # ASCII digits only (isdigit alone takes "²"), and within BookKeeper's signed 64-bit ids.
+        if not (ledger_id.isascii() and ledger_id.isdigit() and len(ledger_id) <= 19 and int(ledger_id) < 2**63):
+            raise HttpError(400, f"a ledger id is a whole number below 2**63, not {ledger_id[:40]!r}")
         try:
             metadata, version = LedgerMetadataStore(self.ctx.store).read(int(ledger_id))
         except NoSuchLedger:
