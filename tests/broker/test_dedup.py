@@ -39,7 +39,9 @@ def append(sequence_id: int) -> Append:
 
 def topic() -> tuple[Topic, HeldAdds]:
     ml = HeldAdds()
-    service = SimpleNamespace(config=BrokerConfig(), executor=None, deduplication_in=lambda _name: True)
+    service = SimpleNamespace(
+        config=BrokerConfig(), executor=None, deduplication_in=lambda _name: True, message_ttl_in=lambda _name: 0
+    )
     return Topic(TopicName.parse("t"), ml, service), ml  # type: ignore[arg-type]
 
 
