@@ -76,3 +76,12 @@ class PersistenceError(BrokerError):
     """The bookies did not confirm the entry: outcome unknown."""
 
     rejected = False
+
+
+class ProducerBlockedQuotaExceededError(BrokerError):
+    """The topic's backlog is over its quota with the producer_request_hold policy (retriable: the
+    client tries again until consumers drain the backlog)."""
+
+
+class ProducerBlockedQuotaExceededException(BrokerError):
+    """The topic's backlog is over its quota with the producer_exception policy (the client fails)."""

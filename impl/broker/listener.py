@@ -35,6 +35,8 @@ from impl.broker.errors import (
     NamespaceNotInCluster,
     NotOwner,
     PersistenceError,
+    ProducerBlockedQuotaExceededError,
+    ProducerBlockedQuotaExceededException,
     ProducerBusy,
     ProducerFenced,
     ReservedName,
@@ -76,6 +78,8 @@ _SERVER_ERRORS: dict[type[BrokerError], int] = {
     ConsumerBusyError: api.ConsumerBusy,
     TopicFenced: api.ServiceNotReady,
     PersistenceError: api.PersistenceError,
+    ProducerBlockedQuotaExceededError: api.ProducerBlockedQuotaExceededError,
+    ProducerBlockedQuotaExceededException: api.ProducerBlockedQuotaExceededException,
 }
 
 
@@ -465,6 +469,7 @@ class _Connection:
         try:
             self._authorize(out.topic, Access.PRODUCE, "Produce")
             topic = self.service.topic(out.topic)
+            topic.check_backlog_quota()
             schema_version = schema_protocol.producer_version(self.service, topic.name, out.schema)
             name, last = topic.attach_producer(out.producer_name, (self, out.producer_id), out.epoch, out.exclusive)
         except Exception as e:

@@ -191,6 +191,35 @@ class TenantInfo:
             raise InvalidPolicies(f"tenant node {path} lacks {e}; rewrite it with the admin API") from None
 
 
+BACKLOG_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
+
+
+@dataclass(frozen=True)
+class BacklogQuota:
+    """Pulsar's BacklogQuota of type destination_storage: the most a subscription's backlog may hold
+    (bytes; -1 = unlimited) and what happens beyond it. limitTime (seconds) is kept, not enforced."""
+
+    limit_size: int = -1
+    limit_time: int = -1
+    policy: str = "producer_request_hold"
+
+    def __post_init__(self) -> None:
+        for what, value in (("limitSize", self.limit_size), ("limitTime", self.limit_time)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < -1:
+                raise InvalidPolicies(f"{what} must be an integer >= -1 (-1 = unlimited), got {value!r}")
+        if self.policy not in BACKLOG_POLICIES:
+            raise InvalidPolicies(f"policy must be one of {', '.join(BACKLOG_POLICIES)}, not {self.policy!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"limitSize": self.limit_size, "limitTime": self.limit_time, "policy": self.policy}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> BacklogQuota:
+        if not isinstance(raw, dict):
+            raise InvalidPolicies('the body must be {"limitSize": bytes, "limitTime": seconds, "policy": ...}')
+        return cls(raw.get("limitSize", -1), raw.get("limitTime", -1), raw.get("policy", "producer_request_hold"))
+
+
 @dataclass(frozen=True)
 class AutoTopicCreation:
     """Pulsar's AutoTopicCreationOverride: whether a producer or consumer may create a topic by using it,
@@ -255,6 +284,7 @@ class NamespacePolicies:
     # backlog (the cursor moves past them); None = unset (no TTL), 0 = no TTL.
     message_ttl_seconds: int | None = None
     auto_topic_creation: AutoTopicCreation | None = None  # None: the broker's (allowed, non-partitioned)
+    backlog_quota: BacklogQuota | None = None  # destination_storage; None: no quota
 
     def __post_init__(self) -> None:
         ttl = self.message_ttl_seconds
@@ -286,6 +316,8 @@ class NamespacePolicies:
             doc["message_ttl_in_seconds"] = self.message_ttl_seconds
         if self.auto_topic_creation is not None:
             doc["autoTopicCreationOverride"] = self.auto_topic_creation.to_json()
+        if self.backlog_quota is not None:
+            doc["backlog_quota_map"] = {"destination_storage": self.backlog_quota.to_json()}
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -318,6 +350,7 @@ class NamespacePolicies:
                 None
                 if raw.get("autoTopicCreationOverride") is None
                 else AutoTopicCreation.from_json(raw["autoTopicCreationOverride"]),
+                _backlog_quota(raw.get("backlog_quota_map")),
             )
         except (KeyError, TypeError) as e:
             raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
@@ -596,6 +629,17 @@ def set_deduplication(store: MetadataStore, namespace: NamespaceName | str, enab
 def set_message_ttl(store: MetadataStore, namespace: NamespaceName | str, seconds: int | None) -> None:
     """Set the namespace's message TTL in seconds (None removes it)."""
     _update_policies(store, namespace, lambda p: dataclasses.replace(p, message_ttl_seconds=seconds))
+
+
+def _backlog_quota(raw: Any) -> BacklogQuota | None:
+    if not raw or "destination_storage" not in raw:
+        return None
+    return BacklogQuota.from_json(raw["destination_storage"])
+
+
+def set_backlog_quota(store: MetadataStore, namespace: NamespaceName | str, quota: BacklogQuota | None) -> None:
+    """Set the namespace's destination_storage backlog quota (None removes it)."""
+    _update_policies(store, namespace, lambda p: dataclasses.replace(p, backlog_quota=quota))
 
 
 def set_auto_topic_creation(

@@ -56,6 +56,8 @@ from impl.broker.errors import (
     MessageTooLarge,
     NotOwner,
     PersistenceError,
+    ProducerBlockedQuotaExceededError,
+    ProducerBlockedQuotaExceededException,
     ProducerBusy,
     ProducerFenced,
     ReservedName,
@@ -329,6 +331,7 @@ class Topic:
         # Geo-replication: one replicator per remote cluster of the namespace (set_replication).
         self.replicators: dict[str, TopicReplicator] = {}
         self.message_ttl_s = service.message_ttl_in(name)  # 0: none; follows the namespace's policy
+        self.backlog_quota = service.backlog_quota_in(name)  # None: none; follows the namespace's policy
         self.deduplication = service.deduplication_in(name)
         if self.deduplication:
             self._rebuild_dedup()
@@ -592,6 +595,61 @@ class Topic:
             self.maybe_trim()
         return moved
 
+    # ---- backlog quota ------------------------------------------------------------------------------
+
+    def _entry_size(self) -> float:
+        stats = self.ml.stats()
+        return stats["size"] / stats["entries"] if stats["entries"] else 0.0
+
+    def backlog_bytes(self) -> dict[str, int]:
+        """Each durable subscription's backlog in bytes (entries times the topic's mean entry size, as
+        Pulsar estimates it from ledger sizes)."""
+        size = self._entry_size()
+        return {n: int(s.cursor.backlog() * size) for n, s in list(self.subscriptions.items()) if s.durable}
+
+    def _over_quota(self) -> bool:
+        quota = self.backlog_quota
+        if quota is None or quota.limit_size < 0:
+            return False
+        return any(b > quota.limit_size for b in self.backlog_bytes().values())
+
+    def check_backlog_quota(self) -> None:
+        """A new producer, with the backlog over the quota: refused as the policy says (hold: retriable)."""
+        if not self._over_quota():
+            return
+        assert self.backlog_quota is not None
+        limit, policy = self.backlog_quota.limit_size, self.backlog_quota.policy
+        message = f"Cannot create producer on topic with backlog quota exceeded ({limit} bytes) on {self.name}"
+        if policy == "producer_request_hold":
+            raise ProducerBlockedQuotaExceededError(message)
+        if policy == "producer_exception":
+            raise ProducerBlockedQuotaExceededException(message)
+
+    def evict_backlog(self) -> list[str]:
+        """consumer_backlog_eviction: the oldest messages of each subscription over the quota are skipped
+        (acknowledged) until its backlog fits. Returns the subscriptions moved."""
+        quota = self.backlog_quota
+        if quota is None or quota.limit_size < 0 or quota.policy != "consumer_backlog_eviction":
+            return []
+        size = self._entry_size()
+        moved = []
+        for name, sub in list(self.subscriptions.items()):
+            backlog = sub.cursor.backlog() if sub.durable else 0
+            if not size or backlog * size <= quota.limit_size:
+                continue
+            skip = backlog - int(quota.limit_size // size)
+            view = self.ml.view()
+            start = sub.cursor.mark_delete_position
+            positions = view.positions(None if start is None else view.next_position(start))
+            last = None
+            for _, position in zip(range(skip), positions, strict=False):
+                last = position
+            if last is not None and sub.expire_to(last):
+                moved.append(name)
+        if moved:
+            self.maybe_trim()
+        return moved
+
     def last_message_id(self) -> MessageId | None:
         last = self.last_entry()
         if last is None:
@@ -830,6 +888,7 @@ class BrokerService:
                     topic.ml.tick()
                     if topic.message_ttl_s > 0:
                         topic.expire_messages(topic.message_ttl_s)
+                    topic.evict_backlog()
                     topic.maybe_trim()
                 except Exception as e:  # a fenced or closing topic: its owner handles it
                     log.debug("tick of %s: %s", topic.name, e)
@@ -889,6 +948,7 @@ class BrokerService:
         dedup = self.config.deduplication if policies.deduplication is None else policies.deduplication
         for topic in loaded:
             topic.message_ttl_s = policies.message_ttl_seconds or 0
+            topic.backlog_quota = policies.backlog_quota
             topic.ml.set_retention(minutes, size_mb)
             topic.set_deduplication(dedup)
             try:
@@ -932,6 +992,12 @@ class BrokerService:
         return self.auto_topic_creation(name).allow or (
             name.is_partition and namespaces.get_partitions(self.configuration_store, name.base) > 0
         )
+
+    def backlog_quota_in(self, name: TopicName) -> namespaces.BacklogQuota | None:
+        try:
+            return namespaces.get_policies(self.configuration_store, name.namespace_name).backlog_quota
+        except (namespaces.AdminError, MetadataError):
+            return None
 
     def message_ttl_in(self, name: TopicName) -> int:
         """The namespace's message TTL in seconds (0: none)."""

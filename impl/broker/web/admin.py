@@ -57,6 +57,9 @@ class AdminRoutes:
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/retention", self.set_retention)
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.get_message_ttl)
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/autoTopicCreation", self.get_auto_creation)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/backlogQuotaMap", self.get_backlog_quotas)
+        r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/backlogQuota", self.set_backlog_quota)
+        r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/backlogQuota", self.remove_backlog_quota)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/autoTopicCreation", self.set_auto_creation)
         r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/autoTopicCreation", self.remove_auto_creation)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.set_message_ttl)
@@ -251,6 +254,29 @@ class AdminRoutes:
     def set_message_ttl(self, req: Request, tenant: str, namespace: str) -> Response:
         seconds = _int(req.json(), "the message TTL (seconds)")
         namespaces.set_message_ttl(self._config, self._ns(tenant, namespace), seconds)
+        return Response.empty()
+
+    def get_backlog_quotas(self, req: Request, tenant: str, namespace: str) -> Response:
+        quota = namespaces.get_policies(self._config, self._ns(tenant, namespace)).backlog_quota
+        return Response.json({} if quota is None else {"destination_storage": quota.to_json()})
+
+    def _quota_type(self, req: Request) -> None:
+        kind = req.query.get("backlogQuotaType", "destination_storage")
+        if kind != "destination_storage":
+            raise HttpError(400, f"backlogQuotaType {kind!r} is not supported here (only destination_storage)")
+
+    def set_backlog_quota(self, req: Request, tenant: str, namespace: str) -> Response:
+        self._quota_type(req)
+        try:
+            quota = namespaces.BacklogQuota.from_json(req.json())
+        except namespaces.InvalidPolicies as e:
+            raise HttpError(400, str(e)) from None
+        namespaces.set_backlog_quota(self._config, self._ns(tenant, namespace), quota)
+        return Response.empty()
+
+    def remove_backlog_quota(self, req: Request, tenant: str, namespace: str) -> Response:
+        self._quota_type(req)
+        namespaces.set_backlog_quota(self._config, self._ns(tenant, namespace), None)
         return Response.empty()
 
     def get_auto_creation(self, req: Request, tenant: str, namespace: str) -> Response:
