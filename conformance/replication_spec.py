@@ -135,9 +135,11 @@ class ReplicationMapping:
         self.dedup = constants["Dedup"] is True
         # Dedup = FALSE is a configuration the cores support (at-least-once): its duplicate must be
         # followed. AckBeforeReceipt and ReplicateReplicated are bugs the replicator does not have:
-        # their counterexamples are regression traces, which it must refuse.
+        # their counterexamples are regression traces, which it must refuse; so are issue 47's `Mutation`s.
         self.counterexamples_are_followed = (
-            constants["AckBeforeReceipt"] is False and constants["ReplicateReplicated"] is False
+            constants["AckBeforeReceipt"] is False
+            and constants["ReplicateReplicated"] is False
+            and constants.get("Mutation", "none") == "none"
         )
 
     def _replicator(self, world: ReplicationWorld, pair: Pair) -> Replicator:

@@ -48,6 +48,13 @@ ASSUME /\ Dedup \in BOOLEAN /\ AckBeforeReceipt \in BOOLEAN /\ ReplicateReplicat
 
 None == "none"          \* replFrom of an entry published locally
 
+\* Issue 47 (overridden in a mutation model's CONSTANTS; conformance refuses its counterexamples):
+\* "receipt_keeps_cursor" (a receipt moves nothing: the cursor is not the mark-delete position),
+\* "receipt_ignored" (a receipt is dropped unmatched: its entry waits for ever, the cursor stops),
+\* "remote_takes_last" (the remote persists the newest message in flight first: out of order),
+\* "reads_first_only" (a replicator reads only its log's first entry, then stops).
+Mutation == "none"
+
 \* The replicators: <<origin, remote>>.
 Pairs == {x \in Clusters \X Clusters : x[1] # x[2]}
 
@@ -108,6 +115,7 @@ ReplicatorReads(c, r) ==
     LET x == <<c, r>>
         pos == readPos[x] + 1
     IN /\ readPos[x] < Len(log[c])
+       /\ Mutation = "reads_first_only" => readPos[x] = 0
        /\ LET e == log[c][pos]
               send == IsLocal(e) \/ ReplicateReplicated
               \* mutation: acknowledged when sent, as if the remote had it already
@@ -129,9 +137,10 @@ ReplicatorReads(c, r) ==
 RemoteReceives(c, r) ==
     LET x == <<c, r>>
     IN /\ inflight[x] # <<>>
-       /\ LET m == Head(inflight[x])
+       /\ LET last == Mutation = "remote_takes_last"
+              m == IF last THEN inflight[x][Len(inflight[x])] ELSE Head(inflight[x])
               drop == Dedup /\ m.seq <= highestSeq[r][m.producer]
-          IN /\ inflight' = [inflight EXCEPT ![x] = Tail(@)]
+          IN /\ inflight' = [inflight EXCEPT ![x] = IF last THEN SubSeq(@, 1, Len(@) - 1) ELSE Tail(@)]
              /\ receipts' = [receipts EXCEPT ![x] = Append(@, m.pos)]
              /\ IF drop
                 THEN UNCHANGED <<log, highestSeq>>
@@ -148,11 +157,12 @@ ReplicatorReceivesReceipt(c, r) ==
     LET x == <<c, r>>
     IN /\ receipts[x] # <<>>
        /\ LET p == Head(receipts[x])
-              waiting == IF outstanding[x] # <<>> /\ Head(outstanding[x]) = p
+              waiting == IF outstanding[x] # <<>> /\ Head(outstanding[x]) = p /\ Mutation # "receipt_ignored"
                          THEN Tail(outstanding[x]) ELSE outstanding[x]
           IN /\ receipts' = [receipts EXCEPT ![x] = Tail(@)]
              /\ outstanding' = [outstanding EXCEPT ![x] = waiting]
-             /\ cursor' = [cursor EXCEPT ![x] = MarkDelete(readPos[x], waiting)]
+             /\ cursor' = IF Mutation = "receipt_keeps_cursor" THEN cursor
+                          ELSE [cursor EXCEPT ![x] = MarkDelete(readPos[x], waiting)]
              /\ lastAction' = [name |-> "ReplicatorReceivesReceipt", params |-> [origin |-> c, remote |-> r, pos |-> p]]
     /\ UNCHANGED <<log, highestSeq, readPos, inflight, owner, faults>>
 
@@ -252,4 +262,10 @@ WitnessNoDuplicateDropped == ~(lastAction.name = "RemoteReceives" /\ lastAction.
 \* Liveness (under FairSpec): every message acknowledged at its origin reaches every other cluster.
 ReplicationCatchesUp ==
     \A x \in Pairs : \A n \in 1..MaxMsgs : (x[1] \in Producing /\ Published(x[1]) >= n) ~> InLog(x[2], x[1], n)
+
+\* Liveness (issue 47): each replicator's own cursor reaches the end of the log it replicates, and stays
+\* there. ReplicationCatchesUp looks at the remote only: a cursor stuck for ever (receipts ignored,
+\* mutation "receipt_ignored") passes it, while the origin keeps re-sending after every restart and can
+\* never trim its log.
+ReplicatorCursorReachesEnd == \A x \in Pairs : <>[](cursor[x] = Len(log[x[1]]))
 =============================================================================

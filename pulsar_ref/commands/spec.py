@@ -137,7 +137,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             rows.append([model.spec, model.name, expected, f"ERROR ({exc.kind.value})", "-", "-", "-"])
             failures.append(f"{model.name}: {exc.kind.value}: {exc.message}")
             continue
-        verdict = model.check(result)
+        verdict = model.check(result, spec_dir)
         rows.append(
             [
                 model.spec,
