@@ -174,6 +174,49 @@ VERBS: dict[str, dict[str, Verb]] = {
             ),
             body=lambda a: {"retentionTimeInMinutes": a.time, "retentionSizeInMB": a.size},
         ),
+        "get-message-ttl": Verb("GET", "/admin/v2/namespaces/{namespace}/messageTTL", "namespace"),
+        "set-message-ttl": Verb(
+            "POST",
+            "/admin/v2/namespaces/{namespace}/messageTTL",
+            "namespace",
+            options=(("--ttl", int, None, "seconds after which unacknowledged messages expire (0 = never)"),),
+            body=lambda a: a.ttl,
+            help="expire messages older than the TTL from every subscription",
+        ),
+        "remove-message-ttl": Verb("DELETE", "/admin/v2/namespaces/{namespace}/messageTTL", "namespace"),
+        "get-auto-topic-creation": Verb("GET", "/admin/v2/namespaces/{namespace}/autoTopicCreation", "namespace"),
+        "set-auto-topic-creation": Verb(
+            "POST",
+            "/admin/v2/namespaces/{namespace}/autoTopicCreation",
+            "namespace",
+            options=(
+                ("--enable", bool, False, "topics are created by using them (the default)"),
+                ("--disable", bool, False, "they are not: producers and consumers get TopicNotFound"),
+                ("--type", str, "non-partitioned", "non-partitioned or partitioned"),
+                ("--num-partitions", int, 0, "partitions of an auto-created partitioned topic"),
+            ),
+            body=lambda a: {
+                "allowAutoTopicCreation": not a.disable,
+                "topicType": a.type,
+                **({"defaultNumPartitions": a.num_partitions} if a.num_partitions else {}),
+            },
+            help="override the broker's auto topic creation in the namespace",
+        ),
+        "remove-auto-topic-creation": Verb("DELETE", "/admin/v2/namespaces/{namespace}/autoTopicCreation", "namespace"),
+        "get-backlog-quotas": Verb("GET", "/admin/v2/namespaces/{namespace}/backlogQuotaMap", "namespace"),
+        "set-backlog-quota": Verb(
+            "POST",
+            "/admin/v2/namespaces/{namespace}/backlogQuota",
+            "namespace",
+            options=(
+                ("--limit-size", int, None, "bytes a subscription's backlog may hold (-1 = unlimited)"),
+                ("--limit-time", int, -1, "seconds (stored, not enforced yet)"),
+                ("--policy", str, None, "producer_request_hold, producer_exception or consumer_backlog_eviction"),
+            ),
+            body=lambda a: {"limitSize": a.limit_size, "limitTime": a.limit_time, "policy": a.policy},
+            help="set the namespace's backlog quota (destination_storage)",
+        ),
+        "remove-backlog-quota": Verb("DELETE", "/admin/v2/namespaces/{namespace}/backlogQuota", "namespace"),
         "permissions": Verb(
             "GET", "/admin/v2/namespaces/{namespace}/permissions", "namespace", help="roles and their actions"
         ),
@@ -242,6 +285,20 @@ VERBS: dict[str, dict[str, Verb]] = {
             "topic",
             options=(_SUB, ("--time", int, None, "milliseconds since the epoch")),
             help="move a subscription to the first message published at or after a time",
+        ),
+        "expire-messages": Verb(
+            "POST",
+            "{topic}/subscription/{subscription}/expireMessages/{expire_time}",
+            "topic",
+            options=(_SUB, ("--expire-time", int, None, "seconds: messages published earlier are acknowledged")),
+            help="expire a subscription's messages older than a number of seconds",
+        ),
+        "expire-messages-all-subscriptions": Verb(
+            "POST",
+            "{topic}/all_subscription/expireMessages/{expire_time}",
+            "topic",
+            options=(("--expire-time", int, None, "seconds: messages published earlier are acknowledged"),),
+            help="expire every subscription's messages older than a number of seconds",
         ),
         "last-message-id": Verb("GET", "{topic}/lastMessageId", "topic", help="the last persisted message's id"),
         "permissions": Verb("GET", "{topic}/permissions", "topic", help="roles and their actions on the topic"),
@@ -349,7 +406,10 @@ def main(argv: list[str], prog: str) -> int:
                 path += f"/{args.version}"
         values = {k: str(v) for k, v in vars(args).items() if v is not None}
         path = path.format(
-            **{k: values.get(k, "") for k in ("tenant", "namespace", "cluster", "subscription", "time", "role")}
+            **{
+                k: values.get(k, "")
+                for k in ("tenant", "namespace", "cluster", "subscription", "time", "role", "expire_time")
+            }
         )
         token = args.token or (Path(args.token_file).read_text().strip() if args.token_file else None)
         tls = client_context(args.tls_trust_certs_file) if args.tls_trust_certs_file else None

@@ -4,6 +4,9 @@ broker's periodic check and on demand, with the official `pulsar` client; bad in
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,7 +16,7 @@ import pytest
 
 from impl.broker.web.admin_client import topic_path
 from impl.web.http import HttpError
-from tests.broker.pulsar_standalone import Standalone, running_standalone
+from tests.broker.pulsar_standalone import ROOT, Standalone, running_standalone
 
 pytestmark = pytest.mark.processes
 
@@ -118,3 +121,42 @@ def test_expire_messages_on_demand(standalone: Standalone) -> None:
         assert status_of(lambda: standalone.admin.call("POST", path + "/subscription/sub/expireMessages/-1")) == 400
     finally:
         client.close()
+
+
+def test_pulsar_ref_admin_sets_the_lifecycle_policies(standalone: Standalone) -> None:
+    def admin(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "pulsar_ref.cli", "admin", "--admin-url", standalone.web_url, *args]
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    ns = "public/ttl"
+    assert admin("namespaces", "set-message-ttl", ns, "--ttl", "30").returncode == 0
+    assert json.loads(admin("namespaces", "get-message-ttl", ns).stdout) == 30
+    assert admin("namespaces", "remove-message-ttl", ns).returncode == 0
+    assert (
+        admin("namespaces", "set-auto-topic-creation", ns, "--type", "partitioned", "--num-partitions", "2").returncode
+        == 0
+    )
+    assert json.loads(admin("namespaces", "get-auto-topic-creation", ns).stdout) == {
+        "allowAutoTopicCreation": True,
+        "topicType": "partitioned",
+        "defaultNumPartitions": 2,
+    }
+    assert admin("namespaces", "remove-auto-topic-creation", ns).returncode == 0
+    quota = ("--limit-size", "1000000", "--policy", "producer_exception")
+    assert admin("namespaces", "set-backlog-quota", ns, *quota).returncode == 0
+    assert (
+        json.loads(admin("namespaces", "get-backlog-quotas", ns).stdout)["destination_storage"]["limitSize"] == 1000000
+    )
+    refused = admin("namespaces", "set-backlog-quota", ns, "--limit-size", "1", "--policy", "drop")
+    assert refused.returncode == 2 and "(400)" in refused.stderr
+    assert admin("namespaces", "remove-backlog-quota", ns).returncode == 0
+    topic = "persistent://public/ttl/cli"
+    client = pulsar.Client(standalone.url, operation_timeout_seconds=20)
+    try:
+        publish_old(client, topic, 2)
+    finally:
+        client.close()
+    assert admin("topics", "expire-messages", topic, "--subscription", "sub", "--expire-time", "5").returncode == 0
+    assert backlog(standalone, topic, "sub") == 2  # younger than 5 s
+    assert admin("topics", "expire-messages-all-subscriptions", topic, "--expire-time", "0").returncode == 0
+    assert backlog(standalone, topic, "sub") == 0
