@@ -60,6 +60,7 @@ PURE = frozenset(
         "impl.protocol.bitset",
         "impl.protocol.pulsar_api_pb2",
         "impl.protocol.message_id",
+        "impl.protocol.murmur3",
         "impl.protocol.session",
         "impl.client.connection",
         "impl.proxy.connection",

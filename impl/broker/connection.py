@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from impl.broker.dispatcher import SubscriptionType
+from impl.broker.dispatcher import KeySharedMeta, KeySharedMode, SubscriptionType
 from impl.protocol import pulsar_api_pb2 as api
 from impl.protocol.frames import Frame, command_name
 from impl.protocol.message_id import MessageId
@@ -273,6 +273,7 @@ class DoSubscribe:
     start: MessageId | None  # a reader's (non-durable) start, inclusive
     consumer_name: str
     schema: api.Schema | None = None
+    key_shared: KeySharedMeta | None = None  # SUBSCRIBE's keySharedMeta (Key_Shared only)
 
 
 @dataclass(frozen=True)
@@ -614,6 +615,12 @@ class ServerConnection:
         start = None
         if s.HasField("start_message_id") and not s.durable:
             start = id_from_wire(s.start_message_id)
+        key_shared = None
+        if s.HasField("keySharedMeta"):
+            k = s.keySharedMeta
+            mode = KeySharedMode.STICKY if k.keySharedMode == KeySharedMode.STICKY.value else KeySharedMode.AUTO_SPLIT
+            ranges = tuple((r.start, r.end) for r in k.hashRanges)
+            key_shared = KeySharedMeta(mode, ranges, k.allowOutOfOrderDelivery)
         self.consumers[s.consumer_id] = _Consumer(s.topic, s.subscription, epoch=s.consumer_epoch)
         return [
             DoSubscribe(
@@ -627,6 +634,7 @@ class ServerConnection:
                 start,
                 s.consumer_name,
                 s.schema if s.HasField("schema") else None,
+                key_shared,
             )
         ]
 

@@ -6,10 +6,15 @@ Pulsar's four subscription types differ only in who may receive a message:
   partitions spread over consumers); the others stand by and take over when it leaves.
 - Shared: round-robin over consumers that have permits.
 - Key_Shared: a message goes to the consumer that holds unacknowledged messages of its key, if
-  one does, else to the consumer owning its key's hash (hash mod consumer count, over consumers
-  sorted by name). A key whose owner changed (a consumer joined or left) thus stays with its
-  previous consumer until that one has acknowledged it (Pulsar's "draining hashes"), so one key
-  is consumed in order by one consumer at a time.
+  one does, else to the consumer owning its key's slot: Pulsar's Murmur3 32-bit hash of the sticky
+  key (ordering key, else partition key, else "NONE_KEY") modulo 65,536. AUTO_SPLIT (the default)
+  gives the first consumer every slot and each new one the lower half of the largest range, as
+  Pulsar's HashRangeAutoSplitStickyKeyConsumerSelector; STICKY takes the consumer's own ranges
+  (overlaps and ranges outside 0-65,535 refused: ConsumerAssignError). A key whose owner changed
+  (a consumer joined or left) stays with its previous consumer until that one has acknowledged it
+  (Pulsar's "draining hashes"), so one key is consumed in order by one consumer at a time, unless
+  the consumers allow out-of-order delivery. A message whose slot no consumer owns (a STICKY gap)
+  waits; up to KEY_SHARED_LOOKAHEAD such waiting messages do not stop others from being read.
 
 Flow control is by permits: a consumer grants N, and receives at most N messages until it
 grants more. Messages are delivered per message; a batch entry counts as consumed (its
@@ -21,7 +26,9 @@ Pure: the shell (impl/broker/service.py's `Subscription`, fed by impl/broker/lis
 gives every input as a typed event to one function, `step(event) -> list[Output]`, reads the
 managed ledger, sends to consumers and updates the durable cursor, as the outputs ask:
 
-  AddConsumer(consumer, name)   a consumer subscribes (ConsumerBusy: a second one on Exclusive)
+  AddConsumer(consumer, name, key_shared)
+                                a consumer subscribes (ConsumerBusy: a second one on Exclusive, or
+                                another Key_Shared mode; ConsumerAssignError: bad STICKY ranges)
   RemoveConsumer(consumer)      it leaves: its unacknowledged messages go to the others
   Flow(consumer, permits)       it grants permits (SubscriptionError unless positive)
   NewEntries                    the managed ledger confirmed new entries
@@ -40,8 +47,9 @@ changes anything; an event of another type raises TypeError. `consumers`, `activ
 
 from __future__ import annotations
 
+import bisect
 import enum
-import zlib
+import functools
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,8 +58,13 @@ from typing import Any
 from impl.broker.ledger_list import Position
 from impl.protocol import entry_codec
 from impl.protocol.message_id import MessageId
+from impl.protocol.murmur3 import pulsar_hash
 
 READ_BATCH = 100  # entries read per ReadEntries at most
+RANGE_SIZE = 65536  # Key_Shared hash slots (Pulsar's DEFAULT_RANGE_SIZE, 2 << 15)
+NONE_KEY = b"NONE_KEY"  # Pulsar's sticky key of a message without one
+# Key_Shared: messages waiting for a consumer that cannot take them now, past which no more is read.
+KEY_SHARED_LOOKAHEAD = 1000
 
 
 class SubscriptionType(enum.Enum):
@@ -71,6 +84,24 @@ class ConsumerBusy(SubscriptionError):
 
 class UnknownMessageId(SubscriptionError):
     pass
+
+
+class ConsumerAssignError(SubscriptionError):
+    """Key_Shared: the consumer cannot be given hash ranges (Pulsar's ConsumerAssignError)."""
+
+
+class KeySharedMode(enum.Enum):
+    AUTO_SPLIT = 0
+    STICKY = 1
+
+
+@dataclass(frozen=True)
+class KeySharedMeta:
+    """A Key_Shared consumer's policy (SUBSCRIBE's keySharedMeta): STICKY ranges are inclusive slots."""
+
+    mode: KeySharedMode = KeySharedMode.AUTO_SPLIT
+    ranges: tuple[tuple[int, int], ...] = ()
+    allow_out_of_order: bool = False
 
 
 def position_of(mid: MessageId) -> Position:
@@ -94,7 +125,8 @@ class Message:
 @dataclass(frozen=True)
 class AddConsumer:
     consumer: int
-    name: str  # Failover and Key_Shared order consumers by name
+    name: str  # Failover orders consumers by name
+    key_shared: KeySharedMeta | None = None  # Key_Shared only; None: AUTO_SPLIT
 
 
 @dataclass(frozen=True)
@@ -182,8 +214,10 @@ class _Consumer:
     pending: dict[MessageId, Message] = field(default_factory=dict)
 
 
-def key_hash(key: str) -> int:
-    return zlib.crc32(key.encode())
+@functools.lru_cache(maxsize=65536)
+def key_slot(key: str) -> int:
+    """A sticky key's Key_Shared slot, as Pulsar computes it (Murmur3_32Hash % 65,536)."""
+    return pulsar_hash(key.encode() if key else NONE_KEY) % RANGE_SIZE
 
 
 class Dispatcher:
@@ -203,6 +237,10 @@ class Dispatcher:
         self._rr = 0
         self._messages_per_entry = 1  # of the last entry read: a read asks for about as many entries as permits allow
         self._key_holders: dict[str, tuple[int, int]] = {}  # Key_Shared: key -> (consumer, its pending messages)
+        self._ks = KeySharedMeta()  # Key_Shared: the subscription's policy (its first consumer's)
+        self._split_ends: list[int] = []  # AUTO_SPLIT: sorted range ends; a slot goes to the ceiling one
+        self._split_owner: dict[int, int] = {}  # AUTO_SPLIT: range end -> consumer
+        self._sticky: list[tuple[int, int, int]] = []  # STICKY: (start, end, consumer), sorted
 
     # ---- the one entry point -------------------------------------------------------------------
 
@@ -217,13 +255,82 @@ class Dispatcher:
     def _add_consumer(self, e: AddConsumer) -> list[Output]:
         if self.type is SubscriptionType.EXCLUSIVE and self.consumers:
             raise ConsumerBusy("the exclusive subscription already has a consumer; use Shared or Failover")
+        if self.type is SubscriptionType.KEY_SHARED:
+            self._assign_ranges(e.consumer, e.name, e.key_shared or KeySharedMeta())
         self.consumers[e.consumer] = _Consumer(e.name)
         return self._update_active() + self._dispatch()
+
+    def _assign_ranges(self, consumer: int, name: str, meta: KeySharedMeta) -> None:
+        """Give a Key_Shared consumer its hash ranges, or raise before changing anything."""
+        if self.consumers and (meta.mode, meta.allow_out_of_order) != (self._ks.mode, self._ks.allow_out_of_order):
+            raise ConsumerBusy(
+                f"the Key_Shared subscription's consumers use {self._ks.mode.name} "
+                f"(allowOutOfOrderDelivery={self._ks.allow_out_of_order}); subscribe with the same policy"
+            )
+        if meta.mode is KeySharedMode.STICKY:
+            if not meta.ranges:
+                raise ConsumerAssignError("Ranges for KeyShared policy must not be empty.")
+            taken = list(self._sticky)
+            for start, end in meta.ranges:
+                if start > end:
+                    raise ConsumerAssignError(f"Fixed hash range start > end: [{start}, {end}]")
+                if start < 0 or end >= RANGE_SIZE:
+                    raise ConsumerAssignError(f"hash range [{start}, {end}] is outside [0, {RANGE_SIZE - 1}]")
+                for s0, e0, other in taken:
+                    if max(start, s0) <= min(end, e0):
+                        who = self.consumers[other].name if other in self.consumers else "itself"
+                        raise ConsumerAssignError(
+                            f"Range conflict with consumer {who}: [{start}, {end}] overlaps [{s0}, {e0}]"
+                        )
+                taken.append((start, end, consumer))
+            self._sticky = sorted(taken)
+        elif not self._split_ends:
+            self._split_ends, self._split_owner = [RANGE_SIZE], {RANGE_SIZE: consumer}
+        else:
+            # Split the largest range (the lowest of equals): the new consumer takes its lower half.
+            best, size, low = RANGE_SIZE, 0, 0
+            for end in self._split_ends:
+                if end - low > size:
+                    best, size = end, end - low
+                low = end
+            if size <= 1:
+                raise ConsumerAssignError(
+                    f"No more range can assigned to new consumer, assigned consumers {len(self._split_ends)}"
+                )
+            split = best - (size >> 1)
+            bisect.insort(self._split_ends, split)
+            self._split_owner[split] = consumer
+        if not self.consumers:
+            self._ks = meta
+
+    def _release_ranges(self, consumer: int) -> None:
+        self._sticky = [r for r in self._sticky if r[2] != consumer]
+        mine = [end for end, c in self._split_owner.items() if c == consumer]
+        for end in mine:
+            i = self._split_ends.index(end)
+            del self._split_owner[end]
+            del self._split_ends[i]
+            if end == RANGE_SIZE and self._split_ends:  # the top range's lower neighbour takes it over
+                lower = self._split_ends.pop()
+                self._split_owner[RANGE_SIZE] = self._split_owner.pop(lower)
+                self._split_ends.append(RANGE_SIZE)
+
+    def _select(self, key: str) -> int | None:
+        """Key_Shared: the consumer owning the key's slot (None: no consumer owns it)."""
+        slot = key_slot(key)
+        if self._ks.mode is KeySharedMode.STICKY:
+            for start, end, consumer in self._sticky:
+                if start <= slot <= end:
+                    return consumer
+            return None
+        i = bisect.bisect_left(self._split_ends, slot)
+        return self._split_owner[self._split_ends[i]] if i < len(self._split_ends) else None
 
     def _remove_consumer(self, e: RemoveConsumer) -> list[Output]:
         gone = self.consumers.pop(e.consumer, None)
         if gone is None:
             return []
+        self._release_ranges(e.consumer)
         for msg in gone.pending.values():
             self._unhold(msg)
             self._requeue(msg)
@@ -340,13 +447,9 @@ class Dispatcher:
             target = self._active if self.type is SubscriptionType.FAILOVER else next(iter(self.consumers))
             return target if target is not None and self.consumers[target].permits > 0 else None
         if self.type is SubscriptionType.KEY_SHARED:
-            holder = self._key_holders.get(msg.key)
-            if holder is not None:
-                target = holder[0]
-            else:
-                ordered = sorted(self.consumers, key=lambda c: (self.consumers[c].name, c))
-                target = ordered[key_hash(msg.key) % len(ordered)]
-            return target if self.consumers[target].permits > 0 else None
+            holder = None if self._ks.allow_out_of_order else self._key_holders.get(msg.key)
+            target = holder[0] if holder is not None else self._select(msg.key)
+            return target if target is not None and self.consumers[target].permits > 0 else None
         ids = list(self.consumers)
         for i in range(len(ids)):  # Shared: round robin over those with permits
             candidate = ids[(self._rr + i) % len(ids)]
@@ -395,7 +498,10 @@ class Dispatcher:
         permits = sum(c.permits for c in self.consumers.values())
         if self.type is SubscriptionType.FAILOVER and self._active is not None:
             permits = self.consumers[self._active].permits
-        if permits > 0 and not self._redeliver and not self._reading and not self._caught_up:
+        # Key_Shared reads on past messages waiting for one consumer (one key's owner with no permits,
+        # a STICKY gap) so that other keys keep flowing, up to a bound.
+        waiting_ok = self.type is SubscriptionType.KEY_SHARED and len(self._redeliver) < KEY_SHARED_LOOKAHEAD
+        if permits > 0 and (waiting_ok or not self._redeliver) and not self._reading and not self._caught_up:
             self._reading = True
             # Permits count messages and a batch entry holds several: ask for about as many entries as
             # the permits cover (reading 100 batches of 128 for 1,000 permits held 11,800 messages back).

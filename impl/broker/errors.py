@@ -58,6 +58,10 @@ class ConsumerBusyError(BrokerError):
     pass
 
 
+class ConsumerAssignError(BrokerError):
+    """Key_Shared: the consumer's hash ranges cannot be given (overlap, outside 0-65,535, none left)."""
+
+
 class UnknownMessageIdError(BrokerError):
     pass
 

@@ -30,6 +30,7 @@ from impl.broker import namespaces, topic_pattern
 from impl.broker.dispatcher import Ack, Flow, Message, Nack, position_of
 from impl.broker.errors import (
     BrokerError,
+    ConsumerAssignError,
     ConsumerBusyError,
     InvalidName,
     NamespaceNotInCluster,
@@ -76,6 +77,7 @@ _SERVER_ERRORS: dict[type[BrokerError], int] = {
     ProducerBusy: api.ProducerBusy,
     ProducerFenced: api.ProducerFenced,
     ConsumerBusyError: api.ConsumerBusy,
+    ConsumerAssignError: api.ConsumerAssignError,
     TopicFenced: api.ServiceNotReady,
     PersistenceError: api.PersistenceError,
     ProducerBlockedQuotaExceededError: api.ProducerBlockedQuotaExceededError,
@@ -508,6 +510,7 @@ class _Connection:
                 out.consumer_name or f"{self.peer}-{out.consumer_id}",
                 sink,
                 reader_start,
+                out.key_shared,
             )
         except Exception as e:
             code, message = server_error(e)

@@ -33,10 +33,12 @@ from impl.broker.dispatcher import (
     AckEntries,
     ActiveChanged,
     AddConsumer,
+    ConsumerAssignError,
     ConsumerBusy,
     Deliver,
     Dispatcher,
     EntriesRead,
+    KeySharedMeta,
     Message,
     NewEntries,
     Output,
@@ -65,6 +67,9 @@ from impl.broker.errors import (
     TopicFenced,
     TopicNotFound,
     UnknownMessageIdError,
+)
+from impl.broker.errors import (
+    ConsumerAssignError as ConsumerAssignRefused,
 )
 from impl.broker.managed_ledger import (
     AddCallback,
@@ -668,6 +673,7 @@ class Topic:
         name: str,
         sink: ConsumerSink,
         reader_start: Position | None | bool = False,
+        key_shared: KeySharedMeta | None = None,
     ) -> Subscription:
         """Attach a consumer. reader_start (not False): a non-durable subscription (a reader) starting
         at that position inclusive (None: the first entry; True: after the last one)."""
@@ -698,10 +704,13 @@ class Topic:
         with sub.lock:
             sub.sinks[consumer] = sink
             try:
-                sub.run(AddConsumer(consumer, name))
+                sub.run(AddConsumer(consumer, name, key_shared))
             except ConsumerBusy as e:
                 del sub.sinks[consumer]
                 raise ConsumerBusyError(f"subscription {sub_name} on {self.name}: {e}") from e
+            except ConsumerAssignError as e:
+                del sub.sinks[consumer]
+                raise ConsumerAssignRefused(f"subscription {sub_name} on {self.name}: {e}") from e
         return sub
 
     def remove_consumer(self, sub: Subscription, consumer: int) -> None:

@@ -11,11 +11,14 @@ from impl.broker.dispatcher import (
     AckEntries,
     ActiveChanged,
     AddConsumer,
+    ConsumerAssignError,
     ConsumerBusy,
     Deliver,
     Dispatcher,
     EntriesRead,
     Flow,
+    KeySharedMeta,
+    KeySharedMode,
     Message,
     Nack,
     NewEntries,
@@ -26,7 +29,7 @@ from impl.broker.dispatcher import (
     SubscriptionError,
     SubscriptionType,
     UnknownMessageId,
-    key_hash,
+    key_slot,
 )
 from impl.broker.managed_ledger import Position
 from impl.protocol.message_id import MessageId
@@ -116,7 +119,8 @@ def test_key_shared_sends_each_key_to_one_consumer() -> None:
             key = log.messages[mid.entry_id].key
             assert owner.setdefault(key, consumer) == consumer
     assert set(owner) == set(keys)
-    assert {owner[k] for k in keys} == {1, 2} or len({key_hash(k) % 2 for k in keys}) == 1
+    # AUTO_SPLIT as Pulsar: the second consumer takes the lower half of the slots, 0..32,768.
+    assert all(owner[k] == (2 if key_slot(k) <= 32768 else 1) for k in keys)
 
 
 def test_key_shared_keeps_a_key_with_its_consumer_until_that_one_acknowledges_it() -> None:
@@ -128,7 +132,7 @@ def test_key_shared_keeps_a_key_with_its_consumer_until_that_one_acknowledges_it
     held = [m for m, _ in log.delivered[1]]
     assert len(held) == 8
     log.run(d, d.step(AddConsumer(2, "b")) + d.step(Flow(2, 100)) + d.step(Flow(1, 100)))
-    moving = {k for k in keys if sorted([1, 2], key=lambda c: "ab"[c - 1])[key_hash(k) % 2] == 2}
+    moving = {k for k in keys if key_slot(k) <= 32768}  # the joining consumer's half
     assert moving, "no key hashes to the new consumer: pick other keys"
     assert all(log.messages[m.entry_id].key not in moving for m, _ in log.delivered.get(2, []))
     log.run(d, d.step(Ack(1, tuple(m for m, _ in log.delivered[1]))))  # a lets go of every key
@@ -137,6 +141,63 @@ def test_key_shared_keeps_a_key_with_its_consumer_until_that_one_acknowledges_it
     log.run(d, d.step(NewEntries()))
     later = {log.messages[m.entry_id].key for m, _ in log.delivered.get(2, []) if m.entry_id >= 16}
     assert later == moving
+
+
+def test_key_slots_are_pulsars_murmur3_hashes() -> None:
+    """Murmur3 x86 32-bit, seed 0, sign bit cleared (Pulsar's Murmur3_32Hash), modulo 65,536; a message
+    without a key hashes "NONE_KEY"."""
+    from impl.protocol.murmur3 import murmur3_32, pulsar_hash
+
+    # Published MurmurHash3 x86_32 vectors.
+    assert murmur3_32(b"") == 0
+    assert murmur3_32(b"", 1) == 0x514E28B7
+    assert murmur3_32(b"aaaa", 0x9747B28C) == 0x5A97808A
+    assert murmur3_32(b"hello") == 0x248BFA47
+    assert murmur3_32(b"The quick brown fox jumps over the lazy dog") == 0x2E4FF723
+    assert pulsar_hash(b"Hello, world!") == 0xC0363E43 & 0x7FFFFFFF  # top bit cleared
+    assert key_slot("hello") == 0x248BFA47 % 65536
+    assert key_slot("") == pulsar_hash(b"NONE_KEY") % 65536
+
+
+def test_auto_split_gives_each_new_consumer_half_of_the_largest_range_and_merges_on_leave() -> None:
+    d = Dispatcher(SubscriptionType.KEY_SHARED)
+    for c in (1, 2, 3):
+        d.step(AddConsumer(c, f"c{c}"))
+    # 1: (32768, 65536], 2: (16384, 32768], 3: [0, 16384]
+    assert d._split_owner == {65536: 1, 32768: 2, 16384: 3}
+    d.step(RemoveConsumer(1))  # the top range goes to its lower neighbour
+    assert d._split_owner == {65536: 2, 16384: 3}
+    d.step(RemoveConsumer(3))
+    assert d._split_owner == {65536: 2}
+
+
+def test_sticky_ranges_route_by_slot_and_bad_ranges_are_refused() -> None:
+    keys = [f"k{i}" for i in range(40)]
+    log, d = Log(40, keys), Dispatcher(SubscriptionType.KEY_SHARED)
+    sticky = KeySharedMode.STICKY
+    log.run(d, d.step(AddConsumer(1, "a", KeySharedMeta(sticky, ((0, 9999), (30000, 65535))))))
+    for bad in [((5000, 12000),), ((10000, 70000),), ((-1, 5),), ((20, 10),), ()]:
+        with pytest.raises(ConsumerAssignError):
+            d.step(AddConsumer(2, "b", KeySharedMeta(sticky, bad)))
+    with pytest.raises(ConsumerBusy):  # another mode on the same subscription
+        d.step(AddConsumer(2, "b"))
+    log.run(d, d.step(AddConsumer(2, "b", KeySharedMeta(sticky, ((10000, 19999),)))))
+    log.run(d, d.step(Flow(1, 100)) + d.step(Flow(2, 100)))
+    got = {c: {log.messages[m.entry_id].key for m, _ in ms} for c, ms in log.delivered.items()}
+    slot = {k: key_slot(k) for k in keys}
+    assert got.get(1, set()) == {k for k in keys if slot[k] < 10000 or slot[k] >= 30000}
+    assert got.get(2, set()) == {k for k in keys if 10000 <= slot[k] < 20000}
+    assert d.unacked() == 40  # keys in the gap 20000..29999 wait for a consumer owning them
+
+
+def test_out_of_order_delivery_lets_a_new_consumer_take_its_keys_at_once() -> None:
+    keys = [f"k{i}" for i in range(8)]
+    log, d = Log(16, keys), Dispatcher(SubscriptionType.KEY_SHARED)
+    ooo = KeySharedMeta(allow_out_of_order=True)
+    log.run(d, d.step(AddConsumer(1, "a", ooo)) + d.step(Flow(1, 8)))
+    log.run(d, d.step(AddConsumer(2, "b", ooo)) + d.step(Flow(2, 100)))
+    moving = {k for k in keys if key_slot(k) <= 32768}
+    assert {log.messages[m.entry_id].key for m, _ in log.delivered[2]} == moving
 
 
 def test_nack_redelivers_with_a_higher_count_and_unknown_acks_are_refused() -> None:
