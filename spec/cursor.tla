@@ -66,6 +66,10 @@ ASSUME /\ {MaxMsgs, MaxEntries, MaxLedgers, MaxExpiries} \subseteq Nat /\ MaxEnt
 
 None == "none"
 NoSwitch == [old |-> 0, new |-> 0, md |-> 0]
+\* Issue 47 (overridden in a mutation model's CONSTANTS): "pump_drops_queued" (with no I/O in flight the
+\* queued acknowledgement is never written: accepted, it never takes effect), "open_skips_one" (an open
+\* cursor reads from one past its recovered mark-delete: a message never redelivered).
+Mutation == "none"
 
 VARIABLES
     owner,      \* the broker holding the topic's ephemeral ownership node, or None
@@ -122,7 +126,7 @@ Recoverable == IF ledgers[node.ledger].deleted THEN node.md ELSE Last(ledgers[no
 \* With no I/O in flight: start appending the queued acknowledgement, if there is one
 \* (ManagedCursorCore._pump). `b` is open and has a cursor ledger.
 Pump(b) ==
-    IF candidate[b] >= 0
+    IF candidate[b] >= 0 /\ Mutation # "pump_drops_queued"
     THEN /\ io' = [io EXCEPT ![b] = "append"]
          /\ writing' = [writing EXCEPT ![b] = candidate[b]]
          /\ candidate' = [candidate EXCEPT ![b] = -1]
@@ -232,7 +236,10 @@ WriteCursorNode(b) ==
                        /\ curLedger' = [curLedger EXCEPT ![b] = s.new]
                        /\ nEntries' = [nEntries EXCEPT ![b] = 1]
                        /\ status' = [status EXCEPT ![b] = "open"]
-                       /\ readPos' = IF opening THEN [readPos EXCEPT ![b] = s.md] ELSE readPos
+                       /\ readPos' = IF opening
+                                     THEN [readPos EXCEPT ![b] = IF Mutation = "open_skips_one" /\ s.md < MaxMsgs
+                                                                 THEN s.md + 1 ELSE s.md]
+                                     ELSE readPos
                        /\ Pump(b)
                        /\ UNCHANGED <<md>>
                   [] lost /\ ~opening /\ DeleteAfterLostAnswer ->
@@ -310,6 +317,13 @@ Next ==
 
 Spec == Init /\ [][Next]_vars
 
+\* The cursor's own I/O makes progress (weak fairness on its ledger and node steps); the consumer, the
+\* deliveries, the opens and the expiries need none (expiries are bounded).
+FairSpec ==
+    /\ Spec
+    /\ \A b \in Brokers : /\ WF_vars(RecoverCursorLedger(b)) /\ WF_vars(CreateCursorLedger(b))
+                          /\ WF_vars(WriteCursorNode(b)) /\ WF_vars(AppendCursorState(b))
+
 -----------------------------------------------------------------------------
 \* ---- Invariants and properties ----
 
@@ -355,4 +369,13 @@ AtLeastOnce ==
 \* Reachability witness (its model expects TLC to violate it): an old owner's append is refused
 \* because a new owner fenced its cursor ledger.
 WitnessNoFencedAppend == ~(lastAction.name = "AppendCursorState" /\ lastAction.params.fenced)
+
+\* Liveness (issue 47, under FairSpec): an acknowledgement the open cursor accepted takes effect (its
+\* mark-delete reaches it), unless the broker stops being the cursor's open owner (fenced, or closed),
+\* or the model's cursor ledgers ran out (the bound's escape, not the protocol's: a switch of cursor
+\* ledgers then waits for ever to create one). Stated over the mark-delete in effect (md), not over the
+\* queue that accepted it.
+AcceptedAcksTakeEffect ==
+    \A b \in Brokers : \A m \in 1..MaxMsgs :
+        (status[b] = "open" /\ Newest(b) >= m) ~> (md[b] >= m \/ status[b] # "open" \/ Len(ledgers) >= MaxLedgers)
 =============================================================================
