@@ -51,6 +51,7 @@ from typing import Any, ClassVar
 
 from impl.broker.dispatcher import KeySharedMeta, KeySharedMode, SubscriptionType
 from impl.protocol import pulsar_api_pb2 as api
+from impl.protocol.frames import MAX_FRAME_BEFORE_CONNECTED as MAX_FRAME_BEFORE_CONNECTED
 from impl.protocol.frames import Frame, command_name
 from impl.protocol.message_id import MessageId
 from impl.protocol.session import (
@@ -69,9 +70,8 @@ from impl.protocol.session import (
 
 SERVER_VERSION = "pulsar-ref"
 # Before CONNECT succeeds a client is unknown: it gets a short time to finish the handshake and a small
-# frame (a CONNECT with a token is a few KiB), so silent or slow connections cannot hold buffers.
+# frame, so silent or slow connections cannot hold buffers.
 HANDSHAKE_TIMEOUT_S = 10.0
-MAX_FRAME_BEFORE_CONNECTED = 64 * 1024
 LATEST = MessageId(2**63 - 1, 2**63 - 1, -1)  # MessageId.latest of the clients
 EARLIEST = MessageId(-1, -1, -1)
 

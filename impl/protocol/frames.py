@@ -67,6 +67,11 @@ def encode(command: api.BaseCommand, payload: bytes | None = None) -> bytes:
     return b"".join((head, body, payload))
 
 
+# Before CONNECT succeeds a client is unknown: broker and proxy accept only frames this small from it (a
+# CONNECT with a token is a few KiB), so a silent or hostile connection cannot hold a full-size buffer.
+MAX_FRAME_BEFORE_CONNECTED = 64 * 1024
+
+
 class FrameDecoder:
     """Whole frames out of a byte stream. Raises FrameError at the first frame that is not one."""
 

@@ -199,12 +199,14 @@ Output = Reply | Close | DoAuthenticate | DoLookup | DoPartitions | DoTopics | D
 @dataclass
 class ProxyConnection:
     keepalive_s: float = KEEPALIVE_S
+    handshake_timeout_s: float = 10.0  # CONNECT (and its authentication) within this of the accept
     authentication: bool = False  # CONNECT must carry credentials the proxy accepts
     state: State = State.AWAITING_CONNECT
     _connect_command: api.CommandConnect | None = None  # the CONNECT being authenticated
     protocol_version: int = 0
     target: str = ""
     _last_heard: float = 0.0
+    _opened_at: float = 0.0
     _ping_sent_at: float | None = field(default=None)
 
     # ---- the one entry point -------------------------------------------------------------------
@@ -218,7 +220,7 @@ class ProxyConnection:
     # ---- the client's frames -------------------------------------------------------------------
 
     def _connection_opened(self, e: ConnectionOpened) -> list[Output]:
-        self._last_heard = e.now
+        self._last_heard = self._opened_at = e.now
         return []
 
     def _frame_received(self, e: FrameReceived) -> list[Output]:
@@ -348,6 +350,11 @@ class ProxyConnection:
     def _tick(self, e: Tick) -> list[Output]:
         """Keep-alive on a lookup connection (a relayed one is the broker's to keep alive)."""
         now = e.now
+        if self.state in (State.AWAITING_CONNECT, State.AUTHENTICATING) and (
+            now - self._opened_at >= self.handshake_timeout_s
+        ):
+            self.state = State.CLOSED
+            return [Close(f"the handshake did not complete within {self.handshake_timeout_s:.0f} s")]
         if self.state not in (State.AWAITING_CONNECT, State.LOOKUPS) or now - self._last_heard < self.keepalive_s:
             return []
         if self.state is State.AWAITING_CONNECT or (

@@ -76,7 +76,8 @@ class _ClientConnection:
         self.reader, self.writer = reader, writer
         self.core = core.ProxyConnection(authentication=listener.authenticator is not None)
         self.credentials: dict[str, str] = {}  # the client's token, for the lookups asked on its behalf
-        self.decoder = frames.FrameDecoder()
+        # Only CONNECT and lookups are decoded here (a proxied connection's frames are relayed as bytes).
+        self.decoder = frames.FrameDecoder(frames.MAX_FRAME_BEFORE_CONNECTED)
         self.broker: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self.relaying = asyncio.Event()
         self.open = True

@@ -138,3 +138,15 @@ def test_a_connect_waits_for_its_credentials_to_be_checked() -> None:
 def test_the_core_refuses_what_is_not_one_of_its_events() -> None:
     with pytest.raises(TypeError):
         core.ProxyConnection().step(core.StartRelay())  # type: ignore[arg-type]
+
+
+def test_the_handshake_must_complete_in_time_even_with_traffic() -> None:
+    c = core.ProxyConnection(keepalive_s=30, handshake_timeout_s=10)
+    c.step(core.ConnectionOpened(0.0))
+    assert c.step(core.Tick(9.0)) == []
+    (close,) = c.step(core.Tick(10.0))
+    assert isinstance(close, Close) and "handshake" in close.reason
+    c = core.ProxyConnection(keepalive_s=30, handshake_timeout_s=10)
+    c.step(core.ConnectionOpened(0.0))
+    received(c, connect(), 1.0)  # a lookup connection: the handshake is done
+    assert c.state is core.State.LOOKUPS and c.step(core.Tick(11.0)) == []
