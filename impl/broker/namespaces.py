@@ -197,7 +197,8 @@ BACKLOG_POLICIES = ("producer_request_hold", "producer_exception", "consumer_bac
 @dataclass(frozen=True)
 class BacklogQuota:
     """Pulsar's BacklogQuota of type destination_storage: the most a subscription's backlog may hold
-    (bytes; -1 = unlimited) and what happens beyond it. limitTime (seconds) is kept, not enforced."""
+    (bytes, and seconds since its oldest unacknowledged message was published; -1 = unlimited) and what
+    happens beyond it."""
 
     limit_size: int = -1
     limit_time: int = -1

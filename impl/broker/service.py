@@ -612,11 +612,28 @@ class Topic:
         size = self._entry_size()
         return {n: int(s.cursor.backlog() * size) for n, s in list(self.subscriptions.items()) if s.durable}
 
+    def _oldest_unacknowledged_ms(self) -> int | None:
+        """The publish time of the oldest message a durable subscription has not acknowledged."""
+        last, oldest = self.ml.last_confirmed(), None
+        for sub in list(self.subscriptions.values()):
+            position = sub.cursor.first_unacknowledged_from() if sub.durable else None
+            if position is None or last is None or position > last:
+                continue
+            ((_, data),) = self.ml.read(position, 1)
+            published = entry_codec.parse(data, verify_checksum=False).metadata.publish_time
+            oldest = published if oldest is None else min(oldest, published)
+        return oldest
+
     def _over_quota(self) -> bool:
         quota = self.backlog_quota
-        if quota is None or quota.limit_size < 0:
+        if quota is None:
             return False
-        return any(b > quota.limit_size for b in self.backlog_bytes().values())
+        if quota.limit_size >= 0 and any(b > quota.limit_size for b in self.backlog_bytes().values()):
+            return True
+        if quota.limit_time >= 0:
+            oldest = self._oldest_unacknowledged_ms()
+            return oldest is not None and time.time() * 1000 - oldest > quota.limit_time * 1000
+        return False
 
     def check_backlog_quota(self) -> None:
         """A new producer, with the backlog over the quota: refused as the policy says (hold: retriable)."""
@@ -634,10 +651,12 @@ class Topic:
         """consumer_backlog_eviction: the oldest messages of each subscription over the quota are skipped
         (acknowledged) until its backlog fits. Returns the subscriptions moved."""
         quota = self.backlog_quota
-        if quota is None or quota.limit_size < 0 or quota.policy != "consumer_backlog_eviction":
+        if quota is None or quota.policy != "consumer_backlog_eviction":
             return []
+        moved = self.expire_messages(quota.limit_time) if quota.limit_time >= 0 else []  # older than the limit
+        if quota.limit_size < 0:
+            return moved
         size = self._entry_size()
-        moved = []
         for name, sub in list(self.subscriptions.items()):
             backlog = sub.cursor.backlog() if sub.durable else 0
             if not size or backlog * size <= quota.limit_size:

@@ -210,7 +210,7 @@ VERBS: dict[str, dict[str, Verb]] = {
             "namespace",
             options=(
                 ("--limit-size", int, None, "bytes a subscription's backlog may hold (-1 = unlimited)"),
-                ("--limit-time", int, -1, "seconds (stored, not enforced yet)"),
+                ("--limit-time", int, -1, "seconds since the oldest unacknowledged message (-1 = unlimited)"),
                 ("--policy", str, None, "producer_request_hold, producer_exception or consumer_backlog_eviction"),
             ),
             body=lambda a: {"limitSize": a.limit_size, "limitTime": a.limit_time, "policy": a.policy},

@@ -37,6 +37,9 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
             s.admin.call("PUT", ns(name))
             s.admin.call("POST", ns(name) + "/backlogQuota", {"limitSize": LIMIT, "limitTime": -1, "policy": policy})
         s.admin.call("PUT", ns("rest"))
+        s.admin.call("PUT", ns("oldest"))
+        oldest = {"limitSize": -1, "limitTime": 1, "policy": "producer_exception"}
+        s.admin.call("POST", ns("oldest") + "/backlogQuota", oldest)
         yield s
 
 
@@ -126,3 +129,14 @@ def test_consumer_backlog_eviction(standalone: Standalone, client: pulsar.Client
     left = drain(client, topic)
     assert 0 < len(left) <= 5
     assert left == [PAYLOAD + b"%03d" % i for i in range(20 - len(left), 20)]  # the newest ones are kept
+
+
+def test_a_time_limit_counts_from_the_oldest_unacknowledged_message(client: pulsar.Client) -> None:
+    topic = "persistent://public/oldest/t"
+    fill(client, topic, 2)
+    time.sleep(1.5)  # the oldest unacknowledged message is now older than limitTime (1 s)
+    with pytest.raises(Exception) as refused:
+        client.create_producer(topic)
+    assert "QuotaExceeded" in type(refused.value).__name__ + str(refused.value)
+    assert len(drain(client, topic)) == 2
+    client.create_producer(topic).send(b"accepted again")
