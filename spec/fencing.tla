@@ -487,8 +487,13 @@ TrimConsumedLedger(b) ==
     /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, nextLedger, acked, nextMsg, lostAcks, consumed>>
 
 \* A fenced managed ledger is closed with its topic; the broker may open it again if it still owns.
+\* Issue 47 (overridden in a mutation model's CONSTANTS): "fenced_stays" (the broker never closes a FENCED
+\* managed ledger: it keeps the topic loaded and refuses every message for ever).
+Mutation == "none"
+
 CloseFencedManagedLedger(b) ==
     /\ ml[b].state = "fenced"
+    /\ Mutation # "fenced_stays"
     /\ ml' = [ml EXCEPT ![b] = Unloaded]
     /\ lastAction' = [name |-> "CloseFencedManagedLedger", params |-> [broker |-> b]]
     /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, ledger, nextLedger, acked, nextMsg, lostAcks,
