@@ -43,9 +43,13 @@ def _health(web_url: str) -> int:
 def test_a_standalone_stopped_past_its_session_timeout_serves_writes_again(tmp_path: Path) -> None:
     data = tmp_path / "standalone"
     s = Standalone(data, "--session-timeout", str(SESSION_TIMEOUT_S), "--shutdown-timeout", "20")
-    witness = EmbeddedStore(data / "metadata", session_timeout_s=SESSION_TIMEOUT_S)
-    client = pulsar.Client(s.url, operation_timeout_seconds=int(RECOVERY_S))
     stopped = False
+    try:
+        witness = EmbeddedStore(data / "metadata", session_timeout_s=SESSION_TIMEOUT_S)
+    except BaseException:
+        s.stop()
+        raise
+    client = pulsar.Client(s.url, operation_timeout_seconds=int(RECOVERY_S))
     try:
         bookies = [b["bookieId"] for b in s.admin.call("GET", "/admin/v2/bookies/all")["bookies"]]
         assert len(bookies) == 3
