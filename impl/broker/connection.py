@@ -160,6 +160,7 @@ class Message:
     redelivery_count: int
     ack_set: tuple[int, ...]  # the batch indexes sent, as bit-set words; () = the whole entry
     entry: bytes
+    partition: int = -1  # the topic's partition index (-1: not a partition), as Pulsar's broker sets it
 
 
 @dataclass(frozen=True)
@@ -782,7 +783,9 @@ class ServerConnection:
     def _message(self, e: Message) -> list[Output]:
         consumer = self.consumers.get(e.consumer_id)
         msg = api.CommandMessage(
-            consumer_id=e.consumer_id, message_id=id_to_wire(e.message_id), redelivery_count=e.redelivery_count
+            consumer_id=e.consumer_id,
+            message_id=id_to_wire(e.message_id, e.partition),
+            redelivery_count=e.redelivery_count,
         )
         msg.ack_set.extend(e.ack_set)
         if consumer is not None and consumer.epoch:

@@ -148,9 +148,10 @@ class PulsarListener(ConnectionListener):
 class _Sink(ConsumerSink):
     """A subscription's messages for one consumer of a connection, as MESSAGE frames."""
 
-    def __init__(self, connection: _Connection, consumer_id: int) -> None:
+    def __init__(self, connection: _Connection, consumer_id: int, partition: int = -1) -> None:
         self.connection = connection
         self.consumer_id = consumer_id
+        self.partition = partition  # every delivered id carries it, as Pulsar's broker does
 
     def deliver(self, messages: list[tuple[Message, int]]) -> None:
         # Consecutive messages of one entry go as one MESSAGE; ack_set names the batch indexes sent
@@ -168,7 +169,7 @@ class _Sink(ConsumerSink):
                 ack_set = bitset.to_words(indexes)
             mid = MessageId(first.id.ledger_id, first.id.entry_id, -1)
             entry = entry_codec.strip_broker_metadata(first.entry)
-            events.append(conn.Message(self.consumer_id, mid, count, tuple(ack_set), entry))
+            events.append(conn.Message(self.consumer_id, mid, count, tuple(ack_set), entry, self.partition))
             i = j
         self.connection.from_thread(events)
 
@@ -498,7 +499,7 @@ class _Connection:
             topic = self.service.topic(out.topic)
             schema_protocol.check_consumer(self.service, topic.name, out.schema)
             service_id = self.service.next_consumer_id()
-            sink = _Sink(self, out.consumer_id)
+            sink = _Sink(self, out.consumer_id, -1 if topic.name.partition is None else topic.name.partition)
             reader_start: Position | None | bool = False
             if not out.durable:
                 reader_start = _reader_start(out.start, out.earliest)
@@ -649,15 +650,15 @@ class _Connection:
         except Exception as e:
             code, message = server_error(e)
             return [conn.error_reply(out.request_id, code, message)]
-        # No partition index in the id (Apache Pulsar puts the topic's): the C++ client compares ids with
-        # the partition included, and a reader of a partition's own name numbers its messages with -1,
-        # so an index here would make has_message_available() true for ever.
+        # The topic's partition index, as Apache Pulsar's broker sets it: delivered ids carry it too, and the
+        # C++ client compares ids with the partition included (has_message_available).
+        partition = -1 if c.topic.name.partition is None else c.topic.name.partition
         if last is None:
             last_id = api.MessageIdData(ledgerId=-1, entryId=-1)
         else:
             position, entry = last
             batch = entry.num_messages - 1 if entry.is_batch else -1
-            last_id = conn.id_to_wire(MessageId(position.ledger_id, position.entry_id, batch))
+            last_id = conn.id_to_wire(MessageId(position.ledger_id, position.entry_id, batch), partition)
         resp = api.CommandGetLastMessageIdResponse(request_id=out.request_id, last_message_id=last_id)
         mark = c.sub.cursor.mark_delete_position
         if mark is not None:

@@ -91,3 +91,42 @@ def test_key_shared_sticky_ranges_route_by_slot_and_overlaps_are_refused(client:
     _send_keys(client, topic)
     assert {m.partition_key() for m in drain(low)} == {k for k in KEYS if key_slot(k) <= 20000}
     assert {m.partition_key() for m in drain(high)} == {k for k in KEYS if key_slot(k) > 20000}
+
+
+# ---- partition ids ---------------------------------------------------------------------------------
+
+
+def test_delivered_ids_of_a_partitioned_topic_carry_their_partition(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    topic = topic_name("pids")
+    standalone.admin.create_partitioned_topic(topic, 3)
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    sent = {producer.send(b"%d" % i).partition() for i in range(9)}
+    got = drain(consumer)
+    assert len(got) == 9
+    assert {m.message_id().partition() for m in got} == sent == {0, 1, 2}
+    consumer.close()  # acks of ids with their partition stay acknowledged
+    again = client.subscribe(topic, "s")
+    assert drain(again, 500) == []
+
+
+def test_a_reader_on_a_partitions_own_name_reads_seeks_and_stops_at_the_end(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    topic = topic_name("pids-reader")
+    standalone.admin.create_partitioned_topic(topic, 2)
+    producer = client.create_producer(f"{topic}-partition-1")
+    ids = [producer.send(b"%d" % i) for i in range(5)]
+    reader = client.create_reader(f"{topic}-partition-1", pulsar.MessageId.earliest)
+    got = []
+    while reader.has_message_available():
+        got.append(reader.read_next(5000))
+    assert [int(m.data()) for m in got] == list(range(5))
+    assert {m.message_id().partition() for m in got} == {1}
+    reader.seek(ids[2])
+    assert int(reader.read_next(5000).data()) in (2, 3)  # the client skips the seek id unless inclusive
+    consumer = client.subscribe(f"{topic}-partition-1", "s", initial_position=pulsar.InitialPosition.Earliest)
+    last = consumer.get_last_message_id()
+    assert (last.ledger_id(), last.entry_id()) == (ids[-1].ledger_id(), ids[-1].entry_id())
