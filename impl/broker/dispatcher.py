@@ -16,6 +16,14 @@ Pulsar's four subscription types differ only in who may receive a message:
   the consumers allow out-of-order delivery. A message whose slot no consumer owns (a STICKY gap)
   waits; up to KEY_SHARED_LOOKAHEAD such waiting messages do not stop others from being read.
 
+Delayed delivery (Shared and Key_Shared only, as Pulsar; other types deliver at once): a message
+whose `deliver_at` (ms since the epoch, from its metadata's deliver_at_time) is after the read's
+`now_ms` plus the tick is held in the delayed index, not delivered; `Tick(now_ms)` releases the
+messages due by then, and `WakeAt` tells the shell when to tick next. As Pulsar's non-strict
+in-memory tracker, a message may go out up to one tick early, never later than the next tick once
+a consumer has permits. The index is memory only: held messages are unacknowledged on the cursor,
+so a reopened subscription reads them again and rebuilds it.
+
 Flow control is by permits: a consumer grants N, and receives at most N messages until it
 grants more. Messages are delivered per message; a batch entry counts as consumed (its
 position is acknowledged to the cursor) once every message of the batch is acknowledged.
@@ -38,9 +46,10 @@ managed ledger, sends to consumers and updates the durable cursor, as the output
                                 acknowledged (UnknownMessageId for an id never delivered; cumulative
                                 refused on Shared and Key_Shared)
   Nack(consumer, ids)           negative acknowledgements: redelivered, their count raised
+  Tick(now_ms)                  the clock: delayed messages due by now (plus the tick) are released
 
 Outputs: ReadEntries (read up to that many entries after the read position, answer EntriesRead or
-ReadFailed), Deliver, AckEntries, ActiveChanged (Failover). A refused input raises before it
+ReadFailed), Deliver, AckEntries, ActiveChanged (Failover), WakeAt (send Tick then). A refused input raises before it
 changes anything; an event of another type raises TypeError. `consumers`, `active_consumer` and
 `unacked()` are queries.
 """
@@ -117,6 +126,7 @@ class Message:
     properties: tuple[tuple[str, str], ...] = ()
     batch_size: int = 1
     entry: bytes = field(default=b"", repr=False, compare=False)  # the whole entry, as stored (Pulsar's format)
+    deliver_at: int = 0  # ms since the epoch (the metadata's deliver_at_time); 0: at once
 
 
 # ---- inputs -------------------------------------------------------------------------------------
@@ -150,6 +160,22 @@ class EntriesRead:
     """The answer to ReadEntries: the messages of the entries read (already-acked entries left out)."""
 
     messages: tuple[Message, ...]
+    now_ms: int = 0  # the shell's clock when read: delayed messages are judged against it
+
+
+@dataclass(frozen=True)
+class Tick:
+    """The clock, for delayed delivery: release what is due by `now_ms` (plus the tick)."""
+
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class DelayedDelivery:
+    """The delayed-delivery policy (Pulsar's delayedDeliveryEnabled and tickTime, in ms)."""
+
+    enabled: bool = True
+    tick_ms: int = 1000
 
 
 @dataclass(frozen=True)
@@ -170,7 +196,7 @@ class Nack:
     ids: tuple[MessageId, ...]
 
 
-Event = AddConsumer | RemoveConsumer | Flow | NewEntries | EntriesRead | ReadFailed | Ack | Nack
+Event = AddConsumer | RemoveConsumer | Flow | NewEntries | EntriesRead | ReadFailed | Ack | Nack | Tick
 
 
 # ---- outputs ------------------------------------------------------------------------------------
@@ -204,7 +230,14 @@ class ActiveChanged:
     active: bool
 
 
-Output = ReadEntries | Deliver | AckEntries | ActiveChanged
+@dataclass(frozen=True)
+class WakeAt:
+    """Output (delayed delivery): send Tick at `at_ms` (ms since the epoch), the next message's time."""
+
+    at_ms: int
+
+
+Output = ReadEntries | Deliver | AckEntries | ActiveChanged | WakeAt
 
 
 @dataclass
@@ -223,9 +256,18 @@ def key_slot(key: str) -> int:
 class Dispatcher:
     """One subscription's dispatcher (pure core); see the module docstring."""
 
-    def __init__(self, sub_type: SubscriptionType, partition_index: int = 0) -> None:
+    def __init__(
+        self, sub_type: SubscriptionType, partition_index: int = 0, delayed: DelayedDelivery | None = None
+    ) -> None:
         self.type = sub_type
         self.partition_index = partition_index
+        self.delayed_policy = delayed or DelayedDelivery()
+        self._delays = self.delayed_policy.enabled and sub_type in (
+            SubscriptionType.SHARED,
+            SubscriptionType.KEY_SHARED,
+        )
+        self._delayed: dict[MessageId, Message] = {}  # held until their time
+        self._wake_at: int | None = None  # the WakeAt last asked for
         self.consumers: OrderedDict[int, _Consumer] = OrderedDict()
         self._redeliver: dict[MessageId, Message] = {}  # served before new messages, in id order
         self._redelivery_count: dict[MessageId, int] = {}
@@ -361,8 +403,37 @@ class Dispatcher:
         for msg in messages:
             self._unacked_in_entry.setdefault(position_of(msg.id), msg.batch_size)
         self._messages_per_entry = max(1, messages[-1].batch_size)
-        outputs = self._assign(messages)
+        outputs: list[Output] = []
+        if self._delays:
+            cutoff = e.now_ms + self.delayed_policy.tick_ms
+            held = [m for m in messages if m.deliver_at > cutoff]
+            if held:
+                for m in held:
+                    self._delayed[m.id] = m
+                newest = max(m.id for m in held)
+                if self._highest_delivered is None or newest > self._highest_delivered:
+                    self._highest_delivered = newest  # held ids are known: their acks are not refused
+                messages = [m for m in messages if m.deliver_at <= cutoff]
+                outputs += self._next_wake()
+        outputs += self._assign(messages)
         return outputs + self._dispatch()
+
+    def _tick(self, e: Tick) -> list[Output]:
+        self._wake_at = None
+        cutoff = e.now_ms + self.delayed_policy.tick_ms
+        due = [mid for mid, m in self._delayed.items() if m.deliver_at <= cutoff]
+        for mid in due:
+            self._redeliver[mid] = self._delayed.pop(mid)  # not a redelivery: the count stays
+        return self._next_wake() + self._dispatch()
+
+    def _next_wake(self) -> list[Output]:
+        if not self._delayed:
+            return []
+        at = min(m.deliver_at for m in self._delayed.values()) - self.delayed_policy.tick_ms
+        if self._wake_at is not None and self._wake_at <= at:
+            return []
+        self._wake_at = at
+        return [WakeAt(at)]
 
     # ---- acknowledgements --------------------------------------------------------------------
 
@@ -516,7 +587,11 @@ class Dispatcher:
         return self._active
 
     def unacked(self) -> int:
-        return sum(len(c.pending) for c in self.consumers.values()) + len(self._redeliver)
+        return sum(len(c.pending) for c in self.consumers.values()) + len(self._redeliver) + len(self._delayed)
+
+    def delayed(self) -> int:
+        """Messages held for delayed delivery (Pulsar's msgDelayed)."""
+        return len(self._delayed)
 
 
 # Event type -> handler.
@@ -529,6 +604,7 @@ _HANDLERS: dict[type, Callable[[Dispatcher, Any], list[Output]]] = {
     ReadFailed: Dispatcher._read_failed,
     Ack: Dispatcher._ack,
     Nack: Dispatcher._nack,
+    Tick: Dispatcher._tick,
 }
 
 
@@ -538,12 +614,13 @@ def messages_of(position: Position, data: bytes, payloads: bool = True, keys_nee
     keys_needed=False (every subscription type but Key_Shared) a batch is not even opened."""
     entry = entry_codec.parse(data, verify_checksum=False)
     n = entry.num_messages
+    at = entry.metadata.deliver_at_time if entry.metadata.HasField("deliver_at_time") else 0
     if payloads:
         decoded = entry_codec.singles(entry)
         return [
-            Message(MessageId(position.ledger_id, position.entry_id, i), m.key, m.payload, m.properties, n, data)
+            Message(MessageId(position.ledger_id, position.entry_id, i), m.key, m.payload, m.properties, n, data, at)
             for i, m in enumerate(decoded)
         ]
     ledger_id, entry_id = position.ledger_id, position.entry_id
     keys_of = entry_codec.keys(entry) if keys_needed else [""] * n
-    return [Message(MessageId(ledger_id, entry_id, i), key, b"", (), n, data) for i, key in enumerate(keys_of)]
+    return [Message(MessageId(ledger_id, entry_id, i), key, b"", (), n, data, at) for i, key in enumerate(keys_of)]

@@ -268,6 +268,30 @@ class RetentionPolicy:
 
 
 @dataclass(frozen=True)
+class DelayedDeliveryPolicy:
+    """Pulsar's DelayedDeliveryPolicies: whether deliver_at is honoured, and the tracker's tick (ms)."""
+
+    active: bool = True
+    tick_time_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.active, bool):
+            raise InvalidPolicies(f"delayed delivery 'active' must be true or false, got {self.active!r}")
+        tick = self.tick_time_ms
+        if not isinstance(tick, int) or isinstance(tick, bool) or not 1 <= tick <= 3_600_000:
+            raise InvalidPolicies(f"delayed delivery tickTime must be 1..3,600,000 ms, got {tick!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"active": self.active, "tickTime": self.tick_time_ms, "maxDeliveryDelayInMillis": 0}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> DelayedDeliveryPolicy:
+        if not isinstance(raw, dict):
+            raise InvalidPolicies(f"delayed delivery policies must be an object, got {raw!r}")
+        return cls(raw.get("active", True), raw.get("tickTime", 1000))
+
+
+@dataclass(frozen=True)
 class NamespacePolicies:
     bundles: int = DEFAULT_NUMBER_OF_BUNDLES
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
@@ -286,6 +310,7 @@ class NamespacePolicies:
     message_ttl_seconds: int | None = None
     auto_topic_creation: AutoTopicCreation | None = None  # None: the broker's (allowed, non-partitioned)
     backlog_quota: BacklogQuota | None = None  # destination_storage; None: no quota
+    delayed_delivery: DelayedDeliveryPolicy | None = None  # None: the broker's (on, tick 1 s)
 
     def __post_init__(self) -> None:
         ttl = self.message_ttl_seconds
@@ -319,6 +344,8 @@ class NamespacePolicies:
             doc["autoTopicCreationOverride"] = self.auto_topic_creation.to_json()
         if self.backlog_quota is not None:
             doc["backlog_quota_map"] = {"destination_storage": self.backlog_quota.to_json()}
+        if self.delayed_delivery is not None:
+            doc["delayed_delivery_policies"] = self.delayed_delivery.to_json()
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -352,6 +379,9 @@ class NamespacePolicies:
                 if raw.get("autoTopicCreationOverride") is None
                 else AutoTopicCreation.from_json(raw["autoTopicCreationOverride"]),
                 _backlog_quota(raw.get("backlog_quota_map")),
+                None
+                if raw.get("delayed_delivery_policies") is None
+                else DelayedDeliveryPolicy.from_json(raw["delayed_delivery_policies"]),
             )
         except (KeyError, TypeError) as e:
             raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
@@ -625,6 +655,13 @@ def set_retention(store: MetadataStore, namespace: NamespaceName | str, retentio
 def set_deduplication(store: MetadataStore, namespace: NamespaceName | str, enabled: bool | None) -> None:
     """Enable or disable de-duplication in the namespace; None returns it to the broker's setting."""
     _update_policies(store, namespace, lambda p: dataclasses.replace(p, deduplication=enabled))
+
+
+def set_delayed_delivery(
+    store: MetadataStore, namespace: NamespaceName | str, policy: DelayedDeliveryPolicy | None
+) -> None:
+    """Set the namespace's delayed-delivery policy (None: the broker's); loaded topics keep theirs until reloaded."""
+    _update_policies(store, namespace, lambda p: dataclasses.replace(p, delayed_delivery=policy))
 
 
 def set_message_ttl(store: MetadataStore, namespace: NamespaceName | str, seconds: int | None) -> None:

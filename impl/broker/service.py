@@ -15,6 +15,7 @@ never run it inline, so a completion thread never waits for a subscription lock.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -35,6 +36,7 @@ from impl.broker.dispatcher import (
     AddConsumer,
     ConsumerAssignError,
     ConsumerBusy,
+    DelayedDelivery,
     Deliver,
     Dispatcher,
     EntriesRead,
@@ -47,7 +49,9 @@ from impl.broker.dispatcher import (
     RemoveConsumer,
     SubscriptionError,
     SubscriptionType,
+    Tick,
     UnknownMessageId,
+    WakeAt,
     messages_of,
 )
 from impl.broker.dispatcher import Event as DispatcherEvent
@@ -144,6 +148,7 @@ class BrokerConfig:
     managed_ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     max_message_size: int = 5 * 1024 * 1024  # Pulsar's default maxMessageSize
     deduplication: bool = False  # Pulsar's brokerDeduplicationEnabled: on per namespace policy
+    delayed_delivery: DelayedDelivery = field(default_factory=DelayedDelivery)  # delayedDeliveryEnabled, tick
     security: Security = field(default_factory=Security)  # authentication, authorization, TLS (all off)
     # Pulsar's brokerMaxConnections / brokerMaxConnectionsPerIp: connections past them are closed at once
     # (0: no limit, Pulsar's default).
@@ -186,7 +191,8 @@ class Subscription:
         self.name = name
         self.cursor = cursor
         self.durable = isinstance(cursor, ManagedCursor)
-        self.dispatcher = Dispatcher(sub_type, partition)
+        self.dispatcher = Dispatcher(sub_type, partition, topic.delayed_delivery)
+        self._wake_timer: threading.Timer | None = None
         self.sinks: dict[int, ConsumerSink] = {}
         self.lock = threading.RLock()
         # The last entry handed to the dispatcher; reading resumes after it. Starts at the
@@ -254,6 +260,13 @@ class Subscription:
             if sink is not None:
                 sink.set_active(out.active)
             return []
+        if isinstance(out, WakeAt):
+            if self._wake_timer is not None:
+                self._wake_timer.cancel()
+            self._wake_timer = threading.Timer(max(0.0, out.at_ms / 1000 - time.time()), self._tick)
+            self._wake_timer.daemon = True
+            self._wake_timer.start()
+            return []
         assert isinstance(out, ReadEntries)
         try:
             messages = self._read(out.max_entries)
@@ -263,7 +276,18 @@ class Subscription:
             retry.daemon = True
             retry.start()
             return self.dispatcher.step(ReadFailed())
-        return self.dispatcher.step(EntriesRead(tuple(messages)))
+        return self.dispatcher.step(EntriesRead(tuple(messages), int(time.time() * 1000)))
+
+    def _tick(self) -> None:
+        """Delayed delivery's clock: release the messages due now (on the service's executor)."""
+        with contextlib.suppress(RuntimeError):  # the service is closing
+            self.topic.service.executor.submit(self._run_tick)
+
+    def _run_tick(self) -> None:
+        try:
+            self.run(Tick(int(time.time() * 1000)))
+        except Exception:
+            log.exception("delayed delivery tick of subscription %s failed", self.name)
 
     def expire_to(self, position: Position) -> bool:
         """Message TTL: the entries up to `position` expired; the cursor moves past them (never back).
@@ -283,7 +307,9 @@ class Subscription:
         with self.lock:
             removed = list(self.sinks.values())
             self.sinks.clear()
-            self.dispatcher = Dispatcher(self.dispatcher.type, self.dispatcher.partition_index)
+            self.dispatcher = Dispatcher(
+                self.dispatcher.type, self.dispatcher.partition_index, self.dispatcher.delayed_policy
+            )
             self.cursor.reset(start)
             self.read_after = self.cursor.mark_delete_position
         return removed
@@ -338,6 +364,7 @@ class Topic:
         self.message_ttl_s = service.message_ttl_in(name)  # 0: none; follows the namespace's policy
         self.backlog_quota = service.backlog_quota_in(name)  # None: none; follows the namespace's policy
         self.deduplication = service.deduplication_in(name)
+        self.delayed_delivery = service.delayed_delivery_in(name)
         if self.deduplication:
             self._rebuild_dedup()
         ml.add_listener(self._on_new_entry)
@@ -1043,6 +1070,17 @@ class BrokerService:
         except (namespaces.AdminError, MetadataError):
             policy = None
         return self.config.deduplication if policy is None else policy
+
+    def delayed_delivery_in(self, name: TopicName) -> DelayedDelivery:
+        """The topic's delayed-delivery policy: its namespace's, else the broker's (Pulsar's
+        delayedDeliveryEnabled=true, tick 1 s). Read when the topic loads."""
+        try:
+            policy = namespaces.get_policies(self.configuration_store, name.namespace_name).delayed_delivery
+        except (namespaces.AdminError, MetadataError):
+            policy = None
+        if policy is None:
+            return self.config.delayed_delivery
+        return DelayedDelivery(policy.active, policy.tick_time_ms)
 
     def next_consumer_id(self) -> int:
         with self._lock:

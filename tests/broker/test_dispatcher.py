@@ -313,3 +313,26 @@ def test_a_failed_read_is_asked_for_again_by_the_next_event_and_a_refusal_change
     assert d.unacked() == 3
     with pytest.raises(TypeError, match="not a dispatcher event"):
         d.step(ReadEntries(1))  # type: ignore[arg-type]
+
+
+def test_delayed_messages_wait_for_their_time_on_shared_only() -> None:
+    from impl.broker.dispatcher import DelayedDelivery, Tick, WakeAt
+
+    def run(sub_type: SubscriptionType, policy: DelayedDelivery | None = None) -> tuple[Dispatcher, list[Output]]:
+        d = Dispatcher(sub_type, delayed=policy)
+        d.step(AddConsumer(1, "a"))
+        d.step(Flow(1, 10))
+        messages = (Message(MessageId(1, 0), "", b"later", deliver_at=10_000), Message(MessageId(1, 1), "", b"now"))
+        return d, d.step(EntriesRead(messages, now_ms=5_000))
+
+    d, out = run(SubscriptionType.SHARED)
+    delivered = [m.id for o in out if isinstance(o, Deliver) for m, _ in o.messages]
+    assert delivered == [MessageId(1, 1)] and d.delayed() == 1
+    assert WakeAt(9_000) in out  # one tick (1 s) early at most, as Pulsar's tracker
+    assert not [o for o in d.step(Tick(7_000)) if isinstance(o, Deliver)]
+    out = d.step(Tick(9_000))
+    assert [m.id for o in out if isinstance(o, Deliver) for m, _ in o.messages] == [MessageId(1, 0)]
+    assert d.delayed() == 0
+    for sub_type, policy in ((SubscriptionType.EXCLUSIVE, None), (SubscriptionType.SHARED, DelayedDelivery(False))):
+        d, out = run(sub_type, policy)  # ignored on Exclusive/Failover, and when the policy turns it off
+        assert len([m for o in out if isinstance(o, Deliver) for m in o.messages]) == 2 and d.delayed() == 0

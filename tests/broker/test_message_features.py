@@ -11,6 +11,7 @@ import pulsar
 import pytest
 
 from impl.broker.dispatcher import key_slot
+from impl.web.http import HttpError
 from tests.broker.pulsar_standalone import Standalone, running_standalone
 
 pytestmark = pytest.mark.processes
@@ -130,3 +131,83 @@ def test_a_reader_on_a_partitions_own_name_reads_seeks_and_stops_at_the_end(
     consumer = client.subscribe(f"{topic}-partition-1", "s", initial_position=pulsar.InitialPosition.Earliest)
     last = consumer.get_last_message_id()
     assert (last.ledger_id(), last.entry_id()) == (ids[-1].ledger_id(), ids[-1].entry_id())
+
+
+# ---- delayed delivery ------------------------------------------------------------------------------
+
+TICK_MS = 1000  # Pulsar's default delayedDeliveryTickTimeMillis: a message may go out this much early
+
+
+def _receive_after(consumer: pulsar.Consumer, deliver_at_ms: int) -> pulsar.Message:
+    m = consumer.receive(20_000)
+    assert time.time() * 1000 >= deliver_at_ms - TICK_MS, "delivered earlier than its time less the tick"
+    consumer.acknowledge(m)
+    return m
+
+
+def test_delayed_messages_wait_on_shared_and_not_on_exclusive(client: pulsar.Client, standalone: Standalone) -> None:
+    from datetime import timedelta
+
+    from impl.broker.web.admin_client import topic_path
+
+    topic = topic_name("delayed")
+    shared = client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared)
+    exclusive = client.subscribe(topic, "exclusive", consumer_type=pulsar.ConsumerType.Exclusive)
+    producer = client.create_producer(topic)
+    at = int(time.time() * 1000) + 3000
+    producer.send(b"later", deliver_after=timedelta(seconds=3))
+    producer.send(b"now")
+    assert [exclusive.receive(10_000).data() for _ in range(2)] == [b"later", b"now"]  # Exclusive ignores it
+    assert shared.receive(10_000).data() == b"now"
+    stats = standalone.admin.call("GET", topic_path(topic) + "/stats")
+    assert stats["subscriptions"]["shared"]["msgDelayed"] == 1
+    assert _receive_after(shared, at).data() == b"later"
+
+
+def test_a_delayed_message_survives_an_unload_and_a_crash(tmp_path_factory: pytest.TempPathFactory) -> None:
+    import signal
+    from urllib.parse import urlsplit
+
+    from impl.broker.web.admin_client import topic_path
+
+    data = tmp_path_factory.mktemp("delayed-crash")
+    s = Standalone(data)
+    topic = topic_name("delayed-crash")
+    try:
+        c = pulsar.Client(s.url, operation_timeout_seconds=15)
+        c.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared).close()
+        at = int(time.time() * 1000) + 6000
+        c.create_producer(topic).send(b"later", deliver_at=at)
+        s.admin.call("PUT", topic_path(topic) + "/unload")
+        c.close()
+        s.proc.send_signal(signal.SIGKILL)
+        s.proc.wait()
+        ports = ["--pulsar-port", str(urlsplit(s.url).port), "--web-port", str(urlsplit(s.web_url).port)]
+        s = Standalone(data, *ports)
+        c = pulsar.Client(s.url, operation_timeout_seconds=15)
+        consumer = c.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+        assert _receive_after(consumer, at).data() == b"later"
+        c.close()
+    finally:
+        s.stop()
+
+
+def test_the_delayed_delivery_policy_turns_it_off_for_a_namespace(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    from datetime import timedelta
+
+    ns = f"public/nodelay{next(_counter)}"
+    standalone.admin.call("PUT", f"/admin/v2/namespaces/{ns}", {})
+    path = f"/admin/v2/namespaces/{ns}/delayedDelivery"
+    assert standalone.admin.call("GET", path) is None
+    standalone.admin.call("POST", path, {"active": False, "tickTime": 500})
+    assert standalone.admin.call("GET", path)["active"] is False
+    for bad in ({"active": "no"}, {"active": True, "tickTime": 0}, [1]):
+        with pytest.raises(HttpError) as refused:
+            standalone.admin.call("POST", path, bad)
+        assert refused.value.status == 400
+    topic = f"persistent://{ns}/t"
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    client.create_producer(topic).send(b"later", deliver_after=timedelta(seconds=60))
+    assert consumer.receive(10_000).data() == b"later"  # not held: the namespace turned it off

@@ -51,6 +51,9 @@ class AdminRoutes:
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/deduplication", self.get_deduplication)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/deduplication", self.set_deduplication)
         r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/deduplication", self.remove_deduplication)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/delayedDelivery", self.get_delayed_delivery)
+        r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/delayedDelivery", self.set_delayed_delivery)
+        r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/delayedDelivery", self.remove_delayed_delivery)
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/replication", self.get_replication)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/replication", self.set_replication)
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/retention", self.get_retention)
@@ -231,6 +234,25 @@ class AdminRoutes:
 
     def remove_deduplication(self, req: Request, tenant: str, namespace: str) -> Response:
         namespaces.set_deduplication(self._config, self._ns(tenant, namespace), None)
+        return Response.empty()
+
+    def get_delayed_delivery(self, req: Request, tenant: str, namespace: str) -> Response:
+        policy = namespaces.get_policies(self._config, self._ns(tenant, namespace)).delayed_delivery
+        return Response.json(None if policy is None else policy.to_json())
+
+    def set_delayed_delivery(self, req: Request, tenant: str, namespace: str) -> Response:
+        body = req.json()
+        if not isinstance(body, dict):
+            raise HttpError(400, f"the body must be {{'active': bool, 'tickTime': ms}}, not {body!r}")
+        try:
+            policy = namespaces.DelayedDeliveryPolicy.from_json(body)
+        except namespaces.InvalidPolicies as e:
+            raise HttpError(400, str(e)) from None
+        namespaces.set_delayed_delivery(self._config, self._ns(tenant, namespace), policy)
+        return Response.empty()
+
+    def remove_delayed_delivery(self, req: Request, tenant: str, namespace: str) -> Response:
+        namespaces.set_delayed_delivery(self._config, self._ns(tenant, namespace), None)
         return Response.empty()
 
     def get_retention(self, req: Request, tenant: str, namespace: str) -> Response:

@@ -37,6 +37,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
             "msgThroughputOut": outbound.byte_rate if sub.sinks else 0.0,
             "msgBacklog": backlog,
             "unackedMessages": sub.dispatcher.unacked(),
+            "msgDelayed": sub.dispatcher.delayed(),
             "type": sub.type.value,
             "isDurable": True,
             "isReplicated": False,
