@@ -7,7 +7,7 @@ The listener (impl/broker/listener.py) drives the core with one function,
   FrameReceived(frame, now)   a frame from the client
   Authenticated(role), AuthenticationFailed(message)
                               the answer to DoAuthenticate
-  ProducerReady(...), ProducerFailed(...)
+  ProducerReady(...), ProducerQueued(...), ProducerFailed(...)
                               the answer to DoCreateProducer
   Subscribed(...), SubscribeFailed(...)
                               the answer to DoSubscribe
@@ -113,6 +113,17 @@ class ProducerReady:
     name: str
     last_sequence_id: int
     schema_version: bytes | None = None  # the registry's version of the producer's schema
+    topic_epoch: int | None = None  # exclusive access: the topic epoch granted
+
+
+@dataclass(frozen=True)
+class ProducerQueued:
+    """A WaitForExclusive producer waits for its turn: PRODUCER_SUCCESS with producer_ready=false now,
+    ProducerReady when the broker grants it access."""
+
+    request_id: int
+    producer_id: int
+    name: str
 
 
 @dataclass(frozen=True)
@@ -203,6 +214,7 @@ Event = (
     | Authenticated
     | AuthenticationFailed
     | ProducerReady
+    | ProducerQueued
     | ProducerFailed
     | SendReceipt
     | SendError
@@ -244,6 +256,8 @@ class DoCreateProducer:
     epoch: int
     exclusive: bool
     schema: api.Schema | None = None  # None: the producer declared none
+    access_mode: int = 0  # Pulsar's ProducerAccessMode: Shared, Exclusive, WaitForExclusive, ExclusiveWithFencing
+    topic_epoch: int | None = None  # a reconnecting exclusive producer's topic epoch
 
 
 @dataclass(frozen=True)
@@ -577,7 +591,20 @@ class ServerConnection:
         name = p.producer_name if p.HasField("producer_name") else ""
         exclusive = p.producer_access_mode in (api.Exclusive, api.ExclusiveWithFencing, api.WaitForExclusive)
         schema = p.schema if p.HasField("schema") else None
-        return [DoCreateProducer(p.request_id, p.producer_id, p.topic, name, p.epoch, exclusive, schema)]
+        topic_epoch = p.topic_epoch if p.HasField("topic_epoch") else None
+        return [
+            DoCreateProducer(
+                p.request_id,
+                p.producer_id,
+                p.topic,
+                name,
+                p.epoch,
+                exclusive,
+                schema,
+                p.producer_access_mode,
+                topic_epoch,
+            )
+        ]
 
     def _send(self, cmd: api.BaseCommand, frame: Frame) -> list[Output]:
         s = cmd.send
@@ -751,7 +778,17 @@ class ServerConnection:
         if producer is None:  # closed while being created: the shell closes it again
             return [DoCloseProducer(None, e.producer_id)]
         producer.name, producer.ready, producer.schema_version = e.name, True, e.schema_version
-        return [self._producer_success(e.request_id, e.name, e.last_sequence_id, e.schema_version)]
+        ok = self._producer_success(e.request_id, e.name, e.last_sequence_id, e.schema_version)
+        if e.topic_epoch is not None:
+            ok.command.producer_success.topic_epoch = e.topic_epoch
+        return [ok]
+
+    def _producer_queued(self, e: ProducerQueued) -> list[Output]:
+        if e.producer_id not in self.producers:
+            return [DoCloseProducer(None, e.producer_id)]
+        ok = self._producer_success(e.request_id, e.name, -1)
+        ok.command.producer_success.producer_ready = False
+        return [ok]
 
     def _producer_failed(self, e: ProducerFailed) -> list[Output]:
         self.producers.pop(e.producer_id, None)
@@ -857,6 +894,7 @@ _HANDLERS: dict[type, Callable[[ServerConnection, Any], list[Output]]] = {
     Authenticated: ServerConnection._authenticated,
     AuthenticationFailed: ServerConnection._authentication_failed,
     ProducerReady: ServerConnection._producer_ready,
+    ProducerQueued: ServerConnection._producer_queued,
     ProducerFailed: ServerConnection._producer_failed,
     SendReceipt: ServerConnection._send_receipt,
     SendError: ServerConnection._send_error,

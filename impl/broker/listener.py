@@ -50,7 +50,16 @@ from impl.broker.managed_ledger import Position, after_deliveries
 from impl.broker.replication.replicator import REPLICATOR_PREFIX
 from impl.broker.schema import protocol as schema_protocol
 from impl.broker.schema.model import SchemaError
-from impl.broker.service import Append, BrokerService, ConsumerSink, Subscription, Topic, consumer_step, parse_topic
+from impl.broker.service import (
+    AccessMode,
+    Append,
+    BrokerService,
+    ConsumerSink,
+    Subscription,
+    Topic,
+    consumer_step,
+    parse_topic,
+)
 from impl.loop_server import ConnectionListener
 from impl.metadata.naming import NamespaceName, TopicName
 from impl.metadata.store import ConnectionLoss, MetadataError, SessionExpired
@@ -474,16 +483,46 @@ class _Connection:
             topic = self.service.topic(out.topic)
             topic.check_backlog_quota()
             schema_version = schema_protocol.producer_version(self.service, topic.name, out.schema)
-            name, last = topic.attach_producer(out.producer_name, (self, out.producer_id), out.epoch, out.exclusive)
+            pid = out.producer_id
+            try:
+                mode = AccessMode(out.access_mode)
+            except ValueError:
+                raise BrokerError(f"unknown producer access mode {out.access_mode}") from None
+            attached = topic.attach_producer(
+                out.producer_name,
+                (self, pid),
+                out.epoch,
+                mode,
+                out.topic_epoch,
+                on_granted=lambda name, last, epoch: self.from_thread(
+                    [conn.ProducerReady(out.request_id, pid, name, last, schema_version, epoch)]
+                    if epoch >= 0
+                    else [
+                        conn.ProducerFailed(
+                            out.request_id,
+                            pid,
+                            api.ProducerFenced,
+                            "Producer was fenced because a new producer with ExclusiveWithFencing was created",
+                        )
+                    ]
+                ),
+                on_fenced=lambda: self.from_thread_call(lambda: self._broker_closes_producer(pid)),
+            )
         except Exception as e:
             code, message = server_error(e)
             return [conn.ProducerFailed(out.request_id, out.producer_id, code, message)]
-        pid = out.producer_id
+        if isinstance(attached, str):  # WaitForExclusive: queued; ProducerReady comes when granted
+            self.producers[pid] = (topic, attached)
+            topic.close_watchers[(self, "producer", pid)] = lambda: self.from_thread_call(
+                lambda: self._broker_closes_producer(pid)
+            )
+            return [conn.ProducerQueued(out.request_id, pid, attached)]
+        name, last, topic_epoch = attached
         self.producers[pid] = (topic, name)
         topic.close_watchers[(self, "producer", pid)] = lambda: self.from_thread_call(
             lambda: self._broker_closes_producer(pid)
         )
-        return [conn.ProducerReady(out.request_id, pid, name, last, schema_version)]
+        return [conn.ProducerReady(out.request_id, pid, name, last, schema_version, topic_epoch)]
 
     def _broker_closes_producer(self, pid: int) -> None:
         self.producers.pop(pid, None)

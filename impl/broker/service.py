@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import enum
 import functools
 import logging
 import math
@@ -125,6 +126,15 @@ class Append:
         de-duplicated on the producer name and sequence ids its origin gave it, not the replicator's."""
         meta = entry.metadata
         return cls(data, meta.sequence_id, entry.highest_sequence_id, len(entry.payload), meta.producer_name)
+
+
+class AccessMode(enum.Enum):
+    """Pulsar's ProducerAccessMode (the wire's values)."""
+
+    SHARED = 0
+    EXCLUSIVE = 1
+    WAIT_FOR_EXCLUSIVE = 2
+    EXCLUSIVE_WITH_FENCING = 3
 
 
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
@@ -355,6 +365,12 @@ class Topic:
         # Producers attached over Pulsar connections: name -> (owner, epoch, exclusive). A name is
         # connected once; a re-created producer (higher epoch) replaces its stale predecessor.
         self.attached: dict[str, tuple[object, int, bool]] = {}
+        self.access_modes: dict[str, AccessMode] = {}  # attached producer -> its access mode
+        # Producers waiting for exclusive access (WaitForExclusive), in order: (name, owner, epoch, on_granted).
+        self._waiting: list[tuple[str, object, int, Callable[[str, int, int], None] | None]] = []
+        self._fence: dict[str, Callable[[], None]] = {}  # attached producer -> how to close it (fencing)
+        self._waiting_fence: dict[str, Callable[[], None]] = {}  # the same, for waiting producers
+        self.topic_epoch: int | None = None  # Pulsar's topic epoch, moved by each new exclusive producer
         # Called once when the topic closes (unload, fenced, lost bundle): connections then close
         # their producers and consumers on it, and the clients look the topic up again.
         self.close_watchers: dict[object, Callable[[], None]] = {}
@@ -398,9 +414,27 @@ class Topic:
                     self.last_sequence[producer] = self.persisted_sequence[producer] = last
             position = self.ml.next_position(batch[-1][0])
 
-    def attach_producer(self, requested: str, owner: object, epoch: int, exclusive: bool) -> tuple[str, int]:
-        """A producer connects: its name (chosen here when `requested` is empty) and the last sequence
-        id it persisted. ProducerBusy when the name is connected, or when access is exclusive."""
+    def attach_producer(
+        self,
+        requested: str,
+        owner: object,
+        epoch: int,
+        mode: AccessMode | bool = AccessMode.SHARED,
+        topic_epoch: int | None = None,
+        on_granted: Callable[[str, int, int], None] | None = None,
+        on_fenced: Callable[[], None] | None = None,
+    ) -> tuple[str, int, int | None] | str:
+        """A producer connects with Pulsar's access mode: (its name, chosen here when `requested` is
+        empty; the last sequence id it persisted; the topic epoch for exclusive access). A
+        WaitForExclusive producer that must wait gets only its name: `on_granted(name, last, epoch)`
+        is called when its turn comes (the holder and every other producer gone). ProducerBusy when the
+        name is connected, or a Shared producer meets an exclusive one; ProducerFenced when exclusive
+        access is not possible now (Pulsar's messages). ExclusiveWithFencing closes every other producer
+        (`on_fenced`) and refuses the waiting ones."""
+        if isinstance(mode, bool):
+            mode = AccessMode.EXCLUSIVE if mode else AccessMode.SHARED
+        fenced: list[Callable[[], None]] = []
+        refused: list[Callable[[str, int, int], None] | None] = []
         with self.lock:
             if self.closed:
                 raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
@@ -408,21 +442,84 @@ class Topic:
             if requested in others and epoch <= others[requested][1]:
                 raise ProducerBusy(f"a producer named {requested!r} is already connected to {self.name}")
             rivals = {n: a for n, a in others.items() if n != requested}
-            if exclusive and rivals:
-                raise ProducerFenced(f"{self.name} has other producers; exclusive access is not possible now")
-            if any(a[2] for a in rivals.values()):
-                raise ProducerBusy(f"{self.name} has an exclusive producer")
+            holder = next((n for n, a in rivals.items() if a[2]), None)
             name = requested
             if not name:
                 self._producer_seq += 1
                 name = f"{self.service.address}-{int(time.time() * 1000)}-{self._producer_seq}"
-            self.attached[name] = (owner, epoch, exclusive)
-            return name, self.last_sequence.get(name, -1)
+            if mode is AccessMode.SHARED:
+                if holder is not None or self._waiting:
+                    raise ProducerBusy(f"Topic has an existing exclusive producer: {holder or self._waiting[0][0]}")
+            elif mode is AccessMode.EXCLUSIVE_WITH_FENCING:
+                for n in rivals:
+                    self.attached.pop(n)
+                    callback = self._fence.pop(n, None)
+                    if callback is not None:
+                        fenced.append(callback)
+                refused = [w[3] for w in self._waiting]
+                self._waiting.clear()
+                self._waiting_fence.clear()
+            elif topic_epoch is not None and self.topic_epoch is not None and topic_epoch < self.topic_epoch:
+                # A fenced exclusive producer reconnecting: a newer one took the topic since (not queued).
+                raise ProducerFenced(
+                    f"Topic epoch has already moved. Current epoch: {self.topic_epoch}, Producer epoch: {topic_epoch}"
+                )
+            elif holder is not None or self._waiting or rivals:
+                if mode is AccessMode.WAIT_FOR_EXCLUSIVE:
+                    self._waiting.append((name, owner, epoch, on_granted))
+                    if on_fenced is not None:
+                        self._waiting_fence[name] = on_fenced
+                    log.info("producer %s waits for exclusive access to %s", name, self.name)
+                    return name
+                if holder is not None or self._waiting:
+                    raise ProducerFenced(f"Topic has an existing exclusive producer: {holder or self._waiting[0][0]}")
+                raise ProducerFenced("Topic has existing shared producers")
+            granted: int | None = None
+            if mode is not AccessMode.SHARED:
+                if topic_epoch is not None and self.topic_epoch is not None and topic_epoch < self.topic_epoch:
+                    raise ProducerFenced(
+                        f"Topic epoch has already moved. Current epoch: {self.topic_epoch}, "
+                        f"Producer epoch: {topic_epoch}"
+                    )
+                granted = self._next_epoch(topic_epoch)
+            self.attached[name] = (owner, epoch, mode is not AccessMode.SHARED)
+            self.access_modes[name] = mode
+            if on_fenced is not None:
+                self._fence[name] = on_fenced
+            last = self.last_sequence.get(name, -1)
+        for callback in fenced:
+            callback()
+        for waiter in refused:
+            if waiter is not None:
+                waiter("", -1, -1)  # -1: fenced by an ExclusiveWithFencing producer
+        return name, last, granted
+
+    def _next_epoch(self, asked: int | None) -> int:
+        """Pulsar's topic epoch: a reconnecting exclusive producer keeps its epoch; a new one moves it on."""
+        self.topic_epoch = asked if asked is not None else (-1 if self.topic_epoch is None else self.topic_epoch) + 1
+        return self.topic_epoch
 
     def detach_producer(self, name: str, owner: object) -> None:
+        granted: tuple[str, int, int, Callable[[str, int, int], None] | None] | None = None
         with self.lock:
+            self._waiting = [w for w in self._waiting if w[1] != owner]
+            for n in [n for n in self._waiting_fence if n not in {w[0] for w in self._waiting}]:
+                del self._waiting_fence[n]
             if name in self.attached and self.attached[name][0] == owner:
                 del self.attached[name]
+                self.access_modes.pop(name, None)
+                self._fence.pop(name, None)
+            if not self.attached and self._waiting and not self.closed:
+                # The next waiting producer's turn (Pulsar grants them in the order they came).
+                name_, owner_, epoch_, callback = self._waiting.pop(0)
+                self.attached[name_] = (owner_, epoch_, True)
+                self.access_modes[name_] = AccessMode.WAIT_FOR_EXCLUSIVE
+                fence = self._waiting_fence.pop(name_, None)
+                if fence is not None:
+                    self._fence[name_] = fence
+                granted = (name_, self.last_sequence.get(name_, -1), self._next_epoch(None), callback)
+        if granted is not None and granted[3] is not None:
+            granted[3](granted[0], granted[1], granted[2])
 
     def close_attached(self) -> None:
         """Tell every watcher that the topic closed (each at most once)."""
@@ -430,6 +527,10 @@ class Topic:
             watchers = list(self.close_watchers.values())
             self.close_watchers.clear()
             self.attached.clear()
+            self.access_modes.clear()
+            self._waiting.clear()
+            self._fence.clear()
+            self._waiting_fence.clear()
         for watcher in watchers:
             try:
                 watcher()

@@ -211,3 +211,55 @@ def test_the_delayed_delivery_policy_turns_it_off_for_a_namespace(
     consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
     client.create_producer(topic).send(b"later", deliver_after=timedelta(seconds=60))
     assert consumer.receive(10_000).data() == b"later"  # not held: the namespace turned it off
+
+
+# ---- producer access modes -------------------------------------------------------------------------
+
+
+def test_producer_access_modes_as_pulsar(client: pulsar.Client) -> None:
+    import threading
+
+    mode = pulsar.ProducerAccessMode
+    topic = topic_name("access")
+    shared = client.create_producer(topic, access_mode=mode.Shared)
+    with pytest.raises(pulsar.ProducerFenced):  # "Topic has existing shared producers"
+        client.create_producer(topic, access_mode=mode.Exclusive)
+    shared.close()
+    exclusive = client.create_producer(topic, producer_name="first", access_mode=mode.Exclusive)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic, access_mode=mode.Shared)
+    with pytest.raises(pulsar.ProducerFenced):
+        client.create_producer(topic, access_mode=mode.Exclusive)
+
+    # WaitForExclusive: queued, granted in order when the holder leaves.
+    granted: list[str] = []
+    waiters: dict[str, pulsar.Producer] = {}
+
+    def wait(name: str) -> None:
+        waiters[name] = client.create_producer(topic, producer_name=name, access_mode=mode.WaitForExclusive)
+        granted.append(name)
+
+    threads = []
+    for name in ("w1", "w2"):
+        t = threading.Thread(target=wait, args=(name,))
+        t.start()
+        threads.append(t)
+        time.sleep(0.5)  # w1 queues before w2
+    assert granted == []
+    exclusive.send(b"from first")
+    exclusive.close()
+    threads[0].join(10)
+    assert granted == ["w1"]
+    waiters["w1"].send(b"from w1")
+    waiters["w1"].close()
+    threads[1].join(10)
+    assert granted == ["w1", "w2"]
+
+    # ExclusiveWithFencing: the holder (w2) is fenced; its sends fail from now on.
+    fencer = client.create_producer(topic, producer_name="fencer", access_mode=mode.ExclusiveWithFencing)
+    fencer.send(b"from fencer")
+    with pytest.raises(pulsar.PulsarException):
+        waiters["w2"].send(b"from w2, fenced")
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    got = [m.data() for m in drain(consumer)]
+    assert got == [b"from first", b"from w1", b"from fencer"]

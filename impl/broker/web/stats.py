@@ -22,6 +22,10 @@ _ML_STATES = {
 REPLICATION_SUMS = ("msgRateOut", "msgThroughputOut", "msgOutCounter", "bytesOutCounter", "replicationBacklog")
 
 
+# Pulsar's ProducerAccessMode names, by the wire's values.
+_ACCESS_MODES = {0: "Shared", 1: "Exclusive", 2: "WaitForExclusive", 3: "ExclusiveWithFencing"}
+
+
 def topic_stats(topic: Topic) -> dict[str, Any]:
     """Pulsar's TopicStats: rates, counters, storage and backlog, publishers and subscriptions."""
     topic.counters.roll()
@@ -44,7 +48,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
             "consumers": [{"consumerName": f"consumer-{cid}"} for cid in sorted(sub.sinks)],
         }
     publishers = [
-        {"producerName": name, "accessMode": "Exclusive" if exclusive else "Shared", "epoch": epoch}
+        {"producerName": name, "accessMode": _ACCESS_MODES[_mode(topic, name, exclusive)], "epoch": epoch}
         for name, (_owner, epoch, exclusive) in sorted(topic.attached.items())
     ]
     return {
@@ -62,6 +66,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "publishers": publishers,
         "subscriptions": subscriptions,
         "replication": {remote: r.stats() for remote, r in sorted(topic.replicators.items())},
+        "topicEpoch": topic.topic_epoch,
         "deduplicationStatus": "Enabled" if topic.deduplication else "Disabled",
     }
 
@@ -150,3 +155,8 @@ def partitioned_stats(partitions: int, per_partition: dict[str, dict[str, Any]])
         "metadata": {"partitions": partitions},
         "partitions": per_partition,
     }
+
+
+def _mode(topic: Topic, name: str, exclusive: bool) -> int:
+    mode = topic.access_modes.get(name)
+    return mode.value if mode is not None else (1 if exclusive else 0)
