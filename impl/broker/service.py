@@ -95,7 +95,7 @@ from impl.broker.topic_stats import TopicCounters
 from impl.client.api import Client
 from impl.client.errors import ClientError
 from impl.metadata.naming import InvalidTopicName, NamespaceName, TopicName
-from impl.metadata.store import MetadataError, MetadataStore
+from impl.metadata.store import MetadataError, MetadataStore, NoNode
 from impl.protocol import entry_codec
 from impl.protocol.entry_codec import CorruptEntry
 from impl.protocol.message_id import MessageId
@@ -137,6 +137,7 @@ class AccessMode(enum.Enum):
     EXCLUSIVE_WITH_FENCING = 3
 
 
+TOPIC_EPOCHS_ROOT = "/topic-epochs"  # /topic-epochs/<tenant>/<ns>/persistent/<topic>: Pulsar's topic epoch
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
 TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and trimming
 # Adds handed to the managed ledger in one call: enough to share the steps, few enough that the
@@ -370,7 +371,8 @@ class Topic:
         self._waiting: list[tuple[str, object, int, Callable[[str, int, int], None] | None]] = []
         self._fence: dict[str, Callable[[], None]] = {}  # attached producer -> how to close it (fencing)
         self._waiting_fence: dict[str, Callable[[], None]] = {}  # the same, for waiting producers
-        self.topic_epoch: int | None = None  # Pulsar's topic epoch, moved by each new exclusive producer
+        # Pulsar's topic epoch, moved by each new exclusive producer; kept across owners (_next_epoch).
+        self.topic_epoch: int | None = service.load_topic_epoch(name)
         # Called once when the topic closes (unload, fenced, lost bundle): connections then close
         # their producers and consumers on it, and the clients look the topic up again.
         self.close_watchers: dict[object, Callable[[], None]] = {}
@@ -495,8 +497,10 @@ class Topic:
         return name, last, granted
 
     def _next_epoch(self, asked: int | None) -> int:
-        """Pulsar's topic epoch: a reconnecting exclusive producer keeps its epoch; a new one moves it on."""
+        """Pulsar's topic epoch: a reconnecting exclusive producer keeps its epoch; a new one moves it on.
+        Stored in the metadata store, so the next owner of the topic (failover, restart) goes on from it."""
         self.topic_epoch = asked if asked is not None else (-1 if self.topic_epoch is None else self.topic_epoch) + 1
+        self.service.store_topic_epoch(self.name, self.topic_epoch)
         return self.topic_epoch
 
     def detach_producer(self, name: str, owner: object) -> None:
@@ -1182,6 +1186,33 @@ class BrokerService:
         if policy is None:
             return self.config.delayed_delivery
         return DelayedDelivery(policy.active, policy.tick_time_ms)
+
+    @staticmethod
+    def _epoch_path(name: TopicName) -> str:
+        return TOPIC_EPOCHS_ROOT + name.managed_ledger_path[len("/managed-ledgers") :]
+
+    def load_topic_epoch(self, name: TopicName) -> int | None:
+        """The topic epoch the topic's last owner stored (None: no exclusive producer yet)."""
+        try:
+            data, _ = self.store.get(self._epoch_path(name))
+            return int(data.decode())
+        except NoNode:
+            return None
+        except (MetadataError, ValueError) as e:
+            log.warning("topic epoch of %s unreadable (%s): starting again", name, e)
+            return None
+
+    def store_topic_epoch(self, name: TopicName, epoch: int) -> None:
+        """Best effort: a failed write is logged; the epoch then lives only in this broker's memory."""
+        path = self._epoch_path(name)
+        try:
+            try:
+                self.store.set(path, str(epoch).encode())
+            except NoNode:
+                self.store.ensure_path(path.rsplit("/", 1)[0])
+                self.store.create(path, str(epoch).encode())
+        except MetadataError as e:
+            log.warning("storing the topic epoch %d of %s failed: %s", epoch, name, e)
 
     def next_consumer_id(self) -> int:
         with self._lock:

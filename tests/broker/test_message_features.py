@@ -294,3 +294,34 @@ def test_producer_access_modes_as_pulsar(client: pulsar.Client) -> None:
     consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
     got = [m.data() for m in drain(consumer)]
     assert got == [b"from first", b"from w1", b"from fencer"]
+
+
+def test_the_topic_epoch_goes_on_after_a_broker_crash(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each exclusive grant moves the epoch on; the next owner of the topic (here the same standalone
+    SIGKILLed and started again) continues from the stored one instead of starting again at 0."""
+    import signal
+    from urllib.parse import urlsplit
+
+    from impl.broker.web.admin_client import topic_path
+
+    data = tmp_path_factory.mktemp("epoch-crash")
+    s = Standalone(data)
+    topic = topic_name("epoch")
+    stats = topic_path(topic) + "/stats"
+    try:
+        c = pulsar.Client(s.url, operation_timeout_seconds=15)
+        for expected in (0, 1):
+            p = c.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+            assert s.admin.call("GET", stats)["topicEpoch"] == expected
+            p.close()
+        c.close()
+        s.proc.send_signal(signal.SIGKILL)
+        s.proc.wait()
+        ports = ["--pulsar-port", str(urlsplit(s.url).port), "--web-port", str(urlsplit(s.web_url).port)]
+        s = Standalone(data, *ports)
+        c = pulsar.Client(s.url, operation_timeout_seconds=15)
+        c.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+        assert s.admin.call("GET", stats)["topicEpoch"] == 2
+        c.close()
+    finally:
+        s.stop()
