@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from impl.broker.dispatcher import DelayedDelivery
 from impl.broker.errors import PersistenceError
 from impl.broker.managed_ledger import ManagedLedgerError, Position
 from impl.broker.service import Append, BrokerConfig, Topic
@@ -40,7 +41,13 @@ def append(sequence_id: int) -> Append:
 def topic() -> tuple[Topic, HeldAdds]:
     ml = HeldAdds()
     service = SimpleNamespace(
-        config=BrokerConfig(), executor=None, deduplication_in=lambda _name: True, message_ttl_in=lambda _name: 0
+        config=BrokerConfig(),
+        executor=None,
+        deduplication_in=lambda _name: True,
+        message_ttl_in=lambda _name: 0,
+        load_topic_epoch=lambda _name: None,
+        backlog_quota_in=lambda _name: None,
+        delayed_delivery_in=lambda _name: DelayedDelivery(),
     )
     return Topic(TopicName.parse("t"), ml, service), ml  # type: ignore[arg-type]
 

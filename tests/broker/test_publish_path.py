@@ -15,7 +15,9 @@ from impl.broker.cursor import ManagedCursor
 from impl.broker.dispatcher import position_of
 from impl.broker.service import Subscription
 from impl.broker.standalone import Standalone
+from impl.broker.web.admin_client import AdminClient
 from impl.client import Client, ConsumerMessage, MessageId, SendRejected
+from tests.broker.test_sizes_and_dedup import dedup_namespace
 from tests.waiting import wait_for
 
 
@@ -142,7 +144,8 @@ def test_batches_close_by_size_and_by_delay_without_a_flush(client: Client) -> N
 def test_a_producers_sends_are_appended_in_sequence_order_and_a_gap_is_not_waited_for(
     standalone: Standalone, client: Client
 ) -> None:
-    t = topic()
+    # De-duplication is off by default (as in Pulsar): this topic's namespace turns it on.
+    t = topic().replace("public/default", dedup_namespace(AdminClient(standalone.web_service_url)))
     # The official client lets the test choose each sequence id.
     official = pulsar.Client(standalone.pulsar_service_url, operation_timeout_seconds=20)
     try:
@@ -176,8 +179,8 @@ def test_many_sends_in_flight_keep_every_message_in_order(client: Client) -> Non
 def test_a_rejected_send_leaves_no_gap_in_the_sequence_ids(tmp_path: Path) -> None:
     s = Standalone(tmp_path / "gap", port=0, web_port=0)
     s.start()
-    t = topic()
     try:
+        t = topic().replace("public/default", dedup_namespace(AdminClient(s.web_service_url)))  # de-dup on
         with Client(s.pulsar_service_url, timeout_s=2) as client:
             producer = client.create_producer(t, name="no-gap")
             first = producer.send(b"a")  # sequence id 0

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from impl.broker.web.admin_client import topic_path
+from impl.broker.web.admin_client import AdminClient, topic_path
 from tests.broker.pulsar_standalone import Standalone, running_standalone
 
 
@@ -62,17 +62,17 @@ def test_keybased_batches_all_arrive_on_the_default_namespace(client: pulsar.Cli
     assert sorted(got) == list(range(30))
 
 
-def dedup_namespace(standalone: Standalone) -> str:
+def dedup_namespace(admin: AdminClient) -> str:
     """public/dedup-on, with the de-duplication policy on (off by default, as in Pulsar)."""
-    namespaces = standalone.admin.call("GET", "/admin/v2/namespaces/public")
+    namespaces = admin.call("GET", "/admin/v2/namespaces/public")
     if "public/dedup-on" not in namespaces:
-        standalone.admin.call("PUT", "/admin/v2/namespaces/public/dedup-on")
-    standalone.admin.call("POST", "/admin/v2/namespaces/public/dedup-on/deduplication", True)
+        admin.call("PUT", "/admin/v2/namespaces/public/dedup-on")
+    admin.call("POST", "/admin/v2/namespaces/public/dedup-on/deduplication", True)
     return "public/dedup-on"
 
 
 def test_keybased_batches_all_arrive_with_deduplication_on(client: pulsar.Client, standalone: Standalone) -> None:
-    t = topic("keybased").replace("public/default", dedup_namespace(standalone))
+    t = topic("keybased").replace("public/default", dedup_namespace(standalone.admin))
     consumer = client.subscribe(t, "s")
     producer = client.create_producer(t, batching_enabled=True, batching_type=pulsar.BatchingType.KeyBased)
     for i in range(30):
@@ -92,7 +92,7 @@ def test_chunked_10_mb_messages_round_trip_on_every_subscription_type(
 ) -> None:
     t = topic("chunks")
     if dedup:
-        t = t.replace("public/default", dedup_namespace(standalone))
+        t = t.replace("public/default", dedup_namespace(standalone.admin))
     types = [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover, pulsar.ConsumerType.Shared]
     types.append(pulsar.ConsumerType.KeyShared)
     consumers = [client.subscribe(t, f"s-{kind}", consumer_type=kind) for kind in types]
