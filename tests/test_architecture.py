@@ -53,6 +53,7 @@ PURE = frozenset(
         "impl.broker.managed_ledger_errors",
         "impl.broker.ledger_list",
         "impl.broker.dispatcher",
+        "impl.broker.non_persistent_dispatcher",
         "impl.protocol.entry_codec",
         "impl.metadata.naming",
         "impl.protocol.frames",

@@ -9,6 +9,7 @@ session, acquiring bundles afresh through lookups (which fence the old ledgers).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from typing import Any
 from impl import heap
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
-from impl.broker import namespaces, web
+from impl.broker import namespaces, non_persistent, web
 from impl.broker.bundles import NamespaceBundle
 from impl.broker.errors import NamespaceNotInCluster, NotOwner, ServiceNotReady, TopicNotFound
 from impl.broker.listener import PulsarListener, PulsarLookup
@@ -154,6 +155,7 @@ class Broker:
             configuration_store=lambda: self.configuration_store,
             cluster=self.cluster,
         )
+        self.service.load_non_persistent = functools.partial(non_persistent.load, self.service)
         self._service_urls: dict[str, tuple[str, str]] = {self.address: (self.service_url, self.service_url_tls)}
         # Every expiry is renewed, also a broker's that owned nothing: the ownership cache reports
         # losses only, and an unregistered broker would never be chosen again. Added after the load

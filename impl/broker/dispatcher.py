@@ -586,6 +586,10 @@ class Dispatcher:
     def active_consumer(self) -> int | None:
         return self._active
 
+    def owner_of(self, key: str) -> int | None:
+        """Key_Shared: the consumer owning the key's slot (None: none does), for non-persistent dispatch."""
+        return self._select(key)
+
     def unacked(self) -> int:
         return sum(len(c.pending) for c in self.consumers.values()) + len(self._redeliver) + len(self._delayed)
 

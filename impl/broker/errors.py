@@ -89,3 +89,8 @@ class ProducerBlockedQuotaExceededError(BrokerError):
 
 class ProducerBlockedQuotaExceededException(BrokerError):
     """The topic's backlog is over its quota with the producer_exception policy (the client fails)."""
+
+
+class NotAllowed(BrokerError):
+    """An operation the topic does not have (Pulsar's NotAllowedError): a seek or the last message id
+    of a non-persistent topic."""

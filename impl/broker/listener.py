@@ -34,6 +34,7 @@ from impl.broker.errors import (
     ConsumerBusyError,
     InvalidName,
     NamespaceNotInCluster,
+    NotAllowed,
     NotOwner,
     PersistenceError,
     ProducerBlockedQuotaExceededError,
@@ -81,6 +82,7 @@ _SERVER_ERRORS: dict[type[BrokerError], int] = {
     TopicNotFound: api.TopicNotFound,
     NamespaceNotInCluster: api.MetadataError,
     ReservedName: api.NotAllowedError,
+    NotAllowed: api.NotAllowedError,
     NotOwner: api.ServiceNotReady,
     ServiceNotReady: api.ServiceNotReady,
     ProducerBusy: api.ProducerBusy,
@@ -469,7 +471,7 @@ class _Connection:
         policy = self.service.auto_topic_creation(name)
         if not policy.allow or policy.topic_type != "partitioned" or policy.default_partitions is None:
             return 0
-        if self.service.store.exists(name.managed_ledger_path) is not None:
+        if name.persistent and self.service.store.exists(name.managed_ledger_path) is not None:
             return 0  # a non-partitioned topic of that name exists
         with contextlib.suppress(namespaces.AlreadyExists):  # another client created it first
             namespaces.create_partitioned_topic(
@@ -666,6 +668,8 @@ class _Connection:
         if c is None:
             return [conn.error_reply(out.request_id, api.ConsumerNotFound, "no such consumer")]
         try:
+            if not c.topic.name.persistent:
+                raise NotAllowed(f"seek is not supported on non-persistent topic {c.topic.name}")
             if out.message_id is not None:
                 start = _seek_position(c.topic, out.message_id)
             else:

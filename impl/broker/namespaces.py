@@ -747,8 +747,10 @@ def delete_namespace(store: MetadataStore, namespace: NamespaceName | str, local
     get_policies(store, ns)  # NamespaceNotFound before NotEmpty, as Pulsar answers
     partitioned = _children(store, layout.partitioned_topics_path(ns.tenant, ns.namespace))
     ledgers = _children(local, f"{layout.MANAGED_LEDGERS_ROOT}/{ns.tenant}/{ns.namespace}/persistent")
-    if partitioned or ledgers:
+    np_partitioned = _children(store, layout.partitioned_topics_path(ns.tenant, ns.namespace, "non-persistent"))
+    if partitioned or ledgers or np_partitioned:
         topics = [str(TopicName(ns.tenant, ns.namespace, unquote(c))) for c in sorted(set(partitioned) | set(ledgers))]
+        topics += [str(TopicName(ns.tenant, ns.namespace, unquote(c), "non-persistent")) for c in np_partitioned]
         raise NotEmpty(f"namespace {ns} still has topics ({', '.join(topics)}); delete them first")
     try:
         store.delete(layout.namespace_policies_path(ns.tenant, ns.namespace))
@@ -757,6 +759,7 @@ def delete_namespace(store: MetadataStore, namespace: NamespaceName | str, local
     # Tidy the empty bookkeeping parents; a broker still owning a bundle keeps its node until it unloads.
     for tidy, path in (
         (store, layout.partitioned_topics_path(ns.tenant, ns.namespace)),
+        (store, layout.partitioned_topics_path(ns.tenant, ns.namespace, "non-persistent")),
         (store, f"{layout.PARTITIONED_TOPICS}/{ns.tenant}/{ns.namespace}"),
         (local, layout.namespace_path(ns.tenant, ns.namespace)),
     ):
@@ -777,11 +780,11 @@ def create_partitioned_topic(
     if name.is_partition:
         raise AlreadyExists(f"{name} is a partition name; create the partitioned topic {name.base} instead")
     _check_partitions(partitions)
-    if local.exists(name.managed_ledger_path) is not None:
+    if name.persistent and local.exists(name.managed_ledger_path) is not None:
         raise AlreadyExists(f"{name} already exists as a non-partitioned topic")
-    parent = layout.partitioned_topics_path(name.tenant, name.namespace_portion)
+    parent = layout.partitioned_topics_path(name.tenant, name.namespace_portion, name.domain)
     store.ensure_path(parent)
-    path = layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name)
+    path = layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name, name.domain)
     ns_path = layout.namespace_policies_path(name.tenant, name.namespace_portion)
     try:
         # One atomic step: the namespace cannot be deleted between the check and the create.
@@ -798,7 +801,7 @@ def create_partitioned_topic(
 def get_partitions(store: MetadataStore, topic: TopicName | str) -> int:
     """The partition count of a partitioned topic; 0 for any other topic (as Pulsar's partitioned metadata)."""
     name = _topic(topic)
-    path = layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name)
+    path = layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name, name.domain)
     try:
         data, _ = store.get(path)
     except NoNode:
@@ -814,7 +817,7 @@ def update_partitions(store: MetadataStore, topic: TopicName | str, partitions: 
     """Raise the partition count (Pulsar never lowers it: data in the dropped partitions would be orphaned)."""
     name = _topic(topic)
     _check_partitions(partitions)
-    path = layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name)
+    path = layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name, name.domain)
     while True:
         try:
             _, stat = store.get(path)
@@ -853,18 +856,20 @@ def all_topics(store: MetadataStore, namespace: NamespaceName | str, local: Meta
     return sorted(found)
 
 
-def list_partitioned_topics(store: MetadataStore, namespace: NamespaceName | str) -> list[TopicName]:
+def list_partitioned_topics(
+    store: MetadataStore, namespace: NamespaceName | str, domain: str = "persistent"
+) -> list[TopicName]:
     ns = _namespace(namespace)
     get_policies(store, ns)
-    children = _children(store, layout.partitioned_topics_path(ns.tenant, ns.namespace))
-    return [TopicName(ns.tenant, ns.namespace, unquote(child)) for child in children]
+    children = _children(store, layout.partitioned_topics_path(ns.tenant, ns.namespace, domain))
+    return [TopicName(ns.tenant, ns.namespace, unquote(child), domain) for child in children]
 
 
 def delete_partitioned_topic(store: MetadataStore, topic: TopicName | str) -> None:
     """Forget the partition count; the partitions' own data is the broker's to delete."""
     name = _topic(topic)
     try:
-        store.delete(layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name))
+        store.delete(layout.partitioned_topic_path(name.tenant, name.namespace_portion, name.local_name, name.domain))
     except NoNode:
         raise PartitionedTopicNotFound(f"{name} is not a partitioned topic") from None
 

@@ -830,7 +830,7 @@ class Topic:
         at that position inclusive (None: the first entry; True: after the last one)."""
         if not sub_name:
             raise BrokerError("a subscription needs a name")
-        _check_not_reserved(sub_name)
+        check_not_reserved(sub_name)
         with self.lock:
             if self.closed:
                 raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
@@ -874,7 +874,7 @@ class Topic:
                     del self.subscriptions[sub.name]
 
     def unsubscribe(self, sub_name: str) -> None:
-        _check_not_reserved(sub_name)
+        check_not_reserved(sub_name)
         with self.lock:
             sub = self.subscriptions.get(sub_name)
             if sub is not None and sub.sinks:
@@ -980,7 +980,7 @@ class Topic:
         }
 
 
-def _check_not_reserved(sub_name: str) -> None:
+def check_not_reserved(sub_name: str) -> None:
     """A replicator's cursor is not a subscription: acknowledging on it would skip entries never replicated."""
     if is_replicator_cursor(sub_name):
         raise ReservedName(
@@ -1025,6 +1025,9 @@ class BrokerService:
             SchemaStorage(store, bookkeeper, self.config.managed_ledger), lambda: self.configuration_store
         )
         self.topics: dict[str, Topic] = {}
+        # Loads a non-persistent topic (impl/broker/non_persistent.py, which builds on this module's
+        # Topic, so the broker plugs it in): (name, create) -> the topic.
+        self.load_non_persistent: Callable[[TopicName, bool], Topic] | None = None
         self._loading: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._policy_watches: set[tuple[int, NamespaceName]] = set()  # (store, namespace) being watched
@@ -1044,6 +1047,8 @@ class BrokerService:
         while not self._stopping.wait(TICK_INTERVAL_S):
             for topic in list(self.topics.values()):
                 topic.counters.roll()
+                if not topic.name.persistent:
+                    continue  # nothing stored: nothing to roll over, expire or trim
                 try:
                     topic.ml.tick()
                     if topic.message_ttl_s > 0:
@@ -1094,7 +1099,11 @@ class BrokerService:
                 self._policy_watches.discard(key)
 
     def _apply_policies(self, namespace: NamespaceName) -> None:
-        loaded = [t for t in list(self.topics.values()) if t.name.namespace_name == namespace and not t.closed]
+        loaded = [
+            t
+            for t in list(self.topics.values())
+            if t.name.namespace_name == namespace and not t.closed and t.name.persistent
+        ]
         if not loaded:
             return  # nothing to follow any more; the next load watches again
         try:
@@ -1227,23 +1236,30 @@ class BrokerService:
         result = self.ownership.lookup(name, authoritative)
         return result.kind == "redirect", result.broker_address, result.authoritative
 
-    def _check_owner(self, name: TopicName) -> None:
+    def check_owner(self, name: TopicName) -> None:
         redirect, broker, _ = self.lookup(str(name))
         if redirect:
             raise NotOwner(f"{name} is served by {broker}; look it up again")
+
+    def loading_lock(self, key: str) -> threading.Lock:
+        """The lock a topic is loaded under: one load at a time per topic."""
+        with self._lock:
+            return self._loading.setdefault(key, threading.Lock())
 
     def topic(self, topic: str, create: bool = False) -> Topic:
         """The loaded topic, loading it (takeover: recover and fence the last ledger) if needed. A topic that
         does not exist is created when `create` (the admin API) or the namespace's auto creation allows."""
         name = parse_topic(topic)
+        if not name.persistent:
+            if self.load_non_persistent is None:
+                raise InvalidName(f"{name}: this broker serves no non-persistent topics")
+            return self.load_non_persistent(name, create)
         key = str(name)
         existing = self.topics.get(key)
         if existing is not None and not existing.closed:
             return existing
-        self._check_owner(name)
-        with self._lock:
-            lock = self._loading.setdefault(key, threading.Lock())
-        with lock:
+        self.check_owner(name)
+        with self.loading_lock(key):
             existing = self.topics.get(key)
             if existing is not None and not existing.closed:
                 return existing
@@ -1292,7 +1308,7 @@ class BrokerService:
             self.topics.pop(key, None)
             topic.stop_replication()
             topic.close_attached()
-            if graceful:
+            if graceful and topic.name.persistent:  # a non-persistent topic's state just goes
                 try:
                     topic.ml.close()
                 except Exception as e:  # closing is best effort: the next owner recovers the ledger

@@ -212,16 +212,18 @@ def namespace_policies_path(tenant: str, namespace: str) -> str:
     return f"{tenant_policies_path(tenant)}/{_component('namespace', namespace)}"
 
 
-def partitioned_topics_path(tenant: str, namespace: str) -> str:
-    """The parent of a namespace's partitioned-topic nodes."""
-    return f"{PARTITIONED_TOPICS}/{_component('tenant', tenant)}/{_component('namespace', namespace)}/persistent"
+def partitioned_topics_path(tenant: str, namespace: str, domain: str = "persistent") -> str:
+    """The parent of a namespace's partitioned-topic nodes of one domain (persistent, non-persistent)."""
+    if domain not in ("persistent", "non-persistent"):
+        raise InvalidName(f"domain must be persistent or non-persistent, got {domain!r}")
+    return f"{PARTITIONED_TOPICS}/{_component('tenant', tenant)}/{_component('namespace', namespace)}/{domain}"
 
 
-def partitioned_topic_path(tenant: str, namespace: str, topic: str) -> str:
-    """/admin/partitioned-topics/<tenant>/<ns>/persistent/<URL-encoded topic>, holding the partition count."""
+def partitioned_topic_path(tenant: str, namespace: str, topic: str, domain: str = "persistent") -> str:
+    """/admin/partitioned-topics/<tenant>/<ns>/<domain>/<URL-encoded topic>, holding the partition count."""
     if not isinstance(topic, str) or not topic:
         raise InvalidName(f"topic must be a non-empty name, got {topic!r}")
-    return f"{partitioned_topics_path(tenant, namespace)}/{quote(topic, safe='')}"
+    return f"{partitioned_topics_path(tenant, namespace, domain)}/{quote(topic, safe='')}"
 
 
 def bundle_assignment_path(tenant: str, namespace: str, lower: int, upper: int) -> str:

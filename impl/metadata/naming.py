@@ -8,8 +8,9 @@ A partition of a partitioned topic is an ordinary topic whose local name ends wi
 Validation follows Pulsar's NamedEntity rule for tenants and namespaces (letters, digits,
 `-`, `=`, `:`, `.`, `_`); a local name may hold anything but `/`, control characters and
 the path components `.` and `..` (Pulsar's V1 names, with a cluster part, are not
-supported, so a `/` in the local name is an error rather than a cluster). Only the
-`persistent` domain exists here: non-persistent topics keep no log to implement.
+supported, so a `/` in the local name is an error rather than a cluster). The domain is
+`persistent` (the default of the short forms) or `non-persistent` (docs/non-persistent.md):
+a non-persistent topic has no managed ledger, so asking for one is NonPersistentNotSupported.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class InvalidTopicName(ValueError):
 
 
 class NonPersistentNotSupported(InvalidTopicName):
-    """A `non-persistent://` topic: this implementation only has persistent (logged) topics."""
+    """A persistent-only thing (a managed ledger) asked of a `non-persistent://` topic."""
 
 
 class InvalidNamespaceName(ValueError):
@@ -107,14 +108,17 @@ def _check_local_name(full: object, local: str) -> None:
 
 @dataclass(frozen=True, order=True)
 class TopicName:
-    """A parsed, validated persistent topic name. `str(t)` is its full name; `TopicName.parse(str(t)) == t`."""
+    """A parsed, validated topic name. `str(t)` is its full name; `TopicName.parse(str(t)) == t`."""
 
     tenant: str
     namespace_portion: str
     local_name: str
+    domain: str = PERSISTENT  # or NON_PERSISTENT
 
     def __post_init__(self) -> None:
-        full = f"{PERSISTENT}://{self.tenant}/{self.namespace_portion}/{self.local_name}"
+        full = f"{self.domain}://{self.tenant}/{self.namespace_portion}/{self.local_name}"
+        if self.domain not in (PERSISTENT, NON_PERSISTENT):
+            raise _invalid(full, f"unknown domain {self.domain!r} (use 'persistent' or 'non-persistent')")
         try:
             check_named_entity("tenant", self.tenant)
             check_named_entity("namespace", self.namespace_portion)
@@ -124,20 +128,16 @@ class TopicName:
 
     @classmethod
     def parse(cls, name: str) -> TopicName:
-        """Parse a full or short topic name; raises InvalidTopicName (NonPersistentNotSupported)."""
+        """Parse a full or short topic name (short forms are persistent); raises InvalidTopicName."""
         if not isinstance(name, str):
             raise _invalid(name, f"a topic name is a string, not {type(name).__name__}")
         if not name:
             raise _invalid(name, "the name is empty")
+        domain = PERSISTENT
         if "://" in name:
             domain, rest = name.split("://", 1)
-            if domain == NON_PERSISTENT:
-                raise NonPersistentNotSupported(
-                    f"topic {name!r} is non-persistent; only persistent topics are supported here: "
-                    f"use persistent://{rest}"
-                )
-            if domain != PERSISTENT:
-                raise _invalid(name, f"unknown domain {domain!r} (the only supported domain is 'persistent')")
+            if domain not in (PERSISTENT, NON_PERSISTENT):
+                raise _invalid(name, f"unknown domain {domain!r} (use 'persistent' or 'non-persistent')")
         elif name.count("/") == 0:
             rest = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}/{name}"
         elif name.count("/") == 2:
@@ -147,19 +147,20 @@ class TopicName:
         parts = rest.split("/", 2)
         if len(parts) != 3:
             raise _invalid(name, "it needs tenant, namespace and topic parts")
-        return cls(*parts)
+        tenant, namespace, local = parts
+        return cls(tenant, namespace, local, domain)
 
     @classmethod
-    def of(cls, namespace: NamespaceName | str, local_name: str) -> TopicName:
+    def of(cls, namespace: NamespaceName | str, local_name: str, domain: str = PERSISTENT) -> TopicName:
         ns = namespace if isinstance(namespace, NamespaceName) else NamespaceName.parse(namespace)
-        return cls(ns.tenant, ns.namespace, local_name)
+        return cls(ns.tenant, ns.namespace, local_name, domain)
 
     def __str__(self) -> str:
-        return f"{PERSISTENT}://{self.tenant}/{self.namespace_portion}/{self.local_name}"
+        return f"{self.domain}://{self.tenant}/{self.namespace_portion}/{self.local_name}"
 
     @property
-    def domain(self) -> str:
-        return PERSISTENT
+    def persistent(self) -> bool:
+        return self.domain == PERSISTENT
 
     @property
     def namespace(self) -> str:
@@ -184,7 +185,9 @@ class TopicName:
     def base(self) -> TopicName:
         """The partitioned topic this partition belongs to; the topic itself if it is no partition."""
         match = _PARTITION.match(self.local_name)
-        return self if match is None else TopicName(self.tenant, self.namespace_portion, match.group("base"))
+        if match is None:
+            return self
+        return TopicName(self.tenant, self.namespace_portion, match.group("base"), self.domain)
 
     def partition_name(self, index: int) -> TopicName:
         """Partition `index` of this (base) topic: `<name>-partition-<index>`."""
@@ -192,13 +195,20 @@ class TopicName:
             raise _invalid(str(self), "a partition has no partitions of its own; use its .base")
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise _invalid(f"{self}{PARTITION_SUFFIX}{index}", "the partition index must be an integer >= 0")
-        return TopicName(self.tenant, self.namespace_portion, f"{self.local_name}{PARTITION_SUFFIX}{index}")
+        local = f"{self.local_name}{PARTITION_SUFFIX}{index}"
+        return TopicName(self.tenant, self.namespace_portion, local, self.domain)
 
     @property
     def managed_ledger_name(self) -> str:
-        """`tenant/namespace/persistent/<URL-encoded local name>`, as impl/metadata/layout.py lays it out."""
+        """`tenant/namespace/persistent/<URL-encoded local name>`, as impl/metadata/layout.py lays it out
+        (NonPersistentNotSupported for a non-persistent topic: it has no managed ledger)."""
+        if not self.persistent:
+            raise NonPersistentNotSupported(
+                f"topic {self} is non-persistent: it has no managed ledger (use persistent://{self.namespace}/"
+                f"{self.local_name} for a stored topic)"
+            )
         return layout.managed_ledger_name(self.tenant, self.namespace_portion, self.local_name)
 
     @property
     def managed_ledger_path(self) -> str:
-        return layout.managed_ledger_path(self.tenant, self.namespace_portion, self.local_name)
+        return f"{layout.MANAGED_LEDGERS_ROOT}/{self.managed_ledger_name}"

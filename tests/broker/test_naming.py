@@ -100,11 +100,18 @@ def test_bad_names_say_what_is_wrong_and_what_is_valid(name: str, why: str) -> N
     assert raised.value.code == "InvalidTopicName"
 
 
-def test_non_persistent_is_refused_with_its_own_error() -> None:
-    with pytest.raises(NonPersistentNotSupported, match="only persistent topics are supported") as raised:
-        TopicName.parse("non-persistent://public/default/t")
-    assert "persistent://public/default/t" in str(raised.value)  # the suggestion
+def test_non_persistent_names_parse_and_keep_their_domain() -> None:
+    name = TopicName.parse("non-persistent://public/default/t")
+    assert (name.domain, name.persistent, str(name)) == ("non-persistent", False, "non-persistent://public/default/t")
+    assert name != TopicName.parse("persistent://public/default/t")
+    part = name.partition_name(2)
+    assert str(part) == "non-persistent://public/default/t-partition-2" and part.base == name
+    assert TopicName.parse(str(part)) == part
+    with pytest.raises(NonPersistentNotSupported, match="no managed ledger") as raised:
+        _ = name.managed_ledger_path
     assert isinstance(raised.value, InvalidTopicName)
+    with pytest.raises(InvalidTopicName, match="unknown domain"):
+        TopicName.parse("transient://public/default/t")
 
 
 def test_not_a_string() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from impl.broker.web import admin, lookup, metrics, permissions, schemas, topics, view
+from impl.broker.web import admin, lookup, metrics, non_persistent, permissions, schemas, topics, view
 from impl.broker.web.access import OPEN, need_of, refusal
 from impl.broker.web.context import WebContext, http_error
 from impl.security.authorization import AuthorizationFailed
@@ -17,6 +17,7 @@ def router(ctx: WebContext) -> Router:
     r = Router(translate=http_error)
     admin.install(r, ctx)
     topics.install(r, ctx)
+    non_persistent.install(r, ctx)
     permissions.install(r, ctx)
     schemas.install(r, ctx)
     lookup.install(r, ctx)

@@ -52,8 +52,11 @@ class BrokerCollector:
             gauge("pulsar_in_bytes_total", "bytes published", labels, inbound.bytes)
             gauge("pulsar_out_messages_total", "messages dispatched", labels, outbound.messages)
             gauge("pulsar_out_bytes_total", "bytes dispatched", labels, outbound.bytes)
-            gauge("pulsar_storage_size", "bytes in the topic's ledgers", labels, topic.ml.stats()["size"])
-            backlog = max((sub.cursor.backlog() for sub in topic.subscriptions.values()), default=0)
+            stored = name.persistent  # a non-persistent topic has no ledgers and no backlog
+            backlogs = {n: sub.cursor.backlog() if stored else 0 for n, sub in topic.subscriptions.items()}
+            size = topic.ml.stats()["size"] if stored else 0
+            gauge("pulsar_storage_size", "bytes in the topic's ledgers", labels, size)
+            backlog = max(backlogs.values(), default=0)
             gauge("pulsar_msg_backlog", "entries not yet acknowledged (largest subscription)", labels, backlog)
             gauge("pulsar_producers_count", "connected producers", labels, len(topic.attached))
             gauge("pulsar_subscriptions_count", "subscriptions", labels, len(topic.subscriptions))
@@ -62,7 +65,7 @@ class BrokerCollector:
             for sub_name, sub in sorted(topic.subscriptions.items()):
                 sub_labels = [*labels, sub_name]
                 subscription(
-                    "pulsar_subscription_back_log", "entries not yet acknowledged", sub_labels, sub.cursor.backlog()
+                    "pulsar_subscription_back_log", "entries not yet acknowledged", sub_labels, backlogs[sub_name]
                 )
                 unacked = sub.dispatcher.unacked()
                 subscription("pulsar_subscription_unacked_messages", "delivered, not acknowledged", sub_labels, unacked)

@@ -1,0 +1,204 @@
+"""Non-persistent topics (issue 43 item 4) with the official client (pulsar-client 3.13.0) against a real
+`pulsar-ref standalone` process: every subscription type, drops counted, partitions, admin stats, and
+the persistent-only operations refused while the topic keeps serving."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+
+from impl.web.http import HttpError
+from tests.broker.pulsar_standalone import Standalone, running_standalone
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    yield from running_standalone(tmp_path_factory)
+
+
+@pytest.fixture
+def client(standalone: Standalone) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(standalone.url, operation_timeout_seconds=15)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+_counter = iter(range(1_000_000))
+
+
+def topic_name(prefix: str) -> str:
+    return f"non-persistent://public/default/{prefix}-{int(time.time() * 1000)}-{next(_counter)}"
+
+
+def admin_path(topic: str) -> str:
+    return "/admin/v2/" + topic.replace("://", "/", 1)
+
+
+def drain(consumer: pulsar.Consumer, wait_ms: int = 500) -> list[pulsar.Message]:
+    out = []
+    while True:
+        try:
+            m = consumer.receive(wait_ms)
+        except pulsar.Timeout:
+            return out
+        consumer.acknowledge(m)
+        out.append(m)
+
+
+@pytest.mark.parametrize(
+    "sub_type",
+    [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover, pulsar.ConsumerType.Shared],
+)
+def test_each_subscription_type_gets_what_is_published_in_order(
+    client: pulsar.Client, sub_type: pulsar.ConsumerType
+) -> None:
+    topic = topic_name("np-types")
+    consumer = client.subscribe(topic, "s", consumer_type=sub_type)
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode()) for i in range(20)]
+    # Pulsar confirms every non-persistent message as ledger 0, entry 0.
+    assert {(i.ledger_id(), i.entry_id()) for i in ids} == {(0, 0)}
+    got = drain(consumer)
+    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(20)]
+    assert {(m.message_id().ledger_id(), m.message_id().entry_id()) for m in got} == {(0, 0)}
+
+
+def test_key_shared_keeps_each_key_on_one_consumer(client: pulsar.Client) -> None:
+    topic = topic_name("np-keys")
+    consumers = [client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared) for _ in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(40):
+        producer.send(f"{i}".encode(), partition_key=f"k{i % 8}")
+    owners: dict[str, int] = {}
+    total = 0
+    for n, c in enumerate(consumers):
+        for m in drain(c):
+            total += 1
+            assert owners.setdefault(m.partition_key(), n) == n, "a key went to two consumers"
+    assert total == 40
+    assert len(set(owners.values())) == 2  # both consumers took keys
+
+
+def test_batches_are_delivered_whole(client: pulsar.Client) -> None:
+    topic = topic_name("np-batch")
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10)
+    for i in range(30):
+        producer.send_async(f"b{i}".encode(), None)
+    producer.flush()
+    assert [m.data() for m in drain(consumer)] == [f"b{i}".encode() for i in range(30)]
+
+
+def test_without_a_connected_consumer_messages_are_dropped_and_counted(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    topic = topic_name("np-drop")
+    consumer = client.subscribe(topic, "gone")
+    consumer.close()  # the subscription stays, with nobody to deliver to
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(7):
+        producer.send(f"d{i}".encode())  # confirmed all the same, as Pulsar
+    stats = standalone.admin.call("GET", admin_path(topic) + "/stats")
+    assert stats["msgInCounter"] == 7
+    assert stats["msgDropCount"] == 7
+    assert stats["subscriptions"]["gone"]["msgDropCount"] == 7
+    assert "msgDropRate" in stats and "msgDropRate" in stats["subscriptions"]["gone"]
+    assert stats["storageSize"] == 0
+    # Nothing was kept: a consumer subscribing now gets only what comes next.
+    again = client.subscribe(topic, "gone")
+    producer.send(b"after")
+    assert [m.data() for m in drain(again)] == [b"after"]
+
+
+def test_a_consumer_without_permits_has_its_messages_dropped(client: pulsar.Client, standalone: Standalone) -> None:
+    topic = topic_name("np-permits")
+    # A receiver queue of 1: the client grants a permit at a time and refills only as it receives.
+    consumer = client.subscribe(topic, "slow", receiver_queue_size=1)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(20):
+        producer.send(f"p{i}".encode())
+    got = drain(consumer)
+    stats = standalone.admin.call("GET", admin_path(topic) + "/stats")
+    dropped = stats["subscriptions"]["slow"]["msgDropCount"]
+    assert dropped > 0 and len(got) + dropped == 20
+    received = [int(m.data()[1:]) for m in got]
+    assert received == sorted(received)  # what arrives keeps its order
+
+
+def test_partitioned_non_persistent_topic(client: pulsar.Client, standalone: Standalone) -> None:
+    topic = topic_name("np-part")
+    standalone.admin.call("PUT", admin_path(topic) + "/partitions", 3)
+    assert standalone.admin.call("GET", admin_path(topic) + "/partitions") == {"partitions": 3}
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(30):
+        producer.send(f"{i}".encode(), partition_key=f"k{i}")
+    got = drain(consumer)
+    assert sorted(int(m.data()) for m in got) == list(range(30))
+    assert {m.topic_name().rsplit("-partition-", 1)[0] for m in got} == {topic}
+    assert len({m.message_id().partition() for m in got}) > 1
+    stats = standalone.admin.call("GET", admin_path(topic) + "/partitioned-stats")
+    assert stats["metadata"] == {"partitions": 3}
+    assert stats["msgInCounter"] == 30
+    listed = standalone.admin.call("GET", "/admin/v2/non-persistent/public/default/partitioned")
+    assert topic in listed
+
+
+def test_persistent_only_operations_are_refused_and_the_topic_keeps_serving(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    topic = topic_name("np-refused")
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    with pytest.raises(pulsar.PulsarException):
+        consumer.seek(0)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    with pytest.raises(pulsar.PulsarException):
+        reader.has_message_available()  # needs the last message id: a persistent topic's
+    reader.close()
+    with pytest.raises(HttpError) as refused:
+        standalone.admin.call("POST", admin_path(topic) + "/subscription/s/resetcursor/0")
+    assert refused.value.status in (405, 409)
+    producer.send(b"still")
+    assert [m.data() for m in drain(consumer)] == [b"still"]
+
+
+def test_unload_drops_the_in_memory_state(client: pulsar.Client, standalone: Standalone) -> None:
+    topic = topic_name("np-unload")
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"before")
+    assert [m.data() for m in drain(consumer)] == [b"before"]
+    standalone.admin.call("PUT", admin_path(topic) + "/unload")
+    # The client reconnects producer and consumer; the topic is loaded again, empty.
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            producer.send(b"after")
+            break
+        except pulsar.PulsarException:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    got = [m.data() for m in drain(consumer, 2000)]
+    assert got and got[-1] == b"after"
+    stats = standalone.admin.call("GET", admin_path(topic) + "/stats")
+    assert stats["msgInCounter"] <= 2  # the counters started again
+
+
+def test_admin_lists_and_stats(client: pulsar.Client, standalone: Standalone) -> None:
+    topic = topic_name("np-admin")
+    client.subscribe(topic, "s")
+    assert topic in standalone.admin.call("GET", "/admin/v2/non-persistent/public/default")
+    stats = standalone.admin.call("GET", admin_path(topic) + "/stats")
+    for field in ("msgRateIn", "msgRateOut", "msgInCounter", "msgDropRate", "publishers", "subscriptions"):
+        assert field in stats
+    with pytest.raises(HttpError) as missing:
+        standalone.admin.call("GET", admin_path(topic_name("np-nope")) + "/stats")
+    assert missing.value.status == 404
