@@ -80,6 +80,18 @@ def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_
         for t in topics:
             reader = client.create_reader(t, pulsar.MessageId.earliest)
             assert reader.read_next(10_000).data() == t.encode()
+
+        # Non-persistent topics (issue 43) are served by their bundle's owner too, in its memory only.
+        np_topics = [f"non-persistent://public/default/np-spread-{i}" for i in range(8)]
+        np_consumers = [client.subscribe(t, "s") for t in np_topics]
+        for t in np_topics:
+            client.create_producer(t).send(t.encode())
+        for t, c in zip(np_topics, np_consumers, strict=True):
+            assert c.receive(10_000).data() == t.encode()
+        np_owned = [topics_of(b, np_topics) for b in (first, second)]
+        assert np_owned[0] and np_owned[1] and sorted(np_owned[0] + np_owned[1]) == sorted(np_topics), np_owned
+        np_stats = admin.call("GET", topic_path(np_owned[1][0]) + "/stats")  # from the first: a 307 followed
+        assert np_stats["msgInCounter"] == 1 and np_stats["storageSize"] == 0
     finally:
         client.close()
 
