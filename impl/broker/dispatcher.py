@@ -47,6 +47,9 @@ managed ledger, sends to consumers and updates the durable cursor, as the output
                                 refused on Shared and Key_Shared)
   Nack(consumer, ids)           negative acknowledgements: redelivered, their count raised
   Tick(now_ms)                  the clock: delayed messages due by now (plus the tick) are released
+  Writable(consumer, writable)  backpressure: while its connection has more queued for writing than
+                                its bound the consumer takes nothing (as if it had no permits, which
+                                it keeps); writable again, dispatch resumes where it stopped
 
 Outputs: ReadEntries (read up to that many entries after the read position, answer EntriesRead or
 ReadFailed), Deliver, AckEntries, ActiveChanged (Failover), WakeAt (send Tick then). A refused input raises before it
@@ -196,7 +199,16 @@ class Nack:
     ids: tuple[MessageId, ...]
 
 
-Event = AddConsumer | RemoveConsumer | Flow | NewEntries | EntriesRead | ReadFailed | Ack | Nack | Tick
+@dataclass(frozen=True)
+class Writable:
+    """Backpressure from the consumer's connection: False while it has more queued for writing than its
+    bound (nothing is given to the consumer), True once it drained."""
+
+    consumer: int
+    writable: bool
+
+
+Event = AddConsumer | RemoveConsumer | Flow | NewEntries | EntriesRead | ReadFailed | Ack | Nack | Tick | Writable
 
 
 # ---- outputs ------------------------------------------------------------------------------------
@@ -245,6 +257,12 @@ class _Consumer:
     name: str
     permits: int = 0
     pending: dict[MessageId, Message] = field(default_factory=dict)
+    paused: bool = False  # its connection is over its write bound (Writable)
+
+    @property
+    def available(self) -> int:
+        """The permits it can use now: none while paused."""
+        return 0 if self.paused else self.permits
 
 
 @functools.lru_cache(maxsize=65536)
@@ -384,6 +402,13 @@ class Dispatcher:
         self.consumers[e.consumer].permits += e.permits
         return self._dispatch()
 
+    def _writable(self, e: Writable) -> list[Output]:
+        consumer = self.consumers.get(e.consumer)
+        if consumer is None or consumer.paused == (not e.writable):
+            return []  # gone meanwhile, or no change
+        consumer.paused = not e.writable
+        return self._dispatch() if e.writable else []
+
     # ---- entries -----------------------------------------------------------------------------
 
     def _new_entries(self, e: NewEntries) -> list[Output]:
@@ -516,15 +541,15 @@ class Dispatcher:
             return None
         if self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
             target = self._active if self.type is SubscriptionType.FAILOVER else next(iter(self.consumers))
-            return target if target is not None and self.consumers[target].permits > 0 else None
+            return target if target is not None and self.consumers[target].available > 0 else None
         if self.type is SubscriptionType.KEY_SHARED:
             holder = None if self._ks.allow_out_of_order else self._key_holders.get(msg.key)
             target = holder[0] if holder is not None else self._select(msg.key)
-            return target if target is not None and self.consumers[target].permits > 0 else None
+            return target if target is not None and self.consumers[target].available > 0 else None
         ids = list(self.consumers)
         for i in range(len(ids)):  # Shared: round robin over those with permits
             candidate = ids[(self._rr + i) % len(ids)]
-            if self.consumers[candidate].permits > 0:
+            if self.consumers[candidate].available > 0:
                 self._rr = (self._rr + i + 1) % len(ids)
                 return candidate
         return None
@@ -532,7 +557,7 @@ class Dispatcher:
     def _assign(self, messages: list[Message]) -> list[Output]:
         """Give each message to its consumer; what cannot go now waits in the redelivery queue."""
         batches: dict[int, list[tuple[Message, int]]] = {}
-        left = sum(c.permits for c in self.consumers.values())  # permits anywhere
+        left = sum(c.available for c in self.consumers.values())  # permits anywhere
         for i, msg in enumerate(messages):
             if left <= 0:  # nobody can take anything now: the rest wait, none looked at one by one
                 self._hold(messages[i:])
@@ -563,12 +588,12 @@ class Dispatcher:
 
     def _dispatch(self) -> list[Output]:
         outputs: list[Output] = []
-        if self._redeliver and any(c.permits > 0 for c in self.consumers.values()):
+        if self._redeliver and any(c.available > 0 for c in self.consumers.values()):
             queued = [self._redeliver.pop(mid) for mid in sorted(self._redeliver)]
             outputs += self._assign(queued)
-        permits = sum(c.permits for c in self.consumers.values())
+        permits = sum(c.available for c in self.consumers.values())
         if self.type is SubscriptionType.FAILOVER and self._active is not None:
-            permits = self.consumers[self._active].permits
+            permits = self.consumers[self._active].available
         # Key_Shared reads on past messages waiting for one consumer (one key's owner with no permits,
         # a STICKY gap) so that other keys keep flowing, up to a bound.
         waiting_ok = self.type is SubscriptionType.KEY_SHARED and len(self._redeliver) < KEY_SHARED_LOOKAHEAD
@@ -609,6 +634,7 @@ _HANDLERS: dict[type, Callable[[Dispatcher, Any], list[Output]]] = {
     Ack: Dispatcher._ack,
     Nack: Dispatcher._nack,
     Tick: Dispatcher._tick,
+    Writable: Dispatcher._writable,
 }
 
 

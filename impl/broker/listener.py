@@ -8,6 +8,13 @@ client's threads through `call_soon_threadsafe`. Everything that may wait on the
 or the bookies (lookups, loading a topic, subscribing, acknowledging, reading for a consumer)
 runs on a thread pool, one request at a time per connection, so a connection's requests take
 effect in the order they came.
+
+Backpressure towards consumers: a connection counts the bytes its consumers were given and not yet
+written, plus what its transport still buffers. After each delivery a consumer whose connection is
+over `max_pending_write_bytes` is paused in its dispatcher (Writable False: it is given nothing, its
+permits kept); once the transport drains below a quarter of the bound, every consumer paused on the
+connection is resumed (Writable True). A client that does not read its socket thus holds at most the
+bound plus one delivery per consumer (at most `dispatcher_max_read_size_bytes`) in the broker.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 
 from impl.broker import connection as conn
 from impl.broker import namespaces, topic_pattern
-from impl.broker.dispatcher import Ack, Flow, Message, Nack, position_of
+from impl.broker.dispatcher import Ack, Flow, Message, Nack, Writable, position_of
 from impl.broker.errors import (
     BrokerError,
     ConsumerAssignError,
@@ -168,6 +175,7 @@ class _Sink(ConsumerSink):
         # Consecutive messages of one entry go as one MESSAGE; ack_set names the batch indexes sent
         # when not all of them are (the rest were acknowledged, or went to another consumer).
         events: list[conn.Event] = []
+        size = 0
         i = 0
         while i < len(messages):
             first, count = messages[i]
@@ -180,9 +188,14 @@ class _Sink(ConsumerSink):
                 ack_set = bitset.to_words(indexes)
             mid = MessageId(first.id.ledger_id, first.id.entry_id, -1)
             entry = entry_codec.strip_broker_metadata(first.entry)
+            size += len(entry)
             events.append(conn.Message(self.consumer_id, mid, count, tuple(ack_set), entry, self.partition))
             i = j
+        self.connection.queued(size)
         self.connection.from_thread(events)
+
+    def over_bound(self) -> bool:
+        return self.connection.over_bound(self.consumer_id)
 
     def set_active(self, active: bool) -> None:
         self.connection.from_thread([conn.ActiveConsumerChange(self.consumer_id, active)])
@@ -224,6 +237,16 @@ class _Connection:
         )
         self._completed_lock = threading.Lock()
         self._drain_scheduled = False
+        # Backpressure (see the module's docstring). Under _bp_lock: bytes delivered by the consumers' sinks
+        # and not yet handed to the transport, the transport's buffer when last looked at (on the loop), the
+        # consumers paused since. `_unflushed`: of those bytes, the ones in `_out` (the loop's own).
+        self.max_pending = self.service.config.max_pending_write_bytes
+        if self.max_pending > 0:
+            writer.transport.set_write_buffer_limits(high=self.max_pending, low=self.max_pending // 4)
+        self._bp_lock = threading.Lock()
+        self._queued = self._buffered = self._unflushed = 0
+        self._paused: set[int] = set()
+        self._drainer: asyncio.Task[None] | None = None
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.perform(self.core.step(conn.ConnectionOpened(time.monotonic())))
@@ -268,6 +291,60 @@ class _Connection:
         out, self._out = self._out, []
         if self.open and out:
             self.writer.write(b"".join(out))
+        buffered = self.writer.transport.get_write_buffer_size()
+        with self._bp_lock:
+            self._queued -= self._unflushed
+            self._unflushed, self._buffered = 0, buffered
+        if self._paused:
+            self._resume_when_drained()
+
+    # ---- backpressure --------------------------------------------------------------------------
+
+    def queued(self, size: int) -> None:
+        """A sink's thread: `size` bytes of messages are on their way to the loop."""
+        with self._bp_lock:
+            self._queued += size
+
+    def over_bound(self, consumer_id: int) -> bool:
+        """A sink's thread, after a delivery: is the connection over its bound? If so the consumer counts
+        as paused (its subscription pauses it) and the loop resumes it once the connection drained."""
+        if self.max_pending <= 0:
+            return False
+        with self._bp_lock:
+            if self._queued + self._buffered < self.max_pending:
+                return False
+            self._paused.add(consumer_id)
+        self.from_thread_call(self._resume_when_drained)
+        return True
+
+    def _resume_when_drained(self) -> None:
+        if self.open and self._paused and self._drainer is None:
+            self._drainer = self.loop.create_task(self._drained())
+
+    async def _drained(self) -> None:
+        """Resume the paused consumers once the transport is under its low mark (drain() waits for that
+        when it went over its high one) and what is still on its way to it would not put it over again."""
+        try:
+            await self.writer.drain()
+        except (ConnectionError, OSError, RuntimeError):
+            return  # the connection is gone, and its consumers with it
+        finally:
+            self._drainer = None
+        buffered = self.writer.transport.get_write_buffer_size()
+        with self._bp_lock:
+            self._buffered = buffered
+            if self._queued + buffered >= self.max_pending:
+                return  # messages still on their way: the flush that writes them looks again
+            resumed, self._paused = self._paused, set()
+        if resumed and self.open:
+            self.jobs.put_nowait(functools.partial(self._resume, resumed))
+
+    def _resume(self, consumer_ids: set[int]) -> list[conn.Output]:
+        for cid in consumer_ids:
+            c = self.consumers.get(cid)
+            if c is not None:
+                consumer_step(c.sub, Writable(c.service_id, True))
+        return []
 
     def close(self, reason: str) -> None:
         if not self.open:
@@ -315,6 +392,8 @@ class _Connection:
         delivery threads hand their events here, so the core is only ever stepped on the loop."""
         for item in results:
             self.perform([item] if isinstance(item, conn.Output) else self.core.step(item))
+            if isinstance(item, conn.Message):
+                self._unflushed += len(item.entry)  # in _out now, written by the next _flush
 
     def from_thread(self, results: Sequence[Result]) -> None:
         self.from_thread_call(lambda: self.apply(results))

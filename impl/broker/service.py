@@ -53,6 +53,7 @@ from impl.broker.dispatcher import (
     Tick,
     UnknownMessageId,
     WakeAt,
+    Writable,
     messages_of,
 )
 from impl.broker.dispatcher import Event as DispatcherEvent
@@ -165,6 +166,13 @@ class BrokerConfig:
     # (0: no limit, Pulsar's default).
     max_connections: int = 0
     max_connections_per_ip: int = 0
+    # Backpressure towards consumers (docs/security.md): bytes queued for writing on one client connection
+    # past which its consumers are given nothing more until it drains below a quarter of it (a consumer
+    # that does not read cannot make the broker buffer its backlog). 0: no bound.
+    max_pending_write_bytes: int = 2 * 1024 * 1024
+    # The most one dispatcher read takes (at least one entry), Pulsar's dispatcherMaxReadSizeBytes: what
+    # one delivery can add past the bound above.
+    dispatcher_max_read_size_bytes: int = 5 * 1024 * 1024
 
 
 def parse_topic(topic: str) -> TopicName:
@@ -185,6 +193,12 @@ class ConsumerSink:
 
     def close(self) -> None:
         """The broker closes the consumer (its subscription was reset by a seek, its topic closed)."""
+
+    def over_bound(self) -> bool:
+        """Backpressure, asked after each delivery: True when the consumer's connection holds more than
+        its bound for writing. The subscription then pauses the consumer (Writable False); the sink owes
+        it Writable True (through `consumer_step`) once the connection drains."""
+        return False
 
 
 class Subscription:
@@ -213,6 +227,7 @@ class Subscription:
         # and one read after the wake-up takes all that arrived meanwhile.
         self._wake_scheduled = False
         self._wake_lock = threading.Lock()
+        self._entry_size = 1  # a running estimate, for reads of at most dispatcher_max_read_size_bytes
 
     def wake(self) -> None:
         """New entries (or a retry): the dispatcher reads them, on the service's executor."""
@@ -265,6 +280,8 @@ class Subscription:
                 sink.deliver(delivered)
                 sizes = [len(m.entry) or len(m.payload) for m, _ in delivered]
                 self.topic.counters.dispatched(sum(m.batch_size for m, _ in delivered), sum(sizes))
+                if sink.over_bound():  # paused before anything more is read for it
+                    return self.dispatcher.step(Writable(out.consumer, False))
             return []
         if isinstance(out, ActiveChanged):
             sink = self.sinks.get(out.consumer)
@@ -332,7 +349,17 @@ class Subscription:
             return []
         messages: list[Message] = []
         keys_needed = self.dispatcher.type is SubscriptionType.KEY_SHARED  # only Key_Shared routes by key
+        # At most dispatcher_max_read_size_bytes (and one entry at least), as many entries as the last
+        # read's sizes suggest: one delivery's size is what backpressure can let past its bound.
+        cap = self.topic.service.config.dispatcher_max_read_size_bytes
+        if cap > 0:
+            max_entries = max(1, min(max_entries, cap // self._entry_size))
+        size = 0
         for position, data in ml.read(start, max_entries):
+            if cap > 0 and size and size + len(data) > cap:
+                break  # read again next time (from the entry cache)
+            size += len(data)
+            self._entry_size = max(1, (self._entry_size + len(data)) // 2)
             self.read_after = position
             if self.cursor.is_acknowledged(position):
                 continue  # acknowledged individually before a restart or takeover

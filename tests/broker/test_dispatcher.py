@@ -29,6 +29,7 @@ from impl.broker.dispatcher import (
     SubscriptionError,
     SubscriptionType,
     UnknownMessageId,
+    Writable,
     key_slot,
 )
 from impl.broker.managed_ledger import Position
@@ -228,7 +229,11 @@ def test_a_batch_entry_is_acknowledged_once_every_message_is() -> None:
 @given(
     st.sampled_from(list(SubscriptionType)),
     st.lists(
-        st.tuples(st.sampled_from(["add", "remove", "flow", "ack", "nack"]), st.integers(0, 2), st.integers(1, 5)),
+        st.tuples(
+            st.sampled_from(["add", "remove", "flow", "ack", "nack", "pause", "resume"]),
+            st.integers(0, 2),
+            st.integers(1, 5),
+        ),
         max_size=40,
     ),
 )
@@ -236,15 +241,18 @@ def test_every_message_is_delivered_and_each_entry_acknowledged_at_most_once(
     sub_type: SubscriptionType, steps: list[tuple[str, int, int]]
 ) -> None:
     """Whatever consumers do, no message is lost: after everyone acknowledges, every entry was
-    acknowledged exactly once, and nobody ever held more messages than its permits allowed."""
+    acknowledged exactly once, nobody ever held more messages than its permits allowed, and a paused
+    consumer (backpressure) was given nothing."""
     log, d = Log(12, ["a", "b", "c"]), Dispatcher(sub_type)
     connected: set[int] = set()
+    paused: set[int] = set()
     held: dict[int, set[MessageId]] = {}
 
     def run(outputs: list[Output]) -> None:
         before = {c: len(v) for c, v in log.delivered.items()}
         log.run(d, outputs)
         for c, got in log.delivered.items():
+            assert c not in paused or len(got) == before.get(c, 0), f"paused consumer {c} was given messages"
             held.setdefault(c, set()).update(m for m, _ in got[before.get(c, 0) :])
 
     for verb, consumer, n in steps:
@@ -260,6 +268,9 @@ def test_every_message_is_delivered_and_each_entry_acknowledged_at_most_once(
             run(d.step(RemoveConsumer(consumer)))
         elif verb == "flow" and consumer in connected:
             run(d.step(Flow(consumer, n)))
+        elif verb in ("pause", "resume"):  # for a consumer gone meanwhile too: ignored
+            (paused.add if verb == "pause" else paused.discard)(consumer)
+            run(d.step(Writable(consumer, verb == "resume")))
         elif verb in ("ack", "nack") and consumer in connected and held.get(consumer):
             ids = sorted(held[consumer])[:n]
             held[consumer] -= set(ids)
@@ -268,12 +279,30 @@ def test_every_message_is_delivered_and_each_entry_acknowledged_at_most_once(
     for c in list(connected):
         held.pop(c, None)
         run(d.step(RemoveConsumer(c)))
+    paused.clear()
     run(d.step(AddConsumer(9, "drain")))
     for _ in range(30):
         run(d.step(Flow(9, 5)))
         if held.get(9):
             run(d.step(Ack(9, tuple(sorted(held.pop(9))))))
     assert sorted(log.acked_entries) == [Position(1, i) for i in range(12)]
+
+
+def test_a_paused_consumer_is_given_nothing_and_nothing_is_read_for_it_until_it_is_writable() -> None:
+    """Backpressure: Writable False keeps the consumer's permits but gives it nothing (on Shared the
+    others take its share), asks for no read (no busy loop), and Writable True resumes in order."""
+    log, d = Log(10), Dispatcher(SubscriptionType.EXCLUSIVE)
+    log.run(d, d.step(AddConsumer(1, "a")) + d.step(Flow(1, 3)))
+    assert d.step(Writable(1, False)) == []
+    assert d.step(Flow(1, 100)) == [] and d.step(NewEntries()) == []  # nothing read while paused
+    assert d.step(Writable(1, False)) == [] and d.step(Writable(7, True)) == []  # no change; unknown
+    log.run(d, d.step(Writable(1, True)))
+    assert [m for m, _ in log.delivered[1]] == [MessageId(1, i) for i in range(10)]
+
+    log, d = Log(6), Dispatcher(SubscriptionType.SHARED)
+    log.run(d, d.step(AddConsumer(1, "a")) + d.step(AddConsumer(2, "b")) + d.step(Writable(2, False)))
+    log.run(d, d.step(Flow(1, 10)) + d.step(Flow(2, 10)))
+    assert len(log.delivered[1]) == 6 and 2 not in log.delivered
 
 
 def test_reads_of_batch_entries_ask_for_as_many_entries_as_the_permits_cover_and_hold_the_rest() -> None:
