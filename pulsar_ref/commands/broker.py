@@ -31,6 +31,21 @@ def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quo
     )
 
 
+DEFAULT_MAX_PENDING_WRITE_BYTES = 2 * 1024 * 1024  # BrokerConfig's default (not imported: the CLI starts light)
+
+
+def add_backpressure_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-pending-write-bytes",
+        type=int,
+        default=DEFAULT_MAX_PENDING_WRITE_BYTES,
+        metavar="BYTES",
+        help="backpressure towards consumers: bytes queued for writing on one client connection past which its "
+        f"consumers are given nothing more until it drains (default {DEFAULT_MAX_PENDING_WRITE_BYTES}, 2 MiB; "
+        "0 = no bound; docs/security.md)",
+    )
+
+
 def _cluster_name(name: str) -> str:
     from impl.metadata.naming import InvalidNamespaceName, check_named_entity
 
@@ -96,6 +111,7 @@ def main(argv: list[str], prog: str) -> int:
     add_ledger_options(parser, 3, 3, 2)
     add_security_options(parser)
     add_instance_options(parser)
+    add_backpressure_option(parser)
     parser.add_argument(
         "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
     )
@@ -143,6 +159,7 @@ def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
             max_entries_per_ledger=args.max_entries_per_ledger,
         ),
         security=args.security,
+        max_pending_write_bytes=args.max_pending_write_bytes,
     )
     try:
         broker = Broker(

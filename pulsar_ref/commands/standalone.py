@@ -10,7 +10,12 @@ import threading
 from pathlib import Path
 
 from impl import shutdown
-from pulsar_ref.commands.broker import add_instance_options, add_ledger_options, check_quorums
+from pulsar_ref.commands.broker import (
+    add_backpressure_option,
+    add_instance_options,
+    add_ledger_options,
+    check_quorums,
+)
 from pulsar_ref.commands.security_options import add_security_options, security_of
 
 
@@ -59,6 +64,7 @@ def main(argv: list[str], prog: str) -> int:
     )
     add_security_options(parser)
     add_instance_options(parser)
+    add_backpressure_option(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument(
         "--session-timeout",
@@ -106,6 +112,7 @@ def main(argv: list[str], prog: str) -> int:
             configuration_store=args.configuration_store,
             session_timeout_s=args.session_timeout,
         )
+        standalone.config.max_pending_write_bytes = args.max_pending_write_bytes
         standalone.start()
     except (MetadataError, OSError, ValueError) as e:
         print(f"error: cannot start standalone: {e}", file=sys.stderr)
