@@ -202,3 +202,67 @@ def test_admin_lists_and_stats(client: pulsar.Client, standalone: Standalone) ->
     with pytest.raises(HttpError) as missing:
         standalone.admin.call("GET", admin_path(topic_name("np-nope")) + "/stats")
     assert missing.value.status == 404
+
+
+def test_readers_unsubscribe_and_metrics(client: pulsar.Client, standalone: Standalone) -> None:
+    topic = topic_name("np-misc")
+    reader = client.create_reader(topic, pulsar.MessageId.latest)
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"one")
+    assert reader.read_next(5000).data() == b"one"
+    assert [m.data() for m in drain(consumer)] == [b"one"]
+    reader.close()  # a reader's subscription goes with it
+    assert standalone.admin.call("GET", admin_path(topic) + "/subscriptions") == ["s"]
+    consumer.unsubscribe()
+    assert standalone.admin.call("GET", admin_path(topic) + "/subscriptions") == []
+    client.subscribe(topic, "gone").close()
+    producer.send(b"two")
+    metrics = standalone.admin.call("GET", "/metrics", raw=True)
+    assert (
+        f'pulsar_subscription_msg_drop_rate{{cluster="standalone",namespace="public/default",subscription="gone",topic="{topic}"}}'
+        in metrics
+    )
+
+
+@pytest.mark.deep
+def test_under_load_no_reorder_no_duplicate_and_every_message_delivered_or_dropped(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    """Pulsar's promise for non-persistent topics, judged on 2 producers x 3,000 messages while consumers of
+    every type receive (some slowly): per consumer, each producer's messages arrive in order and at most
+    once; per subscription, deliveries plus counted drops are exactly what was published."""
+    topic = topic_name("np-load")
+    subs = {
+        "ex": [client.subscribe(topic, "ex", consumer_type=pulsar.ConsumerType.Exclusive, receiver_queue_size=50)],
+        "fo": [client.subscribe(topic, "fo", consumer_type=pulsar.ConsumerType.Failover) for _ in range(2)],
+        "sh": [
+            client.subscribe(topic, "sh", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=q)
+            for q in (10, 1000)
+        ],
+        "ks": [client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared) for _ in range(2)],
+    }
+    producers = [
+        client.create_producer(topic, batching_enabled=(p == 1), producer_name=f"p{p}", block_if_queue_full=True)
+        for p in (0, 1)
+    ]
+    n = 3000
+    for i in range(n):
+        for p, producer in enumerate(producers):
+            producer.send_async(f"p{p}-{i}".encode(), None, partition_key=f"k{i % 16}")
+    for producer in producers:
+        producer.flush()
+    stats = standalone.admin.call("GET", admin_path(topic) + "/stats")
+    assert stats["msgInCounter"] == 2 * n
+    assert stats["subscriptions"]["ex"]["msgDropCount"] > 0  # its 50-message queue filled: drops happened
+    for name, consumers in subs.items():
+        delivered = 0
+        for consumer in consumers:
+            last = {0: -1, 1: -1}
+            for m in drain(consumer, 1000):
+                p, i = (int(x) for x in m.data().decode()[1:].split("-"))
+                assert i > last[p], f"{name}: p{p}-{i} after p{p}-{last[p]} (reordered or duplicated)"
+                last[p] = i
+                delivered += 1
+        dropped = stats["subscriptions"][name]["msgDropCount"]
+        assert delivered + dropped == 2 * n, (name, delivered, dropped)

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from impl.bookie.http import PROMETHEUS_TEXT, histogram
+from impl.broker.non_persistent import NonPersistentCounters
 from impl.broker.web.context import WebContext
 from impl.latency import BUCKETS_MS, LatencyBuckets
 from impl.web.http import Request, Response, Router
@@ -69,6 +70,10 @@ class BrokerCollector:
                 )
                 unacked = sub.dispatcher.unacked()
                 subscription("pulsar_subscription_unacked_messages", "delivered, not acknowledged", sub_labels, unacked)
+                if isinstance(topic.counters, NonPersistentCounters):  # docs/non-persistent.md
+                    drops = topic.counters.drops.get(sub_name)
+                    rate = drops.message_rate if drops is not None else 0.0
+                    subscription("pulsar_subscription_msg_drop_rate", "messages/s dropped", sub_labels, rate)
             latency = topic.counters.publish_latency
             for suffix, count in zip(_BUCKET_SUFFIXES, latency.counts, strict=True):
                 gauge(f"pulsar_storage_write_latency_{suffix}", "publishes in this latency bucket (ms)", labels, count)
