@@ -264,12 +264,14 @@ def test_every_message_is_delivered_and_each_entry_acknowledged_at_most_once(
                 assert sub_type is SubscriptionType.EXCLUSIVE
         elif verb == "remove" and consumer in connected:
             connected.discard(consumer)
+            paused.discard(consumer)
             held.pop(consumer, None)
             run(d.step(RemoveConsumer(consumer)))
         elif verb == "flow" and consumer in connected:
             run(d.step(Flow(consumer, n)))
-        elif verb in ("pause", "resume"):  # for a consumer gone meanwhile too: ignored
-            (paused.add if verb == "pause" else paused.discard)(consumer)
+        elif verb in ("pause", "resume"):  # for a consumer not (or no longer) there too: ignored
+            if consumer in connected:
+                (paused.add if verb == "pause" else paused.discard)(consumer)
             run(d.step(Writable(consumer, verb == "resume")))
         elif verb in ("ack", "nack") and consumer in connected and held.get(consumer):
             ids = sorted(held[consumer])[:n]
