@@ -352,6 +352,7 @@ class DoGetTopics:
     request_id: int
     namespace: str
     pattern: str | None
+    mode: int = 0  # CommandGetTopicsOfNamespace.Mode: PERSISTENT, NON_PERSISTENT, ALL
 
 
 @dataclass(frozen=True)
@@ -726,7 +727,8 @@ class ServerConnection:
 
     def _get_topics(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
         g = cmd.getTopicsOfNamespace
-        return [DoGetTopics(g.request_id, g.namespace, g.topics_pattern if g.HasField("topics_pattern") else None)]
+        pattern = g.topics_pattern if g.HasField("topics_pattern") else None
+        return [DoGetTopics(g.request_id, g.namespace, pattern, g.mode)]
 
     def _get_schema(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
         g = cmd.getSchema

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from impl.broker import connection as conn
-from impl.broker import namespaces, topic_pattern
+from impl.broker import namespaces, non_persistent, topic_pattern
 from impl.broker.dispatcher import Ack, Flow, Message, Nack, Writable, position_of
 from impl.broker.errors import (
     BrokerError,
@@ -793,7 +793,12 @@ class _Connection:
         try:
             namespace = NamespaceName.parse(out.namespace)
             self.service.authorizer.check(self.core.role or None, Access.CONSUME, namespace=namespace)
-            topics = namespaces.all_topics(self.service.configuration_store, namespace, self.service.store)
+            modes = api.CommandGetTopicsOfNamespace
+            topics = []
+            if out.mode != modes.NON_PERSISTENT:
+                topics += namespaces.all_topics(self.service.configuration_store, namespace, self.service.store)
+            if out.mode != modes.PERSISTENT:
+                topics += non_persistent.namespace_topics(self.service, namespace)
         except Exception as e:
             code, message = server_error(e)
             return [conn.error_reply(out.request_id, code, message)]

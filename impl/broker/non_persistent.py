@@ -22,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from impl.broker import namespaces
 from impl.broker.dispatcher import (
     ActiveChanged,
     AddConsumer,
@@ -44,7 +45,7 @@ from impl.broker.non_persistent_dispatcher import Dropped, Entry, NonPersistentD
 from impl.broker.non_persistent_dispatcher import Event as DispatcherEvent
 from impl.broker.service import Append, BrokerService, ConsumerSink, Published, Topic, check_not_reserved
 from impl.broker.topic_stats import Rate, TopicCounters
-from impl.metadata.naming import TopicName
+from impl.metadata.naming import NON_PERSISTENT, NamespaceName, TopicName
 from impl.protocol import entry_codec
 from impl.protocol.entry_codec import CorruptEntry
 from impl.protocol.message_id import MessageId
@@ -271,6 +272,31 @@ def load(service: BrokerService, name: TopicName, create: bool) -> NonPersistent
         loaded = NonPersistentTopic(name, service)
         service.topics[key] = loaded
         return loaded
+
+
+def namespace_topics(service: BrokerService, ns: NamespaceName) -> list[str]:
+    """The namespace's non-persistent topics loaded on this broker, and every partition of its
+    partitioned non-persistent topics (Pulsar asks every bundle's owner; see docs/non-persistent.md)."""
+    found = {
+        key
+        for key, t in list(service.topics.items())
+        if isinstance(t, NonPersistentTopic) and not t.closed and t.name.namespace_name == ns
+    }
+    store = service.configuration_store
+    for topic in namespaces.list_partitioned_topics(store, ns, NON_PERSISTENT):
+        found |= {str(topic.partition_name(i)) for i in range(namespaces.get_partitions(store, topic))}
+    return sorted(found)
+
+
+def internal_stats(topic: NonPersistentTopic) -> dict[str, Any]:
+    """Pulsar's internal stats of a non-persistent topic: entries added, and a cursor entry per subscription."""
+    return {
+        "entriesAddedCounter": topic.counters.inbound.messages,
+        "numberOfEntries": 0,
+        "totalSize": 0,
+        "ledgers": [],
+        "cursors": {name: {} for name in sorted(topic.subscriptions)},
+    }
 
 
 def topic_stats(topic: NonPersistentTopic) -> dict[str, Any]:

@@ -4,6 +4,7 @@ the persistent-only operations refused while the topic keeps serving."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -268,3 +269,32 @@ def test_under_load_no_reorder_no_duplicate_and_every_message_delivered_or_dropp
                 delivered += 1
         dropped = stats["subscriptions"][name]["msgDropCount"]
         assert delivered + dropped == 2 * n, (name, delivered, dropped)
+
+
+def test_namespace_listings_regex_subscriptions_delete_and_internal_stats(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    prefix = f"np-re-{int(time.time() * 1000)}"
+    topics = [f"non-persistent://public/default/{prefix}-{i}" for i in range(2)]
+    for t in topics:
+        client.subscribe(t, "pre").close()  # loads them
+    listed = standalone.admin.call("GET", "/admin/v2/namespaces/public/default/topics?mode=NON_PERSISTENT")
+    assert set(topics) <= set(listed) and all(t.startswith("non-persistent://") for t in listed)
+    everything = standalone.admin.call("GET", "/admin/v2/namespaces/public/default/topics?mode=ALL")
+    assert set(topics) <= set(everything)
+    assert not set(topics) & set(standalone.admin.call("GET", "/admin/v2/namespaces/public/default/topics"))
+    consumer = client.subscribe(
+        re.compile(f"non-persistent://public/default/{prefix}-.*"),
+        "re",
+        regex_subscription_mode=pulsar.RegexSubscriptionMode.NonPersistentOnly,
+    )
+    producer = client.create_producer(topics[1], batching_enabled=False)
+    producer.send(b"found")
+    assert [m.data() for m in drain(consumer)] == [b"found"]
+    internal = standalone.admin.call("GET", admin_path(topics[1]) + "/internalStats")
+    assert internal["entriesAddedCounter"] == 1 and "re" in internal["cursors"]
+    with pytest.raises(HttpError) as busy:
+        standalone.admin.call("DELETE", admin_path(topics[1]))
+    assert busy.value.status == 412
+    standalone.admin.call("DELETE", admin_path(topics[1]) + "?force=true")
+    assert topics[1] not in standalone.admin.call("GET", "/admin/v2/non-persistent/public/default")

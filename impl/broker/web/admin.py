@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from impl.broker import namespaces
+from impl.broker import namespaces, non_persistent
 from impl.broker.web.context import WebContext
 from impl.metadata.naming import NamespaceName, check_named_entity
 from impl.metadata.registry import BookieRegistry
@@ -220,6 +220,8 @@ class AdminRoutes:
             raise HttpError(400, f"mode must be PERSISTENT, NON_PERSISTENT or ALL, not {mode!r}")
         ns = self._ns(tenant, namespace)
         topics = namespaces.all_topics(self._config, ns, self.ctx.store) if mode != "NON_PERSISTENT" else []
+        if mode != "PERSISTENT":
+            topics += non_persistent.namespace_topics(self.ctx.service, ns)
         return Response.json(topics)
 
     def get_deduplication(self, req: Request, tenant: str, namespace: str) -> Response:

@@ -13,8 +13,8 @@ import contextlib
 from urllib.parse import quote
 
 from impl.broker import namespaces
-from impl.broker.errors import ConsumerBusyError
-from impl.broker.non_persistent import NonPersistentTopic, topic_stats
+from impl.broker.errors import ConsumerBusyError, NotEmptyError
+from impl.broker.non_persistent import NonPersistentTopic, internal_stats, namespace_topics, topic_stats
 from impl.broker.web import stats
 from impl.broker.web.context import WebContext, redirect_to_owner
 from impl.metadata.naming import NON_PERSISTENT, NamespaceName, TopicName, check_named_entity
@@ -37,6 +37,8 @@ class NonPersistentRoutes:
         r.add("GET", BASE, self.list_topics)
         r.add("GET", BASE + "/partitioned", self.list_partitioned)
         r.add("PUT", TOPIC, self.create)
+        r.add("DELETE", TOPIC, self.delete)
+        r.add("GET", TOPIC + "/internalStats", self.internal_stats)
         r.add("PUT", TOPIC + "/partitions", self.create_partitioned)
         r.add("POST", TOPIC + "/partitions", self.update_partitions)
         r.add("GET", TOPIC + "/partitions", self.get_partitions)
@@ -84,18 +86,7 @@ class NonPersistentRoutes:
     # ---- listing and creating -----------------------------------------------------------------
 
     def list_topics(self, req: Request, tenant: str, namespace: str) -> Response:
-        """The namespace's non-persistent topics loaded on this broker, and every partition of its
-        partitioned non-persistent topics (Pulsar asks every bundle's owner; see docs/non-persistent.md)."""
-        ns = self._namespace(tenant, namespace)
-        found = {
-            key
-            for key, t in list(self.ctx.service.topics.items())
-            if isinstance(t, NonPersistentTopic) and not t.closed and t.name.namespace_name == ns
-        }
-        store = self.ctx.configuration_store
-        for topic in namespaces.list_partitioned_topics(store, ns, NON_PERSISTENT):
-            found |= {str(topic.partition_name(i)) for i in range(namespaces.get_partitions(store, topic))}
-        return Response.json(sorted(found))
+        return Response.json(namespace_topics(self.ctx.service, self._namespace(tenant, namespace)))
 
     def list_partitioned(self, req: Request, tenant: str, namespace: str) -> Response:
         ns = self._namespace(tenant, namespace)
@@ -108,6 +99,17 @@ class NonPersistentRoutes:
             raise HttpError(409, f"This topic already exists: {name}")
         owned = self._owned(req, name, create=True)
         return owned if isinstance(owned, Response) else Response.empty()
+
+    def delete(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        """Drop the topic from its owner's memory (412 with clients attached, unless `force=true`)."""
+        name = self._name(tenant, namespace, topic)
+        owned = self._owned(req, name)
+        if isinstance(owned, Response):
+            return owned
+        if not req.flag("force") and (owned.attached or any(sub.sinks for sub in owned.subscriptions.values())):
+            raise NotEmptyError(f"Topic {name} has connected producers or consumers; close them or use force=true")
+        self.ctx.service.unload_topics(lambda n: n == name, graceful=False)
+        return Response.empty()
 
     def _partitions_body(self, req: Request) -> int:
         partitions = req.json()
@@ -147,6 +149,10 @@ class NonPersistentRoutes:
     def stats(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
         owned = self._owned(req, self._name(tenant, namespace, topic))
         return owned if isinstance(owned, Response) else Response.json(topic_stats(owned))
+
+    def internal_stats(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        owned = self._owned(req, self._name(tenant, namespace, topic))
+        return owned if isinstance(owned, Response) else Response.json(internal_stats(owned))
 
     def partitioned_stats(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
         """Each loaded partition's stats, from its owner over HTTP, added up as Pulsar does."""
