@@ -57,16 +57,20 @@ def _frames(sock: socket.socket, decoder: frames.FrameDecoder) -> list[frames.Fr
             return got
 
 
-def stuck_consumer(port: int, topic: str, subscription: str, sub_type: int, permits: int) -> socket.socket:
-    """A raw connection that subscribes, grants `permits` and then never reads its socket."""
+def stuck_consumer(
+    port: int, topic: str, subscription: str, sub_type: int, permits: int, proxy_to: str | None = None
+) -> socket.socket:
+    """A raw connection that subscribes, grants `permits` and then never reads its socket; through a proxy
+    (at `port`) to the broker at `proxy_to` when given."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)  # the kernel holds little for it
     sock.settimeout(10)
     sock.connect(("127.0.0.1", port))
     decoder = frames.FrameDecoder()
-    sock.sendall(
-        frames.encode(conn.command(T.CONNECT, connect=api.CommandConnect(client_version="stuck", protocol_version=20)))
-    )
+    connect = api.CommandConnect(client_version="stuck", protocol_version=20)
+    if proxy_to is not None:
+        connect.proxy_to_broker_url = proxy_to
+    sock.sendall(frames.encode(conn.command(T.CONNECT, connect=connect)))
     assert _frames(sock, decoder)[0].command.type == T.CONNECTED
     sub = api.CommandSubscribe(
         topic=topic,
@@ -168,6 +172,45 @@ def test_consumers_that_never_read_hold_a_bounded_buffer_and_lose_nothing(standa
             consumer.close()
     finally:
         client.close()
+
+
+def test_through_the_proxy_a_consumer_that_never_reads_is_bounded_at_the_proxy_and_the_broker(
+    standalone: Standalone,
+) -> None:
+    """The proxy relays to the client only as fast as the client reads (it waits for its write buffer to
+    drain before reading more from the broker), so the bytes pile up in neither process."""
+    from impl.metadata.url import connect
+    from impl.proxy.proxy import Proxy
+
+    s = standalone
+    topic = "persistent://public/default/backpressure-proxied"
+    count = 240
+    produce(s.pulsar_service_url, topic, count)
+    proxy = Proxy(lambda: connect(s.metadata_url))
+    proxy.start()
+    stuck = None
+    try:
+        proxy_port = int(proxy.service_url.rsplit(":", 1)[1])
+        stuck = stuck_consumer(
+            proxy_port, topic, "via-proxy", api.CommandSubscribe.Exclusive, 1000, proxy_to=f"127.0.0.1:{s.pulsar_port}"
+        )
+        peak = settle(s, topic)
+        assert peak and max(peak) <= BOUND + READ_CAP + MESSAGE_SIZE, peak
+        listener = proxy.listener
+
+        async def held() -> list[int]:  # the proxy's write buffers towards its clients, and what it read
+            return [
+                c.writer.transport.get_write_buffer_size()  # type: ignore[attr-defined]
+                + (len(c.broker[0]._buffer) if c.broker is not None else 0)  # type: ignore[attr-defined]
+                for c in list(listener.connections)
+            ]
+
+        in_proxy = asyncio.run_coroutine_threadsafe(held(), listener.loop).result(5)
+        assert in_proxy and max(in_proxy) <= 1024 * 1024, in_proxy
+    finally:
+        if stuck is not None:
+            stuck.close()
+        proxy.stop()
 
 
 def test_the_command_line_default_is_the_brokers() -> None:
