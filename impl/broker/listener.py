@@ -368,6 +368,10 @@ class _Connection:
                 self.close(out.reason)
             elif isinstance(out, conn.DoPublish):
                 self._sends.append(out)
+            elif isinstance(out, conn.DoFlow) and self._in_memory(out.consumer_id):
+                # A non-persistent subscription drops what its consumer has no permits for: its permits
+                # count from now, before the SENDs read after them (a job would run after those).
+                self._flow(out)
             else:
                 handler = self._JOBS[type(out)]
                 self.jobs.put_nowait(lambda h=handler, o=out: h(self, o))  # type: ignore[misc]
@@ -643,6 +647,11 @@ class _Connection:
 
     def _consumer(self, consumer_id: int) -> _AttachedConsumer | None:
         return self.consumers.get(consumer_id)
+
+    def _in_memory(self, consumer_id: int) -> bool:
+        """Whether the consumer is on a non-persistent topic (its dispatcher does no I/O)."""
+        c = self.consumers.get(consumer_id)
+        return c is not None and not c.topic.name.persistent
 
     def _flow(self, out: conn.DoFlow) -> list[Result]:
         c = self._consumer(out.consumer_id)

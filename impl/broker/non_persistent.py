@@ -31,6 +31,7 @@ from impl.broker.dispatcher import (
     KeySharedMeta,
     Message,
     SubscriptionType,
+    Writable,
 )
 from impl.broker.errors import (
     BrokerError,
@@ -103,6 +104,8 @@ class NonPersistentSubscription:
                     # One entry per delivery: every entry has the same id, so they must not be grouped.
                     sink.deliver([(Message(MESSAGE_ID, out.entry.key, b"", entry=out.entry.data), 0)])
                     self.topic.counters.dispatched(out.entry.messages, len(out.entry.data))
+                    if sink.over_bound():  # its connection is full: what comes next for it is dropped
+                        self.dispatcher.step(Writable(out.consumer, False))
                 elif isinstance(out, Dropped):
                     self.topic.counters.dropped(self.name, out.entry.messages, len(out.entry.data))
                 elif isinstance(out, ActiveChanged):

@@ -9,11 +9,12 @@ Who may receive an entry is decided as on a persistent topic, by a persistent `D
 for its consumer bookkeeping only (it never reads): Exclusive refuses a second consumer, Failover
 has one active consumer (ActiveChanged when it changes), Key_Shared gives each key's hash slot to
 one consumer (AUTO_SPLIT or STICKY ranges). Shared is round robin over consumers with permits.
-As Pulsar, an entry goes to a consumer whose permits are above zero, and takes as many permits as
-it holds messages (permits may go below zero with a batch).
+As Pulsar, an entry goes to a consumer whose permits are above zero and whose connection is
+writable (Writable False: it holds more than its bound for writing), and takes as many permits as
+it holds messages (permits may go below zero with a batch); otherwise it is dropped.
 
-Events: AddConsumer, RemoveConsumer, Flow, Ack and Nack (impl/broker/dispatcher.py's, the last two
-are no-ops), and Publish(entry). Outputs: Send(consumer, entry), Dropped(entry) and ActiveChanged.
+Events: AddConsumer, RemoveConsumer, Flow, Writable, Ack and Nack (impl/broker/dispatcher.py's, the
+last two are no-ops), and Publish(entry). Outputs: Send(consumer, entry), Dropped(entry) and ActiveChanged.
 A refused AddConsumer raises (ConsumerBusy, ConsumerAssignError) before anything changes.
 """
 
@@ -33,6 +34,7 @@ from impl.broker.dispatcher import (
     RemoveConsumer,
     SubscriptionError,
     SubscriptionType,
+    Writable,
 )
 from impl.broker.dispatcher import Output as MembershipOutput
 
@@ -66,7 +68,7 @@ class Dropped:
     entry: Entry
 
 
-Event = AddConsumer | RemoveConsumer | Flow | Ack | Nack | Publish
+Event = AddConsumer | RemoveConsumer | Flow | Writable | Ack | Nack | Publish
 Output = Send | Dropped | ActiveChanged
 
 
@@ -77,6 +79,7 @@ class NonPersistentDispatcher:
         self.type = sub_type
         self._membership = Dispatcher(sub_type, partition_index)
         self.permits: dict[int, int] = {}
+        self.unwritable: set[int] = set()  # consumers whose connection is over its bound
         self.dropped = 0  # messages dropped so far
         self.delivered = 0  # messages sent so far
         self._rr = 0
@@ -114,6 +117,7 @@ class NonPersistentDispatcher:
 
     def _remove_consumer(self, e: RemoveConsumer) -> list[Output]:
         self.permits.pop(e.consumer, None)
+        self.unwritable.discard(e.consumer)
         return self._membership_step(e)
 
     def _flow(self, e: Flow) -> list[Output]:
@@ -123,12 +127,19 @@ class NonPersistentDispatcher:
             self.permits[e.consumer] += e.permits
         return []
 
+    def _writable(self, e: Writable) -> list[Output]:
+        if e.writable:
+            self.unwritable.discard(e.consumer)
+        elif e.consumer in self.permits:
+            self.unwritable.add(e.consumer)
+        return []
+
     def _ignored(self, _e: Ack | Nack) -> list[Output]:
         return []  # nothing is kept, so nothing is acknowledged or redelivered
 
     def _publish(self, e: Publish) -> list[Output]:
         target = self._target(e.entry)
-        if target is None or self.permits.get(target, 0) <= 0:
+        if target is None or self.permits.get(target, 0) <= 0 or target in self.unwritable:
             self.dropped += e.entry.messages
             return [Dropped(e.entry)]
         self.permits[target] -= e.entry.messages
@@ -147,7 +158,7 @@ class NonPersistentDispatcher:
         ids = list(self.consumers)
         for i in range(len(ids)):  # Shared: the next consumer with permits, round robin
             candidate = ids[(self._rr + i) % len(ids)]
-            if self.permits.get(candidate, 0) > 0:
+            if self.permits.get(candidate, 0) > 0 and candidate not in self.unwritable:
                 self._rr = (self._rr + i + 1) % len(ids)
                 return candidate
         return None
@@ -157,6 +168,7 @@ _HANDLERS: dict[type, Callable[[NonPersistentDispatcher, Any], list[Output]]] = 
     AddConsumer: NonPersistentDispatcher._add_consumer,
     RemoveConsumer: NonPersistentDispatcher._remove_consumer,
     Flow: NonPersistentDispatcher._flow,
+    Writable: NonPersistentDispatcher._writable,
     Ack: NonPersistentDispatcher._ignored,
     Nack: NonPersistentDispatcher._ignored,
     Publish: NonPersistentDispatcher._publish,

@@ -13,6 +13,7 @@ from impl.broker.dispatcher import (
     Nack,
     RemoveConsumer,
     SubscriptionType,
+    Writable,
 )
 from impl.broker.non_persistent_dispatcher import Dropped, Entry, NonPersistentDispatcher, Publish, Send
 from impl.protocol.message_id import MessageId
@@ -87,6 +88,25 @@ def test_key_shared_routes_each_key_to_its_slot_owner() -> None:
         assert isinstance(out, Send)
         assert owners.setdefault(key, out.consumer) == out.consumer
     assert set(owners.values()) == {1, 2}
+
+
+def test_a_consumer_whose_connection_is_full_is_skipped_and_its_entries_dropped() -> None:
+    d = NonPersistentDispatcher(SubscriptionType.SHARED)
+    d.step(AddConsumer(1, "a"))
+    d.step(AddConsumer(2, "b"))
+    d.step(Flow(1, 10))
+    d.step(Flow(2, 10))
+    d.step(Writable(1, False))
+    assert [d.step(Publish(entry())) for _ in range(2)] == [[Send(2, entry())]] * 2
+    d.step(Writable(2, False))
+    assert d.step(Publish(entry())) == [Dropped(entry())]
+    d.step(Writable(1, True))
+    assert d.step(Publish(entry())) == [Send(1, entry())]
+    e = NonPersistentDispatcher(SubscriptionType.EXCLUSIVE)
+    e.step(AddConsumer(1, "a"))
+    e.step(Flow(1, 10))
+    e.step(Writable(1, False))
+    assert e.step(Publish(entry())) == [Dropped(entry())]
 
 
 def test_unknown_events_are_refused() -> None:
