@@ -289,6 +289,7 @@ class DoSubscribe:
     consumer_name: str
     schema: api.Schema | None = None
     key_shared: KeySharedMeta | None = None  # SUBSCRIBE's keySharedMeta (Key_Shared only)
+    read_compacted: bool = False  # SUBSCRIBE's read_compacted: the compacted view, then the topic
 
 
 @dataclass(frozen=True)
@@ -664,6 +665,7 @@ class ServerConnection:
                 s.consumer_name,
                 s.schema if s.HasField("schema") else None,
                 key_shared,
+                s.read_compacted,
             )
         ]
 

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Literal
@@ -242,11 +242,17 @@ class ManagedCursor(_CursorBase):
                 self._requests.pop(token, None)
             raise ManagedLedgerError(self.ml.name, f"cursor {self.name!r}: no answer in {self.ml.timeout_s:g} s") from e
 
-    def mark_delete(self, position: Position) -> None:
-        """Cumulative ack: everything up to `position` is consumed."""
+    def mark_delete(self, position: Position, properties: Mapping[str, str] | None = None) -> None:
+        """Cumulative ack: everything up to `position` is consumed (`properties`: stored with it)."""
         self.ml.check_usable()
         view = self.ml.view()
-        self._request(lambda token, now: core.MarkDelete(token, position, view, now))
+        self._request(lambda token, now: core.MarkDelete(token, position, view, now, properties))
+
+    @property
+    def mark_delete_properties(self) -> dict[str, str]:
+        """The properties stored with the mark-delete position (Pulsar's markDelete properties)."""
+        with self._lock:
+            return dict(self._current().properties)
 
     def delete(self, positions: Iterable[Position]) -> None:
         """Individual acks; contiguous acks advance the mark-delete position."""
@@ -430,6 +436,7 @@ class ManagedCursor(_CursorBase):
     def stats(self) -> dict[str, Any]:
         result = super().stats()
         result["cursor_ledger"] = self._core.ledger_id
+        result["properties"] = self.mark_delete_properties
         return result
 
 

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -85,6 +85,9 @@ class CursorState:
 
     mark_delete: Position
     individually_deleted: list[Range] = field(default_factory=list)
+    # Pulsar's mark-delete properties: set with a cumulative ack, stored with the position (the
+    # `__compaction` cursor keeps its compacted ledger here).
+    properties: dict[str, str] = field(default_factory=dict)
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -123,12 +126,15 @@ class CursorState:
             checked.append(p)
         return checked
 
-    def mark_delete_to(self, p: Position, view: TopicView) -> bool:
-        """Cumulative ack of everything up to `p`. Returns whether the state changed."""
+    def mark_delete_to(self, p: Position, view: TopicView, properties: Mapping[str, str] | None = None) -> bool:
+        """Cumulative ack of everything up to `p` (with `properties`, they replace the stored ones).
+        Returns whether the state changed."""
         (p,) = self.check([p], view)
         if p <= self.mark_delete:
             return False  # older than what is acknowledged already: nothing to do (as Pulsar)
         self.mark_delete = p
+        if properties is not None:
+            self.properties = dict(properties)
         kept: list[Range] = []
         for first, last in self.individually_deleted:
             if last <= p:
@@ -191,18 +197,22 @@ class CursorState:
     # ---- stored form ---------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "mark_delete": [self.mark_delete.ledger_id, self.mark_delete.entry_id],
             "individually_deleted": [
                 [a.ledger_id, a.entry_id, b.ledger_id, b.entry_id] for a, b in self.individually_deleted
             ],
         }
+        if self.properties:  # only when set: other cursors' stored form is unchanged
+            doc["properties"] = dict(self.properties)
+        return doc
 
     @staticmethod
     def from_json(doc: dict[str, Any]) -> CursorState:
         md = doc["mark_delete"]
         ranges = [(Position(int(r[0]), int(r[1])), Position(int(r[2]), int(r[3]))) for r in doc["individually_deleted"]]
-        return CursorState(Position(int(md[0]), int(md[1])), ranges)
+        properties = {str(k): str(v) for k, v in doc.get("properties", {}).items()}
+        return CursorState(Position(int(md[0]), int(md[1])), ranges, properties)
 
     def encode(self) -> bytes:
         return json.dumps(self.to_json(), separators=(",", ":")).encode()
@@ -212,7 +222,7 @@ class CursorState:
         return CursorState.from_json(json.loads(data))
 
     def copy(self) -> CursorState:
-        return CursorState(self.mark_delete, list(self.individually_deleted))
+        return CursorState(self.mark_delete, list(self.individually_deleted), dict(self.properties))
 
 
 def initial_state(view: TopicView, initial: Literal["earliest", "latest"]) -> CursorState:
@@ -364,6 +374,7 @@ class MarkDelete:
     position: Position
     view: TopicView
     now: float
+    properties: Mapping[str, str] | None = None  # stored with the position (None: keep the current ones)
 
 
 @dataclass(frozen=True)
@@ -872,7 +883,7 @@ class ManagedCursorCore:
         return [*outputs, CompleteRequest(token)]
 
     def _mark_delete(self, e: MarkDelete) -> list[Output]:
-        return self._change(e.token, e.now, lambda s: s.mark_delete_to(e.position, e.view))
+        return self._change(e.token, e.now, lambda s: s.mark_delete_to(e.position, e.view, e.properties))
 
     def _delete(self, e: Delete) -> list[Output]:
         return self._change(e.token, e.now, lambda s: s.delete(e.positions, e.view))

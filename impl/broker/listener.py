@@ -636,6 +636,7 @@ class _Connection:
                 sink,
                 reader_start,
                 out.key_shared,
+                out.read_compacted,
             )
         except Exception as e:
             code, message = server_error(e)
@@ -778,6 +779,8 @@ class _Connection:
             return [conn.error_reply(out.request_id, api.ConsumerNotFound, "no such consumer")]
         try:
             last = c.topic.last_entry()
+            if c.sub.read_compacted:
+                last = c.topic.compactor.last_entry(last)
         except Exception as e:
             code, message = server_error(e)
             return [conn.error_reply(out.request_id, code, message)]

@@ -31,6 +31,7 @@ from typing import Any
 from impl.bookie.client.api import BookKeeperClient
 from impl.broker import namespaces
 from impl.broker.authorization import Authorizer
+from impl.broker.compaction import COMPACTION_CURSOR, TopicCompactor
 from impl.broker.dispatcher import (
     AckEntries,
     ActiveChanged,
@@ -62,6 +63,7 @@ from impl.broker.errors import (
     ConsumerBusyError,
     InvalidName,
     MessageTooLarge,
+    NotAllowed,
     NotOwner,
     PersistenceError,
     ProducerBlockedQuotaExceededError,
@@ -228,6 +230,8 @@ class Subscription:
         self._wake_scheduled = False
         self._wake_lock = threading.Lock()
         self._entry_size = 1  # a running estimate, for reads of at most dispatcher_max_read_size_bytes
+        # readCompacted: read the topic's compacted view up to its horizon, then the topic after it.
+        self.read_compacted = False
 
     def wake(self) -> None:
         """New entries (or a retry): the dispatcher reads them, on the service's executor."""
@@ -343,6 +347,10 @@ class Subscription:
         return removed
 
     def _read(self, max_entries: int) -> list[Message]:
+        if self.read_compacted:
+            compacted = self._read_compacted(max_entries)
+            if compacted is not None:
+                return compacted
         ml = self.topic.ml
         start = ml.first_position() if self.read_after is None else ml.next_position(self.read_after)
         if start is None:
@@ -367,6 +375,29 @@ class Subscription:
                 messages += messages_of(position, data, payloads=False, keys_needed=keys_needed)
             except CorruptEntry as e:
                 log.error("skipping %s on %s: %s", position, self.topic.name, e)
+        return messages
+
+    def _read_compacted(self, max_entries: int) -> list[Message] | None:
+        """The compacted view's entries after the read position (Pulsar's CompactedTopicImpl); None once
+        the read position is at or past its horizon (the topic after it is read as usual)."""
+        view = self.topic.compactor.view
+        if view is None or (self.read_after is not None and self.read_after >= view.horizon):
+            return None
+        batch = view.after(self.read_after, max_entries)
+        if not batch:
+            self.read_after = view.horizon  # every compacted entry delivered: the tail follows
+            return None
+        mark = self.cursor.mark_delete_position
+        keys_needed = self.dispatcher.type is SubscriptionType.KEY_SHARED
+        messages: list[Message] = []
+        for position, data in batch:
+            self.read_after = position
+            if mark is not None and position > mark and self.cursor.is_acknowledged(position):
+                continue
+            try:
+                messages += messages_of(position, data, payloads=False, keys_needed=keys_needed)
+            except CorruptEntry as e:
+                log.error("skipping compacted %s on %s: %s", position, self.topic.name, e)
         return messages
 
 
@@ -413,6 +444,8 @@ class Topic:
         if self.deduplication:
             self._rebuild_dedup()
         ml.add_listener(self._on_new_entry)
+        self.compactor = TopicCompactor(str(name), ml)
+        self.compactor.load()
 
     # ---- producers ---------------------------------------------------------------------------
 
@@ -852,12 +885,15 @@ class Topic:
         sink: ConsumerSink,
         reader_start: Position | None | bool = False,
         key_shared: KeySharedMeta | None = None,
+        read_compacted: bool = False,
     ) -> Subscription:
         """Attach a consumer. reader_start (not False): a non-durable subscription (a reader) starting
         at that position inclusive (None: the first entry; True: after the last one)."""
         if not sub_name:
             raise BrokerError("a subscription needs a name")
         check_not_reserved(sub_name)
+        if read_compacted and sub_type not in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            raise NotAllowed("readCompacted is only allowed on Exclusive and Failover subscriptions (as Pulsar)")
         with self.lock:
             if self.closed:
                 raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
@@ -870,6 +906,7 @@ class Topic:
                 sub = None
             if sub is None:
                 cursor: ManagedCursor | NonDurableCursor
+                new_cursor = sub_name not in self.ml.cursors()
                 if reader_start is False:
                     cursor = self.ml.open_cursor(sub_name, initial="earliest" if earliest else "latest")
                 elif reader_start is True:
@@ -878,8 +915,13 @@ class Topic:
                     assert not isinstance(reader_start, bool)
                     cursor = self.ml.new_non_durable_cursor(reader_start)
                 sub = Subscription(self, sub_name, cursor, sub_type, self.name.partition or 0)
+                if read_compacted and (reader_start is None or (reader_start is False and earliest and new_cursor)):
+                    sub.read_after = None  # from the earliest: the compacted view's first entry, which may
+                    # come from a ledger trimmed since
                 self.subscriptions[sub_name] = sub
         with sub.lock:
+            if not sub.sinks:  # the first consumer chooses (readCompacted is Exclusive and Failover only)
+                sub.read_compacted = read_compacted
             sub.sinks[consumer] = sink
             try:
                 sub.run(AddConsumer(consumer, name, key_shared))
@@ -1008,7 +1050,10 @@ class Topic:
 
 
 def check_not_reserved(sub_name: str) -> None:
-    """A replicator's cursor is not a subscription: acknowledging on it would skip entries never replicated."""
+    """A replicator's cursor is not a subscription: acknowledging on it would skip entries never replicated;
+    nor is the compaction cursor (its mark-delete is the compaction horizon)."""
+    if sub_name == COMPACTION_CURSOR:
+        raise ReservedName(f"subscription name {sub_name!r} is reserved for compaction; choose another name")
     if is_replicator_cursor(sub_name):
         raise ReservedName(
             f"subscription name {sub_name!r} is reserved: replicators' cursors are named "

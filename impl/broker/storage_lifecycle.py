@@ -181,6 +181,13 @@ class CompactedLedgerWritten:
 
 
 @dataclass(frozen=True)
+class CompactedLedgerWriteFailed:
+    """The compacted ledger could not be written (the shell deleted what it created)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class ListWritten:
     version: int
 
@@ -213,6 +220,7 @@ Event = (
     | CompactionRead
     | CompactionReadFailed
     | CompactedLedgerWritten
+    | CompactedLedgerWriteFailed
     | ListWritten
     | CursorWritten
     | BadVersion
@@ -425,6 +433,11 @@ class StorageLifecycle:
             self.op = None
         return []
 
+    def _compacted_write_failed(self, e: CompactedLedgerWriteFailed) -> list[Output]:
+        if self.op is not None and self.op.kind == "compact" and self.op.stage is Stage.WRITING:
+            self.op = None  # nothing was swapped in: the previous compacted ledger stays
+        return []
+
     def _compacted_written(self, e: CompactedLedgerWritten) -> list[Output]:
         op = self.op
         if op is None or op.kind != "compact" or op.stage is not Stage.WRITING or op.horizon is None:
@@ -491,6 +504,7 @@ _HANDLERS: dict[type, str] = {
     CompactionRead: "_compaction_read",
     CompactionReadFailed: "_compaction_read_failed",
     CompactedLedgerWritten: "_compacted_written",
+    CompactedLedgerWriteFailed: "_compacted_write_failed",
     ListWritten: "_list_written",
     CursorWritten: "_cursor_written",
     BadVersion: "_failed",

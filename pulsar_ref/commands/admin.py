@@ -275,6 +275,8 @@ VERBS: dict[str, dict[str, Verb]] = {
         ),
         "partitioned-stats": Verb("GET", "{topic}/partitioned-stats", "topic", help="stats summed over partitions"),
         "unload": Verb("PUT", "{topic}/unload", "topic", help="close it on its broker (the next lookup reloads it)"),
+        "compact": Verb("PUT", "{topic}/compaction", "topic", help="start a compaction (latest message per key)"),
+        "compaction-status": Verb("GET", "{topic}/compaction", "topic", help="the last compaction's status"),
         "subscriptions": Verb("GET", "{topic}/subscriptions", "topic", help="its subscriptions"),
         "unsubscribe": Verb(
             "DELETE", "{topic}/subscription/{subscription}", "topic", options=(_SUB,), help="delete a subscription"

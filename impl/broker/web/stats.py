@@ -109,7 +109,7 @@ def _cursor(cursor: dict[str, Any]) -> dict[str, Any]:
         "messagesConsumedCounter": 0,
         "numberOfEntriesSinceFirstNotAckedMessage": cursor["backlog"],
         "state": "Open",
-        "properties": {},
+        "properties": dict(cursor.get("properties", {})),  # the mark-delete's (Pulsar's cursor properties)
     }
 
 

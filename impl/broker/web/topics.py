@@ -10,6 +10,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from impl.broker import namespaces
+from impl.broker.compaction import CompactionRunning
 from impl.broker.errors import ConsumerBusyError, NotEmptyError
 from impl.broker.service import Topic
 from impl.broker.web import stats
@@ -47,6 +48,8 @@ class TopicRoutes:
         r.add("DELETE", TOPIC + "/subscription/{subscription}", self.delete_subscription)
         r.add("POST", TOPIC + "/subscription/{subscription}/resetcursor/{timestamp}", self.reset_cursor)
         r.add("GET", TOPIC + "/lastMessageId", self.last_message_id)
+        r.add("PUT", TOPIC + "/compaction", self.compact)
+        r.add("GET", TOPIC + "/compaction", self.compaction_status)
         r.add("POST", TOPIC + "/subscription/{subscription}/expireMessages/{seconds}", self.expire_messages)
         r.add("POST", TOPIC + "/all_subscription/expireMessages/{seconds}", self.expire_all_messages)
 
@@ -250,6 +253,22 @@ class TopicRoutes:
         last = owned.ml.last_confirmed()
         ledger, entry = (last.ledger_id, last.entry_id) if last is not None else (-1, -1)
         return Response.json({"ledgerId": ledger, "entryId": entry, "partitionIndex": -1})
+
+    def compact(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        """Start a compaction up to the topic's last message (409 while one runs), as Pulsar's triggerCompaction."""
+        owned = self._owned(req, self._name(tenant, namespace, topic))
+        if isinstance(owned, Response):
+            return owned
+        try:
+            owned.compactor.trigger()
+        except CompactionRunning as e:
+            raise HttpError(409, str(e)) from e
+        return Response.empty()
+
+    def compaction_status(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        """Pulsar's LongRunningProcessStatus of the last compaction: NOT_RUN, RUNNING, SUCCESS or ERROR."""
+        owned = self._owned(req, self._name(tenant, namespace, topic))
+        return owned if isinstance(owned, Response) else Response.json(owned.compactor.status_json())
 
 
 def _path(name: TopicName) -> str:
