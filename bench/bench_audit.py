@@ -33,6 +33,8 @@ import time
 
 import psutil
 from bench_pulsar import calibration
+from results_log import append
+from results_log import row as record_row
 
 
 def write_history(path: str, events: int, topics: int, processes: int, seed: int = 0, consumers: float = 0.0) -> int:
@@ -321,7 +323,9 @@ def main() -> None:
     # The JVM is tuned for the input size (spark/session.py); the generator writes ~160 bytes per event.
     spark_session(a.master, input_size=160 * max(a.sizes))
     rows = []
-    print(calibration(), flush=True)
+    records = []  # bench/results/audit.jsonl, for bench/dashboard.py
+    start = calibration()
+    print(start, flush=True)
     print(
         f"{'events':>10} {'topics':>6} {'procs':>5} {'validate s':>10} {'spark s':>8} {'total s':>8} "
         f"{'events/s':>9} {'cpu s':>7} {'cpu s/M':>7} {'peak MB':>8} {'verdict':>7}",
@@ -361,6 +365,10 @@ def main() -> None:
                         flush=True,
                     )
                 rows.append((n, topics, t1 - t0, t2 - t1))
+                events = f"{size / 1e6:g}M" if size >= 1_000_000 else f"{size:,}"
+                who = "with consumers" if a.consumers else "no consumers"
+                name = f"{events} events, {topics:,} topic{'s' if topics > 1 else ''}, {who}: total"
+                records.append(record_row(name, t2 - t0, "s"))
                 print(
                     f"{n:>10} {topics:>6} {a.processes:>5} {t1 - t0:>10.1f} {t2 - t1:>8.1f} {t2 - t0:>8.1f} "
                     f"{n / (t2 - t0):>9.0f} {c2 - c0:>7.0f} {(c2 - c0) / n * 1e6:>7.1f} {peak.peak / 2**20:>8.0f} "
@@ -377,7 +385,9 @@ def main() -> None:
                 f"(n x{n1 / n0:.2f}, n log n x{n1 * math.log(n1) / (n0 * math.log(n0)):.2f})"
             )
     print(f"(python driver max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
-    print(calibration(), flush=True)
+    end = calibration()
+    print(end, flush=True)
+    append("audit", records, calibration=f"{start} (start); {end} (end)")
 
 
 if __name__ == "__main__":

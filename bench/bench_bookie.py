@@ -24,6 +24,9 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from results_log import append, calibration  # noqa: E402
+from results_log import row as record_row  # noqa: E402
+
 from impl.bookie.channel import BookieChannel  # noqa: E402
 from impl.bookie.core import JournalRecord, RecordKind  # noqa: E402
 from impl.bookie.entry_format import encode_entry, master_key  # noqa: E402
@@ -100,7 +103,15 @@ def journal_alone(directory: Path, seconds: float, per_append: int) -> Row:
     return row(name, done[0], time.monotonic() - start, lat)
 
 
-def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int, rate: float = 0.0) -> str:
+class GrpcRun(NamedTuple):
+    row: Row
+    errors: int
+
+    def __str__(self) -> str:
+        return f"{self.row} errors={self.errors}"
+
+
+def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int, rate: float = 0.0) -> GrpcRun:
     """Adds over one gRPC stream with at most `concurrency` in flight; `rate` > 0 paces the
     sends at that many adds per second (latency at a fixed load) instead of as fast as possible."""
     channel = BookieChannel(address)
@@ -133,7 +144,7 @@ def bookie_grpc(address: str, concurrency: int, seconds: float, ledger: int, rat
     elapsed = time.monotonic() - start
     channel.close()
     name = f"bookie gRPC stream, {concurrency} in flight" + (f", paced at {rate:,.0f} adds/s" if rate else "")
-    return f"{row(name, len(lat), elapsed, lat)} errors={errors[0]}"
+    return GrpcRun(row(name, len(lat), elapsed, lat), errors[0])
 
 
 @contextlib.contextmanager
@@ -214,15 +225,32 @@ def main() -> int:
         print(f"| journal at saturation (64-record appends) / raw batch 512 | {journal.rate / raw.rate:.0%} | | | |")
         with bookie_process(directory / "saturation") as address:
             for ledger, concurrency in enumerate((1, 16, 128, 1024), start=1):
-                print(bookie_grpc(address, concurrency, args.seconds, ledger), flush=True)
+                saturated = bookie_grpc(address, concurrency, args.seconds, ledger)
+                print(saturated, flush=True)
         # Steady state, not the aftermath of the 1,024 row: the saturating bookie's data is written back to
         # the disk before a fresh bookie starts.
         os.sync()
         with bookie_process(directory / "paced") as address, disk_probe(directory) as probe:
-            print(bookie_grpc(address, 1024, args.paced_seconds, 1, rate=2000), flush=True)
+            paced = bookie_grpc(address, 1024, args.paced_seconds, 1, rate=2000)
+            print(paced, flush=True)
         worst = max(probe) * 1000
         name = f"disk probe beside the paced row: 1 KiB overwrite+fdatasync every 20 ms (max {worst:.1f} ms)"
         print(row(name, len(probe), args.paced_seconds, probe), flush=True)
+    line = calibration()
+    print(f"\n{line}")
+    records = [
+        record_row(
+            "journal at saturation, 64-record appends",
+            journal.rate,
+            "entries/s",
+            "raw write+fdatasync, batch 512",
+            raw.rate,
+        ),
+        record_row(saturated.row.name, saturated.row.rate, "adds/s"),
+        record_row(f"{paced.row.name}: p99", pct(paced.row.lat, 0.99), "ms"),
+        record_row(f"{paced.row.name}: disk probe max", worst, "ms"),
+    ]
+    append("bookie", records, calibration=line)
     return 0
 
 

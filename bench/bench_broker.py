@@ -41,6 +41,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from results_log import append, calibration  # noqa: E402
+from results_log import row as record_row  # noqa: E402
+
 from impl.client import Client  # noqa: E402
 from impl.cluster.deployment import Cluster  # noqa: E402
 
@@ -299,8 +302,14 @@ def main() -> None:
         for name in chosen:
             print(f"{name} ({i + 1} of {args.repeat}):", flush=True)
             runs[name].append(run(deployments[name], args))
+    records = []  # bench/results/broker.jsonl, for bench/dashboard.py
     for name, repeats in runs.items():
         rows = [median_row(same) for same in zip(*repeats, strict=True)]
+        for r in rows:
+            if r.run.startswith("fixed rate"):
+                records.append(record_row(f"{name}: {r.run}: publish p99", r.p99, "ms"))
+            else:
+                records.append(record_row(f"{name}: {r.run}", r.rate, "msg/s"))
         print(f"\n{name}" + (f" (median of {args.repeat} runs)" if args.repeat > 1 else "") + "\n")
         print("| run | messages | msg/s | publish p50 ms | publish p99 ms | end-to-end p50 ms | end-to-end p99 ms |")
         print("|---|---:|---:|---:|---:|---:|---:|")
@@ -309,6 +318,9 @@ def main() -> None:
                 f"| {r.run} | {r.messages:,} | {r.rate:,.0f} | {ms(r.p50)} | {ms(r.p99)} | {ms(r.e2e_p50)} "
                 f"| {ms(r.e2e_p99)} |"
             )
+    line = calibration()
+    print(f"\n{line}")
+    append("broker", records, calibration=line)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from results_log import append, calibration  # noqa: E402
+from results_log import row as record_row  # noqa: E402
+
 from impl import heap  # noqa: E402
 from impl.bookie.channel import BookieChannel  # noqa: E402
 from impl.bookie.client.api import BookKeeperClient  # noqa: E402
@@ -88,7 +91,9 @@ def pct(values: list[float], p: float) -> float:
 # ---- (a), (b) adds ------------------------------------------------------------------------------------------------
 
 
-def adds(client: BookKeeperClient, outstanding: int, seconds: float, futures: bool = False) -> str:
+def adds(
+    client: BookKeeperClient, outstanding: int, seconds: float, futures: bool = False, record: list | None = None
+) -> str:
     """`add_with_callback`, the API the broker's managed ledger uses, or with `futures` `add_async`
     (a Future per add, whose bookkeeping runs in the client process too)."""
     handle = client.create_ledger(3, 3, 2, password=PASSWORD)
@@ -123,10 +128,14 @@ def adds(client: BookKeeperClient, outstanding: int, seconds: float, futures: bo
         raise RuntimeError(f"adds failed at {outstanding} outstanding: {errors[0]}") from errors[0]
     rate = len(latencies) / elapsed
     p50, p99 = pct(latencies, 0.5), pct(latencies, 0.99)
+    if record is not None:
+        record.append(record_row(f"adds/s, {outstanding:,} outstanding", rate, "adds/s"))
     return f"| {outstanding} | {len(latencies):,} | {rate:,.0f} | {rate * 1024 / 1e6:.2f} | {p50:.1f} | {p99:.1f} |"
 
 
-def adds_at_rate(client: BookKeeperClient, rate: float, seconds: float, bookies: list[int]) -> str:
+def adds_at_rate(
+    client: BookKeeperClient, rate: float, seconds: float, bookies: list[int], record: list | None = None
+) -> str:
     handle = client.create_ledger(3, 3, 2, password=PASSWORD)
     cpu_before, bookies_before = own_cpu_seconds(), sum(cpu_seconds(pid) for pid in bookies)
     latencies: list[float] = []
@@ -157,6 +166,8 @@ def adds_at_rate(client: BookKeeperClient, rate: float, seconds: float, bookies:
     if errors:
         raise RuntimeError(f"adds failed at {rate}/s: {errors[0]}") from errors[0]
     p50, p99, top = pct(latencies, 0.5), pct(latencies, 0.99), max(latencies) * 1000
+    if record is not None:
+        record.append(record_row(f"add p99 at a fixed {rate:,.0f} adds/s", p99, "ms"))
     return (
         f"| {rate:,.0f} | {total:,} | {total / elapsed:,.0f} | {p50:.1f} | {p99:.1f} | {top:.1f} "
         f"| {cpu:,.0f} | {bookies_cpu:,.0f} |"
@@ -306,11 +317,12 @@ def main() -> int:
     heap.settle_after_startup()
 
     parent = Path(args.dir) if args.dir else Path.cwd()
+    records: list[dict[str, object]] = []  # bench/results/client.jsonl, for bench/dashboard.py
     if args.outstanding:
         with cluster(parent) as (_, client, _):
             table_header("outstanding adds", "adds", "adds/s", "MB/s", "p50 ms", "p99 ms")
             for outstanding in args.outstanding:
-                print(adds(client, outstanding, args.seconds, args.futures), flush=True)
+                print(adds(client, outstanding, args.seconds, args.futures, records), flush=True)
             print()
     if args.rate:
         with cluster(parent) as (_, client, bookies):
@@ -319,7 +331,7 @@ def main() -> int:
                 "client CPU us/add", "bookies CPU us/add",
             )  # fmt: skip
             for rate in args.rate:
-                print(adds_at_rate(client, rate, args.seconds, bookies), flush=True)
+                print(adds_at_rate(client, rate, args.seconds, bookies, records), flush=True)
             print()
     if args.recovery_entries:
         table_header(
@@ -343,6 +355,12 @@ def main() -> int:
                     f"| {cpu:.1f} | {bookies_cpu:.1f} |",
                     flush=True,
                 )
+                if kind == "all unconfirmed":
+                    name = f"recovery of {entries:,} unconfirmed entries, {read_ahead:,} read ahead"
+                    records.append(record_row(name, seconds, "s"))
+    line = calibration()
+    print(f"\n{line}")
+    append("client", records, calibration=line)
     return 0
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kazoo.client import KazooClient  # noqa: E402
+from results_log import append, calibration, row  # noqa: E402
 
 from impl.metadata.store import MetadataStore  # noqa: E402
 from impl.metadata.zkserver import ZooKeeperServer  # noqa: E402
@@ -178,6 +179,17 @@ def main(argv: list[str] | None = None) -> int:
             f"\nZooKeeperStore.set vs raw kazoo set on the same server: {overhead:.3f}x time per write "
             f"(median of {len(pair_ratios)} interleaved {BLOCK_OPS}-write block pairs; whole-run throughput ratio "
             f"{raw.throughput / ours.throughput:.3f}, p50 latency ratio {p50_ratio:.3f}); {verdict} the 1.2x target"
+        )
+        line = calibration()
+        print(line)
+        records = [
+            row("ZooKeeperStore.set time per write / raw kazoo's", overhead, "x"),
+            row("zk:// ZooKeeperStore conditional writes", ours.throughput, "ops/s", "zk:// raw kazoo", raw.throughput),
+        ]
+        append(
+            "metadata",
+            records + [row(f"{s.name} conditional writes", s.throughput, "ops/s") for s in samples[:-2]],
+            calibration=line,
         )
         return 0
     finally:

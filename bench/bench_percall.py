@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc  # noqa: E402
+from results_log import append, calibration, row  # noqa: E402
 
 from impl.bookie import bookie_pb2 as pb  # noqa: E402
 from impl.bookie import bookie_pb2_grpc as pb_grpc  # noqa: E402
@@ -139,6 +140,9 @@ def main() -> None:
     print("|---|---:|---|")
     for name, cost, kind in rows:
         print(f"| {name} | {cost:,.1f} | {kind} |")
+    line = calibration()
+    print(f"\n{line}")
+    append("percall", [row(name, cost, f"us {kind}") for name, cost, kind in rows], calibration=line)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pulsar  # noqa: E402
+from results_log import append, calibration, row  # noqa: E402  (bench/ is on the path of a script run)
 
 from impl.cluster.deployment import Cluster  # noqa: E402
 from impl.metadata.zkserver import free_port  # noqa: E402
@@ -62,17 +63,6 @@ TARGETS = {
     "consume batched": 20_000,
     "consume unbatched": 5_000,
 }
-
-
-def calibration() -> str:
-    """A fixed pure-Python loop's time and the load average, measured now."""
-    start = time.perf_counter()
-    total = 0
-    for i in range(3_000_000):
-        total += i & 7
-    loop_ms = (time.perf_counter() - start) * 1000
-    load = os.getloadavg()
-    return f"calibration: 3M-step Python loop {loop_ms:.0f} ms; load average {load[0]:.2f} {load[1]:.2f}"
 
 
 class DiskProbe:
@@ -298,7 +288,9 @@ def fixed_rate(client: pulsar.Client, rate: int, seconds: float) -> tuple[float,
     return pct(published, 50), pct(published, 99), pct(arrived, 50), pct(arrived, 99)
 
 
-def run(deployment: str, args: argparse.Namespace, work: Path) -> list[str]:
+def run(deployment: str, args: argparse.Namespace, work: Path, figures: dict[str, float] | None = None) -> list[str]:
+    """One deployment's rows, printed as a table; `figures` gets each row's figure (msg/s or p99 ms) by name."""
+    figures = {} if figures is None else figures
     work.mkdir(parents=True, exist_ok=True)
     target = DEPLOYMENTS[deployment](work / deployment)
     lines = [
@@ -314,6 +306,7 @@ def run(deployment: str, args: argparse.Namespace, work: Path) -> list[str]:
         # trimming, persisting cursors and collecting a large heap for a while.
         with DiskProbe(work) as disk:
             p50, p99, e50, e99 = fixed_rate(client, args.rate, args.seconds)
+        figures[f"fixed {args.rate:,} msg/s, publish p99"] = p99
         lines.append(
             f"| fixed {args.rate:,} msg/s, publish latency | {args.rate:,} | {p50:.2f} | {p99:.2f} | p99 < 20 |"
         )
@@ -327,10 +320,10 @@ def run(deployment: str, args: argparse.Namespace, work: Path) -> list[str]:
             ("async batched 100 B", 100, True),
             ("async batched 1 KiB", 1024, True),
         ):
-            rate = async_send(client, args.messages, size, batching)
+            rate = figures[name] = async_send(client, args.messages, size, batching)
             lines.append(f"| {name} | {rate:,.0f} | | | >= {TARGETS[name]:,} |")
         for name, batched in (("consume batched", True), ("consume unbatched", False)):
-            rate = consume_backlog(client, args.backlog, batched)
+            rate = figures[name] = consume_backlog(client, args.backlog, batched)
             lines.append(
                 f"| {name} ({args.backlog:,} backlog, Shared, acks) | {rate:,.0f} | | | >= {TARGETS[name]:,} |"
             )
@@ -357,6 +350,19 @@ def probe_disk(seconds: float, work: Path) -> None:
     with DiskProbe(work) as disk:
         time.sleep(seconds)
     print(f"{calibration()}; {disk.summary(f'alone for {seconds:g} s')}", flush=True)
+
+
+def record(figures: dict[str, dict[str, float]], calibration_line: str) -> None:
+    """One round's figures to bench/results/pulsar.jsonl, pulsar-lite's as each row's peer when it ran."""
+    peer = figures.get("pulsar-lite", {})
+    ours = [d for d in figures if d != "pulsar-lite"] or ["pulsar-lite"]
+    rows = []
+    for deployment in ours:
+        for name, value in figures[deployment].items():
+            unit = "ms" if name.endswith("p99") else "msg/s"
+            other = peer.get(name) if deployment != "pulsar-lite" else None
+            rows.append(row(f"{deployment}: {name}", value, unit, "pulsar-lite" if other else None, other))
+    append("pulsar", rows, calibration=calibration_line)
 
 
 def main() -> int:
@@ -386,8 +392,11 @@ def main() -> int:
             if args.rows == "disk-probe":
                 probe_disk(args.seconds, work)
                 continue
+            start = calibration()
+            figures = {deployment: dict[str, float]() for deployment in args.deployment}
             for deployment in args.deployment:
-                run(deployment, args, work / f"round-{round_}")
+                run(deployment, args, work / f"round-{round_}", figures[deployment])
+            record(figures, f"{start} (start of the round); {calibration()} (end)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

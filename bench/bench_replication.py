@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pulsar  # noqa: E402
 from bench_pulsar import Standalone, calibration, pct  # noqa: E402
+from results_log import append  # noqa: E402
+from results_log import row as record_row  # noqa: E402
 
 from impl.broker import namespaces  # noqa: E402
 from impl.metadata.url import connect  # noqa: E402
@@ -131,7 +133,9 @@ def main() -> int:
     parser.add_argument("--rates", type=int, nargs="+", default=[1000, 10_000], help="msg/s per row")
     parser.add_argument("--seconds", type=float, default=10.0, help="publishing time per row (10)")
     args = parser.parse_args()
-    print(f"command: {' '.join(sys.argv)}\n{calibration()}\n", flush=True)
+    start = calibration()
+    print(f"command: {' '.join(sys.argv)}\n{start}\n", flush=True)
+    records = []
     work = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     zk = ZooKeeperServer(str(work / "zk"), die_with_parent=True)
     zk.start(90)
@@ -156,10 +160,17 @@ def main() -> int:
                 f"| {rate:,} | {r['published']:,.0f} | {r['replicated']:,.0f} | {r['lag_p50']:.0f} | "
                 f"{r['lag_p99']:.0f} | {r['drained']:.2f} | {'yes' if r['complete'] else 'NO'} |"
             )
+            records += [
+                record_row(f"{rate:,} msg/s: lag p99", r["lag_p99"], "ms"),
+                record_row(f"{rate:,} msg/s: replicated", r["replicated"], "msg/s", "published", r["published"]),
+                record_row(f"{rate:,} msg/s: drained after the last send", r["drained"], "s"),
+            ]
         east_client.close()
         west_client.close()
         print("\n".join(lines))
-        print(f"\n{calibration()}")
+        end = calibration()
+        print(f"\n{end}")
+        append("replication", records, calibration=f"{start} (start); {end} (end)")
     finally:
         for cluster in clusters:
             cluster.stop()

@@ -37,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pulsar  # noqa: E402
 from bench_pulsar import Standalone, async_send, calibration, fixed_rate  # noqa: E402
+from results_log import append  # noqa: E402
+from results_log import row as record_row  # noqa: E402
 
 
 def main() -> int:
@@ -112,8 +114,14 @@ def main() -> int:
             f"| {row} msg/s | {plain_rate:,.0f} | {token_rate:,.0f} | {secure_rate:,.0f} | "
             f"{secure_rate / plain_rate:.0%} | >= 70% |"
         )
-    lines += ["", calibration(), ""]
+    end = calibration()
+    lines += ["", end, ""]
     print("\n".join(lines), flush=True)
+    records = [
+        record_row(f"TLS + token: {name}", s[name][0], "msg/s", "plaintext", p[name][0])
+        for name in ("async unbatched", "async batched 1 KiB")
+    ]
+    append("tls", records, calibration=end)
     return 0
 
 

@@ -9,14 +9,14 @@ The freeze has a side effect. The collector runs a full collection only when the
 the oldest generation since the last one exceed a quarter of those it holds. After the freeze it holds
 almost nothing, so a backlog of requests triggers a full collection every few hundred ms. Each one walks
 the whole backlog and frees nothing: 0.55 s of the 3.6 s a standalone took to take 20,000 messages,
-the longest 80 ms (bench/RESULTS.md, broker). So a full collection is also tried only every
+the longest 80 ms (bench/history/broker.md). So a full collection is also tried only every
 `FULL_EVERY` collections of the middle generation, instead of CPython's 10.
 
 The middle generation has the same trouble on a smaller scale. A server with thousands of requests in
 flight (a client recovering a ledger, a bookie answering it) promotes them all at every young
 collection, and each middle collection walks them again and frees almost nothing: 0.4 s of the 7 s a
 client spent recovering 100,000 entries. So the middle generation is collected every `MIDDLE_EVERY`
-young collections, instead of CPython's 10: 0.13 s there (bench/RESULTS.md, client).
+young collections, instead of CPython's 10: 0.13 s there (bench/history/client.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The class archive of the local Spark JVM: Spark's classes loaded once, mapped by every later audit.
 
 A local audit of a small history is mostly a cold JVM: loading, verifying and interpreting Spark's classes
-(bench/RESULTS.md: of ~13 s for 20,000 events, ~4 s is the session start and most of the rest the first
+(bench/history/audit.md: of ~13 s for 20,000 events, ~4 s is the session start and most of the rest the first
 queries). Java's application class-data sharing records the classes a JVM loaded, parsed and verified, into a
 file at its exit (a dynamic CDS archive, `-XX:ArchiveClassesAtExit`); a later JVM maps that file
 (`-XX:SharedArchiveFile`) instead of loading them again.

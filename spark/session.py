@@ -10,7 +10,7 @@ from typing import Any
 _session: Any = None
 # Below this much input (~200,000 events of JSON Lines) a local audit is dominated by the fixed cost of code
 # generation and JIT for its ~20 stages: the C1-only JIT compiles that code far more cheaply (measured 31 vs
-# ~50 CPU s for 20,000 events), while at a million events the C2 JIT's faster code wins (bench/RESULTS.md).
+# ~50 CPU s for 20,000 events), while at a million events the C2 JIT's faster code wins (bench/history/audit.md).
 SMALL_INPUT_BYTES = 32 * 2**20
 
 

@@ -37,7 +37,7 @@ class CorruptEntryLog(StorageError):
 # A location is (entry log id, offset of the record, record size with its frame). A plain tuple of
 # ints, not a class: the bookie keeps one per stored entry, and CPython's cycle collector stops
 # tracking tuples of ints, where a million tracked objects made every full collection stall the
-# bookie for ~0.2 s (bench/RESULTS.md, bookie).
+# bookie for ~0.2 s (bench/history/bookie.md).
 Location = tuple[int, int, int]
 
 

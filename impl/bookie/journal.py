@@ -11,7 +11,7 @@ share the next one (group commit) and no record ever waits for company: the queu
 is the flush signal. Each append's callback runs only after the flush that covers it is durable.
 Files are opened with O_DSYNC, so one write() is write + fdatasync in one system call: the
 writer gives up the GIL once per flush instead of twice, and getting it back from the busy
-appending threads is what bounded the journal (bench/RESULTS.md, bookie). Where the platform
+appending threads is what bounded the journal (bench/history/bookie.md). Where the platform
 has no O_DSYNC the writer calls fdatasync after the write.
 Files roll at `roll_size`.
 Replay stops at the first torn or corrupt record of a file and reports it (never raises).

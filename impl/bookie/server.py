@@ -93,7 +93,7 @@ MAX_REPLY_BATCH = 512  # replies per stream message
 MAX_REPLY_BATCH_BYTES = 4 * 1024 * 1024  # of read replies per stream message (gRPC caps a message at 16 MiB)
 # The entry logs are fsynced whenever they took this much since the last fsync, not only at checkpoints:
 # with the journal on the same disk, a checkpoint that syncs seconds of adds at once holds the journal's
-# fdatasync (and so every add) for tens to hundreds of milliseconds (bench/RESULTS.md, bookie).
+# fdatasync (and so every add) for tens to hundreds of milliseconds (bench/history/bookie.md).
 ENTRY_LOG_SYNC_BYTES = 4 * 1024 * 1024
 MAINTENANCE_TICK_S = 0.05  # how often the maintenance thread looks at the entry logs' unsynced bytes
 

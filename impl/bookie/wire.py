@@ -4,7 +4,7 @@ Clients send requests as serialized `StreamReqBatch` elements (`request_frame`),
 objects: the writer sends each add to Qw bookies, and the frames of those copies differ only in
 their tag, so the request body is serialized once and only a few bytes are written per copy.
 Building a `StreamReq` per copy (and copying it again into the batch) cost ~15 us per add against
-~6 us this way (bench/RESULTS.md, client). Bookies answer likewise with `StreamRespBatch` elements
+~6 us this way (bench/history/client.md). Bookies answer likewise with `StreamRespBatch` elements
 (`response_frame`): add and read replies, one per entry, are written here without two message
 objects each and a batch object to copy them into."""
 

@@ -147,7 +147,7 @@ TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and
 # bookies start on the first ones while the broker encodes the rest.
 PUBLISH_CHUNK = 64
 # Managed-ledger steps of a topic's adds with the bookies at once (Topic._submit). One was best in an
-# A/B of 1, 2 and unlimited on the standalone (bench/RESULTS.md): lowest publish latency at 1,000
+# A/B of 1, 2 and unlimited on the standalone (bench/history/pulsar.md): lowest publish latency at 1,000
 # msg/s, and async throughput, batched or not, no lower than with more.
 STEPS_IN_FLIGHT = 1
 # The most an entry's metadata (headers, properties, checksum) may add to its payload: a payload of

@@ -188,7 +188,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="entries a recovery reads at once (default 1, BookKeeper's; thousands recover a long "
-        "unconfirmed tail far faster: bench/RESULTS.md, client)",
+        "unconfirmed tail far faster: bench/history/client.md)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
 

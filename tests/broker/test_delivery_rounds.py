@@ -2,7 +2,7 @@
 listeners are told once, after every add's callback, and the Pulsar listener wakes its event loop
 once for all the round's receipts. Woken per completion, a thread that is free at once (the event
 loop, a subscription's dispatcher) takes the GIL for each message, and the step's completions and
-the next step wait behind those hand-overs (bench/RESULTS.md, "Publish p99 at 1,000 msg/s")."""
+the next step wait behind those hand-overs (bench/history/broker.md, "Fixed-rate publish latency")."""
 
 from __future__ import annotations
 

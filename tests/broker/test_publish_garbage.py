@@ -4,7 +4,7 @@ broker is freed by reference counting as soon as its receipt is written.
 A reference cycle per message (a future whose done-callback refers back to it) survives every young
 collection, and the middle generation then walks thousands of them at once: at 1,000 msg/s that was a
 10-40 ms pause of the whole broker every 2-3 s, the largest in-process part of the publish latency's
-tail (bench/RESULTS.md, "Publish p99 at 1,000 msg/s")."""
+tail (bench/history/broker.md, "Fixed-rate publish latency")."""
 
 from __future__ import annotations
 
