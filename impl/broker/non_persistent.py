@@ -303,18 +303,17 @@ def internal_stats(topic: NonPersistentTopic) -> dict[str, Any]:
 
 
 def topic_stats(topic: NonPersistentTopic) -> dict[str, Any]:
-    """Pulsar's NonPersistentTopicStats: its TopicStats with `msgDropRate` on the topic and on each
-    subscription; `msgDropCount` (the drops so far) is the reference's own, as a rate needs a period."""
+    """Pulsar's NonPersistentTopicStats: its TopicStats with `msgDropRate` on each subscription (what it
+    dropped for want of a consumer with permits) and on the topic and its publishers (publishes dropped
+    over Pulsar's in-flight limit per connection, which is not implemented: 0). Each subscription's
+    `msgDropCount` (its drops so far) is the reference's own, as a rate needs a period."""
     topic.counters.roll()
     inbound, outbound = topic.counters.inbound, topic.counters.outbound
     subscriptions = {}
-    drop_rate, drop_count = 0.0, 0
     with topic.lock:
         subs = sorted(topic.subscriptions.items())
     for name, sub in subs:
         drops = topic.counters.drops.get(name) or Rate()
-        drop_rate += drops.message_rate
-        drop_count += drops.messages
         subscriptions[name] = {
             "msgRateOut": outbound.message_rate if sub.sinks else 0.0,
             "msgThroughputOut": outbound.byte_rate if sub.sinks else 0.0,
@@ -342,8 +341,7 @@ def topic_stats(topic: NonPersistentTopic) -> dict[str, Any]:
         "msgOutCounter": outbound.messages,
         "bytesOutCounter": outbound.bytes,
         "averageMsgSize": inbound.bytes / inbound.messages if inbound.messages else 0.0,
-        "msgDropRate": drop_rate,
-        "msgDropCount": drop_count,
+        "msgDropRate": 0.0,  # the publishers' (see above)
         "storageSize": 0,
         "backlogSize": 0,
         "publishers": publishers,

@@ -108,9 +108,9 @@ def test_without_a_connected_consumer_messages_are_dropped_and_counted(
         producer.send(f"d{i}".encode())  # confirmed all the same, as Pulsar
     stats = standalone.admin.call("GET", admin_path(topic) + "/stats")
     assert stats["msgInCounter"] == 7
-    assert stats["msgDropCount"] == 7
     assert stats["subscriptions"]["gone"]["msgDropCount"] == 7
-    assert "msgDropRate" in stats and "msgDropRate" in stats["subscriptions"]["gone"]
+    assert stats["subscriptions"]["gone"]["msgDropRate"] >= 0.0  # over the last 5 s period: may be 0 still
+    assert stats["msgDropRate"] == 0.0  # Pulsar's topic figure: publishes dropped (none here)
     assert stats["storageSize"] == 0
     # Nothing was kept: a consumer subscribing now gets only what comes next.
     again = client.subscribe(topic, "gone")
@@ -145,9 +145,12 @@ def test_partitioned_non_persistent_topic(client: pulsar.Client, standalone: Sta
     assert sorted(int(m.data()) for m in got) == list(range(30))
     assert {m.topic_name().rsplit("-partition-", 1)[0] for m in got} == {topic}
     assert len({m.message_id().partition() for m in got}) > 1
+    consumer.close()
+    producer.send(b"dropped", partition_key="k0")
     stats = standalone.admin.call("GET", admin_path(topic) + "/partitioned-stats")
     assert stats["metadata"] == {"partitions": 3}
-    assert stats["msgInCounter"] == 30
+    assert stats["msgInCounter"] == 31
+    assert stats["subscriptions"]["s"]["msgDropCount"] == 1
     listed = standalone.admin.call("GET", "/admin/v2/non-persistent/public/default/partitioned")
     assert topic in listed
 

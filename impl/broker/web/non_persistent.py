@@ -171,7 +171,11 @@ class NonPersistentRoutes:
                     raise
         result = stats.partitioned_stats(count, per_partition)
         result["msgDropRate"] = sum(p["msgDropRate"] for p in per_partition.values())
-        result["msgDropCount"] = sum(p["msgDropCount"] for p in per_partition.values())
+        for partition in per_partition.values():  # each subscription's drops, added up over the partitions
+            for sub_name, sub in partition["subscriptions"].items():
+                merged = result["subscriptions"][sub_name]
+                merged["msgDropRate"] = merged.get("msgDropRate", 0.0) + sub["msgDropRate"]
+                merged["msgDropCount"] = merged.get("msgDropCount", 0) + sub["msgDropCount"]
         if not req.flag("perPartition", True):
             result.pop("partitions")
         return Response.json(result)
