@@ -5,8 +5,9 @@ The listener (impl/broker/listener.py) drives the core with one function,
 
   ConnectionOpened(now)       the client connected: keep-alive counts from here
   FrameReceived(frame, now)   a frame from the client
-  Authenticated(role), AuthenticationFailed(message)
-                              the answer to DoAuthenticate
+  Authenticated(role, expires_at), AuthenticationFailed(message)
+                              the answer to DoAuthenticate (CONNECT's credentials, or the fresh
+                              ones of an AUTH_RESPONSE)
   ProducerReady(...), ProducerQueued(...), ProducerFailed(...)
                               the answer to DoCreateProducer
   Subscribed(...), SubscribeFailed(...)
@@ -21,7 +22,7 @@ The listener (impl/broker/listener.py) drives the core with one function,
                               the broker closes one (unload, fenced topic, seek): the client
                               creates it again
   ConsumerRemoved(consumer_id)  an UNSUBSCRIBE removed the consumer: its id is free again
-  Tick(now)                   keep-alive
+  Tick(now)                   keep-alive, and the re-check of expired credentials
   ConnectionClosed()          the connection is gone, with every producer and consumer on it
 
 Outputs: a reply to write (`Reply`), the connection to close (`Close`), or a request for the
@@ -40,6 +41,11 @@ What it decides:
   with an id already in use.
 - Keep-alive: a PING is sent after `keepalive_s` of silence from the client, and the
   connection is closed when the client stays silent for another `keepalive_s`.
+- Credentials over time (with authentication): every `auth_refresh_check_s` the connection checks
+  whether its credentials have expired; if so it sends AUTH_CHALLENGE ("refresh"), checks the
+  AUTH_RESPONSE's fresh credentials (DoAuthenticate: they must name the same role), and closes the
+  connection when they are refused or when the next check finds the challenge unanswered
+  (impl/protocol/session.py CredentialsRefresh; docs/security.md).
 """
 
 from __future__ import annotations
@@ -55,11 +61,13 @@ from impl.protocol.frames import MAX_FRAME_BEFORE_CONNECTED as MAX_FRAME_BEFORE_
 from impl.protocol.frames import Frame, command_name
 from impl.protocol.message_id import MessageId
 from impl.protocol.session import (
+    AUTH_REFRESH_CHECK_S,
     KEEPALIVE_S,
     PROTOCOL_VERSION,
     AuthenticationFailed,
     Close,
     ConnectionOpened,
+    CredentialsRefresh,
     DoAuthenticate,
     FrameReceived,
     Reply,
@@ -104,6 +112,7 @@ class State(enum.Enum):
 @dataclass(frozen=True)
 class Authenticated:
     role: str
+    expires_at: float | None = None  # when the credentials expire, on the Tick clock; None: never
 
 
 @dataclass(frozen=True)
@@ -469,6 +478,7 @@ class ServerConnection:
     keepalive_s: float = KEEPALIVE_S
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
     authentication: bool = False  # CONNECT must carry credentials the broker accepts
+    auth_refresh_check_s: float = AUTH_REFRESH_CHECK_S  # how often expired credentials are re-checked
     role: str = ""  # who the client is, once authenticated
     state: State = State.AWAITING_CONNECT
     protocol_version: int = 0
@@ -478,6 +488,8 @@ class ServerConnection:
     _last_heard: float = 0.0
     _opened_at: float = 0.0
     _ping_sent_at: float | None = None
+    _credentials: CredentialsRefresh | None = None  # with authentication: their expiry and challenge
+    _checking: int = 0  # DoAuthenticate asked and not answered yet: only those answers count
 
     # ---- the one entry point -------------------------------------------------------------------
 
@@ -521,17 +533,33 @@ class ServerConnection:
         self.client_version = c.client_version
         if self.authentication:
             self.state = State.AUTHENTICATING
+            self._credentials = CredentialsRefresh(self.auth_refresh_check_s)
+            self._credentials.start(c, self._last_heard)
+            self._checking += 1
             return [DoAuthenticate(c.auth_method_name, c.auth_data)]
         return self._connected()
 
     def _authenticated(self, e: Authenticated) -> list[Output]:
-        if self.state is not State.AUTHENTICATING:
+        if self._checking == 0 or self._credentials is None:
             return []
+        self._checking -= 1
+        if self.state not in (State.AUTHENTICATING, State.CONNECTED):
+            return []
+        if self.state is State.CONNECTED and e.role != self.role:
+            # As Pulsar: a refresh renews the credentials of the same principal, never switches to another.
+            self.state = State.CLOSED
+            return [Close(f"the refreshed credentials name role {e.role!r}, not {self.role!r}: a role cannot change")]
+        self._credentials.renewed(e.expires_at)
+        if self.state is State.CONNECTED:
+            return []  # refreshed: the connection goes on
         self.role = e.role
         return self._connected()
 
     def _authentication_failed(self, e: AuthenticationFailed) -> list[Output]:
         """As Pulsar: an ERROR (AuthenticationError), then the connection closes."""
+        self._checking = max(0, self._checking - 1)
+        if self.state is State.CLOSED:
+            return []
         self.state = State.CLOSED
         return [error_reply(0, api.AuthenticationError, e.message), Close(f"authentication failed: {e.message}")]
 
@@ -570,6 +598,15 @@ class ServerConnection:
 
     def _ping(self, _cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
         return [Reply(command(T.PONG, pong=api.CommandPong()))]
+
+    def _auth_response(self, cmd: api.BaseCommand, frame: Frame) -> list[Output]:
+        """Fresh credentials, in answer to an AUTH_CHALLENGE: checked as CONNECT's were."""
+        if self._credentials is None:
+            return self._unsupported(cmd, frame)  # no authentication: nothing to answer
+        self._credentials.answered()
+        self._checking += 1
+        r = cmd.authResponse.response
+        return [DoAuthenticate(r.auth_method_name, r.auth_data)]
 
     def _pong(self, _cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
         return []
@@ -747,6 +784,7 @@ class ServerConnection:
     _COMMANDS: ClassVar[dict[int, Callable[[ServerConnection, api.BaseCommand, Frame], list[Output]]]] = {
         T.PING: _ping,
         T.PONG: _pong,
+        T.AUTH_RESPONSE: _auth_response,
         T.PARTITIONED_METADATA: _partitioned_metadata,
         T.LOOKUP: _lookup,
         T.PRODUCER: _producer,
@@ -862,13 +900,24 @@ class ServerConnection:
     # ---- time and the end ----------------------------------------------------------------------
 
     def _tick(self, e: Tick) -> list[Output]:
-        """Keep-alive: ping a silent client once, close the connection if it stays silent."""
+        """Keep-alive: ping a silent client once, close the connection if it stays silent. And the
+        re-check of credentials: challenge expired ones, close on an unanswered challenge."""
         now = e.now
         if self.state in (State.AWAITING_CONNECT, State.AUTHENTICATING) and (
             now - self._opened_at >= self.handshake_timeout_s
         ):
             self.state = State.CLOSED
             return [Close(f"the handshake did not complete within {self.handshake_timeout_s:.0f} s")]
+        if self.state is State.CONNECTED and self._credentials is not None:
+            checked = self._credentials.tick(now)
+            if isinstance(checked, Close):
+                self.state = State.CLOSED
+                return [checked]
+            if checked is not None:
+                return [checked, *self._keepalive(now)]
+        return self._keepalive(now)
+
+    def _keepalive(self, now: float) -> list[Output]:
         if self.state is State.CLOSED or now - self._last_heard < self.keepalive_s:
             return []
         if self.state is State.AWAITING_CONNECT or (

@@ -221,6 +221,7 @@ class _Connection:
         self.core = conn.ServerConnection(
             max_message_size=listener.max_message_size,
             authentication=self.service.config.security.authenticator is not None,
+            auth_refresh_check_s=self.service.config.security.auth_refresh_check_s,
         )
         self.decoder = frames.FrameDecoder(conn.MAX_FRAME_BEFORE_CONNECTED)  # raised once CONNECTED
         self.producers: dict[int, tuple[Topic, str]] = {}
@@ -839,10 +840,10 @@ class _Connection:
         authenticator = self.service.config.security.authenticator
         assert authenticator is not None
         try:
-            role = authenticator.authenticate_connect(out.method, out.data)
+            role, expires = authenticator.authenticate_connect_until(out.method, out.data)
         except tokens.AuthenticationFailed as e:
             return [conn.AuthenticationFailed(str(e))]
-        return [conn.Authenticated(role)]
+        return [conn.Authenticated(role, tokens.on_monotonic_clock(expires))]
 
     _JOBS: dict[type, Callable[[Any, Any], list[Result]]] = {
         conn.DoAuthenticate: _authenticate,

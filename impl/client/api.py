@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from impl.client import connection as core
 from impl.client.errors import ClientError, ConnectionLost, NotAttached, SendRejected, SendUnknown
-from impl.client.transport import BrokerConnection
+from impl.client.transport import BrokerConnection, Token
 from impl.protocol import bitset, entry_codec
 from impl.protocol import pulsar_api_pb2 as api
 from impl.protocol.message_id import MessageId
@@ -77,9 +77,10 @@ def service_urls(url: str) -> list[str]:
 
 
 class Client:
-    """`token`: sent in CONNECT, for brokers with token authentication."""
+    """`token`: sent in CONNECT, for brokers with token authentication; a callable is asked for a fresh
+    token on each CONNECT and each AUTH_CHALLENGE (when the broker finds the last one expired)."""
 
-    def __init__(self, service_url: str, *, timeout_s: float = 10.0, token: str | None = None) -> None:
+    def __init__(self, service_url: str, *, timeout_s: float = 10.0, token: Token | None = None) -> None:
         self.service = service_urls(service_url)
         self.timeout_s = timeout_s
         self.token = token

@@ -8,14 +8,17 @@ clock; the shell (impl/client/transport.py) writes what it returns and routes th
 Pure, and driven one way (docs/architecture.md, "One way to drive a core"): every input is a frozen
 dataclass fed to `step(event) -> list[Output]`; an event of another type raises TypeError.
 
-  Connect(token)            -> Write(CONNECT), with the token when the brokers authenticate
+  Connect(token)            -> Write(CONNECT), with the token when the brokers authenticate (and
+                            supports_auth_refresh: the client answers AUTH_CHALLENGE)
+  AnswerChallenge(token)    -> Write(AUTH_RESPONSE) with a fresh token, after Challenged
   Request(kind, message)    a request answered by request id (LOOKUP, PRODUCER, SUBSCRIBE...) ->
                             WriteRequest: its frame, the request id set here
   RequestTimedOut(request_id)  the caller gave up: a late answer is dropped
   FrameReceived(frame)      a frame from the broker -> Connected, Answered or Refused (by request id),
                             Receipt or SendFailed (by producer id), Delivered, ProducerClosed,
-                            ConsumerClosed, ActiveChanged, Write (PONG); ProtocolViolation when the
-                            broker sends what the protocol does not allow
+                            ConsumerClosed, ActiveChanged, Write (PONG), Challenged (AUTH_CHALLENGE:
+                            the shell gets a fresh token and steps AnswerChallenge); ProtocolViolation
+                            when the broker sends what the protocol does not allow
   ConnectionClosed()        -> Unanswered for every request still waiting
 
 Frames that expect no answer by request id (SEND, FLOW, ACK, REDELIVER...) change nothing here:
@@ -77,6 +80,13 @@ class Connect:
 
 
 @dataclass(frozen=True)
+class AnswerChallenge:
+    """The fresh token for the broker's AUTH_CHALLENGE (its credentials expired)."""
+
+    token: str
+
+
+@dataclass(frozen=True)
 class Request:
     """A request of kind `kind` (a key of REQUESTS); its request id is set on the frame, not on `message`."""
 
@@ -99,7 +109,7 @@ class ConnectionClosed:
     """The connection is gone (closed by either side, or broken)."""
 
 
-Event = Connect | Request | RequestTimedOut | FrameReceived | ConnectionClosed
+Event = Connect | AnswerChallenge | Request | RequestTimedOut | FrameReceived | ConnectionClosed
 
 
 # ---- outputs -------------------------------------------------------------------------------
@@ -191,6 +201,13 @@ class ActiveChanged:
     active: bool
 
 
+@dataclass(frozen=True)
+class Challenged:
+    """The broker asks for fresh credentials (AUTH_CHALLENGE): step AnswerChallenge with a new token."""
+
+    method: str
+
+
 Output = (
     Write
     | WriteRequest
@@ -204,6 +221,7 @@ Output = (
     | ProducerClosed
     | ConsumerClosed
     | ActiveChanged
+    | Challenged
 )
 
 
@@ -242,7 +260,13 @@ class ClientConnection:
         )
         if e.token is not None:
             c.auth_method_name, c.auth_data = "token", e.token.encode()
+            c.feature_flags.supports_auth_refresh = True
         return [Write(encode(build(T.CONNECT, "connect", c)))]
+
+    def _answer_challenge(self, e: AnswerChallenge) -> list[Output]:
+        r = api.CommandAuthResponse(client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION)
+        r.response.auth_method_name, r.response.auth_data = "token", e.token.encode()
+        return [Write(encode(build(T.AUTH_RESPONSE, "authResponse", r)))]
 
     def _request(self, e: Request) -> list[Output]:
         field_name, id_field = REQUESTS[e.kind]
@@ -312,6 +336,8 @@ class ClientConnection:
             return [Write(encode(build(T.PONG, "pong", api.CommandPong())))]
         if kind == T.PONG:
             return []
+        if kind == T.AUTH_CHALLENGE:
+            return [Challenged(cmd.authChallenge.challenge.auth_method_name)]
         raise ProtocolViolation(f"unexpected {command_name(kind)} from the broker")
 
     def _connection_closed(self, e: ConnectionClosed) -> list[Output]:
@@ -338,6 +364,7 @@ def _refusal(kind: int, answer: Any) -> Refused | None:
 # Event type -> handler.
 _HANDLERS: dict[type, Callable[[ClientConnection, Any], list[Output]]] = {
     Connect: ClientConnection._connect,
+    AnswerChallenge: ClientConnection._answer_challenge,
     Request: ClientConnection._request,
     RequestTimedOut: ClientConnection._request_timed_out,
     FrameReceived: ClientConnection._frame_received,

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol
@@ -43,13 +44,23 @@ def parse_address(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
+# A token, or what gives a fresh one each time it is called (asked again when the broker challenges
+# expired credentials), as the official clients' AuthenticationToken takes.
+Token = str | Callable[[], str]
+
+
+def token_of(token: Token | None) -> str | None:
+    return token() if callable(token) else token
+
+
 class BrokerConnection:
     def __init__(
-        self, url: str, timeout_s: float, token: str | None = None, connect_timeout_s: float | None = None
+        self, url: str, timeout_s: float, token: Token | None = None, connect_timeout_s: float | None = None
     ) -> None:
         """`timeout_s`: how long a request waits for its answer by default; `connect_timeout_s`: how
         long to wait for the TCP connection and CONNECTED (default `timeout_s`)."""
         self.url = url
+        self.token = token
         self.timeout_s = timeout_s
         self.core = core.ClientConnection()
         self._futures: dict[int, Future[api.BaseCommand]] = {}
@@ -69,7 +80,7 @@ class BrokerConnection:
         self._reader = threading.Thread(target=self._read_loop, name=f"pulsar-conn-{port}", daemon=True)
         self._reader.start()
         with self._lock:
-            outputs = self.core.step(core.Connect(token))
+            outputs = self.core.step(core.Connect(token_of(token)))
         self._perform(outputs)
         try:
             self._connected.result(connect_timeout_s)
@@ -151,6 +162,12 @@ class BrokerConnection:
                 future.set_exception(ClientError(out.message, out.error))
         elif isinstance(out, core.Write):
             self.write(out.data)
+        elif isinstance(out, core.Challenged):
+            # Fresh credentials: the supplier's new token (a fixed token can only be sent again).
+            fresh = token_of(self.token) or ""
+            with self._lock:
+                answer = self.core.step(core.AnswerChallenge(fresh))
+            self._perform(answer)
         elif isinstance(out, core.Receipt | core.SendFailed | core.ProducerClosed):
             self._to("producer", out.producer_id, out)
         elif isinstance(out, core.Delivered | core.ConsumerClosed | core.ActiveChanged):

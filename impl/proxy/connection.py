@@ -16,6 +16,13 @@ AuthenticationError, then the close, as a broker does); a proxied connection's C
 the broker with the client's own credentials, so the broker authenticates and authorizes the client's
 role itself, and the proxy's lookups ask the brokers with the client's token too.
 
+Credentials over time: on a proxied connection the broker re-checks the client's token itself (its
+AUTH_CHALLENGE and the client's AUTH_RESPONSE pass through the relay untouched, since the broker
+authenticated the client's own CONNECT). On a lookup connection the proxy does what a broker does
+(impl/protocol/session.py CredentialsRefresh): every `auth_refresh_check_s` an expired token is
+challenged, the AUTH_RESPONSE's fresh token is checked (same role) and used for the lookups from then
+on, and the connection closes when it is refused or the challenge goes unanswered.
+
 Before CONNECT only CONNECT is accepted, and frames are checked (size, form) by the same decoder
 as the broker's. Keep-alive on a lookup connection is the broker's rule: PING after `keepalive_s`
 of silence, close after another.
@@ -26,13 +33,15 @@ dataclass fed to `step(event) -> list[Output]`; an event of another type raises 
   ConnectionOpened(now)         the client connected: its silence is counted from `now`
   FrameReceived(frame, now)     a frame from the client, before the relay -> Reply, Close,
                                 DoAuthenticate, DoLookup, DoPartitions, DoTopics or DoConnectBroker
-  Authenticated(), AuthenticationFailed(message)    the answer to DoAuthenticate
+  Authenticated(role, expires_at), AuthenticationFailed(message)
+                                the answer to DoAuthenticate (CONNECT's token or an AUTH_RESPONSE's)
   LookupDone(request_id, broker_url, broker_url_tls), LookupFailed(request_id, error, message),
   PartitionsDone(request_id, partitions), PartitionsFailed(...), TopicsDone(request_id, topics),
   TopicsFailed(...)             the answers to DoLookup, DoPartitions, DoTopics -> the client's Reply
   BrokerAnswered(frame)         the broker's first frame after DoConnectBroker -> StartRelay (CONNECTED)
                                 or Close; BrokerUnreachable(message): the connect failed -> Close
-  Tick(now)                     keep-alive -> a PING or Close
+  Tick(now)                     keep-alive -> a PING or Close; on a lookup connection the re-check
+                                of expired credentials -> AUTH_CHALLENGE or Close
 
 `state`, `protocol_version` and `target` are queries.
 """
@@ -47,11 +56,13 @@ from typing import Any
 from impl.protocol import pulsar_api_pb2 as api
 from impl.protocol.frames import Frame, command_name
 from impl.protocol.session import (
+    AUTH_REFRESH_CHECK_S,
     KEEPALIVE_S,
     PROTOCOL_VERSION,
     AuthenticationFailed,
     Close,
     ConnectionOpened,
+    CredentialsRefresh,
     DoAuthenticate,
     FrameReceived,
     Reply,
@@ -82,6 +93,9 @@ class State(enum.Enum):
 @dataclass(frozen=True)
 class Authenticated:
     """The token was good: go on with the CONNECT (the broker learns the role from it again)."""
+
+    role: str = ""
+    expires_at: float | None = None  # on the Tick clock; None: never
 
 
 @dataclass(frozen=True)
@@ -201,13 +215,16 @@ class ProxyConnection:
     keepalive_s: float = KEEPALIVE_S
     handshake_timeout_s: float = 10.0  # CONNECT (and its authentication) within this of the accept
     authentication: bool = False  # CONNECT must carry credentials the proxy accepts
+    auth_refresh_check_s: float = AUTH_REFRESH_CHECK_S  # how often a lookup connection re-checks them
     state: State = State.AWAITING_CONNECT
+    role: str = ""  # the client's, once authenticated
     _connect_command: api.CommandConnect | None = None  # the CONNECT being authenticated
     protocol_version: int = 0
     target: str = ""
     _last_heard: float = 0.0
     _opened_at: float = 0.0
     _ping_sent_at: float | None = field(default=None)
+    _credentials: CredentialsRefresh | None = None
 
     # ---- the one entry point -------------------------------------------------------------------
 
@@ -232,6 +249,8 @@ class ProxyConnection:
                 return [Close(f"{command_name(cmd.type)} before CONNECT: the first command must be CONNECT")]
             if self.authentication:
                 self.state, self._connect_command = State.AUTHENTICATING, cmd.connect
+                self._credentials = CredentialsRefresh(self.auth_refresh_check_s)
+                self._credentials.start(cmd.connect, e.now)
                 return [DoAuthenticate(cmd.connect.auth_method_name, cmd.connect.auth_data)]
             return self._connect(cmd.connect)
         if self.state is not State.LOOKUPS:
@@ -243,6 +262,10 @@ class ProxyConnection:
             return [Reply(command(T.PONG, pong=api.CommandPong()))]
         if cmd.type in (T.PONG, T.SUCCESS, T.ERROR):
             return []
+        if cmd.type == T.AUTH_RESPONSE and self._credentials is not None:
+            self._credentials.answered()
+            r = cmd.authResponse.response
+            return [DoAuthenticate(r.auth_method_name, r.auth_data)]
         if cmd.type == T.LOOKUP:
             return [DoLookup(cmd.lookupTopic.request_id, cmd.lookupTopic.topic)]
         if cmd.type == T.PARTITIONED_METADATA:
@@ -264,8 +287,18 @@ class ProxyConnection:
         return [Reply(command(T.CONNECTED, connected=connected))]
 
     def _authenticated(self, e: Authenticated) -> list[Output]:
+        if self._credentials is None:
+            return []
+        if self.state is State.LOOKUPS:  # a refresh: same role, new expiry
+            if e.role != self.role:
+                self.state = State.CLOSED
+                return [Close(f"the refreshed token names role {e.role!r}, not {self.role!r}: a role cannot change")]
+            self._credentials.renewed(e.expires_at)
+            return []
         if self.state is not State.AUTHENTICATING or self._connect_command is None:
             return []
+        self.role = e.role
+        self._credentials.renewed(e.expires_at)
         connect, self._connect_command = self._connect_command, None
         return self._connect(connect)
 
@@ -355,6 +388,16 @@ class ProxyConnection:
         ):
             self.state = State.CLOSED
             return [Close(f"the handshake did not complete within {self.handshake_timeout_s:.0f} s")]
+        if self.state is State.LOOKUPS and self._credentials is not None:
+            checked = self._credentials.tick(now)
+            if isinstance(checked, Close):
+                self.state = State.CLOSED
+                return [checked]
+            if checked is not None:
+                return [checked, *self._keepalive(now)]
+        return self._keepalive(now)
+
+    def _keepalive(self, now: float) -> list[Output]:
         if self.state not in (State.AWAITING_CONNECT, State.LOOKUPS) or now - self._last_heard < self.keepalive_s:
             return []
         if self.state is State.AWAITING_CONNECT or (

@@ -22,10 +22,10 @@ from impl.loop_server import ConnectionListener, no_delay
 from impl.metadata.naming import InvalidTopicName
 from impl.protocol import frames
 from impl.protocol import pulsar_api_pb2 as api
-from impl.protocol.session import Close, DoAuthenticate, Reply
+from impl.protocol.session import AUTH_REFRESH_CHECK_S, Close, DoAuthenticate, Reply
 from impl.proxy import connection as core
 from impl.proxy.directory import BrokerDirectory, NoBroker
-from impl.security.tokens import AuthenticationFailed, TokenAuthenticator
+from impl.security.tokens import AuthenticationFailed, TokenAuthenticator, on_monotonic_clock
 from impl.web.http import HttpError
 
 log = logging.getLogger(__name__)
@@ -47,11 +47,13 @@ class ProxyListener(ConnectionListener):
         port: int = 0,
         authenticator: TokenAuthenticator | None = None,
         tls: ssl.SSLContext | None = None,
+        auth_refresh_check_s: float = AUTH_REFRESH_CHECK_S,
     ) -> None:
         purpose = "Pulsar clients" + (" over TLS" if tls else "")
         super().__init__(host, port, "proxy-listener", purpose, TICK_S, tls)
         self.directory = directory
         self.authenticator = authenticator
+        self.auth_refresh_check_s = auth_refresh_check_s
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="proxy-lookup")
 
     @property
@@ -74,7 +76,9 @@ class _ClientConnection:
         self.listener = listener
         self.loop = listener.loop
         self.reader, self.writer = reader, writer
-        self.core = core.ProxyConnection(authentication=listener.authenticator is not None)
+        self.core = core.ProxyConnection(
+            authentication=listener.authenticator is not None, auth_refresh_check_s=listener.auth_refresh_check_s
+        )
         self.credentials: dict[str, str] = {}  # the client's token, for the lookups asked on its behalf
         # Only CONNECT and lookups are decoded here (a proxied connection's frames are relayed as bytes).
         self.decoder = frames.FrameDecoder(frames.MAX_FRAME_BEFORE_CONNECTED)
@@ -144,11 +148,12 @@ class _ClientConnection:
     def _authenticate(self, out: DoAuthenticate) -> core.Event:
         assert self.listener.authenticator is not None
         try:
-            self.listener.authenticator.authenticate_connect(out.method, out.data)
+            role, expires = self.listener.authenticator.authenticate_connect_until(out.method, out.data)
         except AuthenticationFailed as e:
             return core.AuthenticationFailed(str(e))
+        # The latest good token (CONNECT's, then each refresh's) is the one the lookups carry.
         self.credentials = {"Authorization": f"Bearer {out.data.decode('utf-8', 'replace')}"}
-        return core.Authenticated()
+        return core.Authenticated(role, on_monotonic_clock(expires))
 
     def _looked_up(self, request_id: int, topic: str) -> core.Event:
         return core.LookupDone(request_id, *self.directory.lookup(topic, self.credentials))

@@ -27,13 +27,16 @@ class Proxy:
     ) -> None:
         security = security or Security()
         self.directory = BrokerDirectory(connect_store)
-        self.listener = ProxyListener(self.directory, host, port, security.authenticator)
+        refresh = security.auth_refresh_check_s
+        self.listener = ProxyListener(self.directory, host, port, security.authenticator, None, refresh)
         self.web = web_server(self.directory, host, web_port)
         self.listener_tls: ProxyListener | None = None
         self.web_tls: WebServer | None = None
         if security.tls is not None:
             context = security.tls.server_context()
-            self.listener_tls = ProxyListener(self.directory, host, tls_ports[0], security.authenticator, context)
+            self.listener_tls = ProxyListener(
+                self.directory, host, tls_ports[0], security.authenticator, context, refresh
+            )
             self.web_tls = web_server(self.directory, host, tls_ports[1], context)
 
     @property

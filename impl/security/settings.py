@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from impl.protocol.session import AUTH_REFRESH_CHECK_S
 from impl.security.tls import TlsFiles
 from impl.security.tokens import TokenAuthenticator
 
@@ -14,3 +15,6 @@ class Security:
     authorization: bool = False  # check each role's permissions (needs an authenticator)
     super_user_roles: frozenset[str] = field(default_factory=frozenset)
     tls: TlsFiles | None = None  # set: serve pulsar+ssl:// and https:// too
+    # How often a connection re-checks its credentials, and challenges expired ones (Pulsar's
+    # authenticationRefreshCheckSeconds).
+    auth_refresh_check_s: float = AUTH_REFRESH_CHECK_S

@@ -24,6 +24,11 @@ class AuthenticationFailed(Exception):
     """A missing, malformed, expired or wrongly signed token; the message says which."""
 
 
+def on_monotonic_clock(epoch_s: float | None) -> float | None:
+    """A token's expiry (wall clock) on the clock connection cores tick with (time.monotonic)."""
+    return None if epoch_s is None else time.monotonic() + (epoch_s - time.time())
+
+
 def create_secret_key() -> bytes:
     return os.urandom(32)
 
@@ -77,6 +82,11 @@ class TokenAuthenticator:
 
     def authenticate(self, token: str) -> str:
         """The token's role (`sub`); AuthenticationFailed otherwise."""
+        return self.authenticate_until(token)[0]
+
+    def authenticate_until(self, token: str) -> tuple[str, float | None]:
+        """The token's role (`sub`) and when it expires (`exp`, seconds since the epoch; None: never);
+        AuthenticationFailed otherwise."""
         if not token:
             raise AuthenticationFailed("no token: give one (the client's token authentication)")
         key, algorithm = (self.secret_key, "HS256") if self.secret_key is not None else (self.public_key, "RS256")
@@ -90,16 +100,22 @@ class TokenAuthenticator:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise AuthenticationFailed("the token names no role (its 'sub' claim)")
-        return subject
+        expires = claims.get("exp")
+        return subject, float(expires) if isinstance(expires, (int, float)) else None
 
     def authenticate_connect(self, method: str, data: bytes) -> str:
         """The role of a CONNECT's credentials (`auth_method_name`, `auth_data`); AuthenticationFailed
         when the method is not "token" or the token is not good."""
+        return self.authenticate_connect_until(method, data)[0]
+
+    def authenticate_connect_until(self, method: str, data: bytes) -> tuple[str, float | None]:
+        """As authenticate_connect, with the token's expiry (epoch seconds; None: never): a connection
+        re-checks its credentials once they have expired (AUTH_CHALLENGE, docs/security.md)."""
         if method != AUTH_METHOD:
             raise AuthenticationFailed(
                 f"authentication method {method or '(none)'!r} is not enabled; use token authentication"
             )
-        return self.authenticate(data.decode("utf-8", "replace"))
+        return self.authenticate_until(data.decode("utf-8", "replace"))
 
     def internal_token(self) -> str | None:
         """A token for the broker's own calls to the web services (role `pulsar-ref-broker`), when the

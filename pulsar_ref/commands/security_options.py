@@ -20,6 +20,15 @@ def add_security_options(parser: argparse.ArgumentParser, authorization: bool = 
     )
     group.add_argument("--token-secret-key", metavar="FILE", help="secret key checking HS256 tokens")
     group.add_argument("--token-public-key", metavar="FILE", help="RSA public key (PEM) checking RS256 tokens")
+    group.add_argument(
+        "--authentication-refresh-check-seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how often each connection checks whether its token has expired; an expired one is challenged "
+        "(AUTH_CHALLENGE) and the connection closed without fresh credentials (Pulsar's "
+        "authenticationRefreshCheckSeconds; default 60)",
+    )
     if authorization:
         group.add_argument(
             "--authorization-enabled",
@@ -67,4 +76,7 @@ def security_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Se
         tls = tls_files_of(args.tls_cert_file, args.tls_key_file, args.tls_trust_certs_file)
     except TlsConfigError as e:
         parser.error(str(e))
-    return Security(authenticator, authorization, roles, tls)
+    refresh = args.authentication_refresh_check_seconds
+    if not refresh > 0:
+        parser.error(f"--authentication-refresh-check-seconds must be > 0, not {refresh}")
+    return Security(authenticator, authorization, roles, tls, auth_refresh_check_s=refresh)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
@@ -85,7 +86,9 @@ def main(argv: list[str], prog: str) -> int:
         from impl.security.secure_setup import ensure_secure_files
 
         secure_files = ensure_secure_files(Path(args.data) / "security")
-        security = secure_files.security()
+        security = dataclasses.replace(
+            secure_files.security(), auth_refresh_check_s=args.authentication_refresh_check_seconds
+        )
     if args.bookies < args.ensemble:
         parser.error(f"--bookies {args.bookies} is fewer than the ensemble size {args.ensemble}")
     logging.basicConfig(
