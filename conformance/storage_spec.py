@@ -138,6 +138,9 @@ class StorageMapping:
             ints[name] = value
         self.n, self.keys, self.retain = ints["NumLedgers"], ints["NumKeys"], ints["Retain"]
         self.max_moves, self.max_faults, self.max_comps = ints["MaxMoves"], ints["MaxFaults"], ints["MaxCompactions"]
+        deletes = constants["Deletes"]
+        assert isinstance(deletes, frozenset)
+        self.deletes = frozenset(int(d) for d in deletes if isinstance(d, int))  # empty payloads: tombstones
         self.config = LifecycleConfig(retention_size_mb=self.retain, deletion_lag_s=60)
 
     # ---- setting up ---------------------------------------------------------------------------
@@ -209,7 +212,8 @@ class StorageMapping:
         for i in range(first, out.upto.ledger_id + 1):
             if world.read(i) != "data":
                 raise StorageHarnessError(f"entry {i} cannot be read: the compaction's read fails")
-            entries.append(KeyedEntry(pos(i), world.key(i), f"value-{i}".encode()))
+            value = None if i in self.deletes else f"value-{i}".encode()
+            entries.append(KeyedEntry(pos(i), world.key(i), value))
         self._perform(world, broker, world.cores[broker].step(CompactionRead(tuple(entries))))
 
     def _write(self, world: StorageWorld, broker: str, outcome: str) -> None:

@@ -5,8 +5,9 @@
 (* moves between brokers and conditional writes fail.                      *)
 (*                                                                         *)
 (* The topic is NumLedgers closed ledgers of one entry each (ledger i holds*)
-(* entry i, whose key is Key(i): keys 1..NumKeys in turn); writing is      *)
-(* fencing.tla's business.                                                 *)
+(* entry i, whose key is Key(i): keys 1..NumKeys in turn); the entries in  *)
+(* Deletes have an empty payload, which deletes their key from the         *)
+(* compacted view (Pulsar's null value); writing is fencing.tla's business.*)
 (* Two metadata nodes are written by conditional write (compare the        *)
 (* version): the managed-ledger node `ml` (the list of ledgers and, per    *)
 (* ledger, the uid of its offloaded copy: Pulsar's LedgerInfo offload      *)
@@ -41,6 +42,8 @@
 (*                             write                                       *)
 (*   "record_before_uploaded"  the offload is recorded before the upload   *)
 (*                             completed                                   *)
+(*   "keep_deleted"            compaction drops the empty payloads but     *)
+(*                             keeps the values they deleted               *)
 (* Every action sets `lastAction` (outside the VIEW) for conformance/.     *)
 (***************************************************************************)
 EXTENDS Integers, Sequences, FiniteSets
@@ -49,6 +52,7 @@ CONSTANTS
     Brokers,          \* brokers that can own the topic (model values)
     NumLedgers,       \* closed ledgers 1..NumLedgers, one entry each
     NumKeys,          \* entry i has the key Key(i) = ((i - 1) % NumKeys) + 1
+    Deletes,          \* the entries with an empty payload: each deletes its key (a tombstone)
     Retain,           \* retention: the last Retain ledgers are kept even when consumed
     MaxMoves,         \* ownership changes
     MaxFaults,        \* conditional writes whose answer is lost
@@ -56,9 +60,9 @@ CONSTANTS
     Mutation          \* "none" or one of the mutations above
 
 Mutations == {"none", "delete_before_recorded", "trim_on_bad_version", "swap_without_cas",
-              "record_before_uploaded"}
+              "record_before_uploaded", "keep_deleted"}
 
-ASSUME /\ NumLedgers \in Nat /\ NumKeys \in Nat \ {0} /\ Retain \in 0..NumLedgers
+ASSUME /\ NumLedgers \in Nat /\ NumKeys \in Nat \ {0} /\ Retain \in 0..NumLedgers /\ Deletes \subseteq 1..NumLedgers
        /\ {MaxMoves, MaxFaults, MaxCompactions} \subseteq Nat /\ Mutation \in Mutations
 
 Ledgers == 1..NumLedgers
@@ -119,8 +123,14 @@ Read(l) ==
            [] OTHER -> "missing"
     ELSE IF l \in bookies THEN "data" ELSE "missing"
 
-\* The last entry per key among the entries S (a compacted ledger keeps those, in order).
+\* The last entry per key among the entries S.
 LastPerKey(S) == {i \in S : ~\E j \in S : j > i /\ Key(j) = Key(i)}
+
+\* What a compacted ledger keeps of S: the last entry of each key, unless it deletes the key.
+Live(S) == LastPerKey(S) \ Deletes
+
+\* What a compaction writes (the mutation: the empty payloads dropped first, the values they deleted kept).
+Compacted(S) == IF Mutation = "keep_deleted" THEN LastPerKey(S \ Deletes) ELSE Live(S)
 
 \* What holds data back: the subscription, the compaction cursor and the retention (last Retain ledgers).
 Consumed(l) == l <= sub /\ l <= cnode.horizon
@@ -263,7 +273,7 @@ CompactStart(b, h) ==
           /\ v.cledger = 0 \/ v.cledger \in cexists
           /\ \A i \in v.chorizon + 1..h : Read(i) = "data"
           /\ ncomp' = new
-          /\ cdata' = [cdata EXCEPT ![new] = LastPerKey(prev \cup (v.chorizon + 1..h))]
+          /\ cdata' = [cdata EXCEPT ![new] = Compacted(prev \cup (v.chorizon + 1..h))]
           /\ cexists' = cexists \cup {new}
           /\ op' = [op EXCEPT ![b] = [kind |-> "compact", ledger |-> new, horizon |-> h, prev |-> v.cledger]]
           /\ lastAction' = [name |-> "CompactStart", params |-> [broker |-> b, horizon |-> h, ledger |-> new]]
@@ -326,10 +336,18 @@ NeededReadable == \A l \in Ledgers : (Needed(l) \/ l \in ml.ledgers) => Read(l) 
 OffloadedReadsSame == \A l \in ml.ledgers : ml.offloaded[l] # NoUid => Read(l) = "data"
 
 \* A compacted reader (is_read_compacted) reads the compacted ledger, then the entries after its
-\* horizon: it sees, per key, the last value at or before the horizon, then everything after it.
+\* horizon: it sees, per key, the last value at or before the horizon (none for a deleted key), then
+\* everything after it.
 CompactedReadCorrect ==
     cnode.ledger # 0 =>
         /\ cnode.ledger \in cexists
-        /\ cdata[cnode.ledger] = LastPerKey(1..cnode.horizon)
+        /\ cdata[cnode.ledger] = Live(1..cnode.horizon)
         /\ \A i \in cnode.horizon + 1..NumLedgers : Read(i) = "data"
+
+\* Never a deleted key: no value in the compacted ledger has a later empty payload of its key at or
+\* before the horizon.
+CompactedNoDeletedKey ==
+    cnode.ledger # 0 =>
+        \A i \in cdata[cnode.ledger] :
+            ~\E j \in Deletes : i < j /\ j <= cnode.horizon /\ Key(j) = Key(i)
 =============================================================================

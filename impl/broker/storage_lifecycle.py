@@ -16,6 +16,7 @@ time. Names follow storage.tla:
   DeleteBookieCopy  DeletionLagPassed(ledger) -> DeleteBookieCopy(ledger)
   CompactStart      CompactRequested(horizon) -> ReadForCompaction -> CompactionRead(entries) ->
                     WriteCompactedLedger(last value per key) -> CompactedLedgerWritten(id)
+                    (or CompactedLedgerWriteFailed: nothing swapped, the previous view stays)
   CompactSwap       -> WriteCompactionCursor(horizon, id) -> CursorWritten -> DeleteCompactedLedger(prev)
 
 Every write failure fences the core (it stops: the topic is reloaded by its next owner): on a bad

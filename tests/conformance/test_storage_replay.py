@@ -18,6 +18,7 @@ from conformance.suite import Behaviours
 from conformance.tlc import SPEC_DIR, Outcome, load_manifest
 from impl.broker.storage_lifecycle import (
     BadVersion,
+    CompactionRead,
     DeleteBookieCopy,
     DeleteBookieLedgers,
     DeleteCompactedLedger,
@@ -55,12 +56,13 @@ def behaviours(conformance: Conformance) -> dict[str, Behaviours]:
 
 def test_the_manifest_has_the_models_the_issue_asks_for() -> None:
     violations = {m.violates for m in STORAGE if m.expect is Outcome.VIOLATION}
-    assert violations == {"NeededReadable", "OffloadedReadsSame", "CompactedReadCorrect"}
+    assert violations == {"NeededReadable", "OffloadedReadsSame", "CompactedReadCorrect", "CompactedNoDeletedKey"}
     assert {m.name for m in STORAGE if m.expect is Outcome.VIOLATION} == {
         "storage-mutation-deletebeforerecorded-ci",
         "storage-mutation-trimonbadversion-ci",
         "storage-mutation-swapwithoutcas-ci",
         "storage-mutation-recordbeforeuploaded-ci",
+        "storage-mutation-keepdeleted-ci",
     }
     assert any(m.expect is Outcome.PASS for m in STORAGE)
 
@@ -82,6 +84,7 @@ def test_every_ci_model_is_replayed(behaviours: dict[str, Behaviours], conforman
         "storage-mutation-trimonbadversion-ci": "Trim",
         "storage-mutation-swapwithoutcas-ci": "CompactSwap",
         "storage-mutation-recordbeforeuploaded-ci": "OffloadRecord",
+        "storage-mutation-keepdeleted-ci": "CompactStart",
     }
     assert result.trace.mismatch.action == expected[name], str(result.trace.mismatch)
 
@@ -139,6 +142,13 @@ class ForgettingTheRecord(StorageLifecycle):
         return out
 
 
+class KeepingDeletedValues(StorageLifecycle):
+    """Broken: compaction drops the empty payloads first, keeping the values they deleted (keep_deleted)."""
+
+    def _compaction_read(self, e: CompactionRead) -> list[Output]:
+        return super()._compaction_read(CompactionRead(tuple(x for x in e.entries if x.value is not None)))
+
+
 @pytest.mark.parametrize(
     ("core", "symptom"),
     [
@@ -147,8 +157,16 @@ class ForgettingTheRecord(StorageLifecycle):
         (CleaningUpAfterLostAnswers, "cexists"),
         (IgnoringRetention, "ml"),
         (ForgettingTheRecord, "known"),
+        (KeepingDeletedValues, "cdata"),
     ],
-    ids=["deletes-on-failed-trim", "deletes-before-record", "cleans-after-lost-answer", "no-retention", "stale-record"],
+    ids=[
+        "deletes-on-failed-trim",
+        "deletes-before-record",
+        "cleans-after-lost-answer",
+        "no-retention",
+        "stale-record",
+        "keeps-deleted-values",
+    ],
 )
 def test_a_broken_core_is_caught(behaviours: dict[str, Behaviours], core: type[StorageLifecycle], symptom: str) -> None:
     model = MODELS["storage-ci"]
