@@ -319,3 +319,109 @@ def test_a_circle_is_caught(modules: dict[str, tuple[bool, str]], circle: list[s
 def test_a_line_of_imports_is_no_circle() -> None:
     modules = {"impl.a": (False, "import impl.b\n"), "impl.b": (False, "from impl.c import x\n"), "impl.c": (False, "")}
     assert circles(import_graph(modules)) == []
+
+
+# ---- the parts' pictures in docs/architecture.md --------------------------------------------------------------
+# Each part of docs/architecture.md's "The parts" has a picture generated from the import graph above and the
+# rules of PACKAGE_RULES: what the part imports (-->), who imports it, and what it must never import (--x).
+# Regenerate after a change of the layering: .venv/bin/python -m tests.test_architecture --write
+PARTS: dict[str, str] = {  # part -> its package (the longest matching package wins)
+    "metadata": "impl.metadata",
+    "bookie": "impl.bookie",
+    "protocol": "impl.protocol",
+    "client": "impl.client",
+    "broker": "impl.broker",
+    "web": "impl.web",
+    "proxy": "impl.proxy",
+    "security": "impl.security",
+    "cluster": "impl.cluster",
+    "workload": "impl.workload",
+    "shared": "impl",  # impl/*.py: the small shared shells (loop server, heap, trace, shutdown)
+    "conformance": "conformance",
+    "spark": "spark",
+    "cli": "pulsar_ref",
+}
+ARCHITECTURE_MD = ROOT / "docs" / "architecture.md"
+
+
+def part_of(module: str) -> str | None:
+    best = max((p for p, pkg in PARTS.items() if within(module, pkg)), key=lambda p: len(PARTS[p]), default=None)
+    return best
+
+
+def part_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    edges = set()
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = part_of(module), part_of(target)
+            if a and b and a != b:
+                edges.add((a, b))
+    return edges
+
+
+def banned(part: str) -> list[str]:
+    """The parts PACKAGE_RULES forbids `part` to import (only rules about whole parts)."""
+    names = {pkg: p for p, pkg in PARTS.items()} | {"impl": "impl"}  # `impl` alone: every part of the cluster
+    out: list[str] = []
+    for package, forbidden in PACKAGE_RULES:
+        if package == PARTS[part] or (package == "impl" and PARTS[part].startswith("impl.")):
+            out += [names[f] for f in forbidden if f in names and names[f] not in out]
+    return out
+
+
+def picture(part: str, edges: set[tuple[str, str]]) -> str:
+    uses = sorted(b for a, b in edges if a == part)
+    used_by = sorted(a for a, b in edges if b == part)
+    lines = ["```mermaid", "flowchart LR"]
+    if uses:
+        lines.append(f"  {part} --> {' & '.join(uses)}")
+    if used_by:
+        lines.append(f"  {' & '.join(used_by)} --> {part}")
+    if banned(part):
+        lines.append(f"  {part} --x {' & '.join(banned(part))}")
+    if len(lines) == 2:
+        lines.append(f"  {part}")
+    return "\n".join([*lines, "```"])
+
+
+def pictures_in(text: str, edges: set[tuple[str, str]]) -> str:
+    """`text` with each part's picture (the mermaid block after `<!-- picture: part -->`) redrawn."""
+    import re
+
+    def redraw(m: re.Match[str]) -> str:
+        return f"<!-- picture: {m.group(1)} -->\n{picture(m.group(1), edges)}"
+
+    return re.sub(r"<!-- picture: (\w+) -->\n```mermaid\n.*?^```$", redraw, text, flags=re.S | re.M)
+
+
+def test_each_part_has_its_current_picture_and_page() -> None:
+    import re
+
+    text = ARCHITECTURE_MD.read_text()
+    drawn = re.findall(r"<!-- picture: (\w+) -->", text)
+    assert sorted(drawn) == sorted(PARTS), f"parts without a picture: {set(PARTS) - set(drawn)}"
+    current = pictures_in(text, part_edges(import_graph(project_modules())))
+    assert text == current, "the parts' pictures are stale: .venv/bin/python -m tests.test_architecture --write"
+    # each part's heading links to its page(s), which exist
+    for part in PARTS:
+        heading = re.search(rf"^### .*\(part: {part}\).*$", text, flags=re.M)
+        assert heading, f"no heading for the part {part}"
+        links = re.findall(r"\]\(([^)#]+)", heading.group(0))
+        assert links, f"the part {part} links to no page"
+        for link in links:
+            assert (ARCHITECTURE_MD.parent / link).resolve().exists(), f"{part}: {link} does not exist"
+
+
+def test_a_stale_picture_is_caught() -> None:
+    edges = {("broker", "metadata")}
+    block = "<!-- picture: broker -->\n```mermaid\nflowchart LR\n  broker --> bookie\n```\nafter"
+    redrawn = pictures_in(block, edges)
+    assert "broker --> metadata" in redrawn and "broker --> bookie" not in redrawn and redrawn.endswith("```\nafter")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--write"]:
+        edges = part_edges(import_graph(project_modules()))
+        ARCHITECTURE_MD.write_text(pictures_in(ARCHITECTURE_MD.read_text(), edges))
