@@ -31,7 +31,7 @@ from tests.processes import start_listening
 
 T = api.BaseCommand
 CHECK_S = 1.0  # the servers' refresh check in the process tests
-LIFETIME_S = 3  # of the short tokens (a JWT's exp is whole seconds)
+LIFETIME_S = 3  # of the short tokens: 2-3 s left, as a JWT's exp is in whole seconds
 
 
 def connect_cmd(token: bytes = b"t0", refresh: bool = True, proxy_to: str | None = None) -> api.BaseCommand:
@@ -238,7 +238,7 @@ class RawConnection:
 def test_a_connection_whose_token_expires_is_challenged_and_kept_only_with_a_fresh_token(secured: Secured) -> None:
     raw = RawConnection(secured.standalone.url)
     try:
-        raw.send(connect_cmd(secured.token(lifetime_s=1).encode()))
+        raw.send(connect_cmd(secured.token(lifetime_s=2).encode()))
         connected = raw.next()
         assert connected is not None and connected.command.type == T.CONNECTED
         challenge = raw.next_but_pings(timeout_s=5)
@@ -263,7 +263,7 @@ def test_a_connection_whose_token_expires_is_challenged_and_kept_only_with_a_fre
     silent = [RawConnection(secured.standalone.url), RawConnection(secured.proxy_url)]
     try:
         for raw in silent:
-            raw.send(connect_cmd(secured.token(lifetime_s=1).encode()))
+            raw.send(connect_cmd(secured.token(lifetime_s=2).encode()))
         for raw in silent:
             assert raw.next().command.type == T.CONNECTED  # type: ignore[union-attr]
         for raw in silent:
@@ -306,6 +306,7 @@ def test_the_official_client_keeps_producing_with_a_supplier_and_is_cut_off_with
                 producers[route, kind] = client.create_producer(
                     f"persistent://public/default/refresh-{route}-{kind}", send_timeout_millis=3000
                 )
+                producers[route, kind].send(b"first")  # in, well before its token expires
         suppliers["project"] = Supplier(secured)  # the project's own client, directly
         project_client = client_api.Client(secured.standalone.url, token=suppliers["project"])
         clients.append(project_client)
@@ -313,8 +314,6 @@ def test_the_official_client_keeps_producing_with_a_supplier_and_is_cut_off_with
         project_connection = project_client.connection(
             project_client.lookup("persistent://public/default/refresh-project")
         )
-        for p in producers.values():
-            p.send(b"first")  # every client is in before any token expires
         end = time.monotonic() + 2 * LIFETIME_S + 2 * CHECK_S
         while time.monotonic() < end:
             for route in ("direct", "proxy"):
