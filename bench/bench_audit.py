@@ -214,7 +214,10 @@ def fresh_runs(a: argparse.Namespace) -> None:
 
     from spark.generate import inject, write_jsonl
 
+    start = calibration()
+    print(start)
     print(f"{'events':>10} {'topics':>6} {'history':>20} {'classes':>10} {'wall s (each run)':>40} {'median':>7}")
+    records = []
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as d:
         variants: list[tuple[str, str | None]] = [("archive", None)]
         if a.no_archive:  # a cache directory that holds no archive: the JVM starts as if none was recorded
@@ -246,7 +249,14 @@ def fresh_runs(a: argparse.Namespace) -> None:
                 for name, ts in times.items():
                     each = " ".join(f"{t:.1f}" for t in ts)
                     print(f"{n:>10} {topics:>6} {kind:>20} {name:>10} {each:>40} {statistics.median(ts):>7.1f}")
+                    label = f"{size:,} events, {a.processes} processes: whole command, median"
+                    if (kind, name, topics) != ("valid", "archive", 1):
+                        label += f" ({kind}, {name}, {topics:,} topics)"
+                    records.append(record_row(label, statistics.median(ts), "s"))
                 os.unlink(path)
+    end = calibration()
+    print(end)
+    append("audit", records, calibration=f"{start} (start); {end} (end)")
 
 
 def fresh_row(path: str, n: int, topics: int, processes: int) -> None:
