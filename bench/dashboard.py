@@ -274,7 +274,7 @@ def table(directory: Path) -> list[str]:
             verdict = target.verdict(value, peer, ratio)
             unit = row["unit"]
             figure = f"{fmt(value)} {unit}".strip() if value is not None else "not recorded"
-            peer_text = f"{row['peer']}: {fmt(peer)} {unit}" if "peer" in row else ""
+            peer_text = f"{row['peer']}: {fmt(peer)}{'' if peer is None else ' ' + unit}" if "peer" in row else ""
             if index == previous:
                 run = calib = command = "same run as above"
             else:
