@@ -88,6 +88,7 @@ class NonPersistentSubscription:
         self.sinks: dict[int, ConsumerSink] = {}
         self.lock = threading.RLock()
         self.cursor = None  # nothing is stored: no cursor
+        self.read_compacted = False  # nothing is compacted either
 
     @property
     def type(self) -> SubscriptionType:
@@ -195,10 +196,13 @@ class NonPersistentTopic(Topic):
         sink: ConsumerSink,
         reader_start: Position | None | bool = False,
         key_shared: KeySharedMeta | None = None,
+        read_compacted: bool = False,
     ) -> NonPersistentSubscription:
         """Attach a consumer; it receives what is published from now on (no initial position applies)."""
         if not sub_name:
             raise BrokerError("a subscription needs a name")
+        if read_compacted:  # Pulsar's words: nothing is kept, so nothing is compacted
+            raise NotAllowed("readCompacted only valid on persistent topics")
         check_not_reserved(sub_name)
         with self.lock:
             if self.closed:

@@ -167,6 +167,8 @@ def test_persistent_only_operations_are_refused_and_the_topic_keeps_serving(
     with pytest.raises(pulsar.PulsarException):
         reader.has_message_available()  # needs the last message id: a persistent topic's
     reader.close()
+    with pytest.raises(pulsar.PulsarException):
+        client.subscribe(topic, "compacted", is_read_compacted=True)  # nothing kept, nothing compacted
     with pytest.raises(HttpError) as refused:
         standalone.admin.call("POST", admin_path(topic) + "/subscription/s/resetcursor/0")
     assert refused.value.status in (405, 409)
