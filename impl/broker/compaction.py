@@ -134,6 +134,7 @@ class TopicCompactor:
         self._sources: dict[Position, bytes] = {}  # the run's entries as read, by position
         self._written: tuple[tuple[Position, bytes], ...] = ()  # the compacted ledger being written
         self._error = ""
+        self.threshold = 0  # the namespace's compactionThreshold in bytes (0: only on demand)
 
     # ---- load: the compacted ledger named by the cursor ----------------------------------------
 
@@ -190,6 +191,30 @@ class TopicCompactor:
                 raise CompactionRunning(f"Compaction already in progress on {self.name}")
             self.status, self.last_error = CompactionStatus.RUNNING, ""
         threading.Thread(target=self.run, name=f"compact-{self.name}", daemon=True).start()
+
+    def backlog_bytes(self) -> int:
+        """Bytes after the compaction horizon (the whole topic before the first run): entries times the
+        topic's mean entry size, as the backlog quota estimates."""
+        view, horizon = self.ml.view(), self.core.compaction.horizon
+        last = view.last_confirmed()
+        if last is None:
+            return 0
+        stats = self.ml.stats()
+        if horizon is None:
+            return int(stats["size"])
+        mean = stats["size"] / stats["entries"] if stats["entries"] else 0.0
+        return int(view.count_between(horizon, last) * mean)
+
+    def maybe_compact(self) -> bool:
+        """The periodic check (Pulsar's compaction monitor): start a compaction when more than the
+        threshold's bytes follow the horizon. Returns whether one started."""
+        if self.threshold <= 0 or self.backlog_bytes() <= self.threshold:
+            return False
+        try:
+            self.trigger()
+        except CompactionRunning:
+            return False
+        return True
 
     def run(self) -> None:
         """One compaction (the caller set RUNNING): its outcome goes to the status."""

@@ -311,11 +311,17 @@ class NamespacePolicies:
     auto_topic_creation: AutoTopicCreation | None = None  # None: the broker's (allowed, non-partitioned)
     backlog_quota: BacklogQuota | None = None  # destination_storage; None: no quota
     delayed_delivery: DelayedDeliveryPolicy | None = None  # None: the broker's (on, tick 1 s)
+    # Pulsar's compaction_threshold: compact a topic once this many bytes follow its compaction horizon
+    # (checked by the topic ticker); None = unset, 0 = never.
+    compaction_threshold: int | None = None
 
     def __post_init__(self) -> None:
         ttl = self.message_ttl_seconds
         if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0):
             raise InvalidPolicies(f"Invalid value for message TTL: {ttl!r} (seconds, an integer >= 0)")
+        threshold = self.compaction_threshold
+        if threshold is not None and (not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0):
+            raise InvalidPolicies(f"Invalid value for compaction threshold: {threshold!r} (bytes, an integer >= 0)")
         n = self.bundles
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_NUMBER_OF_BUNDLES:
             raise InvalidPolicies(f"a namespace needs between 1 and {MAX_NUMBER_OF_BUNDLES} bundles, got {n!r}")
@@ -346,6 +352,8 @@ class NamespacePolicies:
             doc["backlog_quota_map"] = {"destination_storage": self.backlog_quota.to_json()}
         if self.delayed_delivery is not None:
             doc["delayed_delivery_policies"] = self.delayed_delivery.to_json()
+        if self.compaction_threshold is not None:
+            doc["compaction_threshold"] = self.compaction_threshold
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -382,6 +390,7 @@ class NamespacePolicies:
                 None
                 if raw.get("delayed_delivery_policies") is None
                 else DelayedDeliveryPolicy.from_json(raw["delayed_delivery_policies"]),
+                raw.get("compaction_threshold"),
             )
         except (KeyError, TypeError) as e:
             raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
@@ -662,6 +671,11 @@ def set_delayed_delivery(
 ) -> None:
     """Set the namespace's delayed-delivery policy (None: the broker's); loaded topics keep theirs until reloaded."""
     _update_policies(store, namespace, lambda p: dataclasses.replace(p, delayed_delivery=policy))
+
+
+def set_compaction_threshold(store: MetadataStore, namespace: NamespaceName | str, threshold: int | None) -> None:
+    """Set the namespace's compaction threshold in bytes (None removes it, 0 turns automatic compaction off)."""
+    _update_policies(store, namespace, lambda p: dataclasses.replace(p, compaction_threshold=threshold))
 
 
 def set_message_ttl(store: MetadataStore, namespace: NamespaceName | str, seconds: int | None) -> None:

@@ -446,6 +446,7 @@ class Topic:
         ml.add_listener(self._on_new_entry)
         self.compactor = TopicCompactor(str(name), ml)
         self.compactor.load()
+        self.compactor.threshold = service.compaction_threshold_in(name)  # follows the namespace's policy
 
     # ---- producers ---------------------------------------------------------------------------
 
@@ -1127,6 +1128,7 @@ class BrokerService:
                         topic.expire_messages(topic.message_ttl_s)
                     topic.evict_backlog()
                     topic.maybe_trim()
+                    topic.compactor.maybe_compact()
                 except Exception as e:  # a fenced or closing topic: its owner handles it
                     log.debug("tick of %s: %s", topic.name, e)
 
@@ -1190,6 +1192,7 @@ class BrokerService:
         for topic in loaded:
             topic.message_ttl_s = policies.message_ttl_seconds or 0
             topic.backlog_quota = policies.backlog_quota
+            topic.compactor.threshold = policies.compaction_threshold or 0
             topic.ml.set_retention(minutes, size_mb)
             topic.set_deduplication(dedup)
             try:
@@ -1239,6 +1242,14 @@ class BrokerService:
             return namespaces.get_policies(self.configuration_store, name.namespace_name).backlog_quota
         except (namespaces.AdminError, MetadataError):
             return None
+
+    def compaction_threshold_in(self, name: TopicName) -> int:
+        """The namespace's compaction threshold in bytes (0: no automatic compaction)."""
+        try:
+            threshold = namespaces.get_policies(self.configuration_store, name.namespace_name).compaction_threshold
+        except (namespaces.AdminError, MetadataError):
+            threshold = None
+        return threshold or 0
 
     def message_ttl_in(self, name: TopicName) -> int:
         """The namespace's message TTL in seconds (0: none)."""

@@ -184,6 +184,20 @@ VERBS: dict[str, dict[str, Verb]] = {
             help="expire messages older than the TTL from every subscription",
         ),
         "remove-message-ttl": Verb("DELETE", "/admin/v2/namespaces/{namespace}/messageTTL", "namespace"),
+        "get-compaction-threshold": Verb("GET", "/admin/v2/namespaces/{namespace}/compactionThreshold", "namespace"),
+        "set-compaction-threshold": Verb(
+            "PUT",
+            "/admin/v2/namespaces/{namespace}/compactionThreshold",
+            "namespace",
+            options=(
+                ("--threshold", int, None, "bytes after the compaction horizon that start a compaction (0 = never)"),
+            ),
+            body=lambda a: a.threshold,
+            help="compact topics automatically past a backlog size",
+        ),
+        "remove-compaction-threshold": Verb(
+            "DELETE", "/admin/v2/namespaces/{namespace}/compactionThreshold", "namespace"
+        ),
         "get-auto-topic-creation": Verb("GET", "/admin/v2/namespaces/{namespace}/autoTopicCreation", "namespace"),
         "set-auto-topic-creation": Verb(
             "POST",

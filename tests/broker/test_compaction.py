@@ -165,3 +165,31 @@ def test_bad_input(standalone: Standalone) -> None:
         assert len(read_all(client, topic, compacted=False)) == 1000  # nothing lost
     finally:
         client.close()
+
+
+def test_the_compaction_threshold_compacts_on_its_own(standalone: Standalone) -> None:
+    admin = standalone.admin
+    ns = "/admin/v2/namespaces/public/compacted"
+    admin.call("PUT", ns)
+    assert admin.call("GET", ns + "/compactionThreshold") is None  # unset, as Pulsar
+    assert status_of(lambda: admin.call("PUT", ns + "/compactionThreshold", -1)) == 412
+    assert status_of(lambda: admin.call("PUT", ns + "/compactionThreshold", "many")) == 400
+    admin.call("PUT", ns + "/compactionThreshold", 200)
+    assert admin.call("GET", ns + "/compactionThreshold") == 200
+
+    topic = f"persistent://public/compacted/auto-{uuid.uuid4().hex[:8]}"
+    client = pulsar.Client(standalone.url)
+    try:
+        publish(client, topic, [(f"k{i % 3}", b"value-%d" % i) for i in range(30)])  # about 1.5 KB
+        path = topic_path(topic) + "/compaction"
+        # The topic ticker (every 10 s) finds more than 200 bytes after the horizon and compacts.
+        wait_for(lambda: admin.call("GET", path)["status"] == "SUCCESS", "the automatic compaction", timeout_s=25)
+        assert read_all(client, topic, compacted=True) == [
+            ("k0", b"value-27"),
+            ("k1", b"value-28"),
+            ("k2", b"value-29"),
+        ]
+    finally:
+        client.close()
+    admin.call("DELETE", ns + "/compactionThreshold")
+    assert admin.call("GET", ns + "/compactionThreshold") is None

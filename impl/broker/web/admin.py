@@ -67,6 +67,11 @@ class AdminRoutes:
         r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/autoTopicCreation", self.remove_auto_creation)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.set_message_ttl)
         r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.remove_message_ttl)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/compactionThreshold", self.get_compaction_threshold)
+        r.add("PUT", f"{v2}/namespaces/{{tenant}}/{{namespace}}/compactionThreshold", self.set_compaction_threshold)
+        r.add(
+            "DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/compactionThreshold", self.remove_compaction_threshold
+        )
         r.add("GET", f"{v2}/brokers/health", self.health)
         r.add("GET", f"{v2}/brokers/leaderBroker", self.leader)
         r.add("GET", f"{v2}/brokers/{{cluster}}", self.brokers)
@@ -278,6 +283,19 @@ class AdminRoutes:
     def set_message_ttl(self, req: Request, tenant: str, namespace: str) -> Response:
         seconds = _int(req.json(), "the message TTL (seconds)")
         namespaces.set_message_ttl(self._config, self._ns(tenant, namespace), seconds)
+        return Response.empty()
+
+    def get_compaction_threshold(self, req: Request, tenant: str, namespace: str) -> Response:
+        policies = namespaces.get_policies(self._config, self._ns(tenant, namespace))
+        return Response.json(policies.compaction_threshold)  # null when unset, as Pulsar
+
+    def set_compaction_threshold(self, req: Request, tenant: str, namespace: str) -> Response:
+        threshold = _int(req.json(), "the compaction threshold (bytes)")
+        namespaces.set_compaction_threshold(self._config, self._ns(tenant, namespace), threshold)
+        return Response.empty()
+
+    def remove_compaction_threshold(self, req: Request, tenant: str, namespace: str) -> Response:
+        namespaces.set_compaction_threshold(self._config, self._ns(tenant, namespace), None)
         return Response.empty()
 
     def get_backlog_quotas(self, req: Request, tenant: str, namespace: str) -> Response:
