@@ -191,6 +191,7 @@ class DoPartitions:
 class DoTopics:
     request_id: int
     namespace: str
+    mode: str = "PERSISTENT"  # the request's CommandGetTopicsOfNamespace.Mode: PERSISTENT, NON_PERSISTENT, ALL
 
 
 @dataclass(frozen=True)
@@ -271,7 +272,8 @@ class ProxyConnection:
         if cmd.type == T.PARTITIONED_METADATA:
             return [DoPartitions(cmd.partitionMetadata.request_id, cmd.partitionMetadata.topic)]
         if cmd.type == T.GET_TOPICS_OF_NAMESPACE:
-            return [DoTopics(cmd.getTopicsOfNamespace.request_id, cmd.getTopicsOfNamespace.namespace)]
+            g = cmd.getTopicsOfNamespace
+            return [DoTopics(g.request_id, g.namespace, api.CommandGetTopicsOfNamespace.Mode.Name(g.mode))]
         return [self._not_here(cmd)]
 
     def _connect(self, c: api.CommandConnect) -> list[Output]:

@@ -94,9 +94,11 @@ class BrokerDirectory:
         found = self.call(f"/admin/v2/{_path(name)}/partitions?checkAllowAutoCreation=true", headers)
         return int(found["partitions"]) if isinstance(found, dict) else 0
 
-    def topics(self, namespace: str, headers: dict[str, str] | None = None) -> list[str]:
+    def topics(self, namespace: str, headers: dict[str, str] | None = None, mode: str = "PERSISTENT") -> list[str]:
+        """The namespace's topics of the mode (PERSISTENT, NON_PERSISTENT, ALL), as a broker lists them."""
         tenant, _, ns = namespace.partition("/")
-        found = self.call(f"/admin/v2/namespaces/{quote(tenant, safe='')}/{quote(ns, safe='')}/topics", headers)
+        path = f"/admin/v2/namespaces/{quote(tenant, safe='')}/{quote(ns, safe='')}/topics?mode={quote(mode)}"
+        found = self.call(path, headers)
         return [str(t) for t in found] if isinstance(found, list) else []
 
 

@@ -134,7 +134,7 @@ class _ClientConnection:
                 partitions = functools.partial(self._partitions, out.request_id, out.topic)
                 self._ask(out.request_id, partitions, core.PartitionsFailed)
             elif isinstance(out, core.DoTopics):
-                topics = functools.partial(self._topics, out.request_id, out.namespace)
+                topics = functools.partial(self._topics, out.request_id, out.namespace, out.mode)
                 self._ask(out.request_id, topics, core.TopicsFailed)
             elif isinstance(out, core.DoConnectBroker):
                 asyncio.ensure_future(self._connect_broker(out))
@@ -161,8 +161,8 @@ class _ClientConnection:
     def _partitions(self, request_id: int, topic: str) -> core.Event:
         return core.PartitionsDone(request_id, self.directory.partitions(topic, self.credentials))
 
-    def _topics(self, request_id: int, namespace: str) -> core.Event:
-        return core.TopicsDone(request_id, tuple(self.directory.topics(namespace, self.credentials)))
+    def _topics(self, request_id: int, namespace: str, mode: str) -> core.Event:
+        return core.TopicsDone(request_id, tuple(self.directory.topics(namespace, self.credentials, mode)))
 
     def _ask(
         self, request_id: int, work: Callable[[], core.Event], failed: Callable[[int, int, str], core.Event]

@@ -97,6 +97,14 @@ def test_every_topic_and_subscription_type_through_one_proxy_alone(cluster: Path
                 assert sorted(int(m.data()) for m in got) == list(range(10))
                 for m in got:
                     consumer.acknowledge(m)
+        # Non-persistent topics too (docs/non-persistent.md): served by their owners, reached through the proxy.
+        for topic in [f"non-persistent://public/default/proxied-np-{i}" for i in range(4)]:
+            consumers = [client.subscribe(topic, f"sub-{kind.name}", consumer_type=kind) for kind in kinds]
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(10):
+                producer.send(b"%d" % i, partition_key=f"k{i % 3}")
+            for consumer in consumers:
+                assert sorted(int(consumer.receive(10_000).data()) for _ in range(10)) == list(range(10))
         # Not one connection of this process (the official client runs in it) went to a broker directly.
         ports = {c.raddr.port for c in psutil.Process().net_connections("tcp") if c.raddr}
         assert not ports & broker_ports(cluster), ports

@@ -51,6 +51,12 @@ def test_a_lookup_connection_is_answered_by_the_proxy_itself() -> None:
     assert received(c, frame(command(T.GET_TOPICS_OF_NAMESPACE, getTopicsOfNamespace=listing)), 1.0) == [
         core.DoTopics(9, "public/default")
     ]
+    listing = api.CommandGetTopicsOfNamespace(
+        request_id=10, namespace="public/default", mode=api.CommandGetTopicsOfNamespace.ALL
+    )
+    assert received(c, frame(command(T.GET_TOPICS_OF_NAMESPACE, getTopicsOfNamespace=listing)), 1.0) == [
+        core.DoTopics(10, "public/default", "ALL")  # the mode goes to the brokers' listing
+    ]
     (pong,) = replies(received(c, frame(command(T.PING, ping=api.CommandPing())), 2.0))
     assert pong.type == T.PONG
 
