@@ -156,6 +156,15 @@ class TopicCompactor:
                 self.view = None
         self.core.step(sl.Load((), 0, sl.CompactionCursor(self._version, horizon, ledger_id)))
 
+    def delete_compacted_ledger(self) -> None:
+        """The topic is deleted: its compacted ledger goes too (a failure leaks it, logged)."""
+        view, self.view = self.view, None
+        if view is not None:
+            try:
+                self.ml.bookkeeper.delete_ledger(view.ledger_id)
+            except Exception as e:
+                log.warning("%s: deleting compacted ledger %d: %s", self.name, view.ledger_id, e)
+
     def _read_ledger(self, ledger_id: int) -> tuple[tuple[Position, bytes], ...]:
         handle = self.ml.bookkeeper.open_ledger(ledger_id, self.ml.config.password, recovery=False)
         last = handle.last_add_confirmed

@@ -80,6 +80,7 @@ def test_compacted_reader_sees_the_latest_per_live_key_then_the_tail(tmp_path: P
         internal = standalone.admin.call("GET", topic_path(topic) + "/internalStats")["cursors"]["__compaction"]
         assert internal["markDeletePosition"] == "0:6"  # the horizon: the last message when triggered
         assert set(internal["properties"]) == {"CompactedTopicLedger"}
+        first_ledger = internal["properties"]["CompactedTopicLedger"]
         publish(client, topic, [("c", b"c2"), ("e", b"e1")])  # the tail after the horizon, read whole
         tail = [("c", b"c2"), ("e", b"e1")]
         assert read_all(client, topic, compacted=True) == COMPACTED + tail
@@ -101,6 +102,9 @@ def test_compacted_reader_sees_the_latest_per_live_key_then_the_tail(tmp_path: P
 
         # A second compaction folds the tail in: c's new value replaces the old one.
         assert compact(standalone, topic)["status"] == "SUCCESS"
+        properties = compaction_properties(standalone, topic)
+        assert ledger_status(standalone, properties["CompactedTopicLedger"]) == 200
+        assert ledger_status(standalone, first_ledger) == 404  # the previous compacted ledger is deleted
         assert read_all(client, topic, compacted=True) == [("d", b"d1"), ("a", b"a3"), ("c", b"c2"), ("e", b"e1")]
     finally:
         client.close()
@@ -129,6 +133,15 @@ def test_batches_keep_only_their_latest_messages(standalone: Standalone) -> None
         assert len(read_all(client, topic, compacted=False)) == 5
     finally:
         client.close()
+
+
+def compaction_properties(standalone: Standalone, topic: str) -> dict[str, str]:
+    stats = standalone.admin.call("GET", topic_path(topic) + "/internalStats")
+    return dict(stats["cursors"]["__compaction"]["properties"])
+
+
+def ledger_status(standalone: Standalone, ledger_id: str) -> int:
+    return status_of(lambda: standalone.admin.call("GET", f"/view/ledger/{ledger_id}", raw=True))
 
 
 def status_of(call: object) -> int:
@@ -163,6 +176,12 @@ def test_bad_input(standalone: Standalone) -> None:
         with pytest.raises(pulsar.PulsarException):
             client.subscribe(topic, "__compaction")
         assert len(read_all(client, topic, compacted=False)) == 1000  # nothing lost
+
+        # Deleting the topic deletes its compacted ledger.
+        ledger = compaction_properties(standalone, topic)["CompactedTopicLedger"]
+        assert ledger_status(standalone, ledger) == 200
+        admin.call("DELETE", topic_path(topic) + "?force=true")
+        assert ledger_status(standalone, ledger) == 404
     finally:
         client.close()
 

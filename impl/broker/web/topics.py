@@ -107,6 +107,7 @@ class TopicRoutes:
             raise NotEmptyError(f"Topic {name} has connected consumers; close them or delete with force=true")
         self.ctx.service.unload_topics(lambda n: n == name, graceful=False)
         owned.ml.delete()
+        owned.compactor.delete_compacted_ledger()
         if not name.is_partition:  # a partition's schema is its partitioned topic's
             self.ctx.service.schemas.delete(name)
         return Response.empty()
