@@ -34,6 +34,10 @@ def client(standalone: Standalone) -> Iterator[pulsar.Client]:
 _counter = iter(range(1_000_000))
 
 
+class Point(pulsar.schema.Record):
+    x = pulsar.schema.Integer()
+
+
 def topic_name(prefix: str) -> str:
     return f"non-persistent://public/default/{prefix}-{int(time.time() * 1000)}-{next(_counter)}"
 
@@ -303,3 +307,20 @@ def test_namespace_listings_regex_subscriptions_delete_and_internal_stats(
     assert busy.value.status == 412
     standalone.admin.call("DELETE", admin_path(topics[1]) + "?force=true")
     assert topics[1] not in standalone.admin.call("GET", "/admin/v2/non-persistent/public/default")
+
+
+def test_schemas_and_exclusive_producers_work_as_on_persistent_topics(client: pulsar.Client) -> None:
+    topic = topic_name("np-schema")
+    consumer = client.subscribe(topic, "s", schema=pulsar.schema.StringSchema())
+    producer = client.create_producer(
+        topic, schema=pulsar.schema.StringSchema(), access_mode=pulsar.ProducerAccessMode.Exclusive
+    )
+    with pytest.raises(pulsar.PulsarException):
+        client.create_producer(topic, schema=pulsar.schema.StringSchema())  # the exclusive one holds it
+    producer.send("typed")
+    assert consumer.receive(5000).value() == "typed"
+    producer.close()
+    with pytest.raises(pulsar.PulsarException, match="Incompatible"):
+        client.create_producer(topic, schema=pulsar.schema.JsonSchema(Point))  # the registry has a string
+    client.create_producer(topic, schema=pulsar.schema.StringSchema()).send("again")
+    assert consumer.receive(5000).value() == "again"
