@@ -5,6 +5,7 @@ reader still sees everything, a restart keeps the compacted ledger; bad input an
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -212,3 +213,55 @@ def test_the_compaction_threshold_compacts_on_its_own(standalone: Standalone) ->
         client.close()
     admin.call("DELETE", ns + "/compactionThreshold")
     assert admin.call("GET", ns + "/compactionThreshold") is None
+
+
+def test_compaction_under_a_running_producer(standalone: Standalone) -> None:
+    """While a producer keeps overwriting and deleting keys, the compacted view is the latest live value
+    per key of the messages up to the horizon, then every message after it."""
+    topic = name()
+    client = pulsar.Client(standalone.url)
+    producer = client.create_producer(topic, batching_enabled=False)
+    sent: list[tuple[str, bytes]] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set():
+            key, value = f"k{i % 7}", (b"" if i % 11 == 10 else b"v%d" % i)
+            producer.send(value, partition_key=key)
+            sent.append((key, value))
+            i += 1
+
+    worker = threading.Thread(target=produce)
+    worker.start()
+    try:
+        wait_for(lambda: len(sent) >= 100, "100 messages", timeout_s=20)
+        assert compact(standalone, topic)["status"] == "SUCCESS"
+        wait_for(lambda: len(sent) >= 150, "more messages after the compaction", timeout_s=20)
+    finally:
+        stop.set()
+        worker.join()
+    try:
+        horizon = tuple(
+            int(x)
+            for x in standalone.admin.call("GET", topic_path(topic) + "/internalStats")["cursors"]["__compaction"][
+                "markDeletePosition"
+            ].split(":")
+        )
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        history = []
+        while reader.has_message_available():
+            msg = reader.read_next(5_000)
+            mid = msg.message_id()
+            history.append(((mid.ledger_id(), mid.entry_id()), msg.partition_key(), msg.data()))
+        reader.close()
+        assert [(k, v) for _, k, v in history] == sent  # the topic keeps everything, in order
+        before = [h for h in history if h[0] <= horizon]
+        after = [(k, v) for p, k, v in history if p > horizon]
+        assert before and after
+        latest = {k: (p, v) for p, k, v in before}
+        expected = [(k, v) for k, (p, v) in sorted(latest.items(), key=lambda kv: kv[1][0]) if v]
+        assert read_all(client, topic, compacted=True) == expected + after
+    finally:
+        producer.close()
+        client.close()
