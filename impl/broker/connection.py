@@ -22,6 +22,7 @@ The listener (impl/broker/listener.py) drives the core with one function,
                               the broker closes one (unload, fenced topic, seek): the client
                               creates it again
   ConsumerRemoved(consumer_id)  an UNSUBSCRIBE removed the consumer: its id is free again
+  ReachedEndOfTopic(consumer_id)  the consumer read all of a terminated topic: REACHED_END_OF_TOPIC
   Tick(now)                   keep-alive, and the re-check of expired credentials
   ConnectionClosed()          the connection is gone, with every producer and consumer on it
 
@@ -213,6 +214,11 @@ class ConsumerRemoved:
 
 
 @dataclass(frozen=True)
+class ReachedEndOfTopic:
+    consumer_id: int
+
+
+@dataclass(frozen=True)
 class ConnectionClosed:
     pass
 
@@ -235,6 +241,7 @@ Event = (
     | CloseProducer
     | CloseConsumer
     | ConsumerRemoved
+    | ReachedEndOfTopic
     | Tick
     | ConnectionClosed
 )
@@ -892,6 +899,13 @@ class ServerConnection:
         close = api.CommandCloseConsumer(consumer_id=e.consumer_id, request_id=0)
         return [Reply(command(T.CLOSE_CONSUMER, close_consumer=close))]
 
+    def _reached_end_of_topic(self, e: ReachedEndOfTopic) -> list[Output]:
+        """The consumer's topic is terminated and it read all of it (Pulsar's REACHED_END_OF_TOPIC)."""
+        if e.consumer_id not in self.consumers:
+            return []
+        end = api.CommandReachedEndOfTopic(consumer_id=e.consumer_id)
+        return [Reply(command(T.REACHED_END_OF_TOPIC, reachedEndOfTopic=end))]
+
     def _consumer_removed(self, e: ConsumerRemoved) -> list[Output]:
         # The UNSUBSCRIBE's answer tells the client; no CLOSE_CONSUMER is due.
         self.consumers.pop(e.consumer_id, None)
@@ -958,6 +972,7 @@ _HANDLERS: dict[type, Callable[[ServerConnection, Any], list[Output]]] = {
     AckResponse: ServerConnection._ack_response,
     CloseProducer: ServerConnection._broker_closes_producer,
     CloseConsumer: ServerConnection._broker_closes_consumer,
+    ReachedEndOfTopic: ServerConnection._reached_end_of_topic,
     ConsumerRemoved: ServerConnection._consumer_removed,
     Tick: ServerConnection._tick,
     ConnectionClosed: ServerConnection._closed,

@@ -94,3 +94,7 @@ class ProducerBlockedQuotaExceededException(BrokerError):
 class NotAllowed(BrokerError):
     """An operation the topic does not have (Pulsar's NotAllowedError): a seek or the last message id
     of a non-persistent topic."""
+
+
+class TopicTerminated(BrokerError):
+    """The topic was terminated (admin `terminate`): no producer may attach or publish any more."""

@@ -52,6 +52,7 @@ from impl.broker.errors import (
     ServiceNotReady,
     TopicFenced,
     TopicNotFound,
+    TopicTerminated,
     UnknownMessageIdError,
 )
 from impl.broker.managed_ledger import Position, after_deliveries
@@ -63,6 +64,7 @@ from impl.broker.service import (
     Append,
     BrokerService,
     ConsumerSink,
+    ProducerInfo,
     Subscription,
     Topic,
     consumer_step,
@@ -100,6 +102,7 @@ _SERVER_ERRORS: dict[type[BrokerError], int] = {
     PersistenceError: api.PersistenceError,
     ProducerBlockedQuotaExceededError: api.ProducerBlockedQuotaExceededError,
     ProducerBlockedQuotaExceededException: api.ProducerBlockedQuotaExceededException,
+    TopicTerminated: api.TopicTerminatedError,
 }
 
 
@@ -167,6 +170,7 @@ class _Sink(ConsumerSink):
     """A subscription's messages for one consumer of a connection, as MESSAGE frames."""
 
     def __init__(self, connection: _Connection, consumer_id: int, partition: int = -1) -> None:
+        super().__init__(consumer_id, connection.peer)
         self.connection = connection
         self.consumer_id = consumer_id
         self.partition = partition  # every delivered id carries it, as Pulsar's broker does
@@ -199,6 +203,9 @@ class _Sink(ConsumerSink):
 
     def set_active(self, active: bool) -> None:
         self.connection.from_thread([conn.ActiveConsumerChange(self.consumer_id, active)])
+
+    def reached_end(self) -> None:
+        self.connection.from_thread([conn.ReachedEndOfTopic(self.consumer_id)])
 
     def close(self) -> None:
         self.connection.from_thread([conn.CloseConsumer(self.consumer_id)])
@@ -593,6 +600,7 @@ class _Connection:
                     ]
                 ),
                 on_fenced=lambda: self.from_thread_call(lambda: self._broker_closes_producer(pid)),
+                info=ProducerInfo(pid, self.peer),
             )
         except Exception as e:
             code, message = server_error(e)

@@ -131,6 +131,8 @@ class NonPersistentTopic(Topic):
         self._producer_seq = 0
         self.attached: dict[str, tuple[object, int, bool]] = {}
         self.access_modes = {}
+        self.producer_info = {}
+        self.terminated = None  # Pulsar terminates persistent topics only
         self._waiting = []
         self._fence = {}
         self._waiting_fence = {}

@@ -17,8 +17,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import datetime
 import enum
 import functools
+import json
 import logging
 import math
 import threading
@@ -74,6 +76,7 @@ from impl.broker.errors import (
     ServiceNotReady,
     TopicFenced,
     TopicNotFound,
+    TopicTerminated,
     UnknownMessageIdError,
 )
 from impl.broker.errors import (
@@ -94,7 +97,7 @@ from impl.broker.replication.replicator import CURSOR_PREFIX, is_replicator_curs
 from impl.broker.replication.topic_replicator import TopicReplicator
 from impl.broker.schema.registry import SchemaRegistry
 from impl.broker.schema.storage import SchemaStorage
-from impl.broker.topic_stats import TopicCounters
+from impl.broker.topic_stats import Rate, TopicCounters
 from impl.client.api import Client
 from impl.client.errors import ClientError
 from impl.metadata.naming import InvalidTopicName, NamespaceName, TopicName
@@ -141,6 +144,13 @@ class AccessMode(enum.Enum):
 
 
 TOPIC_EPOCHS_ROOT = "/topic-epochs"  # /topic-epochs/<tenant>/<ns>/persistent/<topic>: Pulsar's topic epoch
+# /topic-terminated/<tenant>/<ns>/persistent/<topic>: "ledger:entry", the last entry of a terminated topic
+# (Pulsar keeps it in the managed ledger's info; here beside it, so every later owner refuses producers).
+TERMINATED_ROOT = "/topic-terminated"
+TERMINATE_DRAIN_S = 10.0  # how long terminating waits for adds already with the bookies
+# /topic-policies/<tenant>/<ns>/persistent/<topic>: a topic's own policies (Pulsar's topic policies, which it
+# keeps in a system topic), as JSON: {"deduplicationEnabled": bool}. They override the namespace's.
+TOPIC_POLICIES_ROOT = "/topic-policies"
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
 TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and trimming
 # Adds handed to the managed ledger in one call: enough to share the steps, few enough that the
@@ -184,8 +194,30 @@ def parse_topic(topic: str) -> TopicName:
         raise InvalidName(str(e)) from e
 
 
+def _now_iso() -> str:
+    """The time as Pulsar's stats print `connectedSince` (ISO-8601 with the offset)."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class ProducerInfo:
+    """Who an attached producer is, for Pulsar's publisher stats."""
+
+    producer_id: int = -1
+    address: str = ""
+    connected_since: str = field(default_factory=_now_iso)
+    rate: Rate = field(default_factory=Rate)  # messages and bytes it published
+
+
 class ConsumerSink:
     """Where a subscription sends a consumer's messages (a Pulsar connection's consumer)."""
+
+    def __init__(self, consumer_id: int = -1, address: str = "") -> None:
+        # For Pulsar's consumer stats: the client's own consumer id, its address, since when, what it got.
+        self.consumer_id = consumer_id
+        self.address = address
+        self.connected_since = _now_iso()
+        self.rate = Rate()
 
     def deliver(self, messages: list[tuple[Message, int]]) -> None:
         raise NotImplementedError
@@ -201,6 +233,9 @@ class ConsumerSink:
         its bound for writing. The subscription then pauses the consumer (Writable False); the sink owes
         it Writable True (through `consumer_step`) once the connection drains."""
         return False
+
+    def reached_end(self) -> None:
+        """The consumer read all of a terminated topic (Pulsar's REACHED_END_OF_TOPIC)."""
 
 
 class Subscription:
@@ -221,6 +256,7 @@ class Subscription:
         self.dispatcher = Dispatcher(sub_type, partition, topic.delayed_delivery)
         self._wake_timer: threading.Timer | None = None
         self.sinks: dict[int, ConsumerSink] = {}
+        self._told_end: set[str] = set()  # consumer names told the terminated topic has no more
         self.lock = threading.RLock()
         # The last entry handed to the dispatcher; reading resumes after it. Starts at the
         # mark-delete position, so unacknowledged entries after it are delivered again.
@@ -283,7 +319,11 @@ class Subscription:
                 delivered = list(out.messages)
                 sink.deliver(delivered)
                 sizes = [len(m.entry) or len(m.payload) for m, _ in delivered]
-                self.topic.counters.dispatched(sum(m.batch_size for m, _ in delivered), sum(sizes))
+                count, size = sum(m.batch_size for m, _ in delivered), sum(sizes)
+                self.topic.counters.dispatched(count, size)
+                rate = getattr(sink, "rate", None)  # sinks made without ConsumerSink.__init__ count nothing
+                if rate is not None:
+                    rate.add(count, size)
                 if sink.over_bound():  # paused before anything more is read for it
                     return self.dispatcher.step(Writable(out.consumer, False))
             return []
@@ -321,6 +361,41 @@ class Subscription:
         except Exception:
             log.exception("delayed delivery tick of subscription %s failed", self.name)
 
+    def _reached_end(self) -> None:
+        """A terminated topic read to its end: each consumer is told (Pulsar's REACHED_END_OF_TOPIC), once
+        per consumer name: the official client (its C++ core) does not know the command and reconnects
+        on it; told again each time, it would reconnect forever."""
+        for consumer, sink in list(self.sinks.items()):
+            state = self.dispatcher.consumers.get(consumer)
+            name = state.name if state is not None else str(consumer)
+            if name not in self._told_end:
+                self._told_end.add(name)
+                sink.reached_end()
+
+    def skip(self, entries: int | None) -> bool:
+        """Pulsar's skip (None: skip_all, clear the backlog): the next `entries` entries not yet
+        acknowledged are acknowledged, as Pulsar counts them (a batch is one entry). True if the cursor moved."""
+        ml, start = self.topic.ml, self.cursor.mark_delete_position
+        view = ml.view()
+        last: Position | None = None
+        if entries is None:
+            last = view.last_confirmed()
+        else:
+            left = entries
+            for position in view.positions(None if start is None else view.next_position(start)):
+                if left <= 0:
+                    break
+                if not self.cursor.is_acknowledged(position):
+                    left -= 1
+                    last = position
+        moved = last is not None and self.expire_to(last)
+        with self.lock:
+            if moved and not self.sinks:  # what the last consumers left unacknowledged is skipped too
+                self.dispatcher = Dispatcher(
+                    self.dispatcher.type, self.dispatcher.partition_index, self.dispatcher.delayed_policy
+                )
+        return moved
+
     def expire_to(self, position: Position) -> bool:
         """Message TTL: the entries up to `position` expired; the cursor moves past them (never back).
         True if it moved."""
@@ -353,6 +428,11 @@ class Subscription:
                 return compacted
         ml = self.topic.ml
         start = ml.first_position() if self.read_after is None else ml.next_position(self.read_after)
+        end = self.topic.terminated
+        drained = start is None or (self.read_after is not None and end is not None and self.read_after >= end)
+        if end is not None and end != _TERMINATING and drained:
+            self._reached_end()
+            return []
         if start is None:
             return []
         messages: list[Message] = []
@@ -425,6 +505,9 @@ class Topic:
         # connected once; a re-created producer (higher epoch) replaces its stale predecessor.
         self.attached: dict[str, tuple[object, int, bool]] = {}
         self.access_modes: dict[str, AccessMode] = {}  # attached producer -> its access mode
+        self.producer_info: dict[str, ProducerInfo] = {}  # attached producer -> who it is, for stats
+        # The last entry of a terminated topic (None: not terminated); kept across owners.
+        self.terminated: Position | None = service.load_terminated(name)
         # Producers waiting for exclusive access (WaitForExclusive), in order: (name, owner, epoch, on_granted).
         self._waiting: list[tuple[str, object, int, Callable[[str, int, int], None] | None]] = []
         self._fence: dict[str, Callable[[], None]] = {}  # attached producer -> how to close it (fencing)
@@ -486,6 +569,7 @@ class Topic:
         topic_epoch: int | None = None,
         on_granted: Callable[[str, int, int], None] | None = None,
         on_fenced: Callable[[], None] | None = None,
+        info: ProducerInfo | None = None,
     ) -> tuple[str, int, int | None] | str:
         """A producer connects with Pulsar's access mode: (its name, chosen here when `requested` is
         empty; the last sequence id it persisted; the topic epoch for exclusive access). A
@@ -501,6 +585,8 @@ class Topic:
         with self.lock:
             if self.closed:
                 raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
+            if self.terminated is not None:
+                raise TopicTerminated(f"Topic {self.name} was already terminated")
             others = {n: a for n, a in self.attached.items() if a[0] != owner}
             if requested in others and epoch <= others[requested][1]:
                 raise ProducerBusy(f"a producer named {requested!r} is already connected to {self.name}")
@@ -547,6 +633,7 @@ class Topic:
                 granted = self._next_epoch(topic_epoch)
             self.attached[name] = (owner, epoch, mode is not AccessMode.SHARED)
             self.access_modes[name] = mode
+            self.producer_info[name] = info or ProducerInfo()
             if on_fenced is not None:
                 self._fence[name] = on_fenced
             last = self.last_sequence.get(name, -1)
@@ -573,12 +660,14 @@ class Topic:
             if name in self.attached and self.attached[name][0] == owner:
                 del self.attached[name]
                 self.access_modes.pop(name, None)
+                self.producer_info.pop(name, None)
                 self._fence.pop(name, None)
             if not self.attached and self._waiting and not self.closed:
                 # The next waiting producer's turn (Pulsar grants them in the order they came).
                 name_, owner_, epoch_, callback = self._waiting.pop(0)
                 self.attached[name_] = (owner_, epoch_, True)
                 self.access_modes[name_] = AccessMode.WAIT_FOR_EXCLUSIVE
+                self.producer_info[name_] = ProducerInfo()
                 fence = self._waiting_fence.pop(name_, None)
                 if fence is not None:
                     self._fence[name_] = fence
@@ -593,6 +682,7 @@ class Topic:
             self.close_watchers.clear()
             self.attached.clear()
             self.access_modes.clear()
+            self.producer_info.clear()
             self._waiting.clear()
             self._fence.clear()
             self._waiting_fence.clear()
@@ -611,6 +701,9 @@ class Topic:
         adds: list[tuple[bytes, Callable[[Position | ManagedLedgerError], None]]] = []
         refusal: BrokerError | None = None
         with self.lock:
+            info = self.producer_info.get(producer)
+            if self.terminated is not None:
+                refusal = TopicTerminated(f"Topic {self.name} was already terminated")
             for append in appends:
                 key = append.origin_producer or producer  # whose sequence ids these are
                 dedup = self.deduplication and key
@@ -634,6 +727,8 @@ class Topic:
                 else:
                     result: Future[tuple[Position | None, bool]] = Future()
                     adds.append((append.data, self._finisher(result, key if dedup else "", append)))
+                    if info is not None:  # a batch's messages are its sequence ids
+                        info.rate.add(max(1, append.highest_sequence_id - append.sequence_id + 1), append.payload_size)
                     results.append(result)
                     if dedup:
                         with self._dedup_lock:
@@ -867,6 +962,77 @@ class Topic:
             self.maybe_trim()
         return moved
 
+    # ---- termination -------------------------------------------------------------------------
+
+    def terminate(self) -> Position:
+        """Pulsar's terminate: no more messages. New sends and producers are refused (TopicTerminatedError),
+        the attached producers are closed (they come back to that refusal), adds already with the
+        bookies finish first; consumers get REACHED_END_OF_TOPIC once they read the last entry. Kept
+        across owners. Returns the last entry (-1:-1: the topic is empty); again the same when repeated."""
+        with self.lock:
+            if self.closed:
+                raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
+            if self.terminated is not None and self.terminated != _TERMINATING:
+                return self.terminated
+            self.terminated = _TERMINATING  # publish_entries refuses from now on
+            closing = list(self._fence.values()) + list(self._waiting_fence.values())
+            self.attached.clear()
+            self.access_modes.clear()
+            self.producer_info.clear()
+            self._fence.clear()
+            self._waiting.clear()
+            self._waiting_fence.clear()
+        deadline = time.monotonic() + TERMINATE_DRAIN_S
+        while time.monotonic() < deadline:
+            with self._step_lock:
+                if not self._steps and not self._waiting_adds:
+                    break
+            time.sleep(0.01)
+        last = self.ml.last_confirmed() or Position(-1, -1)
+        self.service.store_terminated(self.name, last)
+        with self.lock:
+            self.terminated = last
+        log.info("terminated %s at %s", self.name, last)
+        for close in closing:
+            close()
+        for sub in list(self.subscriptions.values()):
+            sub.wake()  # caught-up consumers learn they reached the end
+        return last
+
+    # ---- admin on subscriptions ----------------------------------------------------------------
+
+    def subscription(self, sub_name: str) -> Subscription | None:
+        """The subscription, also a durable one with no consumer since the topic loaded (its cursor)."""
+        with self.lock:
+            sub = self.subscriptions.get(sub_name)
+            if sub is not None or is_replicator_cursor(sub_name):
+                return sub
+            cursor = self.ml.cursors().get(sub_name)
+            if cursor is None:
+                return None
+            sub = Subscription(self, sub_name, cursor, SubscriptionType.EXCLUSIVE, self.name.partition or 0)
+            self.subscriptions[sub_name] = sub
+            return sub
+
+    def create_subscription(self, sub_name: str, start: Position | None | bool) -> Subscription:
+        """Pulsar's PUT subscription: a durable subscription without consumers, reading from `start`
+        (None: the first entry; True: after the last). Its type is its first consumer's. AlreadyExists
+        when it does."""
+        if not sub_name:
+            raise BrokerError("a subscription needs a name")
+        check_not_reserved(sub_name)
+        with self.lock:
+            if self.closed:
+                raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
+            if self.subscription(sub_name) is not None:
+                raise namespaces.AlreadyExists(f"Subscription already exists for topic: {sub_name}")
+            cursor = self.ml.open_cursor(sub_name, initial="latest" if start is True else "earliest")
+            if isinstance(start, Position):
+                cursor.reset(start)
+            sub = Subscription(self, sub_name, cursor, SubscriptionType.EXCLUSIVE, self.name.partition or 0)
+            self.subscriptions[sub_name] = sub
+            return sub
+
     def last_message_id(self) -> MessageId | None:
         last = self.last_entry()
         if last is None:
@@ -1050,6 +1216,10 @@ class Topic:
         }
 
 
+# While terminating waits for adds in flight: refuses publishing, reaches no end yet.
+_TERMINATING = Position(2**63 - 1, 2**63 - 1)
+
+
 def check_not_reserved(sub_name: str) -> None:
     """A replicator's cursor is not a subscription: acknowledging on it would skip entries never replicated;
     nor is the compaction cursor (its mark-delete is the compaction horizon)."""
@@ -1190,11 +1360,15 @@ class BrokerService:
         minutes, size_mb = self._retention(policies.retention)
         dedup = self.config.deduplication if policies.deduplication is None else policies.deduplication
         for topic in loaded:
+            try:
+                own = self.topic_policies(topic.name).get("deduplicationEnabled")
+            except (MetadataError, ValueError):
+                own = None
             topic.message_ttl_s = policies.message_ttl_seconds or 0
             topic.backlog_quota = policies.backlog_quota
             topic.compactor.threshold = policies.compaction_threshold or 0
             topic.ml.set_retention(minutes, size_mb)
-            topic.set_deduplication(dedup)
+            topic.set_deduplication(own if isinstance(own, bool) else dedup)
             try:
                 topic.set_replication(policies.replication_clusters)
             except Exception as e:  # the topic closed meanwhile, or a cursor could not be written
@@ -1259,9 +1433,50 @@ class BrokerService:
             ttl = None
         return ttl or 0
 
+    @staticmethod
+    def _topic_policies_path(name: TopicName) -> str:
+        return TOPIC_POLICIES_ROOT + name.managed_ledger_path[len("/managed-ledgers") :]
+
+    def topic_policies(self, name: TopicName) -> dict[str, Any]:
+        """The topic's own policies ({} when it has none)."""
+        try:
+            data, _ = self.store.get(self._topic_policies_path(name))
+        except NoNode:
+            return {}
+        policies = json.loads(data)
+        return policies if isinstance(policies, dict) else {}
+
+    def set_topic_policy(self, name: TopicName, key: str, value: Any) -> None:
+        """Set one of the topic's own policies (None: remove it, the namespace's applies again)."""
+        path = self._topic_policies_path(name)
+        policies = self.topic_policies(name)
+        if value is None:
+            policies.pop(key, None)
+        else:
+            policies[key] = value
+        data = json.dumps(policies, sort_keys=True).encode()
+        try:
+            self.store.set(path, data)
+        except NoNode:
+            self.store.ensure_path(path.rsplit("/", 1)[0])
+            self.store.create(path, data)
+
+    def forget_topic(self, name: TopicName) -> None:
+        """The topic is deleted: a topic of the same name created later is neither terminated nor has
+        its policies."""
+        for root in (TERMINATED_ROOT, TOPIC_POLICIES_ROOT):
+            with contextlib.suppress(NoNode):
+                self.store.delete(root + name.managed_ledger_path[len("/managed-ledgers") :])
+
     def deduplication_in(self, name: TopicName) -> bool:
-        """Whether the topic's producers are de-duplicated: its namespace's policy, else the broker's
-        setting. Read when the topic loads: a changed policy applies from the topic's next load."""
+        """Whether the topic's producers are de-duplicated: its own policy, else its namespace's, else the
+        broker's setting. Read when the topic loads; the admin calls that change them apply them at once."""
+        try:
+            own = self.topic_policies(name).get("deduplicationEnabled")
+        except (MetadataError, ValueError):
+            own = None
+        if isinstance(own, bool):
+            return own
         try:
             policy = namespaces.get_policies(self.configuration_store, name.namespace_name).deduplication
         except (namespaces.AdminError, MetadataError):
@@ -1278,6 +1493,26 @@ class BrokerService:
         if policy is None:
             return self.config.delayed_delivery
         return DelayedDelivery(policy.active, policy.tick_time_ms)
+
+    def load_terminated(self, name: TopicName) -> Position | None:
+        """The last entry of the topic when it was terminated (by any owner), else None."""
+        try:
+            data, _ = self.store.get(TERMINATED_ROOT + name.managed_ledger_path[len("/managed-ledgers") :])
+        except NoNode:
+            return None
+        except MetadataError as e:  # never load a terminated topic as writable
+            raise ServiceNotReady(f"cannot read whether {name} is terminated: {e}; retry") from e
+        ledger, _, entry = data.decode().partition(":")
+        return Position(int(ledger), int(entry))
+
+    def store_terminated(self, name: TopicName, last: Position) -> None:
+        path = TERMINATED_ROOT + name.managed_ledger_path[len("/managed-ledgers") :]
+        data = f"{last.ledger_id}:{last.entry_id}".encode()
+        try:
+            self.store.set(path, data)
+        except NoNode:
+            self.store.ensure_path(path.rsplit("/", 1)[0])
+            self.store.create(path, data)
 
     @staticmethod
     def _epoch_path(name: TopicName) -> str:
@@ -1357,7 +1592,11 @@ class BrokerService:
                 raise ServiceNotReady(f"{name} is being taken over: {e}; retry") from e
             except MetadataError as e:
                 raise ServiceNotReady(f"cannot load {name}: {e}; retry") from e
-            loaded = Topic(name, ml, self)
+            try:
+                loaded = Topic(name, ml, self)
+            except ServiceNotReady:
+                ml.close()
+                raise
             try:  # before any producer attaches: the replicators' cursors start at the latest entry
                 loaded.set_replication(self.replication_clusters(name.namespace_name))
             except (namespaces.AdminError, MetadataError, ManagedLedgerError) as e:

@@ -334,7 +334,7 @@ class ClientConnection:
             return [ActiveChanged(a.consumer_id, a.is_active)]
         if kind == T.PING:
             return [Write(encode(build(T.PONG, "pong", api.CommandPong())))]
-        if kind == T.PONG:
+        if kind in (T.PONG, T.REACHED_END_OF_TOPIC):  # this client does not report a terminated topic's end
             return []
         if kind == T.AUTH_CHALLENGE:
             return [Challenged(cmd.authChallenge.challenge.auth_method_name)]

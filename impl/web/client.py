@@ -97,3 +97,8 @@ def _reason(content: bytes) -> str:
     except ValueError:
         return content.decode("utf-8", "replace").strip()[:500]
     return str(doc.get("reason", doc)) if isinstance(doc, dict) else str(doc)
+
+
+def reason_of(content: bytes) -> str:
+    """The sentence of an error answer (Pulsar's {"reason": ...}, or its text)."""
+    return _reason(content)

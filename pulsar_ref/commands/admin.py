@@ -24,6 +24,7 @@ class Verb:
     aliases: tuple[str, ...] = ()
     help: str = ""
     raw: bool = False  # the answer is text, not JSON
+    message: bool = False  # the answer is a message: X-Pulsar-* headers and its payload
 
 
 _SUB = ("--subscription", str, None, "subscription name")
@@ -58,6 +59,26 @@ def _cluster_data(a: argparse.Namespace) -> dict[str, str]:
 
 
 _SCHEMA_FILE = ("--filename", str, None, 'a JSON file: {"type": "AVRO", "schema": "<definition>", "properties": {}}')
+
+
+def _message_id(a: argparse.Namespace) -> dict[str, int]:
+    """--message-id earliest | latest | LEDGER:ENTRY as the body of PUT subscription (Pulsar's MessageId)."""
+    text = a.message_id.strip().lower()
+    if text == "latest":
+        return {"ledgerId": 2**63 - 1, "entryId": 2**63 - 1}  # Pulsar's MessageId.latest
+    if text == "earliest":
+        return {"ledgerId": -1, "entryId": -1}
+    ledger, sep, entry = text.partition(":")
+    try:
+        return {"ledgerId": int(ledger), "entryId": int(entry.split(":")[0])}
+    except ValueError:
+        raise SystemExit(
+            f"error: --message-id must be earliest, latest or LEDGER:ENTRY, not {a.message_id!r}"
+        ) from None
+
+
+def _delayed_delivery(a: argparse.Namespace) -> dict[str, Any]:
+    return {"active": not a.disable, "tickTime": a.time}
 
 
 def _schema_file(a: argparse.Namespace) -> Any:
@@ -148,6 +169,30 @@ VERBS: dict[str, dict[str, Verb]] = {
             options=(("--enable", bool, False, "turn it on (the default)"), ("--disable", bool, False, "turn it off")),
             body=lambda a: not a.disable,
             help="de-duplicate producers in the namespace (applies as its topics load)",
+        ),
+        "get-delayed-delivery": Verb(
+            "GET",
+            "/admin/v2/namespaces/{namespace}/delayedDelivery",
+            "namespace",
+            help="the namespace's delayed-delivery policy (nothing: the broker's, on with a 1 s tick)",
+        ),
+        "set-delayed-delivery": Verb(
+            "POST",
+            "/admin/v2/namespaces/{namespace}/delayedDelivery",
+            "namespace",
+            options=(
+                ("--enable", bool, False, "honour deliver_after / deliver_at on Shared and Key_Shared (the default)"),
+                ("--disable", bool, False, "deliver delayed messages at once"),
+                ("--time", int, 1000, "the tick, in milliseconds: how late a delayed message may be at most"),
+            ),
+            body=_delayed_delivery,
+            help="delayed delivery for the namespace's topics (applies as its topics load)",
+        ),
+        "remove-delayed-delivery": Verb(
+            "DELETE",
+            "/admin/v2/namespaces/{namespace}/delayedDelivery",
+            "namespace",
+            help="back to the broker's delayed-delivery setting",
         ),
         "get-clusters": Verb(
             "GET",
@@ -316,6 +361,66 @@ VERBS: dict[str, dict[str, Verb]] = {
             options=(("--expire-time", int, None, "seconds: messages published earlier are acknowledged"),),
             help="expire every subscription's messages older than a number of seconds",
         ),
+        "create-subscription": Verb(
+            "PUT",
+            "{topic}/subscription/{subscription}",
+            "topic",
+            options=(
+                _SUB,
+                ("--message-id", str, "latest", "where it starts: latest (the default), earliest or LEDGER:ENTRY"),
+            ),
+            body=_message_id,
+            help="create a durable subscription without a consumer (409 if it exists)",
+        ),
+        "skip": Verb(
+            "POST",
+            "{topic}/subscription/{subscription}/skip/{count}",
+            "topic",
+            options=(_SUB, ("--count", int, None, "how many messages to skip (entries: a batch counts once)")),
+            help="acknowledge a subscription's next messages without delivering them",
+        ),
+        "skip-all": Verb(
+            "POST",
+            "{topic}/subscription/{subscription}/skip_all",
+            "topic",
+            options=(_SUB,),
+            aliases=("clear-backlog",),
+            help="acknowledge everything a subscription has not consumed yet",
+        ),
+        "examine-message": Verb(
+            "GET",
+            "{topic}/examinemessage?initialPosition={initial_position}&messagePosition={message_position}",
+            "topic",
+            options=(
+                ("--initial-position", str, "latest", "count from the first (earliest) or the last (latest) message"),
+                ("--message-position", int, 1, "which one: 1 is the first or the last"),
+            ),
+            message=True,
+            help="show one message of the topic: its X-Pulsar-* metadata headers, then its payload",
+        ),
+        "terminate": Verb(
+            "POST",
+            "{topic}/terminate",
+            "topic",
+            help="no more messages: producers are refused (TopicTerminatedError); prints the last message id",
+        ),
+        "get-deduplication": Verb(
+            "GET",
+            "{topic}/deduplicationEnabled",
+            "topic",
+            help="the topic's own de-duplication setting (null: none, its namespace's applies)",
+        ),
+        "set-deduplication": Verb(
+            "POST",
+            "{topic}/deduplicationEnabled",
+            "topic",
+            options=(("--enable", bool, False, "turn it on (the default)"), ("--disable", bool, False, "turn it off")),
+            body=lambda a: not a.disable,
+            help="de-duplicate the topic's producers, whatever its namespace says (applies at once)",
+        ),
+        "remove-deduplication": Verb(
+            "DELETE", "{topic}/deduplicationEnabled", "topic", help="back to the namespace's de-duplication setting"
+        ),
         "last-message-id": Verb("GET", "{topic}/lastMessageId", "topic", help="the last persisted message's id"),
         "permissions": Verb("GET", "{topic}/permissions", "topic", help="roles and their actions on the topic"),
         "grant-permission": Verb(
@@ -424,14 +529,33 @@ def main(argv: list[str], prog: str) -> int:
         path = path.format(
             **{
                 k: values.get(k, "")
-                for k in ("tenant", "namespace", "cluster", "subscription", "time", "role", "expire_time")
+                for k in (
+                    "tenant",
+                    "namespace",
+                    "cluster",
+                    "subscription",
+                    "time",
+                    "role",
+                    "expire_time",
+                    "count",
+                    "initial_position",
+                    "message_position",
+                )
             }
         )
         token = args.token or (Path(args.token_file).read_text().strip() if args.token_file else None)
         tls = client_context(args.tls_trust_certs_file) if args.tls_trust_certs_file else None
-        result = AdminClient(args.admin_url, token=token, tls=tls).call(
-            verb.method, path, verb.body(args) if verb.body else None, raw=verb.raw
-        )
+        admin = AdminClient(args.admin_url, token=token, tls=tls)
+        if verb.message:
+            headers, payload = admin.message(path)
+            for name, value in sorted(headers.items()):
+                if name.lower().startswith("x-pulsar-"):
+                    print(f"{name}: {value}")
+            print()
+            sys.stdout.flush()
+            sys.stdout.buffer.write(payload + b"\n")
+            return 0
+        result = admin.call(verb.method, path, verb.body(args) if verb.body else None, raw=verb.raw)
     except (InvalidTopicName, InvalidNamespaceName, TlsConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -46,6 +46,7 @@ def topic() -> tuple[Topic, HeldAdds]:
         deduplication_in=lambda _name: True,
         message_ttl_in=lambda _name: 0,
         load_topic_epoch=lambda _name: None,
+        load_terminated=lambda _name: None,
         backlog_quota_in=lambda _name: None,
         delayed_delivery_in=lambda _name: DelayedDelivery(),
     )

@@ -52,6 +52,23 @@ class AdminClient:
         assert unreachable is not None
         raise unreachable
 
+    def message(self, path: str) -> tuple[dict[str, str], bytes]:
+        """A GET answered with a message (examinemessage): its headers (names in lower case) and payload."""
+        unreachable: client.Unreachable | None = None
+        for url in self.urls:
+            try:
+                status, headers, content = client.exchange(
+                    "GET", url + path, None, self.timeout_s, self.headers, self.tls
+                )
+            except client.Unreachable as e:
+                unreachable = e
+                continue
+            if status >= 400:
+                raise HttpError(status, client.reason_of(content) or f"HTTP {status} from GET {url + path}")
+            return headers, content
+        assert unreachable is not None
+        raise unreachable
+
     def create_partitioned_topic(self, topic: str, partitions: int, exist_ok: bool = False) -> None:
         try:
             self.call("PUT", topic_path(topic) + "/partitions", partitions)

@@ -3,9 +3,11 @@ PartitionedTopicStats, with Pulsar's field names, built from the topic's own sta
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from impl.broker.service import Topic
+from impl.broker.service import ConsumerSink, Subscription, Topic
+from impl.broker.topic_stats import Rate
 
 # Our managed-ledger states under the names Pulsar's internal stats use.
 _ML_STATES = {
@@ -29,6 +31,7 @@ _ACCESS_MODES = {0: "Shared", 1: "Exclusive", 2: "WaitForExclusive", 3: "Exclusi
 def topic_stats(topic: Topic) -> dict[str, Any]:
     """Pulsar's TopicStats: rates, counters, storage and backlog, publishers and subscriptions."""
     topic.counters.roll()
+    now = time.monotonic()
     ml = topic.ml.stats()
     inbound, outbound = topic.counters.inbound, topic.counters.outbound
     subscriptions = {}
@@ -36,21 +39,40 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
     for name, sub in sorted(topic.subscriptions.items()):
         backlog = sub.cursor.backlog()
         backlog_entries = max(backlog_entries, backlog)
+        consumers = [_consumer(sub, cid, sink, now) for cid, sink in sorted(sub.sinks.items())]
         subscriptions[name] = {
-            "msgRateOut": outbound.message_rate if sub.sinks else 0.0,
-            "msgThroughputOut": outbound.byte_rate if sub.sinks else 0.0,
+            "msgRateOut": sum(c["msgRateOut"] for c in consumers),
+            "msgThroughputOut": sum(c["msgThroughputOut"] for c in consumers),
+            "bytesOutCounter": sum(c["bytesOutCounter"] for c in consumers),
+            "msgOutCounter": sum(c["msgOutCounter"] for c in consumers),
             "msgBacklog": backlog,
             "unackedMessages": sub.dispatcher.unacked(),
             "msgDelayed": sub.dispatcher.delayed(),
             "type": sub.type.value,
-            "isDurable": True,
+            "isDurable": sub.durable,
             "isReplicated": False,
-            "consumers": [{"consumerName": f"consumer-{cid}"} for cid in sorted(sub.sinks)],
+            "consumers": consumers,
         }
-    publishers = [
-        {"producerName": name, "accessMode": _ACCESS_MODES[_mode(topic, name, exclusive)], "epoch": epoch}
-        for name, (_owner, epoch, exclusive) in sorted(topic.attached.items())
-    ]
+    publishers = []
+    for name, (_owner, epoch, exclusive) in sorted(topic.attached.items()):
+        info = topic.producer_info.get(name)
+        rate = info.rate if info is not None else Rate()
+        rate.roll(now)
+        publishers.append(
+            {
+                "producerId": info.producer_id if info is not None else -1,
+                "producerName": name,
+                "accessMode": _ACCESS_MODES[_mode(topic, name, exclusive)],
+                "epoch": epoch,
+                "msgRateIn": rate.message_rate,
+                "msgThroughputIn": rate.byte_rate,
+                "averageMsgSize": rate.bytes / rate.messages if rate.messages else 0.0,
+                "address": info.address if info is not None else "",
+                "connectedSince": info.connected_since if info is not None else "",
+                "clientVersion": "",
+                "metadata": {},
+            }
+        )
     return {
         "msgRateIn": inbound.message_rate,
         "msgThroughputIn": inbound.byte_rate,
@@ -68,6 +90,30 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "replication": {remote: r.stats() for remote, r in sorted(topic.replicators.items())},
         "topicEpoch": topic.topic_epoch,
         "deduplicationStatus": "Enabled" if topic.deduplication else "Disabled",
+    }
+
+
+def _consumer(sub: Subscription, cid: int, sink: ConsumerSink, now: float) -> dict[str, Any]:
+    """Pulsar's ConsumerStats for one consumer of the subscription."""
+    state = sub.dispatcher.consumers.get(cid)
+    rate: Rate = getattr(sink, "rate", None) or Rate()
+    rate.roll(now)
+    unacked = len(state.pending) if state is not None else 0
+    return {
+        "consumerName": state.name if state is not None else f"consumer-{cid}",
+        "msgRateOut": rate.message_rate,
+        "msgThroughputOut": rate.byte_rate,
+        "bytesOutCounter": rate.bytes,
+        "msgOutCounter": rate.messages,
+        "msgRateRedeliver": 0.0,
+        "availablePermits": state.permits if state is not None else 0,
+        "unackedMessages": unacked,
+        # Pulsar blocks a consumer at maxUnackedMessagesPerConsumer; the reference has no such limit.
+        "blockedConsumerOnUnackedMsgs": False,
+        "address": getattr(sink, "address", ""),
+        "connectedSince": getattr(sink, "connected_since", ""),
+        "clientVersion": "",
+        "metadata": {},
     }
 
 

@@ -7,15 +7,21 @@ finds the topic unowned makes this broker (or the one the load manager picks) it
 
 from __future__ import annotations
 
+import datetime
+import json
+from typing import Any
 from urllib.parse import quote
 
 from impl.broker import namespaces
 from impl.broker.compaction import CompactionRunning
 from impl.broker.errors import ConsumerBusyError, NotEmptyError
-from impl.broker.service import Topic
+from impl.broker.managed_ledger import Position
+from impl.broker.service import Subscription, Topic
 from impl.broker.web import stats
 from impl.broker.web.context import WebContext, redirect_to_owner
 from impl.metadata.naming import NamespaceName, TopicName, check_named_entity
+from impl.protocol import entry_codec
+from impl.protocol import pulsar_api_pb2 as api
 from impl.web import client as fetch
 from impl.web.http import HttpError, Request, Response, Router
 
@@ -52,6 +58,14 @@ class TopicRoutes:
         r.add("GET", TOPIC + "/compaction", self.compaction_status)
         r.add("POST", TOPIC + "/subscription/{subscription}/expireMessages/{seconds}", self.expire_messages)
         r.add("POST", TOPIC + "/all_subscription/expireMessages/{seconds}", self.expire_all_messages)
+        r.add("PUT", TOPIC + "/subscription/{subscription}", self.create_subscription)
+        r.add("POST", TOPIC + "/subscription/{subscription}/skip/{count}", self.skip)
+        r.add("POST", TOPIC + "/subscription/{subscription}/skip_all", self.skip_all)
+        r.add("GET", TOPIC + "/examinemessage", self.examine_message)
+        r.add("POST", TOPIC + "/terminate", self.terminate)
+        r.add("GET", TOPIC + "/deduplicationEnabled", self.get_deduplication)
+        r.add("POST", TOPIC + "/deduplicationEnabled", self.set_deduplication)
+        r.add("DELETE", TOPIC + "/deduplicationEnabled", self.remove_deduplication)
 
     # ---- names, existence, ownership ----------------------------------------------------------
 
@@ -108,6 +122,7 @@ class TopicRoutes:
         self.ctx.service.unload_topics(lambda n: n == name, graceful=False)
         owned.ml.delete()
         owned.compactor.delete_compacted_ledger()
+        self.ctx.service.forget_topic(name)
         if not name.is_partition:  # a partition's schema is its partitioned topic's
             self.ctx.service.schemas.delete(name)
         return Response.empty()
@@ -247,6 +262,146 @@ class TopicRoutes:
         owned.expire_messages(int(seconds), subscription)
         return Response.empty()
 
+    # ---- messages: skip, examine, terminate, subscriptions made by the admin --------------------
+
+    def _not_partitioned(self, name: TopicName, what: str) -> None:
+        """Pulsar's 405 for calls that only a partition (or a non-partitioned topic) can serve."""
+        if self._is_partitioned(name):
+            raise HttpError(405, f"{what} on a partitioned topic is not allowed")
+
+    def _subscription(self, owned: Topic, subscription: str) -> Subscription:
+        sub = owned.subscription(subscription)
+        if sub is None:
+            raise HttpError(404, "Subscription not found")
+        return sub
+
+    def create_subscription(self, req: Request, tenant: str, namespace: str, topic: str, subscription: str) -> Response:
+        """Pulsar's createSubscription: the body is the message id to start at (inclusive), as
+        {"ledgerId", "entryId"}; none, or Pulsar's latest (Long.MAX_VALUE ids), starts after the last
+        entry, and earliest (-1:-1) at the first. 409 when it exists."""
+        name = self._name(tenant, namespace, topic)
+        self._not_partitioned(name, "Creating a subscription")  # the reference: on each partition by its name
+        start = _start_position(req)
+        owned = self._owned(req, name)
+        if isinstance(owned, Response):
+            return owned
+        owned.create_subscription(subscription, start)
+        return Response.empty()
+
+    def skip(self, req: Request, tenant: str, namespace: str, topic: str, subscription: str, count: str) -> Response:
+        """Acknowledge the subscription's next `count` messages (entries, as Pulsar counts them: a batch is one)."""
+        try:
+            entries = int(count)
+        except ValueError:
+            raise HttpError(400, f"the number of messages to skip must be a whole number, not {count!r}") from None
+        if entries < 0:
+            raise HttpError(400, f"the number of messages to skip must be >= 0, not {entries}")
+        name = self._name(tenant, namespace, topic)
+        self._not_partitioned(name, "Skipping messages")
+        owned = self._owned(req, name)
+        if isinstance(owned, Response):
+            return owned
+        self._subscription(owned, subscription).skip(entries)
+        owned.maybe_trim()
+        return Response.empty()
+
+    def skip_all(self, req: Request, tenant: str, namespace: str, topic: str, subscription: str) -> Response:
+        """Clear the subscription's backlog: everything published so far is acknowledged."""
+        name = self._name(tenant, namespace, topic)
+        self._not_partitioned(name, "Skipping messages")
+        owned = self._owned(req, name)
+        if isinstance(owned, Response):
+            return owned
+        self._subscription(owned, subscription).skip(None)
+        owned.maybe_trim()
+        return Response.empty()
+
+    def examine_message(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        """The n-th entry from the first (`initialPosition=earliest`) or the last (`latest`, the default),
+        n = `messagePosition` (default 1), as Pulsar's examinemessage: the payload (uncompressed) as the
+        body and the metadata in X-Pulsar-* headers."""
+        initial = req.query.get("initialPosition", "latest")
+        if initial not in ("earliest", "latest"):
+            raise HttpError(400, f"initialPosition must be 'earliest' or 'latest', not {initial!r}")
+        raw = req.query.get("messagePosition", "1")
+        try:
+            nth = int(raw)
+        except ValueError:
+            raise HttpError(400, f"messagePosition must be a whole number, not {raw!r}") from None
+        nth = max(nth, 1)  # as Pulsar: positions below 1 mean the first
+        name = self._name(tenant, namespace, topic)
+        if self._is_partitioned(name):
+            raise HttpError(
+                405,
+                "Examine messages on a partitioned topic is not allowed, please try examine message on specific "
+                "topic partition",
+            )
+        owned = self._owned(req, name)
+        if isinstance(owned, Response):
+            return owned
+        view = owned.ml.view()
+        first, last = view.first_position(), view.last_confirmed()
+        total = 0 if first is None or last is None else view.count_between(first.before(), last)
+        if total == 0:
+            raise HttpError(412, "Could not examine messages due to the total message is zero")
+        if nth > total:
+            raise HttpError(404, f"Message position {nth} is beyond the topic's {total} messages")
+        index = nth - 1 if initial == "earliest" else total - nth
+        position = next(p for i, p in enumerate(view.positions(first)) if i == index)
+        ((_, data),) = owned.ml.read(position, 1)
+        return _message_response(position, data)
+
+    def terminate(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        """No more messages on the topic; answers its last message id (the same when already terminated)."""
+        name = self._name(tenant, namespace, topic)
+        if self._is_partitioned(name):
+            raise HttpError(405, "Termination of a partitioned topic is not allowed")
+        owned = self._owned(req, name)
+        if isinstance(owned, Response):
+            return owned
+        last = owned.terminate()
+        partition = -1 if name.partition is None else name.partition
+        return Response.json({"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": partition})
+
+    # ---- topic policies: de-duplication -------------------------------------------------------
+
+    def get_deduplication(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        """The topic's own setting (null: none); `applied=true`: the one in force (topic, namespace, broker)."""
+        name = self._name(tenant, namespace, topic)
+        partitions = namespaces.get_partitions(self.ctx.configuration_store, name)
+        probe = name.partition_name(0) if partitions else name  # a partitioned topic's partitions carry it
+        if not partitions and not self._exists(name):
+            raise HttpError(404, f"Topic {name} not found")
+        if req.flag("applied"):
+            return Response.json(self.ctx.service.deduplication_in(probe))
+        value = self.ctx.service.topic_policies(probe).get("deduplicationEnabled")
+        return Response.json(value if isinstance(value, bool) else None)
+
+    def set_deduplication(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        enabled = req.json()
+        if not isinstance(enabled, bool):
+            raise HttpError(400, f"the body must be true or false, not {enabled!r}")
+        return self._deduplication(req, self._name(tenant, namespace, topic), enabled)
+
+    def remove_deduplication(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        return self._deduplication(req, self._name(tenant, namespace, topic), None)
+
+    def _deduplication(self, req: Request, name: TopicName, enabled: bool | None) -> Response:
+        """Stored by the topic's owner, which applies it at once; a partitioned topic's go to each partition."""
+        partitions = namespaces.get_partitions(self.ctx.configuration_store, name)
+        if partitions:
+            for i in range(partitions):
+                url = self.ctx.web_url + _path(name.partition_name(i)) + "/deduplicationEnabled"
+                fetch.call(req.method, url, enabled, headers=self.ctx.internal_headers())
+            return Response.empty()
+        # A partition of a partitioned topic is created here if no client used it yet.
+        owned = self._owned(req, name, must_exist=not (name.is_partition and self._is_partitioned(name.base)))
+        if isinstance(owned, Response):
+            return owned
+        self.ctx.service.set_topic_policy(name, "deduplicationEnabled", enabled)
+        owned.set_deduplication(self.ctx.service.deduplication_in(name))
+        return Response.empty()
+
     def last_message_id(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
         owned = self._owned(req, self._name(tenant, namespace, topic))
         if isinstance(owned, Response):
@@ -270,6 +425,67 @@ class TopicRoutes:
         """Pulsar's LongRunningProcessStatus of the last compaction: NOT_RUN, RUNNING, SUCCESS or ERROR."""
         owned = self._owned(req, self._name(tenant, namespace, topic))
         return owned if isinstance(owned, Response) else Response.json(owned.compactor.status_json())
+
+
+_LATEST = 2**63 - 1  # Pulsar's MessageId.latest: Long.MAX_VALUE ledger and entry ids
+
+
+def _start_position(req: Request) -> Position | None | bool:
+    """Where a subscription made with PUT starts: True after the last entry, None at the first, or at
+    the message id the body names (inclusive)."""
+    if not req.body.strip():
+        return True
+    body: Any = req.json()
+    if not isinstance(body, dict):
+        raise HttpError(400, f'the body must be a message id {{"ledgerId": ..., "entryId": ...}}, not {body!r}')
+    ledger, entry = body.get("ledgerId"), body.get("entryId")
+    for what, value in (("ledgerId", ledger), ("entryId", entry)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise HttpError(400, f"{what} must be a whole number, not {value!r}")
+    assert isinstance(ledger, int) and isinstance(entry, int)
+    if ledger == _LATEST and entry == _LATEST:
+        return True
+    if ledger < 0 or entry < 0:
+        return None  # Pulsar's earliest is -1:-1
+    return Position(ledger, entry)
+
+
+def _message_response(position: Position, data: bytes) -> Response:
+    """An entry as Pulsar's examinemessage (and peek) answer it: payload as the body, metadata as headers."""
+    entry = entry_codec.parse(data, verify_checksum=False)
+    meta = entry.metadata
+    headers: list[tuple[str, str]] = [("X-Pulsar-Message-ID", f"{position.ledger_id}:{position.entry_id}")]
+    properties = {p.key: p.value for p in meta.properties}
+    for key, value in properties.items():
+        headers.append((f"X-Pulsar-PROPERTY-{key}", value))
+    if properties:
+        headers.append(("X-Pulsar-Property", json.dumps(properties)))
+    headers.append(("X-Pulsar-publish-time", _date(meta.publish_time)))
+    if meta.event_time:
+        headers.append(("X-Pulsar-event-time", _date(meta.event_time)))
+    if meta.HasField("deliver_at_time"):
+        headers.append(("X-Pulsar-deliver-at-time", _date(meta.deliver_at_time)))
+    if meta.HasField("num_messages_in_batch"):
+        headers.append(("X-Pulsar-num-batch-message", str(meta.num_messages_in_batch)))
+        headers.append(("X-Pulsar-batch-size", str(len(entry.payload))))
+    headers.append(("X-Pulsar-producer-name", meta.producer_name))
+    headers.append(("X-Pulsar-sequence-id", str(meta.sequence_id)))
+    if meta.HasField("partition_key"):
+        headers.append(("X-Pulsar-partition-key", meta.partition_key))
+    if meta.HasField("replicated_from"):
+        headers.append(("X-Pulsar-replicated-from", meta.replicated_from))
+    try:
+        body = entry_codec.decompress(entry)
+    except entry_codec.UnsupportedCompression:  # kept compressed; the header says how
+        body = entry.payload
+        headers.append(("X-Pulsar-compression", api.CompressionType.Name(meta.compression)))
+        headers.append(("X-Pulsar-uncompressed-size", str(meta.uncompressed_size)))
+    return Response(200, body, "application/octet-stream", tuple(headers))
+
+
+def _date(ms: int) -> str:
+    """A time as Pulsar's DateFormatter prints it (ISO-8601 with milliseconds and the offset)."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")
 
 
 def _path(name: TopicName) -> str:
