@@ -10,6 +10,7 @@ import pytest
 
 from impl.broker.web.admin_client import AdminClient, topic_path
 from tests.cluster.conftest import pulsar_ref, state
+from tests.cluster.moving_topic import MovingTopic
 from tests.producing import Producing
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
@@ -99,9 +100,17 @@ def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_
     # (after the dead broker's session expires) and every acknowledged message is on the topic.
     client = pulsar.Client(state(cluster_dir)["pulsar_service"], operation_timeout_seconds=60)
     topic = "persistent://public/default/killed-owner"
+    moving: MovingTopic | None = None
     try:
         producer = client.create_producer(topic, send_timeout_millis=60_000, producer_name="writer")
         owner = next(b for b in (first, second) if topics_of(b, [topic]))
+        # Issue 43's features on a topic of the broker about to be killed: they must carry over to the other.
+        admin = AdminClient(f"http://127.0.0.1:{first['web_port']},127.0.0.1:{second['web_port']}")
+        candidates = [f"persistent://public/default/moving-{i}" for i in range(16)]
+        for candidate in candidates:
+            admin.call("PUT", topic_path(candidate))
+        moving = MovingTopic(state(cluster_dir)["pulsar_service"], admin, topics_of(owner, candidates)[0])
+        moving.before_move()
         producing = Producing(producer)
         producing.progress(50, 30)
         kill = pulsar_ref("cluster", "kill", "--dir", str(cluster_dir), owner["name"])
@@ -115,5 +124,8 @@ def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_
         while reader.has_message_available():
             seen.add(int(reader.read_next(10_000).data()))
         assert set(producing.acked) <= seen
+        moving.after_move()
     finally:
         client.close()
+        if moving is not None:
+            moving.close()
