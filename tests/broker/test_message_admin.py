@@ -124,6 +124,21 @@ def test_skip_reaches_a_subscription_whose_consumer_left_before_an_unload(
     assert _backlog(standalone, topic, "s") == 3
 
 
+def test_put_subscription_and_skip_all_on_a_partitioned_topic_reach_every_partition(
+    standalone: Standalone, client: pulsar.Client
+) -> None:
+    topic = topic_name("adm-part")
+    standalone.admin.create_partitioned_topic(topic, 2)
+    standalone.admin.call("PUT", topic_path(topic) + "/subscription/s", {"ledgerId": -1, "entryId": -1})
+    partitions = [f"{topic}-partition-{i}" for i in range(2)]
+    for partition in partitions:
+        _publish(client, partition, 3)
+        assert _backlog(standalone, partition, "s") == 3
+    assert _refused(standalone, "PUT", topic_path(topic) + "/subscription/s") == 409
+    standalone.admin.call("POST", topic_path(topic) + "/subscription/s/skip_all")
+    assert [_backlog(standalone, p, "s") for p in partitions] == [0, 0]
+
+
 # ---- examinemessage ---------------------------------------------------------------------------------
 
 

@@ -280,13 +280,28 @@ class TopicRoutes:
         {"ledgerId", "entryId"}; none, or Pulsar's latest (Long.MAX_VALUE ids), starts after the last
         entry, and earliest (-1:-1) at the first. 409 when it exists."""
         name = self._name(tenant, namespace, topic)
-        self._not_partitioned(name, "Creating a subscription")  # the reference: on each partition by its name
         start = _start_position(req)
-        owned = self._owned(req, name)
+        body = req.json() if req.body.strip() else None
+        if self._each_partition(req, name, f"/subscription/{quote(subscription, safe='')}", body):
+            return Response.empty()  # as Pulsar: on every partition, each from the same message id
+        owned = self._owned(req, name, must_exist=not self._partition_of_partitioned(name))
         if isinstance(owned, Response):
             return owned
         owned.create_subscription(subscription, start)
         return Response.empty()
+
+    def _partition_of_partitioned(self, name: TopicName) -> bool:
+        """A partition of a partitioned topic: created here if no client used it yet."""
+        return name.is_partition and self._is_partitioned(name.base)
+
+    def _each_partition(self, req: Request, name: TopicName, suffix: str, body: Any = None) -> bool:
+        """For a partitioned topic: the same call on each partition, through this web service (which
+        redirects to each one's owner); the first refusal is the answer. False for another topic."""
+        partitions = namespaces.get_partitions(self.ctx.configuration_store, name)
+        for i in range(partitions):
+            url = self.ctx.web_url + _path(name.partition_name(i)) + suffix
+            fetch.call(req.method, url, body, headers=self.ctx.internal_headers())
+        return partitions > 0
 
     def skip(self, req: Request, tenant: str, namespace: str, topic: str, subscription: str, count: str) -> Response:
         """Acknowledge the subscription's next `count` messages (entries, as Pulsar counts them: a batch is one)."""
@@ -308,8 +323,9 @@ class TopicRoutes:
     def skip_all(self, req: Request, tenant: str, namespace: str, topic: str, subscription: str) -> Response:
         """Clear the subscription's backlog: everything published so far is acknowledged."""
         name = self._name(tenant, namespace, topic)
-        self._not_partitioned(name, "Skipping messages")
-        owned = self._owned(req, name)
+        if self._each_partition(req, name, f"/subscription/{quote(subscription, safe='')}/skip_all"):
+            return Response.empty()  # as Pulsar: every partition's backlog cleared
+        owned = self._owned(req, name, must_exist=not self._partition_of_partitioned(name))
         if isinstance(owned, Response):
             return owned
         self._subscription(owned, subscription).skip(None)
@@ -388,14 +404,9 @@ class TopicRoutes:
 
     def _deduplication(self, req: Request, name: TopicName, enabled: bool | None) -> Response:
         """Stored by the topic's owner, which applies it at once; a partitioned topic's go to each partition."""
-        partitions = namespaces.get_partitions(self.ctx.configuration_store, name)
-        if partitions:
-            for i in range(partitions):
-                url = self.ctx.web_url + _path(name.partition_name(i)) + "/deduplicationEnabled"
-                fetch.call(req.method, url, enabled, headers=self.ctx.internal_headers())
+        if self._each_partition(req, name, "/deduplicationEnabled", enabled):
             return Response.empty()
-        # A partition of a partitioned topic is created here if no client used it yet.
-        owned = self._owned(req, name, must_exist=not (name.is_partition and self._is_partitioned(name.base)))
+        owned = self._owned(req, name, must_exist=not self._partition_of_partitioned(name))
         if isinstance(owned, Response):
             return owned
         self.ctx.service.set_topic_policy(name, "deduplicationEnabled", enabled)
