@@ -265,3 +265,45 @@ def test_compaction_under_a_running_producer(standalone: Standalone) -> None:
     finally:
         producer.close()
         client.close()
+
+
+def test_a_partitioned_topic_is_compacted_partition_by_partition(standalone: Standalone) -> None:
+    topic = name()
+    admin = standalone.admin
+    admin.call("PUT", topic_path(topic) + "/partitions", 2)
+    client = pulsar.Client(standalone.url)
+    try:
+        history = [(f"k{i % 6}", b"" if i == 10 else b"v%d" % i) for i in range(12)]  # k4 deleted last
+        publish(client, topic, history)
+        admin.call("PUT", topic_path(topic) + "/compaction")
+        for i in range(2):
+            path = topic_path(f"{topic}-partition-{i}") + "/compaction"
+            wait_for(lambda p=path: admin.call("GET", p)["status"] == "SUCCESS", "each partition", timeout_s=20)
+        consumer = client.subscribe(
+            topic, "compacted", initial_position=pulsar.InitialPosition.Earliest, is_read_compacted=True
+        )
+        got = {}
+        for _ in range(5):
+            msg = consumer.receive(5_000)
+            got[msg.partition_key()] = msg.data()
+        with pytest.raises(pulsar.Timeout):
+            consumer.receive(500)
+        assert got == {"k0": b"v6", "k1": b"v7", "k2": b"v8", "k3": b"v9", "k5": b"v11"}
+    finally:
+        client.close()
+
+
+def test_a_table_view_sees_the_latest_live_value_per_key(standalone: Standalone) -> None:
+    topic = name()
+    client = pulsar.Client(standalone.url)
+    try:
+        publish(client, topic, HISTORY)
+        assert compact(standalone, topic)["status"] == "SUCCESS"
+        publish(client, topic, [("c", b"c2"), ("e", b"e1")])
+        view = client.create_table_view(topic)
+        got: dict[str, bytes] = {}
+        view.for_each(lambda k, v: got.__setitem__(k, v))
+        view.close()
+        assert got == {"a": b"a3", "c": b"c2", "d": b"d1", "e": b"e1"}  # b deleted by its empty payload
+    finally:
+        client.close()

@@ -422,8 +422,26 @@ class TopicRoutes:
         return Response.json({"ledgerId": ledger, "entryId": entry, "partitionIndex": -1})
 
     def compact(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
-        """Start a compaction up to the topic's last message (409 while one runs), as Pulsar's triggerCompaction."""
-        owned = self._owned(req, self._name(tenant, namespace, topic))
+        """Start a compaction up to the topic's last message (409 while one runs), as Pulsar's triggerCompaction;
+        of each partition of a partitioned topic (each by its owner, through this web service's redirects)."""
+        name = self._name(tenant, namespace, topic)
+        if not self._exists(name) and self._is_partitioned(name):
+            running = []
+            for i in range(namespaces.get_partitions(self.ctx.configuration_store, name)):
+                partition = name.partition_name(i)
+                if not self._exists(partition):
+                    continue  # never used: nothing to compact
+                try:
+                    url = self.ctx.web_url + _path(partition) + "/compaction"
+                    fetch.call("PUT", url, headers=self.ctx.internal_headers())
+                except HttpError as e:
+                    if e.status != 409:
+                        raise
+                    running.append(str(partition))
+            if running:
+                raise HttpError(409, f"Compaction already in progress on {', '.join(running)}")
+            return Response.empty()
+        owned = self._owned(req, name)
         if isinstance(owned, Response):
             return owned
         try:
