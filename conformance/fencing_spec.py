@@ -494,6 +494,7 @@ class FencingMapping:
             constants["FenceOnRecovery"] is True
             and constants["FenceOnBadVersion"] is True
             and constants.get("QueuedAddsAwaitListWrite", True) is True
+            and constants.get("Mutation", "none") == "none"  # issue 47's one-rule mutations: bugs too
         )
         # Rollover as one step, or as Pulsar's steps with adds queued meanwhile (the `Rollover...` actions).
         self.multi_step_rollover = constants.get("MultiStepRollover", False) is True

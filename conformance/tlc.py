@@ -43,6 +43,7 @@ _END = re.compile(r"^@!@!@ENDMSG (\d+) @!@!@$")
 _STATS = re.compile(r"([\d,]+) states generated.*?([\d,]+) distinct states found")
 _DEPTH = re.compile(r"depth of the complete state graph search is (\d+)")
 _VIOLATION = re.compile(r"^(Invariant|Action property) (\S+) is violated")
+_INITIAL_PROPERTY = re.compile(r"^Property .* is violated by the initial state")
 _STATE_HEAD = re.compile(r"^(\d+): <(.*?)>\s*$")
 _ACTION_NAME = re.compile(r"^(\w+)(?: line \d+.*)?$")
 
@@ -89,6 +90,7 @@ class TLCResult:
     depth: int
     seconds: float
     violated: str = ""  # the invariant or action property TLC reported; "temporal properties" for liveness
+    # (and for a PROPERTY violated by an initial state: TLC names neither)
     trace: list[TraceState] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)  # TLC's other error messages, verbatim
     lasso: str = ""  # liveness counterexamples: "Stuttering" or "Back to state N"
@@ -228,6 +230,12 @@ def parse_output(lines: Iterator[str], on_progress: Callable[[str], None] | None
                 outcome, violated = Outcome.VIOLATION, v.group(2)
             elif msg.text.startswith("Temporal properties were violated"):
                 outcome, violated = Outcome.VIOLATION, "temporal properties"
+            elif _INITIAL_PROPERTY.match(msg.text):
+                # "Property line L, col C to ... is violated by the initial state:" and that state: the
+                # property is not named either (as a temporal one); the state is the whole trace
+                outcome, violated = Outcome.VIOLATION, "temporal properties"
+                head, _, state = msg.text.partition("\n")
+                trace = [parse_state("1: <Initial predicate>\n" + state)]
             elif msg.text.startswith("Deadlock reached"):
                 outcome = Outcome.DEADLOCK
             else:

@@ -131,6 +131,16 @@ Phases == {"idle", "creating", "writing"}
 
 Range(s) == {s[i] : i \in DOMAIN s}
 
+\* Issue 47: one-rule bugs, each a ci model's (overridden in its CONSTANTS) and each violating a property no
+\* other ci model violates (spec/fencing.md, "Mutations"): "fenced_stays" (the broker never closes a FENCED
+\* managed ledger: it keeps the topic loaded and refuses every message for ever), "rollover_leaves_open" (a
+\* rollover starts the next ledger without closing the current one), "reuses_ledger_id" (a takeover creates
+\* its ledger with an id already used), "drops_recovered_ledger" (a takeover drops the recovered last
+\* ledger from the list even when it holds entries), "deletes_on_bad_version" (a takeover whose list write
+\* failed still deletes the ledgers it meant to drop), "trims_unconsumed" (a trim removes a ledger the
+\* subscription has not consumed: TypeOK's trimmed \in 0..consumed fails).
+Mutation == "none"
+
 \* Whether the bookies of ledger l would store and acknowledge a plain add. A deleted ledger was
 \* garbage-collected at its bookies, its fence with it: it refuses adds only because the bookies keep
 \* the ids they collected (BookieCore.deleted); without that (FALSE) an add re-creates it.
@@ -259,7 +269,7 @@ RecoverLastLedger(b) ==
           \* An empty last ledger is dropped from the snapshot (Pulsar drops it on open and deletes it
           \* once the new list is written).
           /\ ml' = [ml EXCEPT ![b].state = "recovered",
-                              ![b].ledgers = IF l # NoLedger /\ RecoveredEnd(l) = 0
+                              ![b].ledgers = IF l # NoLedger /\ (RecoveredEnd(l) = 0 \/ Mutation = "drops_recovered_ledger")
                                              THEN SubSeq(snap, 1, Len(snap) - 1) ELSE snap]
     /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, list, nextLedger, acked, nextMsg, lostAcks,
                    consumed, trimmed>>
@@ -272,12 +282,13 @@ CreateLedgerAndWriteList(b) ==
     /\ nextLedger \in LedgerIds
     /\ LET l == nextLedger
            ok == list.version = ml[b].version
-           dropped == IF ok THEN Range(list.ledgers) \ Range(ml[b].ledgers) ELSE {}
+           dropped == IF ok \/ Mutation = "deletes_on_bad_version" THEN Range(list.ledgers) \ Range(ml[b].ledgers)
+                      ELSE {}
        IN /\ ledger' = [k \in LedgerIds |->
                           IF k = l THEN [ledger[k] EXCEPT !.state = "open"]
                           ELSE IF k \in dropped THEN [ledger[k] EXCEPT !.state = "deleted", !.entries = <<>>]
                           ELSE ledger[k]]
-          /\ nextLedger' = nextLedger + 1
+          /\ nextLedger' = IF Mutation = "reuses_ledger_id" THEN nextLedger ELSE nextLedger + 1
           /\ IF ok
              THEN /\ list' = [version |-> list.version + 1, ledgers |-> Append(ml[b].ledgers, l)]
                   /\ ml' = [ml EXCEPT ![b] = [state |-> "open", version |-> list.version + 1,
@@ -347,7 +358,8 @@ Rollover(b) ==
           /\ IF ~closeOk
              THEN /\ ml' = [ml EXCEPT ![b] = Fenced(ml[b])]
                   /\ UNCHANGED <<ledger, nextLedger, list>>
-             ELSE /\ ledger' = [ledger EXCEPT ![cur].state = IF @ = "open" THEN "closed" ELSE @,
+             ELSE /\ ledger' = [ledger EXCEPT ![cur].state = IF @ = "open" /\ Mutation # "rollover_leaves_open"
+                                                               THEN "closed" ELSE @,
                                               ![cur].lastEntry = IF ledger[cur].state = "open"
                                                                  THEN written ELSE @,
                                               ![new].state = "open"]
@@ -473,7 +485,7 @@ TrimConsumedLedger(b) ==
            ok == list.version = ml[b].version
        IN /\ Len(ml[b].ledgers) >= 2
           /\ ledger[h].state = "closed"
-          /\ trimmed + ledger[h].lastEntry <= consumed
+          /\ trimmed + ledger[h].lastEntry <= consumed \/ Mutation = "trims_unconsumed"
           /\ IF ok
              THEN /\ list' = [version |-> list.version + 1, ledgers |-> Tail(list.ledgers)]
                   /\ ml' = [ml EXCEPT ![b].version = list.version + 1, ![b].ledgers = Tail(list.ledgers)]
@@ -487,10 +499,6 @@ TrimConsumedLedger(b) ==
     /\ UNCHANGED <<session, believesOwner, ownerNode, expiries, nextLedger, acked, nextMsg, lostAcks, consumed>>
 
 \* A fenced managed ledger is closed with its topic; the broker may open it again if it still owns.
-\* Issue 47 (overridden in a mutation model's CONSTANTS): "fenced_stays" (the broker never closes a FENCED
-\* managed ledger: it keeps the topic loaded and refuses every message for ever).
-Mutation == "none"
-
 CloseFencedManagedLedger(b) ==
     /\ ml[b].state = "fenced"
     /\ Mutation # "fenced_stays"

@@ -37,7 +37,14 @@ ASSUME /\ E >= Qw /\ Qw >= Qa /\ Qa >= 1 /\ Cardinality(Bookies) >= E
                         "recovery_read_no_fence",      \* BookKeeper issue 2614
                         "recovery_start_from_lac",     \* BookKeeper issue 2615
                         "negative_threshold_qa",       \* Qa negatives instead of Qw-Qa+1
-                        "read_lac_one_answer"}         \* the fencing read-LAC done after one answer
+                        "read_lac_one_answer",         \* the fencing read-LAC done after one answer
+                        \* issue 47: each violates a property no other ci model violates (spec/ledger.md)
+                        "lac_starts_at_zero",          \* the writer's handle starts with entry 0 confirmed
+                        "confirm_on_one_ack",          \* an entry confirmed on its first acknowledgement
+                        "writer_close_overwrites",     \* the writer's close overwrites a closed ledger
+                        "close_length_of_pushed",      \* the writer closes with its last pushed entry's length
+                        "close_before_write_back",     \* recovery closes before its write-back reached Qa
+                        "write_back_never_done"}       \* recovery waits for one entry past its end: never closes
 
 Clients == {Writer} \cup Recoverers
 Entries == 0 .. NumEntries - 1
@@ -95,10 +102,11 @@ NoAcks == [e \in Entries |-> {}]
 NoLacs == [e \in Entries |-> NoEntry]
 
 \* The highest l >= lac such that every entry in lac+1..l has Qa acks (in-order completion).
+AckQuorum == IF Mutation = "confirm_on_one_ack" THEN 1 ELSE Qa
 ConfirmedUpTo(acks, lac, pushed) ==
     CHOOSE l \in lac .. pushed :
-        /\ \A e \in lac + 1 .. l : Cardinality(acks[e]) >= Qa
-        /\ (l < pushed => Cardinality(acks[l + 1]) < Qa)
+        /\ \A e \in lac + 1 .. l : Cardinality(acks[e]) >= AckQuorum
+        /\ (l < pushed => Cardinality(acks[l + 1]) < AckQuorum)
 
 VARIABLES
     meta,           \* ledger metadata: [state, lastEntry, length, fragments] (the metadata store's node)
@@ -221,7 +229,7 @@ Init ==
     /\ msgs = {}
     /\ wState = "WRITING"
     /\ wPushed = NoEntry
-    /\ wLac = NoEntry
+    /\ wLac = (IF Mutation = "lac_starts_at_zero" THEN 0 ELSE NoEntry)
     /\ wAcks = [e \in Entries |-> {}]
     /\ wSentLac = [e \in Entries |-> NoEntry]
     /\ rPhase = [c \in Recoverers |-> "idle"]
@@ -334,8 +342,9 @@ WriterChangesEnsemble(b, nb) ==
 \* succeed (BookKeeper's LedgerHandle close compares both); otherwise fail. Pending adds fail.
 WriterCloses ==
     /\ wState = "WRITING"
-    /\ CASE meta.state # "CLOSED" ->
-              /\ meta' = [meta EXCEPT !.state = "CLOSED", !.lastEntry = wLac, !.length = LengthAt(wLac)]
+    /\ CASE meta.state # "CLOSED" \/ Mutation = "writer_close_overwrites" ->
+              /\ meta' = [meta EXCEPT !.state = "CLOSED", !.lastEntry = wLac,
+                                      !.length = LengthAt(IF Mutation = "close_length_of_pushed" THEN wPushed ELSE wLac)]
               /\ wState' = "CLOSED"
          [] meta.lastEntry = wLac /\ meta.length = LengthAt(wLac) ->
               /\ wState' = "CLOSED" /\ UNCHANGED meta
@@ -614,7 +623,9 @@ RecoveryChangesEnsemble(c, b, nb) ==
 \* which need not be the length at the end (BookKeeper's own behaviour, kept; see spec/ledger.md).
 RecoveryCloses(c) ==
     /\ rPhase[c] = "closing"
-    /\ rWbLac[c] >= rEnd[c]
+    /\ CASE Mutation = "close_before_write_back" -> TRUE
+         [] Mutation = "write_back_never_done" -> rWbLac[c] > rEnd[c]
+         [] OTHER -> rWbLac[c] >= rEnd[c]
     /\ IF meta.state = "IN_RECOVERY"
        THEN /\ meta' = [state |-> "CLOSED", lastEntry |-> rEnd[c], length |-> rLength[c],
                          fragments |-> rFragments[c]]

@@ -52,7 +52,9 @@ None == "none"          \* replFrom of an entry published locally
 \* "receipt_keeps_cursor" (a receipt moves nothing: the cursor is not the mark-delete position),
 \* "receipt_ignored" (a receipt is dropped unmatched: its entry waits for ever, the cursor stops),
 \* "remote_takes_last" (the remote persists the newest message in flight first: out of order),
-\* "reads_first_only" (a replicator reads only its log's first entry, then stops).
+\* "reads_first_only" (a replicator reads only its log's first entry, then stops),
+\* "mark_delete_past_waiting" (the mark-delete includes the first entry still waiting for its receipt:
+\* TypeOK's cursor < outstanding fails).
 Mutation == "none"
 
 \* The replicators: <<origin, remote>>.
@@ -93,7 +95,8 @@ InFlight(x, i) == \E k \in 1..Len(inflight[x]) : inflight[x][k].pos = i
 
 \* The mark-delete position: every entry read is done (acknowledged or skipped) up to the first
 \* one still waiting for its receipt.
-MarkDelete(read, waiting) == IF waiting = <<>> THEN read ELSE Head(waiting) - 1
+MarkDelete(read, waiting) ==
+    IF waiting = <<>> THEN read ELSE Head(waiting) - (IF Mutation = "mark_delete_past_waiting" THEN 0 ELSE 1)
 
 \* ---- Producing at the origin ----
 
