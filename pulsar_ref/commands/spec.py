@@ -6,6 +6,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from conformance.mutate import (
+    KILLED,
+    SURVIVED,
+    CatalogueError,
+    MutantResult,
+    load_catalogue,
+    run_mutant,
+    write_table,
+)
 from conformance.tla_values import TlaValueError
 from conformance.tlc import (
     PROFILES,
@@ -170,6 +179,84 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mutate(args: argparse.Namespace) -> int:
+    spec_dir = args.catalogue.parent
+    mutants = load_catalogue(args.catalogue, spec_dir)
+    wanted = {s if s.endswith(".tla") else f"{s}.tla" for s in args.specs}
+    unknown = sorted(wanted - {m.spec for m in mutants})
+    if unknown:
+        raise CatalogueError(f"no mutants of {', '.join(unknown)} in {args.catalogue}")
+    if args.id:
+        missing = sorted(set(args.id) - {m.id for m in mutants})
+        if missing:
+            raise CatalogueError(f"no mutant {', '.join(missing)} in {args.catalogue}")
+    chosen = [
+        m
+        for m in mutants
+        if (not wanted or m.spec in wanted)
+        and (m.id in args.id if args.id else args.profile == "deep" or m.profile == "ci")
+    ]
+    if args.write and (args.specs or args.id or args.profile != "deep"):
+        print(
+            f"{args.prog} mutate: --write needs the whole campaign (--profile deep, no SPEC, no --id)", file=sys.stderr
+        )
+        return 2
+    if not chosen:
+        print(f"no mutants match; see {args.catalogue}", file=sys.stderr)
+        return 2
+    results: list[MutantResult] = []
+    for i, m in enumerate(chosen, start=1):
+        print(f"[{i}/{len(chosen)}] {m.id}: {m.spec} on {m.config}: {m.reason}", flush=True)
+        r = run_mutant(m, spec_dir, workers=args.workers, on_progress=lambda line: print(f"      {line}", flush=True))
+        what = {KILLED: f"killed by {r.killed_by}", SURVIVED: "survived"}.get(r.status, f"error: {r.error}")
+        print(
+            f"      {what} ({r.distinct_states:,} states, {r.seconds:.1f}s)"
+            + ("" if r.expected else f"  << UNEXPECTED (expected {m.expect})"),
+            flush=True,
+        )
+        results.append(r)
+    rows = [["mutant", "spec", "model", "result", "killed by / why it survives", "states", "time"]]
+    for r in results:
+        m = r.mutant
+        why = r.killed_by if r.status == KILLED else (m.survives if r.status == SURVIVED else r.error)
+        rows.append(
+            [
+                m.id,
+                m.spec,
+                m.config,
+                r.status + ("" if r.expected else "  << UNEXPECTED"),
+                why if len(why) <= 70 else why[:67] + "...",
+                f"{r.distinct_states:,}",
+                f"{r.seconds:.1f}s",
+            ]
+        )
+    print()
+    print(_table(rows))
+    killed = sum(r.status == KILLED for r in results)
+    survived = sum(r.status == SURVIVED for r in results)
+    print(
+        f"\n{len(results)} mutants: {killed} killed, {survived} survived, {len(results) - killed - survived} errors; "
+        f"TLC time {sum(r.seconds for r in results):.0f}s"
+    )
+    if args.write:
+        write_table(args.write, results)
+        print(f"table written to {args.write}")
+    bad = [r for r in results if not r.expected]
+    if bad:
+        print(
+            "\nFAILED (results differ from the catalogue: a new survivor needs a property that kills it, or "
+            "its reason in the catalogue and the spec's page):",
+            file=sys.stderr,
+        )
+        for r in bad:
+            print(
+                f"  {r.mutant.id}: expected {r.mutant.expect}, got {r.status} {r.killed_by or r.error}".rstrip(),
+                file=sys.stderr,
+            )
+        return 1
+    return 0
+
+
 def main(argv: list[str], prog: str) -> int:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -205,6 +292,38 @@ def main(argv: list[str], prog: str) -> int:
     check.add_argument(
         "--trace-dir", type=Path, default=None, help="save each counterexample as <model>.json in this directory"
     )
+    mutate = sub.add_parser(
+        "mutate",
+        help="run the mutation campaign of spec/mutations.toml: one-rule changes, each checked by TLC",
+        description="Apply each mutant of the catalogue (one textual change of one rule of a spec, made in "
+        "a copy of spec/ in a temporary directory) and run TLC on its model. A mutant is killed when TLC "
+        "reports a violated invariant or property (printed as the killer), and survives when the model "
+        "passes. Prints progress, then a table; exits 1 when a result differs from the catalogue's expect "
+        "(a mutant expected killed that survives needs a property that kills it, or its reason recorded).",
+    )
+    mutate.add_argument("specs", nargs="*", metavar="SPEC", help="only the mutants of these specs; default all")
+    mutate.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="ci",
+        help="ci: the fast subset (profile = 'ci' in the catalogue); deep: every mutant (default: %(default)s)",
+    )
+    mutate.add_argument(
+        "--id", action="append", default=[], help="only this mutant, whatever --profile says (repeatable)"
+    )
+    mutate.add_argument(
+        "--catalogue", type=Path, default=SPEC_DIR / "mutations.toml", help="mutation catalogue (default: %(default)s)"
+    )
+    mutate.add_argument("--workers", type=int, default=1, help="TLC worker threads (default: %(default)s)")
+    mutate.add_argument(
+        "--write",
+        type=Path,
+        nargs="?",
+        const=SPEC_DIR / "mutations.md",
+        default=None,
+        metavar="PAGE",
+        help="with --profile deep: regenerate the table in PAGE (default spec/mutations.md) between its markers",
+    )
     listing = sub.add_parser("list", help="list the models of spec/models.toml")
     listing.add_argument("specs", nargs="*", metavar="SPEC", help="spec names; default all")
     listing.add_argument("--profile", choices=PROFILES, default=None, help="only this profile")
@@ -215,7 +334,9 @@ def main(argv: list[str], prog: str) -> int:
     try:
         if args.command == "list":
             return cmd_list(args)
+        if args.command == "mutate":
+            return cmd_mutate(args)
         return cmd_check(args)
-    except ManifestError as exc:
+    except (ManifestError, CatalogueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
