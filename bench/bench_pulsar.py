@@ -24,12 +24,15 @@ during the fixed-rate row: a probe thread writes 1 KiB with O_DSYNC every 10 ms 
 on the same disk and reports its write + fdatasync p50 and maximum, and how many took over 20 ms. All
 the bookies of a deployment share that disk, so a stall of the disk is a stall of every add.
 
+`--rows short` runs only async unbatched 1 KiB and consume unbatched (a quick look at the publish
+and delivery paths on a shared machine).
 `--rows fixed-rate` runs only the fixed-rate row, `--rounds N` times, each on a fresh deployment.
 `--rows disk-probe` runs only the disk probe, for --seconds, `--rounds N` times, with no deployment
 and no client: what the disk does on its own, to read the fixed-rate rows against.
 
     .venv/bin/python bench/bench_pulsar.py [--deployment standalone cluster pulsar-lite]
         [--messages 100000] [--backlog 100000] [--rate 1000] [--seconds 10] [--rows fixed-rate --rounds 3]
+        [--rows short --messages 20000 --backlog 20000]
 """
 
 from __future__ import annotations
@@ -302,6 +305,14 @@ def run(deployment: str, args: argparse.Namespace, work: Path, figures: dict[str
     quiet = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)  # the client's INFO lines would bury the tables
     client = pulsar.Client(target.url, operation_timeout_seconds=60, logger=quiet)
     try:
+        if args.rows == "short":
+            with DiskProbe(work) as disk:
+                rate = async_send(client, args.messages, 1024, False)
+                lines.append(f"| async unbatched | {rate:,.0f} | | | >= {TARGETS['async unbatched']:,} |")
+                rate = consume_backlog(client, args.backlog, False)
+            backlog = f"consume unbatched ({args.backlog:,} backlog, Shared, acks)"
+            lines.append(f"| {backlog} | {rate:,.0f} | | | >= {TARGETS['consume unbatched']:,} |")
+            return finish(lines, client, target, disk, "during the two rows")
         # The fixed-rate row first, on the fresh deployment: after the backlog rows the broker goes on
         # trimming, persisting cursors and collecting a large heap for a while.
         with DiskProbe(work) as disk:
@@ -335,11 +346,15 @@ def run(deployment: str, args: argparse.Namespace, work: Path, figures: dict[str
 
 
 def finish(
-    lines: list[str], client: pulsar.Client, target: Standalone | ClusterDeployment | PulsarLite, disk: DiskProbe
+    lines: list[str],
+    client: pulsar.Client,
+    target: Standalone | ClusterDeployment | PulsarLite,
+    disk: DiskProbe,
+    during: str = "during the fixed-rate row",
 ) -> list[str]:
     client.close()
     target.stop()
-    lines += ["", f"{calibration()}; {disk.summary()}", ""]
+    lines += ["", f"{calibration()}; {disk.summary(during)}", ""]
     print("\n".join(lines), flush=True)
     return lines
 
@@ -379,9 +394,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="fixed-rate row or disk probe: seconds (10)")
     parser.add_argument(
         "--rows",
-        choices=["all", "fixed-rate", "disk-probe"],
+        choices=["all", "short", "fixed-rate", "disk-probe"],
         default="all",
-        help="every row, the fixed-rate row, or the disk probe alone (all)",
+        help="every row, async unbatched + consume unbatched, the fixed-rate row, or the disk probe alone (all)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="runs of each deployment, each a fresh one (1)")
     args = parser.parse_args()
