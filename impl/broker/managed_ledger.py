@@ -45,7 +45,7 @@ from impl.bookie.client.errors import (
     PlacementError,
 )
 from impl.broker.cursor import ManagedCursor, NonDurableCursor
-from impl.broker.entry_cache import EntryCache
+from impl.broker.entry_cache import EntryCacheManager
 from impl.broker.ledger_host import CallLater, Cancellable
 from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView
 from impl.broker.managed_ledger_core import (
@@ -188,6 +188,7 @@ class ManagedLedger:
         wall_clock: Callable[[], float],
         executor: Executor | None = None,
         call_later: CallLater | None = None,
+        cache: EntryCacheManager | None = None,
     ) -> None:
         if "://" in name:  # a topic name, persistent://tenant/ns/topic, as everywhere else
             name = TopicName.parse(name).managed_ledger_name  # InvalidTopicName for a bad one
@@ -227,7 +228,8 @@ class ManagedLedger:
         self._cursors_lock = threading.Lock()
         self._open_error: ManagedLedgerError | None = None
         self._list_conflict = False  # a conditional write of the list met another broker's write
-        self.cache = EntryCache(config.cache_bytes)
+        # The broker's cache (one bound for all its topics), else one of our own of config.cache_bytes.
+        self.cache = (cache if cache is not None else EntryCacheManager(config.cache_bytes)).new_cache()
         # The store has no way to remove a listener: hold this managed ledger weakly, so that a
         # broker that loads and unloads many topics on one session does not keep them all alive.
         me = weakref.ref(self)
@@ -253,6 +255,7 @@ class ManagedLedger:
         wall_clock: Callable[[], float] = time.time,
         executor: Executor | None = None,
         call_later: CallLater | None = None,
+        cache: EntryCacheManager | None = None,
     ) -> ManagedLedger:
         """Take the topic over: read the list, recover (fence) its last ledger, drop empty ledgers,
         create a new ledger, conditional-write the list, recover the durable cursors.
@@ -262,17 +265,21 @@ class ManagedLedger:
         `clock` measures ledger age (rollover); `wall_clock` stamps closed ledgers (retention);
         `executor` runs the steps that BookKeeper completions trigger (default: a thread of its own);
         `call_later(delay_s, action)` runs an action later, on `clock`'s time (cursors' rate-limited
-        flushes; default: a timer thread), so that tests can move time by hand.
+        flushes; default: a timer thread), so that tests can move time by hand. `cache`: the broker's
+        entry cache manager (impl/broker/entry_cache.py); default: one of `config.cache_bytes` of its own.
         When the list changed between our read and our write (the previous owner rolled over), the
         open starts again from the read, up to OPEN_ATTEMPTS times; then ManagedLedgerFencedError,
         naming what changed.
         """
         for attempt in range(1, OPEN_ATTEMPTS + 1):
-            ml = cls(name, store, bookkeeper, config or ManagedLedgerConfig(), clock, wall_clock, executor, call_later)
+            ml = cls(
+                name, store, bookkeeper, config or ManagedLedgerConfig(), clock, wall_clock, executor, call_later, cache
+            )
             ml._step(Open())
             if ml._open_error is None:
                 break
             ml._stop_worker()
+            ml.cache.close()
             if not ml._list_conflict or attempt == OPEN_ATTEMPTS:
                 raise ml._open_error
             # The previous owner wrote the list between our read and our write (it rolled over). Its
@@ -745,6 +752,12 @@ class ManagedLedger:
             i = j + 1
         return result
 
+    def evict_read(self, position: Position) -> None:
+        """Every active reader has read up to `position`: those entries leave the cache (Pulsar's
+        eviction by the slowest active cursor's read position). A reader that goes back (a seek, a
+        redelivery after a restart) reads them from the bookies."""
+        self.cache.evict_through(position)
+
     def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[Any]:
         with self._handles_lock:
             handle: WriteHandle | ReadHandle | None = self._readers.get(ledger_id) or self._writers.get(ledger_id)
@@ -859,7 +872,12 @@ class ManagedLedger:
             "size": sum(int(ledger["size"] or 0) for ledger in ledgers),
             "pending_adds": pending,
             "ledgers": ledgers,
-            "cache": {"entries": len(self.cache), "bytes": self.cache.size, "hits": self.cache.hits},
+            "cache": {
+                "entries": len(self.cache),
+                "bytes": self.cache.size,
+                "hits": self.cache.hits,
+                "misses": self.cache.misses,
+            },
             "cursors": {name: c.stats() for name, c in sorted(self.cursors().items())},
         }
 
@@ -869,6 +887,7 @@ class ManagedLedger:
         for cursor in self.cursors().values():
             cursor.close()
         self._stop_worker()
+        self.cache.close()
 
     def _stop_worker(self) -> None:
         if self._own_worker:

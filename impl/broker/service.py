@@ -60,6 +60,7 @@ from impl.broker.dispatcher import (
     messages_of,
 )
 from impl.broker.dispatcher import Event as DispatcherEvent
+from impl.broker.entry_cache import DEFAULT_CACHE_SIZE_MB, EntryCacheManager
 from impl.broker.errors import (
     BrokerError,
     ConsumerBusyError,
@@ -185,6 +186,9 @@ class BrokerConfig:
     # The most one dispatcher read takes (at least one entry), Pulsar's dispatcherMaxReadSizeBytes: what
     # one delivery can add past the bound above.
     dispatcher_max_read_size_bytes: int = 5 * 1024 * 1024
+    # Pulsar's managedLedgerCacheSizeMB: one bound for the entry caches of all the broker's topics
+    # (impl/broker/entry_cache.py). 0: nothing is cached, every read goes to the bookies.
+    managed_ledger_cache_size_mb: float = DEFAULT_CACHE_SIZE_MB
 
 
 def parse_topic(topic: str) -> TopicName:
@@ -455,6 +459,7 @@ class Subscription:
                 messages += messages_of(position, data, payloads=False, keys_needed=keys_needed)
             except CorruptEntry as e:
                 log.error("skipping %s on %s: %s", position, self.topic.name, e)
+        self.topic.evict_read_entries()
         return messages
 
     def _read_compacted(self, max_entries: int) -> list[Message] | None:
@@ -530,6 +535,22 @@ class Topic:
         self.compactor = TopicCompactor(str(name), ml)
         self.compactor.load()
         self.compactor.threshold = service.compaction_threshold_in(name)  # follows the namespace's policy
+
+    def evict_read_entries(self) -> None:
+        """The entries every subscription with consumers has read (handed to its dispatcher, which keeps
+        what it may deliver again) leave the entry cache: Pulsar's eviction by the slowest active
+        cursor's read position. A subscription without consumers does not hold the cache."""
+        slowest: Position | None = None
+        for sub in list(self.subscriptions.values()):
+            if not sub.sinks:
+                continue
+            read_after = sub.read_after
+            if read_after is None:
+                return  # it reads from the first entry on: nothing is read by all
+            if slowest is None or read_after < slowest:
+                slowest = read_after
+        if slowest is not None:
+            self.ml.evict_read(slowest)
 
     # ---- producers ---------------------------------------------------------------------------
 
@@ -1275,6 +1296,7 @@ class BrokerService:
         self._lock = threading.Lock()
         self._policy_watches: set[tuple[int, NamespaceName]] = set()  # (store, namespace) being watched
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dispatch")
+        self.entry_cache = EntryCacheManager(int(self.config.managed_ledger_cache_size_mb * 1024 * 1024))
         self._consumer_ids = 0
         self._stopping = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="topic-ticker", daemon=True)
@@ -1586,7 +1608,11 @@ class BrokerService:
                 raise TopicNotFound(f"Topic {name} does not exist (auto topic creation is off in its namespace)")
             try:
                 ml = ManagedLedger.open(
-                    name.managed_ledger_name, self.store, self.bookkeeper, self.managed_ledger_config(name)
+                    name.managed_ledger_name,
+                    self.store,
+                    self.bookkeeper,
+                    self.managed_ledger_config(name),
+                    cache=self.entry_cache,
                 )
             except ManagedLedgerFencedError as e:
                 raise ServiceNotReady(f"{name} is being taken over: {e}; retry") from e

@@ -29,6 +29,23 @@ def add_ledger_options(parser: argparse.ArgumentParser, ensemble: int, write_quo
         default=50_000,
         help="roll the topic's ledger over after this many entries (default 50000)",
     )
+    parser.add_argument(
+        "--managed-ledger-cache-size-mb",
+        type=_cache_size,
+        default=64.0,
+        help="Pulsar's managedLedgerCacheSizeMB: one bound for the entry caches of all the broker's topics "
+        "(default 64; 0: no cache, every read goes to the bookies)",
+    )
+
+
+def _cache_size(text: str) -> float:
+    try:
+        size = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a size in MB, not {text!r}") from None
+    if not size >= 0:
+        raise argparse.ArgumentTypeError(f"the cache size must be >= 0 MB, got {text}")
+    return size
 
 
 DEFAULT_MAX_PENDING_WRITE_BYTES = 2 * 1024 * 1024  # BrokerConfig's default (not imported: the CLI starts light)
@@ -160,6 +177,7 @@ def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
         ),
         security=args.security,
         max_pending_write_bytes=args.max_pending_write_bytes,
+        managed_ledger_cache_size_mb=args.managed_ledger_cache_size_mb,
     )
     try:
         broker = Broker(

@@ -116,6 +116,7 @@ def main(argv: list[str], prog: str) -> int:
             session_timeout_s=args.session_timeout,
         )
         standalone.config.max_pending_write_bytes = args.max_pending_write_bytes
+        standalone.config.managed_ledger_cache_size_mb = args.managed_ledger_cache_size_mb
         standalone.start()
     except (MetadataError, OSError, ValueError) as e:
         print(f"error: cannot start standalone: {e}", file=sys.stderr)

@@ -83,8 +83,27 @@ class BrokerCollector:
                 publish.counts[i] += count
             publish.sum_ms += latency.sum_ms
         yield GaugeMetricFamily("pulsar_topics_count", "topics loaded on this broker", len(topics))
+        yield from self._cache_metrics()
         yield from families.values()
         yield histogram("pulsar_broker_publish_latency", "publish latency of the loaded topics (s)", publish)
+
+    def _cache_metrics(self) -> Iterator[Metric]:
+        """The entry cache of all the topics (managedLedgerCacheSizeMB), under Pulsar's pulsar_ml_cache_*
+        names, labelled by cluster. Pulsar reports hits and misses as rates over its stats interval; here
+        they are running totals (`_total`), from which Prometheus' rate() gives the same; evictions too."""
+        stats = self.ctx.service.entry_cache.stats()
+        for name, documentation, value in (
+            ("pulsar_ml_cache_used_size", "bytes of entries in the cache", stats["bytes"]),
+            ("pulsar_ml_cache_max_size", "the cache's bound in bytes (managedLedgerCacheSizeMB)", stats["max_bytes"]),
+            ("pulsar_ml_cache_entries", "entries in the cache", stats["entries"]),
+            ("pulsar_ml_cache_hits_total", "reads served from the cache (entries)", stats["hits"]),
+            ("pulsar_ml_cache_misses_total", "reads the cache could not serve (entries)", stats["misses"]),
+            ("pulsar_ml_cache_evictions", "entries evicted (by size or once every active reader read them)",
+             stats["evicted"]),
+        ):  # fmt: skip
+            family = GaugeMetricFamily(name, documentation, labels=["cluster"])
+            family.add_metric([self.ctx.cluster], value)
+            yield family
 
 
 def install(router: Router, ctx: WebContext) -> None:
