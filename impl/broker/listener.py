@@ -28,7 +28,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +65,8 @@ from impl.broker.service import (
     BrokerService,
     ConsumerSink,
     ProducerInfo,
+    PublishDone,
+    PublishOutcome,
     Subscription,
     Topic,
     consumer_step,
@@ -240,9 +242,7 @@ class _Connection:
         # SENDs of one read, appended together (one managed-ledger step for a producer's run of them).
         self._sends: list[conn.DoPublish] = []
         # Appends completed on the bookie client's threads, answered on the loop in one turn.
-        self._completed: collections.deque[tuple[int, int, int, Future[tuple[Position | None, bool]]]] = (
-            collections.deque()
-        )
+        self._completed: collections.deque[tuple[int, int, int, PublishOutcome]] = collections.deque()
         self._completed_lock = threading.Lock()
         self._drain_scheduled = False
         # Backpressure (see the module's docstring). Under _bp_lock: bytes delivered by the consumers' sinks
@@ -441,7 +441,7 @@ class _Connection:
             )
             return None
         try:
-            entry = entry_codec.parse(out.data)
+            entry = entry_codec.parse_header(out.data)  # checked, the payload not copied out
         except entry_codec.ChecksumMismatch as e:
             self.perform(self.core.step(conn.SendError(pid, seq, api.ChecksumError, str(e))))
             return None
@@ -450,32 +450,32 @@ class _Connection:
             return None
         if self.producers[pid][1].startswith(REPLICATOR_PREFIX):
             return Append.of_replicated(out.data, entry)
-        return Append(out.data, seq, out.highest_sequence_id, len(entry.payload), is_chunk=out.is_chunk)
+        return Append(out.data, seq, out.highest_sequence_id, entry.payload_size, is_chunk=out.is_chunk)
 
     def _publish(self, run: list[tuple[conn.DoPublish, Append]]) -> None:
         pid = run[0][0].producer_id
         topic, name = self.producers.get(pid, (None, ""))
         if topic is None:
             return
-        results = topic.publish_entries(name, [a for _, a in run])
-        for (out, _), result in zip(run, results, strict=True):
-            if isinstance(result, BrokerError):
-                self._send_failed(pid, out.sequence_id, result)
-            else:
-                # The callback is handed the future, so it holds no reference to it: a callback that did
-                # (a closure over it) would make a reference cycle per message, future -> callback ->
-                # future, which only the cycle collector frees; at 1,000 msg/s its middle-generation
-                # collections then took 10-40 ms each, every 2-3 s, stalling every thread of the broker.
-                done = functools.partial(self._complete, pid, out.sequence_id, out.highest_sequence_id)
-                result.add_done_callback(done)
+        # A partial per entry, holding no reference to what it is handed: a closure over a per-message
+        # object that refers back to it would make a reference cycle per message, which only the cycle
+        # collector frees; at 1,000 msg/s its middle-generation collections then took 10-40 ms each,
+        # every 2-3 s, stalling every thread of the broker.
+        callbacks: list[PublishDone] = [
+            functools.partial(self._complete, pid, out.sequence_id, out.highest_sequence_id) for out, _ in run
+        ]
+        refusals = topic.publish_with_callbacks(name, [a for _, a in run], callbacks)
+        for (out, _), refusal in zip(run, refusals, strict=True):
+            if refusal is not None:
+                self._send_failed(pid, out.sequence_id, refusal)
 
-    def _complete(self, pid: int, seq: int, highest: int, future: Future[tuple[Position | None, bool]]) -> None:
+    def _complete(self, pid: int, seq: int, highest: int, outcome: PublishOutcome) -> None:
         """On the managed ledger's thread: queue the outcome; wake the loop once for all that queue meanwhile,
         and not before the managed ledger delivered the step's other completions: woken at the first, the
         loop would answer them one by one, each a hand-over of the GIL between the two threads (50 receipts
         of a step took 25-30 ms that way, and the next step waited for them)."""
         with self._completed_lock:
-            self._completed.append((pid, seq, highest, future))
+            self._completed.append((pid, seq, highest, outcome))
             if self._drain_scheduled:
                 return
             self._drain_scheduled = True
@@ -489,15 +489,14 @@ class _Connection:
         with self._completed_lock:
             completed, self._completed = self._completed, collections.deque()
             self._drain_scheduled = False
-        for pid, seq, highest, future in completed:
-            self._published(pid, seq, highest, future)
+        for pid, seq, highest, outcome in completed:
+            self._published(pid, seq, highest, outcome)
 
-    def _published(self, pid: int, seq: int, highest: int, done: Future[tuple[Position | None, bool]]) -> None:
-        try:
-            position, _duplicate = done.result()
-        except BrokerError as e:
-            self._send_failed(pid, seq, e)
+    def _published(self, pid: int, seq: int, highest: int, outcome: PublishOutcome) -> None:
+        if isinstance(outcome, BrokerError):
+            self._send_failed(pid, seq, outcome)
             return
+        position, _duplicate = outcome
         mid = MessageId(-1, -1, -1) if position is None else MessageId(position.ledger_id, position.entry_id, -1)
         self.perform(self.core.step(conn.SendReceipt(pid, seq, highest, mid)))
 

@@ -111,6 +111,10 @@ from impl.security.settings import Security
 log = logging.getLogger(__name__)
 
 Published = Future[tuple[Position | None, bool]] | BrokerError  # an appended entry's outcome, or its refusal
+# What became of an entry handed to `publish_with_callbacks`: where it is (None: a duplicate, not written)
+# and whether it was a duplicate, or why it was not written.
+PublishOutcome = tuple[Position | None, bool] | BrokerError
+PublishDone = Callable[[PublishOutcome], None]
 
 
 @dataclass(frozen=True)
@@ -128,11 +132,11 @@ class Append:
     is_chunk: bool = False  # a chunk of a chunked message: its chunks share one sequence id
 
     @classmethod
-    def of_replicated(cls, data: bytes, entry: entry_codec.Entry) -> Append:
+    def of_replicated(cls, data: bytes, entry: entry_codec.Entry | entry_codec.Header) -> Append:
         """A message a replicator (a producer named `pulsar.repl.<cluster>`) sends: as in Pulsar, it is
         de-duplicated on the producer name and sequence ids its origin gave it, not the replicator's."""
         meta = entry.metadata
-        return cls(data, meta.sequence_id, entry.highest_sequence_id, len(entry.payload), meta.producer_name)
+        return cls(data, meta.sequence_id, entry.highest_sequence_id, entry.payload_size, meta.producer_name)
 
 
 class AccessMode(enum.Enum):
@@ -189,6 +193,13 @@ class BrokerConfig:
     # Pulsar's managedLedgerCacheSizeMB: one bound for the entry caches of all the broker's topics
     # (impl/broker/entry_cache.py). 0: nothing is cached, every read goes to the bookies.
     managed_ledger_cache_size_mb: float = DEFAULT_CACHE_SIZE_MB
+
+
+def _settle(future: Future[tuple[Position | None, bool]], outcome: PublishOutcome) -> None:
+    if isinstance(outcome, BrokerError):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 def parse_topic(topic: str) -> TopicName:
@@ -714,18 +725,30 @@ class Topic:
                 log.exception("closing a connection's producers and consumers on %s", self.name)
 
     def publish_entries(self, producer: str, appends: list[Append]) -> list[Published]:
-        """Append entries in order, in one step of the managed ledger. An entry refused gets its error,
-        and so does every later one: nothing after a refusal is appended. An entry whose first sequence
-        id the producer already published is a duplicate: (None, True), nothing appended. A producer's
-        sends arrive in sequence order (one Pulsar connection carries them)."""
-        results: list[Published] = []
+        """`publish_with_callbacks` with a future for each entry not refused at once."""
+        futures: list[Future[tuple[Position | None, bool]]] = [Future() for _ in appends]
+        refusals = self.publish_with_callbacks(producer, appends, [functools.partial(_settle, f) for f in futures])
+        return [future if refusal is None else refusal for future, refusal in zip(futures, refusals, strict=True)]
+
+    def publish_with_callbacks(
+        self, producer: str, appends: list[Append], callbacks: list[PublishDone]
+    ) -> list[BrokerError | None]:
+        """Append entries in order, in one step of the managed ledger. An entry refused gets its error
+        here, and so does every later one: nothing after a refusal is appended. Every other entry's
+        callback is called once with its outcome, in order, when it is known: (position, False), or (None,
+        True) for an entry whose first sequence id the producer already published (a duplicate, nothing
+        appended; called before this returns), or the error it failed with. A producer's sends arrive in
+        sequence order (one Pulsar connection carries them). A callback instead of a future per entry: a
+        future is a lock and a condition, made, settled and waited on for every message."""
+        results: list[BrokerError | None] = []
         adds: list[tuple[bytes, Callable[[Position | ManagedLedgerError], None]]] = []
+        duplicates: list[PublishDone] = []
         refusal: BrokerError | None = None
         with self.lock:
             info = self.producer_info.get(producer)
             if self.terminated is not None:
                 refusal = TopicTerminated(f"Topic {self.name} was already terminated")
-            for append in appends:
+            for append, callback in zip(appends, callbacks, strict=True):
                 key = append.origin_producer or producer  # whose sequence ids these are
                 dedup = self.deduplication and key
                 if refusal is None:
@@ -737,25 +760,25 @@ class Topic:
                     results.append(refusal)
                 elif dedup and self._duplicate(key, append):
                     if append.sequence_id <= self.persisted_sequence.get(key, -1):
-                        done: Future[tuple[Position | None, bool]] = Future()
-                        done.set_result((None, True))
-                        results.append(done)
+                        duplicates.append(callback)
+                        results.append(None)
                     else:  # its first copy is still being written: its outcome is not known yet (as Pulsar)
                         refusal = PersistenceError(
                             f"sequence id {append.sequence_id} of {key} is still being persisted; resend it later"
                         )
                         results.append(refusal)
                 else:
-                    result: Future[tuple[Position | None, bool]] = Future()
-                    adds.append((append.data, self._finisher(result, key if dedup else "", append)))
+                    adds.append((append.data, self._finisher(callback, key if dedup else "", append)))
                     if info is not None:  # a batch's messages are its sequence ids
                         info.rate.add(max(1, append.highest_sequence_id - append.sequence_id + 1), append.payload_size)
-                    results.append(result)
+                    results.append(None)
                     if dedup:
                         with self._dedup_lock:
                             self.last_sequence[key] = max(append.highest_sequence_id, self.last_sequence.get(key, -1))
             if adds:
                 self._submit(adds)
+        for done in duplicates:  # outside the topic's lock, as the appended entries' callbacks
+            done((None, True))
         return results
 
     def _duplicate(self, producer: str, append: Append) -> bool:
@@ -825,7 +848,7 @@ class Topic:
             raise ServiceNotReady(f"topic {self.name} is closing; look it up again and retry")
 
     def _finisher(
-        self, result: Future[tuple[Position | None, bool]], producer: str, append: Append
+        self, result: PublishDone, producer: str, append: Append
     ) -> Callable[[Position | ManagedLedgerError], None]:
         started = time.monotonic()
 
@@ -839,18 +862,18 @@ class Topic:
                         self.last_sequence[producer] = persisted
             if isinstance(outcome, ManagedLedgerFencedError):
                 self.service.topic_fenced(self)
-                result.set_exception(TopicFenced(str(outcome)))
+                result(TopicFenced(str(outcome)))
             elif isinstance(outcome, ManagedLedgerError) and outcome.rejected and self.closed:
                 # It waited for a step and the topic closed (unload) meanwhile: nothing was written.
-                result.set_exception(ServiceNotReady(f"topic {self.name} closed before the entry was written; retry"))
+                result(ServiceNotReady(f"topic {self.name} closed before the entry was written; retry"))
             elif isinstance(outcome, EntryRefusedError):  # never stored, and never will be: not retriable
-                result.set_exception(MessageTooLarge(f"entry refused on {self.name}: {outcome}"))
+                result(MessageTooLarge(f"entry refused on {self.name}: {outcome}"))
             elif isinstance(outcome, ManagedLedgerError):
-                result.set_exception(PersistenceError(f"entry not confirmed on {self.name}: {outcome}"))
+                result(PersistenceError(f"entry not confirmed on {self.name}: {outcome}"))
             else:
                 messages = append.highest_sequence_id - append.sequence_id + 1
                 self.counters.published(messages, len(append.data), started)
-                result.set_result((outcome, False))
+                result((outcome, False))
 
         return finish
 

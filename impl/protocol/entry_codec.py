@@ -43,11 +43,10 @@ class UnsupportedCompression(CorruptEntry):
     """A batch compressed with a codec this process cannot decompress (the broker never needs to)."""
 
 
-@dataclass(frozen=True)
-class Entry:
+class _Described:
+    """What the metadata of an entry says (shared by `Entry` and `Header`)."""
+
     metadata: api.MessageMetadata
-    payload: bytes  # as stored: compressed when the metadata says so
-    broker_metadata: api.BrokerEntryMetadata | None = None
 
     @property
     def num_messages(self) -> int:
@@ -61,6 +60,26 @@ class Entry:
     def highest_sequence_id(self) -> int:
         """The sequence id of the entry's last message (a batch's messages number consecutively)."""
         return max(self.metadata.sequence_id + self.num_messages - 1, self.metadata.highest_sequence_id)
+
+
+@dataclass(frozen=True)
+class Entry(_Described):
+    metadata: api.MessageMetadata
+    payload: bytes  # as stored: compressed when the metadata says so
+    broker_metadata: api.BrokerEntryMetadata | None = None
+
+    @property
+    def payload_size(self) -> int:
+        return len(self.payload)
+
+
+@dataclass(frozen=True)
+class Header(_Described):
+    """An entry's checked headers without its payload copied out: what the broker needs of a SEND."""
+
+    metadata: api.MessageMetadata
+    payload_size: int
+    broker_metadata: api.BrokerEntryMetadata | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +111,21 @@ def strip_broker_metadata(data: bytes) -> bytes:
 
 def parse(data: bytes, verify_checksum: bool = True) -> Entry:
     """The metadata and payload of an entry; CorruptEntry (or ChecksumMismatch) when it is not one."""
+    metadata, broker_metadata, view, start = _headers(data, verify_checksum)
+    return Entry(metadata, bytes(view[start:]), broker_metadata)
+
+
+def parse_header(data: bytes, verify_checksum: bool = True) -> Header:
+    """`parse` without copying the payload out (the broker stores the bytes as they came, and needs
+    only the metadata and the payload's size); the same errors."""
+    metadata, broker_metadata, view, start = _headers(data, verify_checksum)
+    return Header(metadata, len(view) - start, broker_metadata)
+
+
+def _headers(
+    data: bytes, verify_checksum: bool
+) -> tuple[api.MessageMetadata, api.BrokerEntryMetadata | None, memoryview, int]:
+    """The metadata, the broker metadata, and where the payload starts in the returned view."""
     view = memoryview(data)
     broker_metadata = None
     try:
@@ -112,7 +146,7 @@ def parse(data: bytes, verify_checksum: bool = True) -> Entry:
         raise CorruptEntry(f"not a Pulsar message: {e}") from e
     if not metadata.HasField("producer_name") or not metadata.HasField("sequence_id"):
         raise CorruptEntry("the message metadata lacks the producer name or sequence id")
-    return Entry(metadata, bytes(view[4 + size :]), broker_metadata)
+    return metadata, broker_metadata, view, 4 + size
 
 
 # ---- batches -------------------------------------------------------------------------------
