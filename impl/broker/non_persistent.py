@@ -44,7 +44,15 @@ from impl.broker.errors import ConsumerAssignError as ConsumerAssignRefused
 from impl.broker.ledger_list import Position
 from impl.broker.non_persistent_dispatcher import Dropped, Entry, NonPersistentDispatcher, Publish, Send
 from impl.broker.non_persistent_dispatcher import Event as DispatcherEvent
-from impl.broker.service import Append, BrokerService, ConsumerSink, Published, Topic, check_not_reserved
+from impl.broker.service import (
+    Append,
+    BrokerService,
+    ConsumerSink,
+    PublishDone,
+    Published,
+    Topic,
+    check_not_reserved,
+)
 from impl.broker.topic_stats import Rate, TopicCounters
 from impl.metadata.naming import NON_PERSISTENT, NamespaceName, TopicName
 from impl.protocol import entry_codec
@@ -155,6 +163,19 @@ class NonPersistentTopic(Topic):
 
     def check_backlog_quota(self) -> None:
         pass  # nothing is kept: no backlog
+
+    def publish_with_callbacks(
+        self, producer: str, appends: list[Append], callbacks: list[PublishDone]
+    ) -> list[BrokerError | None]:
+        """`publish_entries`, each entry's callback called before this returns (confirmed at once)."""
+        refusals: list[BrokerError | None] = []
+        for result, callback in zip(self.publish_entries(producer, appends), callbacks, strict=True):
+            if isinstance(result, BrokerError):
+                refusals.append(result)
+            else:
+                refusals.append(None)
+                callback(result.result())
+        return refusals
 
     def publish_entries(self, producer: str, appends: list[Append]) -> list[Published]:
         """Confirm each entry at once (ledger 0, entry 0) and offer it to every subscription. An entry
