@@ -307,9 +307,9 @@ def run(deployment: str, args: argparse.Namespace, work: Path, figures: dict[str
     try:
         if args.rows == "short":
             with DiskProbe(work) as disk:
-                rate = async_send(client, args.messages, 1024, False)
+                rate = figures["async unbatched"] = async_send(client, args.messages, 1024, False)
                 lines.append(f"| async unbatched | {rate:,.0f} | | | >= {TARGETS['async unbatched']:,} |")
-                rate = consume_backlog(client, args.backlog, False)
+                rate = figures["consume unbatched"] = consume_backlog(client, args.backlog, False)
             backlog = f"consume unbatched ({args.backlog:,} backlog, Shared, acks)"
             lines.append(f"| {backlog} | {rate:,.0f} | | | >= {TARGETS['consume unbatched']:,} |")
             return finish(lines, client, target, disk, "during the two rows")
