@@ -52,6 +52,7 @@ def topic() -> tuple[Topic, HeldAdds]:
         load_terminated=lambda _name: None,
         backlog_quota_in=lambda _name: None,
         delayed_delivery_in=lambda _name: DelayedDelivery(),
+        compaction_threshold_in=lambda _name: 0,
     )
     return Topic(TopicName.parse("t"), ml, service), ml  # type: ignore[arg-type]
 
