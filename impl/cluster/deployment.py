@@ -271,6 +271,7 @@ class Cluster:
         secure: bool = False,
         name: str = DEFAULT_CLUSTER,
         configuration_store: str | None = None,
+        auth_refresh_check_s: float | None = None,
     ) -> Cluster:
         """Lay out a new multi-process cluster in `directory` (ports chosen now, fixed for its lifetime).
 
@@ -280,6 +281,7 @@ class Cluster:
 
         `secure`: brokers and proxies with token authentication, authorization and TLS, from files made
         in DIRECTORY/security (impl/security/secure_setup.py); clients need its token and CA.
+        `auth_refresh_check_s`: how often their connections re-check a token's expiry (None: their default).
 
         `name`: the cluster's name in its Pulsar instance; `configuration_store`: the instance's
         configuration store URL (docs/geo-replication.md), None for the cluster's own ZooKeeper."""
@@ -318,6 +320,8 @@ class Cluster:
             tls = ["--tls-port", str(node["tls_port"]), "--web-tls-port", str(node["web_tls_port"])]
             tls += ["--tls-cert-file", str(files.tls.cert_file), "--tls-key-file", str(files.tls.key_file)]
             auth = ["--authentication-enabled", "--token-secret-key", str(files.secret_key)]
+            if auth_refresh_check_s is not None:
+                auth += ["--authentication-refresh-check-seconds", str(auth_refresh_check_s)]
             if server == "broker":
                 auth += ["--authorization-enabled", "--super-user-roles", SUPER_USER]
             return auth + tls

@@ -67,6 +67,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="brokers and proxies with TLS, token authentication and authorization: a CA, certificate, secret key "
         "and a super-user token are made in DIR/security (status prints the paths)",
     )
+    up.add_argument(
+        "--authentication-refresh-check-seconds",
+        type=float,
+        metavar="S",
+        help="with --secure: how often the brokers' and proxies' connections check whether a token has expired "
+        "(Pulsar's authenticationRefreshCheckSeconds; default theirs, 60)",
+    )
     up.add_argument("--ensemble", type=int, help="brokers' ledger ensemble size E (default: the broker's, 3)")
     up.add_argument("--write-quorum", type=int, help="brokers' ledger write quorum Qw (default: the broker's, 3)")
     up.add_argument("--ack-quorum", type=int, help="brokers' ledger ack quorum Qa (default: the broker's, 2)")
@@ -145,6 +152,11 @@ def up(args: argparse.Namespace) -> int:
     if args.secure and args.standalone:
         print("error: for a secure standalone run `pulsar-ref standalone --secure`", file=sys.stderr)
         return 2
+    refresh = args.authentication_refresh_check_seconds
+    if refresh is not None and (not args.secure or refresh <= 0):
+        why = "must be > 0" if args.secure else "needs --secure (without it no token is checked)"
+        print(f"error: --authentication-refresh-check-seconds {why}", file=sys.stderr)
+        return 2
     if (directory / STATE_FILE).exists():
         cluster = Cluster.load(directory)
         running = [n.name for n in cluster.nodes() if n.pid() is not None]
@@ -177,6 +189,7 @@ def up(args: argparse.Namespace) -> int:
             secure=args.secure,
             name=args.name,
             configuration_store=args.configuration_store,
+            auth_refresh_check_s=refresh,
         )
     cluster.up(args.timeout, _progress)
     _progress(f"cluster up; state in {directory / STATE_FILE}; metadata {cluster.metadata_url}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from impl.broker.web.admin_client import AdminClient, topic_path
 from impl.cluster.deployment import Cluster
 from impl.security import tokens
+from impl.security.secure_setup import SUPER_USER
 from impl.web.http import HttpError
 from spark.history import read_history
 from spark.reference import check
@@ -24,12 +26,17 @@ from tests.cluster.conftest import REPO, processes_of, pulsar_ref
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
 
+REFRESH_CHECK_S = 1  # how often the cluster's brokers and proxy re-check a token's expiry
+
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     directory = (tmp_path_factory.mktemp("secure") / "cluster").resolve()
     try:
-        up = pulsar_ref("cluster", "up", "--dir", str(directory), "--secure", "--brokers", "2", "--proxies", "1")
+        up = pulsar_ref(
+            "cluster", "up", "--dir", str(directory), "--secure", "--brokers", "2", "--proxies", "1",
+            "--authentication-refresh-check-seconds", str(REFRESH_CHECK_S),
+        )  # fmt: skip
         assert up.returncode == 0, up.stderr
         assert "super-user token" in up.stderr
         yield Cluster.load(directory)
@@ -51,8 +58,9 @@ def client(cluster: Cluster, token: str | None, trust: str | None) -> pulsar.Cli
     )
 
 
-def token_for(cluster: Cluster, role: str) -> str:
-    return tokens.create_token(role, secret_key=tokens.read_key(cluster.directory / "security" / "secret.key"))
+def token_for(cluster: Cluster, role: str, expires_in_s: float | None = None) -> str:
+    key = tokens.read_key(cluster.directory / "security" / "secret.key")
+    return tokens.create_token(role, secret_key=key, expires_in_s=expires_in_s)
 
 
 def test_through_the_proxy_over_tls_only_a_permitted_role_writes(secure: Cluster) -> None:
@@ -111,3 +119,19 @@ def test_a_faulted_workload_with_security_on_is_valid(secure: Cluster, tmp_path:
     assert faults == {"kill-broker", "kill-proxy"}
     report = check(read_history(str(history)))
     assert report.valid, report.to_json()
+
+
+def test_the_cluster_cuts_off_a_connection_whose_token_expires(secure: Cluster) -> None:
+    """`cluster up --authentication-refresh-check-seconds` reaches the brokers behind the proxy: a
+    producer whose fixed token expires is challenged, answers with the same expired token, and is cut off."""
+    _, trust = secure.credentials()
+    lifetime_s = 3
+    expiring = client(secure, token_for(secure, SUPER_USER, expires_in_s=lifetime_s), trust)
+    try:
+        producer = expiring.create_producer("persistent://public/default/secure-expiry", send_timeout_millis=3000)
+        producer.send(b"before the token expires")
+        time.sleep(lifetime_s + 2 * REFRESH_CHECK_S)
+        with pytest.raises(pulsar.PulsarException):
+            producer.send(b"after it expired")
+    finally:
+        expiring.close()
