@@ -17,6 +17,7 @@ import pytest
 
 from impl.broker.web.admin_client import topic_path
 from impl.web.http import HttpError
+from pulsar_ref.commands import admin as admin_cli
 from tests.broker.pulsar_standalone import Standalone
 from tests.s3_server import S3Server, s3_server  # noqa: F401  (the fixture)
 from tests.waiting import wait_for
@@ -223,7 +224,9 @@ def test_s3_offload_to_a_real_s3_server(tmp_path: Path, s3_server: S3Server) -> 
 def missing_dir_standalone(tmp_path: Path) -> Iterator[tuple[Standalone, Path]]:
     directory = tmp_path / "not-yet"
     standalone = Standalone(
-        tmp_path / "data", "--max-entries-per-ledger", str(PER_LEDGER), "--offload-dir", str(directory)
+        tmp_path / "data",
+        *("--max-entries-per-ledger", str(PER_LEDGER), "--offload-dir", str(directory)),
+        *("--managed-ledger-cache-size-mb", "0"),  # every read goes to the bookies or the offloaded copy
     )
     try:
         yield standalone, directory
@@ -233,7 +236,9 @@ def missing_dir_standalone(tmp_path: Path) -> Iterator[tuple[Standalone, Path]]:
             directory.chmod(0o755)
 
 
-def test_bad_stores_and_requests(missing_dir_standalone: tuple[Standalone, Path]) -> None:
+def test_bad_stores_and_requests(
+    missing_dir_standalone: tuple[Standalone, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     standalone, directory = missing_dir_standalone
     topic = name()
     client = pulsar.Client(standalone.url)
@@ -250,9 +255,23 @@ def test_bad_stores_and_requests(missing_dir_standalone: tuple[Standalone, Path]
         assert list(directory.iterdir()) == []
         assert read_all(client, topic) == EXPECTED  # nothing lost, the broker serves
 
-        directory.chmod(0o755)  # fixed: the next offload goes through
-        assert offload(standalone, topic, {"ledgerId": listed[1]["ledgerId"], "entryId": 0})["status"] == "SUCCESS"
+        directory.chmod(0o755)  # fixed: the next offload goes through, here through `pulsar-ref admin`
+
+        def cli(*argv: str) -> str:
+            assert admin_cli.main(["--admin-url", standalone.web_url, *argv], "pulsar-ref admin") == 0
+            return capsys.readouterr().out
+
+        cli("topics", "offload", topic, "--message-id", f"{listed[1]['ledgerId']}:0")
+        wait_for(lambda: '"SUCCESS"' in cli("topics", "offload-status", topic), "the offload", timeout_s=20)
         assert [x["offloaded"] for x in ledgers(standalone, topic)] == [True, False, False, False]
+        view = standalone.admin.call("GET", "/view/topic/public/default/" + topic.rsplit("/", 1)[1], raw=True)
+        assert "offloaded, " in view  # the live view marks it (its bookie copy stays for the 4 h lag)
+        assert read_all(client, topic) == EXPECTED  # the first ledger from its offloaded copy
+        [obj] = directory.iterdir()
+        obj.unlink()  # deleted behind the broker's back: read from the bookie copy, still there
+        assert read_all(client, topic) == EXPECTED
+        cli("namespaces", "set-offload-threshold", "public/default", "--size", "1048576")
+        assert cli("namespaces", "get-offload-threshold", "public/default").strip() == "1048576"
         assert read_all(client, topic) == EXPECTED
     finally:
         client.close()
