@@ -8,6 +8,12 @@ spec/fencing.tla) as JSON, format 1:
      "ledgers": [{"ledger_id": 7, "entries": 3, "size": 120, "timestamp": 1.7e9}, ...],
      "properties": {"key": "value"}}
 
+A ledger copied to tiered storage also has `"offload"`, Pulsar's LedgerInfo offload context:
+`{"uid": ..., "complete": true, "bookkeeperDeleted": false, "timestamp": ..., "driverName": ...,
+"driverMetadata": {...}}` (docs/storage-lifecycle.md). It is written by conditional write once the
+object is complete; from then on readers read the object, and the bookie copy may go after the
+deletion lag (`bookkeeperDeleted` then says it went).
+
 `entries`/`size` are exact for closed ledgers; the last ledger, still being written, is
 listed with 0 and 0 until it is closed (rollover) or recovered (takeover), as in Pulsar.
 `timestamp` is the wall-clock time (seconds) the ledger was closed, 0 while open; retention
@@ -44,11 +50,58 @@ class Position:
 
 
 @dataclass(frozen=True)
+class OffloadContext:
+    """Pulsar's LedgerInfo.OffloadContext: where the ledger's offloaded copy is, and whether the bookie
+    copy was deleted. `timestamp` (wall-clock seconds) is when the offload was recorded: the bookie copy
+    may be deleted once the deletion lag has passed since."""
+
+    uid: str
+    complete: bool = True
+    bookkeeper_deleted: bool = False
+    timestamp: float = 0.0
+    driver_name: str = ""
+    driver_metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "uid": self.uid,
+            "complete": self.complete,
+            "bookkeeperDeleted": self.bookkeeper_deleted,
+            "timestamp": self.timestamp,
+            "driverName": self.driver_name,
+            "driverMetadata": dict(self.driver_metadata),
+        }
+
+    @staticmethod
+    def from_json(doc: Mapping[str, object]) -> OffloadContext:
+        metadata = doc.get("driverMetadata") or {}
+        if not isinstance(metadata, dict):
+            raise ValueError(f"driverMetadata is {metadata!r}, not an object")
+        timestamp = doc.get("timestamp", 0.0)
+        if not isinstance(timestamp, int | float):
+            raise ValueError(f"offload timestamp is {timestamp!r}, not a number")
+        return OffloadContext(
+            str(doc["uid"]),
+            bool(doc.get("complete", False)),
+            bool(doc.get("bookkeeperDeleted", False)),
+            float(timestamp),
+            str(doc.get("driverName", "")),
+            {str(k): str(v) for k, v in metadata.items()},
+        )
+
+
+@dataclass(frozen=True)
 class LedgerInfo:
     ledger_id: int
     entries: int = 0
     size: int = 0
     timestamp: float = 0.0
+    offload: OffloadContext | None = None  # None: never offloaded
+
+    @property
+    def offloaded(self) -> bool:
+        """Readers read the offloaded copy (Pulsar: offload context complete)."""
+        return self.offload is not None and self.offload.complete
 
 
 @dataclass(frozen=True)
@@ -63,6 +116,7 @@ class LedgerList:
             "format": LIST_FORMAT,
             "ledgers": [
                 {"ledger_id": i.ledger_id, "entries": i.entries, "size": i.size, "timestamp": i.timestamp}
+                | ({"offload": i.offload.to_json()} if i.offload is not None else {})
                 for i in self.ledgers
             ],
             "properties": dict(self.properties),
@@ -79,7 +133,13 @@ class LedgerList:
             if doc.get("format") != LIST_FORMAT:
                 raise ValueError(f"unknown format {doc.get('format')!r}")
             ledgers = tuple(
-                LedgerInfo(int(i["ledger_id"]), int(i["entries"]), int(i["size"]), float(i["timestamp"]))
+                LedgerInfo(
+                    int(i["ledger_id"]),
+                    int(i["entries"]),
+                    int(i["size"]),
+                    float(i["timestamp"]),
+                    OffloadContext.from_json(i["offload"]) if i.get("offload") is not None else None,
+                )
                 for i in doc["ledgers"]
             )
             properties = {str(k): str(v) for k, v in doc.get("properties", {}).items()}

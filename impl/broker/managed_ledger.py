@@ -18,7 +18,9 @@ Completions (add futures, listeners, trim results) are delivered after the lock 
 strictly in the core's order; callbacks may call back into the managed ledger.
 
 Reads do not go through the core: they take a snapshot of the list (`TopicView`) and serve
-entries from the entry cache of recent adds, else from the bookies (no lock held).
+entries from the entry cache of recent adds, else from the bookies (no lock held); a ledger whose
+offload the list records is read from its offloaded copy (`offloaders`; docs/storage-lifecycle.md),
+as Pulsar's managed ledger does, so that consumers, readers and seeks cannot tell.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from impl.bookie.client.errors import (
 from impl.broker.cursor import ManagedCursor, NonDurableCursor
 from impl.broker.entry_cache import EntryCacheManager
 from impl.broker.ledger_host import CallLater, Cancellable
-from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView
+from impl.broker.ledger_list import LedgerInfo, LedgerList, OffloadContext, Position, TopicView
 from impl.broker.managed_ledger_core import (
     Add,
     AddCompleted,
@@ -57,6 +59,7 @@ from impl.broker.managed_ledger_core import (
     CompleteAdd,
     CreateLedger,
     DeleteLedgers,
+    DeleteOffloaded,
     Event,
     FailAdd,
     Fence,
@@ -75,6 +78,7 @@ from impl.broker.managed_ledger_core import (
     ManagedLedgerCore,
     ManagedLedgerState,
     NotifyConfirmed,
+    OffloadContextWritten,
     Open,
     Opened,
     OpenFailed,
@@ -83,6 +87,7 @@ from impl.broker.managed_ledger_core import (
     RecoverLastLedger,
     RetentionChanged,
     SendAdd,
+    SetOffloadContext,
     Tick,
     TopicDeleted,
     Trim,
@@ -98,6 +103,9 @@ from impl.broker.managed_ledger_errors import (
     ManagedLedgerNotReadyError,
     NoSuchCursorError,
 )
+from impl.broker.offload.api import OffloadedLedger
+from impl.broker.offload.errors import OffloadError
+from impl.broker.offload.registry import Offloaders
 from impl.futures import settle
 from impl.metadata.layout import MANAGED_LEDGERS_ROOT, cursor_path, parse_managed_ledger_path
 from impl.metadata.ledger import LedgerState
@@ -227,6 +235,11 @@ class ManagedLedger:
         self._cursors: dict[str, ManagedCursor] = {}
         self._cursors_lock = threading.Lock()
         self._open_error: ManagedLedgerError | None = None
+        # Where offloaded ledgers are read back and deleted (the broker's; None: offload is off, and a
+        # ledger offloaded earlier cannot be read here).
+        self.offloaders: Offloaders | None = None
+        self._offloaded: dict[int, tuple[str, OffloadedLedger]] = {}  # ledger -> (uid, its opened copy)
+        self._offload_answers: dict[int, Future[OffloadContextWritten]] = {}
         self._list_conflict = False  # a conditional write of the list met another broker's write
         # The broker's cache (one bound for all its topics), else one of our own of config.cache_bytes.
         self.cache = (cache if cache is not None else EntryCacheManager(config.cache_bytes)).new_cache()
@@ -489,6 +502,15 @@ class ManagedLedger:
             pass
         elif isinstance(output, OpenFailed):
             self._open_error = output.error
+        elif isinstance(output, OffloadContextWritten):
+            answer = self._offload_answers.pop(output.ledger_id, None)
+            if answer is not None:
+                answer.set_result(output)
+            if output.outcome == "written":
+                with self._handles_lock:  # read the offloaded copy from now on
+                    self._readers.pop(output.ledger_id, None)
+        elif isinstance(output, DeleteOffloaded):
+            self._delete_offloaded_in_background(output.ledgers)
         elif isinstance(output, TrimDone):
             if self._trims:
                 trim = self._trims.popleft()
@@ -724,6 +746,7 @@ class ManagedLedger:
         with self._state() as core:
             core.check_usable()
             view = core.view()
+            offloaded = {i.ledger_id: i.offload for i in core.ledgers if i.offloaded}
         wanted = list(itertools.islice(view.positions(start), max_entries))
         result: list[tuple[Position, bytes]] = []
         i = 0
@@ -739,7 +762,11 @@ class ManagedLedger:
                 j += 1
             ledger_id = wanted[i].ledger_id
             try:
-                entries = self._read_from_bookies(ledger_id, wanted[i].entry_id, wanted[j].entry_id)
+                context = offloaded.get(ledger_id)
+                if context is not None:
+                    entries = self._read_offloaded(ledger_id, context, wanted[i].entry_id, wanted[j].entry_id)
+                else:
+                    entries = self._read_from_bookies(ledger_id, wanted[i].entry_id, wanted[j].entry_id)
             except NoSuchLedger:
                 break  # trimmed while we read
             except (LedgerClientError, MetadataError, TimeoutError) as e:
@@ -748,9 +775,37 @@ class ManagedLedger:
                     f"read of ledger {ledger_id} entries {wanted[i].entry_id}..{wanted[j].entry_id} "
                     f"failed ({type(e).__name__}: {e}); retry when the bookies are back",
                 ) from e
-            result += [(Position(ledger_id, e.entry_id), e.payload) for e in entries]
+            result += [(Position(ledger_id, entry_id), payload) for entry_id, payload in entries]
             i = j + 1
         return result
+
+    def _read_offloaded(
+        self, ledger_id: int, context: OffloadContext, first: int, last: int
+    ) -> list[tuple[int, bytes]]:
+        """Entries of an offloaded ledger from its copy; from the bookies while their copy is still there
+        and the offloaded one cannot be read (deleted or damaged behind the broker's back)."""
+        try:
+            with self._handles_lock:
+                opened = self._offloaded.get(ledger_id)
+            if opened is None or opened[0] != context.uid:
+                if self.offloaders is None:
+                    raise OffloadError(f"ledger {ledger_id} is offloaded and this broker has no offloader")
+                offloader = self.offloaders.for_context(context.driver_name, context.driver_metadata)
+                opened = (context.uid, offloader.read_offloaded(ledger_id, context.uid))
+                with self._handles_lock:
+                    self._offloaded[ledger_id] = opened
+            return opened[1].read(first, last)
+        except OffloadError as e:
+            with self._handles_lock:
+                self._offloaded.pop(ledger_id, None)
+            if context.bookkeeper_deleted:
+                raise ManagedLedgerError(
+                    self.name,
+                    f"read of offloaded ledger {ledger_id} entries {first}..{last} failed ({type(e).__name__}: {e}); "
+                    "its bookie copy is deleted: restore the object or the tiered store",
+                ) from e
+            log.warning("managed ledger %s: %s; reading ledger %d from the bookies", self.name, e, ledger_id)
+            return self._read_from_bookies(ledger_id, first, last)
 
     def evict_read(self, position: Position) -> None:
         """Every active reader has read up to `position`: those entries leave the cache (Pulsar's
@@ -758,7 +813,7 @@ class ManagedLedger:
         redelivery after a restart) reads them from the bookies."""
         self.cache.evict_through(position)
 
-    def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[Any]:
+    def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         with self._handles_lock:
             handle: WriteHandle | ReadHandle | None = self._readers.get(ledger_id) or self._writers.get(ledger_id)
         if handle is None:
@@ -766,7 +821,7 @@ class ManagedLedger:
             with self._handles_lock:
                 self._readers[ledger_id] = opened
             handle = opened
-        return handle.read(first, last)
+        return [(e.entry_id, e.payload) for e in handle.read(first, last)]
 
     # ---- cursors ------------------------------------------------------------------------------
 
@@ -840,16 +895,76 @@ class ManagedLedger:
             raise ManagedLedgerFencedError(self.name, self._core.fence_reason)
         return result
 
+    # ---- tiered storage (impl/broker/offload/) ---------------------------------------------------
+
+    def ledger_infos(self) -> tuple[list[LedgerInfo], int | None, int | None]:
+        """(the list as this broker sees it, the current ledger, the list's version)."""
+        with self._state() as core:
+            return list(core.ledgers), core.current, core.version
+
+    def set_offload_context(self, ledger_id: int, context: OffloadContext) -> OffloadContextWritten:
+        """Write the list with the ledger's offload context (conditional write, after any list change in
+        flight). The answer's outcome: written, refused, badversion or unknown (see OffloadContextWritten)."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            answer: Future[OffloadContextWritten] = Future()
+            self._run(functools.partial(self._set_offload_context_step, ledger_id, context, answer))
+            written: OffloadContextWritten = self._wait(answer, "an offload record")
+            if written.outcome != "busy":
+                return written
+            if time.monotonic() > deadline:
+                return OffloadContextWritten(ledger_id, "refused", None, "the ledger list stayed busy (rollovers)")
+            time.sleep(0.01)
+
+    def _set_offload_context_step(
+        self, ledger_id: int, context: OffloadContext, answer: Future[OffloadContextWritten]
+    ) -> list[Output]:
+        self._offload_answers[ledger_id] = answer
+        return self._core.step(SetOffloadContext(ledger_id, context))
+
+    def source_ledger(self, info: LedgerInfo) -> BookieCopy:
+        """A closed ledger of the list as its offloader reads it: from the bookies."""
+        return BookieCopy(self, info.ledger_id, info.entries - 1)
+
+    def delete_bookie_copy(self, ledger_id: int) -> None:
+        """Delete the ledger from BookKeeper (its offloaded copy is recorded): readers read the copy."""
+        with contextlib.suppress(NoSuchLedger):  # deleted already (by a previous owner, or before a crash)
+            self.bookkeeper.delete_ledger(ledger_id)
+        with self._handles_lock:
+            self._readers.pop(ledger_id, None)
+
+    def _delete_offloaded_in_background(self, ledgers: tuple[LedgerInfo, ...]) -> None:
+        """Trimmed or deleted ledgers' offloaded copies (off the list already): a failure leaks an object."""
+        offloaders = self.offloaders
+
+        def delete() -> None:
+            for info in ledgers:
+                if info.offload is None:
+                    continue
+                try:
+                    if offloaders is None:
+                        raise OffloadError("this broker has no offloader")
+                    offloader = offloaders.for_context(info.offload.driver_name, info.offload.driver_metadata)
+                    offloader.delete_offloaded(info.ledger_id, info.offload.uid)
+                except OffloadError as e:
+                    log.warning("managed ledger %s: offloaded ledger %d left behind: %s", self.name, info.ledger_id, e)
+            with self._handles_lock:
+                for info in ledgers:
+                    self._offloaded.pop(info.ledger_id, None)
+
+        threading.Thread(target=delete, name=f"offload-delete-{self.name}", daemon=True).start()
+
     def stats(self) -> dict[str, Any]:
         """Internal stats, like Pulsar's: ledgers with entries and sizes, cursors, backlog."""
         with self._state() as core:
             view = core.view()
-            ledgers = [
+            ledgers: list[dict[str, Any]] = [
                 {
                     "ledger_id": i.ledger_id,
                     "entries": view.entries_in(i.ledger_id),
                     "size": core.pushed_bytes if i.ledger_id == core.current else i.size,
                     "timestamp": i.timestamp,
+                    "offload": i.offload.to_json() if i.offload is not None else None,
                 }
                 for i in core.ledgers
             ]
@@ -898,6 +1013,7 @@ class ManagedLedger:
         with self._state() as core:
             core.check_usable()
             ledger_ids = [i.ledger_id for i in core.ledgers]
+            offloaded = tuple(i for i in core.ledgers if i.offload is not None)
             version = core.version
         for cursor in list(self.cursors().values()):
             cursor.delete_storage()
@@ -910,6 +1026,8 @@ class ManagedLedger:
         except NoNode:
             pass
         self._delete_ledgers(tuple(ledger_ids))
+        if offloaded:
+            self._delete_offloaded_in_background(offloaded)
         with self._state() as core:
             core.step(TopicDeleted())
 
@@ -917,3 +1035,15 @@ class ManagedLedger:
         """The list as stored in the metadata node now (for tools and tests)."""
         data, _ = self.store.get(self.path)
         return LedgerList.decode(data)
+
+
+class BookieCopy:
+    """A closed ledger read from the bookies (what an offloader copies: offload.api.SourceLedger)."""
+
+    def __init__(self, ml: ManagedLedger, ledger_id: int, last_entry_id: int) -> None:
+        self._ml = ml
+        self.ledger_id = ledger_id
+        self.last_entry_id = last_entry_id
+
+    def read(self, first: int, last: int) -> list[tuple[int, bytes]]:
+        return self._ml._read_from_bookies(self.ledger_id, first, last)

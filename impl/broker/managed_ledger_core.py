@@ -20,6 +20,9 @@ Names follow spec/fencing.tla:
   TrimConsumedLedger        Trim(slowest) -> WriteLedgerList without the consumed head ledgers, then
                             DeleteLedgers and TrimDone; a bad version = FENCED
   CloseFencedManagedLedger  Close
+  (storage.tla)             SetOffloadContext(ledger, context) -> WriteLedgerList with the ledger's offload
+                            context -> OffloadContextWritten (the offload's record, OffloadRecord, and the
+                            later `bookkeeperDeleted` mark); a bad version or an unknown outcome = FENCED
   (beyond the spec)         Fence(reason) from outside (a cursor's fencing, the session's expiry);
                             TopicDeleted; RetentionChanged
 
@@ -53,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from impl.broker.ledger_list import LedgerInfo, LedgerList, Position, TopicView
+from impl.broker.ledger_list import LedgerInfo, LedgerList, OffloadContext, Position, TopicView
 from impl.broker.managed_ledger_errors import (
     EntryRefusedError,
     ManagedLedgerClosedError,
@@ -121,6 +124,7 @@ class Phase(enum.Enum):
     CREATING = "creating"  # creating the next ledger
     WRITING_LIST = "writing-list"  # conditional write of the list with the new ledger
     TRIMMING = "trimming"  # conditional write of the list without consumed head ledgers
+    OFFLOAD_CONTEXT = "offload-context"  # conditional write of the list with a ledger's offload context
 
 
 # ---- inputs --------------------------------------------------------------------------------
@@ -156,6 +160,15 @@ class Trim:
     wall_now: float
     slowest: Position | None
     cursors: bool
+
+
+@dataclass(frozen=True)
+class SetOffloadContext:
+    """storage.tla OffloadRecord: write the list with `ledger_id`'s offload context (the offload's record,
+    or the mark that its bookie copy is deleted); answered by OffloadContextWritten."""
+
+    ledger_id: int
+    context: OffloadContext
 
 
 @dataclass(frozen=True)
@@ -287,6 +300,7 @@ Event = (
     | Add
     | Tick
     | Trim
+    | SetOffloadContext
     | Fence
     | Close
     | TopicDeleted
@@ -396,6 +410,27 @@ class TrimDone:
     ledger_ids: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class DeleteOffloaded:
+    """Delete the offloaded copies of these trimmed ledgers (they are on no list any more)."""
+
+    ledgers: tuple[LedgerInfo, ...]
+
+
+@dataclass(frozen=True)
+class OffloadContextWritten:
+    """SetOffloadContext's answer. `outcome`: "written" (the list now has the context, at `version`);
+    "busy" (another change of the list is in flight: nothing written, ask again); "refused" (not
+    loaded, or the ledger is not on the list or is the current one: nothing written; `detail` says
+    why); "badversion" (another broker wrote the list: not applied, FENCED); "unknown" (the answer was
+    lost: it may have applied, FENCED)."""
+
+    ledger_id: int
+    outcome: str
+    version: int | None = None
+    detail: str = ""
+
+
 Output = (
     ReadLedgerList
     | RecoverLastLedger
@@ -410,6 +445,8 @@ Output = (
     | Opened
     | OpenFailed
     | TrimDone
+    | DeleteOffloaded
+    | OffloadContextWritten
 )
 
 
@@ -442,6 +479,7 @@ class ManagedLedgerCore:
     phase: Phase = Phase.IDLE
     next_ledger: int | None = None  # created, not yet on the list
     trimming: tuple[int, ...] = ()
+    offload_write: tuple[int, OffloadContext] | None = None  # the offload context being written
     dropped_empty: tuple[int, ...] = ()
     fence_reason: str = ""
     write_failed: bool = False  # the current ledger's writer failed: close it before anything else
@@ -548,10 +586,20 @@ class ManagedLedgerCore:
         self.version = e.version
         if self.phase is Phase.TRIMMING:
             trimmed = self.trimming
+            offloaded = tuple(i for i in self.ledgers if i.ledger_id in trimmed and i.offload is not None)
             self.ledgers = [i for i in self.ledgers if i.ledger_id not in trimmed]
             self.trimming = ()
             self.phase = Phase.IDLE
-            return [DeleteLedgers(trimmed), TrimDone(trimmed), *self._send_queued()]
+            gone: list[Output] = [DeleteOffloaded(offloaded)] if offloaded else []
+            return [DeleteLedgers(trimmed), *gone, TrimDone(trimmed), *self._send_queued()]
+        if self.phase is Phase.OFFLOAD_CONTEXT and self.offload_write is not None:
+            ledger_id, context = self.offload_write
+            self.ledgers = [
+                dataclasses.replace(i, offload=context) if i.ledger_id == ledger_id else i for i in self.ledgers
+            ]
+            self.offload_write = None
+            self.phase = Phase.IDLE
+            return [OffloadContextWritten(ledger_id, "written", e.version), *self._send_queued()]
         if self.phase is not Phase.WRITING_LIST or self.next_ledger is None:
             return []
         self.ledgers.append(LedgerInfo(self.next_ledger))
@@ -576,6 +624,14 @@ class ManagedLedgerCore:
         orphan = (self.next_ledger,) if self.next_ledger is not None else ()
         self.next_ledger = None
         outputs: list[Output] = [DeleteLedgers(orphan)] if orphan else []
+        if self.phase is Phase.OFFLOAD_CONTEXT and self.offload_write is not None:
+            outcome = "badversion" if isinstance(e, LedgerListBadVersion) else "unknown"
+            outputs.append(OffloadContextWritten(self.offload_write[0], outcome, None, detail))
+            self.offload_write = None
+            reason = f"the ledger list changed under us while this broker recorded an offload ({detail})"
+            if outcome == "unknown":
+                reason = f"the answer to this broker's write of the ledger list (an offload) was lost ({detail})"
+            return outputs + self._fence(reason)
         if self.state is ManagedLedgerState.RECOVERED:
             what = "while this broker was opening the topic: the previous owner wrote it (a rollover or a trim)"
         elif self.phase is Phase.TRIMMING:
@@ -764,6 +820,23 @@ class ManagedLedgerCore:
         kept = [i for i in self.ledgers if i.ledger_id not in self.trimming]
         return [WriteLedgerList(self._encode(kept), self.version)]
 
+    # ---- offload records (storage.tla OffloadRecord) -------------------------------------------
+
+    def _set_offload_context(self, e: SetOffloadContext) -> list[Output]:
+        """Write the list with the ledger's offload context, as one more change of the list (one at a time,
+        each from the version the previous one returned)."""
+        if self.state is not ManagedLedgerState.OPEN:
+            return [OffloadContextWritten(e.ledger_id, "refused", None, f"the managed ledger is {self.state.value}")]
+        if self.phase is not Phase.IDLE:
+            return [OffloadContextWritten(e.ledger_id, "busy")]
+        if e.ledger_id == self.current or all(i.ledger_id != e.ledger_id for i in self.ledgers):
+            why = "is still being written" if e.ledger_id == self.current else "is not on the ledger list (trimmed)"
+            return [OffloadContextWritten(e.ledger_id, "refused", None, f"ledger {e.ledger_id} {why}")]
+        self.phase = Phase.OFFLOAD_CONTEXT
+        self.offload_write = (e.ledger_id, e.context)
+        listed = [dataclasses.replace(i, offload=e.context) if i.ledger_id == e.ledger_id else i for i in self.ledgers]
+        return [WriteLedgerList(self._encode(listed), self.version)]
+
     # ---- fencing and closing ----------------------------------------------------------------
 
     def _fenced_from_outside(self, e: Fence) -> list[Output]:
@@ -779,6 +852,9 @@ class ManagedLedgerCore:
         if self.trimming:
             outputs.append(TrimDone(()))
             self.trimming = ()
+        if self.offload_write is not None:  # its answer never comes now: it may have applied
+            outputs.append(OffloadContextWritten(self.offload_write[0], "unknown", None, reason))
+            self.offload_write = None
         # Adds in flight may have reached a bookie before the fence: their outcome is unknown.
         for p in self._all_pending():
             outputs.append(FailAdd(p.token, ManagedLedgerFencedError(self.name, reason, rejected=p.ledger_id is None)))
@@ -812,6 +888,9 @@ class ManagedLedgerCore:
         self.state = ManagedLedgerState.CLOSED
         self.phase = Phase.IDLE
         outputs: list[Output] = []
+        if self.offload_write is not None:
+            outputs.append(OffloadContextWritten(self.offload_write[0], "unknown", None, "closed meanwhile"))
+            self.offload_write = None
         for p in self._all_pending():
             error = ManagedLedgerClosedError(
                 self.name, "was closed while the add was pending; open it again", rejected=p.ledger_id is None
@@ -870,6 +949,7 @@ _HANDLERS: dict[type, Callable[[ManagedLedgerCore, Any], list[Output]]] = {
     Add: ManagedLedgerCore._add,
     Tick: ManagedLedgerCore._tick,
     Trim: ManagedLedgerCore._trim,
+    SetOffloadContext: ManagedLedgerCore._set_offload_context,
     Fence: ManagedLedgerCore._fenced_from_outside,
     Close: ManagedLedgerCore._close,
     TopicDeleted: ManagedLedgerCore._topic_deleted,

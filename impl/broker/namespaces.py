@@ -314,6 +314,9 @@ class NamespacePolicies:
     # Pulsar's compaction_threshold: compact a topic once this many bytes follow its compaction horizon
     # (checked by the topic ticker); None = unset, 0 = never.
     compaction_threshold: int | None = None
+    # Pulsar's offload_threshold (offloadThresholdInBytes): offload a topic's oldest ledgers once more than
+    # this many bytes are on the bookies (docs/storage-lifecycle.md); None = unset, -1 = never, 0 = at once.
+    offload_threshold: int | None = None
 
     def __post_init__(self) -> None:
         ttl = self.message_ttl_seconds
@@ -322,6 +325,11 @@ class NamespacePolicies:
         threshold = self.compaction_threshold
         if threshold is not None and (not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0):
             raise InvalidPolicies(f"Invalid value for compaction threshold: {threshold!r} (bytes, an integer >= 0)")
+        offload = self.offload_threshold
+        if offload is not None and (not isinstance(offload, int) or isinstance(offload, bool) or offload < -1):
+            raise InvalidPolicies(
+                f"Invalid value for offload threshold: {offload!r} (bytes, an integer >= 0, or -1 to disable)"
+            )
         n = self.bundles
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_NUMBER_OF_BUNDLES:
             raise InvalidPolicies(f"a namespace needs between 1 and {MAX_NUMBER_OF_BUNDLES} bundles, got {n!r}")
@@ -354,6 +362,8 @@ class NamespacePolicies:
             doc["delayed_delivery_policies"] = self.delayed_delivery.to_json()
         if self.compaction_threshold is not None:
             doc["compaction_threshold"] = self.compaction_threshold
+        if self.offload_threshold is not None:
+            doc["offload_threshold"] = self.offload_threshold
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -391,6 +401,7 @@ class NamespacePolicies:
                 if raw.get("delayed_delivery_policies") is None
                 else DelayedDeliveryPolicy.from_json(raw["delayed_delivery_policies"]),
                 raw.get("compaction_threshold"),
+                raw.get("offload_threshold"),
             )
         except (KeyError, TypeError) as e:
             raise InvalidPolicies(f"policies node {path} lacks {e}; rewrite it with the admin API") from None
@@ -676,6 +687,11 @@ def set_delayed_delivery(
 def set_compaction_threshold(store: MetadataStore, namespace: NamespaceName | str, threshold: int | None) -> None:
     """Set the namespace's compaction threshold in bytes (None removes it, 0 turns automatic compaction off)."""
     _update_policies(store, namespace, lambda p: dataclasses.replace(p, compaction_threshold=threshold))
+
+
+def set_offload_threshold(store: MetadataStore, namespace: NamespaceName | str, threshold: int | None) -> None:
+    """Set the namespace's offload threshold in bytes (None removes it, -1 turns automatic offload off)."""
+    _update_policies(store, namespace, lambda p: dataclasses.replace(p, offload_threshold=threshold))
 
 
 def set_message_ttl(store: MetadataStore, namespace: NamespaceName | str, seconds: int | None) -> None:

@@ -94,6 +94,8 @@ from impl.broker.managed_ledger import (
     Position,
 )
 from impl.broker.managed_ledger_errors import EntryRefusedError
+from impl.broker.offload.registry import DEFAULT_DELETION_LAG_S, Offloaders, OffloadSettings
+from impl.broker.offload.topic import TopicOffloader
 from impl.broker.replication.replicator import CURSOR_PREFIX, is_replicator_cursor
 from impl.broker.replication.topic_replicator import TopicReplicator
 from impl.broker.schema.registry import SchemaRegistry
@@ -193,6 +195,11 @@ class BrokerConfig:
     # Pulsar's managedLedgerCacheSizeMB: one bound for the entry caches of all the broker's topics
     # (impl/broker/entry_cache.py). 0: nothing is cached, every read goes to the bookies.
     managed_ledger_cache_size_mb: float = DEFAULT_CACHE_SIZE_MB
+    # Tiered storage (docs/storage-lifecycle.md): Pulsar's managedLedgerOffloadDriver and its options (None:
+    # no offloader; the standalone's default is a directory under its data), and
+    # managedLedgerOffloadDeletionLagMs: how long an offloaded ledger's bookie copy stays.
+    offload: OffloadSettings | None = None
+    offload_deletion_lag_s: float = DEFAULT_DELETION_LAG_S
 
 
 def _settle(future: Future[tuple[Position | None, bool]], outcome: PublishOutcome) -> None:
@@ -546,6 +553,11 @@ class Topic:
         self.compactor = TopicCompactor(str(name), ml)
         self.compactor.load()
         self.compactor.threshold = service.compaction_threshold_in(name)  # follows the namespace's policy
+        self.offloader = TopicOffloader(
+            str(name), ml, service.offloaders.configured, service.config.offload_deletion_lag_s
+        )
+        self.offloader.threshold = service.offload_threshold_in(name)  # follows the namespace's policy
+        self._current_ledger: int | None = None  # the threshold is checked when the ledger rolls over
 
     def evict_read_entries(self) -> None:
         """The entries every subscription with consumers has read (handed to its dispatcher, which keeps
@@ -1193,7 +1205,10 @@ class Topic:
             with self.lock:
                 self._trim_scheduled = False
 
-    def _on_new_entry(self, _position: Position) -> None:
+    def _on_new_entry(self, position: Position) -> None:
+        if self.offloader.threshold >= 0 and position.ledger_id != self._current_ledger:
+            self._current_ledger = position.ledger_id  # a rollover: maybe more than the threshold is closed now
+            self.service.executor.submit(self.offloader.maybe_offload)
         for sub in list(self.subscriptions.values()):
             sub.wake()
         for replicator in list(self.replicators.values()):
@@ -1319,6 +1334,7 @@ class BrokerService:
         self._lock = threading.Lock()
         self._policy_watches: set[tuple[int, NamespaceName]] = set()  # (store, namespace) being watched
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dispatch")
+        self.offloaders = Offloaders(self.config.offload)  # tiered storage: the configured one, and readers
         self.entry_cache = EntryCacheManager(int(self.config.managed_ledger_cache_size_mb * 1024 * 1024))
         self._consumer_ids = 0
         self._stopping = threading.Event()
@@ -1344,6 +1360,8 @@ class BrokerService:
                     topic.evict_backlog()
                     topic.maybe_trim()
                     topic.compactor.maybe_compact()
+                    topic.offloader.sweep()  # bookie copies of offloaded ledgers past the deletion lag
+                    topic.offloader.maybe_offload()
                 except Exception as e:  # a fenced or closing topic: its owner handles it
                     log.debug("tick of %s: %s", topic.name, e)
 
@@ -1412,6 +1430,7 @@ class BrokerService:
             topic.message_ttl_s = policies.message_ttl_seconds or 0
             topic.backlog_quota = policies.backlog_quota
             topic.compactor.threshold = policies.compaction_threshold or 0
+            topic.offloader.threshold = -1 if policies.offload_threshold is None else policies.offload_threshold
             topic.ml.set_retention(minutes, size_mb)
             topic.set_deduplication(own if isinstance(own, bool) else dedup)
             try:
@@ -1469,6 +1488,14 @@ class BrokerService:
         except (namespaces.AdminError, MetadataError):
             threshold = None
         return threshold or 0
+
+    def offload_threshold_in(self, name: TopicName) -> int:
+        """The namespace's offloadThresholdInBytes (-1: no automatic offload)."""
+        try:
+            threshold = namespaces.get_policies(self.configuration_store, name.namespace_name).offload_threshold
+        except (namespaces.AdminError, MetadataError):
+            threshold = None
+        return -1 if threshold is None else threshold
 
     def message_ttl_in(self, name: TopicName) -> int:
         """The namespace's message TTL in seconds (0: none)."""
@@ -1637,6 +1664,7 @@ class BrokerService:
                     self.managed_ledger_config(name),
                     cache=self.entry_cache,
                 )
+                ml.offloaders = self.offloaders  # before anything reads it: offloaded ledgers read from their copy
             except ManagedLedgerFencedError as e:
                 raise ServiceNotReady(f"{name} is being taken over: {e}; retry") from e
             except MetadataError as e:
@@ -1664,6 +1692,7 @@ class BrokerService:
                 return
             topic.closed = True
         self.topics.pop(str(topic.name), None)
+        topic.offloader.close()
         topic.stop_replication()
         topic.close_attached()
         log.warning("topic %s fenced: another broker took it over; closed", topic.name)
@@ -1677,6 +1706,8 @@ class BrokerService:
             with topic.lock:
                 topic.closed = True
             self.topics.pop(key, None)
+            if topic.name.persistent:
+                topic.offloader.close()
             topic.stop_replication()
             topic.close_attached()
             if graceful and topic.name.persistent:  # a non-persistent topic's state just goes
@@ -1691,6 +1722,7 @@ class BrokerService:
         self._stopping.set()
         self.unload_topics(lambda _n: True, graceful=True)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.offloaders.close()
         with self._lock:
             clients, self._remote_clients = list(self._remote_clients.values()), {}
         for _url, client in clients:

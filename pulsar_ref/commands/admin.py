@@ -229,6 +229,17 @@ VERBS: dict[str, dict[str, Verb]] = {
             help="expire messages older than the TTL from every subscription",
         ),
         "remove-message-ttl": Verb("DELETE", "/admin/v2/namespaces/{namespace}/messageTTL", "namespace"),
+        "get-offload-threshold": Verb("GET", "/admin/v2/namespaces/{namespace}/offloadThreshold", "namespace"),
+        "set-offload-threshold": Verb(
+            "PUT",
+            "/admin/v2/namespaces/{namespace}/offloadThreshold",
+            "namespace",
+            options=(
+                ("--size", int, None, "bytes kept on the bookies before older ledgers are offloaded (-1 = never)"),
+            ),
+            body=lambda a: a.size,
+            help="offload topics' oldest ledgers to tiered storage past a size (offloadThresholdInBytes)",
+        ),
         "get-compaction-threshold": Verb("GET", "/admin/v2/namespaces/{namespace}/compactionThreshold", "namespace"),
         "set-compaction-threshold": Verb(
             "PUT",
@@ -336,6 +347,22 @@ VERBS: dict[str, dict[str, Verb]] = {
         "unload": Verb("PUT", "{topic}/unload", "topic", help="close it on its broker (the next lookup reloads it)"),
         "compact": Verb("PUT", "{topic}/compaction", "topic", help="start a compaction (latest message per key)"),
         "compaction-status": Verb("GET", "{topic}/compaction", "topic", help="the last compaction's status"),
+        "offload": Verb(
+            "PUT",
+            "{topic}/offload",
+            "topic",
+            options=(
+                (
+                    "--message-id",
+                    str,
+                    "latest",
+                    "offload the closed ledgers before the one holding LEDGER:ENTRY (default latest: every closed one)",
+                ),
+            ),
+            body=_message_id,
+            help="offload closed ledgers to tiered storage, in the background",
+        ),
+        "offload-status": Verb("GET", "{topic}/offload", "topic", help="the last offload's status"),
         "subscriptions": Verb("GET", "{topic}/subscriptions", "topic", help="its subscriptions"),
         "unsubscribe": Verb(
             "DELETE", "{topic}/subscription/{subscription}", "topic", options=(_SUB,), help="delete a subscription"

@@ -10,7 +10,7 @@ import logging
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from impl import shutdown
 from pulsar_ref.commands.security_options import add_security_options, security_of
@@ -60,6 +60,57 @@ def add_backpressure_option(parser: argparse.ArgumentParser) -> None:
         help="backpressure towards consumers: bytes queued for writing on one client connection past which its "
         f"consumers are given nothing more until it drains (default {DEFAULT_MAX_PENDING_WRITE_BYTES}, 2 MiB; "
         "0 = no bound; docs/security.md)",
+    )
+
+
+DEFAULT_OFFLOAD_DELETION_LAG_MS = 4 * 3600 * 1000  # Pulsar's managedLedgerOffloadDeletionLagMs
+
+
+def add_offload_options(parser: argparse.ArgumentParser, default_directory: str) -> None:
+    """Tiered storage: the offloader (Pulsar's managedLedgerOffloadDriver and its options) and the deletion lag."""
+    group = parser.add_argument_group("tiered storage (docs/storage-lifecycle.md)")
+    group.add_argument(
+        "--offload-driver",
+        choices=("filesystem", "aws-s3", "S3"),
+        default=None,
+        help="Pulsar's managedLedgerOffloadDriver: filesystem (a directory) or aws-s3 / S3 (any S3 endpoint; "
+        "credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). Default: filesystem "
+        + (f"in {default_directory}" if default_directory else "if --offload-dir is given, else no offloader"),
+    )
+    group.add_argument("--offload-dir", metavar="DIR", help="the filesystem offloader's directory (must exist)")
+    group.add_argument("--s3-offload-bucket", metavar="BUCKET", help="s3ManagedLedgerOffloadBucket (must exist)")
+    group.add_argument(
+        "--s3-offload-endpoint", metavar="URL", default="", help="s3ManagedLedgerOffloadServiceEndpoint (default AWS)"
+    )
+    group.add_argument("--s3-offload-region", metavar="REGION", default="", help="s3ManagedLedgerOffloadRegion")
+    group.add_argument(
+        "--offload-deletion-lag-ms",
+        type=int,
+        default=DEFAULT_OFFLOAD_DELETION_LAG_MS,
+        metavar="MS",
+        help="Pulsar's managedLedgerOffloadDeletionLagMs: how long an offloaded ledger's bookie copy stays "
+        f"(default {DEFAULT_OFFLOAD_DELETION_LAG_MS}, 4 hours)",
+    )
+
+
+def offload_settings_of(parser: argparse.ArgumentParser, args: argparse.Namespace, default_directory: str) -> Any:
+    """The OffloadSettings the options name (None: no offloader)."""
+    from impl.broker.offload.registry import OffloadSettings
+
+    if args.offload_deletion_lag_ms < 0:
+        parser.error("--offload-deletion-lag-ms must be >= 0")
+    driver = args.offload_driver
+    if driver is None:
+        driver = "aws-s3" if args.s3_offload_bucket else "filesystem"
+    if driver == "filesystem":
+        directory = args.offload_dir or default_directory
+        if not directory:
+            return None
+        return OffloadSettings("filesystem", directory=directory)
+    if not args.s3_offload_bucket:
+        parser.error(f"--offload-driver {driver} needs --s3-offload-bucket")
+    return OffloadSettings(
+        driver, bucket=args.s3_offload_bucket, endpoint=args.s3_offload_endpoint, region=args.s3_offload_region
     )
 
 
@@ -129,6 +180,7 @@ def main(argv: list[str], prog: str) -> int:
     add_security_options(parser)
     add_instance_options(parser)
     add_backpressure_option(parser)
+    add_offload_options(parser, "")
     parser.add_argument(
         "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
     )
@@ -144,6 +196,7 @@ def main(argv: list[str], prog: str) -> int:
     args = parser.parse_args(argv)
     check_quorums(parser, args)
     args.security = security_of(parser, args)
+    args.offload = offload_settings_of(parser, args, "")
     if not args.trace:
         return _run(args)
     from impl.trace import TraceFile
@@ -178,6 +231,8 @@ def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
         security=args.security,
         max_pending_write_bytes=args.max_pending_write_bytes,
         managed_ledger_cache_size_mb=args.managed_ledger_cache_size_mb,
+        offload=args.offload,
+        offload_deletion_lag_s=args.offload_deletion_lag_ms / 1000,
     )
     try:
         broker = Broker(

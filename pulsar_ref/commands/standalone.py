@@ -15,7 +15,9 @@ from pulsar_ref.commands.broker import (
     add_backpressure_option,
     add_instance_options,
     add_ledger_options,
+    add_offload_options,
     check_quorums,
+    offload_settings_of,
 )
 from pulsar_ref.commands.security_options import add_security_options, security_of
 
@@ -66,6 +68,7 @@ def main(argv: list[str], prog: str) -> int:
     add_security_options(parser)
     add_instance_options(parser)
     add_backpressure_option(parser)
+    add_offload_options(parser, "DATA/offloaded")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument(
         "--session-timeout",
@@ -79,6 +82,7 @@ def main(argv: list[str], prog: str) -> int:
     args = parser.parse_args(argv)
     check_quorums(parser, args)
     security = security_of(parser, args)
+    offload = offload_settings_of(parser, args, str(Path(args.data).resolve() / "offloaded"))
     secure_files = None
     if args.secure:
         if security.authenticator or security.authorization or security.tls:
@@ -117,6 +121,10 @@ def main(argv: list[str], prog: str) -> int:
         )
         standalone.config.max_pending_write_bytes = args.max_pending_write_bytes
         standalone.config.managed_ledger_cache_size_mb = args.managed_ledger_cache_size_mb
+        if offload is not None and offload.driver == "filesystem" and not args.offload_dir:
+            Path(offload.directory).mkdir(exist_ok=True)  # the embedded default: a directory under the data
+        standalone.config.offload = offload
+        standalone.config.offload_deletion_lag_s = args.offload_deletion_lag_ms / 1000
         standalone.start()
     except (MetadataError, OSError, ValueError) as e:
         print(f"error: cannot start standalone: {e}", file=sys.stderr)

@@ -67,6 +67,8 @@ class AdminRoutes:
         r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/autoTopicCreation", self.remove_auto_creation)
         r.add("POST", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.set_message_ttl)
         r.add("DELETE", f"{v2}/namespaces/{{tenant}}/{{namespace}}/messageTTL", self.remove_message_ttl)
+        r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/offloadThreshold", self.get_offload_threshold)
+        r.add("PUT", f"{v2}/namespaces/{{tenant}}/{{namespace}}/offloadThreshold", self.set_offload_threshold)
         r.add("GET", f"{v2}/namespaces/{{tenant}}/{{namespace}}/compactionThreshold", self.get_compaction_threshold)
         r.add("PUT", f"{v2}/namespaces/{{tenant}}/{{namespace}}/compactionThreshold", self.set_compaction_threshold)
         r.add(
@@ -283,6 +285,16 @@ class AdminRoutes:
     def set_message_ttl(self, req: Request, tenant: str, namespace: str) -> Response:
         seconds = _int(req.json(), "the message TTL (seconds)")
         namespaces.set_message_ttl(self._config, self._ns(tenant, namespace), seconds)
+        return Response.empty()
+
+    def get_offload_threshold(self, req: Request, tenant: str, namespace: str) -> Response:
+        policies = namespaces.get_policies(self._config, self._ns(tenant, namespace))
+        threshold = policies.offload_threshold
+        return Response.json(-1 if threshold is None else threshold)  # Pulsar's default: -1, off
+
+    def set_offload_threshold(self, req: Request, tenant: str, namespace: str) -> Response:
+        threshold = _int(req.json(), "the offload threshold (bytes, -1 to disable)")
+        namespaces.set_offload_threshold(self._config, self._ns(tenant, namespace), threshold)
         return Response.empty()
 
     def get_compaction_threshold(self, req: Request, tenant: str, namespace: str) -> Response:

@@ -136,7 +136,8 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
                 "ledgerId": ledger["ledger_id"],
                 "entries": int(ledger["entries"] or 0),
                 "size": int(ledger["size"] or 0),
-                "offloaded": False,
+                "offloaded": bool(ledger.get("offload") and ledger["offload"]["complete"]),
+                **({"offloadContext": ledger["offload"]} if ledger.get("offload") else {}),
             }
             for ledger in ledgers
         ],

@@ -16,6 +16,7 @@ from impl.broker import namespaces
 from impl.broker.compaction import CompactionRunning
 from impl.broker.errors import ConsumerBusyError, NotEmptyError
 from impl.broker.managed_ledger import Position
+from impl.broker.offload.topic import OffloadNotConfigured, OffloadRunning
 from impl.broker.service import Subscription, Topic
 from impl.broker.web import stats
 from impl.broker.web.context import WebContext, redirect_to_owner
@@ -56,6 +57,8 @@ class TopicRoutes:
         r.add("GET", TOPIC + "/lastMessageId", self.last_message_id)
         r.add("PUT", TOPIC + "/compaction", self.compact)
         r.add("GET", TOPIC + "/compaction", self.compaction_status)
+        r.add("PUT", TOPIC + "/offload", self.offload)
+        r.add("GET", TOPIC + "/offload", self.offload_status)
         r.add("POST", TOPIC + "/subscription/{subscription}/expireMessages/{seconds}", self.expire_messages)
         r.add("POST", TOPIC + "/all_subscription/expireMessages/{seconds}", self.expire_all_messages)
         r.add("PUT", TOPIC + "/subscription/{subscription}", self.create_subscription)
@@ -454,6 +457,31 @@ class TopicRoutes:
         """Pulsar's LongRunningProcessStatus of the last compaction: NOT_RUN, RUNNING, SUCCESS or ERROR."""
         owned = self._owned(req, self._name(tenant, namespace, topic))
         return owned if isinstance(owned, Response) else Response.json(owned.compactor.status_json())
+
+    def offload(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        """Offload every closed ledger before the one holding the message id in the body, in the background
+        (Pulsar's triggerOffload): 409 while an offload runs, 412 without an offloader."""
+        owned = self._owned(req, self._name(tenant, namespace, topic))
+        if isinstance(owned, Response):
+            return owned
+        body: Any = req.json()
+        ledger = body.get("ledgerId") if isinstance(body, dict) else None
+        entry = body.get("entryId") if isinstance(body, dict) else None
+        if not isinstance(ledger, int) or not isinstance(entry, int) or isinstance(ledger, bool):
+            raise HttpError(400, f'the body must be a message id {{"ledgerId": L, "entryId": E}}, not {body!r}')
+        try:
+            owned.offloader.trigger(Position(ledger, entry))
+        except OffloadRunning as e:
+            raise HttpError(409, str(e)) from e
+        except OffloadNotConfigured as e:
+            raise HttpError(412, str(e)) from e
+        return Response.empty()
+
+    def offload_status(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        """Pulsar's OffloadProcessStatus of the last offload: NOT_RUN, RUNNING, SUCCESS or ERROR, lastError,
+        firstUnoffloadedMessage."""
+        owned = self._owned(req, self._name(tenant, namespace, topic))
+        return owned if isinstance(owned, Response) else Response.json(owned.offloader.status_json())
 
 
 _LATEST = 2**63 - 1  # Pulsar's MessageId.latest: Long.MAX_VALUE ledger and entry ids

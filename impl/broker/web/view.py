@@ -170,6 +170,8 @@ class View:
                 state, ensembles = _state(metadata), _ensembles(metadata)
             except NoSuchLedger:
                 state, ensembles = "deleted", ""
+            if info.offloaded:  # read from tiered storage (the bookie copy goes after the deletion lag)
+                state = "offloaded" + (f" ({state} on the bookies)" if state == "deleted" else f", {state}")
             figures = live.get(info.ledger_id, {"entries": info.entries, "size": info.size})
             link = f"<a href='/view/ledger/{info.ledger_id}'>{info.ledger_id}</a>"
             rows.append([link, state, ensembles, e(figures["entries"]), e(figures["size"])])
