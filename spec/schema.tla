@@ -111,7 +111,7 @@ Acquire(b) ==
     /\ UNCHANGED <<locIndex, locVersion, ledgers, nextLedger, session, alive, reg, expiries, crashes, answered, stray>>
 
 (* The session expires: the ownership node goes; the broker is not told yet. *)
-Expire(b) ==
+ExpireSession(b) ==
     /\ alive[b] /\ expiries < MaxExpiries
     /\ alive' = [alive EXCEPT ![b] = FALSE] /\ expiries' = expiries + 1
     /\ IF Owns(b) THEN owner' = NoOwner ELSE UNCHANGED owner
@@ -120,7 +120,7 @@ Expire(b) ==
 
 (* The broker learns of the expiry and opens a new session: it drops its     *)
 (* topics and the work of the old session (whose calls fail SessionExpired). *)
-Renew(b) ==
+RenewSession(b) ==
     /\ ~alive[b]
     /\ alive' = [alive EXCEPT ![b] = TRUE] /\ session' = [session EXCEPT ![b] = @ + 1]
     /\ IF Mutation = "cached_after_loss"
@@ -143,7 +143,7 @@ Crash(b) ==
 
 (* Read the locator for schema s.  Through a topic only while it is loaded. *)
 (* A schema already there is that version (answered next).                 *)
-Read(b, s, kind) ==
+ReadLocator(b, s, kind) ==
     /\ reg[b].phase = "idle" /\ alive[b]
     /\ kind = "topic" => loaded[b]
     /\ LET found == Positions(s, locIndex) IN
@@ -168,7 +168,7 @@ WriteEntry(b) ==
 
 (* Mutation "locator_before_entry": the ledger is created and named by the  *)
 (* locator first; its entry is written afterwards.                          *)
-CreateEmpty(b) ==
+CreateLedger(b) ==
     /\ reg[b].phase = "read" /\ Mutation = "locator_before_entry"
     /\ nextLedger <= NumLedgers
     /\ ledgers' = [ledgers EXCEPT ![nextLedger] = Empty]
@@ -177,10 +177,10 @@ CreateEmpty(b) ==
     /\ lastAction' = [name |-> "CreateLedger", params |-> [broker |-> b, ledger |-> nextLedger]]
     /\ UNCHANGED <<locIndex, locVersion, owner, ownerSession, session, alive, loaded, expiries, crashes, answered, stray>>
 
-FillEmpty(b) ==
+FillEntry(b) ==
     /\ reg[b].phase = "answer" /\ reg[b].ledger /= 0 /\ ledgers[reg[b].ledger] = Empty
     /\ ledgers' = [ledgers EXCEPT ![reg[b].ledger] = reg[b].schema]
-    /\ lastAction' = [name |-> "WriteEntry", params |-> [broker |-> b, ledger |-> reg[b].ledger, schema |-> reg[b].schema]]
+    /\ lastAction' = [name |-> "FillEntry", params |-> [broker |-> b, ledger |-> reg[b].ledger, schema |-> reg[b].schema]]
     /\ UNCHANGED <<locIndex, locVersion, nextLedger, owner, ownerSession, session, alive, loaded, reg,
                    expiries, crashes, answered, stray>>
 
@@ -223,9 +223,9 @@ Answer(b) ==
 
 Next ==
     \E b \in Brokers :
-        \/ Acquire(b) \/ Expire(b) \/ Renew(b) \/ Crash(b)
-        \/ \E s \in Schemas, k \in Kinds : Read(b, s, k)
-        \/ WriteEntry(b) \/ CreateEmpty(b) \/ FillEmpty(b) \/ WriteLocator(b) \/ Answer(b)
+        \/ Acquire(b) \/ ExpireSession(b) \/ RenewSession(b) \/ Crash(b)
+        \/ \E s \in Schemas, k \in Kinds : ReadLocator(b, s, k)
+        \/ WriteEntry(b) \/ CreateLedger(b) \/ FillEntry(b) \/ WriteLocator(b) \/ Answer(b)
 
 Spec == Init /\ [][Next]_vars
 
