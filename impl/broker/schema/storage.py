@@ -122,7 +122,8 @@ class SchemaStorage:
                 self.store.set(path, Locator((*current.entries, added), 0).to_json(), current.stat_version)
         except (BadVersion, NodeExists, NoNode) as e:
             self._drop_ledger(handle.ledger_id)
-            raise LocatorConflict(f"the schema locator of {sid} changed meanwhile: {e}") from None
+            # the cause (BadVersion / NodeExists / NoNode) says which condition failed: spec/schema.md
+            raise LocatorConflict(f"the schema locator of {sid} changed meanwhile: {e}") from e
         self._cache[(handle.ledger_id, entry_id)] = schema
         return version
 
