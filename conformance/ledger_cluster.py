@@ -120,6 +120,7 @@ class LedgerCluster:
         self.timed_out: list[InFlight] = []  # requests whose answer will never come; sender not told yet
         self.lost = 0  # the spec's fault budgets, counted by the environment
         self.crashes = 0
+        self.crashed_clients: set[str] = set()  # recovery clients whose process died mid-attempt
         self.events: list[Any] = []  # completions and failures the cores reported
         self.stopped: tuple[dict[int, frozenset[BookieId]], LedgerMetadata] | None = None
         self._replacement: BookieId | None = None  # the spec step's choice for a ChooseReplacement
@@ -247,7 +248,8 @@ class LedgerCluster:
                 raise HarnessError(f"cannot deliver to bookie {m.bookie}: it is down")
             response = self.bookie_handles(m.bookie, m.request)
             responses.append(response)
-            self._feed(m.client, m.core, partial(m.core.step, BookieAnswered(m.bookie, m.request, response)))
+            if m.core is self.client(m.client):  # a reply to a crashed client's attempt reaches nobody
+                self._feed(m.client, m.core, partial(m.core.step, BookieAnswered(m.bookie, m.request, response)))
         return responses
 
     def lose_requests(self, chosen: list[InFlight], *, counted: bool = True) -> None:
@@ -290,9 +292,21 @@ class LedgerCluster:
         # A new attempt: the previous one's unanswered requests are forgotten (its replies are stale).
         self.timed_out = [m for m in self.timed_out if m.client != name]
         self.held_close.pop(name, None)
+        self.crashed_clients.discard(name)
         op = self.cores.recovery(LEDGER_ID, self.metadata, tracer=self.tracer)
         self.recoveries[name] = op
         self._feed(name, op, partial(op.step, Start()))
+
+    def crash_recoverer(self, name: str) -> None:
+        """The recovery client's process dies mid-attempt (ledger.tla's RecovererCrashes): its RecoveryOp
+        goes with everything it held; what it sent still reaches the bookies, their replies nobody. Its
+        restart is a new attempt (start_recovery)."""
+        self._op(name)
+        self.recoveries[name] = None
+        self.crashed_clients.add(name)
+        self.held_close.pop(name, None)
+        self.timed_out = [m for m in self.timed_out if m.client != name]
+        self.crashes += 1
 
     def _op(self, name: str) -> RecoveryOp:
         op = self.recoveries[name]

@@ -43,6 +43,9 @@ conformance/ledger_cluster.py):
       that starts an attempt (nothing of the client in flight to that bookie) has a variant per
       outcome: the attempt fails (its requests are lost at once, not counted) or it connects at
       the bookie's restart (they stay in flight; a queued request is never lost alone)
+  RecovererCrashes [client, phase]
+      the recovery client's process dies: its RecoveryOp is dropped; its requests in flight still
+      reach the bookies, their replies nobody; RecoveryStarts later builds a new op
   BookieCrashes [bookie]
       the bookie core is rebuilt from its journal (BookieCore.replay); queued requests are lost
   BookieRestarts [bookie] / BookieFailsPermanently [bookie]
@@ -327,6 +330,9 @@ class LedgerMapping:
     def _do_RecoveryAborts(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
         return self._per_client("recovery timeouts (abort)", LedgerCluster.abort_recovery)
 
+    def _do_RecovererCrashes(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
+        return self._per_client("recovery client crashes", LedgerCluster.crash_recoverer)
+
     def _do_RecoveryChangesEnsemble(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
         out: list[Candidate] = []
         for c in self.recoverers:
@@ -452,6 +458,8 @@ class LedgerMapping:
             "rLength": 0,
         }
         if op is None:
+            if name in cluster.crashed_clients:
+                values["rPhase"] = "aborted"  # RecovererCrashes: the attempt's state is gone, as at an abort
             return values
         if op.phase is RecoveryPhase.FAILED:
             values["rPhase"] = "aborted"  # a failed attempt keeps nothing (RecoveryAborts resets it all)

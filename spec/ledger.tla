@@ -662,6 +662,20 @@ RecoveryAborts(c) ==
 (* Faults                                                                  *)
 (***************************************************************************)
 
+\* Issue 47: a recovery client may crash mid-attempt (a model sets CrashRecoverers = TRUE; the
+\* definition keeps every other model's state space as it was). The crash counts against MaxCrashes.
+\* Its in-memory attempt is gone (AbortAttempt: the restarted client is "aborted" and retries from
+\* the metadata, under FairSpec's fairness on Recovering(c)); what it had sent still lands at the
+\* bookies (fences, recovery adds), and the replies to the dead attempt are dropped as stale.
+CrashRecoverers == FALSE
+RecovererCrashes(c) ==
+    /\ CrashRecoverers /\ crashes < MaxCrashes
+    /\ rPhase[c] \in {"fencing", "reading", "closing"}
+    /\ crashes' = crashes + 1
+    /\ AbortAttempt(c)
+    /\ lastAction' = [name |-> "RecovererCrashes", params |-> [client |-> c, phase |-> rPhase[c]]]
+    /\ UNCHANGED <<meta, bookieVars, msgs, writerVars, lost>>
+
 \* A lost request: the sender sees a timeout.
 LoseRequest(m) ==
     /\ SharedFate => up[m.bookie]   \* a request queued on a connection attempt is not on the wire
@@ -775,6 +789,7 @@ Recovering(c) ==
 Faults ==
     \/ MessageLost \/ ReplyLost
     \/ \E b \in Bookies : BookieCrashes(b) \/ BookieFailsPermanently(b)
+    \/ \E c \in Recoverers : RecovererCrashes(c)
 
 Next ==
     \/ WriterReceivesAddResponse \/ RecoveryReceivesAddResponse

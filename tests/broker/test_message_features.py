@@ -325,3 +325,43 @@ def test_the_topic_epoch_goes_on_after_a_broker_crash(tmp_path_factory: pytest.T
         c.close()
     finally:
         s.stop()
+
+
+def test_a_waiter_whose_connection_dies_leaves_the_queue_and_the_next_is_granted_at_a_new_epoch(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    """spec/producer_access.tla's ConnectionDies and Grant on the production broker: w1 waits first, its
+    client goes away; when the holder leaves, the slot goes to w2 (not to the dead w1) and the topic
+    epoch moves on by one (AtMostOneExclusivePerEpoch: a grant is a new epoch)."""
+    import threading
+
+    from impl.broker.web.admin_client import topic_path
+
+    mode = pulsar.ProducerAccessMode
+    topic = topic_name("access-queue")
+    stats = topic_path(topic) + "/stats"
+    holder = client.create_producer(topic, producer_name="holder", access_mode=mode.Exclusive)
+    held = standalone.admin.call("GET", stats)["topicEpoch"]
+    doomed = pulsar.Client(standalone.url, operation_timeout_seconds=15)
+    outcome: dict[str, object] = {}
+
+    def wait(c: pulsar.Client, name: str) -> None:
+        try:
+            outcome[name] = c.create_producer(topic, producer_name=name, access_mode=mode.WaitForExclusive)
+        except Exception as e:  # w1: its client closed while it waited
+            outcome[name] = e
+
+    w1 = threading.Thread(target=wait, args=(doomed, "w1"))
+    w1.start()
+    time.sleep(0.5)  # w1 queues before w2
+    w2 = threading.Thread(target=wait, args=(client, "w2"))
+    w2.start()
+    time.sleep(0.5)
+    doomed.close()  # w1's connection dies while it waits
+    w1.join(10)
+    assert not isinstance(outcome.get("w1"), pulsar.Producer)
+    holder.close()
+    w2.join(10)
+    assert isinstance(outcome.get("w2"), pulsar.Producer), outcome
+    assert standalone.admin.call("GET", stats)["topicEpoch"] == held + 1
+    outcome["w2"].send(b"from w2")  # type: ignore[attr-defined]

@@ -186,6 +186,7 @@ def replay(
         "ledger-ci-recoverers",
         "ledger-ci-liveness-crash",
         "ledger-ci-liveness-qa",
+        "ledger-ci-liveness-recoverer-crash",
         "faults",
         "writer",
         "reads",
@@ -352,6 +353,19 @@ def test_the_liveness_models_have_their_fault(graphs: Callable[[str], tuple[Stat
     constants = read_constants(config)
     assert constants["Qa"] == 1 and constants["Qw"] == 2  # type: ignore[comparison-overlap]
     assert "MessageLost" in {e.action for e in qa.edges}
+    # issue 47, item 3: the recovery client crashes in every phase of its attempt and retries after
+    recoverer, _ = graphs("ledger-ci-liveness-recoverer-crash")
+
+    def phase(node: str) -> object:
+        (value,) = recoverer.state(node)["rPhase"].values()  # type: ignore[union-attr]  # one recoverer
+        return value
+
+    assert {phase(e.source) for e in recoverer.edges if e.action == "RecovererCrashes"} == {
+        "fencing",
+        "reading",
+        "closing",
+    }
+    assert any(e.action == "RecoveryStarts" and phase(e.source) == "aborted" for e in recoverer.edges)
 
 
 def test_mutation1_fenced_reads_then_the_late_add_is_rejected(conformance: Conformance) -> None:

@@ -140,3 +140,16 @@ def test_the_replication_mutants_are_killed(conformance: Conformance, name: str)
     verdict = run_mutant(next(m for m in CATALOGUE if m.name == name), checks)
     assert verdict.killed and not verdict.error, verdict
     assert checks.baseline[verdict.killed_by]
+
+
+def test_three_clusters_are_replayed_and_a_forwarding_core_is_caught(behaviours: dict[str, Behaviours]) -> None:
+    """Issue 47, item 4: the production cores driven with 3 clusters (6 replicators), and a core that
+    forwards what arrived by replication is caught sending it on from a cluster that is not its origin."""
+    model = MODELS["replication-ci-three-clusters"]
+    constants = read_constants((SPEC_DIR / model.config).read_text())
+    assert len(constants["Clusters"]) == 3  # type: ignore[arg-type]
+    graph = behaviours[model.name].graph
+    assert graph is not None
+    assert replay_graph(ReplicationMapping(constants), model.name, graph, symmetry=False).mismatch is None
+    report = replay_graph(ReplicationMapping(constants, cores=ReplicatingEverything), model.name, graph, symmetry=False)
+    assert report.mismatch is not None and "inflight" in report.mismatch.differing, str(report.mismatch)
