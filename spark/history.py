@@ -7,7 +7,7 @@ reason (`HistoryError`), before anything is audited:
 - every line is an object with `index` (its 0-based line position), integer `time`, `process`, `type`, `f`;
 - a completion (`ok`/`fail`/`info`) answers the pending invoke of its process, with the same `f` and `topic`;
 - a process does not invoke twice before completing, and never invokes again after an `info`;
-- an append's `value` is a string unique in the whole history; an `ok` append carries a position
+- an append's `value` is a string unique in the whole history; no read is of a non-persistent topic; an `ok` append carries a position
   `[ledger_id, entry_id, batch_index]` of non-negative integers; a read's `from` is null or a position, its
   optional `limit` a positive integer, and an `ok` read's value a list of `[position, value]` pairs;
 - a consumer's operations (subscribe, receive, ack, nack, close, drain) carry a `subscription` and (but drain) a
@@ -270,6 +270,8 @@ def validate(
                 if problem:
                     raise fail(line, problem)
             else:
+                if topic.startswith("non-persistent://"):
+                    raise fail(line, f"a read of {topic}: a non-persistent topic keeps nothing to read back")
                 raw_from = get("from")
                 start = None
                 if raw_from is not None:
