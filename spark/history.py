@@ -7,9 +7,10 @@ reason (`HistoryError`), before anything is audited:
 - every line is an object with `index` (its 0-based line position), integer `time`, `process`, `type`, `f`;
 - a completion (`ok`/`fail`/`info`) answers the pending invoke of its process, with the same `f` and `topic`;
 - a process does not invoke twice before completing, and never invokes again after an `info`;
-- an append's `value` is a string unique in the whole history; no read is of a non-persistent topic; an `ok` append carries a position
+- an append's `value` is a string unique in the whole history; an `ok` append carries a position
   `[ledger_id, entry_id, batch_index]` of non-negative integers; a read's `from` is null or a position, its
-  optional `limit` a positive integer, and an `ok` read's value a list of `[position, value]` pairs;
+  optional `limit` a positive integer, and an `ok` read's value a list of `[position, value]` pairs; no read is
+  of a non-persistent topic (it keeps nothing to read);
 - a consumer's operations (subscribe, receive, ack, nack, close, drain) carry a `subscription` and (but drain) a
   `consumer`; a subscribe names a known subscription type, an `ok` receive carries the delivery (value,
   position, redelivery count, optional key and partition), an ack or nack names the delivery it answers; an

@@ -165,7 +165,7 @@ class Report:
             by_name.setdefault(c.anomaly, []).append(
                 {"topic": c.topic, "ops": list(c.ops), "explanation": c.explanation}
             )
-        return {
+        doc = {
             "valid": self.valid,
             "ops": self.ops,
             "topics": len(self.topics),
@@ -173,6 +173,8 @@ class Report:
             "anomalies": by_name,
             "subscriptions": [vars(f) for f in sorted(self.subscriptions, key=lambda f: f.key)],
             "waited_for_drain": self.waited_for_drain,
-            "non_persistent": [vars(f) for f in sorted(self.non_persistent, key=lambda f: f.key)],
-            "non_persistent_lost": self.lost_non_persistent,
         }
+        if self.non_persistent or any(t.startswith("non-persistent://") for t in self.topics):
+            doc["non_persistent"] = [vars(f) for f in sorted(self.non_persistent, key=lambda f: f.key)]
+            doc["non_persistent_lost"] = self.lost_non_persistent
+        return doc
