@@ -408,7 +408,8 @@ class Workload:
         finally:
             if session is not None:
                 session.close()
-        progress("final reads: " + ", ".join(f"{t.rsplit('/', 1)[-1]}={c}" for t, c in counts.items()))
+        shown = ", ".join(f"{t.rsplit('/', 1)[-1]}={c}" for t, c in counts.items())
+        progress(f"final reads: {shown or 'none (no persistent topic)'}")
         return counts
 
     def _report(self, progress: Progress) -> None:
