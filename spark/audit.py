@@ -29,7 +29,8 @@ of all earlier buckets for a running maximum) joined back. Each anomaly comes ou
 candidates reach the driver (none for a valid history).
 
 The log checks see appends and reads only; a history with consumers' operations also goes through the job of
-spark/queue_audit.py, which decides the anomalies of subscriptions and measures their figures.
+spark/queue_audit.py, which decides the anomalies of subscriptions and measures their figures. Non-persistent
+topics are judged apart, by spark/np_audit.py.
 """
 
 from __future__ import annotations
@@ -766,12 +767,16 @@ def audit(
     of several clusters is checked per cluster and for replication (spark/geo_audit.py)."""
     from pyspark.sql import functions as F
 
-    from spark import geo_audit, queue_audit
+    from spark import geo_audit, np_audit, queue_audit
     from spark.history import LOG_OPS
     from spark.session import input_bytes, spark_session
 
     spark = spark_session(master, input_size=input_bytes(paths))
     events = load(spark, paths)
+    live: tuple[list[Any], list[Any], dict[int, int], list[Any]] = ([], [], {}, [])
+    if np_audit.has_non_persistent(events):
+        live = np_audit.run(spark, events)
+        events = events.filter(~np_audit.of_non_persistent(events))
     log_events = events.filter(F.col("f").isin(*LOG_OPS))
     geo_rows: list[dict[str, Any]] = []
     if geo_audit.has_clusters(events):
@@ -790,6 +795,9 @@ def audit(
             for r in summary_rows
             if r["history"] == h
         }
+        for hh, topic, summary in live[3]:  # appends to non-persistent topics: no reads
+            if hh == h:
+                topics[topic] = summary
         cases = []
         for r in case_rows:
             if r["history"] != h:
@@ -806,11 +814,13 @@ def audit(
             if r["history"] == h:
                 cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), r["explanation"]))
                 topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
+        for hh, c in live[0]:
+            if hh == h:
+                cases.append(c)
+                topics.setdefault(c.topic, TopicSummary()).anomalies += 1
         figures = [queue_audit.figures_of(r) for r in figure_rows if r["history"] == h]
-        ops = sum(s.ops for s in topics.values()) + consumer_ops.get(h, 0)
-        out.append(
-            Audited(
-                path, Report(ops=ops, cases=cases, topics=topics, subscriptions=sorted(figures, key=lambda f: f.key))
-            )
-        )
+        ops = sum(s.ops for s in topics.values()) + consumer_ops.get(h, 0) + live[2].get(h, 0)
+        report = Report(ops=ops, cases=cases, topics=topics, subscriptions=sorted(figures, key=lambda f: f.key))
+        report.non_persistent = sorted((f for hh, f in live[1] if hh == h), key=lambda f: f.key)
+        out.append(Audited(path, report))
     return out

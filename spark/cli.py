@@ -37,6 +37,10 @@ def _print_summary(path: str, report: Report) -> None:
             name = f"{f.topic.rsplit('/', 1)[-1]} {f.subscription}"
             lag = "-" if f.lag_p50_ms is None else f"{f.lag_p50_ms:.1f}"
             print(f"  {name:<44} {f.fault:<16} {f.deliveries:>9} {f.redeliveries:>11} {f.after_ack:>9} {lag:>10}")
+    for n in report.non_persistent:  # loss is allowed there: counted, not flagged (docs/history.md)
+        name = f"{n.topic.rsplit('/', 1)[-1]} {n.subscription}"
+        lost = f"{n.lost} of {n.acknowledged} acknowledged sends lost"
+        print(f"  {name:<44} non-persistent: {lost}, {n.duplicates} duplicates")
     if report.waited_for_drain:
         print(f"  {report.waited_for_drain} messages waited for the final drain (their subscription had no consumer)")
     for c in report.cases[:20]:

@@ -9,7 +9,8 @@ reason (`HistoryError`), before anything is audited:
 - a process does not invoke twice before completing, and never invokes again after an `info`;
 - an append's `value` is a string unique in the whole history; an `ok` append carries a position
   `[ledger_id, entry_id, batch_index]` of non-negative integers; a read's `from` is null or a position, its
-  optional `limit` a positive integer, and an `ok` read's value a list of `[position, value]` pairs;
+  optional `limit` a positive integer, and an `ok` read's value a list of `[position, value]` pairs; no read is
+  of a non-persistent topic (it keeps nothing to read);
 - a consumer's operations (subscribe, receive, ack, nack, close, drain) carry a `subscription` and (but drain) a
   `consumer`; a subscribe names a known subscription type, an `ok` receive carries the delivery (value,
   position, redelivery count, optional key and partition), an ack or nack names the delivery it answers; an
@@ -270,6 +271,8 @@ def validate(
                 if problem:
                     raise fail(line, problem)
             else:
+                if topic.startswith("non-persistent://"):
+                    raise fail(line, f"a read of {topic}: a non-persistent topic keeps nothing to read back")
                 raw_from = get("from")
                 start = None
                 if raw_from is not None:

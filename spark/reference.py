@@ -33,7 +33,8 @@ with position p (event: the `ok`), or an `ok` read listing the pair [p, v] (even
 `info` appends may appear at most once (duplicate-value catches a second appearance) and are never required to
 appear; `fail` appends must never appear.
 
-The anomalies of subscriptions and their figures are defined in spark/queue_reference.py.
+The anomalies of subscriptions and their figures are defined in spark/queue_reference.py; those of non-persistent
+topics, which none of the above apply to, in spark/non_persistent.py.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark import geo, queue_reference
+from spark import geo, non_persistent, queue_reference
 from spark.history import LOG_OPS, NemesisEvent, Op, Position, format_position, time_teller
 from spark.report import Case, Report, TopicSummary
 
@@ -95,17 +96,23 @@ class Observed:
 
 def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = (), replication_dedup: bool = True) -> Report:
     """Every anomaly of the history. A history of several clusters is checked per cluster, on each one's
-    local view, and across them for replication (spark/geo.py)."""
-    observed = Observed.of(geo.local_view(all_ops))
-    cases: list[Case] = queue_reference.check(all_ops, nemesis)
+    local view, and across them for replication (spark/geo.py). Non-persistent topics are judged apart."""
+    durable, live = non_persistent.split(all_ops)
+    observed = Observed.of(geo.local_view(durable))
+    cases: list[Case] = queue_reference.check(durable, nemesis)
+    cases += non_persistent.check(live, nemesis)
     for family in LOG_CHECKS:
         cases += family(observed)
-    cases += geo.replication_cases(all_ops, replication_dedup)
-    summaries = _summaries(observed.ops)
+    cases += geo.replication_cases(durable, replication_dedup)
+    summaries = _summaries(observed.ops + [op for op in live if op.f == "append"])
     for c in cases:
         summaries.setdefault(c.topic, TopicSummary()).anomalies += 1
     return Report(
-        ops=len(all_ops), cases=cases, topics=summaries, subscriptions=queue_reference.figures(all_ops, nemesis)
+        ops=len(all_ops),
+        cases=cases,
+        topics=summaries,
+        subscriptions=queue_reference.figures(durable, nemesis),
+        non_persistent=non_persistent.figures(live),
     )
 
 

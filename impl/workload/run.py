@@ -1,7 +1,8 @@
 """A workload run: P logical processes append and read on several topics while the nemesis acts,
 then every fault is healed and one final read per topic reads everything. With consumers, C more
 processes consume from a subscription of every type on every topic (impl/workload/consumers.py), and
-after the final reads every subscription drains.
+after the final reads every subscription drains. Non-persistent topics (`domain`, impl/workload/non_persistent.py)
+are only appended to and consumed live: no reads, no final read, no drain.
 
 Processes are threads. Each runs one operation at a time (docs/history.md); when one of its operations
 ends `info` the thread continues as a fresh process id with a fresh client, because the old
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from impl.workload import geo, operations
+from impl.workload import geo, non_persistent, operations
 from impl.workload.consumers import Consumers, assign, backlog_of, subscriptions
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import Nemesis
@@ -63,6 +64,7 @@ class WorkloadConfig:
     # Every operation goes to one of them, in a namespace replicated to all; empty: the one `service`.
     clusters: dict[str, tuple[str, str]] = field(default_factory=dict)
     geo_deduplication: bool = True  # the replicated namespace's de-duplication (off: at-least-once replication)
+    domain: str = non_persistent.PERSISTENT  # or non-persistent, or mixed (impl/workload/non_persistent.py)
 
     @property
     def geo(self) -> bool:
@@ -73,10 +75,12 @@ class WorkloadConfig:
         return f"public/geo-{self.run_id}" if self.geo else "public/default"
 
     def plain_topics(self) -> list[str]:
-        return [f"persistent://{self.namespace}/w{self.run_id}-t{i}" for i in range(self.topics)]
+        domains = [non_persistent.plain_domain(self.domain, i) for i in range(self.topics)]
+        return [f"{d}://{self.namespace}/w{self.run_id}-t{i}" for i, d in enumerate(domains)]
 
     def partitioned_topic(self) -> str | None:
-        return f"persistent://{self.namespace}/w{self.run_id}-p" if self.partitions > 0 else None
+        domain = non_persistent.partitioned_domain(self.domain)
+        return f"{domain}://{self.namespace}/w{self.run_id}-p" if self.partitions > 0 else None
 
     def log_topics(self) -> list[str]:
         """Every topic that is one log in the history: the plain topics and each partition."""
@@ -95,8 +99,10 @@ class Summary:
     faults: int
     unhealed: list[str]
     final_entries: dict[str, int]
-    subscriptions: int = 0
+    subscriptions: int = 0  # those that drain: of persistent topics
     drained: int = 0
+    live_subscriptions: int = 0  # of non-persistent topics: consumed live, never drained
+    dropped: dict[tuple[str, str], int] = field(default_factory=dict)  # the broker's drops per live subscription
 
 
 class Workload:
@@ -105,6 +111,7 @@ class Workload:
         self.nemesis = nemesis
         self.history = history
         self.topics = config.log_topics()
+        self.readable = set(non_persistent.persistent(self.topics))  # a non-persistent topic keeps nothing to read
         self._process_ids = itertools.count()
         self._ids_lock = threading.Lock()
         self._invoked = 0
@@ -163,7 +170,7 @@ class Workload:
         base = self.config.partitioned_topic()
         if base is not None:
             self._create_partitioned(base, progress)
-        topics = self.config.plain_topics() + ([base] if base else [])
+        topics = non_persistent.persistent(self.config.plain_topics() + ([base] if base else []))
         for cluster in self.clusters:  # in every cluster: its log is trimmed past what all its cursors passed
             session = self._connect(cluster)
             try:
@@ -272,12 +279,19 @@ class Workload:
         self._stop.set()
         final = self._final_reads(progress)
         drained = 0
-        if self.consumers.subs:
-            if not self.config.admin_url:
-                raise WorkloadError("draining the subscriptions needs a broker's admin REST API (admin_url)")
-            progress(f"draining {len(self.consumers.subs)} subscriptions ...")
+        durable = [s for s in self.consumers.subs if not non_persistent.is_non_persistent(s.topic)]
+        live = [s for s in self.consumers.subs if non_persistent.is_non_persistent(s.topic)]
+        dropped: dict[tuple[str, str], int] = {}
+        if self.consumers.subs and not self.config.admin_url:
+            raise WorkloadError("draining the subscriptions needs a broker's admin REST API (admin_url)")
+        if live and self.config.admin_url:
+            dropped = non_persistent.drop_counts(self.config.admin_url, self.config.credentials, live)
+            progress(f"the broker dropped {sum(dropped.values())} messages on {len(live)} non-persistent subscriptions")
+        if durable and self.config.admin_url:
+            progress(f"draining {len(durable)} subscriptions ...")
             backlog = backlog_of(self.config.admin_url, self.config.credentials)
-            drained = self.consumers.drain(backlog, time.monotonic() + self.config.final_read_timeout_s, progress)
+            draining = Consumers(self.history, durable, self._new_process, self._connect, self._consumers_stop)
+            drained = draining.drain(backlog, time.monotonic() + self.config.final_read_timeout_s, progress)
         reporter.join(5)
         counts = self.history.counts
         return Summary(
@@ -289,8 +303,10 @@ class Workload:
             self.nemesis.injected if self.nemesis else 0,
             unhealed,
             final,
-            len(self.consumers.subs),
+            len(durable),
             drained,
+            len(live),
+            dropped,
         )
 
     def _worker(self, slot: int) -> None:
@@ -306,7 +322,7 @@ class Workload:
                     sessions[cluster] = self._connect(cluster)
                 session = sessions[cluster]
                 topic = rng.choice(self.topics)
-                if rng.random() < self.config.read_fraction:
+                if rng.random() < self.config.read_fraction and topic in self.readable:
                     kind = self._read(session, process, cluster, topic, rng)
                 else:
                     n += 1
@@ -366,7 +382,7 @@ class Workload:
         deadline = time.monotonic() + self.config.final_read_timeout_s
         connected_to = ""
         try:
-            for cluster, topic in [(c, t) for c in self.clusters for t in self.topics]:
+            for cluster, topic in [(c, t) for c in self.clusters for t in self.topics if t in self.readable]:
                 if session is not None and cluster != connected_to:
                     session.close()
                     session = None
@@ -392,7 +408,8 @@ class Workload:
         finally:
             if session is not None:
                 session.close()
-        progress("final reads: " + ", ".join(f"{t.rsplit('/', 1)[-1]}={c}" for t, c in counts.items()))
+        shown = ", ".join(f"{t.rsplit('/', 1)[-1]}={c}" for t, c in counts.items())
+        progress(f"final reads: {shown or 'none (no persistent topic)'}")
         return counts
 
     def _report(self, progress: Progress) -> None:

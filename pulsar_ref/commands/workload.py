@@ -15,6 +15,7 @@ from impl.cluster.instance import Instance
 from impl.workload.geo import InstanceNodes
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import DEFAULT_STALL_S, FAULTS, Nemesis, NemesisError
+from impl.workload.non_persistent import DOMAINS, PERSISTENT
 from impl.workload.operations import Credentials
 from impl.workload.run import Summary, Workload, WorkloadConfig, WorkloadError
 
@@ -76,6 +77,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=0,
         help="consumer processes on a subscription of every type (Exclusive, Failover, Shared, Key_Shared) of every "
         "topic; they run while the appenders do, and every subscription drains at the end (default 0: none)",
+    )
+    parser.add_argument(
+        "--domain",
+        choices=DOMAINS,
+        default=PERSISTENT,
+        help="the topics' domain: persistent (default), non-persistent (appended to and consumed live, never read "
+        "or drained; the audit counts their loss, docs/history.md), or mixed (even plain topics persistent, odd "
+        "ones and the partitioned topic non-persistent)",
     )
     parser.add_argument(
         "--nemesis",
@@ -210,6 +219,7 @@ def _config(args: argparse.Namespace, **specific: Any) -> WorkloadConfig:
         seed=args.seed,
         final_read_timeout_s=args.final_read_timeout,
         client=args.client,
+        domain=args.domain,
         **specific,
     )
 
@@ -257,6 +267,9 @@ def _finish(summary: Summary) -> int:
     )
     if summary.subscriptions:
         print(f"{summary.drained} of {summary.subscriptions} subscriptions drained")
+    if summary.live_subscriptions:
+        counted = f"; the broker reports {sum(summary.dropped.values())} dropped" if summary.dropped else ""
+        print(f"{summary.live_subscriptions} non-persistent subscriptions consumed live{counted}")
     if summary.unhealed:
         print(f"warning: not healed: {', '.join(summary.unhealed)}", file=sys.stderr)
         return 1
@@ -276,6 +289,9 @@ def _geo(args: argparse.Namespace, faults: list[str]) -> int:
         return 2
     if args.consumers:
         print("error: consumers do not run across clusters yet; use --consumers 0 with --instance-dir", file=sys.stderr)
+        return 2
+    if args.domain != PERSISTENT:
+        print("error: non-persistent topics are not replicated (as Pulsar); use --domain persistent", file=sys.stderr)
         return 2
     try:
         instance = Instance.load(args.instance_dir)
