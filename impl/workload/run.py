@@ -28,6 +28,7 @@ from impl.workload.consumers import Consumers, assign, backlog_of, subscriptions
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import Nemesis
 from impl.workload.operations import ClientSession, Position, Session
+from impl.workload.schemas import SchemaPlan, record_registry
 
 CONNECT_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 120.0
@@ -63,6 +64,7 @@ class WorkloadConfig:
     # Every operation goes to one of them, in a namespace replicated to all; empty: the one `service`.
     clusters: dict[str, tuple[str, str]] = field(default_factory=dict)
     geo_deduplication: bool = True  # the replicated namespace's de-duplication (off: at-least-once replication)
+    schema: str = "none"  # typed producers and consumers (impl/workload/schemas.py): none, json or avro
 
     @property
     def geo(self) -> bool:
@@ -97,6 +99,7 @@ class Summary:
     final_entries: dict[str, int]
     subscriptions: int = 0
     drained: int = 0
+    schema_versions: dict[str, list[int]] = field(default_factory=dict)  # registry versions per topic (typed runs)
 
 
 class Workload:
@@ -116,6 +119,7 @@ class Workload:
         self._recent: dict[tuple[str, str], list[Position]] = {(c, t): [] for c in self.clusters for t in self.topics}
         self._recent_lock = threading.Lock()
         self._stop = threading.Event()
+        self.schema = SchemaPlan(config.schema)
         self._consumers_stop = threading.Event()
         base = config.partitioned_topic()
         subs = subscriptions(config.plain_topics(), base, config.partitions) if config.consumers else []
@@ -132,6 +136,8 @@ class Workload:
             if self._invoked >= self.config.ops or self._stop.is_set():
                 return False
             self._invoked += 1
+            if self.schema.typed and self._invoked == self.config.ops // 2 + 1:
+                self.schema.evolve()  # mid-run, while the nemesis acts: later producers register version 1
             return True
 
     def _pace(self) -> None:
@@ -209,7 +215,7 @@ class Workload:
             if self.config.client == "official":
                 from impl.workload.official import OfficialSession
 
-                return OfficialSession(service, self.config.credentials)
+                return OfficialSession(service, self.config.credentials, self.schema)
             return ClientSession(service, self.config.credentials)
 
         return self._retrying(
@@ -278,6 +284,9 @@ class Workload:
             progress(f"draining {len(self.consumers.subs)} subscriptions ...")
             backlog = backlog_of(self.config.admin_url, self.config.credentials)
             drained = self.consumers.drain(backlog, time.monotonic() + self.config.final_read_timeout_s, progress)
+        versions: dict[str, list[int]] = {}
+        if self.schema.typed:
+            versions = self._record_registry(progress)
         reporter.join(5)
         counts = self.history.counts
         return Summary(
@@ -291,7 +300,19 @@ class Workload:
             final,
             len(self.consumers.subs),
             drained,
+            versions,
         )
+
+    def _record_registry(self, progress: Progress) -> dict[str, list[int]]:
+        if not self.config.admin_url:
+            raise WorkloadError("recording the schema registry's versions needs a broker's admin REST API (admin_url)")
+        base = self.config.partitioned_topic()
+        topics = self.config.plain_topics() + ([base] if base else [])
+        found = record_registry(
+            self.history, self._new_process(), topics, self.config.admin_url, self.config.credentials
+        )
+        progress("schema versions: " + ", ".join(f"{t.rsplit('/', 1)[-1]}={v}" for t, v in found.items()))
+        return found
 
     def _worker(self, slot: int) -> None:
         seed = None if self.config.seed is None else self.config.seed * 1000 + slot
