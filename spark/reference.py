@@ -34,6 +34,7 @@ with position p (event: the `ok`), or an `ok` read listing the pair [p, v] (even
 appear; `fail` appends must never appear.
 
 The anomalies of subscriptions and their figures are defined in spark/queue_reference.py.
+The anomaly of a typed run's schema versions is defined in spark/schema_reference.py.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark import geo, queue_reference
+from spark import geo, queue_reference, schema_reference
 from spark.history import LOG_OPS, NemesisEvent, Op, Position, format_position, time_teller
 from spark.report import Case, Report, TopicSummary
 
@@ -97,7 +98,7 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = (), replication_d
     """Every anomaly of the history. A history of several clusters is checked per cluster, on each one's
     local view, and across them for replication (spark/geo.py)."""
     observed = Observed.of(geo.local_view(all_ops))
-    cases: list[Case] = queue_reference.check(all_ops, nemesis)
+    cases: list[Case] = queue_reference.check(all_ops, nemesis) + schema_reference.check(all_ops)
     for family in LOG_CHECKS:
         cases += family(observed)
     cases += geo.replication_cases(all_ops, replication_dedup)

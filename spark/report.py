@@ -22,6 +22,8 @@ ANOMALIES = (
     "unexpected-delivery",
     "subscription-reorder",
     "key-order",
+    # a typed run's deliveries against the schema registry (spark/schema_reference.py)
+    "unknown-schema-version",
     # across the clusters of an instance (spark/geo.py)
     "replication-lost",
     "replication-duplicate",
@@ -31,7 +33,9 @@ ANOMALIES = (
 QUEUE_ANOMALIES = ("lost-message", "unexpected-delivery", "subscription-reorder", "key-order")
 # Across clusters (docs/history.md, Clusters): only a history of several clusters can show them.
 REPLICATION_ANOMALIES = ("replication-lost", "replication-duplicate", "replication-reorder")
-ONE_CLUSTER_ANOMALIES = tuple(a for a in ANOMALIES if a not in REPLICATION_ANOMALIES)
+# Only a typed run's history (`workload --schema`) can show them; the generator of spark/generate.py makes none.
+SCHEMA_ANOMALIES = ("unknown-schema-version",)
+ONE_CLUSTER_ANOMALIES = tuple(a for a in ANOMALIES if a not in REPLICATION_ANOMALIES + SCHEMA_ANOMALIES)
 
 
 @dataclass(frozen=True)
