@@ -29,8 +29,9 @@ of all earlier buckets for a running maximum) joined back. Each anomaly comes ou
 candidates reach the driver (none for a valid history).
 
 The log checks see appends and reads only; a history with consumers' operations also goes through the job of
-spark/queue_audit.py, which decides the anomalies of subscriptions and measures their figures. Non-persistent
-topics are judged apart, by spark/np_audit.py.
+spark/queue_audit.py, which decides the anomalies of subscriptions and measures their figures; one that read the
+schema registry (a typed run's) goes through spark/schema_audit.py. Non-persistent topics are judged apart, by
+spark/np_audit.py.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ SCHEMA = (
     "subscription string, consumer string, subscription_type string, key string, partition string, "
     "redelivery_count long, cumulative boolean, error string, "
     # the cluster an operation went to, in a history of several (spark/geo.py)
-    "cluster string"
+    "cluster string, "
+    # a typed run's deliveries and schema registry (spark/schema_audit.py)
+    "schema_version long, versions array<long>"
 )
 # Bucket widths of the two-level windows: entries per (ledger, entry // POS_BUCKET) and events per
 # index // INDEX_BUCKET. Large enough that the table of bucket boundaries stays small, small enough that a
@@ -96,7 +99,12 @@ def load(spark: Any, paths: Sequence[str]) -> Any:
     for h, path in enumerate(paths):
         if is_parquet(path):
             df = spark.read.parquet(path)
-            cols = [F.col(c.split()[0].strip("`")).cast(c.split(maxsplit=1)[1]) for c in SCHEMA.split(", ")]
+            # A column the file lacks (one written before the column existed) reads as null.
+            cols = [
+                (F.col(n) if n in df.columns else F.lit(None)).cast(c.split(maxsplit=1)[1])
+                for c in SCHEMA.split(", ")
+                for n in [c.split()[0].strip("`")]
+            ]
             df = df.select(*[c.alias(n.split()[0].strip("`")) for c, n in zip(cols, SCHEMA.split(", "), strict=True)])
             frames.append(df.withColumn("history", F.lit(h)))
     out = frames[0]
@@ -767,7 +775,7 @@ def audit(
     of several clusters is checked per cluster and for replication (spark/geo_audit.py)."""
     from pyspark.sql import functions as F
 
-    from spark import geo_audit, np_audit, queue_audit
+    from spark import geo_audit, np_audit, queue_audit, schema_audit
     from spark.history import LOG_OPS
     from spark.session import input_bytes, spark_session
 
@@ -788,6 +796,10 @@ def audit(
     consumer_ops: dict[int, int] = {}
     if queue_audit.has_consumers(events):
         queue_rows, figure_rows, consumer_ops = queue_audit.run(spark, events)
+    schema_rows: list[dict[str, Any]] = []
+    schema_ops: dict[int, int] = {}
+    if schema_audit.has_schemas(events):
+        schema_rows, schema_ops = schema_audit.run(events)
     out = []
     for h, path in enumerate(paths):
         topics = {
@@ -810,7 +822,7 @@ def audit(
             if r["history"] == h:
                 cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), queue_audit.explain(r)))
                 topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
-        for r in geo_rows:
+        for r in geo_rows + schema_rows:
             if r["history"] == h:
                 cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), r["explanation"]))
                 topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
@@ -819,7 +831,7 @@ def audit(
                 cases.append(c)
                 topics.setdefault(c.topic, TopicSummary()).anomalies += 1
         figures = [queue_audit.figures_of(r) for r in figure_rows if r["history"] == h]
-        ops = sum(s.ops for s in topics.values()) + consumer_ops.get(h, 0) + live[2].get(h, 0)
+        ops = sum(s.ops for s in topics.values()) + consumer_ops.get(h, 0) + live[2].get(h, 0) + schema_ops.get(h, 0)
         report = Report(ops=ops, cases=cases, topics=topics, subscriptions=sorted(figures, key=lambda f: f.key))
         report.non_persistent = sorted((f for hh, f in live[1] if hh == h), key=lambda f: f.key)
         out.append(Audited(path, report))

@@ -14,7 +14,9 @@ reason (`HistoryError`), before anything is audited:
 - a consumer's operations (subscribe, receive, ack, nack, close, drain) carry a `subscription` and (but drain) a
   `consumer`; a subscribe names a known subscription type, an `ok` receive carries the delivery (value,
   position, redelivery count, optional key and partition), an ack or nack names the delivery it answers; an
-  ack or nack ending `info` does not retire its process.
+  ack or nack ending `info` does not retire its process;
+- a typed run's `schemas` operation (the registry's versions of a topic) ends `ok` with `versions`, a list of
+  non-negative integers, and an `ok` receive's optional `schema_version` is one.
 
 Events of process `"nemesis"` (fault injection) are allowed and ignored by the checks. An invoke still pending
 at the end of the history counts as `info`.
@@ -36,6 +38,7 @@ NEMESIS = "nemesis"
 COMPLETIONS = ("ok", "fail", "info")
 LOG_OPS = ("append", "read")
 CONSUMER_OPS = ("subscribe", "receive", "ack", "nack", "close", "drain")
+SCHEMA_OPS = ("schemas",)  # the registry's versions of a topic (docs/history.md, Schemas)
 SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
 # The final drain's consumers are named drain-<process> (docs/history.md): what they receive is the drain's, never
 # the latest fault's.
@@ -80,6 +83,8 @@ class Op:
     redelivery_count: int = 0  # ok receive
     cumulative: bool = False  # ack
     cluster: str | None = None  # the cluster it went to, in a history of several (spark/geo.py)
+    schema_version: int | None = None  # ok receive of a typed run: the delivered message's schema version
+    versions: tuple[int, ...] = ()  # ok schemas: the versions the registry returned for the topic
 
     @property
     def log(self) -> str:
@@ -236,8 +241,8 @@ def validate(
         if type(process) is not int:
             raise fail(line, f'process must be an integer or "nemesis", got {process!r}')
         kind, f, topic = get("type"), get("f"), get("topic")
-        if f != "append" and f != "read" and f not in CONSUMER_OPS:
-            raise fail(line, f"f must be one of {', '.join(LOG_OPS + CONSUMER_OPS)}, got {f!r}")
+        if f != "append" and f != "read" and f not in CONSUMER_OPS and f not in SCHEMA_OPS:
+            raise fail(line, f"f must be one of {', '.join(LOG_OPS + CONSUMER_OPS + SCHEMA_OPS)}, got {f!r}")
         if not isinstance(topic, str):
             raise fail(line, f"topic must be a string, got {topic!r}")
         if kind == "invoke":
@@ -266,7 +271,7 @@ def validate(
                     if key is not None and not isinstance(key, str):
                         raise fail(line, f"an append's key must be a string, got {key!r}")
                     op.key = key
-            elif f != "read":
+            elif f != "read" and f not in SCHEMA_OPS:
                 problem = _consumer_invoke(ev, op)
                 if problem:
                     raise fail(line, problem)
@@ -306,10 +311,13 @@ def validate(
             if kind == "info" and f not in NOT_RETIRING:
                 crashed.add(process)
             if f != "append" and f != "read":
+                problem = None
                 if kind == "ok" and f == "receive":
                     problem = _delivery(ev, op)
-                    if problem:
-                        raise fail(line, problem)
+                elif kind == "ok" and f in SCHEMA_OPS:
+                    problem = _versions(ev, op)
+                if problem:
+                    raise fail(line, problem)
             elif f == "append":
                 if "value" in ev and ev["value"] != inv_value:
                     raise fail(line, f"the completion's value {ev['value']!r} differs from the invoke's {inv_value!r}")
@@ -380,8 +388,22 @@ def _delivery(ev: dict[str, Any], op: Op | None) -> str | None:
         return f"a delivery's key must be a string, got {key!r}"
     if partition is not None and not _partition_of(partition, ev["topic"]):
         return f"partition {partition!r} is not a partition of {ev['topic']!r}"
+    version = ev.get("schema_version")
+    if version is not None and (type(version) is not int or version < 0):
+        return f"schema_version must be a non-negative integer, got {version!r}"
     if op is not None:
         op.value, op.position, op.redelivery_count, op.key, op.partition = value, position, count, key, partition
+        op.schema_version = version
+    return None
+
+
+def _versions(ev: dict[str, Any], op: Op | None) -> str | None:
+    """The registry's versions an `ok` schemas carries: what is wrong with them, or None."""
+    versions = ev.get("versions")
+    if type(versions) is not list or not all(type(v) is int and v >= 0 for v in versions):
+        return f"an ok schemas carries versions, a list of non-negative integers, got {versions!r}"
+    if op is not None:
+        op.versions = tuple(versions)
     return None
 
 

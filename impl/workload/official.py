@@ -12,6 +12,9 @@ The outcome rule is operations.py's, applied to what the official client can tel
 - consumers: the client offers no ack receipt, so an ack it accepted ends `info` (sent, unconfirmed)
   and one it refused ends `fail`.
 
+With a schema (impl/workload/schemas.py), producers, readers and consumers are typed: a value travels as a
+record, and every delivery also records its `schema_version`.
+
 Positions are [ledger, entry, batch index], with batch index 0 for a message alone in its entry
 (the official client says -1), as the project's client reports them.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from impl.workload.operations import (
     APPEND_TIMEOUT_S,
@@ -34,6 +37,9 @@ from impl.workload.operations import (
     describe,
     sent,
 )
+
+if TYPE_CHECKING:
+    from impl.workload.schemas import SchemaPlan
 
 # Errors the client raises before anything reaches the broker.
 _CERTAINLY_NOT_SENT = ("MessageTooBig", "InvalidMessage", "ProducerQueueIsFull", "InvalidConfiguration")
@@ -68,7 +74,9 @@ def _has_message_available(reader: Any) -> bool:
 
 
 class OfficialSession:
-    def __init__(self, service_url: str, credentials: Credentials | None = None) -> None:
+    def __init__(
+        self, service_url: str, credentials: Credentials | None = None, schema: SchemaPlan | None = None
+    ) -> None:
         import pulsar
 
         credentials = credentials or Credentials()
@@ -83,6 +91,32 @@ class OfficialSession:
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),  # its INFO lines would drown the progress
         )
         self.producers: dict[str, Any] = {}
+        self.schema = schema if schema is not None and schema.typed else None
+        self._generations: dict[str, int] = {}  # the schema generation each producer was made with
+
+    def _typed(self, **options: Any) -> dict[str, Any]:
+        """Options of a reader or consumer: the run's schema, when it has one."""
+        return {**options, "schema": self.schema.consumer_schema()} if self.schema else options
+
+    def _text(self, message: Any) -> str:
+        return str(message.value().value) if self.schema else message.data().decode()
+
+    def _producer(self, topic: str) -> tuple[Any, int]:
+        """The topic's producer; after the schema evolved, a new one with the evolved schema."""
+        generation = self.schema.generation if self.schema else 0
+        producer = self.producers.get(topic)
+        if producer is not None and self._generations.get(topic, 0) != generation:
+            self.producers.pop(topic)
+            with contextlib.suppress(Exception):
+                producer.close()
+            producer = None
+        if producer is None:
+            options: dict[str, Any] = {"send_timeout_millis": int(APPEND_TIMEOUT_S * 1000)}
+            if self.schema:
+                options["schema"] = self.schema.producer_schema(generation)
+            producer = self.producers[topic] = self.client.create_producer(topic, **options)
+            self._generations[topic] = generation
+        return producer, generation
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -90,15 +124,12 @@ class OfficialSession:
 
     def append(self, topic: str, value: str, key: str | None = None) -> Outcome:
         try:
-            producer = self.producers.get(topic)
-            if producer is None:
-                producer = self.producers[topic] = self.client.create_producer(
-                    topic, send_timeout_millis=int(APPEND_TIMEOUT_S * 1000)
-                )
+            producer, generation = self._producer(topic)
         except Exception as e:  # no producer, nothing sent
             return Outcome("fail", {"error": describe(e)})
         try:
-            message_id = producer.send(value.encode(), partition_key=key)
+            content = self.schema.encode(value, generation) if self.schema else value.encode()
+            message_id = producer.send(content, partition_key=key)
         except Exception as e:
             if type(e).__name__ in _CERTAINLY_NOT_SENT:
                 return Outcome("fail", {"error": describe(e)})
@@ -123,11 +154,11 @@ class OfficialSession:
                 if start is None
                 else pulsar.MessageId(-1, start[0], start[1], start[2] if start[2] > 0 else -1)
             )
-            reader = self.client.create_reader(topic, start_id, start_message_id_inclusive=True)
+            reader = self.client.create_reader(topic, start_id, **self._typed(start_message_id_inclusive=True))
             value: list[list[Any]] = []
             while (limit is None or len(value) < limit) and _has_message_available(reader):
                 msg = reader.read_next(int(READ_TIMEOUT_S * 1000))
-                value.append([official_position(msg.message_id()), msg.data().decode()])
+                value.append([official_position(msg.message_id()), self._text(msg)])
         except Exception as e:  # a read has no effect: fail
             return Outcome("fail", {"error": describe(e)})
         finally:
@@ -142,10 +173,12 @@ class OfficialSession:
             consumer = self.client.subscribe(
                 topic,
                 subscription,
-                consumer_type=getattr(pulsar.ConsumerType, sub_type.replace("_", "")),
-                initial_position=pulsar.InitialPosition.Earliest,
-                consumer_name=name,
-                negative_ack_redelivery_delay_ms=100,
+                **self._typed(
+                    consumer_type=getattr(pulsar.ConsumerType, sub_type.replace("_", "")),
+                    initial_position=pulsar.InitialPosition.Earliest,
+                    consumer_name=name,
+                    negative_ack_redelivery_delay_ms=100,
+                ),
             )
         except Exception as e:
             return Outcome("fail", {"error": describe(e)}), None
@@ -154,16 +187,21 @@ class OfficialSession:
     def receive(self, consumer: Any, topic: str, timeout_s: float = RECEIVE_TIMEOUT_S) -> Received:
         try:
             msg = consumer.receive(int(timeout_s * 1000))
+            text = self._text(msg)
         except Exception as e:
             return Received(Outcome("fail", {"error": describe(e)}))
         fields = delivery(
             topic,
-            msg.data(),
+            text.encode(),
             official_position(msg.message_id()),
             int(msg.redelivery_count()),
             msg.partition_key(),
             msg.topic_name(),
         )
+        if self.schema:
+            from impl.workload.schemas import schema_version
+
+            fields["schema_version"] = schema_version(msg)
         return Received(Outcome("ok", fields), msg)
 
     def ack(self, consumer: Any, message: Any, cumulative: bool) -> Outcome:

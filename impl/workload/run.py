@@ -29,6 +29,7 @@ from impl.workload.consumers import Consumers, assign, backlog_of, subscriptions
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import Nemesis
 from impl.workload.operations import ClientSession, Position, Session
+from impl.workload.schemas import SchemaPlan, record_registry
 
 CONNECT_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 120.0
@@ -65,6 +66,7 @@ class WorkloadConfig:
     clusters: dict[str, tuple[str, str]] = field(default_factory=dict)
     geo_deduplication: bool = True  # the replicated namespace's de-duplication (off: at-least-once replication)
     domain: str = non_persistent.PERSISTENT  # or non-persistent, or mixed (impl/workload/non_persistent.py)
+    schema: str = "none"  # typed producers and consumers (impl/workload/schemas.py): none, json or avro
 
     @property
     def geo(self) -> bool:
@@ -103,6 +105,7 @@ class Summary:
     drained: int = 0
     live_subscriptions: int = 0  # of non-persistent topics: consumed live, never drained
     dropped: dict[tuple[str, str], int] = field(default_factory=dict)  # the broker's drops per live subscription
+    schema_versions: dict[str, list[int]] = field(default_factory=dict)  # registry versions per topic (typed runs)
 
 
 class Workload:
@@ -123,6 +126,7 @@ class Workload:
         self._recent: dict[tuple[str, str], list[Position]] = {(c, t): [] for c in self.clusters for t in self.topics}
         self._recent_lock = threading.Lock()
         self._stop = threading.Event()
+        self.schema = SchemaPlan(config.schema)
         self._consumers_stop = threading.Event()
         base = config.partitioned_topic()
         subs = subscriptions(config.plain_topics(), base, config.partitions) if config.consumers else []
@@ -139,6 +143,8 @@ class Workload:
             if self._invoked >= self.config.ops or self._stop.is_set():
                 return False
             self._invoked += 1
+            if self.schema.typed and self._invoked == self.config.ops // 2 + 1:
+                self.schema.evolve()  # mid-run, while the nemesis acts: later producers register version 1
             return True
 
     def _pace(self) -> None:
@@ -216,7 +222,7 @@ class Workload:
             if self.config.client == "official":
                 from impl.workload.official import OfficialSession
 
-                return OfficialSession(service, self.config.credentials)
+                return OfficialSession(service, self.config.credentials, self.schema)
             return ClientSession(service, self.config.credentials)
 
         return self._retrying(
@@ -292,6 +298,9 @@ class Workload:
             backlog = backlog_of(self.config.admin_url, self.config.credentials)
             draining = Consumers(self.history, durable, self._new_process, self._connect, self._consumers_stop)
             drained = draining.drain(backlog, time.monotonic() + self.config.final_read_timeout_s, progress)
+        versions: dict[str, list[int]] = {}
+        if self.schema.typed:
+            versions = self._record_registry(progress)
         reporter.join(5)
         counts = self.history.counts
         return Summary(
@@ -307,7 +316,19 @@ class Workload:
             drained,
             len(live),
             dropped,
+            versions,
         )
+
+    def _record_registry(self, progress: Progress) -> dict[str, list[int]]:
+        if not self.config.admin_url:
+            raise WorkloadError("recording the schema registry's versions needs a broker's admin REST API (admin_url)")
+        base = self.config.partitioned_topic()
+        topics = self.config.plain_topics() + ([base] if base else [])
+        found = record_registry(
+            self.history, self._new_process(), topics, self.config.admin_url, self.config.credentials
+        )
+        progress("schema versions: " + ", ".join(f"{t.rsplit('/', 1)[-1]}={v}" for t, v in found.items()))
+        return found
 
     def _worker(self, slot: int) -> None:
         seed = None if self.config.seed is None else self.config.seed * 1000 + slot

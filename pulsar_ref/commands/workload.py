@@ -18,6 +18,7 @@ from impl.workload.nemesis import DEFAULT_STALL_S, FAULTS, Nemesis, NemesisError
 from impl.workload.non_persistent import DOMAINS, PERSISTENT
 from impl.workload.operations import Credentials
 from impl.workload.run import Summary, Workload, WorkloadConfig, WorkloadError
+from impl.workload.schemas import SCHEMA_KINDS
 
 
 def _progress(message: str) -> None:
@@ -61,6 +62,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--admin-url",
         help="the brokers' admin REST API, http://HOST:PORT[,HOST:PORT...], that creates the partitioned topic "
         "(any Pulsar service's; default: the web services of --cluster-dir); without one, use --partitions 0",
+    )
+    parser.add_argument(
+        "--schema",
+        choices=SCHEMA_KINDS,
+        default="none",
+        help="typed producers, readers and consumers with a JSON or Avro schema (needs --client official and an "
+        "admin URL); halfway through the ops the schema evolves (a new field with a default), and the registry's "
+        "versions are recorded at the end (default none: plain bytes)",
     )
     parser.add_argument("--out", required=True, type=Path, help="history file to write (JSON Lines)")
     parser.add_argument("--topics", type=int, default=3, help="plain (non-partitioned) topics (default 3)")
@@ -153,6 +162,12 @@ def main(argv: list[str], prog: str) -> int:
     if args.processes < 1 or args.ops < 0 or args.consumers < 0:
         print("error: --processes must be >= 1, --ops and --consumers >= 0", file=sys.stderr)
         return 2
+    if args.schema != "none" and args.client != "official":
+        print(
+            f"error: --schema {args.schema} uses the official client's schema classes: add --client official",
+            file=sys.stderr,
+        )
+        return 2
     if args.instance_dir is not None:
         return _geo(args, faults)
     try:
@@ -188,6 +203,13 @@ def main(argv: list[str], prog: str) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.schema != "none" and not admin_url:
+        print(
+            "error: the schema registry's versions are read through the brokers' admin REST API: give "
+            "--admin-url or --cluster-dir, or run with --schema none",
+            file=sys.stderr,
+        )
+        return 2
     if args.consumers > 0 and not admin_url:
         print(
             "error: draining the subscriptions asks the brokers' admin REST API for their backlog: give "
@@ -220,6 +242,7 @@ def _config(args: argparse.Namespace, **specific: Any) -> WorkloadConfig:
         final_read_timeout_s=args.final_read_timeout,
         client=args.client,
         domain=args.domain,
+        schema=args.schema,
         **specific,
     )
 
@@ -265,6 +288,8 @@ def _finish(summary: Summary) -> int:
         f"history {summary.history}: {summary.events} events; ok {summary.ok}, fail {summary.fail}, "
         f"info {summary.info}; {summary.faults} faults injected"
     )
+    if summary.schema_versions:
+        print("schema versions: " + ", ".join(f"{t} {v}" for t, v in summary.schema_versions.items()))
     if summary.subscriptions:
         print(f"{summary.drained} of {summary.subscriptions} subscriptions drained")
     if summary.live_subscriptions:
