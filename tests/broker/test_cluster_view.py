@@ -97,3 +97,36 @@ def test_unknown_pages_answer_404(standalone: Standalone, browser: WebDriver) ->
     assert "does not exist" in browser.find_element(By.TAG_NAME, "body").text
     browser.get(standalone.web_url + "/view/topic/public/default/never-made")
     assert "not found" in browser.find_element(By.TAG_NAME, "body").text
+
+
+def reading(with_unit: bool) -> type[pulsar.schema.Record]:
+    """One record, two versions under the same Avro name (an evolution, not another record)."""
+    fields: dict[str, object] = {"sensor": pulsar.schema.String()}
+    if with_unit:
+        fields["unit"] = pulsar.schema.String(required_default=True)  # a default (null)
+    return type("Reading", (pulsar.schema.Record,), fields)
+
+
+def test_the_topic_page_shows_the_schema_versions_of_the_topic_and_of_its_partitions(
+    standalone: Standalone, browser: WebDriver
+) -> None:
+    topic = "persistent://public/default/view-schemas"
+    standalone.admin.call("PUT", topic_path(topic) + "/partitions", body=2)
+    client = pulsar.Client(standalone.url, operation_timeout_seconds=20)
+    try:
+        for record in (reading(False), reading(True)):  # a field with a default: compatible under FULL
+            producer = client.create_producer(topic, schema=pulsar.schema.AvroSchema(record))
+            producer.send(record(sensor="s1"))
+            producer.close()
+    finally:
+        client.close()
+    browser.get(f"{standalone.web_url}/view/topic/public/default/view-schemas-partition-1")
+    WebDriverWait(browser, 10).until(lambda b: rows(b, "schemas"))
+    versions = rows(browser, "schemas")
+    assert [v[:2] for v in versions] == [["0", "AVRO"], ["1", "AVRO"]], versions
+    assert '"unit"' not in versions[0][3] and '"unit"' in versions[1][3]
+
+    produce(standalone, "persistent://public/default/view-bytes", 1)
+    browser.get(f"{standalone.web_url}/view/topic/public/default/view-bytes")
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "schema-none"))
+    assert "no schema" in text(browser, "schema-none")

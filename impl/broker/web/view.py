@@ -5,7 +5,7 @@ two seconds and swap its <main>, so a page follows the cluster without a reload.
 - `/view`: brokers, bookies (read-write or read-only, free space), the metadata store, and the tree
   tenants -> namespaces -> topics.
 - `/view/topic/{tenant}/{namespace}/{topic}`: the managed ledger: its ledgers (state, the ensemble of
-  every fragment, entries, size) and cursors (mark-delete position, backlog).
+  every fragment, entries, size), cursors (mark-delete position, backlog) and schema versions.
 - `/view/ledger/{id}`: a ledger's metadata, and which bookies hold which of its entries.
 
 Everything shown comes from the metadata store and the admin REST API (a topic's live stats from
@@ -198,8 +198,33 @@ class View:
             + table(["ledger", "state", "ensembles (first entry: bookies)", "entries", "size"], rows, "ledgers")
             + "<h2>Cursors</h2>"
             + table(["cursor", "mark-delete", "backlog"], cursors, "cursors")
+            + "<h2>Schema</h2>"
+            + self._schemas(name)
         )
         return page(str(name), body)
+
+    def _schemas(self, name: TopicName) -> str:
+        """The topic's schema versions from the registry (a partition shows its topic's), newest last."""
+        base = name.base
+        path = f"/admin/v2/schemas/{base.tenant}/{base.namespace_portion}/{quote(base.local_name, safe='')}/schemas"
+        try:
+            found: dict[str, Any] = client.call(
+                "GET", self.ctx.web_url + path, timeout_s=10, headers=self.ctx.internal_headers()
+            )
+        except HttpError as err:
+            if err.status == 404:
+                return "<p id='schema-none'>no schema: producers and consumers send bytes</p>"
+            return f"<p id='schema-none'>unknown: {e(err.reason)}</p>"
+        rows = [
+            [
+                e(s["version"]),
+                e(s["type"]),
+                e(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["timestamp"] / 1000))),
+                f"<code>{e(_shortened(s['data']))}</code>",
+            ]
+            for s in found["getSchemaResponses"]
+        ]
+        return table(["version", "type", "registered", "definition"], rows, "schemas")
 
     # ---- a ledger -------------------------------------------------------------------------------
 
@@ -226,6 +251,10 @@ class View:
             "facts",
         )
         return page(f"ledger {ledger_id}", facts + "<h2>Which bookies hold which entries</h2>" + _placement(metadata))
+
+
+def _shortened(definition: str, limit: int = 160) -> str:
+    return definition if len(definition) <= limit else definition[: limit - 1] + "\u2026"
 
 
 def _state(metadata: LedgerMetadata) -> str:
