@@ -213,3 +213,37 @@ def test_fuzzed_credentials_are_refused_with_authentication_errors_and_harm_noth
     # Still serving, and nothing was created by any of it.
     secured.produce("root", "persistent://public/default/after-fuzz")
     assert secured.entries("persistent://public/default/after-fuzz") == 1
+
+
+class Sample(pulsar.schema.Record):
+    value = pulsar.schema.Integer()
+
+
+@pytest.mark.processes
+def test_schema_requests_on_a_topic_the_role_may_not_use_are_refused_and_register_nothing(secured: Secured) -> None:
+    topic = "persistent://public/default/typed-guarded"
+    path = "/admin/v2/schemas/public/default/typed-guarded"
+    definition = {"type": "AVRO", "schema": pulsar.schema.AvroSchema(Sample).schema_info().schema(), "properties": {}}
+    requests = [("POST", "/schema", definition), ("GET", "/schema", None), ("GET", "/schemas", None)]
+    for method, endpoint, body in requests:
+        with pytest.raises(HttpError) as refused:
+            secured.admin("stranger").call(method, path + endpoint, body)
+        assert refused.value.status == 401 and "Unauthorized to validateTopicOperation" in refused.value.reason
+    client = secured.client("stranger")
+    try:
+        with pytest.raises(pulsar.AuthorizationError):  # a typed producer: nothing registered either
+            client.create_producer(topic, schema=pulsar.schema.AvroSchema(Sample))
+    finally:
+        client.close()
+    with pytest.raises(HttpError) as none:
+        secured.admin("root").call("GET", path + "/schema")
+    assert none.value.status == 404
+
+    secured.admin("root").call("POST", path + "/schema", definition)
+    granted = admin_cli(secured, "root", "topics", "grant-permission", topic, "--role", "reader", "--actions",
+                        "consume")  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    assert secured.admin("reader").call("GET", path + "/schema")["version"] == 0  # a lookup's right suffices
+    with pytest.raises(HttpError) as upload:  # uploading needs produce
+        secured.admin("reader").call("POST", path + "/schema", definition)
+    assert upload.value.status == 401
