@@ -8,6 +8,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from impl.broker.dispatcher import key_slot
 from impl.broker.web.admin_client import AdminClient, topic_path
 from tests.cluster.conftest import pulsar_ref, state
 from tests.cluster.moving_topic import MovingTopic
@@ -32,6 +33,75 @@ def topics_of(broker: dict, topics: list[str]) -> list[str]:
         if status == 200:
             served.append(topic)
     return served
+
+
+def drain(consumer: pulsar.Consumer, wait_ms: int = 1500) -> list[pulsar.Message]:
+    """Everything the consumer gets until it has been quiet for `wait_ms`, acknowledged."""
+    out = []
+    while True:
+        try:
+            m = consumer.receive(wait_ms)
+        except pulsar.Timeout:
+            return out
+        consumer.acknowledge(m)
+        out.append(m)
+
+
+def message_features_across_brokers(client: pulsar.Client, admin: AdminClient, second: dict) -> None:
+    """Issue 43's features on topics the second broker owns, reached by a client and an admin that know only
+    the first: partition ids, KeyBased batches with de-duplication on, Key_Shared's Murmur3 slots, and the
+    message admin calls (PUT subscription, skip, examinemessage, terminate) through the first's 307s."""
+    partitioned = "persistent://public/default/features-partitioned"
+    admin.create_partitioned_topic(partitioned, 4)
+    consumer = client.subscribe(partitioned, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(
+        partitioned, batching_enabled=False, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution
+    )
+    sent = {producer.send(b"%d" % i).partition() for i in range(8)}
+    got = drain(consumer)
+    assert len(got) == 8 and {m.message_id().partition() for m in got} == sent == {0, 1, 2, 3}
+    consumer.close()
+
+    candidates = [f"persistent://public/default/features-{i}" for i in range(16)]
+    for candidate in candidates:
+        admin.call("PUT", topic_path(candidate))
+    theirs = iter(topics_of(second, candidates))
+
+    deduplicated = next(theirs)  # a confirmed KeyBased batch is never dropped as a duplicate
+    admin.call("POST", topic_path(deduplicated) + "/deduplicationEnabled", True)
+    consumer = client.subscribe(deduplicated, "s")
+    producer = client.create_producer(deduplicated, batching_type=pulsar.BatchingType.KeyBased)
+    for i in range(30):
+        producer.send_async(b"%d" % i, None, partition_key=f"k{i % 3}")
+    producer.flush()
+    assert sorted(int(m.data()) for m in drain(consumer)) == list(range(30))
+    assert admin.call("GET", topic_path(deduplicated) + "/stats")["deduplicationStatus"] == "Enabled"
+
+    key_shared = next(theirs)  # the second consumer takes slots 0..32,768 of Murmur3 % 65,536
+    first_c, second_c = (
+        client.subscribe(key_shared, "ks", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=n) for n in "ab"
+    )
+    keys = [f"key-{i}" for i in range(24)]
+    producer = client.create_producer(key_shared)
+    for i, key in enumerate(keys):
+        producer.send(b"%d" % i, partition_key=key)
+    to_second = {m.partition_key() for m in drain(second_c)}
+    assert to_second == {k for k in keys if key_slot(k) <= 32768}
+    assert {m.partition_key() for m in drain(first_c)} == set(keys) - to_second
+
+    administered = next(theirs)
+    path = topic_path(administered)
+    producer = client.create_producer(administered, batching_enabled=False)
+    ids = [producer.send(b"m%d" % i) for i in range(5)]
+    admin.call("PUT", f"{path}/subscription/from-start", {"ledgerId": -1, "entryId": -1})
+    admin.call("POST", f"{path}/subscription/from-start/skip/2")
+    assert admin.call("GET", path + "/stats")["subscriptions"]["from-start"]["msgBacklog"] == 3
+    headers, body = admin.message(f"{path}/examinemessage?initialPosition=earliest&messagePosition=2")
+    assert body == b"m1" and headers["x-pulsar-message-id"] == f"{ids[1].ledger_id()}:{ids[1].entry_id()}"
+    last = admin.call("POST", f"{path}/terminate")
+    assert (last["ledgerId"], last["entryId"]) == (ids[-1].ledger_id(), ids[-1].entry_id())
+    with pytest.raises(pulsar.TopicTerminated):
+        producer.send(b"late")
 
 
 def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_message(cluster_dir: Path) -> None:
@@ -93,6 +163,8 @@ def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_
         assert np_owned[0] and np_owned[1] and sorted(np_owned[0] + np_owned[1]) == sorted(np_topics), np_owned
         np_stats = admin.call("GET", topic_path(np_owned[1][0]) + "/stats")  # from the first: a 307 followed
         assert np_stats["msgInCounter"] == 1 and np_stats["storageSize"] == 0
+
+        message_features_across_brokers(client, admin, second)
     finally:
         client.close()
 
