@@ -295,7 +295,7 @@ class Broker:
                 raise
             old_store, old_bookkeeper = self.store, self.bookkeeper
             self.store, self.bookkeeper = store, bookkeeper
-            self.service.store, self.service.bookkeeper = self.store, self.bookkeeper
+            self.service.adopt_session(store, bookkeeper)  # its topics' store, and the schema registry's
             for closing in (old_bookkeeper.close, old_store.close):
                 try:
                     closing()

@@ -572,9 +572,10 @@ class _Connection:
     def _create_producer(self, out: conn.DoCreateProducer) -> list[Result]:
         try:
             self._authorize(out.topic, Access.PRODUCE, "Produce")
+            schemas = self.service.schemas  # the session's, before the topic check (schema/protocol.py)
             topic = self.service.topic(out.topic)
             topic.check_backlog_quota()
-            schema_version = schema_protocol.producer_version(self.service, topic.name, out.schema)
+            schema_version = schema_protocol.producer_version(schemas, topic.name, out.schema)
             pid = out.producer_id
             try:
                 mode = AccessMode(out.access_mode)
@@ -628,8 +629,9 @@ class _Connection:
     def _subscribe(self, out: conn.DoSubscribe) -> list[Result]:
         try:
             self._authorize(out.topic, Access.CONSUME, "subscribe")
+            schemas = self.service.schemas  # the session's, before the topic check (schema/protocol.py)
             topic = self.service.topic(out.topic)
-            schema_protocol.check_consumer(self.service, topic.name, out.schema)
+            schema_protocol.check_consumer(schemas, topic.name, out.schema)
             service_id = self.service.next_consumer_id()
             sink = _Sink(self, out.consumer_id, -1 if topic.name.partition is None else topic.name.partition)
             reader_start: Position | None | bool = False

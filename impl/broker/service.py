@@ -1341,6 +1341,13 @@ class BrokerService:
         self._ticker = threading.Thread(target=self._tick_loop, name="topic-ticker", daemon=True)
         self._ticker.start()
 
+    def adopt_session(self, store: MetadataStore, bookkeeper: BookKeeperClient) -> None:
+        """The broker's new metadata session and its BookKeeper client (the old session expired). The
+        schema registry is rebuilt on them and swapped in one assignment: an operation that took the old
+        one keeps it, read and write, and fails SessionExpired rather than mix two sessions."""
+        self.store, self.bookkeeper = store, bookkeeper
+        self.schemas = self.schemas.on_session(store, bookkeeper)
+
     @property
     def configuration_store(self) -> MetadataStore:
         """Tenants, namespaces, their policies (docs/geo-replication.md); the metadata store when shared."""

@@ -21,7 +21,7 @@ from impl.protocol import pulsar_api_pb2 as api
 from impl.security.authorization import Access
 
 if TYPE_CHECKING:
-    from impl.broker.service import BrokerService
+    from impl.broker.schema.registry import SchemaRegistry
 
 
 def from_wire(schema: api.Schema) -> SchemaData:
@@ -38,16 +38,23 @@ def to_wire(schema: SchemaData, topic: str) -> api.Schema:
     return wire
 
 
-def producer_version(service: BrokerService, name: TopicName, schema: api.Schema | None) -> bytes | None:
+# A registration through a topic (PRODUCER, SUBSCRIBE, GET_OR_CREATE_SCHEMA) takes the session's registry
+# BEFORE checking that the topic is loaded: a topic loaded now was loaded on that session or a later one
+# (a renewal drops the old session's topics before the new session is adopted), so the write either runs
+# on the session holding the ownership or fails SessionExpired. Taken after the check, a renewal in
+# between would register on the new session for a topic dropped with the old (spec/schema.md).
+
+
+def producer_version(schemas: SchemaRegistry, name: TopicName, schema: api.Schema | None) -> bytes | None:
     """The schema_version for PRODUCER_SUCCESS; SchemaError when the registry refuses the producer."""
     data = None if schema is None else from_wire(schema)
-    version = service.schemas.for_producer(name, data)
+    version = schemas.for_producer(name, data)
     return None if version is None else version_bytes(version)
 
 
-def check_consumer(service: BrokerService, name: TopicName, schema: api.Schema | None) -> None:
+def check_consumer(schemas: SchemaRegistry, name: TopicName, schema: api.Schema | None) -> None:
     if schema is not None:
-        service.schemas.for_consumer(name, from_wire(schema))
+        schemas.for_consumer(name, from_wire(schema))
 
 
 ErrorOf = Callable[[Exception], tuple[int, str]]  # the listener's: a failure -> (ServerError, reason)
@@ -72,8 +79,9 @@ def get_or_create_schema(connection: Any, out: conn.DoGetOrCreateSchema, error_o
     try:
         connection._authorize(out.topic, Access.PRODUCE, "get or create schema")
         name = TopicName.parse(out.topic)
+        schemas = connection.service.schemas  # before the topic check (above)
         connection.service.topic(out.topic)  # only the owner writes the locator
-        version = connection.service.schemas.for_producer(name, from_wire(out.schema))
+        version = schemas.for_producer(name, from_wire(out.schema))
         if version is not None:
             resp.schema_version = version_bytes(version)
     except Exception as e:

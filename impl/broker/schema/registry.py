@@ -10,6 +10,11 @@ Decisions, as Pulsar's SchemaRegistryService makes them:
 - a producer without a schema is refused on a topic that has one when the namespace enforces
   schemas (schemaValidationEnforced).
 Lost races (LocatorConflict) are retried on the re-read locator.
+
+A registry is one metadata session's (its storage's): the broker swaps in a new one when it renews
+its session (BrokerService.adopt_session). A caller takes `service.schemas` once per operation, so
+each registration reads and writes on one session, every attempt included; one that straddles a
+renewal fails SessionExpired (retriable) instead of finishing on the new session.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from impl.bookie.client.api import BookKeeperClient
 from impl.broker import namespaces
 from impl.broker.schema import compatibility
 from impl.broker.schema.model import IncompatibleSchema, SchemaData, SchemaNotFound, validate
@@ -39,6 +45,10 @@ class SchemaRegistry:
     def __init__(self, storage: SchemaStorage, configuration_store: Callable[[], MetadataStore]) -> None:
         self.storage = storage
         self._configuration_store = configuration_store
+
+    def on_session(self, store: MetadataStore, bookkeeper: BookKeeperClient) -> SchemaRegistry:
+        """The same registry on the broker's new metadata session."""
+        return SchemaRegistry(self.storage.on_session(store, bookkeeper), self._configuration_store)
 
     def policy(self, name: TopicName) -> SchemaPolicy:
         try:

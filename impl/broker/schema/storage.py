@@ -7,6 +7,10 @@ names it, and the locator only changes by a conditional write (create, or set at
 of two brokers racing, one write fails and that broker deletes its ledger. A broker that crashes
 after writing its ledger and before the locator leaves a ledger nothing points at (tagged with
 the schema id in its custom metadata), never a visible half-registered version.
+
+A SchemaStorage is one metadata session (and that session's BookKeeper client): the broker makes a
+new one when it renews its session (BrokerService.adopt_session), and a locator read on one session
+is never written through another (SessionChanged): spec/schema.md's `cached_after_loss`.
 """
 
 from __future__ import annotations
@@ -20,13 +24,19 @@ from impl.broker.managed_ledger import ManagedLedgerConfig
 from impl.broker.schema.model import SchemaData
 from impl.metadata import layout
 from impl.metadata.naming import TopicName
-from impl.metadata.store import BadVersion, MetadataStore, NodeExists, NoNode
+from impl.metadata.store import BadVersion, MetadataStore, NodeExists, NoNode, SessionExpired
 
 log = logging.getLogger(__name__)
 
 
 class LocatorConflict(Exception):
     """Another writer changed the locator since it was read: nothing of ours is visible; re-read."""
+
+
+class SessionChanged(SessionExpired):
+    """The locator was read on another metadata session than this storage's: the broker renewed its
+    session meanwhile, so its read (and the topic it was made for) belong to a session that is gone.
+    Nothing was written; retry (a SessionExpired, so answered ServiceNotReady / 503)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,7 @@ class IndexEntry:
 class Locator:
     entries: tuple[IndexEntry, ...]
     stat_version: int  # the metadata node's version: the condition of the next write
+    session_id: int = 0  # the metadata session that read it (0: not read, only written)
 
     @property
     def latest(self) -> IndexEntry:
@@ -53,10 +64,10 @@ class Locator:
         return json.dumps({"index": rows}, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes, stat_version: int) -> Locator:
+    def from_json(cls, data: bytes, stat_version: int, session_id: int = 0) -> Locator:
         rows = json.loads(data)["index"]
         entries = tuple(IndexEntry(r["version"], r["ledger"], r["entry"], r["hash"]) for r in rows)
-        return cls(entries, stat_version)
+        return cls(entries, stat_version, session_id)
 
 
 def schema_id(name: TopicName) -> TopicName:
@@ -70,34 +81,55 @@ def locator_path(name: TopicName) -> str:
 
 
 class SchemaStorage:
-    def __init__(self, store: MetadataStore, bookkeeper: BookKeeperClient, config: ManagedLedgerConfig) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        bookkeeper: BookKeeperClient,
+        config: ManagedLedgerConfig,
+        cache: dict[tuple[int, int], SchemaData] | None = None,  # a previous session's: still true
+    ) -> None:
         self.store = store
         self.bookkeeper = bookkeeper
         self.config = config
-        self._cache: dict[tuple[int, int], SchemaData] = {}  # versions never change: cached for good
+        # (ledger, entry) -> the version's schema: a version's entry never changes and ledger ids are
+        # never reused, so the cache outlives sessions (unlike a locator read, which is the session's).
+        self.cache: dict[tuple[int, int], SchemaData] = {} if cache is None else cache
+
+    def on_session(self, store: MetadataStore, bookkeeper: BookKeeperClient) -> SchemaStorage:
+        """The same storage on a new metadata session (the broker renewed its own)."""
+        return SchemaStorage(store, bookkeeper, self.config, self.cache)
 
     def locator(self, name: TopicName) -> Locator | None:
         try:
             data, stat = self.store.get(locator_path(name))
         except NoNode:
             return None
-        return Locator.from_json(data, stat.version)
+        return Locator.from_json(data, stat.version, self.store.session_id)
 
     def read(self, entry: IndexEntry) -> SchemaData:
         key = (entry.ledger_id, entry.entry_id)
-        cached = self._cache.get(key)
+        cached = self.cache.get(key)
         if cached is not None:
             return cached
         handle = self.bookkeeper.open_ledger(entry.ledger_id, self.config.password, recovery=False)
         (stored,) = handle.read(entry.entry_id, entry.entry_id)
         schema = SchemaData.from_json(stored.payload)
-        self._cache[key] = schema
+        self.cache[key] = schema
         return schema
 
     def add(self, name: TopicName, schema: SchemaData, current: Locator | None) -> int:
         """Store `schema` as the version after `current` (None: the first); LocatorConflict if the
         locator is no longer `current`. Returns the new version."""
         sid = str(schema_id(name))
+        if current is not None and current.session_id != self.store.session_id:
+            # A read of an older session (cached across a renewal) may still be current data, but the
+            # ownership it was made under went with that session: writing it would add a version as a
+            # broker that lost the topic (spec/schema.tla's cached_after_loss). Before any ledger.
+            raise SessionChanged(
+                f"the schema locator of {sid} was read on session 0x{current.session_id:x}, "
+                f"not on this broker's session 0x{self.store.session_id:x}; retry",
+                locator_path(name),
+            )
         c = self.config
         handle = self.bookkeeper.create_ledger(
             c.ensemble,
@@ -124,7 +156,7 @@ class SchemaStorage:
             self._drop_ledger(handle.ledger_id)
             # the cause (BadVersion / NodeExists / NoNode) says which condition failed: spec/schema.md
             raise LocatorConflict(f"the schema locator of {sid} changed meanwhile: {e}") from e
-        self._cache[(handle.ledger_id, entry_id)] = schema
+        self.cache[(handle.ledger_id, entry_id)] = schema
         return version
 
     def delete(self, name: TopicName) -> Locator | None:
@@ -140,7 +172,7 @@ class SchemaStorage:
             except NoNode:
                 return None
             for e in current.entries:
-                self._cache.pop((e.ledger_id, e.entry_id), None)
+                self.cache.pop((e.ledger_id, e.entry_id), None)
                 self._drop_ledger(e.ledger_id)
             return current
 
