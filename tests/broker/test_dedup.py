@@ -53,6 +53,8 @@ def topic() -> tuple[Topic, HeldAdds]:
         backlog_quota_in=lambda _name: None,
         delayed_delivery_in=lambda _name: DelayedDelivery(),
         compaction_threshold_in=lambda _name: 0,
+        offloaders=SimpleNamespace(configured=None),  # offload off
+        offload_threshold_in=lambda _name: -1,
     )
     return Topic(TopicName.parse("t"), ml, service), ml  # type: ignore[arg-type]
 
