@@ -274,6 +274,7 @@ class DoCreateProducer:
     schema: api.Schema | None = None  # None: the producer declared none
     access_mode: int = 0  # Pulsar's ProducerAccessMode: Shared, Exclusive, WaitForExclusive, ExclusiveWithFencing
     topic_epoch: int | None = None  # a reconnecting exclusive producer's topic epoch
+    metadata: dict[str, str] = field(default_factory=dict)  # PRODUCER's metadata, shown in its stats
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,7 @@ class DoSubscribe:
     schema: api.Schema | None = None
     key_shared: KeySharedMeta | None = None  # SUBSCRIBE's keySharedMeta (Key_Shared only)
     read_compacted: bool = False  # SUBSCRIBE's read_compacted: the compacted view, then the topic
+    metadata: dict[str, str] = field(default_factory=dict)  # SUBSCRIBE's metadata, shown in its stats
 
 
 @dataclass(frozen=True)
@@ -489,6 +491,7 @@ class ServerConnection:
     role: str = ""  # who the client is, once authenticated
     state: State = State.AWAITING_CONNECT
     protocol_version: int = 0
+    # CONNECT's client_version, shown in the stats of this connection's producers and consumers.
     client_version: str = ""
     producers: dict[int, _Producer] = field(default_factory=dict)
     consumers: dict[int, _Consumer] = field(default_factory=dict)
@@ -537,7 +540,10 @@ class ServerConnection:
 
     def _connect(self, c: api.CommandConnect) -> list[Output]:
         self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION)
-        self.client_version = c.client_version
+        # As Pulsar's ServerCnx: a blank version, or one with a space (a client's unset default, "Pulsar
+        # Client"), is not recorded.
+        version = c.client_version
+        self.client_version = version if version.strip() and " " not in version else ""
         if self.authentication:
             self.state = State.AUTHENTICATING
             self._credentials = CredentialsRefresh(self.auth_refresh_check_s)
@@ -649,6 +655,7 @@ class ServerConnection:
                 schema,
                 p.producer_access_mode,
                 topic_epoch,
+                {kv.key: kv.value for kv in p.metadata},
             )
         ]
 
@@ -710,6 +717,7 @@ class ServerConnection:
                 s.schema if s.HasField("schema") else None,
                 key_shared,
                 s.read_compacted,
+                {kv.key: kv.value for kv in s.metadata},
             )
         ]
 

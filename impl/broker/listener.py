@@ -171,8 +171,10 @@ class PulsarListener(ConnectionListener):
 class _Sink(ConsumerSink):
     """A subscription's messages for one consumer of a connection, as MESSAGE frames."""
 
-    def __init__(self, connection: _Connection, consumer_id: int, partition: int = -1) -> None:
-        super().__init__(consumer_id, connection.peer)
+    def __init__(
+        self, connection: _Connection, consumer_id: int, partition: int = -1, metadata: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(consumer_id, connection.address, connection.core.client_version, metadata)
         self.connection = connection
         self.consumer_id = consumer_id
         self.partition = partition  # every delivered id carries it, as Pulsar's broker does
@@ -257,6 +259,7 @@ class _Connection:
         self._drainer: asyncio.Task[None] | None = None
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.address = f"/{self.peer}"  # for stats, as Pulsar prints the remote address (Java's "/host:port")
         self.perform(self.core.step(conn.ConnectionOpened(time.monotonic())))
 
     # ---- the loop's side ---------------------------------------------------------------------
@@ -600,7 +603,7 @@ class _Connection:
                     ]
                 ),
                 on_fenced=lambda: self.from_thread_call(lambda: self._broker_closes_producer(pid)),
-                info=ProducerInfo(pid, self.peer),
+                info=ProducerInfo(pid, self.address, self.core.client_version, out.metadata),
             )
         except Exception as e:
             code, message = server_error(e)
@@ -633,7 +636,8 @@ class _Connection:
             topic = self.service.topic(out.topic)
             schema_protocol.check_consumer(schemas, topic.name, out.schema)
             service_id = self.service.next_consumer_id()
-            sink = _Sink(self, out.consumer_id, -1 if topic.name.partition is None else topic.name.partition)
+            partition = -1 if topic.name.partition is None else topic.name.partition
+            sink = _Sink(self, out.consumer_id, partition, out.metadata)
             reader_start: Position | None | bool = False
             if not out.durable:
                 reader_start = _reader_start(out.start, out.earliest)
@@ -674,6 +678,7 @@ class _Connection:
         c = self._consumer(out.consumer_id)
         if c is None:
             return []
+        c.sink.last_acked_ms = int(time.time() * 1000)  # Pulsar's lastAckedTimestamp: any ACK counts
         try:
             ids = self._acked_ids(c, out)
             if ids and out.cumulative:

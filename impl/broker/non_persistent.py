@@ -144,6 +144,7 @@ class NonPersistentTopic(Topic):
         self._waiting = []
         self._fence = {}
         self._waiting_fence = {}
+        self._waiting_info = {}
         self.topic_epoch: int | None = None  # in memory only, as Pulsar's non-persistent topics
         self.close_watchers: dict[object, Callable[[], None]] = {}
         self.counters: NonPersistentCounters = NonPersistentCounters()

@@ -226,7 +226,9 @@ class ProducerInfo:
     """Who an attached producer is, for Pulsar's publisher stats."""
 
     producer_id: int = -1
-    address: str = ""
+    address: str = ""  # as Pulsar prints its connection's remote address: "/host:port"
+    client_version: str = ""  # its connection's CONNECT client_version ("": none given)
+    metadata: dict[str, str] = field(default_factory=dict)  # PRODUCER's metadata (the client's properties)
     connected_since: str = field(default_factory=_now_iso)
     rate: Rate = field(default_factory=Rate)  # messages and bytes it published
 
@@ -234,12 +236,20 @@ class ProducerInfo:
 class ConsumerSink:
     """Where a subscription sends a consumer's messages (a Pulsar connection's consumer)."""
 
-    def __init__(self, consumer_id: int = -1, address: str = "") -> None:
-        # For Pulsar's consumer stats: the client's own consumer id, its address, since when, what it got.
+    def __init__(
+        self, consumer_id: int = -1, address: str = "", client_version: str = "", metadata: dict[str, str] | None = None
+    ) -> None:
+        # For Pulsar's consumer stats: the client's own consumer id, its address, its connection's client
+        # version, SUBSCRIBE's metadata, since when, what it got, and when it last got and acked (epoch ms,
+        # 0: never, Pulsar's lastConsumedTimestamp and lastAckedTimestamp).
         self.consumer_id = consumer_id
         self.address = address
+        self.client_version = client_version
+        self.metadata = dict(metadata or {})
         self.connected_since = _now_iso()
         self.rate = Rate()
+        self.last_consumed_ms = 0
+        self.last_acked_ms = 0
 
     def deliver(self, messages: list[tuple[Message, int]]) -> None:
         raise NotImplementedError
@@ -346,6 +356,7 @@ class Subscription:
                 rate = getattr(sink, "rate", None)  # sinks made without ConsumerSink.__init__ count nothing
                 if rate is not None:
                     rate.add(count, size)
+                    sink.last_consumed_ms = int(time.time() * 1000)  # Pulsar's lastConsumedTimestamp
                 if sink.over_bound():  # paused before anything more is read for it
                     return self.dispatcher.step(Writable(out.consumer, False))
             return []
@@ -535,6 +546,7 @@ class Topic:
         self._waiting: list[tuple[str, object, int, Callable[[str, int, int], None] | None]] = []
         self._fence: dict[str, Callable[[], None]] = {}  # attached producer -> how to close it (fencing)
         self._waiting_fence: dict[str, Callable[[], None]] = {}  # the same, for waiting producers
+        self._waiting_info: dict[str, ProducerInfo] = {}  # who they are, kept for their stats once granted
         # Pulsar's topic epoch, moved by each new exclusive producer; kept across owners (_next_epoch).
         self.topic_epoch: int | None = service.load_topic_epoch(name)
         # Called once when the topic closes (unload, fenced, lost bundle): connections then close
@@ -652,6 +664,7 @@ class Topic:
                 refused = [w[3] for w in self._waiting]
                 self._waiting.clear()
                 self._waiting_fence.clear()
+                self._waiting_info.clear()
             elif topic_epoch is not None and self.topic_epoch is not None and topic_epoch < self.topic_epoch:
                 # A fenced exclusive producer reconnecting: a newer one took the topic since (not queued).
                 raise ProducerFenced(
@@ -662,6 +675,8 @@ class Topic:
                     self._waiting.append((name, owner, epoch, on_granted))
                     if on_fenced is not None:
                         self._waiting_fence[name] = on_fenced
+                    if info is not None:
+                        self._waiting_info[name] = info
                     log.info("producer %s waits for exclusive access to %s", name, self.name)
                     return name
                 if holder is not None or self._waiting:
@@ -699,8 +714,11 @@ class Topic:
         granted: tuple[str, int, int, Callable[[str, int, int], None] | None] | None = None
         with self.lock:
             self._waiting = [w for w in self._waiting if w[1] != owner]
-            for n in [n for n in self._waiting_fence if n not in {w[0] for w in self._waiting}]:
+            waiting = {w[0] for w in self._waiting}
+            for n in [n for n in self._waiting_fence if n not in waiting]:
                 del self._waiting_fence[n]
+            for n in [n for n in self._waiting_info if n not in waiting]:
+                del self._waiting_info[n]
             if name in self.attached and self.attached[name][0] == owner:
                 del self.attached[name]
                 self.access_modes.pop(name, None)
@@ -711,7 +729,7 @@ class Topic:
                 name_, owner_, epoch_, callback = self._waiting.pop(0)
                 self.attached[name_] = (owner_, epoch_, True)
                 self.access_modes[name_] = AccessMode.WAIT_FOR_EXCLUSIVE
-                self.producer_info[name_] = ProducerInfo()
+                self.producer_info[name_] = self._waiting_info.pop(name_, ProducerInfo())
                 fence = self._waiting_fence.pop(name_, None)
                 if fence is not None:
                     self._fence[name_] = fence
@@ -730,6 +748,7 @@ class Topic:
             self._waiting.clear()
             self._fence.clear()
             self._waiting_fence.clear()
+            self._waiting_info.clear()
         for watcher in watchers:
             try:
                 watcher()
@@ -1038,6 +1057,7 @@ class Topic:
             self._fence.clear()
             self._waiting.clear()
             self._waiting_fence.clear()
+            self._waiting_info.clear()
         deadline = time.monotonic() + TERMINATE_DRAIN_S
         while time.monotonic() < deadline:
             with self._step_lock:

@@ -5,6 +5,9 @@ terminate, subscriptions made with PUT, publisher and consumer stats with Pulsar
 
 from __future__ import annotations
 
+import datetime
+import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -12,6 +15,7 @@ import pulsar
 import pytest
 
 from impl.broker.web.admin_client import topic_path
+from impl.protocol.frames import FrameDecoder
 from impl.web.http import HttpError
 from pulsar_ref.commands import admin as admin_cli
 from tests.broker.pulsar_standalone import Standalone, running_standalone
@@ -295,7 +299,7 @@ def test_stats_show_publishers_and_consumers_with_pulsars_fields(standalone: Sta
     assert publisher["producerName"] == "writer-1"
     assert publisher["producerId"] >= 0 and publisher["accessMode"] == "Shared"
     assert publisher["averageMsgSize"] == 10.0
-    assert publisher["address"].startswith("127.0.0.1:") and publisher["connectedSince"]
+    assert publisher["address"].startswith("/127.0.0.1:") and publisher["connectedSince"]
     for field in ("msgRateIn", "msgThroughputIn"):
         assert isinstance(publisher[field], float)
     (c,) = stats["subscriptions"]["s"]["consumers"]
@@ -306,6 +310,88 @@ def test_stats_show_publishers_and_consumers_with_pulsars_fields(standalone: Sta
     assert c["address"] == publisher["address"] and c["connectedSince"]
     for field in ("msgRateOut", "msgThroughputOut"):
         assert isinstance(c[field], float)
+
+
+def _official_client_version() -> str:
+    """The client_version the official client puts in its CONNECT, read off the wire by a listener
+    that only takes that first frame (and answers nothing: the client gives up after its timeout)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    seen: list[str] = []
+
+    def take_connect() -> None:
+        s, _ = server.accept()
+        with s:
+            s.settimeout(10)
+            decoder = FrameDecoder()
+            while not seen:
+                frames = decoder.feed(s.recv(4096))
+                seen.extend(f.command.connect.client_version for f in frames[:1])
+
+    reader = threading.Thread(target=take_connect, daemon=True)
+    reader.start()
+    c = pulsar.Client(f"pulsar://127.0.0.1:{port}", operation_timeout_seconds=1, connection_timeout_ms=1000)
+    try:
+        with pytest.raises(Exception):  # noqa: B017 (whichever error: nothing answers it)
+            c.get_topic_partitions("persistent://public/default/nobody")
+    finally:
+        c.close()
+        server.close()
+    reader.join(10)
+    assert seen, "the official client sent no CONNECT"
+    return seen[0]
+
+
+def test_stats_name_each_clients_version_address_and_properties(standalone: Standalone, client: pulsar.Client) -> None:
+    """Pulsar's ServerCnx keeps CONNECT's client_version per connection; every publisher and consumer
+    of that connection shows it, with the connection's address, since when, its name and properties."""
+    sent = _official_client_version()
+    assert sent.startswith("Pulsar")
+    topic = topic_name("adm-client")
+    start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=5)
+    consumer = client.subscribe(topic, "s", consumer_name="reader-2", properties={"team": "blue", "role": "audit"})
+    producer = client.create_producer(
+        topic, producer_name="writer-2", properties={"app": "billing"}, batching_enabled=False
+    )
+    producer.send(b"x")
+    consumer.acknowledge(consumer.receive(5000))
+
+    def check_since(value: str) -> None:
+        since = datetime.datetime.fromisoformat(value)
+        assert since.tzinfo is not None and start <= since <= datetime.datetime.now(datetime.UTC)
+
+    stats = standalone.admin.call("GET", topic_path(topic) + "/stats")
+    (publisher,) = stats["publishers"]
+    assert publisher["clientVersion"] == sent
+    assert publisher["producerName"] == "writer-2" and publisher["metadata"] == {"app": "billing"}
+    assert publisher["address"].startswith("/127.0.0.1:") and int(publisher["address"].rsplit(":", 1)[1]) > 0
+    check_since(publisher["connectedSince"])
+    (c,) = stats["subscriptions"]["s"]["consumers"]
+    assert c["clientVersion"] == sent
+    assert c["consumerName"] == "reader-2" and c["metadata"] == {"team": "blue", "role": "audit"}
+    assert c["address"] == publisher["address"]  # one client, one connection
+    check_since(c["connectedSince"])
+    now_ms = time.time() * 1000
+    assert 0 < c["lastConsumedTimestamp"] <= now_ms
+    deadline = time.monotonic() + 5  # the client sends acks grouped, within 100 ms
+    while c["lastAckedTimestamp"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        (c,) = standalone.admin.call("GET", topic_path(topic) + "/stats")["subscriptions"]["s"]["consumers"]
+    assert 0 < c["lastAckedTimestamp"] <= time.time() * 1000
+
+    partitioned = topic_name("adm-client-part")
+    standalone.admin.create_partitioned_topic(partitioned, 2)
+    part_producer = client.create_producer(partitioned, producer_name="writer-3", properties={"app": "p"})
+    part_consumer = client.subscribe(partitioned, "s", consumer_name="reader-3", properties={"k": "v"})
+    stats = standalone.admin.call("GET", topic_path(partitioned) + "/partitioned-stats?perPartition=true")
+    assert len(stats["publishers"]) == 2  # one per partition, as Pulsar lists them
+    for p in stats["publishers"]:
+        assert p["clientVersion"] == sent and p["metadata"] == {"app": "p"} and p["address"].startswith("/127.0.0.1:")
+    for partition in stats["partitions"].values():
+        (c,) = partition["subscriptions"]["s"]["consumers"]
+        assert c["clientVersion"] == sent and c["metadata"] == {"k": "v"} and c["consumerName"] == "reader-3"
+    for closing in (producer, consumer, part_producer, part_consumer):
+        closing.close()
 
 
 # ---- the CLI ---------------------------------------------------------------------------------------------

@@ -365,3 +365,7 @@ def test_a_waiter_whose_connection_dies_leaves_the_queue_and_the_next_is_granted
     assert isinstance(outcome.get("w2"), pulsar.Producer), outcome
     assert standalone.admin.call("GET", stats)["topicEpoch"] == held + 1
     outcome["w2"].send(b"from w2")  # type: ignore[attr-defined]
+    # Granted later, it is still shown as the connection that asked (not a blank publisher).
+    (publisher,) = standalone.admin.call("GET", stats)["publishers"]
+    assert publisher["producerName"] == "w2" and publisher["accessMode"] == "WaitForExclusive"
+    assert publisher["clientVersion"].startswith("Pulsar") and publisher["address"].startswith("/127.0.0.1:")

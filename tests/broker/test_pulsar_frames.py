@@ -99,6 +99,23 @@ def test_nothing_but_connect_before_connected_and_the_version_is_the_lower() -> 
     assert reply.command.connected.protocol_version == 9 and reply.command.connected.max_message_size == 1000
 
 
+def test_connect_keeps_the_client_version_and_commands_carry_their_metadata() -> None:
+    """For stats, as Pulsar's ServerCnx: a real version is kept; blank or spaced ones (a client's unset
+    default) are not. PRODUCER's and SUBSCRIBE's metadata go on to the broker as maps."""
+    for sent, kept in (("Pulsar-CPP-v4.2.0", "Pulsar-CPP-v4.2.0"), ("Pulsar Client", ""), ("  ", ""), ("", "")):
+        core = conn.ServerConnection(max_message_size=1000)
+        receive(core, conn.command(T.CONNECT, connect=api.CommandConnect(client_version=sent, protocol_version=20)))
+        assert core.client_version == kept
+    producer = api.CommandProducer(topic="t", producer_id=0, request_id=1)
+    producer.metadata.add(key="app", value="billing")
+    (create,) = receive(core, conn.command(T.PRODUCER, producer=producer))
+    assert isinstance(create, conn.DoCreateProducer) and create.metadata == {"app": "billing"}
+    sub = api.CommandSubscribe(topic="t", subscription="s", consumer_id=0, request_id=2)
+    sub.metadata.add(key="team", value="blue")
+    (do,) = receive(core, conn.command(T.SUBSCRIBE, subscribe=sub))
+    assert isinstance(do, conn.DoSubscribe) and do.metadata == {"team": "blue"}
+
+
 def test_unimplemented_requests_get_an_error_naming_them_with_their_request_id() -> None:
     core = conn.ServerConnection(max_message_size=1000)
     receive(core, conn.command(T.CONNECT, connect=api.CommandConnect(protocol_version=20)))

@@ -69,8 +69,8 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
                 "averageMsgSize": rate.bytes / rate.messages if rate.messages else 0.0,
                 "address": info.address if info is not None else "",
                 "connectedSince": info.connected_since if info is not None else "",
-                "clientVersion": "",
-                "metadata": {},
+                "clientVersion": info.client_version if info is not None else "",
+                "metadata": dict(info.metadata) if info is not None else {},
             }
         )
     return {
@@ -112,8 +112,10 @@ def _consumer(sub: Subscription, cid: int, sink: ConsumerSink, now: float) -> di
         "blockedConsumerOnUnackedMsgs": False,
         "address": getattr(sink, "address", ""),
         "connectedSince": getattr(sink, "connected_since", ""),
-        "clientVersion": "",
-        "metadata": {},
+        "clientVersion": getattr(sink, "client_version", ""),
+        "lastAckedTimestamp": getattr(sink, "last_acked_ms", 0),
+        "lastConsumedTimestamp": getattr(sink, "last_consumed_ms", 0),
+        "metadata": dict(getattr(sink, "metadata", {})),
     }
 
 
