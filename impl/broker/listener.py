@@ -453,7 +453,15 @@ class _Connection:
             return None
         if self.producers[pid][1].startswith(REPLICATOR_PREFIX):
             return Append.of_replicated(out.data, entry)
-        return Append(out.data, seq, out.highest_sequence_id, entry.payload_size, is_chunk=out.is_chunk)
+        return Append(
+            out.data,
+            seq,
+            out.highest_sequence_id,
+            entry.payload_size,
+            is_chunk=out.is_chunk,
+            num_messages=entry.num_messages,
+            batched=entry.is_batch,
+        )
 
     def _publish(self, run: list[tuple[conn.DoPublish, Append]]) -> None:
         pid = run[0][0].producer_id

@@ -25,13 +25,13 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from impl.bookie.client.api import BookKeeperClient
-from impl.broker import namespaces
+from impl.broker import namespaces, sequence_ids
 from impl.broker.authorization import Authorizer
 from impl.broker.compaction import COMPACTION_CURSOR, TopicCompactor
 from impl.broker.dispatcher import (
@@ -100,6 +100,7 @@ from impl.broker.replication.replicator import CURSOR_PREFIX, is_replicator_curs
 from impl.broker.replication.topic_replicator import TopicReplicator
 from impl.broker.schema.registry import SchemaRegistry
 from impl.broker.schema.storage import SchemaStorage
+from impl.broker.sequence_ids import SequenceIds
 from impl.broker.topic_stats import Rate, TopicCounters
 from impl.client.api import Client
 from impl.client.errors import ClientError
@@ -132,13 +133,26 @@ class Append:
     # other producers' messages, which are de-duplicated on their origin's name (`of_replicated`).
     origin_producer: str = ""
     is_chunk: bool = False  # a chunk of a chunked message: its chunks share one sequence id
+    num_messages: int = 1  # a batch's; fewer than its span of sequence ids when KeyBased
+    batched: bool = False  # in the batch format (num_messages_in_batch set), even with one message
+
+    def message_ids(self) -> Sequence[int]:
+        return sequence_ids.message_ids(self.sequence_id, self.highest_sequence_id, self.num_messages, self.data)
 
     @classmethod
     def of_replicated(cls, data: bytes, entry: entry_codec.Entry | entry_codec.Header) -> Append:
         """A message a replicator (a producer named `pulsar.repl.<cluster>`) sends: as in Pulsar, it is
         de-duplicated on the producer name and sequence ids its origin gave it, not the replicator's."""
         meta = entry.metadata
-        return cls(data, meta.sequence_id, entry.highest_sequence_id, entry.payload_size, meta.producer_name)
+        return cls(
+            data,
+            meta.sequence_id,
+            entry.highest_sequence_id,
+            entry.payload_size,
+            meta.producer_name,
+            num_messages=entry.num_messages,
+            batched=entry.is_batch,
+        )
 
 
 class AccessMode(enum.Enum):
@@ -525,6 +539,9 @@ class Topic:
         self.closed = False
         self.last_sequence: dict[str, int] = {}  # producer -> highest sequence id persisted or in flight
         self.persisted_sequence: dict[str, int] = {}  # producer -> highest sequence id persisted
+        # The ids themselves, which KeyBased batches need (impl/broker/sequence_ids.py): pushed and persisted.
+        self.pushed_ids: dict[str, SequenceIds] = {}
+        self.persisted_ids: dict[str, SequenceIds] = {}
         # Guards the two maps against completions; a leaf lock (nothing is taken while it is held), as
         # completions come from the managed ledger's threads while a publisher holds the topic lock.
         self._dedup_lock = threading.Lock()
@@ -611,7 +628,12 @@ class Topic:
                     entry = entry_codec.parse(data, verify_checksum=False)
                 except CorruptEntry:
                     continue
-                producer, last = entry.metadata.producer_name, entry.highest_sequence_id
+                producer = entry.metadata.producer_name
+                ids = sequence_ids.message_ids(
+                    entry.metadata.sequence_id, entry.highest_sequence_id, entry.num_messages, data
+                )
+                self._published(producer, ids, entry.is_batch, persisted=True)
+                last = max(entry.highest_sequence_id, self.pushed_ids[producer].highest)
                 if last > self.last_sequence.get(producer, -1):
                     self.last_sequence[producer] = self.persisted_sequence[producer] = last
             position = self.ml.next_position(batch[-1][0])
@@ -790,7 +812,7 @@ class Topic:
                 if refusal is not None:
                     results.append(refusal)
                 elif dedup and self._duplicate(key, append):
-                    if append.sequence_id <= self.persisted_sequence.get(key, -1):
+                    if self._persisted(key, append):
                         duplicates.append(callback)
                         results.append(None)
                     else:  # its first copy is still being written: its outcome is not known yet (as Pulsar)
@@ -805,7 +827,9 @@ class Topic:
                     results.append(None)
                     if dedup:
                         with self._dedup_lock:
-                            self.last_sequence[key] = max(append.highest_sequence_id, self.last_sequence.get(key, -1))
+                            self._published(key, append.message_ids(), append.batched, persisted=False)
+                            highest = max(append.highest_sequence_id, self.pushed_ids[key].highest)
+                            self.last_sequence[key] = max(highest, self.last_sequence.get(key, -1))
             if adds:
                 self._submit(adds)
         for done in duplicates:  # outside the topic's lock, as the appended entries' callbacks
@@ -813,17 +837,38 @@ class Topic:
         return results
 
     def _duplicate(self, producer: str, append: Append) -> bool:
-        """Whether de-duplication takes the entry for one the producer already published (Pulsar's
-        rule: its sequence id is at or below the highest pushed). Two cases where Pulsar's rule would
-        confirm and drop messages are kept instead (docs/pulsar-protocol.md, "De-duplication"): the
-        later chunks of a chunked message, which share its sequence id, and a batch whose highest
-        sequence id passes the highest pushed (KeyBased batching sends interleaved ranges)."""
+        """Whether de-duplication takes the entry for one the producer already published: every one of
+        its messages' sequence ids was pushed. Pulsar's rule (its first id at or below the highest
+        pushed) would confirm and drop two kinds of messages never stored, which are kept instead
+        (docs/pulsar-protocol.md, "De-duplication"): the later chunks of a chunked message, which share
+        its sequence id, and KeyBased batches, whose ids interleave with other keys' batches."""
         last = self.last_sequence.get(producer, -1)
         if append.sequence_id > last:
-            return False
+            return False  # the common case: nothing to look up
         if append.is_chunk and append.sequence_id == last:
             return False
-        return append.highest_sequence_id <= last
+        if not append.batched:
+            return True  # a message sent on its own: Pulsar's rule, so a topic keeps its producers' order
+        pushed = self.pushed_ids.get(producer)
+        return pushed is not None and pushed.covers(append.message_ids())
+
+    def _persisted(self, producer: str, append: Append) -> bool:
+        """Whether a duplicate's first copy is persisted (confirm it) or still in flight (refuse it)."""
+        if not append.batched:
+            return append.sequence_id <= self.persisted_sequence.get(producer, -1)
+        return self.persisted_ids[producer].covers(append.message_ids())
+
+    def _published(self, producer: str, ids: Sequence[int], batched: bool, persisted: bool) -> None:
+        """Record a producer's ids as pushed (and persisted). A producer's first ids start its sets: the
+        ids below them count as published, as Pulsar's one number counts them (a resend of a message
+        trimmed away, or sent before this topic was loaded, is a duplicate); so does every id below a
+        message sent on its own."""
+        if producer not in self.pushed_ids:
+            low = min(ids) - 1 if len(ids) else -1
+            self.pushed_ids[producer], self.persisted_ids[producer] = SequenceIds(low), SequenceIds(low)
+        sequence_ids.record(self.pushed_ids[producer], ids, batched)
+        if persisted:
+            sequence_ids.record(self.persisted_ids[producer], ids, batched)
 
     def _submit(self, adds: list[tuple[bytes, AddCallback]]) -> None:
         """Hand the adds to the managed ledger now, or, while STEPS_IN_FLIGHT earlier steps' adds are
@@ -888,9 +933,12 @@ class Topic:
                 with self._dedup_lock:
                     persisted = self.persisted_sequence.get(producer, -1)
                     if not isinstance(outcome, ManagedLedgerError):
-                        self.persisted_sequence[producer] = max(persisted, append.highest_sequence_id)
+                        sequence_ids.record(self.persisted_ids[producer], append.message_ids(), append.batched)
+                        highest = max(append.highest_sequence_id, self.persisted_ids[producer].highest)
+                        self.persisted_sequence[producer] = max(persisted, highest)
                     else:  # not written (as far as we know): a resend must be written, not acknowledged
                         self.last_sequence[producer] = persisted
+                        self.pushed_ids[producer] = self.persisted_ids[producer].copy()
             if isinstance(outcome, ManagedLedgerFencedError):
                 self.service.topic_fenced(self)
                 result(TopicFenced(str(outcome)))

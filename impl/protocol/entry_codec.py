@@ -251,6 +251,23 @@ def singles(entry: Entry) -> list[SingleMessage]:
     return out
 
 
+def batch_sequence_ids(entry: Entry) -> list[int | None]:
+    """Each batched message's own sequence id (None where its SingleMessageMetadata has none), read
+    without copying the payloads out: what de-duplication needs of a batch."""
+    payload = memoryview(decompress(entry))
+    out: list[int | None] = []
+    offset = 0
+    try:
+        for _ in range(entry.num_messages):
+            (size,) = _U32.unpack_from(payload, offset)
+            single = api.SingleMessageMetadata.FromString(payload[offset + 4 : offset + 4 + size])
+            offset += 4 + size + single.payload_size
+            out.append(single.sequence_id if single.HasField("sequence_id") else None)
+    except (struct.error, DecodeError) as e:
+        raise CorruptEntry(f"the batch does not hold {entry.num_messages} messages: {e}") from e
+    return out
+
+
 def keys(entry: Entry) -> list[str]:
     """Each message's routing key (ordering key first, as Key_Shared uses it). A compressed batch is
     not opened: all its messages take the batch's key, as producers batch by key for Key_Shared."""

@@ -86,6 +86,46 @@ def test_keybased_batches_all_arrive_with_deduplication_on(client: pulsar.Client
     assert sorted(got) == list(range(30))
 
 
+def test_keybased_batches_of_skewed_keys_all_arrive_with_deduplication_on_and_after_a_restart(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    """A key with fewer, lower ids than another's batch (k1: 1, 5 beside k0: 0, 2..29) was confirmed and
+    dropped: Pulsar's rule took it for a duplicate, its ids being under the highest pushed. Then the
+    broker restarts and rebuilds its ids from the log: a true resend is still a duplicate."""
+    t = topic("keybased-skew").replace("public/default", dedup_namespace(standalone.admin))
+    consumer = client.subscribe(t, "s")
+    producer = client.create_producer(
+        t,
+        producer_name="skewed",
+        batching_enabled=True,
+        batching_type=pulsar.BatchingType.KeyBased,
+        batching_max_publish_delay_ms=500,
+    )
+    for i in range(30):
+        producer.send_async(b"%d" % i, None, partition_key="k1" if i in (1, 5) else "k0")
+    producer.flush()
+    got = []
+    for _ in range(30):
+        m = consumer.receive(20_000)
+        consumer.acknowledge(m)
+        got.append(int(m.data()))
+    assert sorted(got) == list(range(30))
+    producer.close()
+
+    standalone.admin.call("PUT", topic_path(t) + "/unload")  # the next owner rebuilds the ids from the log
+    again = client.create_producer(t, producer_name="skewed", batching_enabled=False)
+    assert again.last_sequence_id() == 29
+    again.send(b"resent 5", sequence_id=5)  # a duplicate: confirmed, not stored
+    again.send(b"30", sequence_id=30)
+    reader = client.create_reader(t, pulsar.MessageId.earliest)
+    stored = []
+    while reader.has_message_available():
+        stored.append(reader.read_next(10_000).data())
+    assert sorted(stored) == sorted(b"%d" % i for i in range(31))
+    entries = standalone.admin.call("GET", topic_path(t) + "/internalStats")["numberOfEntries"]
+    assert entries == 3  # two batches and the new message
+
+
 @pytest.mark.parametrize("dedup", [False, True], ids=["dedup-off", "dedup-on"])
 def test_chunked_10_mb_messages_round_trip_on_every_subscription_type(
     client: pulsar.Client, standalone: Standalone, dedup: bool
