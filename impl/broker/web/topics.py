@@ -210,6 +210,7 @@ class TopicRoutes:
         return Response.empty()
 
     def subscriptions(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
+        """The topic's subscriptions, also those without consumers (the loaded topic knows its cursors')."""
         owned = self._owned(req, self._name(tenant, namespace, topic))
         return owned if isinstance(owned, Response) else Response.json(sorted(owned.subscriptions))
 
@@ -217,9 +218,7 @@ class TopicRoutes:
         owned = self._owned(req, self._name(tenant, namespace, topic))
         if isinstance(owned, Response):
             return owned
-        sub = owned.subscriptions.get(subscription)
-        if sub is None:
-            raise HttpError(404, f"Subscription {subscription!r} not found on {owned.name}")
+        sub = self._subscription(owned, subscription)  # loading the topic made its cursors subscriptions
         if req.flag("force"):
             for consumer, sink in list(sub.sinks.items()):
                 owned.remove_consumer(sub, consumer)
@@ -238,9 +237,7 @@ class TopicRoutes:
         owned = self._owned(req, self._name(tenant, namespace, topic))
         if isinstance(owned, Response):
             return owned
-        sub = owned.subscriptions.get(subscription)
-        if sub is None:
-            raise HttpError(404, f"Subscription {subscription!r} not found on {owned.name}")
+        sub = self._subscription(owned, subscription)
         for sink in sub.reset(owned.first_published_at(int(timestamp))):
             sink.close()  # as Pulsar: its consumers are disconnected and subscribe again from there
         return Response.empty()
@@ -260,8 +257,8 @@ class TopicRoutes:
         owned = self._owned(req, name)
         if isinstance(owned, Response):
             return owned
-        if subscription is not None and subscription not in owned.subscriptions:
-            raise HttpError(404, f"Subscription {subscription!r} not found on {owned.name}")
+        if subscription is not None:
+            self._subscription(owned, subscription)  # 404 for one that does not exist
         owned.expire_messages(int(seconds), subscription)
         return Response.empty()
 
