@@ -21,6 +21,7 @@ from tests.broker.pulsar_standalone import Standalone
 pytestmark = pytest.mark.processes
 
 TOPIC = "persistent://public/default/sub-admin-restart"
+PARTITIONED = "persistent://public/default/sub-admin-restart-parts"
 
 
 def _refused(call: Callable[[], object]) -> HttpError:
@@ -41,11 +42,14 @@ def _wait_for(check: Callable[[], bool], what: str, timeout_s: float = 20) -> No
 
 
 def _before_restart(s: Standalone) -> None:
-    """Two durable subscriptions on TOPIC ("gone" consumed 2 of 5, "kept" none); every consumer closed."""
+    """Two durable subscriptions on TOPIC ("gone" consumed 2 of 5, "kept" none) and one ("ps") on each
+    partition of PARTITIONED; every consumer closed."""
+    s.admin.create_partitioned_topic(PARTITIONED, 2)
     client = pulsar.Client(s.url, operation_timeout_seconds=20)
     try:
         gone = client.subscribe(TOPIC, "gone", initial_position=pulsar.InitialPosition.Earliest)
         client.subscribe(TOPIC, "kept", initial_position=pulsar.InitialPosition.Earliest).close()
+        client.subscribe(PARTITIONED, "ps", initial_position=pulsar.InitialPosition.Earliest).close()
         producer = client.create_producer(TOPIC, batching_enabled=False)
         for i in range(5):
             producer.send(b"m%d" % i)
@@ -53,6 +57,10 @@ def _before_restart(s: Standalone) -> None:
             gone.acknowledge(gone.receive(10_000))
         _wait_for(lambda: _backlogs(s.admin, TOPIC)["gone"] == 3, "the broker to have both acks")
         gone.close()
+        producer.close()
+        producer = client.create_producer(PARTITIONED, batching_enabled=False)
+        for i in range(6):
+            producer.send(b"p%d" % i, partition_key=f"k{i}")
         producer.close()
     finally:
         client.close()
@@ -112,5 +120,14 @@ def test_subscriptions_without_consumers_are_administered_after_a_restart(tmp_pa
         for call in ("skip_all", "resetcursor/0", "expireMessages/0"):
             missing = _refused(lambda: admin.call("POST", path + f"/subscription/never/{call}"))  # noqa: B023
             assert missing.status == 404, call
+
+        # A partitioned topic: listed and deleted on every partition.
+        parts = topic_path(PARTITIONED)
+        assert admin.call("GET", parts + "/subscriptions") == ["ps"]
+        admin.call("DELETE", parts + "/subscription/ps")
+        assert admin.call("GET", parts + "/subscriptions") == []
+        for i in range(2):
+            assert admin.call("GET", topic_path(f"{PARTITIONED}-partition-{i}") + "/subscriptions") == []
+        assert _refused(lambda: admin.call("DELETE", parts + "/subscription/ps")).status == 404
     finally:
         s.stop()
