@@ -587,6 +587,14 @@ class Topic:
         )
         self.offloader.threshold = service.offload_threshold_in(name)  # follows the namespace's policy
         self._current_ledger: int | None = None  # the threshold is checked when the ledger rolls over
+        # As Pulsar's PersistentTopic on load: every durable cursor is a subscription, consumers or not, so
+        # after a restart or an unload the admin API (delete, list, stats, reset, expire), message TTL and
+        # backlog quotas see it as before. Replicator and compaction cursors are not subscriptions here.
+        for cursor_name, cursor in ml.cursors().items():
+            if cursor_name != COMPACTION_CURSOR and not is_replicator_cursor(cursor_name):
+                self.subscriptions[cursor_name] = Subscription(
+                    self, cursor_name, cursor, SubscriptionType.EXCLUSIVE, name.partition or 0
+                )  # its type is its next consumer's (`subscribe` replaces a subscription without consumers)
 
     def evict_read_entries(self) -> None:
         """The entries every subscription with consumers has read (handed to its dispatcher, which keeps
@@ -1126,17 +1134,9 @@ class Topic:
     # ---- admin on subscriptions ----------------------------------------------------------------
 
     def subscription(self, sub_name: str) -> Subscription | None:
-        """The subscription, also a durable one with no consumer since the topic loaded (its cursor)."""
+        """The subscription, also a durable one with no consumer since the topic loaded (from its cursor)."""
         with self.lock:
-            sub = self.subscriptions.get(sub_name)
-            if sub is not None or is_replicator_cursor(sub_name):
-                return sub
-            cursor = self.ml.cursors().get(sub_name)
-            if cursor is None:
-                return None
-            sub = Subscription(self, sub_name, cursor, SubscriptionType.EXCLUSIVE, self.name.partition or 0)
-            self.subscriptions[sub_name] = sub
-            return sub
+            return self.subscriptions.get(sub_name)
 
     def create_subscription(self, sub_name: str, start: Position | None | bool) -> Subscription:
         """Pulsar's PUT subscription: a durable subscription without consumers, reading from `start`

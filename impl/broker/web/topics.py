@@ -210,16 +210,31 @@ class TopicRoutes:
         return Response.empty()
 
     def subscriptions(self, req: Request, tenant: str, namespace: str, topic: str) -> Response:
-        owned = self._owned(req, self._name(tenant, namespace, topic))
+        """The topic's subscriptions, also those without consumers (the loaded topic knows its cursors'); of
+        a partitioned topic, those of any partition (each asked of its owner), as Pulsar."""
+        name = self._name(tenant, namespace, topic)
+        if self._is_partitioned(name) and not self._exists(name):
+            found: set[str] = set()
+            for partition in self._used_partitions(name):
+                url = self.ctx.web_url + _path(partition) + "/subscriptions"
+                found.update(fetch.call("GET", url, headers=self.ctx.internal_headers()))
+            return Response.json(sorted(found))
+        owned = self._owned(req, name)
         return owned if isinstance(owned, Response) else Response.json(sorted(owned.subscriptions))
 
+    def _used_partitions(self, name: TopicName) -> list[TopicName]:
+        """A partitioned topic's partitions that exist (a client or the admin used them)."""
+        count = namespaces.get_partitions(self.ctx.configuration_store, name)
+        return [p for p in (name.partition_name(i) for i in range(count)) if self._exists(p)]
+
     def delete_subscription(self, req: Request, tenant: str, namespace: str, topic: str, subscription: str) -> Response:
-        owned = self._owned(req, self._name(tenant, namespace, topic))
+        name = self._name(tenant, namespace, topic)
+        if self._is_partitioned(name) and not self._exists(name):
+            return self._delete_partitioned_subscription(req, name, subscription)
+        owned = self._owned(req, name)
         if isinstance(owned, Response):
             return owned
-        sub = owned.subscriptions.get(subscription)
-        if sub is None:
-            raise HttpError(404, f"Subscription {subscription!r} not found on {owned.name}")
+        sub = self._subscription(owned, subscription)  # loading the topic made its cursors subscriptions
         if req.flag("force"):
             for consumer, sink in list(sub.sinks.items()):
                 owned.remove_consumer(sub, consumer)
@@ -230,6 +245,24 @@ class TopicRoutes:
             raise HttpError(412, f"Subscription has active connected consumers: {e}") from e
         return Response.empty()
 
+    def _delete_partitioned_subscription(self, req: Request, name: TopicName, subscription: str) -> Response:
+        """As Pulsar: deleted on every partition (each by its owner); once all were asked, 404 "Subscription
+        not found" if a partition had none, else the first refusal (412: consumers connected)."""
+        query = "?force=true" if req.flag("force") else ""
+        refusals: list[HttpError] = []
+        partitions = self._used_partitions(name)
+        for partition in partitions:
+            url = self.ctx.web_url + _path(partition) + f"/subscription/{quote(subscription, safe='')}" + query
+            try:
+                fetch.call("DELETE", url, headers=self.ctx.internal_headers())
+            except HttpError as e:
+                refusals.append(e)
+        if not partitions or any(e.status == 404 for e in refusals):
+            raise HttpError(404, "Subscription not found")
+        if refusals:
+            raise refusals[0]
+        return Response.empty()
+
     def reset_cursor(
         self, req: Request, tenant: str, namespace: str, topic: str, subscription: str, timestamp: str
     ) -> Response:
@@ -238,9 +271,7 @@ class TopicRoutes:
         owned = self._owned(req, self._name(tenant, namespace, topic))
         if isinstance(owned, Response):
             return owned
-        sub = owned.subscriptions.get(subscription)
-        if sub is None:
-            raise HttpError(404, f"Subscription {subscription!r} not found on {owned.name}")
+        sub = self._subscription(owned, subscription)
         for sink in sub.reset(owned.first_published_at(int(timestamp))):
             sink.close()  # as Pulsar: its consumers are disconnected and subscribe again from there
         return Response.empty()
@@ -260,8 +291,8 @@ class TopicRoutes:
         owned = self._owned(req, name)
         if isinstance(owned, Response):
             return owned
-        if subscription is not None and subscription not in owned.subscriptions:
-            raise HttpError(404, f"Subscription {subscription!r} not found on {owned.name}")
+        if subscription is not None:
+            self._subscription(owned, subscription)  # 404 for one that does not exist
         owned.expire_messages(int(seconds), subscription)
         return Response.empty()
 
