@@ -84,3 +84,23 @@ def compacted(stats: dict[str, Any]) -> bool:
     """A compaction of the topic has completed (its cursor names a compacted ledger)."""
     cursor = stats.get("cursors", {}).get(COMPACTION_CURSOR)
     return bool(cursor and cursor.get("properties", {}).get("CompactedTopicLedger") is not None)
+
+
+def read_back(events: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Per topic, from a history's events: the ledgers an `ok` final read went through that its invoke named
+    `offloaded`, and how many entries it returned from them (read from the offloaded copies)."""
+    pending: dict[Any, set[int]] = {}  # process -> the offloaded ledgers its open final read named
+    found: dict[str, tuple[int, int]] = {}
+    for e in events:
+        if not e.get("final"):
+            continue
+        if e["type"] == "invoke":
+            pending[e["process"]] = set(e.get("offloaded", []))
+        elif e["type"] == "ok":
+            offloaded = pending.pop(e["process"], set())
+            entries = [position for position, _ in e["value"] if position[0] in offloaded]
+            key = f"{e['topic']} @{e['cluster']}" if e.get("cluster") else e["topic"]
+            found[key] = (len({p[0] for p in entries}), len(entries))
+        else:
+            pending.pop(e["process"], None)
+    return found
