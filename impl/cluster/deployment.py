@@ -31,7 +31,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -418,12 +418,17 @@ class Cluster:
         return cluster
 
     @classmethod
-    def plan_standalone(cls, directory: str | Path, port: int = 0, die_with_parent: bool = False) -> Cluster:
-        """One `pulsar-ref standalone` process (embedded metadata, bookies and a broker inside)."""
+    def plan_standalone(
+        cls, directory: str | Path, port: int = 0, die_with_parent: bool = False, options: Sequence[str] = ()
+    ) -> Cluster:
+        """One `pulsar-ref standalone` process (embedded metadata, bookies and a broker inside); `options` are
+        more of its command-line options (e.g. `--max-entries-per-ledger 20`)."""
         directory = Path(directory).resolve()
         cls._refuse_reuse(directory)
         pp, wp, d = port or free_port(), free_port(), directory / "standalone-1"
-        command = pulsar_ref_command("standalone", "--data", str(d / "data"), "--port", str(pp), "--web-port", str(wp))
+        command = pulsar_ref_command(
+            "standalone", "--data", str(d / "data"), "--port", str(pp), "--web-port", str(wp), *options
+        )
         state = {
             "topology": "standalone",
             "metadata": f"embedded://{d / 'data' / 'metadata'}",  # where impl.broker.standalone keeps it

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from impl.workload import geo, non_persistent, operations
+from impl.workload import geo, lifecycle, non_persistent, operations
 from impl.workload.consumers import Consumers, assign, backlog_of, subscriptions
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import Nemesis
@@ -67,6 +67,9 @@ class WorkloadConfig:
     geo_deduplication: bool = True  # the replicated namespace's de-duplication (off: at-least-once replication)
     domain: str = non_persistent.PERSISTENT  # or non-persistent, or mixed (impl/workload/non_persistent.py)
     schema: str = "none"  # typed producers and consumers (impl/workload/schemas.py): none, json or avro
+    # The topics in a namespace of their own with retention, offload and compaction at small thresholds
+    # (impl/workload/lifecycle.py); needs admin_url, one cluster.
+    lifecycle: bool = False
 
     @property
     def geo(self) -> bool:
@@ -74,7 +77,9 @@ class WorkloadConfig:
 
     @property
     def namespace(self) -> str:
-        return f"public/geo-{self.run_id}" if self.geo else "public/default"
+        if self.geo:
+            return f"public/geo-{self.run_id}"
+        return f"public/lifecycle-{self.run_id}" if self.lifecycle else "public/default"
 
     def plain_topics(self) -> list[str]:
         domains = [non_persistent.plain_domain(self.domain, i) for i in range(self.topics)]
@@ -106,6 +111,9 @@ class Summary:
     live_subscriptions: int = 0  # of non-persistent topics: consumed live, never drained
     dropped: dict[tuple[str, str], int] = field(default_factory=dict)  # the broker's drops per live subscription
     schema_versions: dict[str, list[int]] = field(default_factory=dict)  # registry versions per topic (typed runs)
+    # --lifecycle: per log topic, (ledgers offloaded, ledgers listed) after the final reads (None: stats unread)
+    offloaded: dict[str, tuple[int, int] | None] = field(default_factory=dict)
+    compacted: list[str] = field(default_factory=list)  # --lifecycle: the topics a compaction completed on
 
 
 class Workload:
@@ -173,6 +181,8 @@ class Workload:
         the final reads (outside the history: set-up, not operations)."""
         if self.config.geo:
             self._create_namespace(progress)
+        if self.config.lifecycle:
+            self._create_lifecycle_namespace(progress)
         base = self.config.partitioned_topic()
         if base is not None:
             self._create_partitioned(base, progress)
@@ -203,6 +213,18 @@ class Workload:
             pause_s=1.0,
         )
         progress(f"created {ns}, replicated to {', '.join(names)}, de-duplication {'on' if dedup else 'off'}")
+
+    def _create_lifecycle_namespace(self, progress: Progress) -> None:
+        if not self.config.admin_url:
+            raise WorkloadError("--lifecycle sets the namespace's policies through a broker's admin REST API")
+        admin, ns = self.config.admin_url, self.config.namespace
+        self._retrying(
+            lambda: lifecycle.create_namespace(admin, ns, self.config.credentials),
+            lambda e: f"could not create {ns} with its storage policies at {admin}: {e}",
+            pause_s=1.0,
+        )
+        shown = ", ".join(f"{k}={v}" for k, v in lifecycle.policies().items())
+        progress(f"created {ns}: {shown}")
 
     def _create_partitioned(self, base: str, progress: Progress) -> None:
         if not self.config.admin_url:
@@ -301,6 +323,7 @@ class Workload:
         versions: dict[str, list[int]] = {}
         if self.schema.typed:
             versions = self._record_registry(progress)
+        offloaded, compacted = self._lifecycle_state(progress) if self.config.lifecycle else ({}, [])
         reporter.join(5)
         counts = self.history.counts
         return Summary(
@@ -317,7 +340,28 @@ class Workload:
             len(live),
             dropped,
             versions,
+            offloaded,
+            compacted,
         )
+
+    def _lifecycle_state(self, progress: Progress) -> tuple[dict[str, tuple[int, int] | None], list[str]]:
+        """Per persistent log topic, its ledgers offloaded and listed, and whether a compaction completed."""
+        assert self.config.admin_url is not None
+        offloaded: dict[str, tuple[int, int] | None] = {}
+        compacted: list[str] = []
+        for topic in [t for t in self.topics if t in self.readable]:
+            stats = lifecycle.internal_stats(self.config.admin_url, topic, self.config.credentials)
+            if stats is None:
+                offloaded[topic] = None
+                continue
+            offloaded[topic] = (len(lifecycle.offloaded_ledgers(stats)), len(stats.get("ledgers", [])))
+            if lifecycle.compacted(stats):
+                compacted.append(topic)
+        shown = ", ".join(
+            f"{t.rsplit('/', 1)[-1]}={'?' if n is None else f'{n[0]}/{n[1]}'}" for t, n in offloaded.items()
+        )
+        progress(f"ledgers offloaded/listed: {shown}; compacted: {len(compacted)} of {len(offloaded)} topics")
+        return offloaded, compacted
 
     def _record_registry(self, progress: Progress) -> dict[str, list[int]]:
         if not self.config.admin_url:
@@ -411,7 +455,7 @@ class Workload:
                 while True:
                     if session is None:
                         session, connected_to = self._connect(cluster), cluster
-                    self.history.invoke(process, "read", topic, **fields)
+                    self.history.invoke(process, "read", topic, **fields, **self._lifecycle_fields(topic))
                     outcome = session.read(topic, None, None)
                     self.history.complete(process, outcome.kind, "read", topic, **fields, **outcome.fields)
                     if outcome.kind == "ok":
@@ -432,6 +476,18 @@ class Workload:
         shown = ", ".join(f"{t.rsplit('/', 1)[-1]}={c}" for t, c in counts.items())
         progress(f"final reads: {shown or 'none (no persistent topic)'}")
         return counts
+
+    def _lifecycle_fields(self, topic: str) -> dict[str, object]:
+        """Of a final read's invoke in a --lifecycle run: the namespace's policies (`lifecycle`), and the ledgers
+        the topic's list recorded as offloaded just before the read (`offloaded`; absent when its stats could not
+        be read). An offloaded ledger stays so (retention is unlimited): the read goes through each of them."""
+        if not self.config.lifecycle or not self.config.admin_url:
+            return {}
+        fields: dict[str, object] = {"lifecycle": lifecycle.policies()}
+        stats = lifecycle.internal_stats(self.config.admin_url, topic, self.config.credentials)
+        if stats is not None:
+            fields["offloaded"] = lifecycle.offloaded_ledgers(stats)
+        return fields
 
     def _report(self, progress: Progress) -> None:
         started = time.monotonic()

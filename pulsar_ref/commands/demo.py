@@ -23,6 +23,7 @@ from impl.cluster.instance import Instance
 from impl.cluster.nodes import pulsar_ref_command
 from impl.workload.geo import InstanceNodes
 from impl.workload.history import HistoryWriter
+from impl.workload.lifecycle import COMPACTION_THRESHOLD_BYTES, OFFLOAD_THRESHOLD_BYTES, read_back
 from impl.workload.nemesis import Nemesis, NemesisError
 from impl.workload.run import Summary, Workload, WorkloadConfig, WorkloadError
 
@@ -43,6 +44,10 @@ GEO_FAULTS = ["kill-brokers", "kill-broker", "pause-brokers", "expire-session", 
 # Pulsar's own defaults (managedLedgerDefaultEnsembleSize etc.): with 3 bookies a ledger survives one dead bookie
 # by an ensemble change.
 LEDGER_QUORUMS = ("--ensemble", "2", "--write-quorum", "2", "--ack-quorum", "2")
+# With --lifecycle: ledgers small enough that a one-minute demo closes many per topic, and the bookie copy of an
+# offloaded ledger deleted at once (so the final reads read the offloaded copies).
+LIFECYCLE_ENTRIES_PER_LEDGER = 20
+LIFECYCLE_OPTIONS = ("--max-entries-per-ledger", str(LIFECYCLE_ENTRIES_PER_LEDGER), "--offload-deletion-lag-ms", "0")
 
 
 def say(message: str) -> None:
@@ -91,6 +96,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="consumer processes on a subscription of every type of every topic, drained at the end (default 8)",
     )
     parser.add_argument("--nemesis-interval", type=float, default=5.0, help="seconds per calm/fault phase (5)")
+    parser.add_argument(
+        "--lifecycle",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the workload's --lifecycle: its topics in a namespace with unlimited retention and small offload and "
+        "compaction thresholds, on a standalone that rolls its ledgers over every "
+        f"{LIFECYCLE_ENTRIES_PER_LEDGER} entries and offloads to DATA/offloaded, so the final reads read offloaded "
+        "ledgers back (default: on for the embedded default; --cluster and --geo start brokers without an "
+        "offloader)",
+    )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
     parser.add_argument("--seed", type=int, help="random seed (operations and fault schedule)")
     return parser
@@ -105,6 +120,10 @@ def main(argv: list[str], prog: str) -> int:
     if args.proxies and not args.cluster:
         say("error: --proxies needs --cluster (the standalone has no proxy)")
         return 2
+    lifecycle = args.lifecycle if args.lifecycle is not None else not (args.cluster or args.geo)
+    if lifecycle and (args.cluster or args.geo):
+        say("error: --lifecycle needs the embedded default (`cluster up` starts brokers without an offloader)")
+        return 2
     if args.geo:
         return _geo(args, run_dir, history_path, json_path, html_path)
     if args.cluster:
@@ -113,18 +132,28 @@ def main(argv: list[str], prog: str) -> int:
         proxies = f", {args.proxies} proxies in front of them" if args.proxies else ""
         say(f"cluster: 1 ZooKeeper, 3 bookies, 2 brokers{proxies}, as separate processes (ledgers E=2, Qw=2, Qa=2)")
     else:
-        cluster = Cluster.plan_standalone(run_dir / "cluster")
+        cluster = Cluster.plan_standalone(run_dir / "cluster", options=LIFECYCLE_OPTIONS if lifecycle else ())
         faults = STANDALONE_FAULTS
         say(
             "embedded default: `pulsar-ref standalone` (embedded metadata, 3 bookies and a broker in one process); "
             "faults: bookie and broker kills in place, broker session expiry, pause of the whole process "
             "(per-bookie pauses and ZooKeeper restarts need --cluster)"
         )
+        if lifecycle:
+            say(
+                f"storage lifecycle on: ledgers of {LIFECYCLE_ENTRIES_PER_LEDGER} entries, offloaded to "
+                f"{run_dir / 'cluster' / 'standalone-1' / 'data' / 'offloaded'} past {OFFLOAD_THRESHOLD_BYTES} bytes "
+                "per topic, bookie copies deleted at once; unlimited retention; compaction past "
+                f"{COMPACTION_THRESHOLD_BYTES} bytes (--no-lifecycle: off)"
+            )
 
     def start() -> tuple[WorkloadConfig, Cluster]:
         cluster.up(progress=say)
         service, admin = cluster.pulsar_service_url or "", cluster.admin_url
-        return _config(args, history_path, service=service, admin_url=admin, consumers=args.consumers), cluster
+        config = _config(
+            args, history_path, service=service, admin_url=admin, consumers=args.consumers, lifecycle=lifecycle
+        )
+        return config, cluster
 
     summary = _run(
         args,
@@ -180,16 +209,24 @@ def _run(
 
 def _audit(summary: Summary, run_dir: Path, history_path: Path, json_path: Path, html_path: Path) -> int:
     """Print what the run did, audit its history with Spark, print the verdict; the audit's exit status."""
+    events = [json.loads(line) for line in history_path.read_text().splitlines()]
     injected = Counter(
-        ev["f"]
-        for ev in map(json.loads, history_path.read_text().splitlines())
-        if ev["process"] == "nemesis" and ev["f"] != "heal" and "error" not in ev
+        ev["f"] for ev in events if ev["process"] == "nemesis" and ev["f"] != "heal" and "error" not in ev
     )
     say(
         f"workload done: {summary.events} events, ok {summary.ok}, fail {summary.fail}, info {summary.info}; "
         f"faults injected: {', '.join(f'{k} x{v}' for k, v in sorted(injected.items())) or 'none'}"
         + (f"; {summary.drained} of {summary.subscriptions} subscriptions drained" if summary.subscriptions else "")
     )
+    if summary.offloaded:
+        back = read_back(events)
+        shown = ", ".join(f"{t.rsplit('/', 1)[-1]} {n} ledgers/{m} entries" for t, (n, m) in back.items() if n)
+        offloaded = sum(n[0] for n in summary.offloaded.values() if n is not None)
+        say(
+            f"storage lifecycle: {offloaded} ledgers offloaded; the final reads read "
+            f"{sum(m for _, m in back.values())} entries back from {sum(n for n, _ in back.values())} offloaded "
+            f"ledgers ({shown or 'none'}); {len(summary.compacted)} of {len(summary.offloaded)} topics compacted"
+        )
     say("auditing the history with Spark (pulsar-ref audit) ...")
     with open(run_dir / "audit.log", "w") as log:
         audit = subprocess.run(

@@ -14,6 +14,7 @@ from impl.cluster.deployment import Cluster, ClusterError
 from impl.cluster.instance import Instance
 from impl.workload.geo import InstanceNodes
 from impl.workload.history import HistoryWriter
+from impl.workload.lifecycle import COMPACTION_THRESHOLD_BYTES, OFFLOAD_THRESHOLD_BYTES
 from impl.workload.nemesis import DEFAULT_STALL_S, FAULTS, Nemesis, NemesisError
 from impl.workload.non_persistent import DOMAINS, PERSISTENT
 from impl.workload.operations import Credentials
@@ -70,6 +71,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="typed producers, readers and consumers with a JSON or Avro schema (needs --client official and an "
         "admin URL); halfway through the ops the schema evolves (a new field with a default), and the registry's "
         "versions are recorded at the end (default none: plain bytes)",
+    )
+    parser.add_argument(
+        "--lifecycle",
+        action="store_true",
+        help="put the topics in a namespace of their own, public/lifecycle-<run>, with unlimited retention, "
+        f"offloadThreshold {OFFLOAD_THRESHOLD_BYTES} bytes and compactionThreshold {COMPACTION_THRESHOLD_BYTES} "
+        "bytes, so ledgers are offloaded and topics compacted while the nemesis acts and the final reads go "
+        "through the offloaded ledgers (needs an admin URL and brokers with an offloader, e.g. `pulsar-ref "
+        "standalone --max-entries-per-ledger 20`; docs/storage-lifecycle.md, Under faults); the summary prints "
+        "each topic's offloaded ledgers",
     )
     parser.add_argument("--out", required=True, type=Path, help="history file to write (JSON Lines)")
     parser.add_argument("--topics", type=int, default=3, help="plain (non-partitioned) topics (default 3)")
@@ -169,6 +180,9 @@ def main(argv: list[str], prog: str) -> int:
         )
         return 2
     if args.instance_dir is not None:
+        if args.lifecycle:
+            print("error: --lifecycle runs on one cluster; drop --instance-dir", file=sys.stderr)
+            return 2
         return _geo(args, faults)
     try:
         cluster = Cluster.load(args.cluster_dir) if args.cluster_dir else None
@@ -210,6 +224,13 @@ def main(argv: list[str], prog: str) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.lifecycle and not admin_url:
+        print(
+            "error: --lifecycle sets the namespace's policies and reads the topics' ledgers through the brokers' "
+            "admin REST API: give --admin-url or --cluster-dir",
+            file=sys.stderr,
+        )
+        return 2
     if args.consumers > 0 and not admin_url:
         print(
             "error: draining the subscriptions asks the brokers' admin REST API for their backlog: give "
@@ -243,6 +264,7 @@ def _config(args: argparse.Namespace, **specific: Any) -> WorkloadConfig:
         client=args.client,
         domain=args.domain,
         schema=args.schema,
+        lifecycle=args.lifecycle,
         **specific,
     )
 
@@ -295,6 +317,13 @@ def _finish(summary: Summary) -> int:
     if summary.live_subscriptions:
         counted = f"; the broker reports {sum(summary.dropped.values())} dropped" if summary.dropped else ""
         print(f"{summary.live_subscriptions} non-persistent subscriptions consumed live{counted}")
+    if summary.offloaded:
+        shown = ", ".join(
+            f"{t.rsplit('/', 1)[-1]} {'?' if n is None else f'{n[0]} of {n[1]}'}" for t, n in summary.offloaded.items()
+        )
+        total = sum(n[0] for n in summary.offloaded.values() if n is not None)
+        print(f"ledgers offloaded: {total} (per topic, of those listed: {shown})")
+        print(f"topics compacted: {len(summary.compacted)} of {len(summary.offloaded)}")
     if summary.unhealed:
         print(f"warning: not healed: {', '.join(summary.unhealed)}", file=sys.stderr)
         return 1

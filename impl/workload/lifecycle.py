@@ -1,0 +1,106 @@
+"""`workload --lifecycle`: the run's topics in a namespace of their own whose storage policies act during the run
+(docs/storage-lifecycle.md, Under faults).
+
+Before the first operation the namespace `public/lifecycle-<run>` is created with
+
+- retention unlimited (`retentionTimeInMinutes` and `retentionSizeInMB` -1): nothing is ever trimmed, so
+  every acknowledged append must still be in the final read of its topic ("nothing retained lost");
+- `offloadThreshold` small (OFFLOAD_THRESHOLD_BYTES): past that many bytes on the bookies, a topic's oldest
+  closed ledgers are offloaded to the broker's offloader (the standalone's default: a directory) at each
+  rollover and on the topic ticker, while the nemesis acts; later reads of those ledgers, the final reads
+  among them, go to the offloaded copies;
+- `compactionThreshold` small (COMPACTION_THRESHOLD_BYTES): the topic ticker starts a compaction once that
+  many bytes follow the horizon (keyed messages only are kept in the compacted ledger: a run with consumers
+  appends keyed messages).
+
+Ledgers are offloaded only once they are closed: the brokers must roll over often (`pulsar-ref standalone
+--max-entries-per-ledger 20`, say) for the offload to happen during a short run. Everything here is set-up
+and observation through the admin REST API, outside the history's operations; the final reads carry what it
+saw (docs/history.md, Storage lifecycle).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from impl.broker.web.admin_client import AdminClient
+from impl.workload.operations import Credentials
+
+OFFLOAD_THRESHOLD_BYTES = 1024
+COMPACTION_THRESHOLD_BYTES = 1024
+COMPACTION_CURSOR = "__compaction"
+
+
+def policies() -> dict[str, Any]:
+    """What the run's namespace is given (recorded on every final read as `lifecycle`)."""
+    return {
+        "retentionTimeInMinutes": -1,
+        "retentionSizeInMB": -1,
+        "offloadThreshold": OFFLOAD_THRESHOLD_BYTES,
+        "compactionThreshold": COMPACTION_THRESHOLD_BYTES,
+    }
+
+
+def admin(url: str, credentials: Credentials) -> AdminClient:
+    from impl.security.tls import client_context
+
+    tls = client_context(credentials.tls_trust_certs_file) if credentials.tls_trust_certs_file else None
+    return AdminClient(url, timeout_s=10.0, token=credentials.token, tls=tls)
+
+
+def create_namespace(admin_url: str, namespace: str, credentials: Credentials) -> None:
+    """The namespace with the policies above (a namespace that exists already, from an earlier try, is fine)."""
+    client = admin(admin_url, credentials)
+    with contextlib.suppress(Exception):  # it exists: an earlier try reached the broker
+        client.call("PUT", f"/admin/v2/namespaces/{namespace}")
+    p = policies()
+    retention = {k: p[k] for k in ("retentionTimeInMinutes", "retentionSizeInMB")}
+    client.call("POST", f"/admin/v2/namespaces/{namespace}/retention", retention)
+    client.call("PUT", f"/admin/v2/namespaces/{namespace}/offloadThreshold", p["offloadThreshold"])
+    client.call("PUT", f"/admin/v2/namespaces/{namespace}/compactionThreshold", p["compactionThreshold"])
+
+
+def _path(topic: str) -> str:
+    domain, rest = topic.split("://", 1)
+    return f"/admin/v2/{domain}/{rest}"
+
+
+def internal_stats(admin_url: str, topic: str, credentials: Credentials) -> dict[str, Any] | None:
+    """The topic's internal stats, or None when they cannot be read now (the topic moving, a broker down)."""
+    try:
+        found: dict[str, Any] = admin(admin_url, credentials).call("GET", _path(topic) + "/internalStats")
+    except Exception:
+        return None
+    return found
+
+
+def offloaded_ledgers(stats: dict[str, Any]) -> list[int]:
+    """The ids of the ledgers the topic's list records as offloaded."""
+    return [int(x["ledgerId"]) for x in stats.get("ledgers", []) if x.get("offloaded")]
+
+
+def compacted(stats: dict[str, Any]) -> bool:
+    """A compaction of the topic has completed (its cursor names a compacted ledger)."""
+    cursor = stats.get("cursors", {}).get(COMPACTION_CURSOR)
+    return bool(cursor and cursor.get("properties", {}).get("CompactedTopicLedger") is not None)
+
+
+def read_back(events: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Per topic, from a history's events: the ledgers an `ok` final read went through that its invoke named
+    `offloaded`, and how many entries it returned from them (read from the offloaded copies)."""
+    pending: dict[Any, set[int]] = {}  # process -> the offloaded ledgers its open final read named
+    found: dict[str, tuple[int, int]] = {}
+    for e in events:
+        if not e.get("final"):
+            continue
+        if e["type"] == "invoke":
+            pending[e["process"]] = set(e.get("offloaded", []))
+        elif e["type"] == "ok":
+            offloaded = pending.pop(e["process"], set())
+            entries = [position for position, _ in e["value"] if position[0] in offloaded]
+            key = f"{e['topic']} @{e['cluster']}" if e.get("cluster") else e["topic"]
+            found[key] = (len({p[0] for p in entries}), len(entries))
+        else:
+            pending.pop(e["process"], None)
+    return found
