@@ -246,6 +246,36 @@ class NodeStatus:
     node_id: str = "-"  # a bookie's bookie id (as in ledger ensembles), a broker's id; "-" for ZooKeeper
 
 
+def offload_options(offload: dict[str, Any]) -> list[str]:
+    """The `pulsar-ref broker` options of an offloader: `driver` (filesystem, aws-s3 or S3) with `directory`
+    (filesystem) or `bucket` and optionally `endpoint` and `region` (S3), and optionally `deletion_lag_ms`."""
+    options = ["--offload-driver", str(offload["driver"])]
+    if offload["driver"] == "filesystem":
+        options += ["--offload-dir", str(offload["directory"])]
+    else:
+        options += ["--s3-offload-bucket", str(offload["bucket"])]
+        for key in ("endpoint", "region"):
+            if offload.get(key):
+                options += [f"--s3-offload-{key}", str(offload[key])]
+    if offload.get("deletion_lag_ms") is not None:
+        options += ["--offload-deletion-lag-ms", str(offload["deletion_lag_ms"])]
+    return options
+
+
+def describe_offload(offload: dict[str, Any] | None) -> str:
+    """One line on a cluster's tiered storage, for `status`."""
+    if not offload:
+        return "none (brokers without an offloader)"
+    if offload["driver"] == "filesystem":
+        where = f"filesystem in {offload['directory']}"
+    else:
+        endpoint = f" at {offload['endpoint']}" if offload.get("endpoint") else ""
+        region = f" ({offload['region']})" if offload.get("region") else ""
+        where = f"{offload['driver']} bucket {offload['bucket']}{endpoint}{region}"
+    lag = offload.get("deletion_lag_ms")
+    return f"{where}; bookie copies deleted {'the broker default, 4 h' if lag is None else f'{lag} ms'} after"
+
+
 class Cluster:
     """The cluster described by D/cluster.json (see the module docstring)."""
 
@@ -272,6 +302,7 @@ class Cluster:
         name: str = DEFAULT_CLUSTER,
         configuration_store: str | None = None,
         auth_refresh_check_s: float | None = None,
+        offload: dict[str, Any] | None = None,
     ) -> Cluster:
         """Lay out a new multi-process cluster in `directory` (ports chosen now, fixed for its lifetime).
 
@@ -284,7 +315,10 @@ class Cluster:
         `auth_refresh_check_s`: how often their connections re-check a token's expiry (None: their default).
 
         `name`: the cluster's name in its Pulsar instance; `configuration_store`: the instance's
-        configuration store URL (docs/geo-replication.md), None for the cluster's own ZooKeeper."""
+        configuration store URL (docs/geo-replication.md), None for the cluster's own ZooKeeper.
+
+        `offload`: tiered storage for every broker (see `offload_options`); a filesystem offloader without
+        a `directory` gets DIRECTORY/offload, made now, one directory all brokers share."""
         directory = Path(directory).resolve()
         cls._refuse_reuse(directory)
         try:
@@ -297,6 +331,12 @@ class Cluster:
             raise ClusterError(f"need at least 1 bookie and 0 or more brokers, not {bookies} and {brokers}")
         if proxies < 0 or (proxies and not brokers):
             raise ClusterError(f"proxies need brokers behind them: {proxies} proxies, {brokers} brokers")
+        if offload is not None:
+            offload = dict(offload)
+            if offload["driver"] == "filesystem" and not offload.get("directory"):
+                offload["directory"] = str(directory / "offload")
+                Path(offload["directory"]).mkdir(parents=True, exist_ok=True)
+            broker_options = (*broker_options, *offload_options(offload))
         ports = iter(range(base_port, base_port + 1000)) if base_port else None
 
         def port() -> int:
@@ -377,6 +417,8 @@ class Cluster:
             ],
             "nodes": nodes,
         }
+        if offload is not None:
+            state["offload"] = offload
         if files is not None:
             state["security"] = {
                 "super_user_token": str(files.super_user_token),
@@ -518,6 +560,12 @@ class Cluster:
         """Every broker's web service as one admin URL: http://HOST:PORT[,HOST:PORT...]."""
         urls = self.web_service_urls
         return "http://" + ",".join(u.removeprefix("http://") for u in urls) if urls else None
+
+    @property
+    def offload(self) -> dict[str, Any] | None:
+        """The brokers' tiered storage as given to `plan` (None: no offloader)."""
+        offload = self.state.get("offload")
+        return dict(offload) if offload else None
 
     @property
     def name(self) -> str:

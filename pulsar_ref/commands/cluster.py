@@ -11,7 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from impl.cluster.deployment import STATE_FILE, Cluster, ClusterError, InProcessNode
+from impl.cluster.deployment import STATE_FILE, Cluster, ClusterError, InProcessNode, describe_offload
+
+OFFLOAD_DRIVERS = ("filesystem", "aws-s3", "S3")  # `pulsar-ref broker --offload-driver`'s
+DEFAULT_OFFLOAD_DELETION_LAG_MS = 4 * 3600 * 1000  # the broker's (managedLedgerOffloadDeletionLagMs)
 
 
 def _progress(message: str) -> None:
@@ -77,6 +80,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     up.add_argument("--ensemble", type=int, help="brokers' ledger ensemble size E (default: the broker's, 3)")
     up.add_argument("--write-quorum", type=int, help="brokers' ledger write quorum Qw (default: the broker's, 3)")
     up.add_argument("--ack-quorum", type=int, help="brokers' ledger ack quorum Qa (default: the broker's, 2)")
+    up.add_argument(
+        "--max-entries-per-ledger",
+        type=int,
+        metavar="N",
+        help="brokers roll a topic's ledger over after N entries (default: the broker's, 50000); small N makes "
+        "many closed ledgers, for offload and trimming",
+    )
+    _add_offload_options(up)
     up.add_argument(
         "--name",
         default="standalone",
@@ -147,8 +158,112 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_offload_options(up: argparse.ArgumentParser) -> None:
+    """`pulsar-ref broker`'s tiered-storage options, passed to every broker (Pulsar's managedLedgerOffload*)."""
+    group = up.add_argument_group(
+        "tiered storage, the same for every broker (docs/storage-lifecycle.md; default: no offloader)"
+    )
+    group.add_argument(
+        "--offload-driver",
+        choices=OFFLOAD_DRIVERS,
+        help="Pulsar's managedLedgerOffloadDriver: filesystem (one directory all brokers share, so any broker "
+        "reads what another offloaded; default DIR/offload) or aws-s3 / S3 (a bucket on any S3 endpoint; the "
+        "brokers take credentials from the environment, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). "
+        "Default: filesystem if --offload-dir is given, aws-s3 if --s3-offload-bucket is, else no offloader",
+    )
+    group.add_argument(
+        "--offload-dir", metavar="PATH", help="the filesystem offloader's directory, shared by the brokers (must exist)"
+    )
+    group.add_argument("--s3-offload-bucket", metavar="BUCKET", help="s3ManagedLedgerOffloadBucket (must exist)")
+    group.add_argument(
+        "--s3-offload-endpoint", metavar="URL", help="s3ManagedLedgerOffloadServiceEndpoint (default AWS)"
+    )
+    group.add_argument("--s3-offload-region", metavar="REGION", help="s3ManagedLedgerOffloadRegion")
+    group.add_argument(
+        "--offload-deletion-lag-ms",
+        type=int,
+        metavar="MS",
+        help="Pulsar's managedLedgerOffloadDeletionLagMs: how long an offloaded ledger's bookie copy stays "
+        f"(default: the broker's, {DEFAULT_OFFLOAD_DELETION_LAG_MS}, 4 hours; 0: deleted at once)",
+    )
+
+
+OFFLOAD_OPTIONS = (
+    "offload_driver",
+    "offload_dir",
+    "s3_offload_bucket",
+    "s3_offload_endpoint",
+    "s3_offload_region",
+    "offload_deletion_lag_ms",
+)
+
+
+def _option(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+class Refused(Exception):
+    """A bad combination of `up`'s options (exit 2); the message says which."""
+
+
+def offload_of(args: argparse.Namespace) -> dict[str, object] | None:
+    """The brokers' offloader the options name (Cluster.plan's `offload`), None for none; Refused if they
+    do not make one. With --standalone only checked (its default is a filesystem offloader in DATA/offloaded)."""
+    given = [_option(o) for o in OFFLOAD_OPTIONS if getattr(args, o) is not None]
+    if not given:
+        return None
+    if args.brokers == 0 and not args.standalone:
+        raise Refused(f"{', '.join(given)}: a cluster without brokers has no offloader")
+    default = "filesystem" if args.offload_dir or args.standalone else ""
+    driver = args.offload_driver or ("aws-s3" if args.s3_offload_bucket else default)
+    if not driver:
+        raise Refused(f"{', '.join(given)} needs an offloader: give --offload-driver (or --offload-dir)")
+    lag = args.offload_deletion_lag_ms
+    if lag is not None and lag < 0:
+        raise Refused("--offload-deletion-lag-ms must be >= 0")
+    s3 = [_option(o) for o in OFFLOAD_OPTIONS if o.startswith("s3_") and getattr(args, o) is not None]
+    if driver == "filesystem":
+        if s3:
+            raise Refused(f"{', '.join(s3)} with the filesystem offloader: give --offload-driver aws-s3")
+        offload: dict[str, object] = {"driver": "filesystem"}
+        if args.offload_dir is not None:
+            directory = Path(args.offload_dir).resolve()
+            if not directory.is_dir():
+                raise Refused(f"--offload-dir {args.offload_dir}: no such directory (the brokers need it to exist)")
+            offload["directory"] = str(directory)
+    else:
+        if args.offload_dir is not None:
+            raise Refused(f"--offload-dir with --offload-driver {driver}: the S3 offloader writes to a bucket")
+        if not args.s3_offload_bucket:
+            raise Refused(f"--offload-driver {driver} needs --s3-offload-bucket")
+        offload = {"driver": driver, "bucket": args.s3_offload_bucket}
+        offload |= {"endpoint": args.s3_offload_endpoint or "", "region": args.s3_offload_region or ""}
+    if lag is not None:
+        offload["deletion_lag_ms"] = lag
+    return offload
+
+
+def _standalone_options(args: argparse.Namespace) -> list[str]:
+    """The ledger and tiered-storage options of `up --standalone`, passed as they are (the standalone's own
+    default offloader is DATA/offloaded)."""
+    options = []
+    for dest in ("max_entries_per_ledger", *OFFLOAD_OPTIONS):
+        value = getattr(args, dest)
+        if value is not None:
+            options += [_option(dest), str(Path(value).resolve() if dest == "offload_dir" else value)]
+    return options
+
+
 def up(args: argparse.Namespace) -> int:
     directory: Path = args.dir.resolve()
+    if args.max_entries_per_ledger is not None and args.max_entries_per_ledger < 1:
+        print("error: --max-entries-per-ledger must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        offload = offload_of(args)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.secure and args.standalone:
         print("error: for a secure standalone run `pulsar-ref standalone --secure`", file=sys.stderr)
         return 2
@@ -169,11 +284,16 @@ def up(args: argparse.Namespace) -> int:
             return 1
         cluster.die_with_parent = args.foreground
         _progress(f"starting the stopped cluster in {directory} again (same ports and data)")
+        changed = [_option(o) for o in ("max_entries_per_ledger", *OFFLOAD_OPTIONS) if getattr(args, o) is not None]
+        if changed:
+            _progress(f"note: {', '.join(changed)} ignored: the stopped cluster keeps the settings it was made with")
     elif args.standalone:
-        cluster = Cluster.plan_standalone(directory, args.base_port, die_with_parent=args.foreground)
+        cluster = Cluster.plan_standalone(
+            directory, args.base_port, die_with_parent=args.foreground, options=_standalone_options(args)
+        )
     else:
         broker_options: list[str] = []
-        for option in ("ensemble", "write_quorum", "ack_quorum"):
+        for option in ("ensemble", "write_quorum", "ack_quorum", "max_entries_per_ledger"):
             if getattr(args, option) is not None:
                 broker_options += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
         cluster = Cluster.plan(
@@ -190,6 +310,7 @@ def up(args: argparse.Namespace) -> int:
             name=args.name,
             configuration_store=args.configuration_store,
             auth_refresh_check_s=refresh,
+            offload=offload,
         )
     cluster.up(args.timeout, _progress)
     _progress(f"cluster up; state in {directory / STATE_FILE}; metadata {cluster.metadata_url}")
@@ -204,6 +325,8 @@ def up(args: argparse.Namespace) -> int:
         _progress(f"web service (admin REST API, cluster view): {', '.join(cluster.web_service_urls)}")
     if cluster.security:
         _progress(_security_line(cluster.security))
+    if cluster.offload:
+        _progress(f"tiered storage: {describe_offload(cluster.offload)}")
     print(cluster.pulsar_service_url or cluster.metadata_url, flush=True)
     if not args.foreground:
         return 0
@@ -250,6 +373,8 @@ def status(args: argparse.Namespace) -> int:
     print(f"web:      {', '.join(cluster.web_service_urls) or '(no brokers)'}")
     if cluster.security:
         print(f"secure:   {_security_line(cluster.security)}")
+    if cluster.topology == "cluster" and cluster.web_service_urls:
+        print(f"offload:  {describe_offload(cluster.offload)}")
     return 0 if all(r.state == "up" for r in rows) else 1
 
 
