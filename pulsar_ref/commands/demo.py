@@ -122,7 +122,10 @@ def main(argv: list[str], prog: str) -> int:
         return 2
     lifecycle = args.lifecycle if args.lifecycle is not None else not (args.cluster or args.geo)
     if lifecycle and (args.cluster or args.geo):
-        say("error: --lifecycle needs the embedded default (`cluster up` starts brokers without an offloader)")
+        say(
+            "error: --lifecycle needs the embedded default "
+            "(the demo plans --cluster's and --geo's brokers without an offloader)"
+        )
         return 2
     if args.geo:
         return _geo(args, run_dir, history_path, json_path, html_path)
