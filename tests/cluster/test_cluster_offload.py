@@ -144,3 +144,22 @@ def test_s3_offload_survives_the_owners_death(cluster_dir: Path, s3_server: S3Se
         cluster_dir, objects, "--offload-driver", "aws-s3", "--s3-offload-bucket", "cluster-offload",
         "--s3-offload-endpoint", s3_server.endpoint, "--s3-offload-region", "us-east-1",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--offload-driver", "aws-s3"], "needs --s3-offload-bucket"),
+        (["--offload-driver", "filesystem", "--s3-offload-bucket", "b"], "with the filesystem offloader"),
+        (["--offload-driver", "S3", "--s3-offload-bucket", "b", "--offload-dir", "."], "writes to a bucket"),
+        (["--offload-dir", "no/such/dir"], "no such directory"),
+        (["--offload-deletion-lag-ms", "0"], "needs an offloader"),
+        (["--offload-driver", "filesystem", "--offload-deletion-lag-ms", "-1"], "must be >= 0"),
+        (["--offload-driver", "filesystem", "--brokers", "0"], "without brokers"),
+        (["--max-entries-per-ledger", "0"], "must be >= 1"),
+    ],
+)
+def test_up_refuses_bad_offload_options(tmp_path: Path, options: list[str], says: str) -> None:
+    refused = pulsar_ref("cluster", "up", "--dir", str(tmp_path / "c"), *options, timeout=30)
+    assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+    assert not (tmp_path / "c").exists()  # refused before anything was planned or started
