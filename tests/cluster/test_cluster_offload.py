@@ -132,6 +132,7 @@ def test_filesystem_offload_survives_the_owners_death(cluster_dir: Path) -> None
     assert state(cluster_dir)["offload"] == {"driver": "filesystem", "directory": str(store), "deletion_lag_ms": 0}
 
 
+@pytest.mark.deep  # the S3 offloader is tested against moto in tests/broker; this adds the cluster's 30 s
 def test_s3_offload_survives_the_owners_death(cluster_dir: Path, s3_server: S3Server) -> None:  # noqa: F811
     s3 = s3_server.client()
     s3.create_bucket(Bucket="cluster-offload")
