@@ -78,6 +78,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     up.add_argument("--write-quorum", type=int, help="brokers' ledger write quorum Qw (default: the broker's, 3)")
     up.add_argument("--ack-quorum", type=int, help="brokers' ledger ack quorum Qa (default: the broker's, 2)")
     up.add_argument(
+        "--max-message-size",
+        type=int,
+        metavar="BYTES",
+        help="brokers' maxMessageSize (default: the broker's, 5 MiB); the bookies' --netty-max-frame-size-bytes "
+        "is set to it plus 10240 bytes of metadata allowance, so every message accepted can be stored",
+    )
+    up.add_argument(
         "--name",
         default="standalone",
         help="the cluster's name in its Pulsar instance (default standalone, as a one-cluster instance's)",
@@ -157,6 +164,13 @@ def up(args: argparse.Namespace) -> int:
         why = "must be > 0" if args.secure else "needs --secure (without it no token is checked)"
         print(f"error: --authentication-refresh-check-seconds {why}", file=sys.stderr)
         return 2
+    if args.max_message_size is not None:
+        from impl.broker.service import size_settings_error
+
+        error = size_settings_error(args.max_message_size)
+        if error:
+            print(f"error: --max-message-size: {error}", file=sys.stderr)
+            return 2
     if (directory / STATE_FILE).exists():
         cluster = Cluster.load(directory)
         running = [n.name for n in cluster.nodes() if n.pid() is not None]
@@ -170,12 +184,18 @@ def up(args: argparse.Namespace) -> int:
         cluster.die_with_parent = args.foreground
         _progress(f"starting the stopped cluster in {directory} again (same ports and data)")
     elif args.standalone:
-        cluster = Cluster.plan_standalone(directory, args.base_port, die_with_parent=args.foreground)
+        size = [] if args.max_message_size is None else ["--max-message-size", str(args.max_message_size)]
+        cluster = Cluster.plan_standalone(directory, args.base_port, die_with_parent=args.foreground, options=size)
     else:
         broker_options: list[str] = []
-        for option in ("ensemble", "write_quorum", "ack_quorum"):
+        bookie_options: list[str] = []
+        for option in ("ensemble", "write_quorum", "ack_quorum", "max_message_size"):
             if getattr(args, option) is not None:
                 broker_options += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
+        if args.max_message_size is not None:
+            from impl.broker.service import bookie_frame_for
+
+            bookie_options += ["--netty-max-frame-size-bytes", str(bookie_frame_for(args.max_message_size))]
         cluster = Cluster.plan(
             directory,
             args.zookeepers,
@@ -184,6 +204,7 @@ def up(args: argparse.Namespace) -> int:
             args.base_port,
             die_with_parent=args.foreground,
             broker_options=tuple(broker_options),
+            bookie_options=tuple(bookie_options),
             trace_dir=args.trace_dir,
             proxies=args.proxies,
             secure=args.secure,
