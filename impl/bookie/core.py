@@ -61,10 +61,11 @@ from impl.bookie.protocol import (
 if TYPE_CHECKING:
     from impl.trace import Tracer
 
-# The largest entry body (header, digest and data) a bookie stores: the nettyMaxFrameSizeBytes Pulsar's
-# bookkeeper.conf ships (5 MiB + 10 KiB), so that the entry of Pulsar's largest message (a 5 MiB payload
-# plus its metadata, which the broker bounds: impl/broker/service.py MAX_METADATA_SIZE) always fits.
-MAX_ENTRY_SIZE = 5 * 1024 * 1024 + 10 * 1024
+# The default of the largest entry body (header, digest and data) a bookie stores: the
+# nettyMaxFrameSizeBytes Pulsar's bookkeeper.conf ships (5 MiB + 10 KiB), so that the entry of Pulsar's
+# largest default message (a 5 MiB payload plus its metadata, which the broker bounds:
+# impl/broker/service.py MAX_METADATA_SIZE) always fits. A setting: BookieCore.max_entry_size.
+DEFAULT_MAX_ENTRY_SIZE = 5 * 1024 * 1024 + 10 * 1024
 MAX_ID = 2**63 - 1
 
 
@@ -238,6 +239,8 @@ class BookieCore:
     # re-create it here and have its add acknowledged on a ledger nobody will read (BookKeeper issue 4462).
     # Ledger ids are never reused (a sequential metadata node allocates them).
     deleted: set[int] = field(default_factory=set)
+    # The largest entry body taken (nettyMaxFrameSizeBytes): a bigger add is refused with EBADREQ.
+    max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
 
     # --- the one entry point ------------------------------------------------------------------
     def step(self, event: Event) -> list[Output]:
@@ -304,7 +307,7 @@ class BookieCore:
         def reply(code: ErrorCode) -> Reply:
             return Reply(request_id, AddResponse(req.ledger_id, req.entry_id, code))
 
-        if not _valid_id(req.ledger_id) or not _valid_id(req.entry_id) or len(req.body) > MAX_ENTRY_SIZE:
+        if not _valid_id(req.ledger_id) or not _valid_id(req.entry_id) or len(req.body) > self.max_entry_size:
             return [reply(ErrorCode.EBADREQ)]
         try:
             ledger_id, entry_id, lac, _length = read_header(req.body)

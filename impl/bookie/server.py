@@ -40,6 +40,7 @@ from impl.bookie import http as bookie_http
 from impl.bookie import wire
 from impl.bookie.checkpoint import read_mark, write_mark
 from impl.bookie.core import (
+    DEFAULT_MAX_ENTRY_SIZE,
     AppendJournal,
     BookieCore,
     EntryNotStored,
@@ -132,7 +133,9 @@ class GcRound:
 class Bookie:
     """Core + journal + ledger storage; `submit(request, deliver)` calls `deliver(response)` exactly once.
 
-    `tracer`: the core's recorder (impl/trace.py), which sees its journal replay and every add and read."""
+    `tracer`: the core's recorder (impl/trace.py), which sees its journal replay and every add and read.
+    `max_entry_size`: BookKeeper's nettyMaxFrameSizeBytes, the largest entry body an add may carry (a
+    bigger one is refused with EBADREQ); at most wire.MAX_FRAME_SIZE_LIMIT."""
 
     def __init__(
         self,
@@ -152,13 +155,18 @@ class Bookie:
         crash_at: str | None = None,
         tracer: Tracer | None = None,
         journal_sync_data: bool = True,
+        max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE,
     ) -> None:
+        if not 0 < max_entry_size <= wire.MAX_FRAME_SIZE_LIMIT:
+            raise ValueError(
+                f"the bookie's frame limit must be 1..{wire.MAX_FRAME_SIZE_LIMIT} bytes, not {max_entry_size}"
+            )
         self.data_dir = Path(data_dir)
         self.journal_dir = Path(journal_dir) if journal_dir else self.data_dir / "journal"
         self.storage_dir = self.data_dir / "ledgers"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.storage = LedgerStorage(self.storage_dir, entry_log_size, read_cache_bytes)
-        self.core = BookieCore(tracer=tracer)  # traced from the journal replay on
+        self.core = BookieCore(tracer=tracer, max_entry_size=max_entry_size)  # traced from the journal replay on
         for ledger_id, indexed in self.storage.ledgers().items():
             meta = indexed.meta
             state = LedgerState(meta.master_key, meta.fenced, set(indexed.locations))

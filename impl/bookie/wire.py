@@ -78,6 +78,10 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_STREAM_MESSAGE),
     ("grpc.max_receive_message_length", MAX_STREAM_MESSAGE),
 ]
+# The largest entry a bookie can be set to take (its nettyMaxFrameSizeBytes): a stream message holds
+# frames up to about 4 MiB plus one more (impl/bookie/channel.py MAX_BATCH_BYTES, server.py
+# MAX_REPLY_BATCH_BYTES), and must stay within MAX_STREAM_MESSAGE. Bigger messages are chunked.
+MAX_FRAME_SIZE_LIMIT = MAX_STREAM_MESSAGE - 4 * 1024 * 1024 - 64 * 1024
 # Protobuf wire keys (field number << 3 | wire type): StreamReqBatch.requests (1, length-delimited)
 # and StreamReq.tag (1, varint).
 _REQUESTS_KEY, _TAG_KEY = b"\x0a", b"\x08"

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impl.bookie.client.api import BookKeeperClient
+from impl.bookie.wire import MAX_FRAME_SIZE_LIMIT
 from impl.broker import namespaces, sequence_ids
 from impl.broker.authorization import Authorizer
 from impl.broker.compaction import COMPACTION_CURSOR, TopicCompactor
@@ -181,17 +182,42 @@ PUBLISH_CHUNK = 64
 # A/B of 1, 2 and unlimited on the standalone (bench/history/pulsar.md): lowest publish latency at 1,000
 # msg/s, and async throughput, batched or not, no lower than with more.
 STEPS_IN_FLIGHT = 1
-# The most an entry's metadata (headers, properties, checksum) may add to its payload: a payload of
-# max_message_size plus this must fit a bookie's frame (impl/bookie/core.py MAX_ENTRY_SIZE, 5 MiB +
-# 10 KiB, like Pulsar's maxMessageSize and the nettyMaxFrameSizeBytes its bookkeeper.conf ships).
+# The most an entry's metadata (headers, properties, checksum) may add to its payload.
 MAX_METADATA_SIZE = 8 * 1024
+# What a bookie's entry adds to a message's payload at most: the metadata above, the BookKeeper entry's
+# header and digest, with room to spare. The bookies' frame limit (nettyMaxFrameSizeBytes) must be at
+# least max_message_size plus this, as Pulsar's defaults are: maxMessageSize 5 MiB, and the
+# nettyMaxFrameSizeBytes its bookkeeper.conf ships, 5 MiB + 10 KiB (impl/bookie/core.py).
+ENTRY_ALLOWANCE = 10 * 1024
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Pulsar's default maxMessageSize
+
+
+def bookie_frame_for(max_message_size: int) -> int:
+    """The least frame limit of the bookies that store every message of up to `max_message_size`."""
+    return max_message_size + ENTRY_ALLOWANCE
+
+
+def size_settings_error(max_message_size: int) -> str | None:
+    """Why a broker's `max_message_size` cannot work, or None: its entries must fit a bookie's frame,
+    which is at most wire.MAX_FRAME_SIZE_LIMIT (a process that runs both derives its bookies' frame
+    limit from it: bookie_frame_for)."""
+    largest = MAX_FRAME_SIZE_LIMIT - ENTRY_ALLOWANCE
+    if not 0 < max_message_size <= largest:
+        return (
+            f"the max message size must be 1..{largest} bytes (its entries must fit a bookie's frame, at most "
+            f"{MAX_FRAME_SIZE_LIMIT} bytes; producers send larger messages as chunks), not {max_message_size}"
+        )
+    return None
+
+
 REMOTE_TIMEOUT_S = 10.0  # replicators' requests to another cluster (lookup, PRODUCER)
 
 
 @dataclass
 class BrokerConfig:
     managed_ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
-    max_message_size: int = 5 * 1024 * 1024  # Pulsar's default maxMessageSize
+    # Pulsar's maxMessageSize: advertised in CONNECTED, checked on SEND (size_settings_error says which work)
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     deduplication: bool = False  # Pulsar's brokerDeduplicationEnabled: on per namespace policy
     delayed_delivery: DelayedDelivery = field(default_factory=DelayedDelivery)  # delayedDeliveryEnabled, tick
     security: Security = field(default_factory=Security)  # authentication, authorization, TLS (all off)

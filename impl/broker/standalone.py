@@ -23,11 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from impl.bookie.core import DEFAULT_MAX_ENTRY_SIZE
 from impl.bookie.server import Bookie, BookieServer
 from impl.broker import namespaces
 from impl.broker.broker import Broker
 from impl.broker.managed_ledger import ManagedLedgerConfig
-from impl.broker.service import BrokerConfig
+from impl.broker.service import DEFAULT_MAX_MESSAGE_SIZE, BrokerConfig, bookie_frame_for, size_settings_error
 from impl.metadata import layout
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.renewal import SessionRenewer
@@ -70,8 +71,11 @@ def lock_data_dir(data_dir: Path) -> int:
 class _InProcessBookie:
     """A bookie with its gRPC server and its registration; can be killed and restarted in place."""
 
-    def __init__(self, data_dir: Path, port: int, registry: BookieRegistry) -> None:
+    def __init__(
+        self, data_dir: Path, port: int, registry: BookieRegistry, max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
+    ) -> None:
         self.data_dir = data_dir
+        self.max_entry_size = max_entry_size  # nettyMaxFrameSizeBytes
         self.port = port
         self.registry = registry
         self.bookie_id = f"127.0.0.1:{port}"
@@ -81,7 +85,7 @@ class _InProcessBookie:
     def start(self) -> None:
         # The metadata store lets the bookie garbage-collect ledgers whose metadata was deleted
         # (topics trimmed by the broker).
-        bookie = Bookie(self.data_dir, metadata=lambda: self.registry.store)
+        bookie = Bookie(self.data_dir, metadata=lambda: self.registry.store, max_entry_size=self.max_entry_size)
         for torn in bookie.replay_report.torn:
             log.warning("bookie %s: ignored torn journal tail %s at %d", self.bookie_id, torn.file, torn.offset)
         server = BookieServer(bookie, port=self.port, http_port=0)
@@ -142,7 +146,11 @@ class Standalone:
         cluster: str = namespaces.DEFAULT_CLUSTER,
         configuration_store: str | None = None,  # URL of the instance's configuration store; None: the embedded one
         session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,  # of every metadata session (zooKeeperSessionTimeout)
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,  # maxMessageSize; the bookies' frame limit follows
     ) -> None:
+        error = size_settings_error(max_message_size)
+        if error:
+            raise ValueError(error)
         self.cluster = cluster
         self.session_timeout_s = session_timeout_s
         self.configuration_store_url = configuration_store
@@ -188,7 +196,8 @@ class Standalone:
         )
         self._renewer.watch(self.store)
         self.bookies = [
-            _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry) for i, p in enumerate(ports[:bookies])
+            _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry, bookie_frame_for(max_message_size))
+            for i, p in enumerate(ports[:bookies])
         ]
         ml_config = ManagedLedgerConfig(
             ensemble=ensemble,
@@ -196,7 +205,7 @@ class Standalone:
             ack_quorum=ack_quorum,
             max_entries_per_ledger=max_entries_per_ledger,
         )
-        self.config = BrokerConfig(managed_ledger=ml_config, security=security)
+        self.config = BrokerConfig(managed_ledger=ml_config, security=security, max_message_size=max_message_size)
         self.broker: Broker | None = None
         self._lock = threading.Lock()
 

@@ -297,6 +297,7 @@ class Cluster:
         proxies: int = 0,
         die_with_parent: bool = False,
         broker_options: tuple[str, ...] = (),
+        bookie_options: tuple[str, ...] = (),
         trace_dir: str | Path | None = None,
         secure: bool = False,
         name: str = DEFAULT_CLUSTER,
@@ -377,7 +378,7 @@ class Cluster:
         for i in range(1, bookies + 1):
             p, d = port(), directory / f"bookie-{i}"
             command = pulsar_ref_command("bookie", "--metadata", metadata, "--data", str(d / "data"), "--port", str(p))
-            command += traced(f"bookie-{i}")
+            command += [*bookie_options, *traced(f"bookie-{i}")]
             nodes.append({"name": f"bookie-{i}", "role": "bookie", "port": p, "dir": str(d), "command": command})
         for i in range(1, brokers + 1):
             pp, wp, d = port(), port(), directory / f"broker-{i}"

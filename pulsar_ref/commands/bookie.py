@@ -29,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "entry_log_size": 64 * 1024 * 1024,  # bytes: entry logs roll at this size (the unit of space reclaimed)
     "journal_roll_size": 256 * 1024 * 1024,  # bytes: journal files roll at this size
     "read_cache_mb": 16,
+    # BookKeeper's nettyMaxFrameSizeBytes: the largest entry an add may carry (impl/bookie/core.py's default)
+    "netty_max_frame_size_bytes": 5 * 1024 * 1024 + 10 * 1024,
 }
 
 
@@ -69,6 +71,16 @@ def run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
         if bad:
             print(f"error: {key} must be a number >= {least}, not {config[key]!r}", file=sys.stderr)
             return 2
+    from impl.bookie.wire import MAX_FRAME_SIZE_LIMIT
+
+    frame = config["netty_max_frame_size_bytes"]
+    if isinstance(frame, bool) or not isinstance(frame, int) or not 0 < frame <= MAX_FRAME_SIZE_LIMIT:
+        print(
+            f"error: netty_max_frame_size_bytes must be an integer in 1..{MAX_FRAME_SIZE_LIMIT} "
+            f"(larger messages are sent as chunks), not {frame!r}",
+            file=sys.stderr,
+        )
+        return 2
     session = _Session(connect(args.metadata))
     bookie_id: list[str] = []
 
@@ -92,6 +104,7 @@ def run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
             read_cache_bytes=int(config["read_cache_mb"]) * 1024 * 1024,
             crash_at=args.crash_at,
             tracer=tracer,
+            max_entry_size=frame,
         )
     except (CorruptCheckpoint, JournalMissing) as exc:
         session.store.close()
@@ -275,6 +288,14 @@ def main(argv: list[str], prog: str) -> int:
         "--journal-roll-size", type=int, metavar="BYTES", help="journal files roll at this size (default 256 MiB)"
     )
     parser.add_argument("--read-cache-mb", type=int, metavar="MIB", help="read cache size (default 16)")
+    parser.add_argument(
+        "--netty-max-frame-size-bytes",
+        type=int,
+        metavar="BYTES",
+        help="BookKeeper's nettyMaxFrameSizeBytes: the largest entry an add may carry; bigger ones are refused "
+        "(EBADREQ). Brokers' --max-message-size plus 10240 bytes of metadata must fit (default 5253120, "
+        "5 MiB + 10 KiB, as Pulsar's bookkeeper.conf ships)",
+    )
     parser.add_argument("--crash-at", help=argparse.SUPPRESS)  # tests: SIGKILL itself at this fault point
     parser.add_argument(
         "--config", metavar="FILE", help="TOML file with any of the options above, in snake_case (options given win)"

@@ -141,6 +141,30 @@ def add_instance_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # BrokerConfig's, Pulsar's maxMessageSize (not imported: light CLI)
+
+
+def add_max_message_size_option(parser: argparse.ArgumentParser, bookies: str) -> None:
+    parser.add_argument(
+        "--max-message-size",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_SIZE,
+        metavar="BYTES",
+        help="Pulsar's maxMessageSize: the largest message payload, advertised to clients in CONNECTED and "
+        f"checked on SEND; producers with chunking on send larger ones in chunks of this size (default "
+        f"{DEFAULT_MAX_MESSAGE_SIZE}, 5 MiB). {bookies}",
+    )
+
+
+def check_max_message_size(parser: argparse.ArgumentParser, max_message_size: int) -> None:
+    """Exit 2 (parser.error) if no bookie can store the entries of messages this large."""
+    from impl.broker.service import size_settings_error
+
+    error = size_settings_error(max_message_size)
+    if error:
+        parser.error(error)
+
+
 def check_quorums(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if not args.ensemble >= args.write_quorum >= args.ack_quorum >= 1:
         parser.error("need ensemble >= write quorum >= ack quorum >= 1")
@@ -180,6 +204,11 @@ def main(argv: list[str], prog: str) -> int:
     add_security_options(parser)
     add_instance_options(parser)
     add_backpressure_option(parser)
+    add_max_message_size_option(
+        parser,
+        "Its bookies' frame limit (pulsar-ref bookie --netty-max-frame-size-bytes) must be at least this plus "
+        "10240 bytes of metadata allowance, or the largest messages cannot be stored.",
+    )
     add_offload_options(parser, "")
     parser.add_argument(
         "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
@@ -195,6 +224,7 @@ def main(argv: list[str], prog: str) -> int:
     shutdown.add_argument(parser)
     args = parser.parse_args(argv)
     check_quorums(parser, args)
+    check_max_message_size(parser, args.max_message_size)
     args.security = security_of(parser, args)
     args.offload = offload_settings_of(parser, args, "")
     if not args.trace:
@@ -229,6 +259,7 @@ def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
             max_entries_per_ledger=args.max_entries_per_ledger,
         ),
         security=args.security,
+        max_message_size=args.max_message_size,
         max_pending_write_bytes=args.max_pending_write_bytes,
         managed_ledger_cache_size_mb=args.managed_ledger_cache_size_mb,
         offload=args.offload,

@@ -87,6 +87,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="brokers roll a topic's ledger over after N entries (default: the broker's, 50000); small N makes "
         "many closed ledgers, for offload and trimming",
     )
+    up.add_argument(
+        "--max-message-size",
+        type=int,
+        metavar="BYTES",
+        help="brokers' maxMessageSize (default: the broker's, 5 MiB); the bookies' --netty-max-frame-size-bytes "
+        "is set to it plus 10240 bytes of metadata allowance, so every message accepted can be stored",
+    )
     _add_offload_options(up)
     up.add_argument(
         "--name",
@@ -247,7 +254,7 @@ def _standalone_options(args: argparse.Namespace) -> list[str]:
     """The ledger and tiered-storage options of `up --standalone`, passed as they are (the standalone's own
     default offloader is DATA/offloaded)."""
     options = []
-    for dest in ("max_entries_per_ledger", *OFFLOAD_OPTIONS):
+    for dest in ("max_entries_per_ledger", "max_message_size", *OFFLOAD_OPTIONS):
         value = getattr(args, dest)
         if value is not None:
             options += [_option(dest), str(Path(value).resolve() if dest == "offload_dir" else value)]
@@ -272,6 +279,13 @@ def up(args: argparse.Namespace) -> int:
         why = "must be > 0" if args.secure else "needs --secure (without it no token is checked)"
         print(f"error: --authentication-refresh-check-seconds {why}", file=sys.stderr)
         return 2
+    if args.max_message_size is not None:
+        from impl.broker.service import size_settings_error
+
+        error = size_settings_error(args.max_message_size)
+        if error:
+            print(f"error: --max-message-size: {error}", file=sys.stderr)
+            return 2
     if (directory / STATE_FILE).exists():
         cluster = Cluster.load(directory)
         running = [n.name for n in cluster.nodes() if n.pid() is not None]
@@ -293,9 +307,14 @@ def up(args: argparse.Namespace) -> int:
         )
     else:
         broker_options: list[str] = []
-        for option in ("ensemble", "write_quorum", "ack_quorum", "max_entries_per_ledger"):
+        bookie_options: list[str] = []
+        for option in ("ensemble", "write_quorum", "ack_quorum", "max_entries_per_ledger", "max_message_size"):
             if getattr(args, option) is not None:
                 broker_options += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
+        if args.max_message_size is not None:
+            from impl.broker.service import bookie_frame_for
+
+            bookie_options += ["--netty-max-frame-size-bytes", str(bookie_frame_for(args.max_message_size))]
         cluster = Cluster.plan(
             directory,
             args.zookeepers,
@@ -304,6 +323,7 @@ def up(args: argparse.Namespace) -> int:
             args.base_port,
             die_with_parent=args.foreground,
             broker_options=tuple(broker_options),
+            bookie_options=tuple(bookie_options),
             trace_dir=args.trace_dir,
             proxies=args.proxies,
             secure=args.secure,

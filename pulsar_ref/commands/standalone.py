@@ -15,7 +15,9 @@ from pulsar_ref.commands.broker import (
     add_backpressure_option,
     add_instance_options,
     add_ledger_options,
+    add_max_message_size_option,
     add_offload_options,
+    check_max_message_size,
     check_quorums,
     offload_settings_of,
 )
@@ -68,6 +70,11 @@ def main(argv: list[str], prog: str) -> int:
     add_security_options(parser)
     add_instance_options(parser)
     add_backpressure_option(parser)
+    add_max_message_size_option(
+        parser,
+        "The embedded bookies take entries of up to this plus 10240 bytes of metadata allowance "
+        "(their nettyMaxFrameSizeBytes), so every message accepted can be stored.",
+    )
     add_offload_options(parser, "DATA/offloaded")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument(
@@ -81,6 +88,7 @@ def main(argv: list[str], prog: str) -> int:
     shutdown.add_argument(parser)
     args = parser.parse_args(argv)
     check_quorums(parser, args)
+    check_max_message_size(parser, args.max_message_size)
     security = security_of(parser, args)
     offload = offload_settings_of(parser, args, str(Path(args.data).resolve() / "offloaded"))
     secure_files = None
@@ -118,6 +126,7 @@ def main(argv: list[str], prog: str) -> int:
             cluster=args.cluster,
             configuration_store=args.configuration_store,
             session_timeout_s=args.session_timeout,
+            max_message_size=args.max_message_size,
         )
         standalone.config.max_pending_write_bytes = args.max_pending_write_bytes
         standalone.config.managed_ledger_cache_size_mb = args.managed_ledger_cache_size_mb

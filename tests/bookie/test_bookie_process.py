@@ -145,6 +145,29 @@ def test_bad_input_gets_error_codes_and_bookie_keeps_serving(tmp_path: Path):
         bookie.kill()
 
 
+def test_netty_max_frame_size_bytes_bounds_an_add(tmp_path: Path):
+    """The frame limit is a setting (BookKeeper's nettyMaxFrameSizeBytes): an add up to it is stored, a
+    bigger one refused (EBADREQ, for good), and the bookie keeps serving."""
+    limit = 64 * 1024
+    bookie = BookieProcess(
+        tmp_path / "data", f"embedded://{tmp_path / 'meta'}", "--netty-max-frame-size-bytes", str(limit)
+    )
+    try:
+        ch = BookieChannel(bookie.address)
+        fits = encode_entry(5, 0, -1, 0, b"x" * 1000, DigestType.CRC32C, PASSWORD)
+        fits = encode_entry(5, 0, -1, 0, b"x" * (1000 + limit - len(fits)), DigestType.CRC32C, PASSWORD)
+        assert len(fits) == limit
+        assert ch.call(AddRequest(5, 0, KEY, fits)).code is ErrorCode.EOK
+        over = encode_entry(5, 1, 0, 1, b"x" * (limit - 8), DigestType.CRC32C, PASSWORD)
+        assert len(over) > limit
+        assert ch.call(AddRequest(5, 1, KEY, over)).code is ErrorCode.EBADREQ
+        assert ch.call(AddRequest(5, 1, KEY, body(5, 1))).code is ErrorCode.EOK
+        assert ch.call(ReadRequest(5, 0)).body == fits
+        ch.close()
+    finally:
+        bookie.kill()
+
+
 def test_reads_complete_while_journal_saturated(tmp_path: Path):
     bookie = BookieProcess(tmp_path / "data", f"embedded://{tmp_path / 'meta'}")
     try:
