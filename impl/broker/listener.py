@@ -461,6 +461,7 @@ class _Connection:
             is_chunk=out.is_chunk,
             num_messages=entry.num_messages,
             batched=entry.is_batch,
+            chunk=Append.chunk_of(entry.metadata) if out.is_chunk else None,
         )
 
     def _publish(self, run: list[tuple[conn.DoPublish, Append]]) -> None:

@@ -108,6 +108,7 @@ from impl.client.errors import ClientError
 from impl.metadata.naming import InvalidTopicName, NamespaceName, TopicName
 from impl.metadata.store import MetadataError, MetadataStore, NoNode
 from impl.protocol import entry_codec
+from impl.protocol import pulsar_api_pb2 as api
 from impl.protocol.entry_codec import CorruptEntry
 from impl.protocol.message_id import MessageId
 from impl.security.settings import Security
@@ -136,6 +137,11 @@ class Append:
     is_chunk: bool = False  # a chunk of a chunked message: its chunks share one sequence id
     num_messages: int = 1  # a batch's; fewer than its span of sequence ids when KeyBased
     batched: bool = False  # in the batch format (num_messages_in_batch set), even with one message
+    chunk: tuple[str, int] | None = None  # a chunk's (uuid, chunk_id): which part of which message
+
+    @staticmethod
+    def chunk_of(metadata: api.MessageMetadata) -> tuple[str, int] | None:
+        return (metadata.uuid, metadata.chunk_id) if metadata.HasField("chunk_id") else None
 
     def message_ids(self) -> Sequence[int]:
         return sequence_ids.message_ids(self.sequence_id, self.highest_sequence_id, self.num_messages, self.data)
@@ -153,6 +159,7 @@ class Append:
             meta.producer_name,
             num_messages=entry.num_messages,
             batched=entry.is_batch,
+            chunk=cls.chunk_of(meta),
         )
 
 
@@ -568,6 +575,10 @@ class Topic:
         # The ids themselves, which KeyBased batches need (impl/broker/sequence_ids.py): pushed and persisted.
         self.pushed_ids: dict[str, SequenceIds] = {}
         self.persisted_ids: dict[str, SequenceIds] = {}
+        # A chunked message's chunks share its sequence id: the last chunk pushed and persisted per producer,
+        # (sequence id, uuid, chunk id), tell a chunk resent after a lost receipt from the next one.
+        self.pushed_chunk: dict[str, tuple[int, str, int]] = {}
+        self.persisted_chunk: dict[str, tuple[int, str, int]] = {}
         # Guards the two maps against completions; a leaf lock (nothing is taken while it is held), as
         # completions come from the managed ledger's threads while a publisher holds the topic lock.
         self._dedup_lock = threading.Lock()
@@ -667,6 +678,9 @@ class Topic:
                     entry.metadata.sequence_id, entry.highest_sequence_id, entry.num_messages, data
                 )
                 self._published(producer, ids, entry.is_batch, persisted=True)
+                chunk = Append.chunk_of(entry.metadata)
+                if chunk is not None:
+                    self.pushed_chunk[producer] = self.persisted_chunk[producer] = (ids[0], *chunk)
                 last = max(entry.highest_sequence_id, self.pushed_ids[producer].highest)
                 if last > self.last_sequence.get(producer, -1):
                     self.last_sequence[producer] = self.persisted_sequence[producer] = last
@@ -862,6 +876,8 @@ class Topic:
                     if dedup:
                         with self._dedup_lock:
                             self._published(key, append.message_ids(), append.batched, persisted=False)
+                            if append.chunk is not None:
+                                self.pushed_chunk[key] = (append.sequence_id, *append.chunk)
                             highest = max(append.highest_sequence_id, self.pushed_ids[key].highest)
                             self.last_sequence[key] = max(highest, self.last_sequence.get(key, -1))
             if adds:
@@ -880,14 +896,27 @@ class Topic:
         if append.sequence_id > last:
             return False  # the common case: nothing to look up
         if append.is_chunk and append.sequence_id == last:
-            return False
+            return self._chunk_seen(self.pushed_chunk.get(producer), append)
         if not append.batched:
             return True  # a message sent on its own: Pulsar's rule, so a topic keeps its producers' order
         pushed = self.pushed_ids.get(producer)
         return pushed is not None and pushed.covers(append.message_ids())
 
+    @staticmethod
+    def _chunk_seen(last: tuple[int, str, int] | None, append: Append) -> bool:
+        """Whether this chunk is at or before the last one recorded of the same message (a chunk without
+        its uuid and index, from a client that leaves them out, is never taken for a resend)."""
+        if last is None or append.chunk is None:
+            return False
+        sequence_id, uuid, chunk_id = last
+        return (sequence_id, uuid) == (append.sequence_id, append.chunk[0]) and append.chunk[1] <= chunk_id
+
     def _persisted(self, producer: str, append: Append) -> bool:
         """Whether a duplicate's first copy is persisted (confirm it) or still in flight (refuse it)."""
+        if append.is_chunk and append.chunk is not None:
+            persisted = self.persisted_chunk.get(producer)
+            if persisted is not None and persisted[:2] == (append.sequence_id, append.chunk[0]):
+                return self._chunk_seen(persisted, append)  # its message is being persisted: this chunk?
         if not append.batched:
             return append.sequence_id <= self.persisted_sequence.get(producer, -1)
         return self.persisted_ids[producer].covers(append.message_ids())
@@ -968,11 +997,17 @@ class Topic:
                     persisted = self.persisted_sequence.get(producer, -1)
                     if not isinstance(outcome, ManagedLedgerError):
                         sequence_ids.record(self.persisted_ids[producer], append.message_ids(), append.batched)
+                        if append.chunk is not None:
+                            self.persisted_chunk[producer] = (append.sequence_id, *append.chunk)
                         highest = max(append.highest_sequence_id, self.persisted_ids[producer].highest)
                         self.persisted_sequence[producer] = max(persisted, highest)
                     else:  # not written (as far as we know): a resend must be written, not acknowledged
                         self.last_sequence[producer] = persisted
                         self.pushed_ids[producer] = self.persisted_ids[producer].copy()
+                        if producer in self.persisted_chunk:
+                            self.pushed_chunk[producer] = self.persisted_chunk[producer]
+                        else:
+                            self.pushed_chunk.pop(producer, None)
             if isinstance(outcome, ManagedLedgerFencedError):
                 self.service.topic_fenced(self)
                 result(TopicFenced(str(outcome)))
