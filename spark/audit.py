@@ -55,7 +55,9 @@ SCHEMA = (
     # the cluster an operation went to, in a history of several (spark/geo.py)
     "cluster string, "
     # a typed run's deliveries and schema registry (spark/schema_audit.py)
-    "schema_version long, versions array<long>"
+    "schema_version long, versions array<long>, "
+    # the message TTL a drain records (spark/queue_audit.py)
+    "message_ttl long"
 )
 # Bucket widths of the two-level windows: entries per (ledger, entry // POS_BUCKET) and events per
 # index // INDEX_BUCKET. Large enough that the table of bucket boundaries stays small, small enough that a
@@ -794,8 +796,9 @@ def audit(
     queue_rows: list[dict[str, Any]] = []
     figure_rows: list[dict[str, Any]] = []
     consumer_ops: dict[int, int] = {}
+    expired_rows: list[dict[str, Any]] = []
     if queue_audit.has_consumers(events):
-        queue_rows, figure_rows, consumer_ops = queue_audit.run(spark, events)
+        queue_rows, figure_rows, consumer_ops, expired_rows = queue_audit.run(spark, events)
     schema_rows: list[dict[str, Any]] = []
     schema_ops: dict[int, int] = {}
     if schema_audit.has_schemas(events):
@@ -834,5 +837,7 @@ def audit(
         ops = sum(s.ops for s in topics.values()) + consumer_ops.get(h, 0) + live[2].get(h, 0) + schema_ops.get(h, 0)
         report = Report(ops=ops, cases=cases, topics=topics, subscriptions=sorted(figures, key=lambda f: f.key))
         report.non_persistent = sorted((f for hh, f in live[1] if hh == h), key=lambda f: f.key)
+        expired = (queue_audit.expired_of(r) for r in expired_rows if r["history"] == h)
+        report.expired = sorted(expired, key=lambda f: f.key)
         out.append(Audited(path, report))
     return out

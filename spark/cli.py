@@ -43,6 +43,11 @@ def _print_summary(path: str, report: Report) -> None:
         print(f"  {name:<44} non-persistent: {lost}, {n.duplicates} duplicates")
     if report.waited_for_drain:
         print(f"  {report.waited_for_drain} messages waited for the final drain (their subscription had no consumer)")
+    if report.expired:
+        print(
+            f"  {report.expired_by_ttl} messages expired by TTL before the drain (never delivered to "
+            f"{sum(1 for f in report.expired if f.expired)} of {len(report.expired)} subscriptions with a message TTL)"
+        )
     for c in report.cases[:20]:
         print(f"  {c.anomaly}: events {list(c.ops)}: {c.explanation}")
     if len(report.cases) > 20:

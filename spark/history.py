@@ -14,7 +14,8 @@ reason (`HistoryError`), before anything is audited:
 - a consumer's operations (subscribe, receive, ack, nack, close, drain) carry a `subscription` and (but drain) a
   `consumer`; a subscribe names a known subscription type, an `ok` receive carries the delivery (value,
   position, redelivery count, optional key and partition), an ack or nack names the delivery it answers; an
-  ack or nack ending `info` does not retire its process;
+  ack or nack ending `info` does not retire its process; a drain's optional `message_ttl` (the topic's message
+  TTL in seconds) is a non-negative integer;
 - a typed run's `schemas` operation (the registry's versions of a topic) ends `ok` with `versions`, a list of
   non-negative integers, and an `ok` receive's optional `schema_version` is one.
 
@@ -85,6 +86,7 @@ class Op:
     cluster: str | None = None  # the cluster it went to, in a history of several (spark/geo.py)
     schema_version: int | None = None  # ok receive of a typed run: the delivered message's schema version
     versions: tuple[int, ...] = ()  # ok schemas: the versions the registry returned for the topic
+    message_ttl: int | None = None  # drain: the message TTL (seconds) in force on its topic, None or 0: none
 
     @property
     def log(self) -> str:
@@ -370,7 +372,11 @@ def _consumer_invoke(ev: dict[str, Any], op: Op | None) -> str | None:
     cumulative = ev.get("cumulative", False)
     if not isinstance(cumulative, bool):
         return f"cumulative must be true or false, got {cumulative!r}"
+    ttl = ev.get("message_ttl")
+    if ttl is not None and (f != "drain" or type(ttl) is not int or ttl < 0):
+        return f"message_ttl is a drain's, a non-negative integer of seconds, got {ttl!r} on a {f}"
     if op is not None:
+        op.message_ttl = ttl
         op.subscription, op.consumer, op.sub_type = subscription, consumer, sub_type
         op.value, op.position, op.partition, op.cumulative = value, position, partition, cumulative
     return None

@@ -5,7 +5,8 @@ computed as a few aggregates and windows over the consumers' operations.
 2. Deliveries by (subscription, value): the earliest delivery of each value, which decides whether a delivery is
    first, the duplicates and the lag; the same rows join the appends by value for unexpected-delivery.
 3. Drained subscriptions against the acknowledged appends of their topic, less the values they delivered
-   (an anti-join): lost-message.
+   (an anti-join): lost-message, or with the drain's message TTL expired-early, and the count of those the TTL
+   may have expired per subscription (`expired`).
 4. First deliveries by (subscription, consumer, log) and by (subscription, log, key): lag over each gives the
    consecutive pairs of subscription-reorder and key-order; the few key-order candidates whose consumers differ
    are then joined with acks, nacks, closes, fault boundaries and redeliveries, which may excuse them.
@@ -25,9 +26,10 @@ import json
 from typing import Any
 
 from spark.history import CONSUMER_OPS, DRAIN_CONSUMER_PREFIX, format_position, format_time
-from spark.report import SubscriptionFigures
+from spark.report import ExpiredFigures, SubscriptionFigures
 
 ORDERED_TYPES = ("Exclusive", "Failover")
+NS_PER_S = 1_000_000_000
 NEEDED = [
     "history",
     "index",
@@ -46,6 +48,7 @@ NEEDED = [
     "redelivery_count",
     "cumulative",
     "error",
+    "message_ttl",
 ]
 
 
@@ -88,12 +91,17 @@ def _ops(events: Any) -> Any:
         "consumer",
         "subscription_type",
         F.coalesce("cumulative", F.lit(False)).alias("cumulative"),
+        F.coalesce("message_ttl", F.lit(0)).cast("long").alias("message_ttl"),
         F.col("index").alias("invoke_index"),
+        F.col("time").alias("invoke_time"),
         F.coalesce(F.col("completion.type"), F.lit("info")).alias("outcome"),
         F.col("completion.index").alias("completion_index"),
         F.col("completion.time").alias("completion_time"),
         delivered("value").alias("value"),
-        _pos(delivered("position")).alias("position"),
+        # an append's position is its acknowledgement's
+        _pos(F.when(F.col("f") == "append", F.col("completion.position")).otherwise(delivered("position"))).alias(
+            "position"
+        ),
         F.coalesce(F.col("completion.redelivery_count"), F.lit(0)).alias("redelivery_count"),
         F.when(receive, F.col("completion.key")).alias("key"),
         F.coalesce(delivered("partition"), F.col("topic")).alias("log"),
@@ -118,8 +126,11 @@ def _cases(df: Any, candidate: Any, extra: Any = None) -> Any:
     return df.select("history", candidate.alias("case"), extra.alias("extra")).select("history", "case.*", "extra")
 
 
-def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, int]]:
-    """(case rows, figure rows, consumer operations per history)."""
+def run(
+    spark: Any, events: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, int], list[dict[str, Any]]]:
+    """(case rows, figure rows, consumer operations per history, expired rows: per drained subscription with a
+    message TTL, how many messages it may have expired)."""
     from pyspark.sql import functions as F
 
     # What this job reads, parsed once and kept: consumers' events, appends and the nemesis's events (the rest of
@@ -135,9 +146,10 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
     counts = {r["history"]: r["operations"] for r in per_history.collect()}
     per_value = _per_value(ops).cache()
     deliveries = _deliveries(per_value, ops).cache()
+    undelivered = _undelivered(per_value, ops).cache()
     cases = [
         _unexpected(deliveries),
-        _lost(per_value, ops),
+        _lost(undelivered),
         _reordered(deliveries),
         _key_order(ops, deliveries, events),
     ]
@@ -150,6 +162,7 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
         if extra is not None:
             r["ops"] = [extra, *r["ops"]]
     figure_rows = _figures(ops, deliveries, events)
+    expired_rows = _expired(undelivered, ops)
     wanted = sorted({(r["history"], i) for r in case_rows for i in r["ops"]})
     times: dict[tuple[int, int], int] = {}
     if wanted:
@@ -158,9 +171,9 @@ def run(spark: Any, events: Any) -> tuple[list[dict[str, Any]], list[dict[str, A
             times[(r["history"], r["index"])] = r["time"]
     for r in case_rows:
         r["times"] = {i: times.get((r["history"], i)) for i in r["ops"]}
-    for df in (deliveries, per_value, ops, events):
+    for df in (undelivered, deliveries, per_value, ops, events):
         df.unpersist()
-    return case_rows, figure_rows, counts
+    return case_rows, figure_rows, counts, expired_rows
 
 
 def _per_value(ops: Any) -> Any:
@@ -181,6 +194,9 @@ def _per_value(ops: Any) -> Any:
                         F.col("outcome").alias("append_outcome"),
                         F.col("completion_index").alias("append_completion"),
                         F.col("completion_time").alias("append_time"),
+                        F.col("invoke_index").alias("append_invoke"),
+                        F.col("invoke_time").alias("append_invoke_time"),
+                        F.col("position").alias("append_position"),
                     ),
                 )
             ).alias("append"),
@@ -281,23 +297,69 @@ def _unexpected(deliveries: Any) -> Any:
     return _cases(unexpected, candidate, F.when(failed, F.col("append_completion")))
 
 
-def _lost(per_value: Any, ops: Any) -> Any:
-    """Acknowledged appends x the drained subscriptions of their topic (few: broadcast) that never delivered them."""
+def _drained(ops: Any) -> Any:
+    """Per drained subscription: its earliest `ok` drain's completion (`drained`, `drained_time`) and the message
+    TTL that drain records (`ttl`, 0: none)."""
     from pyspark.sql import functions as F
 
-    drained = (
+    earliest = F.min_by(
+        F.struct(
+            F.col("completion_index").alias("drained"),
+            F.col("completion_time").alias("drained_time"),
+            F.col("message_ttl").alias("ttl"),
+        ),
+        "completion_index",
+    )
+    return (
         ops.filter((F.col("f") == "drain") & (F.col("outcome") == "ok"))
         .groupBy("history", "topic", "subscription")
-        .agg(F.min("completion_index").alias("drained"))
+        .agg(earliest.alias("d"))
+        .select("history", "topic", "subscription", "d.*")
     )
+
+
+def _undelivered(per_value: Any, ops: Any) -> Any:
+    """Acknowledged appends x the drained subscriptions of their topic (few: broadcast) that never delivered them,
+    with `may_have_expired`: the drain's TTL passed between the append's invoke and the drain's completion."""
+    from pyspark.sql import functions as F
+
     acked = per_value.filter(F.col("append.append_outcome") == "ok").select(
-        "history", "value", "deliveries", "append.append_topic", "append.append_completion",
+        "history", "value", "deliveries", "append.*",
         F.regexp_replace("append.append_topic", "-partition-[0-9]+$", "").alias("topic"),
     )  # fmt: skip
-    lost = acked.join(F.broadcast(drained), ["history", "topic"]).filter(~F.exists("deliveries", _same_subscription))
+    lost = acked.join(F.broadcast(_drained(ops)), ["history", "topic"]).filter(
+        ~F.exists("deliveries", _same_subscription)
+    )
+    ttl, drained_time = F.col("ttl"), F.col("drained_time")
+    may = (ttl > 0) & drained_time.isNotNull() & (F.col("append_invoke_time") + ttl * F.lit(NS_PER_S) <= drained_time)
+    return lost.drop("deliveries").withColumn("may_have_expired", F.coalesce(may, F.lit(False)))
+
+
+def _lost(undelivered: Any) -> Any:
+    """lost-message where the drain records no TTL; expired-early where it does and the TTL cannot have passed."""
+    from pyspark.sql import functions as F
+
+    lost = undelivered.filter(F.col("ttl") == 0)
     detail = F.to_json(F.struct("subscription", "value"))
     ops_shown = [F.col("append_completion"), F.col("drained")]
-    return _cases(lost, _candidate("lost-message", F.col("append_topic"), ops_shown, detail))
+    early = undelivered.filter((F.col("ttl") > 0) & ~F.col("may_have_expired"))
+    early_detail = F.to_json(F.struct("subscription", "value", "ttl", F.col("append_position").alias("position")))
+    early_shown = [F.col("append_invoke"), F.col("append_completion"), F.col("drained")]
+    return _cases(lost, _candidate("lost-message", F.col("append_topic"), ops_shown, detail)).unionByName(
+        _cases(early, _candidate("expired-early", F.col("append_topic"), early_shown, early_detail))
+    )
+
+
+def _expired(undelivered: Any, ops: Any) -> list[dict[str, Any]]:
+    """Per drained subscription whose drain records a TTL: the undelivered acknowledged appends it may have
+    expired (0 when none)."""
+    from pyspark.sql import functions as F
+
+    keys = ["history", "topic", "subscription"]
+    counts = undelivered.filter(F.col("may_have_expired")).groupBy(*keys).agg(F.count("*").alias("expired"))
+    with_ttl = _drained(ops).filter(F.col("ttl") > 0).select(*keys, "ttl")
+    rows = with_ttl.join(counts, keys, "left").select(*keys, "ttl", F.coalesce("expired", F.lit(0)).alias("expired"))
+    return [r.asDict() for r in rows.collect()]
 
 
 def _reordered(deliveries: Any) -> Any:
@@ -466,6 +528,12 @@ def explain(row: dict[str, Any]) -> str:
             f"{d['consumer']} at "
             f"{t[ops[-1]]}, {why}"
         )
+    if name == "expired-early":
+        return (
+            f"append {d['value']!r} was invoked at {t[ops[0]]} and acknowledged at {p(d['position'])} at {t[ops[1]]}; "
+            f"subscription {d['subscription']!r} drained at {t[ops[2]]} without ever delivering it, less than the "
+            f"message TTL of {d['ttl']} s after the append: it cannot have expired"
+        )
     if name == "lost-message":
         return (
             f"append {d['value']!r} was acknowledged at {t[ops[0]]}; subscription {d['subscription']!r} drained at "
@@ -494,3 +562,7 @@ def explain(row: dict[str, Any]) -> str:
 def figures_of(row: dict[str, Any]) -> SubscriptionFigures:
     subscription = (row["topic"], row["subscription"], row["subscription_type"] or "?", row["fault"])
     return SubscriptionFigures.of(subscription, row, (row["lag_p50_ms"], row["lag_p99_ms"]))
+
+
+def expired_of(row: dict[str, Any]) -> ExpiredFigures:
+    return ExpiredFigures(row["topic"], row["subscription"], row["ttl"], row["expired"])

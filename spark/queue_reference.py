@@ -7,8 +7,15 @@ delivery is *first* when its redelivery count is 0 and no earlier delivery of th
 The *log* of a delivery is its partition, or its topic.
 
 - lost-message: an `ok` append on log L, a subscription of L's topic (L itself, or the partitioned topic L is a
-  partition of) with an `ok` drain, and no delivery of the value to it. One case per (subscription, value);
-  witness: the append's ok and the subscription's earliest ok drain.
+  partition of) with an `ok` drain, and no delivery of the value to it, where the subscription's earliest `ok`
+  drain records no message TTL (`message_ttl` absent or 0). One case per (subscription, value); witness: the
+  append's ok and the subscription's earliest ok drain.
+- expired-early: the same, where that drain records a message TTL of T seconds and the drain completed less
+  than T after the append's invoke. The broker expires a message only once it is older than T (its publish
+  time, set after the append's invoke); the drain's completion is the latest moment the message can have left
+  the subscription (the broker then reported nothing left to deliver). Witness: the append's invoke and ok and
+  the drain's ok. When the drain completed T or more after the append's invoke, the message may have expired:
+  it is counted (`expired`), not flagged.
 - unexpected-delivery: a delivery of a value that no append to its log carried, or whose append completed `fail`.
   One case per (subscription, value), its earliest delivery; witness: that delivery (and the failed append's
   completion).
@@ -20,7 +27,7 @@ The *log* of a delivery is its partition, or its topic.
   and d1's value was not delivered again between them. Witness: both deliveries.
 
 Figures (per subscription and fault kind, the kind of the latest fault injected before the delivery): see
-`figures`.
+`figures`; the messages expired by TTL per drained subscription: `expired`.
 """
 
 from __future__ import annotations
@@ -30,10 +37,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from spark.history import DRAIN_CONSUMER_PREFIX, NemesisEvent, Op, format_position, time_teller
-from spark.report import Case, SubscriptionFigures
+from spark.report import Case, ExpiredFigures, SubscriptionFigures
 
 Sub = tuple[str, str]  # (subscribed topic, subscription name)
 ORDERED_TYPES = ("Exclusive", "Failover")
+NS_PER_S = 1_000_000_000
 
 
 def base_topic(log: str) -> str:
@@ -104,25 +112,31 @@ def check(ops: Sequence[Op], nemesis: Sequence[NemesisEvent] = ()) -> list[Case]
             )
         )
 
-    # lost-message: acknowledged appends x drained subscriptions of their topic.
-    drained: dict[Sub, int] = {}
-    for op in sorted((o for o in ops if o.f == "drain" and o.type == "ok"), key=lambda o: o.cmp_index or 0):
-        drained.setdefault((op.topic, op.subscription or ""), op.cmp_index or 0)
-    subs_of: dict[str, list[Sub]] = defaultdict(list)
-    for sub in sorted(drained):
-        subs_of[sub[0]].append(sub)
-    for a in sorted((o for o in ops if o.f == "append" and o.type == "ok"), key=lambda o: o.cmp_index or 0):
-        for sub in subs_of.get(base_topic(a.topic), []):
-            if a.value not in values_of[sub]:
-                add(
-                    Case(
-                        "lost-message",
-                        a.topic,
-                        (a.cmp_index, drained[sub]),
-                        f"append {a.value!r} was acknowledged at {format_position(a.position)} at {t(a.cmp_index)}; "
-                        f"subscription {sub[1]!r} drained at {t(drained[sub])} without ever delivering it",
-                    )
+    # lost-message and expired-early: acknowledged appends x drained subscriptions of their topic.
+    for a, sub, drain in undelivered(ops, values_of):
+        ttl, drained_at = drain.message_ttl or 0, drain.cmp_index
+        never = f"subscription {sub[1]!r} drained at {t(drained_at)} without ever delivering it"
+        if not ttl:
+            add(
+                Case(
+                    "lost-message",
+                    a.topic,
+                    (a.cmp_index, drained_at),
+                    f"append {a.value!r} was acknowledged at {format_position(a.position)} at {t(a.cmp_index)}; "
+                    + never,
                 )
+            )
+        elif not may_have_expired(a, drain):
+            add(
+                Case(
+                    "expired-early",
+                    a.topic,
+                    (a.inv_index, a.cmp_index, drained_at),
+                    f"append {a.value!r} was invoked at {t(a.inv_index)} and acknowledged at "
+                    f"{format_position(a.position)} at {t(a.cmp_index)}; {never}, less than the message TTL of "
+                    f"{ttl} s after the append: it cannot have expired",
+                )
+            )
 
     # subscription-reorder and key-order: consecutive first deliveries per session / per key.
     holds = _Holds(ops, delivered, nemesis)
@@ -167,6 +181,50 @@ def check(ops: Sequence[Op], nemesis: Sequence[NemesisEvent] = ()) -> list[Case]
                     )
             last_of_key[k] = d
     return cases
+
+
+def undelivered(ops: Sequence[Op], values_of: dict[Sub, set[str | None]]) -> list[tuple[Op, Sub, Op]]:
+    """(append, subscription, drain): each `ok` append and drained subscription of its topic that never delivered
+    it, with the subscription's earliest `ok` drain, in the order of the appends' completions."""
+    drained: dict[Sub, Op] = {}
+    for op in sorted((o for o in ops if o.f == "drain" and o.type == "ok"), key=lambda o: o.cmp_index or 0):
+        drained.setdefault((op.topic, op.subscription or ""), op)
+    subs_of: dict[str, list[Sub]] = defaultdict(list)
+    for sub in sorted(drained):
+        subs_of[sub[0]].append(sub)
+    return [
+        (a, sub, drained[sub])
+        for a in sorted((o for o in ops if o.f == "append" and o.type == "ok"), key=lambda o: o.cmp_index or 0)
+        for sub in subs_of.get(base_topic(a.topic), [])
+        if a.value not in values_of[sub]
+    ]
+
+
+def may_have_expired(append: Op, drain: Op) -> bool:
+    """Whether the drain's message TTL may have expired the append's message before the drain completed: T
+    seconds or more passed from the append's invoke (before its publish time) to the drain's completion."""
+    ttl = drain.message_ttl or 0
+    return ttl > 0 and drain.cmp_time is not None and append.inv_time + ttl * NS_PER_S <= drain.cmp_time
+
+
+def expired(ops: Sequence[Op]) -> list[ExpiredFigures]:
+    """Per drained subscription whose earliest `ok` drain records a message TTL: how many acknowledged appends to
+    its topic it never delivered although the TTL may have expired them (excused from lost-message)."""
+    values_of: dict[Sub, set[str | None]] = defaultdict(set)
+    for d in deliveries(ops):
+        values_of[(d.topic, d.subscription or "")].add(d.value)
+    counts: dict[Sub, int] = {}
+    ttl_of: dict[Sub, int] = {}
+    for op in sorted((o for o in ops if o.f == "drain" and o.type == "ok"), key=lambda o: o.cmp_index or 0):
+        sub = (op.topic, op.subscription or "")
+        if sub not in ttl_of:
+            ttl_of[sub] = op.message_ttl or 0
+            if op.message_ttl:
+                counts[sub] = 0
+    for a, sub, drain in undelivered(ops, values_of):
+        if may_have_expired(a, drain):
+            counts[sub] += 1
+    return sorted((ExpiredFigures(sub[0], sub[1], ttl_of[sub], n) for sub, n in counts.items()), key=lambda f: f.key)
 
 
 class _Holds:

@@ -114,6 +114,7 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = (), replication_d
         topics=summaries,
         subscriptions=queue_reference.figures(durable, nemesis),
         non_persistent=non_persistent.figures(live),
+        expired=queue_reference.expired(durable),
     )
 
 

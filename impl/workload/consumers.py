@@ -64,8 +64,10 @@ class Consumers:
         new_process: Callable[[], int],
         connect: Callable[[], Session],
         stop: threading.Event,
+        message_ttl: int | None = None,
     ) -> None:
         self.history = history
+        self.message_ttl = message_ttl  # seconds, the TTL in force on the topics: each drain records it
         self.subs = subs
         self.new_process = new_process
         self.connect = connect
@@ -138,7 +140,7 @@ class Consumers:
 
     def _drain(self, sub: Subscription, backlog: Callable[[Subscription], int], deadline: float) -> bool:
         process = self.new_process()
-        acting = Acting(self.history, self.connect(), process, sub, f"drain-{process}")
+        acting = Acting(self.history, self.connect(), process, sub, f"drain-{process}", message_ttl=self.message_ttl)
         try:
             while acting.consumer is None:
                 outcome = acting.subscribe()
@@ -172,6 +174,7 @@ class Acting:
     sub: Subscription
     name: str
     consumer: Any = None
+    message_ttl: int | None = None  # recorded on each drain (docs/history.md, Storage lifecycle)
 
     def _record(self, f: str, call: Callable[[], Outcome], **fields: Any) -> Outcome:
         who = (
@@ -221,7 +224,8 @@ class Acting:
                 return Outcome("fail", {"error": describe(e)})
             return Outcome("ok") if left == 0 else Outcome("fail", {"error": f"backlog {left}"})
 
-        return self._record("drain", call)
+        ttl = {"message_ttl": self.message_ttl} if self.message_ttl else {}
+        return self._record("drain", call, **ttl)
 
 
 def backlog_of(admin_url: str, credentials: Credentials) -> Callable[[Subscription], int]:

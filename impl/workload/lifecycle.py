@@ -11,7 +11,11 @@ Before the first operation the namespace `public/lifecycle-<run>` is created wit
   among them, go to the offloaded copies;
 - `compactionThreshold` small (COMPACTION_THRESHOLD_BYTES): the topic ticker starts a compaction once that
   many bytes follow the horizon (keyed messages only are kept in the compacted ledger: a run with consumers
-  appends keyed messages).
+  appends keyed messages);
+- `messageTTL` small (MESSAGE_TTL_S): the topic ticker moves each subscription's cursor past the messages
+  published more than that long ago (a subscription without a consumer, or whose consumers lag, skips them);
+  each drain records it (`message_ttl`), and the audit excuses from `lost-message` what the TTL may have expired
+  and flags what went missing sooner (`expired-early`).
 
 Ledgers are offloaded only once they are closed: the brokers must roll over often (`pulsar-ref standalone
 --max-entries-per-ledger 20`, say) for the offload to happen during a short run. Everything here is set-up
@@ -29,6 +33,9 @@ from impl.workload.operations import Credentials
 
 OFFLOAD_THRESHOLD_BYTES = 1024
 COMPACTION_THRESHOLD_BYTES = 1024
+# Seconds: short enough that the broker's ticker (every 10 s) expires messages during a run of a few dozen seconds,
+# long enough that the appends of the last seconds before the drain must still be delivered.
+MESSAGE_TTL_S = 5
 COMPACTION_CURSOR = "__compaction"
 
 
@@ -39,6 +46,7 @@ def policies() -> dict[str, Any]:
         "retentionSizeInMB": -1,
         "offloadThreshold": OFFLOAD_THRESHOLD_BYTES,
         "compactionThreshold": COMPACTION_THRESHOLD_BYTES,
+        "messageTTL": MESSAGE_TTL_S,
     }
 
 
@@ -59,6 +67,7 @@ def create_namespace(admin_url: str, namespace: str, credentials: Credentials) -
     client.call("POST", f"/admin/v2/namespaces/{namespace}/retention", retention)
     client.call("PUT", f"/admin/v2/namespaces/{namespace}/offloadThreshold", p["offloadThreshold"])
     client.call("PUT", f"/admin/v2/namespaces/{namespace}/compactionThreshold", p["compactionThreshold"])
+    client.call("POST", f"/admin/v2/namespaces/{namespace}/messageTTL", p["messageTTL"])
 
 
 def _path(topic: str) -> str:

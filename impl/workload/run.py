@@ -318,7 +318,10 @@ class Workload:
         if durable and self.config.admin_url:
             progress(f"draining {len(durable)} subscriptions ...")
             backlog = backlog_of(self.config.admin_url, self.config.credentials)
-            draining = Consumers(self.history, durable, self._new_process, self._connect, self._consumers_stop)
+            ttl = lifecycle.MESSAGE_TTL_S if self.config.lifecycle else None
+            draining = Consumers(
+                self.history, durable, self._new_process, self._connect, self._consumers_stop, message_ttl=ttl
+            )
             drained = draining.drain(backlog, time.monotonic() + self.config.final_read_timeout_s, progress)
         versions: dict[str, list[int]] = {}
         if self.schema.typed:

@@ -14,7 +14,7 @@ from impl.cluster.deployment import Cluster, ClusterError
 from impl.cluster.instance import Instance
 from impl.workload.geo import InstanceNodes
 from impl.workload.history import HistoryWriter
-from impl.workload.lifecycle import COMPACTION_THRESHOLD_BYTES, OFFLOAD_THRESHOLD_BYTES
+from impl.workload.lifecycle import COMPACTION_THRESHOLD_BYTES, MESSAGE_TTL_S, OFFLOAD_THRESHOLD_BYTES
 from impl.workload.nemesis import DEFAULT_STALL_S, FAULTS, Nemesis, NemesisError
 from impl.workload.non_persistent import DOMAINS, PERSISTENT
 from impl.workload.operations import Credentials
@@ -76,8 +76,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--lifecycle",
         action="store_true",
         help="put the topics in a namespace of their own, public/lifecycle-<run>, with unlimited retention, "
-        f"offloadThreshold {OFFLOAD_THRESHOLD_BYTES} bytes and compactionThreshold {COMPACTION_THRESHOLD_BYTES} "
-        "bytes, so ledgers are offloaded and topics compacted while the nemesis acts and the final reads go "
+        f"offloadThreshold {OFFLOAD_THRESHOLD_BYTES} bytes, compactionThreshold {COMPACTION_THRESHOLD_BYTES} "
+        f"bytes and messageTTL {MESSAGE_TTL_S} s (each drain records it, the audit counts what expired), so "
+        "ledgers are offloaded and topics compacted while the nemesis acts and the final reads go "
         "through the offloaded ledgers (needs an admin URL and brokers with an offloader, e.g. `pulsar-ref "
         "standalone --max-entries-per-ledger 20`; docs/storage-lifecycle.md, Under faults); the summary prints "
         "each topic's offloaded ledgers",
