@@ -126,6 +126,7 @@ def test_messages_expire_by_ttl_under_faults_and_one_missing_too_soon_is_expired
     assert f"subscription {sub!r}" in bad.cases[0].explanation
 
 
+@pytest.mark.deep  # ~2 min; Spark's TTL judgment is checked against the reference in tests/audit/test_ttl.py
 @pytest.mark.processes
 @pytest.mark.spark
 def test_spark_agrees_with_the_reference_on_the_ttl_run(spark: Any, ttl_run: tuple[Path, str], tmp_path: Path) -> None:
