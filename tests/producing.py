@@ -1,5 +1,5 @@
 """A producer that keeps sending on a thread of its own while a test breaks things, and remembers
-what was acknowledged (what must never be lost)."""
+what was acknowledged (what must never be lost); and `drain`, what a consumer gets until it is quiet."""
 
 from __future__ import annotations
 
@@ -39,3 +39,15 @@ class Producing:
     def stop(self, timeout_s: float = 70) -> None:
         self._stop.set()
         self._thread.join(timeout_s)
+
+
+def drain(consumer: pulsar.Consumer, wait_ms: int = 1000) -> list[pulsar.Message]:
+    """Everything the consumer gets until it has been quiet for `wait_ms`, acknowledged."""
+    out = []
+    while True:
+        try:
+            m = consumer.receive(wait_ms)
+        except pulsar.Timeout:
+            return out
+        consumer.acknowledge(m)
+        out.append(m)

@@ -13,6 +13,7 @@ import pytest
 from impl.broker.dispatcher import key_slot
 from impl.web.http import HttpError
 from tests.broker.pulsar_standalone import Standalone, running_standalone
+from tests.producing import drain
 
 pytestmark = pytest.mark.processes
 
@@ -36,18 +37,6 @@ _counter = iter(range(1_000_000))
 
 def topic_name(prefix: str) -> str:
     return f"persistent://public/default/{prefix}-{int(time.time() * 1000)}-{next(_counter)}"
-
-
-def drain(consumer: pulsar.Consumer, wait_ms: int = 1000) -> list[pulsar.Message]:
-    """Everything the consumer gets until it has been quiet for `wait_ms`, acknowledged."""
-    out = []
-    while True:
-        try:
-            m = consumer.receive(wait_ms)
-        except pulsar.Timeout:
-            return out
-        consumer.acknowledge(m)
-        out.append(m)
 
 
 # ---- Key_Shared ------------------------------------------------------------------------------------

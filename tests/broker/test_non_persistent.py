@@ -12,6 +12,7 @@ import pulsar
 import pytest
 
 from impl.web.http import HttpError
+from tests import producing
 from tests.broker.pulsar_standalone import Standalone, running_standalone
 
 pytestmark = pytest.mark.processes
@@ -47,14 +48,7 @@ def admin_path(topic: str) -> str:
 
 
 def drain(consumer: pulsar.Consumer, wait_ms: int = 500) -> list[pulsar.Message]:
-    out = []
-    while True:
-        try:
-            m = consumer.receive(wait_ms)
-        except pulsar.Timeout:
-            return out
-        consumer.acknowledge(m)
-        out.append(m)
+    return producing.drain(consumer, wait_ms)
 
 
 @pytest.mark.parametrize(

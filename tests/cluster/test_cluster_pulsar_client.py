@@ -12,7 +12,7 @@ from impl.broker.dispatcher import key_slot
 from impl.broker.web.admin_client import AdminClient, topic_path
 from tests.cluster.conftest import pulsar_ref, state
 from tests.cluster.moving_topic import MovingTopic
-from tests.producing import Producing
+from tests.producing import Producing, drain
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
 
@@ -35,18 +35,6 @@ def topics_of(broker: dict, topics: list[str]) -> list[str]:
     return served
 
 
-def drain(consumer: pulsar.Consumer, wait_ms: int = 1500) -> list[pulsar.Message]:
-    """Everything the consumer gets until it has been quiet for `wait_ms`, acknowledged."""
-    out = []
-    while True:
-        try:
-            m = consumer.receive(wait_ms)
-        except pulsar.Timeout:
-            return out
-        consumer.acknowledge(m)
-        out.append(m)
-
-
 def message_features_across_brokers(client: pulsar.Client, admin: AdminClient, second: dict) -> None:
     """Issue 43's features on topics the second broker owns, reached by a client and an admin that know only
     the first: partition ids, KeyBased batches with de-duplication on, Key_Shared's Murmur3 slots, and the
@@ -58,7 +46,7 @@ def message_features_across_brokers(client: pulsar.Client, admin: AdminClient, s
         partitioned, batching_enabled=False, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution
     )
     sent = {producer.send(b"%d" % i).partition() for i in range(8)}
-    got = drain(consumer)
+    got = drain(consumer, 2000)
     assert len(got) == 8 and {m.message_id().partition() for m in got} == sent == {0, 1, 2, 3}
     consumer.close()
 
@@ -74,7 +62,7 @@ def message_features_across_brokers(client: pulsar.Client, admin: AdminClient, s
     for i in range(30):
         producer.send_async(b"%d" % i, None, partition_key=f"k{i % 3}")
     producer.flush()
-    assert sorted(int(m.data()) for m in drain(consumer)) == list(range(30))
+    assert sorted(int(m.data()) for m in drain(consumer, 2000)) == list(range(30))
     assert admin.call("GET", topic_path(deduplicated) + "/stats")["deduplicationStatus"] == "Enabled"
 
     key_shared = next(theirs)  # the second consumer takes slots 0..32,768 of Murmur3 % 65,536
@@ -85,9 +73,9 @@ def message_features_across_brokers(client: pulsar.Client, admin: AdminClient, s
     producer = client.create_producer(key_shared)
     for i, key in enumerate(keys):
         producer.send(b"%d" % i, partition_key=key)
-    to_second = {m.partition_key() for m in drain(second_c)}
+    to_second = {m.partition_key() for m in drain(second_c, 2000)}
     assert to_second == {k for k in keys if key_slot(k) <= 32768}
-    assert {m.partition_key() for m in drain(first_c)} == set(keys) - to_second
+    assert {m.partition_key() for m in drain(first_c, 2000)} == set(keys) - to_second
 
     administered = next(theirs)
     path = topic_path(administered)
