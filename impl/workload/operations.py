@@ -86,6 +86,25 @@ def create_partitioned_topic(admin_url: str, topic: str, partitions: int, creden
     admin.create_partitioned_topic(topic, partitions, exist_ok=True)
 
 
+def enable_deduplication(admin_url: str, topics: list[str], credentials: Credentials) -> None:
+    """Topic-level de-duplication on each topic (set-up): Pulsar's is off by default, and then a producer
+    that reconnects after a fault resends what it had in flight, which may already be stored. A plain
+    topic is created first (a policy needs its topic); one that exists already is fine."""
+    from impl.broker.web.admin_client import AdminClient, topic_path
+    from impl.security.tls import client_context
+    from impl.web.http import HttpError
+
+    tls = client_context(credentials.tls_trust_certs_file) if credentials.tls_trust_certs_file else None
+    admin = AdminClient(admin_url, timeout_s=10.0, token=credentials.token, tls=tls)
+    for topic in topics:
+        try:
+            admin.call("PUT", topic_path(topic))
+        except HttpError as e:
+            if e.status != 409:  # 409: it exists (an earlier try, or a partitioned topic)
+                raise
+        admin.call("POST", topic_path(topic) + "/deduplicationEnabled", True)
+
+
 @dataclass(frozen=True)
 class Credentials:
     """What a secured service asks of its clients: a token, and the CAs to trust over TLS."""

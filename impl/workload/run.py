@@ -65,6 +65,7 @@ class WorkloadConfig:
     # Every operation goes to one of them, in a namespace replicated to all; empty: the one `service`.
     clusters: dict[str, tuple[str, str]] = field(default_factory=dict)
     geo_deduplication: bool = True  # the replicated namespace's de-duplication (off: at-least-once replication)
+    deduplication: bool = True  # one cluster: topic-level de-duplication on the persistent topics (needs admin_url)
     domain: str = non_persistent.PERSISTENT  # or non-persistent, or mixed (impl/workload/non_persistent.py)
     schema: str = "none"  # typed producers and consumers (impl/workload/schemas.py): none, json or avro
     # The topics in a namespace of their own with retention, offload and compaction at small thresholds
@@ -187,6 +188,8 @@ class Workload:
         if base is not None:
             self._create_partitioned(base, progress)
         topics = non_persistent.persistent(self.config.plain_topics() + ([base] if base else []))
+        if not self.config.geo and topics:
+            self._enable_deduplication(topics, progress)
         for cluster in self.clusters:  # in every cluster: its log is trimmed past what all its cursors passed
             session = self._connect(cluster)
             try:
@@ -213,6 +216,23 @@ class Workload:
             pause_s=1.0,
         )
         progress(f"created {ns}, replicated to {', '.join(names)}, de-duplication {'on' if dedup else 'off'}")
+
+    def _enable_deduplication(self, topics: list[str], progress: Progress) -> None:
+        """Exactly-once publishing, which the audit holds the log to (`duplicate-value`): without it a
+        producer's resend after a fault may be stored twice, as Pulsar allows when it is off."""
+        if not self.config.deduplication:
+            progress("de-duplication left as the namespace has it: a resend after a fault may be stored twice")
+            return
+        if not self.config.admin_url:
+            progress("warning: no admin URL, de-duplication not turned on: duplicate-value may be found")
+            return
+        admin = self.config.admin_url
+        self._retrying(
+            lambda: operations.enable_deduplication(admin, topics, self.config.credentials),
+            lambda e: f"could not turn de-duplication on at {admin}: {e}",
+            pause_s=1.0,
+        )
+        progress(f"de-duplication on for {len(topics)} topics")
 
     def _create_lifecycle_namespace(self, progress: Progress) -> None:
         if not self.config.admin_url:

@@ -150,6 +150,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "off: at-least-once, so replication-duplicate may be found)",
     )
     parser.add_argument(
+        "--deduplication",
+        choices=("on", "off"),
+        default="on",
+        help="one cluster: topic-level de-duplication of the persistent topics, set through the admin API "
+        "(on: a producer's resend after a fault is not stored twice; off: as the namespace has it, Pulsar's "
+        "default off, so duplicate-value may be found)",
+    )
+    parser.add_argument(
         "--final-read-timeout",
         type=float,
         default=120.0,
@@ -266,6 +274,7 @@ def _config(args: argparse.Namespace, **specific: Any) -> WorkloadConfig:
         domain=args.domain,
         schema=args.schema,
         lifecycle=args.lifecycle,
+        deduplication=args.deduplication == "on",
         **specific,
     )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from impl.broker.web.admin_client import AdminClient, topic_path
 from impl.cluster.deployment import Cluster
 from impl.workload.history import HistoryWriter
 from spark.history import read_history
@@ -173,6 +174,11 @@ def test_workload_official_client_under_a_broker_kill_records_honest_outcomes(
     assert any(e["process"] == "nemesis" and e["f"] == "kill-broker" for e in evs)
     report = check(read_history(str(history)))
     assert report.valid, report.to_json()
+    # The official client resends what it had in flight when its broker died: only de-duplication keeps a
+    # resend of a stored message out of the log (duplicate-value); the workload turns it on per topic.
+    topics = {e["topic"] for e in evs if e.get("f") == "append"}
+    admin = AdminClient(standalone.admin_url or "")
+    assert {admin.call("GET", topic_path(t) + "/stats")["deduplicationStatus"] for t in topics} == {"Enabled"}
 
 
 def test_official_client_needs_an_admin_for_the_partitioned_topic(tmp_path: Path) -> None:
