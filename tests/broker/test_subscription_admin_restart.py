@@ -121,9 +121,23 @@ def test_subscriptions_without_consumers_are_administered_after_a_restart(tmp_pa
             missing = _refused(lambda: admin.call("POST", path + f"/subscription/never/{call}"))  # noqa: B023
             assert missing.status == 404, call
 
-        # A partitioned topic: listed and deleted on every partition.
+        # A partitioned topic: listed, expired, reset and deleted on every partition.
         parts = topic_path(PARTITIONED)
         assert admin.call("GET", parts + "/subscriptions") == ["ps"]
+
+        def partition_backlogs() -> list[int]:
+            return [_backlogs(admin, f"{PARTITIONED}-partition-{i}")["ps"] for i in range(2)]
+
+        published = partition_backlogs()
+        assert sum(published) == 6
+        admin.call("POST", parts + "/subscription/ps/expireMessages/0")
+        assert partition_backlogs() == [0, 0]
+        admin.call("POST", parts + "/subscription/ps/resetcursor/0")  # back to the first message of each
+        assert partition_backlogs() == published
+        admin.call("POST", parts + "/all_subscription/expireMessages/0")
+        assert partition_backlogs() == [0, 0]
+        for call in ("resetcursor/0", "expireMessages/0"):
+            assert _refused(lambda: admin.call("POST", parts + f"/subscription/never/{call}")).status == 404  # noqa: B023
         admin.call("DELETE", parts + "/subscription/ps")
         assert admin.call("GET", parts + "/subscriptions") == []
         for i in range(2):

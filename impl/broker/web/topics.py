@@ -246,15 +246,19 @@ class TopicRoutes:
         return Response.empty()
 
     def _delete_partitioned_subscription(self, req: Request, name: TopicName, subscription: str) -> Response:
-        """As Pulsar: deleted on every partition (each by its owner); once all were asked, 404 "Subscription
-        not found" if a partition had none, else the first refusal (412: consumers connected)."""
+        """As Pulsar: deleted on every partition (each by its owner)."""
         query = "?force=true" if req.flag("force") else ""
+        return self._on_each_partition("DELETE", name, f"/subscription/{quote(subscription, safe='')}{query}")
+
+    def _on_each_partition(self, method: str, name: TopicName, suffix: str) -> Response:
+        """A subscription's call on a partitioned topic, as Pulsar makes it: on every partition (each by its
+        owner); once all were asked, 404 "Subscription not found" if a partition had none, else the first
+        refusal (e.g. 412: consumers connected)."""
         refusals: list[HttpError] = []
         partitions = self._used_partitions(name)
         for partition in partitions:
-            url = self.ctx.web_url + _path(partition) + f"/subscription/{quote(subscription, safe='')}" + query
             try:
-                fetch.call("DELETE", url, headers=self.ctx.internal_headers())
+                fetch.call(method, self.ctx.web_url + _path(partition) + suffix, headers=self.ctx.internal_headers())
             except HttpError as e:
                 refusals.append(e)
         if not partitions or any(e.status == 404 for e in refusals):
@@ -268,7 +272,11 @@ class TopicRoutes:
     ) -> Response:
         if not timestamp.isdigit():
             raise HttpError(400, f"the timestamp must be milliseconds since the epoch, not {timestamp!r}")
-        owned = self._owned(req, self._name(tenant, namespace, topic))
+        name = self._name(tenant, namespace, topic)
+        if self._is_partitioned(name) and not self._exists(name):
+            suffix = f"/subscription/{quote(subscription, safe='')}/resetcursor/{timestamp}"
+            return self._on_each_partition("POST", name, suffix)
+        owned = self._owned(req, name)
         if isinstance(owned, Response):
             return owned
         sub = self._subscription(owned, subscription)
@@ -288,6 +296,9 @@ class TopicRoutes:
     def _expire(self, req: Request, name: TopicName, subscription: str | None, seconds: str) -> Response:
         if not seconds.isdigit():
             raise HttpError(400, f"the expiry time must be whole seconds >= 0, not {seconds!r}")
+        if self._is_partitioned(name) and not self._exists(name):
+            which = "all_subscription" if subscription is None else f"subscription/{quote(subscription, safe='')}"
+            return self._on_each_partition("POST", name, f"/{which}/expireMessages/{seconds}")
         owned = self._owned(req, name)
         if isinstance(owned, Response):
             return owned
