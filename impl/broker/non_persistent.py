@@ -330,6 +330,20 @@ def internal_stats(topic: NonPersistentTopic) -> dict[str, Any]:
     }
 
 
+def _consumer_stats(sub: NonPersistentSubscription, cid: int, sink: ConsumerSink) -> dict[str, Any]:
+    """Pulsar's ConsumerStats, as far as a consumer of a non-persistent topic has them (nothing is
+    acknowledged or kept for it: no unacked count)."""
+    state = sub.dispatcher.consumers.get(cid)
+    return {
+        "consumerName": state.name if state is not None else f"consumer-{cid}",
+        "availablePermits": sub.dispatcher.permits.get(cid, 0),
+        "address": getattr(sink, "address", ""),
+        "connectedSince": getattr(sink, "connected_since", ""),
+        "clientVersion": getattr(sink, "client_version", ""),
+        "metadata": dict(getattr(sink, "metadata", {})),
+    }
+
+
 def topic_stats(topic: NonPersistentTopic) -> dict[str, Any]:
     """Pulsar's NonPersistentTopicStats: its TopicStats with `msgDropRate` on each subscription (what it
     dropped for want of a consumer with permits) and on the topic and its publishers (publishes dropped
@@ -353,12 +367,24 @@ def topic_stats(topic: NonPersistentTopic) -> dict[str, Any]:
             "type": sub.type.value,
             "isDurable": sub.durable,
             "isReplicated": False,
-            "consumers": [{"consumerName": f"consumer-{cid}"} for cid in sorted(sub.sinks)],
+            "consumers": [_consumer_stats(sub, cid, sink) for cid, sink in sorted(sub.sinks.items())],
         }
-    publishers = [
-        {"producerName": n, "accessMode": _mode_name(topic, n, exclusive), "epoch": epoch, "msgDropRate": 0.0}
-        for n, (_owner, epoch, exclusive) in sorted(topic.attached.items())
-    ]
+    publishers = []
+    for n, (_owner, epoch, exclusive) in sorted(topic.attached.items()):
+        info = topic.producer_info.get(n)
+        publishers.append(
+            {
+                "producerId": info.producer_id if info is not None else -1,
+                "producerName": n,
+                "accessMode": _mode_name(topic, n, exclusive),
+                "epoch": epoch,
+                "msgDropRate": 0.0,
+                "address": info.address if info is not None else "",
+                "connectedSince": info.connected_since if info is not None else "",
+                "clientVersion": info.client_version if info is not None else "",
+                "metadata": dict(info.metadata) if info is not None else {},
+            }
+        )
     return {
         "msgRateIn": inbound.message_rate,
         "msgThroughputIn": inbound.byte_rate,

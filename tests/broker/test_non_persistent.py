@@ -131,6 +131,26 @@ def test_a_consumer_without_permits_has_its_messages_dropped(client: pulsar.Clie
     assert received == sorted(received)  # what arrives keeps its order
 
 
+def test_stats_name_each_publisher_and_consumer_as_on_a_persistent_topic(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    """The connection's client version, address and since-when, the names, properties and permits."""
+    topic = topic_name("np-clients")
+    consumer = client.subscribe(topic, "s", consumer_name="np-reader", properties={"team": "green"})
+    producer = client.create_producer(topic, producer_name="np-writer", properties={"app": "metrics"})
+    producer.send(b"x")
+    consumer.receive(5000)
+    stats = standalone.admin.call("GET", admin_path(topic) + "/stats")
+    (publisher,) = stats["publishers"]
+    (reader,) = stats["subscriptions"]["s"]["consumers"]
+    assert publisher["producerName"] == "np-writer" and publisher["metadata"] == {"app": "metrics"}
+    assert reader["consumerName"] == "np-reader" and reader["metadata"] == {"team": "green"}
+    for who in (publisher, reader):
+        assert who["clientVersion"].startswith("Pulsar"), who
+        assert who["address"].startswith("/127.0.0.1:") and who["connectedSince"], who
+    assert reader["availablePermits"] > 0
+
+
 def test_partitioned_non_persistent_topic(client: pulsar.Client, standalone: Standalone) -> None:
     topic = topic_name("np-part")
     standalone.admin.call("PUT", admin_path(topic) + "/partitions", 3)
