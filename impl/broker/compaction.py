@@ -25,7 +25,6 @@ import enum
 import logging
 import struct
 import threading
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -259,11 +258,7 @@ class TopicCompactor:
     # ---- the loop: step the core, perform its outputs, feed back the answers -------------------------
 
     def _drive(self, event: sl.Event) -> None:
-        work = deque(self.core.step(event))
-        while work:
-            answer = self._perform(work.popleft())
-            if answer is not None:
-                work.extend(self.core.step(answer))
+        sl.run(self.core, event, self._perform)
 
     def _perform(self, out: sl.Output) -> sl.Event | None:
         if isinstance(out, sl.ReadForCompaction):

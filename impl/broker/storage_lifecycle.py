@@ -27,6 +27,8 @@ was lost) it keeps it: the write may have applied, and a leak is safe where a lo
 from __future__ import annotations
 
 import enum
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from impl.broker.ledger_list import LedgerInfo, Position
@@ -511,3 +513,13 @@ _HANDLERS: dict[type, str] = {
     BadVersion: "_failed",
     WriteUnknown: "_failed",
 }
+
+
+def run(core: StorageLifecycle, event: Event, perform: Callable[[Output], Event | None]) -> None:
+    """The shells' loop (compaction, offload): step the core with `event`, perform each output in order
+    and step the core with its answer, until nothing is left to do."""
+    work = deque(core.step(event))
+    while work:
+        answer = perform(work.popleft())
+        if answer is not None:
+            work.extend(core.step(answer))

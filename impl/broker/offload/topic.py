@@ -31,7 +31,6 @@ import logging
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -230,11 +229,7 @@ class TopicOffloader:
         return self._error
 
     def _drive(self, event: sl.Event) -> None:
-        work = deque(self.core.step(event))
-        while work:
-            answer = self._perform(work.popleft())
-            if answer is not None:
-                work.extend(self.core.step(answer))
+        sl.run(self.core, event, self._perform)
 
     def _perform(self, out: sl.Output) -> sl.Event | None:
         if isinstance(out, sl.Upload):
