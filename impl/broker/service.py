@@ -143,7 +143,9 @@ class Append:
     def chunk_of(metadata: api.MessageMetadata) -> tuple[str, int] | None:
         return (metadata.uuid, metadata.chunk_id) if metadata.HasField("chunk_id") else None
 
+    @functools.cached_property
     def message_ids(self) -> Sequence[int]:
+        """Read once: de-duplication asks for them when publishing and again when the add completes."""
         return sequence_ids.message_ids(self.sequence_id, self.highest_sequence_id, self.num_messages, self.data)
 
     @classmethod
@@ -875,7 +877,7 @@ class Topic:
                     results.append(None)
                     if dedup:
                         with self._dedup_lock:
-                            self._published(key, append.message_ids(), append.batched, persisted=False)
+                            self._published(key, append.message_ids, append.batched, persisted=False)
                             if append.chunk is not None:
                                 self.pushed_chunk[key] = (append.sequence_id, *append.chunk)
                             highest = max(append.highest_sequence_id, self.pushed_ids[key].highest)
@@ -900,7 +902,7 @@ class Topic:
         if not append.batched:
             return True  # a message sent on its own: Pulsar's rule, so a topic keeps its producers' order
         pushed = self.pushed_ids.get(producer)
-        return pushed is not None and pushed.covers(append.message_ids())
+        return pushed is not None and pushed.covers(append.message_ids)
 
     @staticmethod
     def _chunk_seen(last: tuple[int, str, int] | None, append: Append) -> bool:
@@ -919,7 +921,7 @@ class Topic:
                 return self._chunk_seen(persisted, append)  # its message is being persisted: this chunk?
         if not append.batched:
             return append.sequence_id <= self.persisted_sequence.get(producer, -1)
-        return self.persisted_ids[producer].covers(append.message_ids())
+        return self.persisted_ids[producer].covers(append.message_ids)
 
     def _published(self, producer: str, ids: Sequence[int], batched: bool, persisted: bool) -> None:
         """Record a producer's ids as pushed (and persisted). A producer's first ids start its sets: the
@@ -996,7 +998,7 @@ class Topic:
                 with self._dedup_lock:
                     persisted = self.persisted_sequence.get(producer, -1)
                     if not isinstance(outcome, ManagedLedgerError):
-                        sequence_ids.record(self.persisted_ids[producer], append.message_ids(), append.batched)
+                        sequence_ids.record(self.persisted_ids[producer], append.message_ids, append.batched)
                         if append.chunk is not None:
                             self.persisted_chunk[producer] = (append.sequence_id, *append.chunk)
                         highest = max(append.highest_sequence_id, self.persisted_ids[producer].highest)
