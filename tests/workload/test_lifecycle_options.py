@@ -4,20 +4,13 @@ policies, with a reason that says what to give instead."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.workload.test_history import run_workload
 
 
 def workload(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pulsar_ref.cli", "workload", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
+    return run_workload(*args, timeout=60)
 
 
 def test_lifecycle_needs_an_admin_url_and_one_cluster(tmp_path: Path) -> None:

@@ -4,20 +4,13 @@ give instead."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.workload.test_history import run_workload
 
 
 def workload(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pulsar_ref.cli", "workload", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
+    return run_workload(*args, timeout=60)
 
 
 def test_unknown_schema_kind_and_missing_prerequisites_are_refused(tmp_path: Path) -> None:
