@@ -32,6 +32,16 @@ def topic(prefix: str) -> str:
     return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def receive_numbers(consumer: pulsar.Consumer, count: int) -> list[int]:
+    """`count` messages, each acknowledged, as the numbers their payloads hold (20 s for each at most)."""
+    got = []
+    for _ in range(count):
+        m = consumer.receive(20_000)
+        consumer.acknowledge(m)
+        got.append(int(m.data()))
+    return got
+
+
 def test_a_message_at_the_size_limit_is_stored_and_the_topic_keeps_serving(client: pulsar.Client) -> None:
     t = topic("big")
     consumer = client.subscribe(t, "s")
@@ -54,12 +64,7 @@ def test_keybased_batches_all_arrive_on_the_default_namespace(client: pulsar.Cli
     for i in range(30):
         producer.send_async(b"%d" % i, None, partition_key=f"k{i % 3}")
     producer.flush()
-    got = []
-    for _ in range(30):
-        m = consumer.receive(20_000)
-        consumer.acknowledge(m)
-        got.append(int(m.data()))
-    assert sorted(got) == list(range(30))
+    assert sorted(receive_numbers(consumer, 30)) == list(range(30))
 
 
 def dedup_namespace(admin: AdminClient) -> str:
@@ -78,12 +83,7 @@ def test_keybased_batches_all_arrive_with_deduplication_on(client: pulsar.Client
     for i in range(30):
         producer.send_async(b"%d" % i, None, partition_key=f"k{i % 3}")
     producer.flush()
-    got = []
-    for _ in range(30):
-        m = consumer.receive(20_000)
-        consumer.acknowledge(m)
-        got.append(int(m.data()))
-    assert sorted(got) == list(range(30))
+    assert sorted(receive_numbers(consumer, 30)) == list(range(30))
 
 
 def test_keybased_batches_of_skewed_keys_all_arrive_with_deduplication_on_and_after_a_restart(
@@ -104,12 +104,7 @@ def test_keybased_batches_of_skewed_keys_all_arrive_with_deduplication_on_and_af
     for i in range(30):
         producer.send_async(b"%d" % i, None, partition_key="k1" if i in (1, 5) else "k0")
     producer.flush()
-    got = []
-    for _ in range(30):
-        m = consumer.receive(20_000)
-        consumer.acknowledge(m)
-        got.append(int(m.data()))
-    assert sorted(got) == list(range(30))
+    assert sorted(receive_numbers(consumer, 30)) == list(range(30))
     producer.close()
 
     standalone.admin.call("PUT", topic_path(t) + "/unload")  # the next owner rebuilds the ids from the log
