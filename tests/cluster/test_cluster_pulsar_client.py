@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def topics_of(broker: dict, topics: list[str]) -> list[str]:
     return served
 
 
-def message_features_across_brokers(client: pulsar.Client, admin: AdminClient, second: dict) -> None:
+def message_features_across_brokers(client: pulsar.Client, admin: AdminClient, first: dict, second: dict) -> None:
     """Issue 43's features on topics the second broker owns, reached by a client and an admin that know only
     the first: partition ids, KeyBased batches with de-duplication on, Key_Shared's Murmur3 slots, and the
     message admin calls (PUT subscription, skip, examinemessage, terminate) through the first's 307s."""
@@ -79,7 +80,11 @@ def message_features_across_brokers(client: pulsar.Client, admin: AdminClient, s
 
     administered = next(theirs)
     path = topic_path(administered)
-    producer = client.create_producer(administered, batching_enabled=False)
+    # A client of its own: the official client answers a send to a terminated topic by closing its
+    # connection, re-creating the producer, being refused (TopicTerminated) and marking it closed, so
+    # closing that client may report AlreadyClosed, depending on which of its closes finishes first.
+    terminated_client = pulsar.Client(f"pulsar://127.0.0.1:{first['pulsar_port']}", operation_timeout_seconds=30)
+    producer = terminated_client.create_producer(administered, batching_enabled=False)
     ids = [producer.send(b"m%d" % i) for i in range(5)]
     admin.call("PUT", f"{path}/subscription/from-start", {"ledgerId": -1, "entryId": -1})
     admin.call("POST", f"{path}/subscription/from-start/skip/2")
@@ -90,6 +95,8 @@ def message_features_across_brokers(client: pulsar.Client, admin: AdminClient, s
     assert (last["ledgerId"], last["entryId"]) == (ids[-1].ledger_id(), ids[-1].entry_id())
     with pytest.raises(pulsar.TopicTerminated):
         producer.send(b"late")
+    with contextlib.suppress(pulsar.AlreadyClosed):
+        terminated_client.close()
 
 
 def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_message(cluster_dir: Path) -> None:
@@ -152,7 +159,7 @@ def test_lookups_redirect_to_the_owner_and_a_killed_owner_loses_no_acknowledged_
         np_stats = admin.call("GET", topic_path(np_owned[1][0]) + "/stats")  # from the first: a 307 followed
         assert np_stats["msgInCounter"] == 1 and np_stats["storageSize"] == 0
 
-        message_features_across_brokers(client, admin, second)
+        message_features_across_brokers(client, admin, first, second)
     finally:
         client.close()
 
