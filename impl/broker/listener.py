@@ -631,7 +631,9 @@ class _Connection:
         return [conn.ProducerReady(out.request_id, pid, name, last, schema_version, topic_epoch)]
 
     def _broker_closes_producer(self, pid: int) -> None:
-        self.producers.pop(pid, None)
+        topic, _ = self.producers.pop(pid, (None, ""))
+        if topic is not None:  # closed on its own (fenced, over its backlog quota): the topic's close skips it
+            topic.close_watchers.pop((self, "producer", pid), None)
         self.perform(self.core.step(conn.CloseProducer(pid)))
 
     def _close_producer(self, out: conn.DoCloseProducer) -> list[Result]:

@@ -184,6 +184,7 @@ TERMINATE_DRAIN_S = 10.0  # how long terminating waits for adds already with the
 TOPIC_POLICIES_ROOT = "/topic-policies"
 READ_RETRY_S = 0.5  # pause before a subscription retries a failed read
 TICK_INTERVAL_S = 10.0  # how often idle topics are checked for age rollover and trimming
+DEFAULT_BACKLOG_QUOTA_CHECK_INTERVAL_S = 60.0  # Pulsar's backlogQuotaCheckIntervalInSeconds default
 # Adds handed to the managed ledger in one call: enough to share the steps, few enough that the
 # bookies start on the first ones while the broker encodes the rest.
 PUBLISH_CHUNK = 64
@@ -249,6 +250,9 @@ class BrokerConfig:
     # managedLedgerOffloadDeletionLagMs: how long an offloaded ledger's bookie copy stays.
     offload: OffloadSettings | None = None
     offload_deletion_lag_s: float = DEFAULT_DELETION_LAG_S
+    # Pulsar's backlogQuotaCheckIntervalInSeconds: how often every topic's backlog is held against its
+    # quota (producers disconnected, or the oldest messages evicted, as the policy says).
+    backlog_quota_check_interval_s: float = DEFAULT_BACKLOG_QUOTA_CHECK_INTERVAL_S
 
 
 def _settle(future: Future[tuple[Position | None, bool]], outcome: PublishOutcome) -> None:
@@ -1129,6 +1133,33 @@ class Topic:
         if policy == "producer_exception":
             raise ProducerBlockedQuotaExceededException(message)
 
+    def handle_exceeded_backlog_quota(self) -> None:
+        """Pulsar's periodic check (BrokerService.monitorBacklogQuotas, then BacklogQuotaManager's
+        handleExceededBacklogQuota): eviction skips the oldest messages; producer_request_hold and
+        producer_exception disconnect the producers already attached, so that their clients reconnect and
+        their PRODUCER meets `check_backlog_quota` (hold: the client retries, its sends wait; exception:
+        the client fails its pending sends)."""
+        quota = self.backlog_quota
+        if quota is None:
+            return
+        if quota.policy == "consumer_backlog_eviction":
+            self.evict_backlog()
+        elif quota.policy in ("producer_request_hold", "producer_exception") and self._over_quota():
+            self.disconnect_producers()
+
+    def disconnect_producers(self) -> int:
+        """Close every attached producer (Pulsar's Producer.disconnect: CLOSE_PRODUCER to its client, which
+        creates it again). Returns how many were closed."""
+        with self.lock:
+            closing = [(name, attached[0], self._fence.get(name)) for name, attached in self.attached.items()]
+        for name, owner, close in closing:
+            self.detach_producer(name, owner)
+            if close is not None:
+                close()
+        if closing:
+            log.info("backlog quota exceeded on %s: %d producer(s) disconnected", self.name, len(closing))
+        return len(closing)
+
     def evict_backlog(self) -> list[str]:
         """consumer_backlog_eviction: the oldest messages of each subscription over the quota are skipped
         (acknowledged) until its backlog fits. Returns the subscriptions moved."""
@@ -1471,6 +1502,8 @@ class BrokerService:
         self._stopping = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="topic-ticker", daemon=True)
         self._ticker.start()
+        self._quota_checker = threading.Thread(target=self._backlog_quota_loop, name="backlog-quota", daemon=True)
+        self._quota_checker.start()
 
     def adopt_session(self, store: MetadataStore, bookkeeper: BookKeeperClient) -> None:
         """The broker's new metadata session and its BookKeeper client (the old session expired). The
@@ -1495,13 +1528,24 @@ class BrokerService:
                     topic.ml.tick()
                     if topic.message_ttl_s > 0:
                         topic.expire_messages(topic.message_ttl_s)
-                    topic.evict_backlog()
                     topic.maybe_trim()
                     topic.compactor.maybe_compact()
                     topic.offloader.sweep()  # bookie copies of offloaded ledgers past the deletion lag
                     topic.offloader.maybe_offload()
                 except Exception as e:  # a fenced or closing topic: its owner handles it
                     log.debug("tick of %s: %s", topic.name, e)
+
+    def _backlog_quota_loop(self) -> None:
+        """Pulsar's monitorBacklogQuotas, every backlogQuotaCheckIntervalInSeconds: each persistent topic
+        over its quota is handled as its policy says (a new producer is checked when it comes)."""
+        while not self._stopping.wait(self.config.backlog_quota_check_interval_s):
+            for topic in list(self.topics.values()):
+                if not topic.name.persistent:
+                    continue  # nothing kept: no backlog
+                try:
+                    topic.handle_exceeded_backlog_quota()
+                except Exception as e:  # a fenced or closing topic: its owner handles it
+                    log.debug("backlog quota check of %s: %s", topic.name, e)
 
     def managed_ledger_config(self, name: TopicName) -> ManagedLedgerConfig:
         """The broker's managed-ledger settings, with the namespace's retention policy when it sets one."""

@@ -63,6 +63,32 @@ def add_backpressure_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+DEFAULT_BACKLOG_QUOTA_CHECK_INTERVAL_S = 60  # BrokerConfig's default, Pulsar's
+
+
+def _positive_seconds(text: str) -> int:
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of seconds, not {text!r}") from None
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(f"the interval must be >= 1 second, got {text}")
+    return seconds
+
+
+def add_backlog_quota_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backlog-quota-check-interval-in-seconds",
+        type=_positive_seconds,
+        default=DEFAULT_BACKLOG_QUOTA_CHECK_INTERVAL_S,
+        metavar="SECONDS",
+        help="Pulsar's backlogQuotaCheckIntervalInSeconds: how often each topic's backlog is held against its "
+        "namespace's backlogQuota; over it, producer_request_hold and producer_exception disconnect the "
+        "producers already attached, consumer_backlog_eviction skips the oldest messages "
+        f"(default {DEFAULT_BACKLOG_QUOTA_CHECK_INTERVAL_S}; docs/storage-lifecycle.md)",
+    )
+
+
 DEFAULT_OFFLOAD_DELETION_LAG_MS = 4 * 3600 * 1000  # Pulsar's managedLedgerOffloadDeletionLagMs
 
 
@@ -210,6 +236,7 @@ def main(argv: list[str], prog: str) -> int:
         "10240 bytes of metadata allowance, or the largest messages cannot be stored.",
     )
     add_offload_options(parser, "")
+    add_backlog_quota_option(parser)
     parser.add_argument(
         "--session-timeout", type=float, default=10.0, help="metadata session timeout in seconds (default 10)"
     )
@@ -264,6 +291,7 @@ def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
         managed_ledger_cache_size_mb=args.managed_ledger_cache_size_mb,
         offload=args.offload,
         offload_deletion_lag_s=args.offload_deletion_lag_ms / 1000,
+        backlog_quota_check_interval_s=args.backlog_quota_check_interval_in_seconds,
     )
     try:
         broker = Broker(

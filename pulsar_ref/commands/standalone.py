@@ -12,6 +12,7 @@ from pathlib import Path
 
 from impl import shutdown
 from pulsar_ref.commands.broker import (
+    add_backlog_quota_option,
     add_backpressure_option,
     add_instance_options,
     add_ledger_options,
@@ -76,6 +77,7 @@ def main(argv: list[str], prog: str) -> int:
         "(their nettyMaxFrameSizeBytes), so every message accepted can be stored.",
     )
     add_offload_options(parser, "DATA/offloaded")
+    add_backlog_quota_option(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument(
         "--session-timeout",
@@ -134,6 +136,7 @@ def main(argv: list[str], prog: str) -> int:
             Path(offload.directory).mkdir(exist_ok=True)  # the embedded default: a directory under the data
         standalone.config.offload = offload
         standalone.config.offload_deletion_lag_s = args.offload_deletion_lag_ms / 1000
+        standalone.config.backlog_quota_check_interval_s = args.backlog_quota_check_interval_in_seconds
         standalone.start()
     except (MetadataError, OSError, ValueError) as e:
         print(f"error: cannot start standalone: {e}", file=sys.stderr)

@@ -46,9 +46,9 @@ def _tls_ports(options: tuple[str, ...]) -> list[str]:
     return ["--tls-port", "0", "--web-tls-port", "0"] if "--tls-cert-file" in options or "--secure" in options else []
 
 
-def running_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    """For a module's fixture: one standalone process, stopped afterwards."""
-    s = Standalone(tmp_path_factory.mktemp("pulsar-standalone"))
+def running_standalone(tmp_path_factory: pytest.TempPathFactory, *options: str) -> Iterator[Standalone]:
+    """For a module's fixture: one standalone process (`options`: more arguments), stopped afterwards."""
+    s = Standalone(tmp_path_factory.mktemp("pulsar-standalone"), *options)
     try:
         yield s
     finally:

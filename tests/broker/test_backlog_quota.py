@@ -1,7 +1,9 @@
 """Backlog quotas (issue 45, item 4) against a real `pulsar-ref standalone` process: Pulsar's namespace
 `backlogQuota` admin paths and the three policies with the official `pulsar` client: producer_exception
-(a new producer fails), producer_request_hold (refused while over, accepted once drained) and
-consumer_backlog_eviction (the oldest messages are skipped); bad input answered 400."""
+(a new producer fails; one already attached is disconnected by the periodic check and its sends fail),
+producer_request_hold (refused while over, accepted once drained; an attached producer's send waits until
+the backlog is cleared) and consumer_backlog_eviction (the oldest messages are skipped); bad input
+answered 400. The broker checks every second (`--backlog-quota-check-interval-in-seconds 1`)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def ns(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    for s in running_standalone(tmp_path_factory):
+    for s in running_standalone(tmp_path_factory, "--backlog-quota-check-interval-in-seconds", "1"):
         for name, policy in (
             ("exception", "producer_exception"),
             ("hold", "producer_request_hold"),
@@ -58,12 +60,21 @@ def status_of(call: Callable[[], Any]) -> int:
     return 200
 
 
+def send_all(producer: pulsar.Producer, n: int) -> None:
+    """n messages of 1 KB, sent at once: all are with the broker before its periodic check (every second)
+    can disconnect the producer for the backlog they make."""
+    results: list[pulsar.Result] = []
+    for i in range(n):
+        producer.send_async(PAYLOAD + b"%03d" % i, lambda result, _id: results.append(result))
+    producer.flush()
+    assert results == [pulsar.Result.Ok] * n
+
+
 def fill(client: pulsar.Client, topic: str, n: int) -> None:
     """A subscription (nothing connected) and n messages of 1 KB: a backlog of ~n KB."""
     client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest).close()
     producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(n):
-        producer.send(PAYLOAD + b"%03d" % i)
+    send_all(producer, n)
     producer.close()
 
 
@@ -115,6 +126,44 @@ def test_producer_request_hold(client: pulsar.Client) -> None:
     client.create_producer(topic).send(b"accepted again")
 
 
+def attached_over_quota(standalone: Standalone, client: pulsar.Client, topic: str) -> pulsar.Producer:
+    """A producer attached while the backlog is empty, which then sends it over the quota (10 KB), and
+    the broker's periodic check disconnecting it (the topic's stats list no publisher)."""
+    client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest).close()
+    producer = client.create_producer(topic, batching_enabled=False)
+    send_all(producer, 10)
+    deadline = time.monotonic() + 10  # the check runs every second
+    while standalone.admin.call("GET", topic_path(topic) + "/stats")["publishers"]:
+        assert time.monotonic() < deadline, "the producer over the quota was not disconnected"
+        time.sleep(0.2)
+    return producer
+
+
+def test_an_attached_producer_is_disconnected_under_producer_exception(
+    standalone: Standalone, client: pulsar.Client
+) -> None:
+    topic = "persistent://public/exception/attached"
+    producer = attached_over_quota(standalone, client, topic)
+    with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):  # its reconnection is refused
+        producer.send(b"refused")
+    assert len(drain(client, topic)) == 10  # what it sent before is kept; "refused" was not stored
+
+
+def test_an_attached_producer_waits_under_producer_request_hold(standalone: Standalone, client: pulsar.Client) -> None:
+    topic = "persistent://public/hold/attached"
+    producer = attached_over_quota(standalone, client, topic)
+    results: list[pulsar.Result] = []
+    producer.send_async(b"held", lambda result, _id: results.append(result))
+    time.sleep(1.5)
+    assert results == []  # held: the client retries its PRODUCER while the broker refuses it
+    standalone.admin.call("POST", topic_path(topic) + "/subscription/sub/skip_all")  # the backlog cleared
+    deadline = time.monotonic() + 15  # the client's reconnection backoff
+    while not results and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert results == [pulsar.Result.Ok]
+    assert drain(client, topic) == [b"held"]
+
+
 def test_consumer_backlog_eviction(standalone: Standalone, client: pulsar.Client) -> None:
     topic = "persistent://public/eviction/t"
     fill(client, topic, 20)
@@ -123,7 +172,7 @@ def test_consumer_backlog_eviction(standalone: Standalone, client: pulsar.Client
         stats = standalone.admin.call("GET", topic_path(topic) + "/stats")
         return int(stats["subscriptions"]["sub"]["msgBacklog"])
 
-    deadline = time.monotonic() + 40  # the broker's periodic check runs every 10 s
+    deadline = time.monotonic() + 10  # the broker's periodic check runs every second
     while backlog() > 5 and time.monotonic() < deadline:
         time.sleep(0.3)
     left = drain(client, topic)
