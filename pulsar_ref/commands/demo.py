@@ -48,6 +48,9 @@ LEDGER_QUORUMS = ("--ensemble", "2", "--write-quorum", "2", "--ack-quorum", "2")
 # offloaded ledger deleted at once (so the final reads read the offloaded copies).
 LIFECYCLE_ENTRIES_PER_LEDGER = 20
 LIFECYCLE_OPTIONS = ("--max-entries-per-ledger", str(LIFECYCLE_ENTRIES_PER_LEDGER), "--offload-deletion-lag-ms", "0")
+# --cluster's brokers share one filesystem offloader (CLUSTER/offload, as `cluster up --offload-driver
+# filesystem`): a broker that takes a topic over reads the ledgers the killed one offloaded.
+CLUSTER_OFFLOAD = {"driver": "filesystem"}
 
 
 def say(message: str) -> None:
@@ -101,10 +104,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="the workload's --lifecycle: its topics in a namespace with unlimited retention and small offload and "
-        "compaction thresholds, on a standalone that rolls its ledgers over every "
-        f"{LIFECYCLE_ENTRIES_PER_LEDGER} entries and offloads to DATA/offloaded, so the final reads read offloaded "
-        "ledgers back (default: on for the embedded default; --cluster and --geo start brokers without an "
-        "offloader)",
+        "compaction thresholds, on brokers that roll their ledgers over every "
+        f"{LIFECYCLE_ENTRIES_PER_LEDGER} entries and offload them to a directory (the standalone's DATA/offloaded; "
+        "with --cluster one directory all brokers share, CLUSTER/offload), so the final reads read offloaded "
+        "ledgers back (default: on, except with --geo, whose brokers have no offloader)",
     )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
     parser.add_argument("--seed", type=int, help="random seed (operations and fault schedule)")
@@ -120,20 +123,24 @@ def main(argv: list[str], prog: str) -> int:
     if args.proxies and not args.cluster:
         say("error: --proxies needs --cluster (the standalone has no proxy)")
         return 2
-    lifecycle = args.lifecycle if args.lifecycle is not None else not (args.cluster or args.geo)
-    if lifecycle and (args.cluster or args.geo):
-        say(
-            "error: --lifecycle needs the embedded default "
-            "(the demo plans --cluster's and --geo's brokers without an offloader)"
-        )
+    lifecycle = args.lifecycle if args.lifecycle is not None else not args.geo
+    if lifecycle and args.geo:
+        say("error: --lifecycle does not go with --geo (the demo plans its brokers without an offloader)")
         return 2
     if args.geo:
         return _geo(args, run_dir, history_path, json_path, html_path)
     if args.cluster:
-        cluster = Cluster.plan(run_dir / "cluster", 1, 3, 2, broker_options=LEDGER_QUORUMS, proxies=args.proxies)
+        cluster = plan_cluster(run_dir / "cluster", args.proxies, lifecycle)
         faults = CLUSTER_FAULTS + (["kill-proxy", "pause-proxy"] if args.proxies else [])
         proxies = f", {args.proxies} proxies in front of them" if args.proxies else ""
         say(f"cluster: 1 ZooKeeper, 3 bookies, 2 brokers{proxies}, as separate processes (ledgers E=2, Qw=2, Qa=2)")
+        if lifecycle:
+            say(
+                f"storage lifecycle on: ledgers of {LIFECYCLE_ENTRIES_PER_LEDGER} entries, offloaded to "
+                f"{(cluster.offload or {}).get('directory')} (one directory every broker shares) past "
+                f"{OFFLOAD_THRESHOLD_BYTES} bytes per topic, bookie copies deleted at once; unlimited retention; "
+                f"compaction past {COMPACTION_THRESHOLD_BYTES} bytes (--no-lifecycle: off)"
+            )
     else:
         cluster = Cluster.plan_standalone(run_dir / "cluster", options=LIFECYCLE_OPTIONS if lifecycle else ())
         faults = STANDALONE_FAULTS
@@ -170,6 +177,22 @@ def main(argv: list[str], prog: str) -> int:
     if summary is None:
         return 3
     return _audit(summary, run_dir, history_path, json_path, html_path)
+
+
+def plan_cluster(directory: Path, proxies: int, lifecycle: bool) -> Cluster:
+    """--cluster's deployment: 1 ZooKeeper, 3 bookies, 2 brokers; with the lifecycle, the brokers roll their
+    ledgers over often and share a filesystem offloader with no deletion lag (as the standalone's default)."""
+    if not lifecycle:
+        return Cluster.plan(directory, 1, 3, 2, broker_options=LEDGER_QUORUMS, proxies=proxies)
+    return Cluster.plan(
+        directory,
+        1,
+        3,
+        2,
+        broker_options=(*LEDGER_QUORUMS, *LIFECYCLE_OPTIONS),
+        proxies=proxies,
+        offload=CLUSTER_OFFLOAD,
+    )
 
 
 def _config(args: argparse.Namespace, history_path: Path, **specific: Any) -> WorkloadConfig:

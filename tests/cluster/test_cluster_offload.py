@@ -17,6 +17,7 @@ import pytest
 
 from impl.broker.web.admin_client import AdminClient, topic_path
 from impl.web.http import HttpError
+from pulsar_ref.commands.demo import LIFECYCLE_OPTIONS, plan_cluster
 from tests.cluster.conftest import pulsar_ref, state
 from tests.cluster.test_cluster_pulsar_client import brokers, topics_of
 from tests.s3_server import S3Server, s3_server  # noqa: F401  (the fixture)
@@ -164,3 +165,18 @@ def test_up_refuses_bad_offload_options(tmp_path: Path, options: list[str], says
     refused = pulsar_ref("cluster", "up", "--dir", str(tmp_path / "c"), *options, timeout=30)
     assert refused.returncode == 2 and says in refused.stderr, refused.stderr
     assert not (tmp_path / "c").exists()  # refused before anything was planned or started
+
+
+def test_demo_cluster_plans_its_brokers_with_a_shared_offloader(tmp_path: Path) -> None:
+    """`demo --cluster` (whose lifecycle is on by default): the `cluster up --offload-driver filesystem` layout,
+    with the demo's small ledgers and no deletion lag; without the lifecycle, no offloader (planned only)."""
+    cluster = plan_cluster(tmp_path / "c", 0, lifecycle=True)
+    assert cluster.offload == {"driver": "filesystem", "directory": str(tmp_path / "c" / "offload")}
+    assert (tmp_path / "c" / "offload").is_dir()
+    brokers = [n for n in cluster.state["nodes"] if n["role"] == "broker"]
+    assert len(brokers) == 2
+    for broker in brokers:
+        command = " ".join(broker["command"])
+        assert " ".join(LIFECYCLE_OPTIONS) in command
+        assert f"--offload-driver filesystem --offload-dir {tmp_path / 'c' / 'offload'}" in command
+    assert plan_cluster(tmp_path / "plain", 0, lifecycle=False).offload is None
