@@ -188,7 +188,8 @@ def iter_parquet(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
     rows = spark.read.parquet(path).orderBy("index").toLocalIterator()
     for line_no, row in enumerate(rows, start=1):
         event = {k: v for k, v in row.asDict(recursive=True).items() if v is not None or k in ("from", "value")}
-        if event.get("f") == "read" and event.get("type") == "ok" and isinstance(event.get("value"), str):
+        read = event.get("f") == "read" or event.get("f") in COMPACTED_OPS
+        if read and event.get("type") == "ok" and isinstance(event.get("value"), str):
             try:
                 event["value"] = json.loads(event["value"])
             except json.JSONDecodeError:

@@ -2,7 +2,7 @@
 `read-compacted` shows per key its last value at or before the horizon (a tombstone deletes the key), then every
 message after it; one showing a replaced value, or a key twice, is `compacted-stale`, one leaving out a key's
 acknowledged last value or an acknowledged message after the horizon is `compacted-missing`; a write of unknown
-outcome may count either way; a broken horizon is refused."""
+outcome may count either way; the reference and the Spark job agree, and a broken horizon is refused."""
 
 from __future__ import annotations
 
@@ -112,3 +112,32 @@ def test_a_broken_horizon_is_refused_with_its_line(horizon: Any, tmp_path: Path)
     with pytest.raises(HistoryError) as e:
         read_history(str(h.path(tmp_path)))
     assert e.value.line == len(h.events) and "horizon" in str(e.value)
+
+
+def corpus() -> list[History]:
+    return [
+        history(VALID),
+        history([("v1", [1, 0, 0]), ("v2", [1, 1, 0]), ("v5", [1, 5, 0])]),
+        history([("v1", [1, 0, 0]), *VALID]),
+        history([("d1", [1, 2, 0]), *VALID]),
+        history(VALID[1:]),
+        history(VALID[:2]),
+        history([("v4", [1, 4, 1]), ("v3", [1, 3, 0]), ("v5", [1, 5, 0])], {"v4": ("k2", False)}),
+        history(VALID[1:], {"t4": ("k2", True)}),
+    ]
+
+
+@pytest.mark.spark
+def test_spark_agrees_on_the_compacted_histories(spark: Any, tmp_path: Path) -> None:
+    from spark.audit import audit
+
+    paths, references = [], []
+    for k, h in enumerate(corpus()):
+        (tmp_path / str(k)).mkdir()
+        references.append(h.report(tmp_path / str(k)))
+        paths.append(str(tmp_path / str(k) / "h.jsonl"))
+    assert [r.valid for r in references] == [True, False, False, False, False, False, True, True]
+    for result, reference in zip(audit(paths), references, strict=True):
+        assert result.report.ops == reference.ops
+        got = sorted((c.key, c.explanation) for c in result.report.cases)
+        assert got == sorted((c.key, c.explanation) for c in reference.cases), result.path
