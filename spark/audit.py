@@ -30,7 +30,8 @@ candidates reach the driver (none for a valid history).
 
 The log checks see appends and reads only; a history with consumers' operations also goes through the job of
 spark/queue_audit.py, which decides the anomalies of subscriptions and measures their figures; one that read the
-schema registry (a typed run's) goes through spark/schema_audit.py. Non-persistent topics are judged apart, by
+schema registry (a typed run's) goes through spark/schema_audit.py, one with compacted reads through
+spark/compacted_audit.py. Non-persistent topics are judged apart, by
 spark/np_audit.py.
 """
 
@@ -57,7 +58,9 @@ SCHEMA = (
     # a typed run's deliveries and schema registry (spark/schema_audit.py)
     "schema_version long, versions array<long>, "
     # the message TTL a drain records (spark/queue_audit.py)
-    "message_ttl long"
+    "message_ttl long, "
+    # compacted reads (spark/compacted_audit.py): an append's tombstone flag, a read-compacted's horizon
+    "tombstone boolean, horizon array<long>"
 )
 # Bucket widths of the two-level windows: entries per (ledger, entry // POS_BUCKET) and events per
 # index // INDEX_BUCKET. Large enough that the table of bucket boundaries stays small, small enough that a
@@ -777,7 +780,7 @@ def audit(
     of several clusters is checked per cluster and for replication (spark/geo_audit.py)."""
     from pyspark.sql import functions as F
 
-    from spark import geo_audit, np_audit, queue_audit, schema_audit
+    from spark import compacted_audit, geo_audit, np_audit, queue_audit, schema_audit
     from spark.history import LOG_OPS
     from spark.session import input_bytes, spark_session
 
@@ -803,6 +806,10 @@ def audit(
     schema_ops: dict[int, int] = {}
     if schema_audit.has_schemas(events):
         schema_rows, schema_ops = schema_audit.run(events)
+    compacted_rows: list[dict[str, Any]] = []
+    compacted_ops: dict[int, int] = {}
+    if compacted_audit.has_compacted(events):
+        compacted_rows, compacted_ops = compacted_audit.run(events)
     out = []
     for h, path in enumerate(paths):
         topics = {
@@ -825,7 +832,7 @@ def audit(
             if r["history"] == h:
                 cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), queue_audit.explain(r)))
                 topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
-        for r in geo_rows + schema_rows:
+        for r in geo_rows + schema_rows + compacted_rows:
             if r["history"] == h:
                 cases.append(Case(r["anomaly"], r["topic"], tuple(r["ops"]), r["explanation"]))
                 topics.setdefault(r["topic"], TopicSummary()).anomalies += 1
@@ -834,7 +841,8 @@ def audit(
                 cases.append(c)
                 topics.setdefault(c.topic, TopicSummary()).anomalies += 1
         figures = [queue_audit.figures_of(r) for r in figure_rows if r["history"] == h]
-        ops = sum(s.ops for s in topics.values()) + consumer_ops.get(h, 0) + live[2].get(h, 0) + schema_ops.get(h, 0)
+        ops = sum(s.ops for s in topics.values()) + consumer_ops.get(h, 0) + live[2].get(h, 0)
+        ops += schema_ops.get(h, 0) + compacted_ops.get(h, 0)
         report = Report(ops=ops, cases=cases, topics=topics, subscriptions=sorted(figures, key=lambda f: f.key))
         report.non_persistent = sorted((f for hh, f in live[1] if hh == h), key=lambda f: f.key)
         expired = (queue_audit.expired_of(r) for r in expired_rows if r["history"] == h)

@@ -17,7 +17,9 @@ reason (`HistoryError`), before anything is audited:
   ack or nack ending `info` does not retire its process; a drain's optional `message_ttl` (the topic's message
   TTL in seconds) is a non-negative integer;
 - a typed run's `schemas` operation (the registry's versions of a topic) ends `ok` with `versions`, a list of
-  non-negative integers, and an `ok` receive's optional `schema_version` is one.
+  non-negative integers, and an `ok` receive's optional `schema_version` is one;
+- a `read-compacted` (a `--lifecycle` run's) ends `ok` with a read's value and `horizon`, null or
+  `[ledger_id, entry_id]`; an append's optional `tombstone` is true or false.
 
 Events of process `"nemesis"` (fault injection) are allowed and ignored by the checks. An invoke still pending
 at the end of the history counts as `info`.
@@ -40,6 +42,7 @@ COMPLETIONS = ("ok", "fail", "info")
 LOG_OPS = ("append", "read")
 CONSUMER_OPS = ("subscribe", "receive", "ack", "nack", "close", "drain")
 SCHEMA_OPS = ("schemas",)  # the registry's versions of a topic (docs/history.md, Schemas)
+COMPACTED_OPS = ("read-compacted",)  # a read_compacted reader from the earliest (docs/history.md, Compacted reads)
 SUBSCRIPTION_TYPES = ("Exclusive", "Failover", "Shared", "Key_Shared")
 # The final drain's consumers are named drain-<process> (docs/history.md): what they receive is the drain's, never
 # the latest fault's.
@@ -87,6 +90,8 @@ class Op:
     schema_version: int | None = None  # ok receive of a typed run: the delivered message's schema version
     versions: tuple[int, ...] = ()  # ok schemas: the versions the registry returned for the topic
     message_ttl: int | None = None  # drain: the message TTL (seconds) in force on its topic, None or 0: none
+    tombstone: bool = False  # append: an empty payload with a key, which deletes the key from the compacted view
+    horizon: tuple[int, int] | None = None  # ok read-compacted: the compaction horizon (None: no compaction yet)
 
     @property
     def log(self) -> str:
@@ -183,7 +188,8 @@ def iter_parquet(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
     rows = spark.read.parquet(path).orderBy("index").toLocalIterator()
     for line_no, row in enumerate(rows, start=1):
         event = {k: v for k, v in row.asDict(recursive=True).items() if v is not None or k in ("from", "value")}
-        if event.get("f") == "read" and event.get("type") == "ok" and isinstance(event.get("value"), str):
+        read = event.get("f") == "read" or event.get("f") in COMPACTED_OPS
+        if read and event.get("type") == "ok" and isinstance(event.get("value"), str):
             try:
                 event["value"] = json.loads(event["value"])
             except json.JSONDecodeError:
@@ -243,8 +249,9 @@ def validate(
         if type(process) is not int:
             raise fail(line, f'process must be an integer or "nemesis", got {process!r}')
         kind, f, topic = get("type"), get("f"), get("topic")
-        if f != "append" and f != "read" and f not in CONSUMER_OPS and f not in SCHEMA_OPS:
-            raise fail(line, f"f must be one of {', '.join(LOG_OPS + CONSUMER_OPS + SCHEMA_OPS)}, got {f!r}")
+        if f != "append" and f != "read" and f not in CONSUMER_OPS and f not in SCHEMA_OPS and f not in COMPACTED_OPS:
+            known = ", ".join(LOG_OPS + CONSUMER_OPS + SCHEMA_OPS + COMPACTED_OPS)
+            raise fail(line, f"f must be one of {known}, got {f!r}")
         if not isinstance(topic, str):
             raise fail(line, f"topic must be a string, got {topic!r}")
         if kind == "invoke":
@@ -273,7 +280,11 @@ def validate(
                     if key is not None and not isinstance(key, str):
                         raise fail(line, f"an append's key must be a string, got {key!r}")
                     op.key = key
-            elif f != "read" and f not in SCHEMA_OPS:
+                    tombstone = get("tombstone", False)
+                    if not isinstance(tombstone, bool):
+                        raise fail(line, f"an append's tombstone must be true or false, got {tombstone!r}")
+                    op.tombstone = tombstone
+            elif f != "read" and f not in SCHEMA_OPS and f not in COMPACTED_OPS:
                 problem = _consumer_invoke(ev, op)
                 if problem:
                     raise fail(line, problem)
@@ -318,6 +329,8 @@ def validate(
                     problem = _delivery(ev, op)
                 elif kind == "ok" and f in SCHEMA_OPS:
                     problem = _versions(ev, op)
+                elif kind == "ok" and f in COMPACTED_OPS:
+                    problem = _compacted(ev, op)
                 if problem:
                     raise fail(line, problem)
             elif f == "append":
@@ -410,6 +423,25 @@ def _versions(ev: dict[str, Any], op: Op | None) -> str | None:
         return f"an ok schemas carries versions, a list of non-negative integers, got {versions!r}"
     if op is not None:
         op.versions = tuple(versions)
+    return None
+
+
+def _compacted(ev: dict[str, Any], op: Op | None) -> str | None:
+    """What an `ok` read-compacted carries, its entries and horizon: what is wrong with them, or None."""
+    value, raw = ev.get("value"), ev.get("horizon")
+    if not isinstance(value, list):
+        return f"an ok read-compacted's value must be a list of [position, value] pairs, got {value!r}"
+    entries = []
+    for i, pair in enumerate(value):
+        pos = _position(pair[0]) if type(pair) is list and len(pair) == 2 else None
+        if pos is None or not isinstance(pair[1], str):
+            return f"entry {i} of the read-compacted is not a [position, string value] pair: {pair!r}"
+        entries.append((pos, pair[1]))
+    horizon = _position([*raw, 0]) if type(raw) is list and len(raw) == 2 else None
+    if raw is not None and horizon is None:
+        return f"an ok read-compacted's horizon must be null or [ledger, entry], got {raw!r}"
+    if op is not None:
+        op.entries, op.horizon = entries, None if horizon is None else (horizon[0], horizon[1])
     return None
 
 

@@ -35,7 +35,8 @@ appear; `fail` appends must never appear.
 
 The anomalies of subscriptions and their figures are defined in spark/queue_reference.py; those of non-persistent
 topics, which none of the above apply to, in spark/non_persistent.py.
-The anomaly of a typed run's schema versions is defined in spark/schema_reference.py.
+The anomaly of a typed run's schema versions is defined in spark/schema_reference.py; those of compacted reads in
+spark/compacted_reference.py.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark import geo, non_persistent, queue_reference, schema_reference
+from spark import compacted_reference, geo, non_persistent, queue_reference, schema_reference
 from spark.history import LOG_OPS, NemesisEvent, Op, Position, format_position, time_teller
 from spark.report import Case, Report, TopicSummary
 
@@ -101,7 +102,7 @@ def check(all_ops: list[Op], nemesis: Sequence[NemesisEvent] = (), replication_d
     durable, live = non_persistent.split(all_ops)
     observed = Observed.of(geo.local_view(durable))
     cases: list[Case] = queue_reference.check(durable, nemesis) + schema_reference.check(all_ops)
-    cases += non_persistent.check(live, nemesis)
+    cases += non_persistent.check(live, nemesis) + compacted_reference.check(durable)
     for family in LOG_CHECKS:
         cases += family(observed)
     cases += geo.replication_cases(durable, replication_dedup)

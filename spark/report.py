@@ -26,6 +26,9 @@ ANOMALIES = (
     "expired-early",
     # a typed run's deliveries against the schema registry (spark/schema_reference.py)
     "unknown-schema-version",
+    # compacted reads (spark/compacted_reference.py)
+    "compacted-stale",
+    "compacted-missing",
     # across the clusters of an instance (spark/geo.py)
     "replication-lost",
     "replication-duplicate",
@@ -45,9 +48,12 @@ NON_PERSISTENT_ANOMALIES = ("non-persistent-duplicate", "non-persistent-reorder"
 SCHEMA_ANOMALIES = ("unknown-schema-version",)
 # Only a drain that records a message TTL (`workload --lifecycle`) can show them; the generator makes none.
 TTL_ANOMALIES = ("expired-early",)
-ONE_CLUSTER_ANOMALIES = tuple(
-    a for a in ANOMALIES if a not in REPLICATION_ANOMALIES + NON_PERSISTENT_ANOMALIES + SCHEMA_ANOMALIES + TTL_ANOMALIES
+# Only a compacted read (`workload --lifecycle`) can show them; the generator makes none.
+COMPACTED_ANOMALIES = ("compacted-stale", "compacted-missing")
+_NOT_GENERATED = (
+    REPLICATION_ANOMALIES + NON_PERSISTENT_ANOMALIES + SCHEMA_ANOMALIES + TTL_ANOMALIES + COMPACTED_ANOMALIES
 )
+ONE_CLUSTER_ANOMALIES = tuple(a for a in ANOMALIES if a not in _NOT_GENERATED)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,11 @@ Before the first operation the namespace `public/lifecycle-<run>` is created wit
   each drain records it (`message_ttl`), and the audit excuses from `lost-message` what the TTL may have expired
   and flags what went missing sooner (`expired-early`).
 
+Every append of the run carries a key (compaction keeps the last message per key). After the drain each topic is
+compacted once more on demand, so that its horizon is the end of the topic, and read with a `read_compacted` reader
+from the earliest: a `read-compacted` operation recording what it read and the horizon the `__compaction` cursor
+reports (docs/history.md, Compacted reads), judged by the audit's `compacted-stale` and `compacted-missing`.
+
 Ledgers are offloaded only once they are closed: the brokers must roll over often (`pulsar-ref standalone
 --max-entries-per-ledger 20`, say) for the offload to happen during a short run. Everything here is set-up
 and observation through the admin REST API, outside the history's operations; the final reads carry what it
@@ -26,6 +31,7 @@ saw (docs/history.md, Storage lifecycle).
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 from impl.broker.web.admin_client import AdminClient
@@ -37,6 +43,8 @@ COMPACTION_THRESHOLD_BYTES = 1024
 # long enough that the appends of the last seconds before the drain must still be delivered.
 MESSAGE_TTL_S = 5
 COMPACTION_CURSOR = "__compaction"
+COMPACTED_LEDGER_PROPERTY = "CompactedTopicLedger"
+COMPACTION_TIMEOUT_S = 30.0
 
 
 def policies() -> dict[str, Any]:
@@ -92,7 +100,41 @@ def offloaded_ledgers(stats: dict[str, Any]) -> list[int]:
 def compacted(stats: dict[str, Any]) -> bool:
     """A compaction of the topic has completed (its cursor names a compacted ledger)."""
     cursor = stats.get("cursors", {}).get(COMPACTION_CURSOR)
-    return bool(cursor and cursor.get("properties", {}).get("CompactedTopicLedger") is not None)
+    return bool(cursor and cursor.get("properties", {}).get(COMPACTED_LEDGER_PROPERTY) is not None)
+
+
+def horizon(stats: dict[str, Any]) -> list[int] | None:
+    """The compaction horizon, [ledger, entry]: the `__compaction` cursor's mark-delete once it names a compacted
+    ledger (Pulsar keeps it there); None before the first compaction."""
+    if not compacted(stats):
+        return None
+    ledger, _, entry = str(stats["cursors"][COMPACTION_CURSOR]["markDeletePosition"]).partition(":")
+    return [int(ledger), int(entry)]
+
+
+def compact(admin_url: str, topic: str, credentials: Credentials) -> bool:
+    """One compaction on demand up to the topic's last message, waited for: whether one ended `SUCCESS` within
+    COMPACTION_TIMEOUT_S. One the ticker started meanwhile (409) is waited out and the trigger tried again, so the
+    horizon is the end of the topic as it stood after the run."""
+    client = admin(admin_url, credentials)
+    path = _path(topic) + "/compaction"
+    deadline = time.monotonic() + COMPACTION_TIMEOUT_S
+    triggered = False
+    while time.monotonic() < deadline:
+        try:
+            if not triggered:
+                client.call("PUT", path)
+                triggered = True
+            status = client.call("GET", path).get("status")
+        except Exception:  # 409 (one is running), or a broker unreachable or moving: try again
+            time.sleep(0.3)
+            continue
+        if status == "SUCCESS":
+            return True
+        if status == "ERROR":
+            triggered = False
+        time.sleep(0.2)
+    return False
 
 
 def read_back(events: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:

@@ -144,6 +144,14 @@ class OfficialSession:
         return Outcome("ok", {"position": official_position(message_id)})
 
     def read(self, topic: str, start: Position | None, limit: int | None) -> Outcome:
+        return self._read(topic, start, limit)
+
+    def read_compacted(self, topic: str) -> Outcome:
+        """A `read_compacted` reader from the earliest to the end: per key its value at the compaction horizon
+        (a deleted key left out), then every message after the horizon."""
+        return self._read(topic, None, None, is_read_compacted=True)
+
+    def _read(self, topic: str, start: Position | None, limit: int | None, **options: Any) -> Outcome:
         pulsar = self.pulsar
         reader = None
         try:
@@ -154,7 +162,9 @@ class OfficialSession:
                 if start is None
                 else pulsar.MessageId(-1, start[0], start[1], start[2] if start[2] > 0 else -1)
             )
-            reader = self.client.create_reader(topic, start_id, **self._typed(start_message_id_inclusive=True))
+            reader = self.client.create_reader(
+                topic, start_id, **self._typed(start_message_id_inclusive=True, **options)
+            )
             value: list[list[Any]] = []
             while (limit is None or len(value) < limit) and _has_message_available(reader):
                 msg = reader.read_next(int(READ_TIMEOUT_S * 1000))

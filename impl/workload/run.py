@@ -343,6 +343,8 @@ class Workload:
                 self.history, durable, self._new_process, self._connect, self._consumers_stop, message_ttl=ttl
             )
             drained = draining.drain(backlog, time.monotonic() + self.config.final_read_timeout_s, progress)
+        if self.config.lifecycle:
+            self._compacted_reads(progress)
         versions: dict[str, list[int]] = {}
         if self.schema.typed:
             versions = self._record_registry(progress)
@@ -386,6 +388,54 @@ class Workload:
         progress(f"ledgers offloaded/listed: {shown}; compacted: {len(compacted)} of {len(offloaded)} topics")
         return offloaded, compacted
 
+    def _compacted_reads(self, progress: Progress) -> None:
+        """Per persistent log topic: a compaction on demand up to its end, then one `ok` read-compacted from the
+        earliest through the official client (the project's has no read_compacted), retried (each try recorded)
+        until it works. Its completion carries the horizon, read from the internal stats before and after the
+        read: a read during which it moved (the ticker compacted meanwhile) or that could not be read is recorded
+        `fail` (a read changes nothing), since what it should show is unknown."""
+        from impl.workload.official import OfficialSession
+
+        assert self.config.admin_url is not None
+        admin, credentials = self.config.admin_url, self.config.credentials
+        topics = [t for t in self.topics if t in self.readable]
+        compacted = sum(lifecycle.compact(admin, t, credentials) for t in topics)
+        process = self._new_process()
+        deadline = time.monotonic() + self.config.final_read_timeout_s
+        session: OfficialSession | None = None
+        counts: dict[str, int] = {}
+        try:
+            for topic in topics:
+                while True:
+                    if session is None:
+                        session = self._retrying(
+                            lambda: OfficialSession(self.config.service, credentials, self.schema),
+                            lambda e: f"no broker answered at {self.config.service} for the compacted reads ({e})",
+                            pause_s=0.5,
+                        )
+                    before = lifecycle.internal_stats(admin, topic, credentials)
+                    self.history.invoke(process, "read-compacted", topic)
+                    outcome = session.read_compacted(topic)
+                    after = lifecycle.internal_stats(admin, topic, credentials)
+                    horizon = lifecycle.horizon(before) if before is not None else None
+                    moved = after is None or horizon != lifecycle.horizon(after)
+                    if outcome.kind == "ok" and before is not None and not moved:
+                        self.history.complete(process, "ok", "read-compacted", topic, horizon=horizon, **outcome.fields)
+                        counts[topic] = len(outcome.fields["value"])
+                        break
+                    error = outcome.fields.get("error") or "the compaction horizon moved or could not be read"
+                    self.history.complete(process, "fail", "read-compacted", topic, error=error)
+                    if time.monotonic() > deadline:
+                        raise WorkloadError(f"the compacted read of {topic} kept failing (last: {error})")
+                    session.close()
+                    session = None
+                    time.sleep(1.0)
+        finally:
+            if session is not None:
+                session.close()
+        shown = ", ".join(f"{t.rsplit('/', 1)[-1]}={c}" for t, c in counts.items())
+        progress(f"compacted on demand: {compacted} of {len(topics)} topics; compacted reads: {shown}")
+
     def _record_registry(self, progress: Progress) -> dict[str, list[int]]:
         if not self.config.admin_url:
             raise WorkloadError("recording the schema registry's versions needs a broker's admin REST API (admin_url)")
@@ -414,7 +464,9 @@ class Workload:
                     kind = self._read(session, process, cluster, topic, rng)
                 else:
                     n += 1
-                    key = f"k{rng.randrange(KEYS)}" if self.config.consumers else None
+                    # Keyed for Key_Shared subscriptions, and for compaction, which keeps the last value per key.
+                    keyed = self.config.consumers or self.config.lifecycle
+                    key = f"k{rng.randrange(KEYS)}" if keyed else None
                     kind = self._append(session, process, cluster, topic, f"{process}-{n}", key)
                 if kind == "info":  # the old process may still take effect: continue as a new one
                     for old in sessions.values():

@@ -79,9 +79,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         f"offloadThreshold {OFFLOAD_THRESHOLD_BYTES} bytes, compactionThreshold {COMPACTION_THRESHOLD_BYTES} "
         f"bytes and messageTTL {MESSAGE_TTL_S} s (each drain records it, the audit counts what expired), so "
         "ledgers are offloaded and topics compacted while the nemesis acts and the final reads go "
-        "through the offloaded ledgers (needs an admin URL and brokers with an offloader, e.g. `pulsar-ref "
-        "standalone --max-entries-per-ledger 20`; docs/storage-lifecycle.md, Under faults); the summary prints "
-        "each topic's offloaded ledgers",
+        "through the offloaded ledgers; appends are keyed, and at the end each topic is compacted and read "
+        "with read_compacted, which the audit judges (needs an admin URL and brokers with an offloader, e.g. "
+        "`pulsar-ref standalone --max-entries-per-ledger 20`; docs/storage-lifecycle.md, Under faults); the "
+        "summary prints each topic's offloaded ledgers",
     )
     parser.add_argument("--out", required=True, type=Path, help="history file to write (JSON Lines)")
     parser.add_argument("--topics", type=int, default=3, help="plain (non-partitioned) topics (default 3)")

@@ -1,8 +1,10 @@
 """`workload --lifecycle` on a real standalone under broker and bookie kills (issue 45 item 5): the run's namespace
 offloads closed ledgers while the nemesis acts (the admin API lists them `offloaded`, their bookie copies deleted
 at once), the final reads read the acknowledged values back from them, and the Spark audit and the reference find
-the history valid. The same history with the final reads stripped of what the offloaded ledgers hold (as if a
-read skipped them) is flagged by both: every acknowledged value there is a lost-write."""
+the history valid, compacted reads included (each topic compacted at the end, read with read_compacted). The same
+history with the final reads stripped of what the offloaded ledgers hold (as if a read skipped them) is flagged by
+both: every acknowledged value there is a lost-write; a compacted read stripped of an acknowledged key's value is
+compacted-missing."""
 
 from __future__ import annotations
 
@@ -85,6 +87,17 @@ def skipping_offloaded(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any
     return corrupted, stripped
 
 
+def dropping_compacted(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The history with the first `ok` read-compacted stripped of its first acknowledged value, and that value."""
+    acked = {e["value"] for e in events if e["f"] == "append" and e["type"] == "ok"}
+    corrupted, dropped = [dict(e) for e in events], ""
+    for e in corrupted:
+        if e["f"] == "read-compacted" and e["type"] == "ok" and not dropped:
+            dropped = next(value for _, value in e["value"] if value in acked)
+            e["value"] = [entry for entry in e["value"] if entry[1] != dropped]
+    return corrupted, dropped
+
+
 @pytest.mark.processes
 def test_offloaded_ledgers_are_read_back_under_faults_and_a_skipped_one_is_lost(
     lifecycle_run: tuple[Path, str, dict[str, list[int]]], tmp_path: Path
@@ -98,6 +111,11 @@ def test_offloaded_ledgers_are_read_back_under_faults_and_a_skipped_one_is_lost(
     finals = [e for e in events if e.get("final") and e["type"] == "invoke"]
     assert finals and all(e["lifecycle"] == lifecycle.policies() for e in finals)
     assert all(e["topic"].startswith("persistent://public/lifecycle-") for e in finals)
+
+    compacted = [e for e in events if e["f"] == "read-compacted" and e["type"] == "ok"]
+    assert sorted(e["topic"] for e in compacted) == sorted(e["topic"] for e in finals)
+    assert all(e["horizon"] is not None and e["value"] for e in compacted), compacted
+    assert all(e.get("key") for e in events if e["f"] == "append" and e["type"] == "invoke")
 
     nemesis: list[NemesisEvent] = []
     good = check(read_history(str(history), nemesis=nemesis), nemesis)
@@ -113,6 +131,12 @@ def test_offloaded_ledgers_are_read_back_under_faults_and_a_skipped_one_is_lost(
     found = {c.explanation.split("'")[1] for c in report.cases if c.anomaly == "lost-write"}
     assert found == lost, report.to_json()
 
+    stripped, dropped = dropping_compacted(events)
+    nemesis = []
+    report = check(read_history(str(write(tmp_path / "stripped.jsonl", stripped)), nemesis=nemesis), nemesis)
+    [case] = report.cases
+    assert case.anomaly == "compacted-missing" and f"{dropped!r} at" in case.explanation, case
+
 
 @pytest.mark.processes
 @pytest.mark.spark
@@ -120,7 +144,8 @@ def test_spark_agrees_with_the_reference_on_the_lifecycle_run(
     spark: Any, lifecycle_run: tuple[Path, str, dict[str, list[int]]], tmp_path: Path
 ) -> None:
     history = lifecycle_run[0]
-    bad = write(tmp_path / "skipped.jsonl", skipping_offloaded(lines(history))[0])
+    # Both corruptions in one history: its lost-writes and its compacted-missing.
+    bad = write(tmp_path / "skipped.jsonl", dropping_compacted(skipping_offloaded(lines(history))[0])[0])
     for path, audited in zip((history, bad), audit([str(history), str(bad)]), strict=True):
         nemesis: list[NemesisEvent] = []
         reference = check(read_history(str(path), nemesis=nemesis), nemesis)

@@ -1,0 +1,143 @@
+"""Compacted reads in the audit (docs/history.md, Compacted reads), on small hand-written histories: a
+`read-compacted` shows per key its last value at or before the horizon (a tombstone deletes the key), then every
+message after it; one showing a replaced value, or a key twice, is `compacted-stale`, one leaving out a key's
+acknowledged last value or an acknowledged message after the horizon is `compacted-missing`; a write of unknown
+outcome may count either way; the reference and the Spark job agree, and a broken horizon is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark.generate import write_jsonl
+from spark.history import HistoryError, NemesisEvent, read_history
+from spark.reference import check
+from spark.report import Report
+
+T = "persistent://public/lifecycle-x/t0"
+HORIZON = [1, 4]
+# value -> (key, entry): acknowledged in this order by process 0; d1's key is deleted by the tombstone t3
+ACKED = {"v1": ("k1", 0), "v2": ("k2", 1), "d1": ("k3", 2), "v3": ("k1", 3), "t3": ("k3", 4), "v5": ("k1", 5)}
+VALID = [("v2", [1, 1, 0]), ("v3", [1, 3, 0]), ("v5", [1, 5, 0])]
+
+
+class History:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def add(self, **event: Any) -> int:
+        self.events.append({"index": len(self.events), "time": len(self.events) * 1000, "topic": T, **event})
+        return len(self.events) - 1
+
+    def path(self, tmp_path: Path) -> Path:
+        path = tmp_path / "h.jsonl"
+        write_jsonl(self.events, str(path))
+        return path
+
+    def report(self, tmp_path: Path) -> Report:
+        nemesis: list[NemesisEvent] = []
+        return check(read_history(str(self.path(tmp_path)), nemesis=nemesis), nemesis)
+
+
+def history(shown: list[tuple[str, list[int]]], unknown: dict[str, tuple[str, bool]] | None = None) -> History:
+    """ACKED appended, then the appends of unknown outcome (value -> key, tombstone; never completed, each its own
+    process), then one compacted read showing `shown` with the horizon HORIZON."""
+    h = History()
+    for value, (key, entry) in ACKED.items():
+        fields = {"value": value, "key": key} | ({"tombstone": True} if value.startswith("t") else {})
+        h.add(process=0, type="invoke", f="append", **fields)
+        h.add(process=0, type="ok", f="append", position=[1, entry, 0], **fields)
+    for n, (value, (key, tombstone)) in enumerate((unknown or {}).items()):
+        h.add(process=10 + n, type="invoke", f="append", value=value, key=key, tombstone=tombstone)
+    h.add(process=1, type="invoke", f="read-compacted")
+    h.add(process=1, type="ok", f="read-compacted", horizon=HORIZON, value=[[p, v] for v, p in shown])
+    return h
+
+
+def ack(value: str) -> int:
+    """The index of the `ok` of one of ACKED."""
+    return 2 * list(ACKED).index(value) + 1
+
+
+def cases(report: Report) -> list[tuple[str, tuple[int, ...]]]:
+    return sorted((c.anomaly, c.ops) for c in report.cases)
+
+
+def test_the_last_value_per_key_then_everything_after_the_horizon_is_valid(tmp_path: Path) -> None:
+    report = history(VALID).report(tmp_path)
+    assert report.valid, report.to_json()
+
+
+def test_a_replaced_value_a_key_twice_and_a_deleted_key_are_stale(tmp_path: Path) -> None:
+    h = history([("v1", [1, 0, 0]), ("v2", [1, 1, 0]), ("v5", [1, 5, 0])])
+    read_ok = len(h.events) - 1
+    report = h.report(tmp_path)
+    assert cases(report) == [("compacted-stale", (ack("v3"), read_ok))], report.to_json()
+    assert "'v1'" in report.cases[0].explanation and "'v3'" in report.cases[0].explanation
+
+    h = history([("v1", [1, 0, 0]), *VALID])
+    assert cases(h.report(tmp_path)) == [("compacted-stale", (read_ok - 1, read_ok))]  # k1 twice: the read alone
+
+    h = history([("d1", [1, 2, 0]), *VALID])  # k3's tombstone t3 at [1,4] deleted it
+    assert cases(h.report(tmp_path)) == [("compacted-stale", (ack("t3"), read_ok))]
+
+
+def test_an_acknowledged_last_value_or_one_after_the_horizon_left_out_is_missing(tmp_path: Path) -> None:
+    h = history(VALID[1:])  # k2's v2
+    read_ok = len(h.events) - 1
+    report = h.report(tmp_path)
+    assert cases(report) == [("compacted-missing", (ack("v2"), read_ok))], report.to_json()
+    assert "key 'k2'" in report.cases[0].explanation
+    report = history(VALID[:2]).report(tmp_path)  # v5, after the horizon
+    assert cases(report) == [("compacted-missing", (ack("v5"), read_ok))], report.to_json()
+    assert "after the horizon [1,4]" in report.cases[0].explanation
+
+
+def test_a_write_of_unknown_outcome_counts_either_way(tmp_path: Path) -> None:
+    # v4 of k2, never acknowledged: shown at [1,4,1] it replaced v2; not shown, v2 stays
+    assert history(VALID, {"v4": ("k2", False)}).report(tmp_path).valid
+    shown = [("v4", [1, 4, 1]), ("v3", [1, 3, 0]), ("v5", [1, 5, 0])]
+    assert history(shown, {"v4": ("k2", False)}).report(tmp_path).valid
+    # a tombstone of k2 of unknown outcome, never seen, may have deleted it: k2 absent or not
+    assert history(VALID[1:], {"t4": ("k2", True)}).report(tmp_path).valid
+    assert history(VALID, {"t4": ("k2", True)}).report(tmp_path).valid
+
+
+@pytest.mark.parametrize("horizon", [[1], [1, -4], "1:4", [1, 4, 0]])
+def test_a_broken_horizon_is_refused_with_its_line(horizon: Any, tmp_path: Path) -> None:
+    h = history(VALID)
+    h.events[-1]["horizon"] = horizon
+    with pytest.raises(HistoryError) as e:
+        read_history(str(h.path(tmp_path)))
+    assert e.value.line == len(h.events) and "horizon" in str(e.value)
+
+
+def corpus() -> list[History]:
+    return [
+        history(VALID),
+        history([("v1", [1, 0, 0]), ("v2", [1, 1, 0]), ("v5", [1, 5, 0])]),
+        history([("v1", [1, 0, 0]), *VALID]),
+        history([("d1", [1, 2, 0]), *VALID]),
+        history(VALID[1:]),
+        history(VALID[:2]),
+        history([("v4", [1, 4, 1]), ("v3", [1, 3, 0]), ("v5", [1, 5, 0])], {"v4": ("k2", False)}),
+        history(VALID[1:], {"t4": ("k2", True)}),
+    ]
+
+
+@pytest.mark.spark
+def test_spark_agrees_on_the_compacted_histories(spark: Any, tmp_path: Path) -> None:
+    from spark.audit import audit
+
+    paths, references = [], []
+    for k, h in enumerate(corpus()):
+        (tmp_path / str(k)).mkdir()
+        references.append(h.report(tmp_path / str(k)))
+        paths.append(str(tmp_path / str(k) / "h.jsonl"))
+    assert [r.valid for r in references] == [True, False, False, False, False, False, True, True]
+    for result, reference in zip(audit(paths), references, strict=True):
+        assert result.report.ops == reference.ops
+        got = sorted((c.key, c.explanation) for c in result.report.cases)
+        assert got == sorted((c.key, c.explanation) for c in reference.cases), result.path
