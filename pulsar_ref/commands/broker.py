@@ -246,6 +246,7 @@ def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
     )
 
     from impl.broker.broker import Broker
+    from impl.broker.errors import BookieFrameTooSmall
     from impl.broker.managed_ledger import ManagedLedgerConfig
     from impl.broker.service import BrokerConfig
     from impl.metadata.store import MetadataError
@@ -281,7 +282,7 @@ def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
             tracer=tracer,
         )
         broker.start()
-    except (MetadataError, OSError) as e:
+    except (MetadataError, OSError, BookieFrameTooSmall) as e:
         print(f"error: cannot start the broker: {e}", file=sys.stderr)
         return 2
     tls = f"; TLS: {broker.service_url_tls}, {broker.web_url_tls}" if broker.service_url_tls else ""
