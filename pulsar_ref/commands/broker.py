@@ -207,7 +207,8 @@ def main(argv: list[str], prog: str) -> int:
     add_max_message_size_option(
         parser,
         "Its bookies' frame limit (pulsar-ref bookie --netty-max-frame-size-bytes) must be at least this plus "
-        "10240 bytes of metadata allowance, or the largest messages cannot be stored.",
+        "10240 bytes of metadata allowance: the broker refuses to start (exit 2) over a registered bookie with "
+        "less, and leaves bookies that register later with less out of new ledgers.",
     )
     add_offload_options(parser, "")
     parser.add_argument(
