@@ -297,7 +297,8 @@ def main(argv: list[str], prog: str) -> int:
         metavar="BYTES",
         help="BookKeeper's nettyMaxFrameSizeBytes: the largest entry an add may carry; bigger ones are refused "
         "(EBADREQ). Brokers' --max-message-size plus 10240 bytes of metadata must fit (default 5253120, "
-        "5 MiB + 10 KiB, as Pulsar's bookkeeper.conf ships)",
+        "5 MiB + 10 KiB, as Pulsar's bookkeeper.conf ships); published in the bookie's registration, where "
+        "brokers check it",
     )
     parser.add_argument("--crash-at", help=argparse.SUPPRESS)  # tests: SIGKILL itself at this fault point
     parser.add_argument(
