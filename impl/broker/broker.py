@@ -19,15 +19,17 @@ from typing import Any
 from impl import heap
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
+from impl.bookie.client.placement import frame_limit
 from impl.broker import namespaces, non_persistent, web
 from impl.broker.bundles import NamespaceBundle
-from impl.broker.errors import NamespaceNotInCluster, NotOwner, ServiceNotReady, TopicNotFound
+from impl.broker.errors import BookieFrameTooSmall, NamespaceNotInCluster, NotOwner, ServiceNotReady, TopicNotFound
 from impl.broker.listener import PulsarListener, PulsarLookup
 from impl.broker.load_manager import LoadManager
-from impl.broker.service import BrokerConfig, BrokerService
+from impl.broker.service import ENTRY_ALLOWANCE, BrokerConfig, BrokerService, bookie_frame_for
 from impl.metadata import layout
 from impl.metadata.brokers import BrokerLoad
 from impl.metadata.naming import TopicName
+from impl.metadata.registry import BookieRegistry
 from impl.metadata.renewal import SessionRenewer
 from impl.metadata.store import ConnectionLoss, MetadataStore, NodeExists, NoNode, SessionExpired
 from impl.trace import Tracer
@@ -134,8 +136,10 @@ class Broker:
             except BaseException:
                 self.store.close()  # no half-made broker keeps a session open
                 raise
+        # Its largest entry: new ensembles leave out bookies whose frame limit is below it.
+        self.largest_entry = bookie_frame_for(self.config.max_message_size)
         self.bookkeeper: BookKeeperClient = connect_bookkeeper(
-            self.store, request_timeout_s=bookie_request_timeout_s, tracer=tracer
+            self.store, request_timeout_s=bookie_request_timeout_s, tracer=tracer, largest_entry=self.largest_entry
         )
         self.load_manager = LoadManager(
             self.store,
@@ -195,6 +199,13 @@ class Broker:
         return namespaces.ClusterData(self.web_url, self.web_url_tls, self.service_url, self.service_url_tls)
 
     def start(self) -> None:
+        """Raises BookieFrameTooSmall (the broker stopped again) if a registered bookie cannot store
+        its largest entry."""
+        try:
+            self.check_bookie_frames()
+        except BookieFrameTooSmall:
+            self.stop()
+            raise
         namespaces.register_cluster(self.configuration_store, self.cluster, self.cluster_data())
         namespaces.ensure_default(self.configuration_store, self.cluster)
         self.load_manager.start()
@@ -207,6 +218,34 @@ class Broker:
         self.leader()
         heap.settle_after_startup()
         log.info("broker %s started", self.address)
+
+    def check_bookie_frames(self) -> None:
+        """Refuse to serve messages that some registered bookie would refuse to store: every bookie's
+        frame limit, as it published it (or the default assumed for one that did not), must take the
+        broker's largest entry. Pulsar does not check this; its bookies refuse such an add late, when
+        it is written. Bookies registering later are checked when an ensemble is chosen (placement)."""
+        registry = BookieRegistry(self.store)
+        bookies = sorted(
+            registry.all_bookies(), key=lambda b: (frame_limit(b.netty_max_frame_size_bytes), str(b.bookie_id))
+        )
+        if not bookies or frame_limit(bookies[0].netty_max_frame_size_bytes) >= self.largest_entry:
+            return
+        smallest = bookies[0]
+        frame = frame_limit(smallest.netty_max_frame_size_bytes)
+        assumed = "" if smallest.netty_max_frame_size_bytes is not None else " (not published: the default assumed)"
+        more = sum(frame_limit(b.netty_max_frame_size_bytes) < self.largest_entry for b in bookies) - 1
+        lower = (
+            f"lower the broker's --max-message-size to at most {frame - ENTRY_ALLOWANCE} or "
+            if frame > ENTRY_ALLOWANCE
+            else ""
+        )
+        raise BookieFrameTooSmall(
+            f"bookie {smallest.bookie_id} takes entries of at most {frame} bytes (its nettyMaxFrameSizeBytes)"
+            f"{assumed}{f' ({more} more bookies are too small as well)' if more else ''}, but this broker's max "
+            f"message size (maxMessageSize) of {self.config.max_message_size} bytes makes entries of up to "
+            f"{self.largest_entry} bytes (with {ENTRY_ALLOWANCE} bytes of entry metadata): {lower}raise the "
+            f"bookies' --netty-max-frame-size-bytes to at least {self.largest_entry}"
+        )
 
     @property
     def service_url(self) -> str:
@@ -286,7 +325,12 @@ class Broker:
             # The old session is dead (or this is a retry after an abandoned one): drop every belief
             # of it now, whichever listener ran first. Idempotent.
             self.load_manager.ownership.abandon_session()
-            bookkeeper = connect_bookkeeper(store, request_timeout_s=self.bookie_request_timeout_s, tracer=self.tracer)
+            bookkeeper = connect_bookkeeper(
+                store,
+                request_timeout_s=self.bookie_request_timeout_s,
+                tracer=self.tracer,
+                largest_entry=self.largest_entry,
+            )
             try:
                 self.load_manager.reconnect(store)  # the ownership cache's session, and register again
             except BaseException:

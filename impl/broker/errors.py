@@ -46,6 +46,10 @@ class MessageTooLarge(BrokerError):
     pass
 
 
+class BookieFrameTooSmall(BrokerError):
+    """A registered bookie's frame limit is below the broker's largest entry: the broker does not start."""
+
+
 class ProducerBusy(BrokerError):
     pass
 

@@ -91,14 +91,19 @@ class _InProcessBookie:
         server = BookieServer(bookie, port=self.port, http_port=0)
         server.start()
         self.server = server
-        self.registry.register(self.bookie_id, http_url=server.http_url)
+        self.registry.register(self.bookie_id, http_url=server.http_url, netty_max_frame_size_bytes=self.max_entry_size)
 
     def register_on(self, registry: BookieRegistry) -> None:
         """Register again on a new session (the old one expired and took the node with it)."""
         self.registry = registry
         server = self.server
         if server is not None:
-            registry.register(self.bookie_id, readonly=server.bookie.core.readonly, http_url=server.http_url)
+            registry.register(
+                self.bookie_id,
+                readonly=server.bookie.core.readonly,
+                http_url=server.http_url,
+                netty_max_frame_size_bytes=self.max_entry_size,
+            )
 
     def stop(self, graceful: bool = True) -> None:
         server, self.server = self.server, None

@@ -3,7 +3,11 @@
 A writable bookie holds /ledgers/available/<bookie-id>, a read-only one
 /ledgers/available/readonly/<bookie-id>; both are ephemeral, so a bookie whose
 session closes or expires drops out of the cluster by itself. The node's data is a
-small JSON object: {"bookie_id": ..., "readonly": ..., "rack": ...}.
+small JSON object: {"bookie_id": ..., "readonly": ..., "rack": ..., "properties": {...}}. Its
+"properties" are in the spirit of BookKeeper's BookieServiceInfo (whose properties map the bookie
+fills from its configuration): "nettyMaxFrameSizeBytes", the largest entry the bookie takes, as a
+decimal string, so that brokers can check their largest entry against it. A reader ignores keys it
+does not know, and a node without a property (an older bookie) reads as None.
 
 Membership watches turn ZooKeeper's one-shot child watches into a stream: the
 callback is told of the current (writable, read-only) sets at once and again every
@@ -48,6 +52,12 @@ class BookieInfo:
     readonly: bool
     rack: str | None
     http_url: str | None = None  # the bookie's HTTP service (/metrics, info), when it runs one
+    # BookKeeper's nettyMaxFrameSizeBytes as the bookie published it; None: not published (an older bookie)
+    netty_max_frame_size_bytes: int | None = None
+
+
+# The property of a registration that carries the bookie's frame limit (BookKeeper's setting's name).
+NETTY_MAX_FRAME_SIZE_BYTES = "nettyMaxFrameSizeBytes"
 
 
 @dataclass(frozen=True)
@@ -102,12 +112,18 @@ class BookieRegistry:
             self._prepared = True
 
     def register(
-        self, bookie_id: BookieId, readonly: bool = False, rack: str | None = None, http_url: str | None = None
+        self,
+        bookie_id: BookieId,
+        readonly: bool = False,
+        rack: str | None = None,
+        http_url: str | None = None,
+        netty_max_frame_size_bytes: int | None = None,
     ) -> None:
-        """Announce this bookie with an ephemeral node owned by this store session."""
+        """Announce this bookie with an ephemeral node owned by this store session; a bookie publishes
+        its frame limit (`netty_max_frame_size_bytes`) there for the brokers to check."""
         self._prepare()
         path = layout.bookie_path(bookie_id, readonly)
-        data = _registration(bookie_id, readonly, rack, http_url)
+        data = _registration(bookie_id, readonly, rack, http_url, netty_max_frame_size_bytes)
         try:
             self.store.create(path, data, ephemeral=True)
         except NodeExists as e:
@@ -123,6 +139,7 @@ class BookieRegistry:
         readonly: bool = False,
         rack: str | None = None,
         http_url: str | None = None,
+        netty_max_frame_size_bytes: int | None = None,
         *,
         wait_s: float,
         on_wait: Callable[[], None] | None = None,
@@ -134,7 +151,7 @@ class BookieRegistry:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                self.register(bookie_id, readonly, rack, http_url)
+                self.register(bookie_id, readonly, rack, http_url, netty_max_frame_size_bytes)
                 return
             except BookieAlreadyRegistered:
                 if time.monotonic() >= deadline:
@@ -151,7 +168,7 @@ class BookieRegistry:
             return
         source = layout.bookie_path(bookie_id, info.readonly)
         target = layout.bookie_path(bookie_id, readonly)
-        data = _registration(bookie_id, readonly, info.rack, info.http_url)
+        data = _registration(bookie_id, readonly, info.rack, info.http_url, info.netty_max_frame_size_bytes)
         try:
             self.store.multi([Delete(source), Create(target, data, ephemeral=True)])
         except MultiFailed as e:
@@ -176,7 +193,7 @@ class BookieRegistry:
                 data, _ = self.store.get(path)
             except NoNode:
                 continue
-            return BookieInfo(bookie_id, readonly, _rack_of(data), _field(data, "http_url"))
+            return BookieInfo(bookie_id, readonly, _rack_of(data), _text(data, "http_url"), _frame_size_of(data))
         raise BookieNotRegistered(f"bookie {bookie_id} is not registered (no node under {layout.AVAILABLE})")
 
     def all_bookies(self) -> list[BookieInfo]:
@@ -216,20 +233,37 @@ class BookieRegistry:
         )
 
 
-def _registration(bookie_id: BookieId, readonly: bool, rack: str | None, http_url: str | None) -> bytes:
-    doc = {"bookie_id": bookie_id, "readonly": readonly, "rack": rack}
+def _registration(
+    bookie_id: BookieId, readonly: bool, rack: str | None, http_url: str | None, frame_size: int | None
+) -> bytes:
+    doc: dict[str, object] = {"bookie_id": bookie_id, "readonly": readonly, "rack": rack}
     if http_url:
         doc["http_url"] = http_url
+    if frame_size is not None:
+        # A string, as BookieServiceInfo's properties are (map<string, string>).
+        doc["properties"] = {NETTY_MAX_FRAME_SIZE_BYTES: str(frame_size)}
     return json.dumps(doc, sort_keys=True).encode()
 
 
-def _field(data: bytes, name: str) -> str | None:
+def _field(data: bytes, name: str) -> object:
     try:
-        value = json.loads(data.decode()).get(name)
+        return json.loads(data.decode()).get(name)
     except (ValueError, AttributeError):
         return None  # a node written by other tooling: registered, the field unknown
+
+
+def _text(data: bytes, name: str) -> str | None:
+    value = _field(data, name)
     return value if isinstance(value, str) else None
 
 
+def _frame_size_of(data: bytes) -> int | None:
+    properties = _field(data, "properties")
+    value = properties.get(NETTY_MAX_FRAME_SIZE_BYTES) if isinstance(properties, dict) else None
+    if isinstance(value, str) and value.isdecimal() and int(value) > 0:
+        return int(value)
+    return None  # not published, or unreadable: the reader assumes a default
+
+
 def _rack_of(data: bytes) -> str | None:
-    return _field(data, "rack")
+    return _text(data, "rack")

@@ -138,6 +138,7 @@ def run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
             bookie_id[0],
             readonly=bookie.core.readonly,
             http_url=server.http_url,
+            netty_max_frame_size_bytes=frame,  # published for the brokers' check of their largest entry
             wait_s=wait_s,
             on_wait=lambda: print(
                 f"bookie {bookie_id[0]}: a previous session's registration is still there; "
@@ -157,7 +158,9 @@ def run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
         """The session expired (its registration went with it): as a BookKeeper bookie does, register
         again on a new session, so clients can place ledgers here again (retried until it works)."""
         registry = BookieRegistry(store)
-        registry.register(bookie_id[0], readonly=bookie.core.readonly, http_url=server.http_url)
+        registry.register(
+            bookie_id[0], readonly=bookie.core.readonly, http_url=server.http_url, netty_max_frame_size_bytes=frame
+        )
         old = session.store
         session.store, session.registry = store, registry
         with contextlib.suppress(MetadataError):
@@ -294,7 +297,8 @@ def main(argv: list[str], prog: str) -> int:
         metavar="BYTES",
         help="BookKeeper's nettyMaxFrameSizeBytes: the largest entry an add may carry; bigger ones are refused "
         "(EBADREQ). Brokers' --max-message-size plus 10240 bytes of metadata must fit (default 5253120, "
-        "5 MiB + 10 KiB, as Pulsar's bookkeeper.conf ships)",
+        "5 MiB + 10 KiB, as Pulsar's bookkeeper.conf ships); published in the bookie's registration, where "
+        "brokers check it",
     )
     parser.add_argument("--crash-at", help=argparse.SUPPRESS)  # tests: SIGKILL itself at this fault point
     parser.add_argument(

@@ -233,7 +233,8 @@ def main(argv: list[str], prog: str) -> int:
     add_max_message_size_option(
         parser,
         "Its bookies' frame limit (pulsar-ref bookie --netty-max-frame-size-bytes) must be at least this plus "
-        "10240 bytes of metadata allowance, or the largest messages cannot be stored.",
+        "10240 bytes of metadata allowance: the broker refuses to start (exit 2) over a registered bookie with "
+        "less, and leaves bookies that register later with less out of new ledgers.",
     )
     add_offload_options(parser, "")
     add_backlog_quota_option(parser)
@@ -273,6 +274,7 @@ def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
     )
 
     from impl.broker.broker import Broker
+    from impl.broker.errors import BookieFrameTooSmall
     from impl.broker.managed_ledger import ManagedLedgerConfig
     from impl.broker.service import BrokerConfig
     from impl.metadata.store import MetadataError
@@ -309,7 +311,7 @@ def _run(args: argparse.Namespace, tracer: Tracer | None = None) -> int:
             tracer=tracer,
         )
         broker.start()
-    except (MetadataError, OSError) as e:
+    except (MetadataError, OSError, BookieFrameTooSmall) as e:
         print(f"error: cannot start the broker: {e}", file=sys.stderr)
         return 2
     tls = f"; TLS: {broker.service_url_tls}, {broker.web_url_tls}" if broker.service_url_tls else ""

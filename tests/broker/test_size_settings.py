@@ -1,25 +1,33 @@
 """Issue 43: the max message size is a setting (Pulsar's maxMessageSize, the bookies' frame limit
 follows), with the official client against a standalone started with a small `--max-message-size`;
-and a chunked message across a broker crash mid-message."""
+a chunked message across a broker crash mid-message; and a lone broker checking its largest entry
+against the frame limits its bookies publish (a bookie and broker processes)."""
 
 from __future__ import annotations
 
 import math
+import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pulsar
 import pytest
 
+from impl.broker.service import bookie_frame_for
 from impl.broker.web.admin_client import topic_path
 from impl.protocol import frames
 from impl.protocol import pulsar_api_pb2 as api
-from tests.broker.pulsar_standalone import Standalone
+from tests.bookie.bookie_process import BookieProcess
+from tests.broker.pulsar_standalone import ROOT, Standalone
+from tests.processes import start_listening
 
 pytestmark = pytest.mark.processes
 MAX = 64 * 1024
@@ -174,3 +182,80 @@ def test_a_chunked_message_across_a_broker_crash_mid_message(
         if c is not None:
             c.close()
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def small_frame_bookie(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, BookieProcess]]:
+    """A bookie whose frame limit takes the entries of MAX-byte messages and no more, on a metadata
+    store of its own: (metadata URL, directory, bookie)."""
+    root = tmp_path_factory.mktemp("small-frame")
+    metadata = f"embedded://{root / 'meta'}"
+    bookie = BookieProcess(root / "bookie", metadata, "--netty-max-frame-size-bytes", str(bookie_frame_for(MAX)))
+    try:
+        yield metadata, root, bookie
+    finally:
+        bookie.kill()
+
+
+QUORUM_1 = ["--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1"]
+
+
+def test_a_broker_whose_entries_exceed_its_bookies_frame_refuses_to_start(
+    small_frame_bookie: tuple[str, Path, BookieProcess],
+) -> None:
+    """With Pulsar's default max message size (5 MiB) over a bookie that takes MAX-byte messages only,
+    the broker exits 2 before it serves, naming the bookie, both sizes and the settings to change
+    (Pulsar starts, and its bookies refuse the large adds later)."""
+    metadata, _, bookie = small_frame_bookie
+    run = subprocess.run(
+        [sys.executable, "-m", "pulsar_ref.cli", "broker", "--metadata", metadata, *QUORUM_1],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert "listening" not in run.stdout
+    frame = bookie_frame_for(MAX)
+    for part in (bookie.address, f"at most {frame} bytes", "5242880", "--max-message-size to at most 65536"):
+        assert part in run.stderr, run.stderr
+    assert f"--netty-max-frame-size-bytes to at least {bookie_frame_for(5 * 1024 * 1024)}" in run.stderr
+
+
+def test_a_broker_with_matching_limits_serves_and_skips_a_smaller_bookie(
+    small_frame_bookie: tuple[str, Path, BookieProcess],
+) -> None:
+    """A broker whose max message size fits the bookie's frame starts and serves the official client;
+    a bookie with a smaller frame registering later is left out of new ledgers (and logged), so
+    MAX-byte messages on new topics are all stored."""
+    metadata, root, _ = small_frame_bookie
+    log = (root / "broker.log").open("w")
+    proc, _, banner = start_listening(
+        ["broker", "--metadata", metadata, *QUORUM_1, "--max-message-size", str(MAX)], stderr=log
+    )
+    smaller = None
+    c = None
+    try:
+        found = re.search(r"Pulsar clients: (pulsar://[^\s;]+)", banner)
+        assert found, banner
+        assert connected(found.group(1)).max_message_size == MAX
+        smaller = BookieProcess(root / "smaller", metadata, "--netty-max-frame-size-bytes", str(MAX // 2))
+        c = pulsar.Client(found.group(1), operation_timeout_seconds=20)
+        largest = b"m" * (MAX - 200)  # as large as the client sends (it counts the metadata in the limit)
+        for i in range(4):  # each topic's ledger picks among both bookies; the smaller one would refuse
+            t = topic(f"fits-{i}")
+            consumer = c.subscribe(t, "s")
+            c.create_producer(t, batching_enabled=False, send_timeout_millis=20_000).send(largest)
+            assert consumer.receive(20_000).data() == largest
+        logged = (root / "broker.log").read_text()
+        assert "EBADREQ" not in logged  # no add reached the smaller bookie to be refused there
+        assert "skip bookies whose frame limit (nettyMaxFrameSizeBytes)" in logged and smaller.address in logged
+    finally:
+        if c is not None:
+            c.close()
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        if smaller is not None:
+            smaller.kill()

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from impl.bookie.client.errors import BadEntryError, NoSuchEntryError, PlacementError
-from impl.bookie.client.placement import BookieInfo, choose_ensemble, choose_replacement
+from impl.bookie.client.placement import UNPUBLISHED_FRAME_SIZE, BookieInfo, choose_ensemble, choose_replacement
 from impl.bookie.client.reader import LedgerEntry, ReadCompleted, ReadFailed, ReadOp
 from impl.bookie.client.writer import Add, BookieAnswered, Close, LedgerWriter, Send, Start
 from impl.bookie.protocol import ErrorCode, ReadRequest, ReadResponse
@@ -144,3 +144,21 @@ def test_replacement_keeps_write_sets_rack_distinct() -> None:
         choose_replacement(bookies, ("a", "b", "c"), "z", 3, preference=[])
     with pytest.raises(PlacementError):
         choose_replacement(bookies[:3], ("a", "b", "c"), "c", 3, preference=[])
+
+
+def test_placement_skips_bookies_whose_frame_is_below_the_largest_entry() -> None:
+    """Issue 43: a bookie that would refuse the client's largest entry is left out of new ensembles and
+    replacements; one that publishes no limit is taken to have the bookies' default."""
+    largest = UNPUBLISHED_FRAME_SIZE
+    small = BookieInfo("small", netty_max_frame_size_bytes=largest - 1)
+    bookies = [small, BookieInfo("old"), BookieInfo("big", netty_max_frame_size_bytes=largest)]
+    placement = choose_ensemble(bookies, 2, 2, preference=["small", "old", "big"], largest_entry=largest)
+    assert placement.ensemble == ("old", "big") and placement.too_small == (small,)
+    assert choose_ensemble(bookies, 3, 3, preference=[]).ensemble == ("small", "old", "big")  # no limit given
+    with pytest.raises(PlacementError) as refused:
+        choose_ensemble(bookies, 3, 3, preference=[], largest_entry=largest)
+    assert str(refused.value).startswith("Not enough non-faulty bookies available: need 3 writable bookies, have 2")
+    assert f"small ({largest - 1} bytes)" in str(refused.value) and "--netty-max-frame-size-bytes" in str(refused.value)
+    assert choose_replacement(bookies, ("old", "x"), "x", 2, ["small", "big"], largest_entry=largest) == "big"
+    with pytest.raises(PlacementError, match="frame limit below the largest entry"):
+        choose_replacement(bookies, ("old", "big"), "big", 2, ["small"], largest_entry=largest)

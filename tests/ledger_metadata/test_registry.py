@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -52,6 +53,27 @@ def test_register_readonly_move_unregister(connect: Connect) -> None:
         registry.unregister("10.0.0.1:3181")
     with pytest.raises(BookieNotRegistered):
         registry.set_readonly("10.0.0.1:3181", True)
+
+
+def test_a_bookie_publishes_its_frame_limit_and_older_nodes_still_read(connect: Connect) -> None:
+    """The frame limit is a property of the registration, as BookieServiceInfo's properties are
+    (strings); a node without it, or with one unreadable, reads as not published."""
+    registry = BookieRegistry(connect())
+    registry.register("10.0.0.1:3181", netty_max_frame_size_bytes=65536)
+    data, _ = registry.store.get(layout.bookie_path("10.0.0.1:3181"))
+    assert json.loads(data)["properties"] == {"nettyMaxFrameSizeBytes": "65536"}
+    assert registry.bookie_info("10.0.0.1:3181").netty_max_frame_size_bytes == 65536
+    registry.set_readonly("10.0.0.1:3181", True)  # the move keeps it
+    assert registry.bookie_info("10.0.0.1:3181").netty_max_frame_size_bytes == 65536
+    registry.register("10.0.0.2:3181")
+    assert registry.bookie_info("10.0.0.2:3181").netty_max_frame_size_bytes is None
+    older = {"bookie_id": "10.0.0.3:3181", "readonly": False, "rack": "/r"}  # as bookies wrote it before
+    registry.store.create(layout.bookie_path("10.0.0.3:3181"), json.dumps(older).encode(), ephemeral=True)
+    odd = {**older, "bookie_id": "10.0.0.4:3181", "properties": {"nettyMaxFrameSizeBytes": "²"}}
+    registry.store.create(layout.bookie_path("10.0.0.4:3181"), json.dumps(odd).encode(), ephemeral=True)
+    for bookie in ("10.0.0.3:3181", "10.0.0.4:3181"):
+        info = registry.bookie_info(bookie)
+        assert info.rack == "/r" and info.netty_max_frame_size_bytes is None
 
 
 def test_registration_vanishes_with_its_session_and_watchers_are_told(connect: Connect) -> None:

@@ -20,6 +20,7 @@ hands it to every writer and recovery op it creates, and records each ledger it 
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -34,7 +35,7 @@ from impl.bookie.client.aio_channel import on_io_loop_thread
 from impl.bookie.client.errors import LedgerClientError, NoSuchEntryError, PlacementError, UnauthorizedError
 from impl.bookie.client.ledger_update import MetadataResult, UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
-from impl.bookie.client.placement import BookieInfo, choose_ensemble, choose_replacement
+from impl.bookie.client.placement import BookieInfo, choose_ensemble, choose_replacement, describe_frames
 from impl.bookie.client.read_lac import ReadLacDone, ReadLacFailed, ReadLacOp
 from impl.bookie.client.reader import LedgerEntry, ReadCompleted, ReadFailed, ReadOp
 from impl.bookie.client.recovery import RecoveryDone, RecoveryFailed, RecoveryOp
@@ -64,6 +65,8 @@ if TYPE_CHECKING:
     from impl.trace import Tracer
 
 __all__ = ["BookKeeperClient", "BookieTransport", "LedgerEntry", "ReadHandle", "WriteHandle"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -220,10 +223,14 @@ class BookKeeperClient:
         recovery_read_ahead: int = 1,
         owned_store: MetadataStore | None = None,
         tracer: Tracer | None = None,
+        largest_entry: int | None = None,
     ) -> None:
         """`owned_store`: a metadata session the client opened for itself (connect_bookkeeper with a URL);
         `close()` closes it. A store passed in `ledgers` and `registry` otherwise stays the caller's.
-        `tracer`: the recorder (impl/trace.py) of this client's writers and recovery ops; None: untraced."""
+        `tracer`: the recorder (impl/trace.py) of this client's writers and recovery ops; None: untraced.
+        `largest_entry`: the largest entry body this client may add (a broker's: its max message size
+        plus its allowance); ensembles and replacements leave out bookies whose published frame limit
+        is below it. None: any bookie."""
         if recovery_read_ahead < 1:
             raise ValueError(f"recovery_read_ahead must be at least 1, got {recovery_read_ahead}")
         self.recovery_read_ahead = recovery_read_ahead  # entries read at once during recovery
@@ -235,6 +242,8 @@ class BookKeeperClient:
         self._random_lock = threading.Lock()
         self._owned_store = owned_store
         self.tracer = tracer
+        self.largest_entry = largest_entry
+        self._too_small: frozenset[BookieId] = frozenset()  # the bookies skipped last time, logged once
 
     def close(self) -> None:
         """Release the transport (e.g. close the gRPC channels) and the metadata session the client
@@ -261,10 +270,12 @@ class BookKeeperClient:
         view = []
         for bookie_id in sorted(membership.writable | membership.readonly):
             try:
-                rack = self.registry.bookie_info(bookie_id).rack
+                info = self.registry.bookie_info(bookie_id)
             except MetadataError:
                 continue  # unregistered meanwhile
-            view.append(BookieInfo(bookie_id, rack, bookie_id in membership.readonly))
+            view.append(
+                BookieInfo(bookie_id, info.rack, bookie_id in membership.readonly, info.netty_max_frame_size_bytes)
+            )
         preference = [b.bookie_id for b in view]
         with self._random_lock:
             self._random.shuffle(preference)
@@ -272,7 +283,7 @@ class BookKeeperClient:
 
     def choose_replacement(self, ensemble: tuple[BookieId, ...], failed: BookieId) -> BookieId:
         view, preference = self._registry_view()
-        return choose_replacement(view, ensemble, failed, len(ensemble), preference)
+        return choose_replacement(view, ensemble, failed, len(ensemble), preference, self.largest_entry)
 
     # ---- the API ---------------------------------------------------------------------------------
 
@@ -291,7 +302,16 @@ class BookKeeperClient:
             choices = ", ".join(d.value for d in DigestType)
             raise ValueError(f"unknown digest {digest!r}; choose one of {choices}") from e
         view, preference = self._registry_view()
-        placement = choose_ensemble(view, ensemble, write_quorum, preference)
+        placement = choose_ensemble(view, ensemble, write_quorum, preference, self.largest_entry)
+        too_small = frozenset(b.bookie_id for b in placement.too_small)
+        if too_small and too_small != self._too_small:  # once per change, not once per ledger
+            log.warning(
+                "new ledgers skip bookies whose frame limit (nettyMaxFrameSizeBytes) is below this client's "
+                "largest entry of %d bytes: %s",
+                self.largest_entry,
+                describe_frames(placement.too_small),
+            )
+        self._too_small = too_small
         metadata = transitions.create(
             ensemble,
             write_quorum,

@@ -42,6 +42,7 @@ def connect_bookkeeper(
     seed: int | None = None,
     recovery_read_ahead: int = 1,
     tracer: Tracer | None = None,
+    largest_entry: int | None = None,
 ) -> BookKeeperClient:
     """A BookKeeperClient whose bookies are reached over gRPC at their registry ids (host:port).
 
@@ -54,7 +55,8 @@ def connect_bookkeeper(
     `recovery_read_ahead`: entries read at once while recovering, each from one bookie at a time
     (BookKeeper's recoveryReadBatchSize, default 1). `tracer`: the recorder (impl/trace.py, e.g. a
     `TraceFile`) every writer and recovery op of the client reports its protocol steps to; None traces
-    nothing.
+    nothing. `largest_entry`: the largest entry body the client may add; new ensembles and replacements
+    leave out bookies whose published frame limit (nettyMaxFrameSizeBytes) is below it.
     """
     if not request_timeout_s < timeout_s:
         raise ValueError(
@@ -81,4 +83,5 @@ def connect_bookkeeper(
         recovery_read_ahead=recovery_read_ahead,
         owned_store=owned,
         tracer=tracer,
+        largest_entry=largest_entry,
     )
