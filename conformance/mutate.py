@@ -155,7 +155,9 @@ def run_mutant(
             raise CatalogueError(f"mutant {mutant.id}: the old text is not in {mutant.spec}")
         target.write_text(mutated)
         try:
-            result = run_tlc(target, work / mutant.config, workers=workers, on_progress=on_progress)
+            result = run_tlc(
+                target, work / mutant.config, workers=workers, on_progress=on_progress, short=mutant.profile == "ci"
+            )
         except TLCError as exc:
             return MutantResult(mutant, ERROR, "", 0, 0.0, f"{exc.kind.value}: {exc.message}")
     if result.outcome is Outcome.VIOLATION:

@@ -128,15 +128,21 @@ def graph_config(config_text: str) -> str:
 
 
 def dump_state_graph(
-    spec_file: Path, config_file: Path, *, on_progress: Callable[[str], None] | None = None
+    spec_file: Path, config_file: Path, *, on_progress: Callable[[str], None] | None = None, short: bool = True
 ) -> StateGraph:
-    """Run TLC on the graph variant of `config_file` and read the whole state graph."""
+    """Run TLC on the graph variant of `config_file` and read the whole state graph (a graph small
+    enough to dump and replay: `short`, see run_tlc)."""
     with tempfile.TemporaryDirectory(prefix="tlc-graph-") as tmp:
         variant = Path(tmp) / config_file.name
         dot = Path(tmp) / "graph.dot"
         variant.write_text(graph_config(config_file.read_text()))
         result = run_tlc(
-            spec_file, variant, workers=1, on_progress=on_progress, extra_args=["-dump", "dot,actionlabels", str(dot)]
+            spec_file,
+            variant,
+            workers=1,
+            on_progress=on_progress,
+            extra_args=["-dump", "dot,actionlabels", str(dot)],
+            short=short,
         )
         if not dot.is_file():
             raise TLCError(TLCErrorKind.SETUP, f"TLC wrote no state graph for {config_file.name}")

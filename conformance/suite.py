@@ -96,8 +96,8 @@ def behaviours_of(model: Model) -> Behaviours:
     """Run TLC once for `model` (the slow part; the mutation runs replay the same behaviours again)."""
     spec_file, config_file = SPEC_DIR / model.spec, SPEC_DIR / model.config
     if model.expect is Outcome.PASS:
-        return Behaviours(model, graph=dump_state_graph(spec_file, config_file))
-    result = run_tlc(spec_file, config_file, workers=1)
+        return Behaviours(model, graph=dump_state_graph(spec_file, config_file, short=model.profile == "ci"))
+    result = run_tlc(spec_file, config_file, workers=1, short=model.profile == "ci")
     if result.outcome is not Outcome.VIOLATION or not result.trace:
         return Behaviours(model, tlc_outcome=f"TLC: {result.outcome.value} {result.violated}".strip())
     return Behaviours(model, trace=[(s.action, s.values()) for s in result.trace])

@@ -593,12 +593,12 @@ def _run_tlc_once_more(d: Path, workers: int, dump: Path) -> TLCResult:
     that parses on the next run (cause not found); the retry is reported on stderr."""
     args = ("-dump", str(dump))
     try:
-        return run_tlc(d / "TraceSpec.tla", d / "TraceSpec.cfg", workers=workers, extra_args=args)
+        return run_tlc(d / "TraceSpec.tla", d / "TraceSpec.cfg", workers=workers, extra_args=args, short=True)
     except TLCError as exc:
         if "Parsing or semantic analysis failed" not in str(exc):
             raise
         print(f"trace validation: TLC failed ({exc}; {exc.detail[:500]!r}); retrying once", file=sys.stderr)
-        return run_tlc(d / "TraceSpec.tla", d / "TraceSpec.cfg", workers=workers, extra_args=args)
+        return run_tlc(d / "TraceSpec.tla", d / "TraceSpec.cfg", workers=workers, extra_args=args, short=True)
 
 
 def _furthest(dump: Path, count: int) -> list[int]:

@@ -140,6 +140,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 spec_dir / model.config,
                 workers=args.workers,
                 on_progress=lambda line: print(f"      {line}", flush=True),
+                short=model.profile == "ci",
             )
         except TLCError as exc:
             print(f"      TLC could not check {model.name}: {exc}", file=sys.stderr)
