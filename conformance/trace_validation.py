@@ -35,7 +35,6 @@ from __future__ import annotations
 import random
 import re
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -52,7 +51,7 @@ from conformance.ledger_cluster import (
     LedgerCluster,
     pending_acks,
 )
-from conformance.tlc import SPEC_DIR, Outcome, TLCError, TLCErrorKind, TLCResult, run_tlc
+from conformance.tlc import SPEC_DIR, Outcome, TLCError, TLCErrorKind, TLCResult, run_tlc_retrying_parse
 from impl.bookie.client.recovery import RecoveryOp, RecoveryPhase
 from impl.bookie.client.writer import LedgerWriter, WriterState
 from impl.bookie.protocol import LAST_ENTRY, AddRequest, ReadRequest
@@ -576,7 +575,14 @@ def check_traces(config: RunConfig, runs: Sequence[Run], *, workers: int = 1) ->
         (d / "TraceSpec.cfg").write_text(cfg)
         dump = d / "states"
         try:
-            result = _run_tlc_once_more(d, workers, dump)
+            result = run_tlc_retrying_parse(
+                d / "TraceSpec.tla",
+                d / "TraceSpec.cfg",
+                label="trace validation",
+                workers=workers,
+                extra_args=("-dump", str(dump)),
+                short=True,
+            )
         except TLCError as exc:  # keep the module to look at
             kept = Path(tempfile.mkdtemp(prefix="trace-failed-"))
             shutil.copytree(d, kept, dirs_exist_ok=True)
@@ -586,19 +592,6 @@ def check_traces(config: RunConfig, runs: Sequence[Run], *, workers: int = 1) ->
         reached = _furthest(Path(str(dump) + ".dump"), len(runs))
     verdicts = [Verdict(r, to_steps(r.events), reached[i] - 1) for i, r in enumerate(runs)]
     return verdicts, result
-
-
-def _run_tlc_once_more(d: Path, workers: int, dump: Path) -> TLCResult:
-    """run_tlc, retried once when SANY fails: seen twice on the shared, loaded machine with a module
-    that parses on the next run (cause not found); the retry is reported on stderr."""
-    args = ("-dump", str(dump))
-    try:
-        return run_tlc(d / "TraceSpec.tla", d / "TraceSpec.cfg", workers=workers, extra_args=args, short=True)
-    except TLCError as exc:
-        if "Parsing or semantic analysis failed" not in str(exc):
-            raise
-        print(f"trace validation: TLC failed ({exc}; {exc.detail[:500]!r}); retrying once", file=sys.stderr)
-        return run_tlc(d / "TraceSpec.tla", d / "TraceSpec.cfg", workers=workers, extra_args=args, short=True)
 
 
 def _furthest(dump: Path, count: int) -> list[int]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +26,7 @@ from conformance.tlc import (
     TLCResult,
     load_manifest,
     run_tlc,
+    run_tlc_retrying_parse,
     save_trace,
 )
 from pulsar_ref.commands import spec as spec_command
@@ -60,20 +60,6 @@ def test_manifest_says_which_models_only_simulation_can_walk(tmp_path: Path) -> 
         load_manifest(tmp_path / "bad.toml")
 
 
-def _run_ci_model(model: Model) -> TLCResult:
-    """run_tlc, retried once when SANY fails to parse: seen on 3 of ~370 runs of this module with two
-    TLCs at a time (and before, rarely, by trace validation on a loaded machine), never on the retry and
-    never in 184 runs of the same pairs outside pytest (cause not found); the retry is reported."""
-    spec, config = SPEC_DIR / model.spec, SPEC_DIR / model.config
-    try:
-        return run_tlc(spec, config, workers=1, short=True)
-    except TLCError as exc:
-        if "Parsing or semantic analysis failed" not in str(exc):
-            raise
-        print(f"{model.name}: TLC failed ({exc}); retrying once", file=sys.stderr)
-        return run_tlc(spec, config, workers=1, short=True)
-
-
 @pytest.fixture(scope="module")
 def ci_results(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[TLCResult]]]:
     """TLC's result for each ci model this session selected, two TLCs at a time: each is one JVM on one
@@ -84,7 +70,12 @@ def ci_results(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[TLCR
         if getattr(item, "originalname", "") == "test_ci_model_gives_expected_result"
     ]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {m.name: pool.submit(_run_ci_model, m) for m in selected}
+        futures = {
+            m.name: pool.submit(
+                run_tlc_retrying_parse, SPEC_DIR / m.spec, SPEC_DIR / m.config, label=m.name, workers=1, short=True
+            )
+            for m in selected
+        }
         yield futures
         for future in futures.values():
             future.cancel()
