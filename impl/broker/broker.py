@@ -20,12 +20,13 @@ from impl import heap
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
 from impl.bookie.client.placement import frame_limit
-from impl.broker import namespaces, non_persistent, web
+from impl.broker import namespaces, non_persistent
 from impl.broker.bundles import NamespaceBundle
 from impl.broker.errors import BookieFrameTooSmall, NamespaceNotInCluster, NotOwner, ServiceNotReady, TopicNotFound
 from impl.broker.listener import PulsarListener, PulsarLookup
 from impl.broker.load_manager import LoadManager
 from impl.broker.service import ENTRY_ALLOWANCE, BrokerConfig, BrokerService, bookie_frame_for
+from impl.broker.web import routes
 from impl.metadata import layout
 from impl.metadata.brokers import BrokerLoad
 from impl.metadata.naming import TopicName
@@ -111,7 +112,7 @@ class Broker:
         self.bookie_request_timeout_s = bookie_request_timeout_s
         self.pulsar = PulsarListener(host, pulsar_port, self.config.max_message_size)
         self.cluster = cluster
-        app = web.app(self, self.config.security.authenticator)
+        app = routes.app(self, self.config.security.authenticator)
         self.web = WebServer(app, host, web_port, name="broker")
         self.address = self.web.address  # bound above, so the identity is known before registering
         # With TLS, a second listener and web server serve the same broker encrypted (Pulsar's
