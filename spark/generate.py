@@ -8,6 +8,11 @@ replaced by a fresh id; some info invokes are left without completion). Final re
 
 `inject(events, anomaly, rng)` adds exactly one defect of the named type and returns the new events and the
 indices of the events it touched, or None if this history offers no place for that defect.
+
+`generate(..., compacted=True)` gives every append a key, makes some of them tombstones (an empty payload, named by
+its value as the workload names it), and after the final reads adds one `read-compacted` per topic
+(docs/history.md, Compacted reads): per key its last value at or before a horizon inside the log, unless that is a
+tombstone, then every message after it. `compacted-stale` and `compacted-missing` are injected into those reads.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ import sys
 from typing import Any
 
 from spark import generate_queues as queues
-from spark.report import QUEUE_ANOMALIES
+from spark.report import COMPACTED_ANOMALIES, QUEUE_ANOMALIES
 
 Event = dict[str, Any]
 Pos = list[int]
+TOMBSTONE_RATIO = 0.15  # of a `compacted` history's appends
 
 
 def generate(
@@ -39,9 +45,10 @@ def generate(
     nemesis: bool = True,
     final: bool = True,
     consumers: int = 0,
+    compacted: bool = False,
 ) -> list[Event]:
     """`consumers` > 0 adds that many consumer processes and a subscription of every type per topic
-    (spark/generate_queues.py); appends then carry keys."""
+    (spark/generate_queues.py); appends then carry keys. `compacted` adds tombstones and compacted reads (above)."""
     rng = random.Random(seed)
     names = [f"persistent://public/default/t{i}" for i in range(topics)]
     # Per-process timelines: (invoke, effect, completion) triples; nanosecond times made unique by a sequence.
@@ -63,8 +70,10 @@ def generate(
         spec: dict[str, Any] = {"process": pids[slot], "f": f, "topic": topic, "outcome": outcome, "seq": seq}
         if f == "append":
             spec["value"] = f"{pids[slot]}-{n}"
-            if consumers:
+            if consumers or compacted:
                 spec["key"] = rng.choice(queues.KEYS)
+            if compacted and rng.random() < TOMBSTONE_RATIO:
+                spec["tombstone"] = True
             spec["effective"] = outcome == "ok" or (outcome == "info" and rng.random() < 0.5)
         else:
             spec["limit"] = rng.randrange(1, 8) if rng.random() < limit_ratio else None
@@ -77,6 +86,7 @@ def generate(
     log: dict[str, list[tuple[Pos, str]]] = {t: [] for t in names}
     effects: list[tuple[int, str, Pos, str, str]] = []  # appends that took effect, for the consumers
     cursor = {t: [rng.randrange(1, 50), -1, 0] for t in names}
+    keys: dict[str, tuple[str, bool]] = {}  # value -> its key and whether it is a tombstone
     for _, eff, _, _, spec in sorted(planned, key=lambda p: p[1]):
         entries = log[spec["topic"]]
         if spec["f"] == "append":
@@ -93,6 +103,8 @@ def generate(
             entries.append((pos, spec["value"]))
             spec["position"] = pos
             effects.append((eff, spec["topic"], pos, spec["value"], spec.get("key", "")))
+            if "key" in spec:
+                keys[spec["value"]] = (spec["key"], spec.get("tombstone", False))
         else:
             start = None
             if entries and spec["from_choice"] < 0.5:
@@ -109,8 +121,9 @@ def generate(
         done: Event | None = {**base, "type": spec["outcome"]}
         if spec["f"] == "append":
             invoke["value"] = spec["value"]
-            if "key" in spec:
-                invoke["key"] = spec["key"]
+            for field in ("key", "tombstone"):
+                if field in spec:
+                    invoke[field] = done[field] = spec[field]  # type: ignore[index]
             done["value"] = spec["value"]  # type: ignore[index]
             if spec["outcome"] == "ok":
                 done["position"] = spec["position"]  # type: ignore[index]
@@ -144,6 +157,14 @@ def generate(
             raw.append((t, 10**12 + 2 * i, {**base, "type": "invoke"}))
             raw.append((t + 1000, 10**12 + 2 * i + 1, {**base, "type": "ok", "value": everything}))
             t += 2000
+    if compacted:
+        for i, topic in enumerate(names):
+            h = _horizon(log[topic], rng)
+            shown = _compacted_view(log[topic], keys, h)
+            base = {"process": next_pid + i, "f": "read-compacted", "topic": topic}
+            raw.append((t, 10**12 + 2 * (topics + i), {**base, "type": "invoke"}))
+            raw.append((t + 1000, 10**12 + 2 * (topics + i) + 1, {**base, "type": "ok", "horizon": h, "value": shown}))
+            t += 2000
     if subscriptions:
         t = max([t, *(p.cmp for p in consumer_ops)]) + 1_000_000
         raw += queues.drain(subscriptions, t, next_pid + topics + consumers)
@@ -152,6 +173,24 @@ def generate(
     for i, (t, _, ev) in enumerate(raw):
         out.append({"index": i, "time": t, **ev})
     return out
+
+
+def _horizon(entries: list[tuple[Pos, str]], rng: random.Random) -> list[int] | None:
+    """A compaction horizon, [ledger, entry], at an entry of the log (None: no compaction yet, an empty log)."""
+    if not entries:
+        return None
+    p = entries[rng.randrange(len(entries))][0]
+    return [p[0], p[1]]
+
+
+def _compacted_view(entries: list[tuple[Pos, str]], keys: dict[str, tuple[str, bool]], h: list[int] | None) -> list:
+    """What a read_compacted reader from the earliest shows: per key its last message at or before the horizon, left
+    out if a tombstone (keyless ones are left out too), then every message after it, all in log order."""
+    before = [(p, v) for p, v in entries if h is not None and [p[0], p[1]] <= h]
+    last = {keys[v][0]: (p, v) for p, v in before if v in keys}
+    kept = sorted((p, v) for p, v in last.values() if not keys[v][1])
+    after = [(p, v) for p, v in entries if h is None or [p[0], p[1]] > h]
+    return [[list(p), v] for p, v in kept + after]
 
 
 def reindex(events: list[Event]) -> list[Event]:
@@ -292,12 +331,74 @@ def inject(events: list[Event], anomaly: str, rng: random.Random) -> tuple[list[
                 r["value"] = [e for e in r["value"] if e[0] < top]
                 touched.append(r)
                 break
+    elif anomaly in COMPACTED_ANOMALIES:
+        touched += _inject_compacted(pairs, anomaly, rng)
     else:
         raise ValueError(f"unknown anomaly {anomaly!r}")
     if not touched:
         return None
     reindex(events)
     return events, sorted(ev["index"] for ev in touched)
+
+
+def _at_or_before(position: Pos, horizon: list[int] | None) -> bool:
+    return horizon is not None and [position[0], position[1]] <= horizon
+
+
+def _inject_compacted(pairs: list[tuple[Event, Event | None]], anomaly: str, rng: random.Random) -> list[Event]:
+    """Into one `ok` read-compacted: for compacted-stale, a shown key's value swapped for an earlier one of its key
+    (or a key a tombstone deleted shown again, with the value before the tombstone); for compacted-missing, an
+    acknowledged value left out (a key's last before the horizon, or one after it). Returns the events to
+    witness it: the read's ok, and the ack or the read that places the value the read contradicts."""
+    completed = [c for _, c in pairs if c is not None]
+    appends = {c["value"]: c for c in completed if c["f"] == "append"}
+    # Where each value is, from the final reads (the generator's true log), and its event
+    placed = {
+        (c["topic"], v): (list(p), c)
+        for c in completed
+        if c["f"] == "read" and c["type"] == "ok"
+        for p, v in c["value"]
+    }
+    # Keys a tombstone of unknown outcome never seen may have deleted: the checkers excuse their absence
+    hidden = {
+        (i["topic"], i["key"])
+        for i, c in pairs
+        if i["f"] == "append" and i.get("tombstone") and (c is None or c["type"] == "info")
+        and (i["topic"], i["value"]) not in placed
+    }  # fmt: skip
+    reads = [c for _, c in pairs if c is not None and c["f"] == "read-compacted" and c["type"] == "ok"]
+    for r in rng.sample(reads, len(reads)):
+        h, topic = r["horizon"], r["topic"]
+        by_key: dict[str, list[tuple[Pos, str]]] = {}  # key -> its values at or before h, in log order
+        for (t, v), (p, _) in sorted(placed.items(), key=lambda x: x[1][0]):
+            a = appends.get(v)
+            if t == topic and a is not None and "key" in a and _at_or_before(p, h):
+                by_key.setdefault(a["key"], []).append((p, v))
+        if anomaly == "compacted-stale":
+            for _, values in rng.sample(sorted(by_key.items()), len(by_key)):
+                last_v = values[-1][1]
+                older = [(p, v) for p, v in values[:-1] if not appends[v].get("tombstone")]
+                if not older or appends[last_v]["type"] != "ok":  # an ack witnesses the successor
+                    continue
+                p, v = rng.choice(older)
+                shown = [e for e in r["value"] if e[1] == last_v]
+                if shown:
+                    shown[0][0], shown[0][1] = list(p), v  # the replaced value instead of its successor
+                else:  # the key's last value is a tombstone: the key shows again
+                    r["value"].append([list(p), v])
+                    r["value"].sort(key=lambda e: e[0])
+                return [r, appends[last_v]]
+        else:
+            acked = [
+                (k, e) for k, e in enumerate(r["value"])
+                if e[1] in appends and appends[e[1]]["type"] == "ok" and not appends[e[1]].get("tombstone")
+                and (topic, appends[e[1]].get("key")) not in hidden
+            ]  # fmt: skip
+            if acked:
+                k, (_, v) = rng.choice(acked)
+                del r["value"][k]
+                return [r, appends[v]]
+    return []
 
 
 def write_jsonl(events: list[Event], path: str) -> None:
@@ -314,8 +415,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topics", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--inject", help="one anomaly name of docs/history.md")
+    p.add_argument(
+        "--compacted",
+        action="store_true",
+        help="keyed appends, some tombstones, and a compacted read per topic at the end (implied by --inject "
+        + " or --inject ".join(COMPACTED_ANOMALIES)
+        + ")",
+    )
     a = p.parse_args(argv)
-    events = generate(seed=a.seed, ops=a.ops, processes=a.processes, topics=a.topics)
+    compacted = a.compacted or a.inject in COMPACTED_ANOMALIES
+    events = generate(seed=a.seed, ops=a.ops, processes=a.processes, topics=a.topics, compacted=compacted)
     if a.inject:
         res = inject(events, a.inject, random.Random(a.seed))
         if res is None:

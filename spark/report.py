@@ -48,8 +48,9 @@ NON_PERSISTENT_ANOMALIES = ("non-persistent-duplicate", "non-persistent-reorder"
 SCHEMA_ANOMALIES = ("unknown-schema-version",)
 # Only a drain that records a message TTL (`workload --lifecycle`) can show them; the generator makes none.
 TTL_ANOMALIES = ("expired-early",)
-# Only a compacted read (`workload --lifecycle`) can show them; the generator makes none.
+# Only a compacted read (`workload --lifecycle`, or spark/generate.py's `compacted=True`) can show them.
 COMPACTED_ANOMALIES = ("compacted-stale", "compacted-missing")
+# Not in the generator's default histories (the corpora of ONE_CLUSTER_ANOMALIES).
 _NOT_GENERATED = (
     REPLICATION_ANOMALIES + NON_PERSISTENT_ANOMALIES + SCHEMA_ANOMALIES + TTL_ANOMALIES + COMPACTED_ANOMALIES
 )

@@ -223,20 +223,26 @@ class Client:
     ) -> list[tuple[MessageId, bytes]]:
         """Every message from `start` (inclusive) to the end of the topic as of one instant (the last
         message id the broker reports when the read starts), or the first `limit` of them."""
+        return [(m.id, m.data) for m in self.read_topic_messages(topic, start, limit, timeout_s)]
+
+    def read_topic_messages(
+        self, topic: str, start: MessageId | None = None, limit: int | None = None, timeout_s: float | None = None
+    ) -> list[ConsumerMessage]:
+        """read_topic's messages whole: with their keys and properties."""
         timeout_s = timeout_s or self.timeout_s
         deadline = time.monotonic() + timeout_s
         reader = Reader(self, topic, start)
         try:
             last = reader.last_message_id()
-            out: list[tuple[MessageId, bytes]] = []
+            out: list[ConsumerMessage] = []
             while last is not None and (limit is None or len(out) < limit):
-                if out and out[-1][0] >= last:
+                if out and out[-1].id >= last:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ClientError(f"reading {topic} did not finish within {timeout_s}s")
-                out.append(reader.read_next(left))
-            return [(mid, data) for mid, data in out if last is None or mid <= last]
+                out.append(reader.read_next_message(left))
+            return [m for m in out if last is None or m.id <= last]
         finally:
             reader.close()
 
@@ -730,6 +736,10 @@ class Reader:
         )
 
     def read_next(self, timeout_s: float = 10.0) -> tuple[MessageId, bytes]:
+        msg = self.read_next_message(timeout_s)
+        return msg.id, msg.data
+
+    def read_next_message(self, timeout_s: float = 10.0) -> ConsumerMessage:
         deadline = time.monotonic() + timeout_s
         while True:
             msg = self._consumer.receive(max(0.0, deadline - time.monotonic()))
@@ -737,7 +747,7 @@ class Reader:
                 continue  # before the start inside its entry, or delivered again after a reconnect
             self._next = MessageId(msg.id.ledger_id, msg.id.entry_id, msg.id.batch_index + 1)
             self._consumer.acknowledge_cumulative(msg)
-            return msg.id, msg.data
+            return msg
 
     def last_message_id(self) -> MessageId | None:
         return self._consumer.last_message_id()

@@ -17,10 +17,15 @@ Before the first operation the namespace `public/lifecycle-<run>` is created wit
   each drain records it (`message_ttl`), and the audit excuses from `lost-message` what the TTL may have expired
   and flags what went missing sooner (`expired-early`).
 
-Every append of the run carries a key (compaction keeps the last message per key). After the drain each topic is
-compacted once more on demand, so that its horizon is the end of the topic, and read with a `read_compacted` reader
-from the earliest: a `read-compacted` operation recording what it read and the horizon the `__compaction` cursor
-reports (docs/history.md, Compacted reads), judged by the audit's `compacted-stale` and `compacted-missing`.
+Every append of the run carries a key (compaction keeps the last message per key), and TOMBSTONE_FRACTION of them
+are tombstones: an empty payload, which compaction takes for the key's deletion (as Pulsar's TwoPhaseCompactor),
+their value named in a message property (impl/workload/operations.py TOMBSTONE_PROPERTY) for the reads. Once the
+faults are healed each topic is given a value and a tombstone of one key, compacted on demand up to its end, then
+given TAIL_APPENDS more appends (`around_compaction`), before the final reads. After the drain each topic is read
+with a `read_compacted` reader from the earliest: a `read-compacted` operation recording what it read and the
+horizon the `__compaction` cursor reports (docs/history.md, Compacted reads): per key its last value at or before
+the horizon, a key whose last is a tombstone not at all, then the appends after the horizon; judged by the audit's
+`compacted-stale` and `compacted-missing`.
 
 Ledgers are offloaded only once they are closed: the brokers must roll over often (`pulsar-ref standalone
 --max-entries-per-ledger 20`, say) for the offload to happen during a short run. Everything here is set-up
@@ -31,6 +36,7 @@ saw (docs/history.md, Storage lifecycle).
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from typing import Any
 
@@ -45,6 +51,24 @@ MESSAGE_TTL_S = 5
 COMPACTION_CURSOR = "__compaction"
 COMPACTED_LEDGER_PROPERTY = "CompactedTopicLedger"
 COMPACTION_TIMEOUT_S = 30.0
+# Of a run's appends: tombstones (an empty payload with a key; compaction deletes the key).
+TOMBSTONE_FRACTION = 0.1
+# Appended to each topic after the compaction on demand: fewer bytes than COMPACTION_THRESHOLD_BYTES (a few
+# dozen bytes an entry), so the ticker leaves them after the horizon.
+TAIL_APPENDS = 6
+
+
+def around_compaction(rng: random.Random, keys: int, tombstones: bool) -> tuple[list[Any], list[Any]]:
+    """The (key, tombstone) of the appends just before the compaction on demand and after it. With `tombstones`:
+    before, a value and then a tombstone of one key, so the horizon has a deleted key behind it; after, a tombstone
+    first and a value of the same key last, so a key deleted after the horizon is written again; the others of
+    the TAIL_APPENDS random."""
+    after = [(f"k{rng.randrange(keys)}", tombstones and rng.random() < 0.3) for _ in range(TAIL_APPENDS)]
+    if not tombstones:
+        return [], after
+    deleted, again = f"k{rng.randrange(keys)}", after[0][0]
+    after[0], after[-1] = (again, True), (again, False)
+    return [(deleted, False), (deleted, True)], after
 
 
 def policies() -> dict[str, Any]:

@@ -36,6 +36,8 @@ from impl.workload.operations import (
     delivery,
     describe,
     sent,
+    text,
+    tombstone_message,
 )
 
 if TYPE_CHECKING:
@@ -99,7 +101,7 @@ class OfficialSession:
         return {**options, "schema": self.schema.consumer_schema()} if self.schema else options
 
     def _text(self, message: Any) -> str:
-        return str(message.value().value) if self.schema else message.data().decode()
+        return str(message.value().value) if self.schema else text(message.data(), message.properties())
 
     def _producer(self, topic: str) -> tuple[Any, int]:
         """The topic's producer; after the schema evolved, a new one with the evolved schema."""
@@ -122,14 +124,18 @@ class OfficialSession:
         with contextlib.suppress(Exception):
             self.client.close()
 
-    def append(self, topic: str, value: str, key: str | None = None) -> Outcome:
+    def append(self, topic: str, value: str, key: str | None = None, tombstone: bool = False) -> Outcome:
         try:
             producer, generation = self._producer(topic)
         except Exception as e:  # no producer, nothing sent
             return Outcome("fail", {"error": describe(e)})
+        properties: dict[str, str] = {}
         try:
-            content = self.schema.encode(value, generation) if self.schema else value.encode()
-            message_id = producer.send(content, partition_key=key)
+            if tombstone:  # untyped runs only (the workload sends none with a schema)
+                content, properties = tombstone_message(value)
+            else:
+                content = self.schema.encode(value, generation) if self.schema else value.encode()
+            message_id = producer.send(content, partition_key=key, properties=properties or None)
         except Exception as e:
             if type(e).__name__ in _CERTAINLY_NOT_SENT:
                 return Outcome("fail", {"error": describe(e)})
@@ -197,12 +203,12 @@ class OfficialSession:
     def receive(self, consumer: Any, topic: str, timeout_s: float = RECEIVE_TIMEOUT_S) -> Received:
         try:
             msg = consumer.receive(int(timeout_s * 1000))
-            text = self._text(msg)
+            value = self._text(msg)
         except Exception as e:
             return Received(Outcome("fail", {"error": describe(e)}))
         fields = delivery(
             topic,
-            text.encode(),
+            value,
             official_position(msg.message_id()),
             int(msg.redelivery_count()),
             msg.partition_key(),

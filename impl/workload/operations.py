@@ -48,7 +48,7 @@ class Session(Protocol):
     """One logical process's client, replaced after an `info`; each operation classified as above.
     A consumer is the client's own object, opaque to the workload."""
 
-    def append(self, topic: str, value: str, key: str | None = None) -> Outcome: ...
+    def append(self, topic: str, value: str, key: str | None = None, tombstone: bool = False) -> Outcome: ...
 
     def read(self, topic: str, start: Position | None, limit: int | None) -> Outcome: ...
 
@@ -65,9 +65,26 @@ class Session(Protocol):
     def close(self) -> None: ...
 
 
-def delivery(topic: str, value: bytes, position: Position, redelivery_count: int, key: str, log: str) -> dict[str, Any]:
+# A tombstone's payload is empty (Pulsar's compaction deletes its key): the workload names its value in this
+# message property instead, so reads and deliveries name it as the history's append does.
+TOMBSTONE_PROPERTY = "pulsar-ref-tombstone"
+
+
+def tombstone_message(value: str) -> tuple[bytes, dict[str, str]]:
+    """A tombstone's payload and properties."""
+    return b"", {TOMBSTONE_PROPERTY: value}
+
+
+def text(data: bytes, properties: dict[str, str]) -> str:
+    """A message's value in the history: its payload, or the name a tombstone carries."""
+    if not data and TOMBSTONE_PROPERTY in properties:
+        return properties[TOMBSTONE_PROPERTY]
+    return data.decode()
+
+
+def delivery(topic: str, value: str, position: Position, redelivery_count: int, key: str, log: str) -> dict[str, Any]:
     """The fields of an `ok` receive (and, but the redelivery count, of its ack)."""
-    fields: dict[str, Any] = {"value": value.decode(), "position": position, "redelivery_count": redelivery_count}
+    fields: dict[str, Any] = {"value": value, "position": position, "redelivery_count": redelivery_count}
     if key:
         fields["key"] = key
     if log != topic:
@@ -132,11 +149,12 @@ class ClientSession:
         with contextlib.suppress(Exception):
             self.client.close()
 
-    def append(self, topic: str, value: str, key: str | None = None) -> Outcome:
+    def append(self, topic: str, value: str, key: str | None = None, tombstone: bool = False) -> Outcome:
         from impl.client import SendRejected
 
+        data, properties = tombstone_message(value) if tombstone else (value.encode(), {})
         try:
-            message_id = self.producer(topic).send(value.encode(), key or "", timeout_s=APPEND_TIMEOUT_S)
+            message_id = self.producer(topic).send(data, key or "", properties, timeout_s=APPEND_TIMEOUT_S)
         except SendRejected as e:
             return Outcome("fail", {"error": describe(e)})
         except Exception as e:  # unknown outcome, see the module docstring
@@ -148,10 +166,10 @@ class ClientSession:
         from impl.client import MessageId
 
         try:
-            entries = self.client.read_topic(
+            messages = self.client.read_topic_messages(
                 topic, None if start is None else MessageId(*start), limit, timeout_s=READ_TIMEOUT_S
             )
-            value = [[position_of(message_id), data.decode()] for message_id, data in entries]
+            value = [[position_of(m.id), text(m.data, m.properties)] for m in messages]
         except Exception as e:  # a read has no effect: fail, see the module docstring
             return Outcome("fail", {"error": describe(e)})
         return Outcome("ok", {"value": value})
@@ -170,7 +188,8 @@ class ClientSession:
             msg = consumer.receive(timeout_s)
         except Exception as e:  # a timeout, or closed: nothing delivered
             return Received(Outcome("fail", {"error": describe(e)}))
-        fields = delivery(topic, msg.data, position_of(msg.id), msg.redelivery_count, msg.key, msg.topic)
+        value = text(msg.data, msg.properties)
+        fields = delivery(topic, value, position_of(msg.id), msg.redelivery_count, msg.key, msg.topic)
         return Received(Outcome("ok", fields), msg)
 
     def ack(self, consumer: Any, message: Any, cumulative: bool) -> Outcome:

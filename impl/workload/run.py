@@ -325,6 +325,8 @@ class Workload:
             if unhealed:
                 progress(f"warning: could not heal {', '.join(unhealed)}; final reads may fail")
         self._stop.set()
+        if self.config.lifecycle:
+            self._compact_then_append(progress)
         final = self._final_reads(progress)
         drained = 0
         durable = [s for s in self.consumers.subs if not non_persistent.is_non_persistent(s.topic)]
@@ -388,18 +390,49 @@ class Workload:
         progress(f"ledgers offloaded/listed: {shown}; compacted: {len(compacted)} of {len(offloaded)} topics")
         return offloaded, compacted
 
+    def _compact_then_append(self, progress: Progress) -> None:
+        """Per persistent log topic, once healed: a value and a tombstone of one key, a compaction on demand up to
+        the topic's end, then TAIL_APPENDS more keyed appends (tombstones among them) after its horizon, fewer bytes
+        than the compaction threshold (lifecycle.around_compaction), so that the compacted read at the end sees
+        compacted keys, a deleted one among them, and then messages after the horizon."""
+        assert self.config.admin_url is not None
+        admin, credentials = self.config.admin_url, self.config.credentials
+        topics = [t for t in self.topics if t in self.readable]
+        rng = random.Random(None if self.config.seed is None else self.config.seed * 1000 + 999)
+        plans = {t: lifecycle.around_compaction(rng, KEYS, self._tombstones) for t in topics}
+        self._append_each({t: before for t, (before, _) in plans.items()})
+        compacted = sum(lifecycle.compact(admin, t, credentials) for t in topics)
+        self._append_each({t: after for t, (_, after) in plans.items()})
+        progress(f"compacted on demand: {compacted} of {len(topics)} topics, then appended after")
+
+    def _append_each(self, plans: dict[str, list[tuple[str, bool]]]) -> None:
+        """Per topic, its (key, tombstone) appends, in order, by one process (a new one after an `info`)."""
+        process, n = self._new_process(), 0
+        session: Session | None = None
+        try:
+            for topic, plan in plans.items():
+                for key, tombstone in plan:
+                    if session is None:
+                        session = self._connect()
+                    n += 1
+                    if self._append(session, process, "", topic, f"{process}-{n}", key, tombstone) == "info":
+                        session.close()
+                        session, process, n = None, self._new_process(), 0
+        finally:
+            if session is not None:
+                session.close()
+
     def _compacted_reads(self, progress: Progress) -> None:
-        """Per persistent log topic: a compaction on demand up to its end, then one `ok` read-compacted from the
-        earliest through the official client (the project's has no read_compacted), retried (each try recorded)
-        until it works. Its completion carries the horizon, read from the internal stats before and after the
-        read: a read during which it moved (the ticker compacted meanwhile) or that could not be read is recorded
-        `fail` (a read changes nothing), since what it should show is unknown."""
+        """Per persistent log topic: one `ok` read-compacted from the earliest through the official client (the
+        project's has no read_compacted), retried (each try recorded) until it works. Its completion carries the
+        horizon, read from the internal stats before and after the read: a read during which it moved (the ticker
+        compacted meanwhile) or that could not be read is recorded `fail` (a read changes nothing), since what it
+        should show is unknown."""
         from impl.workload.official import OfficialSession
 
         assert self.config.admin_url is not None
         admin, credentials = self.config.admin_url, self.config.credentials
         topics = [t for t in self.topics if t in self.readable]
-        compacted = sum(lifecycle.compact(admin, t, credentials) for t in topics)
         process = self._new_process()
         deadline = time.monotonic() + self.config.final_read_timeout_s
         session: OfficialSession | None = None
@@ -434,7 +467,7 @@ class Workload:
             if session is not None:
                 session.close()
         shown = ", ".join(f"{t.rsplit('/', 1)[-1]}={c}" for t, c in counts.items())
-        progress(f"compacted on demand: {compacted} of {len(topics)} topics; compacted reads: {shown}")
+        progress(f"compacted reads: {shown}")
 
     def _record_registry(self, progress: Progress) -> dict[str, list[int]]:
         if not self.config.admin_url:
@@ -467,7 +500,8 @@ class Workload:
                     # Keyed for Key_Shared subscriptions, and for compaction, which keeps the last value per key.
                     keyed = self.config.consumers or self.config.lifecycle
                     key = f"k{rng.randrange(KEYS)}" if keyed else None
-                    kind = self._append(session, process, cluster, topic, f"{process}-{n}", key)
+                    tombstone = self._tombstones and rng.random() < lifecycle.TOMBSTONE_FRACTION
+                    kind = self._append(session, process, cluster, topic, f"{process}-{n}", key, tombstone)
                 if kind == "info":  # the old process may still take effect: continue as a new one
                     for old in sessions.values():
                         old.close()
@@ -484,12 +518,24 @@ class Workload:
         """The `cluster` field of an operation's events (none when the run has one cluster)."""
         return {"cluster": cluster} if cluster else {}
 
+    @property
+    def _tombstones(self) -> bool:
+        """Whether appends may be tombstones: a --lifecycle run's, untyped (a record is never empty)."""
+        return self.config.lifecycle and not self.schema.typed
+
     def _append(
-        self, session: Session, process: int, cluster: str, topic: str, value: str, key: str | None = None
+        self,
+        session: Session,
+        process: int,
+        cluster: str,
+        topic: str,
+        value: str,
+        key: str | None = None,
+        tombstone: bool = False,
     ) -> str:
-        fields = self._where(cluster) | ({"key": key} if key else {})
+        fields = self._where(cluster) | ({"key": key} if key else {}) | ({"tombstone": True} if tombstone else {})
         self.history.invoke(process, "append", topic, value=value, **fields)
-        outcome = session.append(topic, value, key)
+        outcome = session.append(topic, value, key, tombstone)
         self.history.complete(process, outcome.kind, "append", topic, value=value, **fields, **outcome.fields)
         if outcome.kind == "ok":
             self._remember(cluster, topic, [outcome.fields["position"]])

@@ -2,19 +2,23 @@
 `read-compacted` shows per key its last value at or before the horizon (a tombstone deletes the key), then every
 message after it; one showing a replaced value, or a key twice, is `compacted-stale`, one leaving out a key's
 acknowledged last value or an acknowledged message after the horizon is `compacted-missing`; a write of unknown
-outcome may count either way; the reference and the Spark job agree, and a broken horizon is refused."""
+outcome may count either way; the reference and the Spark job agree, and a broken horizon is refused. The same on
+generated histories (spark/generate.py `compacted`, tombstones included): valid, and each of the two anomalies
+injected reported by both checkers."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark.generate import write_jsonl
+from spark.generate import generate, inject, write_jsonl
+from spark.generate import main as generate_main
 from spark.history import HistoryError, NemesisEvent, read_history
 from spark.reference import check
-from spark.report import Report
+from spark.report import COMPACTED_ANOMALIES, Report
 
 T = "persistent://public/lifecycle-x/t0"
 HORIZON = [1, 4]
@@ -127,8 +131,48 @@ def corpus() -> list[History]:
     ]
 
 
+def generated(seed: int) -> list[dict[str, Any]]:
+    """A generated history with tombstones and a compacted read per topic (spark/generate.py, `compacted`)."""
+    return generate(seed=seed, ops=120, processes=4, compacted=True, consumers=seed % 2)
+
+
+def injected(seed: int, anomaly: str) -> tuple[list[dict[str, Any]], list[int]]:
+    found = inject(generated(seed), anomaly, random.Random(seed))
+    assert found is not None, f"seed {seed} offers no place for {anomaly}"
+    return found
+
+
+def reference(events: list[dict[str, Any]], path: Path) -> Report:
+    write_jsonl(events, str(path))
+    nemesis: list[NemesisEvent] = []
+    return check(read_history(str(path), nemesis=nemesis), nemesis)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_generated_compacted_histories_are_valid_and_each_injection_is_reported(seed: int, tmp_path: Path) -> None:
+    events = generated(seed)
+    assert any(e["f"] == "read-compacted" and e["type"] == "ok" for e in events)
+    assert any(e.get("tombstone") for e in events)
+    report = reference(events, tmp_path / "valid.jsonl")
+    assert report.valid, report.to_json()
+    for anomaly in COMPACTED_ANOMALIES:
+        events, touched = injected(seed, anomaly)
+        report = reference(events, tmp_path / f"{anomaly}.jsonl")
+        [case] = report.cases
+        assert case.anomaly == anomaly and set(touched) <= set(case.ops), (touched, report.to_json())
+
+
+def test_the_generator_cli_injects_a_compacted_anomaly(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    assert generate_main([str(path), "--ops", "100", "--seed", "1", "--inject", "compacted-stale"]) == 0
+    nemesis: list[NemesisEvent] = []
+    report = check(read_history(str(path), nemesis=nemesis), nemesis)
+    assert [c.anomaly for c in report.cases] == ["compacted-stale"], report.to_json()
+
+
 @pytest.mark.spark
 def test_spark_agrees_on_the_compacted_histories(spark: Any, tmp_path: Path) -> None:
+    """The written histories, then generated ones (valid, and each anomaly injected), in one Spark job."""
     from spark.audit import audit
 
     paths, references = [], []
@@ -137,7 +181,12 @@ def test_spark_agrees_on_the_compacted_histories(spark: Any, tmp_path: Path) -> 
         references.append(h.report(tmp_path / str(k)))
         paths.append(str(tmp_path / str(k) / "h.jsonl"))
     assert [r.valid for r in references] == [True, False, False, False, False, False, True, True]
-    for result, reference in zip(audit(paths), references, strict=True):
-        assert result.report.ops == reference.ops
+    for events in [generated(0)] + [injected(seed, a)[0] for seed in (0, 1) for a in COMPACTED_ANOMALIES]:
+        paths.append(str(tmp_path / f"g{len(paths)}.jsonl"))
+        references.append(reference(events, Path(paths[-1])))
+    found = [sorted({c.anomaly for c in r.cases}) for r in references[-5:]]
+    assert found == [[], *([[a] for a in COMPACTED_ANOMALIES] * 2)], found
+    for result, expected in zip(audit(paths), references, strict=True):
+        assert result.report.ops == expected.ops
         got = sorted((c.key, c.explanation) for c in result.report.cases)
-        assert got == sorted((c.key, c.explanation) for c in reference.cases), result.path
+        assert got == sorted((c.key, c.explanation) for c in expected.cases), result.path

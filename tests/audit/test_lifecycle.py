@@ -1,10 +1,11 @@
 """`workload --lifecycle` on a real standalone under broker and bookie kills (issue 45 item 5): the run's namespace
 offloads closed ledgers while the nemesis acts (the admin API lists them `offloaded`, their bookie copies deleted
 at once), the final reads read the acknowledged values back from them, and the Spark audit and the reference find
-the history valid, compacted reads included (each topic compacted at the end, read with read_compacted). The same
-history with the final reads stripped of what the offloaded ledgers hold (as if a read skipped them) is flagged by
-both: every acknowledged value there is a lost-write; a compacted read stripped of an acknowledged key's value is
-compacted-missing."""
+the history valid, compacted reads included (each topic compacted at the end, with tombstones before the horizon
+and appends after it, read with read_compacted). The same history with the final reads stripped of what the
+offloaded ledgers hold (as if a read skipped them) is flagged by both: every acknowledged value there is a
+lost-write; a compacted read stripped of an acknowledged key's value is compacted-missing; one showing a key again
+that a tombstone deleted is compacted-stale."""
 
 from __future__ import annotations
 
@@ -87,6 +88,23 @@ def skipping_offloaded(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any
     return corrupted, stripped
 
 
+def showing_deleted(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The history with the first `ok` read-compacted that has a key deleted at or before its horizon (its last
+    acknowledged value there a tombstone) showing that key's value before the tombstone again, and that value."""
+    acks = sorted((e for e in events if e["f"] == "append" and e["type"] == "ok"), key=lambda e: e["position"])
+    corrupted = [dict(e) for e in events]
+    for e in corrupted:
+        if e["f"] != "read-compacted" or e["type"] != "ok":
+            continue
+        behind = [a for a in acks if a["topic"] == e["topic"] and a["position"][:2] <= e["horizon"]]
+        for key, last in {a["key"]: a for a in behind}.items():
+            earlier = [a for a in behind if a["key"] == key and not a.get("tombstone")]
+            if last.get("tombstone") and earlier:
+                e["value"] = sorted([*e["value"], [earlier[-1]["position"], earlier[-1]["value"]]])
+                return corrupted, earlier[-1]["value"]
+    raise AssertionError("no compacted read has a key deleted at or before its horizon")
+
+
 def dropping_compacted(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """The history with the first `ok` read-compacted stripped of its first acknowledged value, and that value."""
     acked = {e["value"] for e in events if e["f"] == "append" and e["type"] == "ok"}
@@ -115,7 +133,14 @@ def test_offloaded_ledgers_are_read_back_under_faults_and_a_skipped_one_is_lost(
     compacted = [e for e in events if e["f"] == "read-compacted" and e["type"] == "ok"]
     assert sorted(e["topic"] for e in compacted) == sorted(e["topic"] for e in finals)
     assert all(e["horizon"] is not None and e["value"] for e in compacted), compacted
-    assert all(e.get("key") for e in events if e["f"] == "append" and e["type"] == "invoke")
+    # compacted keys, then the appends made after the compaction on demand
+    assert all(any(p[:2] <= e["horizon"] for p, _ in e["value"]) for e in compacted), compacted
+    assert all(any(p[:2] > e["horizon"] for p, _ in e["value"]) for e in compacted), compacted
+    appends = [e for e in events if e["f"] == "append" and e["type"] == "invoke"]
+    assert all(e.get("key") for e in appends)
+    tombstones = {e["value"] for e in appends if e.get("tombstone")}
+    final_values = {v for e in events if e.get("final") and e["type"] == "ok" for _, v in e["value"]}
+    assert tombstones and tombstones & final_values, tombstones  # sent, and read back by the name they carry
 
     nemesis: list[NemesisEvent] = []
     good = check(read_history(str(history), nemesis=nemesis), nemesis)
@@ -137,6 +162,12 @@ def test_offloaded_ledgers_are_read_back_under_faults_and_a_skipped_one_is_lost(
     [case] = report.cases
     assert case.anomaly == "compacted-missing" and f"{dropped!r} at" in case.explanation, case
 
+    revived, value = showing_deleted(events)
+    nemesis = []
+    report = check(read_history(str(write(tmp_path / "revived.jsonl", revived)), nemesis=nemesis), nemesis)
+    [case] = report.cases
+    assert case.anomaly == "compacted-stale" and f"{value!r} (at" in case.explanation, case
+
 
 @pytest.mark.processes
 @pytest.mark.spark
@@ -144,9 +175,11 @@ def test_spark_agrees_with_the_reference_on_the_lifecycle_run(
     spark: Any, lifecycle_run: tuple[Path, str, dict[str, list[int]]], tmp_path: Path
 ) -> None:
     history = lifecycle_run[0]
-    # Both corruptions in one history: its lost-writes and its compacted-missing.
+    # Both corruptions in one history: its lost-writes and its compacted-missing; a deleted key shown in another.
     bad = write(tmp_path / "skipped.jsonl", dropping_compacted(skipping_offloaded(lines(history))[0])[0])
-    for path, audited in zip((history, bad), audit([str(history), str(bad)]), strict=True):
+    revived = write(tmp_path / "revived.jsonl", showing_deleted(lines(history))[0])
+    paths = (history, bad, revived)
+    for path, audited in zip(paths, audit([str(p) for p in paths]), strict=True):
         nemesis: list[NemesisEvent] = []
         reference = check(read_history(str(path), nemesis=nemesis), nemesis)
         assert audited.report.valid == reference.valid == (path == history)

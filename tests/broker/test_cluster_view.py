@@ -13,7 +13,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from impl.bookie.client.placement import UNPUBLISHED_FRAME_SIZE
+from impl.bookie.core import DEFAULT_MAX_ENTRY_SIZE
 from impl.broker.web.admin_client import topic_path
+from impl.broker.web.view import _frame_limit
 from tests.broker.pulsar_standalone import Standalone, running_standalone
 from tests.browser import click_link, headers, headless_chromium, rows, screenshot, text
 
@@ -51,6 +54,8 @@ def test_the_cluster_page_shows_brokers_bookies_and_the_metadata_store(
     bookies = rows(browser, "bookies")
     assert len(bookies) == 3 and {b[1] for b in bookies} == {"read-write"}
     assert all("GiB" in b[2] for b in bookies), bookies
+    # the frame limit each bookie published (nettyMaxFrameSizeBytes), which brokers check their entries against
+    assert {b[4] for b in bookies} == {f"{DEFAULT_MAX_ENTRY_SIZE:,} bytes"}, bookies
     store = rows(browser, "metadata")[0]
     assert store[0] == "EmbeddedStore" and store[1].endswith("metadata")
     assert "public/default" in text(browser, "tree")
@@ -130,3 +135,8 @@ def test_the_topic_page_shows_the_schema_versions_of_the_topic_and_of_its_partit
     browser.get(f"{standalone.web_url}/view/topic/public/default/view-bytes")
     WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "schema-none"))
     assert "no schema" in text(browser, "schema-none")
+
+
+def test_a_bookie_that_published_no_frame_limit_shows_the_one_brokers_assume() -> None:
+    assert _frame_limit(None) == f"not published ({UNPUBLISHED_FRAME_SIZE:,} bytes assumed)"
+    assert _frame_limit(1_048_576) == "1,048,576 bytes"

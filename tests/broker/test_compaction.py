@@ -307,3 +307,26 @@ def test_a_table_view_sees_the_latest_live_value_per_key(standalone: Standalone)
         assert got == {"a": b"a3", "c": b"c2", "d": b"d1", "e": b"e1"}  # b deleted by its empty payload
     finally:
         client.close()
+
+
+def test_the_workloads_tombstones_delete_their_key_and_its_reads_name_them(standalone: Standalone) -> None:
+    """`workload --lifecycle` sends tombstones through either client (an empty payload, the value's name in a
+    property): compaction deletes their keys, and both clients' reads name them as the history does."""
+    from impl.workload.official import OfficialSession
+    from impl.workload.operations import ClientSession
+
+    topic = name()
+    official, project = OfficialSession(standalone.url), ClientSession(standalone.url)
+    try:
+        sends = [(official, "v1", "k1", False), (project, "v2", "k2", False), (official, "t1", "k1", True)]
+        sends += [(project, "t2", "k2", True), (project, "v3", "k3", False)]
+        assert [s.append(topic, value, key, tombstone).kind for s, value, key, tombstone in sends] == ["ok"] * 5
+        assert compact(standalone, topic)["status"] == "SUCCESS"
+        assert official.append(topic, "t3", "k3", tombstone=True).kind == "ok"  # after the horizon: read as such
+        names = ["v1", "v2", "t1", "t2", "v3", "t3"]
+        assert [v for _, v in official.read(topic, None, None).fields["value"]] == names
+        assert [v for _, v in project.read(topic, None, None).fields["value"]] == names
+        assert [v for _, v in official.read_compacted(topic).fields["value"]] == ["v3", "t3"]
+    finally:
+        official.close()
+        project.close()

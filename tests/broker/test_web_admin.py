@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from impl.bookie.core import DEFAULT_MAX_ENTRY_SIZE
 from impl.broker.web.admin_client import AdminClient, topic_path
 from impl.web.http import HttpError
 from tests.broker.pulsar_standalone import ROOT, Standalone, running_standalone
@@ -188,6 +189,7 @@ def test_brokers_bookies_and_lookup(standalone: Standalone) -> None:
     assert admin.call("GET", "/admin/v2/brokers/health", raw=True) == "ok"
     bookies = admin.call("GET", "/admin/v2/bookies/all")["bookies"]
     assert len(bookies) == 3 and {b["state"] for b in bookies} == {"rw"}
+    assert {b["nettyMaxFrameSizeBytes"] for b in bookies} == {DEFAULT_MAX_ENTRY_SIZE}, bookies  # as published
     found = admin.call("GET", "/lookup/v2/topic/persistent/public/default/looked-up")
     assert found["brokerUrl"] == standalone.url and found["httpUrl"] == standalone.web_url
     assert status_of(lambda: admin.call("GET", "/lookup/v2/topic/persistent/public/none/t")) == 404

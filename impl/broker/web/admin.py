@@ -12,7 +12,7 @@ from typing import Any
 from impl.broker import namespaces, non_persistent
 from impl.broker.web.context import WebContext
 from impl.metadata.naming import NamespaceName, check_named_entity
-from impl.metadata.registry import BookieRegistry
+from impl.metadata.registry import NETTY_MAX_FRAME_SIZE_BYTES, BookieRegistry
 from impl.metadata.store import MetadataStore
 from impl.web.http import HttpError, Request, Response, Router
 
@@ -375,13 +375,16 @@ class AdminRoutes:
         return Response.json(sorted(_web_address(load.web_url) for load in self.ctx.live_brokers().values()))
 
     def bookies(self, req: Request) -> Response:
-        """Pulsar's BookiesClusterInfo; each bookie also says whether it is read-only, and where its HTTP
-        service is (this project's bookies register it: /metrics, info)."""
+        """Pulsar's BookiesClusterInfo; each bookie also says whether it is read-only, where its HTTP
+        service is (this project's bookies register it: /metrics, info), and the frame limit it published
+        (`nettyMaxFrameSizeBytes`, absent when it published none), which brokers check their entries against."""
         bookies = []
         for info in BookieRegistry(self.ctx.store).all_bookies():
-            entry = {"bookieId": str(info.bookie_id), "state": "ro" if info.readonly else "rw"}
+            entry: dict[str, Any] = {"bookieId": str(info.bookie_id), "state": "ro" if info.readonly else "rw"}
             if info.http_url:
                 entry["httpUrl"] = info.http_url
+            if info.netty_max_frame_size_bytes is not None:
+                entry[NETTY_MAX_FRAME_SIZE_BYTES] = info.netty_max_frame_size_bytes
             bookies.append(entry)
         return Response.json({"bookies": bookies})
 

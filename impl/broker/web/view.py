@@ -2,7 +2,7 @@
 Manager): plain server-rendered HTML, and a few lines of JavaScript that fetch the page again every
 two seconds and swap its <main>, so a page follows the cluster without a reload.
 
-- `/view`: brokers, bookies (read-write or read-only, free space), the metadata store, and the tree
+- `/view`: brokers, bookies (read-write or read-only, free space, frame limit), the metadata store, and the tree
   tenants -> namespaces -> topics.
 - `/view/topic/{tenant}/{namespace}/{topic}`: the managed ledger: its ledgers (state, the ensemble of
   every fragment, entries, size), cursors (mark-delete position, backlog) and schema versions.
@@ -19,6 +19,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
+from impl.bookie.client.placement import frame_limit
 from impl.broker import namespaces
 from impl.broker.ledger_list import LedgerList
 from impl.broker.web.context import WebContext
@@ -122,8 +123,10 @@ class View:
                 except (HttpError, KeyError, TypeError) as err:
                     free = f"unknown ({e(err)})"
             state = "<span class='ro'>read-only</span>" if info.readonly else "<span class='rw'>read-write</span>"
-            rows.append([e(info.bookie_id), state, free, e(info.rack or "")])
-        return "<h2>Bookies</h2>" + table(["bookie", "state", "free space", "rack"], rows, "bookies")
+            rows.append(
+                [e(info.bookie_id), state, free, e(info.rack or ""), _frame_limit(info.netty_max_frame_size_bytes)]
+            )
+        return "<h2>Bookies</h2>" + table(["bookie", "state", "free space", "rack", "frame limit"], rows, "bookies")
 
     def _metadata(self) -> str:
         store = self.ctx.store
@@ -264,6 +267,13 @@ def _state(metadata: LedgerMetadata) -> str:
 
 def _ensembles(metadata: LedgerMetadata) -> str:
     return "<br>".join(f"{f.first_entry_id}: {e(', '.join(f.ensemble))}" for f in metadata.fragments)
+
+
+def _frame_limit(published: int | None) -> str:
+    """A bookie's nettyMaxFrameSizeBytes as it published it, or the limit brokers assume when it did not."""
+    if published is None:
+        return f"not published ({frame_limit(None):,} bytes assumed)"
+    return f"{published:,} bytes"
 
 
 def _placement(metadata: LedgerMetadata) -> str:
