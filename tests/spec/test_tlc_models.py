@@ -30,6 +30,7 @@ from conformance.tlc import (
     save_trace,
 )
 from pulsar_ref.commands import spec as spec_command
+from tests.spec.blindwrites import blindwrites_entry, copy_blindwrites
 
 pytestmark = pytest.mark.tlc
 
@@ -118,7 +119,7 @@ def _copy_spec(tmp_path: Path, module: str, cfg: str) -> tuple[Path, Path]:
 
 
 def test_parse_error_in_the_spec_is_typed(tmp_path: Path) -> None:
-    spec, cfg = _copy_spec(tmp_path, "metadata.tla", "metadata_blindwrites_ci.cfg")
+    spec, cfg = copy_blindwrites(tmp_path)
     spec.write_text(spec.read_text().replace("Spec == Init /\\ [][Next]_vars", "Spec == Init /\\ [][Next]_"))
     with pytest.raises(TLCError) as err:
         run_tlc(spec, cfg)
@@ -127,7 +128,7 @@ def test_parse_error_in_the_spec_is_typed(tmp_path: Path) -> None:
 
 
 def test_semantic_error_in_the_spec_is_typed(tmp_path: Path) -> None:
-    spec, cfg = _copy_spec(tmp_path, "metadata.tla", "metadata_blindwrites_ci.cfg")
+    spec, cfg = copy_blindwrites(tmp_path)
     spec.write_text(
         spec.read_text().replace("NoLostUpdate == counter.data = updates", "NoLostUpdate == undefinedThing")
     )
@@ -138,7 +139,7 @@ def test_semantic_error_in_the_spec_is_typed(tmp_path: Path) -> None:
 
 
 def test_config_naming_an_undefined_invariant_is_typed(tmp_path: Path) -> None:
-    spec, cfg = _copy_spec(tmp_path, "metadata.tla", "metadata_blindwrites_ci.cfg")
+    spec, cfg = copy_blindwrites(tmp_path)
     cfg.write_text(cfg.read_text().replace("    SingleWriter", "    NoSuchInvariant"))
     with pytest.raises(TLCError) as err:
         run_tlc(spec, cfg)
@@ -149,19 +150,15 @@ def test_config_naming_an_undefined_invariant_is_typed(tmp_path: Path) -> None:
 def test_check_exits_nonzero_when_a_mutation_is_expected_but_not_caught(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _copy_spec(tmp_path, "metadata.tla", "metadata_blindwrites_ci.cfg")
+    copy_blindwrites(tmp_path)
     manifest = tmp_path / "models.toml"
-    entry = (
-        '[[model]]\nname = "{name}"\nspec = "metadata.tla"\nconfig = "metadata_blindwrites_ci.cfg"\n'
-        'profile = "ci"\nexpect = "violation"\nviolates = "{inv}"\ndescription = "test"\n'
-    )
-    manifest.write_text(entry.format(name="right", inv="NoLostUpdate"))
+    manifest.write_text(blindwrites_entry("right"))
     argv = ["--manifest", str(manifest), "check", "--no-vacuity"]
     assert spec_command.main([*argv, "--trace-dir", str(tmp_path / "t")], "spec") == 0
     out = capsys.readouterr().out
     assert "violation: NoLostUpdate" in out and "IncrementCounter" in out
     assert json.loads((tmp_path / "t" / "right.json").read_text())["violated"] == "NoLostUpdate"
-    manifest.write_text(entry.format(name="wrong", inv="SingleWriter"))
+    manifest.write_text(blindwrites_entry("wrong", violates="SingleWriter"))
     assert spec_command.main(argv, "spec") == 1
     assert "expected a violation of SingleWriter, TLC reported NoLostUpdate" in capsys.readouterr().err
 
@@ -282,14 +279,10 @@ def test_fencing_ci_checks_liveness_and_the_property_can_fail(tmp_path: Path) ->
 def test_check_model_runs_only_the_named_models_whatever_their_profile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _copy_spec(tmp_path, "metadata.tla", "metadata_blindwrites_ci.cfg")
+    copy_blindwrites(tmp_path)
     manifest = tmp_path / "models.toml"
-    entry = (
-        '[[model]]\nname = "{name}"\nspec = "metadata.tla"\nconfig = "metadata_blindwrites_ci.cfg"\n'
-        'profile = "{profile}"\nexpect = "violation"\nviolates = "NoLostUpdate"\ndescription = "test"\n'
-    )
-    other = entry.format(name="other", profile="ci").replace("metadata.tla", "fencing.tla")
-    manifest.write_text(entry.format(name="in-ci", profile="ci") + entry.format(name="in-deep", profile="deep") + other)
+    other = blindwrites_entry("other").replace("metadata.tla", "fencing.tla")
+    manifest.write_text(blindwrites_entry("in-ci") + blindwrites_entry("in-deep", profile="deep") + other)
     argv = ["--manifest", str(manifest), "check", "--model", "in-deep"]
     assert spec_command.main(argv, "spec") == 0
     out = capsys.readouterr().out

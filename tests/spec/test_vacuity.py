@@ -15,6 +15,7 @@ import pytest
 
 from conformance.tlc import SPEC_DIR, config_properties, load_manifest, load_unguarded, vacuity
 from pulsar_ref.commands import spec as spec_command
+from tests.spec.blindwrites import blindwrites_entry, copy_blindwrites
 
 
 def test_config_properties_reads_invariants_and_properties_only(tmp_path: Path) -> None:
@@ -49,13 +50,9 @@ def test_a_property_loses_its_guard_when_its_violating_model_goes() -> None:
 def test_spec_check_fails_on_a_property_no_ci_model_violates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for f in ("metadata.tla", "metadata_blindwrites_ci.cfg"):
-        shutil.copy(SPEC_DIR / f, tmp_path / f)
+    copy_blindwrites(tmp_path)
     manifest = tmp_path / "models.toml"
-    entry = (
-        '[[model]]\nname = "blind"\nspec = "metadata.tla"\nconfig = "metadata_blindwrites_ci.cfg"\n'
-        'profile = "ci"\nexpect = "violation"\nviolates = "NoLostUpdate"\ndescription = "test"\n'
-    )
+    entry = blindwrites_entry("blind")
     manifest.write_text(entry)
     # TLC gives the expected result, yet the check fails: the config's other properties are unguarded
     assert spec_command.main(["--manifest", str(manifest), "check"], "spec") == 1
