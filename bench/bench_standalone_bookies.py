@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -150,7 +151,8 @@ def consume_backlog(
     return rate, used
 
 
-def run(arrangement: str, args: argparse.Namespace, work: Path) -> list[str]:
+def run(arrangement: str, args: argparse.Namespace, work: Path, figures: dict[str, float]) -> list[str]:
+    """One arrangement's rows, printed as a table; `figures` gets the figures the summary compares."""
     target = ARRANGEMENTS[arrangement](work / arrangement)
     quiet = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
     client = pulsar.Client(target.url, operation_timeout_seconds=60, logger=quiet)
@@ -165,6 +167,7 @@ def run(arrangement: str, args: argparse.Namespace, work: Path) -> list[str]:
             cpu = Cpu(target)
             p50, p99, e50, e99 = fixed_rate(client, args.rate, args.seconds)
             b, t = cpu.per_message(int(args.rate * args.seconds))
+            figures |= {"publish p50 ms": p50, "publish p99 ms": p99, "e2e p50 ms": e50}
             lines.append(
                 f"| fixed {args.rate:,} msg/s, publish | {args.rate:,} | {p50:.2f} | {p99:.2f} | {b:.0f} | {t:.0f} |"
             )
@@ -173,9 +176,11 @@ def run(arrangement: str, args: argparse.Namespace, work: Path) -> list[str]:
         cpu = Cpu(target)
         rate = async_send(client, args.messages, 1024, False)
         b, t = cpu.per_message(args.messages)
+        figures |= {"async unbatched msg/s": rate, "async: broker process us/msg": b}
         lines.append(f"| async unbatched 1 KiB ({args.messages:,}) | {rate:,.0f} | | | {b:.0f} | {t:.0f} |")
         time.sleep(1)
         rate, (b, t) = consume_backlog(client, args.backlog, target)
+        figures |= {"consume msg/s": rate, "consume: broker process us/msg": b}
         lines.append(
             f"| consume unbatched ({args.backlog:,} backlog, Shared, acks) | {rate:,.0f} | | | {b:.0f} | {t:.0f} |"
         )
@@ -185,6 +190,27 @@ def run(arrangement: str, args: argparse.Namespace, work: Path) -> list[str]:
     lines += ["", f"{calibration()}; {disk.summary()}", ""]
     print("\n".join(lines), flush=True)
     return lines
+
+
+def summary(rounds: list[dict[str, dict[str, float]]]) -> None:
+    """Each figure's median per arrangement over the rounds, and the median of separate / in-process by round."""
+    names = [n for r in rounds for a in r.values() for n in a]
+    head = "| figure | in-process | separate | pulsar-lite | separate / in-process (median of rounds; rounds higher) |"
+    lines = ["## summary: medians over the rounds", "", head, "|---|---|---|---|---|"]
+    for name in dict.fromkeys(names):
+        cells = []
+        for arrangement in ARRANGEMENTS:
+            values = [r[arrangement][name] for r in rounds if name in r.get(arrangement, {})]
+            cells.append(f"{statistics.median(values):,.2f}" if values else "")
+        pairs = [
+            r["separate"][name] / r["in-process"][name]
+            for r in rounds
+            if name in r.get("separate", {}) and r.get("in-process", {}).get(name)
+        ]
+        higher = sum(1 for x in pairs if x > 1)
+        ratio = f"{statistics.median(pairs):.2f}; {higher} of {len(pairs)}" if pairs else ""
+        lines.append(f"| {name} | {' | '.join(cells)} | {ratio} |")
+    print("\n".join([*lines, "", calibration(), ""]), flush=True)
 
 
 def main() -> int:
@@ -198,6 +224,7 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-standalone-bookies-"))
     print(f"command: {' '.join(sys.argv)}\n{calibration()}\n", flush=True)
+    rounds: list[dict[str, dict[str, float]]] = []
     try:
         for round_ in range(args.rounds):
             # alternate which of ours goes first, so that drift of the machine's load favours neither
@@ -206,8 +233,10 @@ def main() -> int:
                 i, j = order.index("in-process"), order.index("separate")
                 order[i], order[j] = order[j], order[i]
             print(f"## round {round_ + 1}: {calibration()}\n", flush=True)
+            rounds.append({arrangement: {} for arrangement in order})
             for arrangement in order:
-                run(arrangement, args, work / f"round-{round_}")
+                run(arrangement, args, work / f"round-{round_}", rounds[-1][arrangement])
+        summary(rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
