@@ -6,9 +6,11 @@ the ports are remembered in `standalone.json`, because a bookie's id is its addr
 ledgers' ensembles name bookies by id.
 
 The bookies run in-process, each behind its own gRPC server on loopback, so the broker talks
-to them exactly as to remote bookies. Fault verbs (kill, restart, start, expire-session) act on
-them and on the broker in place, for the workload's nemesis; `cluster VERB NODE` sends them to
-the control endpoint, a small HTTP service that stays up while the broker is killed.
+to them exactly as to remote bookies. They stay in process by a measured choice (docs/broker.md,
+"The standalone's bookies": apart, the same CPU per message and a modest, noisy gain on 2 cores).
+Fault verbs (kill, restart, start, expire-session) act on them and on the broker in place, for the
+workload's nemesis; `cluster VERB NODE` sends them to the control endpoint, a small HTTP service
+that stays up while the broker is killed.
 """
 
 from __future__ import annotations
