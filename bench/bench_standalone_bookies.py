@@ -7,6 +7,8 @@ Arrangements, all with the official client (pulsar-client 3.13.0) and E2/Qw2/Qa2
                same embedded metadata store (`embedded://DIR`), the bookies with their defaults, the broker
                with the standalone's quorums; nothing else differs from the standalone
   pulsar-lite  the peer broker (Rust, never fsyncs), as in bench/bench_pulsar.py
+  option       `pulsar-ref standalone --bookie-processes`: the standalone launching its bookies as processes
+               (not run unless named in --arrangements)
 
 Rows, on a fresh deployment each round (the fixed-rate row first, as bench_pulsar.py runs it):
   fixed rate       --rate msg/s for --seconds, 1 KiB unbatched, publish and end-to-end p50/p99
@@ -36,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import psutil  # noqa: E402
 import pulsar  # noqa: E402
 from bench_client import cpu_seconds  # noqa: E402  (bench/ is on the path of a script run)
 from bench_pulsar import QUORUMS, DiskProbe, PulsarLite, Standalone, async_send, fixed_rate, topic  # noqa: E402
@@ -54,6 +57,17 @@ class InProcess(Standalone):
         super().__init__(data)
         self.broker_pid = self.proc.pid
         self.pids = [self.proc.pid]
+
+
+class Option(Standalone):
+    """`pulsar-ref standalone --bookie-processes`: the standalone launching its bookies as processes."""
+
+    name = "option"
+
+    def __init__(self, data: Path) -> None:
+        super().__init__(data, "--bookie-processes")
+        self.broker_pid = self.proc.pid
+        self.pids = [self.proc.pid, *(c.pid for c in psutil.Process(self.proc.pid).children())]
 
 
 class Separate:
@@ -110,14 +124,19 @@ class Peer(PulsarLite):
         self.pids = [self.proc.pid]
 
 
-Target = InProcess | Separate | Peer
-ARRANGEMENTS: dict[str, Callable[[Path], Target]] = {"in-process": InProcess, "separate": Separate, "pulsar-lite": Peer}
+Target = InProcess | Option | Separate | Peer
+ARRANGEMENTS: dict[str, Callable[[Path], Target]] = {
+    "in-process": InProcess,
+    "option": Option,
+    "separate": Separate,
+    "pulsar-lite": Peer,
+}
 
 
 class Cpu:
     """CPU seconds of the broker's process and of all the arrangement's processes between two readings."""
 
-    def __init__(self, target: InProcess | Separate | Peer) -> None:
+    def __init__(self, target: Target) -> None:
         self.target = target
         self.broker, self.total = self._read()
 
@@ -132,9 +151,7 @@ class Cpu:
         return out
 
 
-def consume_backlog(
-    client: pulsar.Client, n: int, target: InProcess | Separate | Peer
-) -> tuple[float, tuple[float, float]]:
+def consume_backlog(client: pulsar.Client, n: int, target: Target) -> tuple[float, tuple[float, float]]:
     """bench_pulsar's consume row (unbatched), with the CPU read around the reads only, not the backlog's publish."""
     name = topic("backlog")
     consumer = client.subscribe(name, "bench", consumer_type=pulsar.ConsumerType.Shared)
@@ -193,19 +210,21 @@ def run(arrangement: str, args: argparse.Namespace, work: Path, figures: dict[st
 
 
 def summary(rounds: list[dict[str, dict[str, float]]]) -> None:
-    """Each figure's median per arrangement over the rounds, and the median of separate / in-process by round."""
+    """Each figure's median per arrangement over the rounds, and the median of (option or separate) / in-process."""
     names = [n for r in rounds for a in r.values() for n in a]
-    head = "| figure | in-process | separate | pulsar-lite | separate / in-process (median of rounds; rounds higher) |"
-    lines = ["## summary: medians over the rounds", "", head, "|---|---|---|---|---|"]
+    present = [a for a in ARRANGEMENTS if any(a in r for r in rounds)]
+    apart = "option" if "option" in present else "separate"
+    head = f"| figure | {' | '.join(present)} | {apart} / in-process (median of rounds; rounds higher) |"
+    lines = ["## summary: medians over the rounds", "", head, "|---" * (len(present) + 2) + "|"]
     for name in dict.fromkeys(names):
         cells = []
-        for arrangement in ARRANGEMENTS:
+        for arrangement in present:
             values = [r[arrangement][name] for r in rounds if name in r.get(arrangement, {})]
             cells.append(f"{statistics.median(values):,.2f}" if values else "")
         pairs = [
-            r["separate"][name] / r["in-process"][name]
+            r[apart][name] / r["in-process"][name]
             for r in rounds
-            if name in r.get("separate", {}) and r.get("in-process", {}).get(name)
+            if name in r.get(apart, {}) and r.get("in-process", {}).get(name)
         ]
         higher = sum(1 for x in pairs if x > 1)
         ratio = f"{statistics.median(pairs):.2f}; {higher} of {len(pairs)}" if pairs else ""
@@ -215,7 +234,13 @@ def summary(rounds: list[dict[str, dict[str, float]]]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arrangements", nargs="+", choices=list(ARRANGEMENTS), default=list(ARRANGEMENTS))
+    parser.add_argument(
+        "--arrangements",
+        nargs="+",
+        choices=list(ARRANGEMENTS),
+        default=["in-process", "separate", "pulsar-lite"],
+        help="what to run each round (in-process separate pulsar-lite; option: `standalone --bookie-processes`)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds; each round runs every arrangement fresh (3)")
     parser.add_argument("--messages", type=int, default=20_000, help="messages of the async row (20,000)")
     parser.add_argument("--backlog", type=int, default=20_000, help="backlog of the consume row (20,000)")

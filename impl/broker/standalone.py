@@ -20,6 +20,8 @@ import fcntl
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -129,6 +131,80 @@ class _InProcessBookie:
         return self.server is not None
 
 
+class _ProcessBookie:
+    """A bookie in a process of its own (`pulsar-ref bookie` on the standalone's embedded store), for
+    `--bookie-processes`; started, killed and restarted by the standalone, registered on its own session.
+    Its data directory is the in-process bookie's, so a standalone may switch between the two."""
+
+    def __init__(
+        self, data_dir: Path, port: int, registry: BookieRegistry, metadata_url: str, max_entry_size: int
+    ) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.registry = registry
+        self.metadata_url = metadata_url
+        self.max_entry_size = max_entry_size
+        self.bookie_id = f"127.0.0.1:{port}"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "pulsar_ref.cli", "bookie", "--metadata", self.metadata_url]
+        command += ["--data", str(self.data_dir), "--port", str(self.port)]
+        command += ["--netty-max-frame-size-bytes", str(self.max_entry_size)]
+        # SIGKILL when the standalone dies; Linux sends it when the launching *thread* exits, so only
+        # bookies started by the main thread ask for it (a restart through the control endpoint does not).
+        main = threading.current_thread() is threading.main_thread()
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=_kill_me_when_parent_dies if main else None,
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if "listening" not in line:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"bookie {self.bookie_id} did not start (exit {proc.poll()}): {line.strip()!r}")
+        stdout = proc.stdout
+        threading.Thread(target=lambda: stdout.read(), name=f"bookie-{self.port}-stdout", daemon=True).start()
+        self.proc = proc
+
+    def register_on(self, registry: BookieRegistry) -> None:
+        self.registry = registry  # the process registers itself on its own session
+
+    def stop(self, graceful: bool = True) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if graceful:
+            proc.terminate()  # the bookie unregisters and closes its journal
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return
+        proc.kill()
+        proc.wait()
+        # Its session lives on until it times out; remove the node as that expiry would.
+        with contextlib.suppress(MetadataError):
+            self.registry.unregister(self.bookie_id)
+
+    @property
+    def up(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def _kill_me_when_parent_dies() -> None:
+    """In the forked child, before exec: SIGKILL when the launching thread exits."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _choose_port(requested: int | None, remembered: int | None, default: int) -> int:
     """The port asked for; if none, the one used last, else Pulsar's default, else any free one."""
     if requested is None:
@@ -154,6 +230,7 @@ class Standalone:
         configuration_store: str | None = None,  # URL of the instance's configuration store; None: the embedded one
         session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,  # of every metadata session (zooKeeperSessionTimeout)
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,  # maxMessageSize; the bookies' frame limit follows
+        bookie_processes: bool = False,  # each bookie in a process of its own (docs/broker.md)
     ) -> None:
         error = size_settings_error(max_message_size)
         if error:
@@ -202,8 +279,11 @@ class Standalone:
             "standalone bookies", lambda: connect(self.metadata_url, self.session_timeout_s), self._adopt_session
         )
         self._renewer.watch(self.store)
-        self.bookies = [
-            _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry, bookie_frame_for(max_message_size))
+        frame = bookie_frame_for(max_message_size)
+        self.bookies: list[_InProcessBookie | _ProcessBookie] = [
+            _ProcessBookie(self.data_dir / f"bookie-{i}", p, registry, self.metadata_url, frame)
+            if bookie_processes
+            else _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry, frame)
             for i, p in enumerate(ports[:bookies])
         ]
         ml_config = ManagedLedgerConfig(
@@ -285,8 +365,13 @@ class Standalone:
         return f"pulsar+ssl://127.0.0.1:{self.tls_ports[0]}", f"https://127.0.0.1:{self.tls_ports[1]}"
 
     def start(self) -> None:
-        for bookie in self.bookies:
-            bookie.start()
+        try:
+            for bookie in self.bookies:
+                bookie.start()
+        except BaseException:
+            for bookie in self.bookies:
+                bookie.stop()
+            raise
         self.start_broker()
         self._control = ControlServer(self, self.control_port)
 
@@ -337,7 +422,7 @@ class Standalone:
 
     # ---- fault verbs (the nemesis on standalone) ----------------------------------------------
 
-    def node(self, name: str) -> _InProcessBookie | None:
+    def node(self, name: str) -> _InProcessBookie | _ProcessBookie | None:
         """'bookie-N' names an in-process bookie, 'broker' the broker."""
         if name.startswith("bookie-") and name[7:].isdigit() and int(name[7:]) < len(self.bookies):
             return self.bookies[int(name[7:])]

@@ -61,6 +61,12 @@ def main(argv: list[str], prog: str) -> int:
         help="port of the https:// web service, with TLS on (default: the last one used, else 8443 when free)",
     )
     parser.add_argument("--bookies", type=int, default=3, help="in-process bookies (default 3)")
+    parser.add_argument(
+        "--bookie-processes",
+        action="store_true",
+        help="run each bookie in a process of its own (`pulsar-ref bookie` on the embedded store) instead of in "
+        "the broker's process: the same CPU per message spread over two cores (docs/broker.md); off by default",
+    )
     add_ledger_options(parser, 2, 2, 2)
     parser.add_argument(
         "--secure",
@@ -129,6 +135,7 @@ def main(argv: list[str], prog: str) -> int:
             configuration_store=args.configuration_store,
             session_timeout_s=args.session_timeout,
             max_message_size=args.max_message_size,
+            bookie_processes=args.bookie_processes,
         )
         standalone.config.max_pending_write_bytes = args.max_pending_write_bytes
         standalone.config.managed_ledger_cache_size_mb = args.managed_ledger_cache_size_mb
@@ -138,7 +145,7 @@ def main(argv: list[str], prog: str) -> int:
         standalone.config.offload_deletion_lag_s = args.offload_deletion_lag_ms / 1000
         standalone.config.backlog_quota_check_interval_s = args.backlog_quota_check_interval_in_seconds
         standalone.start()
-    except (MetadataError, OSError, ValueError) as e:
+    except (MetadataError, OSError, ValueError, RuntimeError) as e:
         print(f"error: cannot start standalone: {e}", file=sys.stderr)
         return 2
     print(
