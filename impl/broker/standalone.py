@@ -6,8 +6,8 @@ the ports are remembered in `standalone.json`, because a bookie's id is its addr
 ledgers' ensembles name bookies by id.
 
 The bookies run in-process, each behind its own gRPC server on loopback, so the broker talks
-to them exactly as to remote bookies. They stay in process by a measured choice (docs/broker.md,
-"The standalone's bookies": apart, the same CPU per message and a modest, noisy gain on 2 cores).
+to them exactly as to remote bookies. They stay in process by default, a measured choice; `bookie_processes`
+(`--bookie-processes`) runs each as `pulsar-ref bookie` instead (docs/broker.md, "The standalone's bookies").
 Fault verbs (kill, restart, start, expire-session) act on them and on the broker in place, for the
 workload's nemesis; `cluster VERB NODE` sends them to the control endpoint, a small HTTP service
 that stays up while the broker is killed.
@@ -148,18 +148,14 @@ class _ProcessBookie:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "pulsar_ref.cli", "bookie", "--metadata", self.metadata_url]
-        command += ["--data", str(self.data_dir), "--port", str(self.port)]
-        command += ["--netty-max-frame-size-bytes", str(self.max_entry_size)]
-        # SIGKILL when the standalone dies; Linux sends it when the launching *thread* exits, so only
-        # bookies started by the main thread ask for it (a restart through the control endpoint does not).
+        # SIGKILL when the standalone dies (PR_SET_PDEATHSIG, asked by the child itself: a preexec_fn in a
+        # process with gRPC's threads may crash the fork). Linux sends it when the launching *thread* exits,
+        # so only bookies started by the main thread ask (a restart through the control endpoint does not).
         main = threading.current_thread() is threading.main_thread()
-        proc = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            text=True,
-            preexec_fn=_kill_me_when_parent_dies if main else None,
-        )
+        command = [sys.executable, "-c", _DIE_WITH_PARENT if main else _RUN, "bookie"]
+        command += ["--metadata", self.metadata_url, "--data", str(self.data_dir), "--port", str(self.port)]
+        command += ["--netty-max-frame-size-bytes", str(self.max_entry_size)]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         line = proc.stdout.readline()
         if "listening" not in line:
@@ -196,13 +192,8 @@ class _ProcessBookie:
         return self.proc is not None and self.proc.poll() is None
 
 
-def _kill_me_when_parent_dies() -> None:
-    """In the forked child, before exec: SIGKILL when the launching thread exits."""
-    import ctypes
-    import signal
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+_RUN = "import sys; from pulsar_ref.cli import main; sys.exit(main())"
+_DIE_WITH_PARENT = "import ctypes, signal; ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); " + _RUN
 
 
 def _choose_port(requested: int | None, remembered: int | None, default: int) -> int:

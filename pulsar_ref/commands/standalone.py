@@ -60,7 +60,9 @@ def main(argv: list[str], prog: str) -> int:
         default=None,
         help="port of the https:// web service, with TLS on (default: the last one used, else 8443 when free)",
     )
-    parser.add_argument("--bookies", type=int, default=3, help="in-process bookies (default 3)")
+    parser.add_argument(
+        "--bookies", type=int, default=3, help="bookies (default 3), in the process unless --bookie-processes"
+    )
     parser.add_argument(
         "--bookie-processes",
         action="store_true",
