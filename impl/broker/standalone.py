@@ -6,8 +6,8 @@ the ports are remembered in `standalone.json`, because a bookie's id is its addr
 ledgers' ensembles name bookies by id.
 
 The bookies run in-process, each behind its own gRPC server on loopback, so the broker talks
-to them exactly as to remote bookies. They stay in process by default, a measured choice; `bookie_processes`
-(`--bookie-processes`) runs each as `pulsar-ref bookie` instead (docs/broker.md, "The standalone's bookies").
+to them exactly as to remote bookies. `bookie_processes` (`--bookie-processes`) runs each as `pulsar-ref
+bookie` instead, faster on 2 cores and meant to become the default (docs/broker.md, "The standalone's bookies").
 Fault verbs (kill, restart, start, expire-session) act on them and on the broker in place, for the
 workload's nemesis; `cluster VERB NODE` sends them to the control endpoint, a small HTTP service
 that stays up while the broker is killed.
@@ -15,6 +15,7 @@ that stays up while the broker is killed.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import json
@@ -148,14 +149,10 @@ class _ProcessBookie:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
-        # SIGKILL when the standalone dies (PR_SET_PDEATHSIG, asked by the child itself: a preexec_fn in a
-        # process with gRPC's threads may crash the fork). Linux sends it when the launching *thread* exits,
-        # so only bookies started by the main thread ask (a restart through the control endpoint does not).
-        main = threading.current_thread() is threading.main_thread()
-        command = [sys.executable, "-c", _DIE_WITH_PARENT if main else _RUN, "bookie"]
-        command += ["--metadata", self.metadata_url, "--data", str(self.data_dir), "--port", str(self.port)]
+        command = [sys.executable, "-c", _DIE_WITH_PARENT, "bookie", "--metadata", self.metadata_url]
+        command += ["--data", str(self.data_dir), "--port", str(self.port)]
         command += ["--netty-max-frame-size-bytes", str(self.max_entry_size)]
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        proc = _LAUNCHER.submit(subprocess.Popen, command, stdout=subprocess.PIPE, text=True).result()
         assert proc.stdout is not None
         line = proc.stdout.readline()
         if "listening" not in line:
@@ -192,8 +189,15 @@ class _ProcessBookie:
         return self.proc is not None and self.proc.poll() is None
 
 
-_RUN = "import sys; from pulsar_ref.cli import main; sys.exit(main())"
-_DIE_WITH_PARENT = "import ctypes, signal; ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); " + _RUN
+# A bookie process asks Linux for SIGKILL when its parent dies (PR_SET_PDEATHSIG; asked by the child itself,
+# since a preexec_fn forked beside gRPC's threads may crash). Linux sends it when the launching *thread* exits,
+# so every bookie is launched by one thread that lives as long as the process, whichever thread (a control
+# request's, for a restart) asked for it.
+_DIE_WITH_PARENT = (
+    "import ctypes, signal, sys; ctypes.CDLL('libc.so.6').prctl(1, signal.SIGKILL); "
+    "from pulsar_ref.cli import main; sys.exit(main())"
+)
+_LAUNCHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="bookie-launcher")
 
 
 def _choose_port(requested: int | None, remembered: int | None, default: int) -> int:
