@@ -25,7 +25,7 @@ given TAIL_APPENDS more appends (`around_compaction`), before the final reads. A
 with a `read_compacted` reader from the earliest: a `read-compacted` operation recording what it read and the
 horizon the `__compaction` cursor reports (docs/history.md, Compacted reads): per key its last value at or before
 the horizon, a key whose last is a tombstone not at all, then the appends after the horizon; judged by the audit's
-`compacted-stale` and `compacted-missing`.
+`compacted-stale`, `compacted-missing` and `compacted-reorder`.
 
 Ledgers are offloaded only once they are closed: the brokers must roll over often (`pulsar-ref standalone
 --max-entries-per-ledger 20`, say) for the offload to happen during a short run. Everything here is set-up
