@@ -638,19 +638,39 @@ _HANDLERS: dict[type, Callable[[Dispatcher, Any], list[Output]]] = {
 }
 
 
-def messages_of(position: Position, data: bytes, payloads: bool = True, keys_needed: bool = True) -> list[Message]:
+def messages_of(
+    position: Position,
+    data: bytes,
+    payloads: bool = True,
+    keys_needed: bool = True,
+    metadata: entry_codec.DispatchMetadata | None = None,
+) -> list[Message]:
     """The messages of one entry, with their ids (ledger, entry, batch index), each holding the
     whole entry (`entry`) for dispatch. With payloads=False nothing is decompressed, and with
-    keys_needed=False (every subscription type but Key_Shared) a batch is not even opened."""
-    entry = entry_codec.parse(data, verify_checksum=False)
-    n = entry.num_messages
-    at = entry.metadata.deliver_at_time if entry.metadata.HasField("deliver_at_time") else 0
-    if payloads:
-        decoded = entry_codec.singles(entry)
-        return [
-            Message(MessageId(position.ledger_id, position.entry_id, i), m.key, m.payload, m.properties, n, data, at)
-            for i, m in enumerate(decoded)
-        ]
+    keys_needed=False (every subscription type but Key_Shared) a batch is not even opened.
+    `metadata`: what the entry's publish read of it (entry_codec.dispatch_metadata); with it the
+    entry is not parsed again unless Key_Shared needs the keys inside a batch."""
     ledger_id, entry_id = position.ledger_id, position.entry_id
-    keys_of = entry_codec.keys(entry) if keys_needed else [""] * n
-    return [Message(MessageId(ledger_id, entry_id, i), key, b"", (), n, data, at) for i, key in enumerate(keys_of)]
+    if payloads:
+        entry = entry_codec.parse(data, verify_checksum=False)
+        n = entry.num_messages
+        at = entry.metadata.deliver_at_time if entry.metadata.HasField("deliver_at_time") else 0
+        return [
+            Message(MessageId(ledger_id, entry_id, i), m.key, m.payload, m.properties, n, data, at)
+            for i, m in enumerate(entry_codec.singles(entry))
+        ]
+    keys: tuple[str, ...] | list[str] | None = None
+    if metadata is None or (keys_needed and metadata.keys is None):
+        if keys_needed:  # a batch's keys are in its payload: parsed whole
+            whole = entry_codec.parse(data, verify_checksum=False)
+            metadata = entry_codec.dispatch_metadata(whole)
+            if metadata.keys is None:
+                keys = entry_codec.keys(whole)
+        else:  # the payload not copied out
+            metadata = entry_codec.dispatch_metadata(entry_codec.parse_header(data, verify_checksum=False))
+    n, at = metadata.num_messages, metadata.deliver_at
+    if not keys_needed:
+        return [Message(MessageId(ledger_id, entry_id, i), "", b"", (), n, data, at) for i in range(n)]
+    keys = keys if keys is not None else metadata.keys
+    assert keys is not None
+    return [Message(MessageId(ledger_id, entry_id, i), key, b"", (), n, data, at) for i, key in enumerate(keys)]

@@ -26,6 +26,7 @@ import weakref
 from collections import OrderedDict
 
 from impl.broker.ledger_list import Position
+from impl.protocol.entry_codec import DispatchMetadata
 
 MB = 1024 * 1024
 # Pulsar's default is a fifth of the broker's direct memory (a JVM's, sized for the machine). The reference
@@ -95,6 +96,8 @@ class EntryCache:
     def __init__(self, manager: EntryCacheManager | None = None) -> None:
         self.manager = manager if manager is not None else EntryCacheManager()
         self._entries: OrderedDict[Position, bytes] = OrderedDict()
+        # Beside an entry: what its publish read of its metadata, so a delivery does not parse it again.
+        self._metadata: dict[Position, DispatchMetadata] = {}
         self.size = 0
         self.hits = 0
         self.misses = 0
@@ -125,9 +128,19 @@ class EntryCache:
             self.manager.hits += 1
         return data
 
+    def annotate(self, position: Position, metadata: DispatchMetadata) -> None:
+        """Keep `metadata` beside the cached entry at `position` (nothing if it is not cached)."""
+        with self.manager.lock:
+            if position in self._entries:
+                self._metadata[position] = metadata
+
+    def metadata(self, position: Position) -> DispatchMetadata | None:
+        return self._metadata.get(position)  # one dict lookup (atomic), as `get`
+
     def _pop_oldest(self) -> None:
         """Under the manager's lock."""
-        _, old = self._entries.popitem(last=False)
+        position, old = self._entries.popitem(last=False)
+        self._metadata.pop(position, None)
         self.size -= len(old)
         self.manager.size -= len(old)
         self.manager.evicted += 1
@@ -146,6 +159,7 @@ class EntryCache:
         with self.manager.lock:
             for position in [p for p in self._entries if p.ledger_id in ledger_ids]:
                 n = len(self._entries.pop(position))
+                self._metadata.pop(position, None)
                 self.size -= n
                 self.manager.size -= n
 
@@ -153,6 +167,7 @@ class EntryCache:
         with self.manager.lock:
             self.manager.size -= self.size
             self._entries.clear()
+            self._metadata.clear()
             self.size = 0
 
     def close(self) -> None:
