@@ -716,12 +716,27 @@ class _Connection:
     def _acked_ids(self, c: _AttachedConsumer, out: conn.DoAck) -> list[MessageId]:
         """The delivered messages an ACK names. An id is a whole entry, less the batch indexes its
         ack_set still marks unacknowledged; a cumulative ack takes everything before it too."""
-        by_entry = self._pending_by_entry(c)
         ids: list[MessageId] = []
-        for a in out.ids:
-            if a.id.batch_index >= 0 and not a.ack_set:
-                ids.append(a.id)
-                continue
+        rest: list[conn.AckedId] = []
+        with c.sub.lock:
+            consumer = c.sub.dispatcher.consumers.get(c.service_id)
+            pending = consumer.pending if consumer is not None else {}
+            for a in out.ids:
+                if a.id.batch_index >= 0 and not a.ack_set:
+                    ids.append(a.id)
+                    continue
+                # A whole entry of one message (an unbatched one): its id, without grouping the pending
+                # messages by entry (thousands, for each ACK of a consumer reading a backlog).
+                only = MessageId(a.id.ledger_id, a.id.entry_id, 0)
+                msg = pending.get(only) if not a.ack_set else None
+                if msg is not None and msg.batch_size == 1:
+                    ids.append(only)
+                else:
+                    rest.append(a)
+        if not rest and not out.cumulative:
+            return ids
+        by_entry = self._pending_by_entry(c)
+        for a in rest:
             still = bitset.from_words(a.ack_set) if a.ack_set else ()
             ids += [m for m in by_entry.get((a.id.ledger_id, a.id.entry_id), ()) if m.batch_index not in still]
         if out.cumulative and out.ids:
