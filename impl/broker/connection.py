@@ -464,6 +464,22 @@ def id_to_wire(mid: MessageId, partition: int = -1) -> api.MessageIdData:
     return out
 
 
+_HOLDS_STRINGS: dict[str, bool] = {}
+
+
+def _holds_strings(message_type: Any) -> bool:
+    """Whether a message type has a string field, itself or in a message field: an ACK's thousand
+    MessageIdData (none) are then not looked through one by one."""
+    name = message_type.full_name
+    if name not in _HOLDS_STRINGS:
+        _HOLDS_STRINGS[name] = True  # while deciding (a type within itself): looked through, to be safe
+        _HOLDS_STRINGS[name] = any(
+            f.type == f.TYPE_STRING or (f.type == f.TYPE_MESSAGE and _holds_strings(f.message_type))
+            for f in message_type.fields
+        )
+    return _HOLDS_STRINGS[name]
+
+
 def non_utf8_field(message: Any, prefix: str = "") -> str | None:
     """The path of the first string field holding bytes that are not UTF-8, or None. Python's protobuf
     returns such a proto2 `string` as bytes instead of failing the parse."""
@@ -473,7 +489,7 @@ def non_utf8_field(message: Any, prefix: str = "") -> str | None:
         if descriptor.type == descriptor.TYPE_STRING:
             if any(isinstance(v, bytes) for v in values):
                 return path
-        elif descriptor.type == descriptor.TYPE_MESSAGE:
+        elif descriptor.type == descriptor.TYPE_MESSAGE and _holds_strings(descriptor.message_type):
             for v in values:
                 found = non_utf8_field(v, path + ".")
                 if found is not None:

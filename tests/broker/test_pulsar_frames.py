@@ -629,3 +629,14 @@ def test_fuzzed_commands_get_typed_outputs_and_never_raise(commands: list[tuple[
         for out in core.step(conn.FrameReceived(frames.Frame(cmd, body or None), now=0.0)):
             assert isinstance(out, conn.Output)
         assert core.state in (conn.State.CONNECTED, conn.State.CLOSED)
+
+
+def test_the_utf8_check_skips_message_types_without_strings_only() -> None:
+    """An ACK's message ids hold no string: the check does not look through them one by one; a
+    SUBSCRIBE's metadata (key/value strings, one level down) is still looked through."""
+    assert not conn._holds_strings(api.MessageIdData.DESCRIPTOR)
+    assert conn._holds_strings(api.KeyValue.DESCRIPTOR) and conn._holds_strings(api.BaseCommand.DESCRIPTOR)
+    sub = api.CommandSubscribe(topic="t", subscription="s", consumer_id=0, request_id=2)
+    sub.metadata.add(key="KEYXY", value="v")
+    frame = with_bytes(conn.command(T.SUBSCRIBE, subscribe=sub), "KEYXY", b"\xc3\x28abc")
+    assert conn.non_utf8_field(frame.command) == "subscribe.metadata.key"
