@@ -62,16 +62,18 @@ class EntryCacheManager:
         with self.lock:
             return sum(len(c) for c in self._caches)
 
-    def _evict_by_size(self) -> None:
-        """Under the lock, after an insertion took the total over the bound: largest caches first."""
+    def _evict_by_size(self, incoming: int = 0) -> None:
+        """Under the lock, for an insertion that takes the total over the bound: largest caches first.
+        `incoming`: the inserted entry's size, held by its cache but added to the total only after
+        this, so that the total is never seen over the bound (readers of `size` take no lock)."""
         target = int(self.max_bytes * EVICTION_WATERMARK)
-        while self.size > target:
+        while self.size + incoming > target:
             largest = max(self._caches, key=lambda c: c.size, default=None)
             if largest is None or largest.size == 0:
                 return
             # From the largest down to the next one's size (or until the target): few rounds of max().
             others = [c.size for c in self._caches if c is not largest]
-            floor = max(max(others, default=0), largest.size - (self.size - target))
+            floor = max(max(others, default=0), largest.size - (self.size + incoming - target))
             largest._pop_oldest()  # at least one: two caches of the same size would otherwise stall
             while largest.size > floor and largest._entries:
                 largest._pop_oldest()
@@ -113,10 +115,10 @@ class EntryCache:
                 return
             self._entries[position] = data
             self.size += len(data)
-            m.size += len(data)
             m.inserted += 1
-            if m.size > m.max_bytes:
-                m._evict_by_size()
+            if m.size + len(data) > m.max_bytes:
+                m._evict_by_size(len(data))
+            m.size += len(data)
 
     def get(self, position: Position) -> bytes | None:
         data = self._entries.get(position)  # one dict lookup (atomic): no lock on the hot path
