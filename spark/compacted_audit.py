@@ -1,5 +1,5 @@
-"""The Spark job of compacted reads: compacted-stale and compacted-missing as spark/compacted_reference.py defines
-them, with the same witnesses and explanations.
+"""The Spark job of compacted reads: compacted-stale, compacted-missing and compacted-reorder as
+spark/compacted_reference.py defines them, with the same witnesses and explanations.
 
 Only the topics that have an `ok` read-compacted are looked at (a few per run, broadcast). Positions stay arrays,
 which Spark orders element by element as the reference orders tuples; an entry is at or before the horizon when
@@ -105,13 +105,22 @@ def run(events: Any) -> tuple[list[dict[str, Any]], dict[int, int]]:
         .join(per_key.select("history", "read_index", "key"), ["history", "read_index", "key"], "left_anti")
         .join(hidden, ["history", "topic", "key"], "left_anti")
     )
+    # After the horizon: every acknowledged append, tombstones included, in the topic's order (the raw topic).
+    tail = entries.filter(~F.coalesce(upto("e.position"), F.lit(False)))
     after = (
-        heads.join(known.filter((F.col("outcome") == "ok") & ~F.col("tombstone")), ["history", "topic"])
+        heads.join(known.filter(F.col("outcome") == "ok"), ["history", "topic"])
         .filter((F.col("ack_index") < F.col("inv_index")) & ~F.coalesce(upto("ack_position"), F.lit(False)))
-        .join(entries.select("history", "read_index", "value"), ["history", "read_index", "value"], "left_anti")
+        .join(tail.select("history", "read_index", "value"), ["history", "read_index", "value"], "left_anti")
+    )
+    in_read = Window.partitionBy("history", "read_index").orderBy("ord")
+    reordered = (
+        tail.select("*", F.lag("e").over(in_read).alias("prev"))
+        .filter(F.col("e.position") < F.col("prev.position"))
+        .groupBy("history", "topic", "inv_index", "read_index", "horizon")
+        .agg(F.min(F.struct("ord", "prev", "e")).alias("first"))
     )
 
-    # One collect for the four kinds of case: each as its kind, the witness's two events, and the key, values and
+    # One collect for the five kinds of case: each as its kind, the witness's two events, and the key, values and
     # positions its sentence names.
     def row(kind: str, a: str, b: str, key: str | None, v1: str, p1: str, v2: str | None, p2: str | None) -> Any:
         def col(name: str | None, kind: str) -> Any:
@@ -163,6 +172,21 @@ def run(events: Any) -> tuple[list[dict[str, Any]], dict[int, int]]:
             "horizon",
             row("after", "ack_index", "read_index", None, "value", "ack_position", None, None),
         ),
+        reordered.select(
+            "history",
+            "topic",
+            "horizon",
+            row(
+                "reordered",
+                "inv_index",
+                "read_index",
+                None,
+                "first.prev.value",
+                "first.prev.position",
+                "first.e.value",
+                "first.e.position",
+            ),
+        ),
     ]
     union = found[0]
     for df in found[1:]:
@@ -183,6 +207,8 @@ def _case(r: Any) -> dict[str, Any]:
         anomaly, why = ref.STALE, ref.explain_replaced(c["key"], first, second, horizon)
     elif kind == "key":
         anomaly, why = ref.MISSING, ref.explain_key_missing(c["key"], first, horizon)
+    elif kind == "reordered":
+        anomaly, why = ref.REORDER, ref.explain_reordered(first, second, horizon)
     else:
         anomaly, why = ref.MISSING, ref.explain_after_missing(c["v1"], c["p1"], horizon)
     witness = sorted((int(c["a"]), int(c["b"])))

@@ -16,7 +16,14 @@ Per `ok` read-compacted R of topic T with horizon H, and per key k of the values
 - compacted-missing: (a) k's last known value at or before H (highest known position) was acknowledged before R's
   invoke and is not a tombstone, yet R shows no value of k at or before H, and no tombstone of k of unknown outcome
   and unknown position could have deleted it (witness: the ack and R's ok); or (b) a value acknowledged before R's
-  invoke at a position after H that R does not show at all (witness: the ack and R's ok).
+  invoke at a position after H, a tombstone included, that R does not show after H (witness: the ack and R's ok).
+- compacted-reorder: R shows, after H, an entry at a lower position than the entry it shows just before it (the
+  first such pair in R's order; witness: R's invoke and ok).
+
+After H, Pulsar's compacted reader reads the topic itself: CompactedTopicImpl.asyncReadEntriesOrWait (apache/pulsar,
+pulsar-broker/.../compaction/CompactedTopicImpl.java) hands a read position past the horizon to the cursor's
+asyncReadEntriesOrWait, the raw managed ledger in order, unfiltered, so empty-payload messages (tombstones) are
+delivered there as any other.
 
 Values no append carried and values without a key are not judged here (phantoms are the log checks' business;
 compaction leaves keyless messages out).
@@ -31,7 +38,8 @@ from spark.report import Case
 
 STALE = "compacted-stale"
 MISSING = "compacted-missing"
-ANOMALIES = (STALE, MISSING)
+REORDER = "compacted-reorder"
+ANOMALIES = (STALE, MISSING, REORDER)
 
 
 def format_horizon(horizon: Sequence[int] | None) -> str:
@@ -62,7 +70,14 @@ def explain_key_missing(key: str, last: tuple[str, Position], horizon: Sequence[
 def explain_after_missing(value: str, position: Position, horizon: Sequence[int] | None) -> str:
     return (
         f"{value!r}, acknowledged at {format_position(position)} after the horizon {format_horizon(horizon)}, "
-        "is absent from the compacted read"
+        "is absent from the compacted read after it"
+    )
+
+
+def explain_reordered(first: tuple[str, Position], then: tuple[str, Position], horizon: Sequence[int] | None) -> str:
+    return (
+        f"after the horizon {format_horizon(horizon)} the compacted read shows {then[0]!r} at "
+        f"{format_position(then[1])} next after {first[0]!r} at {format_position(first[1])}, out of the topic's order"
     )
 
 
@@ -145,13 +160,18 @@ def check(ops: Sequence[Op]) -> list[Case]:
             last = appends[w]
             if last.type == "ok" and not last.tombstone and event < r.inv_index:
                 cases.append(Case(MISSING, topic, (event, r.cmp_index), explain_key_missing(k, (w, q), h)))
-        read = {v for _, v in r.entries}
+        tail = [(p, v) for p, v in r.entries if not at_or_before(p, h)]
+        read = {v for _, v in tail}
         for v, a in appends.items():
-            # A tombstone after the horizon is not required: a reader may show it as an empty message, unnamed.
-            if a.topic != r.topic or a.type != "ok" or a.tombstone or a.position is None or a.cmp_index is None:
+            # Tombstones included: after H the reader gets the raw topic (see the module docstring).
+            if a.topic != r.topic or a.type != "ok" or a.position is None or a.cmp_index is None:
                 continue
             if a.cmp_index < r.inv_index and not at_or_before(a.position, h) and v not in read:
                 cases.append(
                     Case(MISSING, r.topic, (a.cmp_index, r.cmp_index), explain_after_missing(v, a.position, h))
                 )
+        for (p, v), (q, w) in zip(tail, tail[1:], strict=False):
+            if q < p:
+                cases.append(Case(REORDER, r.topic, (r.inv_index, r.cmp_index), explain_reordered((v, p), (w, q), h)))
+                break
     return cases

@@ -12,7 +12,8 @@ indices of the events it touched, or None if this history offers no place for th
 `generate(..., compacted=True)` gives every append a key, makes some of them tombstones (an empty payload, named by
 its value as the workload names it), and after the final reads adds one `read-compacted` per topic
 (docs/history.md, Compacted reads): per key its last value at or before a horizon inside the log, unless that is a
-tombstone, then every message after it. `compacted-stale` and `compacted-missing` are injected into those reads.
+tombstone, then every message after it, tombstones included. `compacted-stale`, `compacted-missing` and
+`compacted-reorder` are injected into those reads.
 """
 
 from __future__ import annotations
@@ -348,8 +349,9 @@ def _at_or_before(position: Pos, horizon: list[int] | None) -> bool:
 def _inject_compacted(pairs: list[tuple[Event, Event | None]], anomaly: str, rng: random.Random) -> list[Event]:
     """Into one `ok` read-compacted: for compacted-stale, a shown key's value swapped for an earlier one of its key
     (or a key a tombstone deleted shown again, with the value before the tombstone); for compacted-missing, an
-    acknowledged value left out (a key's last before the horizon, or one after it). Returns the events to
-    witness it: the read's ok, and the ack or the read that places the value the read contradicts."""
+    acknowledged value left out (a key's last before the horizon, or one after it, a tombstone there too); for
+    compacted-reorder, two consecutive entries after the horizon swapped. Returns the events to witness it: the
+    read's ok, and the ack or the read that places the value the read contradicts (none for a reorder)."""
     completed = [c for _, c in pairs if c is not None]
     appends = {c["value"]: c for c in completed if c["f"] == "append"}
     # Where each value is, from the final reads (the generator's true log), and its event
@@ -388,11 +390,19 @@ def _inject_compacted(pairs: list[tuple[Event, Event | None]], anomaly: str, rng
                     r["value"].append([list(p), v])
                     r["value"].sort(key=lambda e: e[0])
                 return [r, appends[last_v]]
+        elif anomaly == "compacted-reorder":
+            tail = [k for k, e in enumerate(r["value"]) if not _at_or_before(e[0], h)]
+            if len(tail) > 1:
+                k = rng.choice(tail[:-1])
+                r["value"][k], r["value"][k + 1] = r["value"][k + 1], r["value"][k]
+                return [r]
         else:
+            # before the horizon, a key's last value (a tombstone of unknown outcome may excuse its absence);
+            # after it, any acknowledged entry, tombstones included
             acked = [
                 (k, e) for k, e in enumerate(r["value"])
-                if e[1] in appends and appends[e[1]]["type"] == "ok" and not appends[e[1]].get("tombstone")
-                and (topic, appends[e[1]].get("key")) not in hidden
+                if e[1] in appends and appends[e[1]]["type"] == "ok"
+                and (not _at_or_before(e[0], h) or (topic, appends[e[1]].get("key")) not in hidden)
             ]  # fmt: skip
             if acked:
                 k, (_, v) = rng.choice(acked)

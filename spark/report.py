@@ -29,6 +29,7 @@ ANOMALIES = (
     # compacted reads (spark/compacted_reference.py)
     "compacted-stale",
     "compacted-missing",
+    "compacted-reorder",
     # across the clusters of an instance (spark/geo.py)
     "replication-lost",
     "replication-duplicate",
@@ -49,7 +50,7 @@ SCHEMA_ANOMALIES = ("unknown-schema-version",)
 # Only a drain that records a message TTL (`workload --lifecycle`) can show them; the generator makes none.
 TTL_ANOMALIES = ("expired-early",)
 # Only a compacted read (`workload --lifecycle`, or spark/generate.py's `compacted=True`) can show them.
-COMPACTED_ANOMALIES = ("compacted-stale", "compacted-missing")
+COMPACTED_ANOMALIES = ("compacted-stale", "compacted-missing", "compacted-reorder")
 # Not in the generator's default histories (the corpora of ONE_CLUSTER_ANOMALIES).
 _NOT_GENERATED = (
     REPLICATION_ANOMALIES + NON_PERSISTENT_ANOMALIES + SCHEMA_ANOMALIES + TTL_ANOMALIES + COMPACTED_ANOMALIES

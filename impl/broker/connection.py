@@ -16,6 +16,8 @@ The listener (impl/broker/listener.py) drives the core with one function,
                               a SEND's outcome: SEND_RECEIPT, or SEND_ERROR (also for a SEND the
                               listener refuses itself)
   Message(...)                a message for a consumer: MESSAGE
+  Messages(...)               several entries' messages for a consumer: their MESSAGE frames, encoded
+                              from the consumer's template and written together (`Frames`)
   ActiveConsumerChange(...)   a Failover consumer became active or inactive
   AckResponse(...)            an ACK's outcome, for a client that asked for one
   CloseProducer(producer_id), CloseConsumer(consumer_id)
@@ -59,7 +61,7 @@ from typing import Any, ClassVar
 from impl.broker.dispatcher import KeySharedMeta, KeySharedMode, SubscriptionType
 from impl.protocol import pulsar_api_pb2 as api
 from impl.protocol.frames import MAX_FRAME_BEFORE_CONNECTED as MAX_FRAME_BEFORE_CONNECTED
-from impl.protocol.frames import Frame, command_name
+from impl.protocol.frames import Frame, MessageTemplate, command_name
 from impl.protocol.message_id import MessageId
 from impl.protocol.session import (
     AUTH_REFRESH_CHECK_S,
@@ -185,6 +187,16 @@ class Message:
 
 
 @dataclass(frozen=True)
+class Messages:
+    """A delivery to one consumer: for each entry its ledger id, entry id, the redelivery count, the
+    ack_set (as in Message) and the entry's bytes."""
+
+    consumer_id: int
+    messages: tuple[tuple[int, int, int, tuple[int, ...], bytes], ...]
+    partition: int = -1
+
+
+@dataclass(frozen=True)
 class ActiveConsumerChange:
     consumer_id: int
     active: bool
@@ -236,6 +248,7 @@ Event = (
     | Subscribed
     | SubscribeFailed
     | Message
+    | Messages
     | ActiveConsumerChange
     | AckResponse
     | CloseProducer
@@ -388,8 +401,16 @@ class DoGetOrCreateSchema:
     schema: api.Schema
 
 
+@dataclass(frozen=True)
+class Frames:
+    """Output: frames already encoded (MESSAGEs), to write as they are."""
+
+    data: bytes
+
+
 Output = (
     Reply
+    | Frames
     | Close
     | DoLookup
     | DoPartitionedMetadata
@@ -443,6 +464,22 @@ def id_to_wire(mid: MessageId, partition: int = -1) -> api.MessageIdData:
     return out
 
 
+_HOLDS_STRINGS: dict[str, bool] = {}
+
+
+def _holds_strings(message_type: Any) -> bool:
+    """Whether a message type has a string field, itself or in a message field: an ACK's thousand
+    MessageIdData (none) are then not looked through one by one."""
+    name = message_type.full_name
+    if name not in _HOLDS_STRINGS:
+        _HOLDS_STRINGS[name] = True  # while deciding (a type within itself): looked through, to be safe
+        _HOLDS_STRINGS[name] = any(
+            f.type == f.TYPE_STRING or (f.type == f.TYPE_MESSAGE and _holds_strings(f.message_type))
+            for f in message_type.fields
+        )
+    return _HOLDS_STRINGS[name]
+
+
 def non_utf8_field(message: Any, prefix: str = "") -> str | None:
     """The path of the first string field holding bytes that are not UTF-8, or None. Python's protobuf
     returns such a proto2 `string` as bytes instead of failing the parse."""
@@ -452,7 +489,7 @@ def non_utf8_field(message: Any, prefix: str = "") -> str | None:
         if descriptor.type == descriptor.TYPE_STRING:
             if any(isinstance(v, bytes) for v in values):
                 return path
-        elif descriptor.type == descriptor.TYPE_MESSAGE:
+        elif descriptor.type == descriptor.TYPE_MESSAGE and _holds_strings(descriptor.message_type):
             for v in values:
                 found = non_utf8_field(v, path + ".")
                 if found is not None:
@@ -477,6 +514,7 @@ class _Consumer:
     subscription: str
     ready: bool = False
     epoch: int = 0
+    template: MessageTemplate | None = field(default=None, repr=False, compare=False)  # of its MESSAGEs
 
 
 @dataclass
@@ -886,6 +924,17 @@ class ServerConnection:
             msg.consumer_epoch = consumer.epoch
         return [Reply(command(T.MESSAGE, message=msg), e.entry)]
 
+    def _messages(self, e: Messages) -> list[Output]:
+        consumer = self.consumers.get(e.consumer_id)
+        epoch = consumer.epoch if consumer is not None else 0
+        template = consumer.template if consumer is not None else None
+        if template is None or (template.epoch, template.partition) != (epoch, e.partition):
+            template = MessageTemplate(e.consumer_id, e.partition, epoch)  # a new epoch (a redelivery request)
+            if consumer is not None:
+                consumer.template = template
+        parts = template.parts
+        return [Frames(b"".join([p for m in e.messages for p in parts(*m)]))]
+
     def _active_consumer_change(self, e: ActiveConsumerChange) -> list[Output]:
         change = api.CommandActiveConsumerChange(consumer_id=e.consumer_id, is_active=e.active)
         return [Reply(command(T.ACTIVE_CONSUMER_CHANGE, active_consumer_change=change))]
@@ -976,6 +1025,7 @@ _HANDLERS: dict[type, Callable[[ServerConnection, Any], list[Output]]] = {
     Subscribed: ServerConnection._subscribed,
     SubscribeFailed: ServerConnection._subscribe_failed,
     Message: ServerConnection._message,
+    Messages: ServerConnection._messages,
     ActiveConsumerChange: ServerConnection._active_consumer_change,
     AckResponse: ServerConnection._ack_response,
     CloseProducer: ServerConnection._broker_closes_producer,

@@ -58,6 +58,7 @@ The cursor's metadata node (a child of the managed-ledger node) holds its cursor
 
 from __future__ import annotations
 
+import bisect
 import enum
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -79,6 +80,14 @@ CURSOR_FORMAT = 1
 Range = tuple[Position, Position]  # inclusive [first, last] of acknowledged positions
 
 
+def _range_end(r: Range) -> Position:
+    return r[1]
+
+
+def _position_key(p: Position) -> tuple[int, int]:
+    return (p.ledger_id, p.entry_id)  # compared as a tuple (in C), not by the dataclass's __lt__
+
+
 @dataclass
 class CursorState:
     """Mark-delete position plus individually deleted ranges."""
@@ -92,7 +101,11 @@ class CursorState:
     # ---- queries ---------------------------------------------------------------------------
 
     def is_acknowledged(self, p: Position) -> bool:
-        return p <= self.mark_delete or any(first <= p <= last for first, last in self.individually_deleted)
+        if p <= self.mark_delete:
+            return True
+        ranges = self.individually_deleted  # sorted and disjoint: the first range ending at or after p
+        i = bisect.bisect_left(ranges, p, key=_range_end)
+        return i < len(ranges) and ranges[i][0] <= p
 
     def backlog(self, view: TopicView) -> int:
         """Confirmed entries after the mark-delete position not individually acknowledged."""
@@ -156,31 +169,37 @@ class CursorState:
         return changed
 
     def delete(self, positions: Iterable[Position], view: TopicView) -> bool:
-        """Individual acks. Returns whether the state changed."""
-        changed = False
-        for p in self.check(positions, view):
-            if self.is_acknowledged(p):
+        """Individual acks. Returns whether the state changed. Applied as ranges: the positions not yet
+        acknowledged, in order, are cut into runs of consecutive entries of one ledger, each inserted as
+        one range (a consumer's acks of a backlog come as thousands of neighbours)."""
+        fresh = sorted({p for p in self.check(positions, view) if not self.is_acknowledged(p)}, key=_position_key)
+        if not fresh:
+            self._advance(view)
+            return False
+        first = last = fresh[0]
+        for p in fresh[1:]:
+            if p.ledger_id == last.ledger_id and p.entry_id == last.entry_id + 1:
+                last = p
                 continue
-            changed = True
-            self._insert(p, view)
+            self._insert(first, last, view)
+            first = last = p
+        self._insert(first, last, view)
         self._advance(view)
-        return changed
+        return True
 
     def _adjacent(self, a: Position, b: Position, view: TopicView) -> bool:
         """b is the next confirmed entry after a (no entry lies strictly between them)."""
         return a < b and view.count_between(a, b) == 1
 
-    def _insert(self, p: Position, view: TopicView) -> None:
+    def _insert(self, first: Position, last: Position, view: TopicView) -> None:
+        """Insert the unacknowledged run first..last, merged with the ranges it touches."""
         ranges = self.individually_deleted
-        i = 0
-        while i < len(ranges) and ranges[i][1] < p:
-            i += 1
-        first, last = p, p
-        if i > 0 and self._adjacent(ranges[i - 1][1], p, view):
+        i = bisect.bisect_left(ranges, first, key=_range_end)
+        if i > 0 and self._adjacent(ranges[i - 1][1], first, view):
             i -= 1
             first = ranges[i][0]
             del ranges[i]
-        if i < len(ranges) and self._adjacent(p, ranges[i][0], view):
+        if i < len(ranges) and self._adjacent(last, ranges[i][0], view):
             last = ranges[i][1]
             del ranges[i]
         ranges.insert(i, (first, last))

@@ -116,6 +116,10 @@ class KeySharedMeta:
     allow_out_of_order: bool = False
 
 
+def _position_key(p: Position) -> tuple[int, int]:
+    return (p.ledger_id, p.entry_id)
+
+
 def position_of(mid: MessageId) -> Position:
     """The managed-ledger position of the entry that holds a message."""
     return Position(mid.ledger_id, mid.entry_id)
@@ -464,27 +468,37 @@ class Dispatcher:
 
     def _ack(self, e: Ack) -> list[Output]:
         owner = self.consumers[e.consumer]
+        pending = owner.pending
         if e.cumulative:
             if self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
                 raise SubscriptionError("cumulative acknowledgement is not allowed on Shared/Key_Shared subscriptions")
             upto = max(e.ids)
             self._check_known(upto)
-            acked = [m for m in owner.pending if m <= upto]
+            acked = [m for m in pending if m <= upto]
         else:
-            for mid in e.ids:
-                self._check_known(mid)
-            acked = [m for m in e.ids if m in owner.pending]
+            if e.ids:
+                self._check_known(max(e.ids))  # every id is known when the highest is
+            acked = [m for m in e.ids if m in pending]
         done: list[Position] = []
+        unacked, counts = self._unacked_in_entry, self._redelivery_count
+        key_shared = self.type is SubscriptionType.KEY_SHARED  # only Key_Shared holds keys
         for mid in acked:
-            self._unhold(owner.pending.pop(mid))
-            self._redelivery_count.pop(mid, None)
-            left = self._unacked_in_entry.get(position_of(mid), 1) - 1
+            msg = pending.pop(mid, None)
+            if msg is None:
+                continue  # named twice in one ACK
+            if key_shared:
+                self._unhold(msg)
+            if counts:
+                counts.pop(mid, None)
+            position = Position(mid.ledger_id, mid.entry_id)
+            left = unacked.get(position, 1) - 1
             if left <= 0:
-                self._unacked_in_entry.pop(position_of(mid), None)
-                done.append(position_of(mid))
+                unacked.pop(position, None)
+                done.append(position)
             else:
-                self._unacked_in_entry[position_of(mid)] = left
-        outputs: list[Output] = [AckEntries(tuple(sorted(done)))] if done else []
+                unacked[position] = left
+        # Sorted by a tuple key (compared in C): an ACK names thousands of entries.
+        outputs: list[Output] = [AckEntries(tuple(sorted(done, key=_position_key)))] if done else []
         return outputs + self._dispatch()
 
     def _nack(self, e: Nack) -> list[Output]:
@@ -638,19 +652,39 @@ _HANDLERS: dict[type, Callable[[Dispatcher, Any], list[Output]]] = {
 }
 
 
-def messages_of(position: Position, data: bytes, payloads: bool = True, keys_needed: bool = True) -> list[Message]:
+def messages_of(
+    position: Position,
+    data: bytes,
+    payloads: bool = True,
+    keys_needed: bool = True,
+    metadata: entry_codec.DispatchMetadata | None = None,
+) -> list[Message]:
     """The messages of one entry, with their ids (ledger, entry, batch index), each holding the
     whole entry (`entry`) for dispatch. With payloads=False nothing is decompressed, and with
-    keys_needed=False (every subscription type but Key_Shared) a batch is not even opened."""
-    entry = entry_codec.parse(data, verify_checksum=False)
-    n = entry.num_messages
-    at = entry.metadata.deliver_at_time if entry.metadata.HasField("deliver_at_time") else 0
-    if payloads:
-        decoded = entry_codec.singles(entry)
-        return [
-            Message(MessageId(position.ledger_id, position.entry_id, i), m.key, m.payload, m.properties, n, data, at)
-            for i, m in enumerate(decoded)
-        ]
+    keys_needed=False (every subscription type but Key_Shared) a batch is not even opened.
+    `metadata`: what the entry's publish read of it (entry_codec.dispatch_metadata); with it the
+    entry is not parsed again unless Key_Shared needs the keys inside a batch."""
     ledger_id, entry_id = position.ledger_id, position.entry_id
-    keys_of = entry_codec.keys(entry) if keys_needed else [""] * n
-    return [Message(MessageId(ledger_id, entry_id, i), key, b"", (), n, data, at) for i, key in enumerate(keys_of)]
+    if payloads:
+        entry = entry_codec.parse(data, verify_checksum=False)
+        n = entry.num_messages
+        at = entry.metadata.deliver_at_time if entry.metadata.HasField("deliver_at_time") else 0
+        return [
+            Message(MessageId(ledger_id, entry_id, i), m.key, m.payload, m.properties, n, data, at)
+            for i, m in enumerate(entry_codec.singles(entry))
+        ]
+    keys: tuple[str, ...] | list[str] | None = None
+    if metadata is None or (keys_needed and metadata.keys is None):
+        if keys_needed:  # a batch's keys are in its payload: parsed whole
+            whole = entry_codec.parse(data, verify_checksum=False)
+            metadata = entry_codec.dispatch_metadata(whole)
+            if metadata.keys is None:
+                keys = entry_codec.keys(whole)
+        else:  # the payload not copied out
+            metadata = entry_codec.dispatch_metadata(entry_codec.parse_header(data, verify_checksum=False))
+    n, at = metadata.num_messages, metadata.deliver_at
+    if not keys_needed:
+        return [Message(MessageId(ledger_id, entry_id, i), "", b"", (), n, data, at) for i in range(n)]
+    keys = keys if keys is not None else metadata.keys
+    assert keys is not None
+    return [Message(MessageId(ledger_id, entry_id, i), key, b"", (), n, data, at) for i, key in enumerate(keys)]

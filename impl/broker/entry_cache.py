@@ -26,6 +26,7 @@ import weakref
 from collections import OrderedDict
 
 from impl.broker.ledger_list import Position
+from impl.protocol.entry_codec import DispatchMetadata
 
 MB = 1024 * 1024
 # Pulsar's default is a fifth of the broker's direct memory (a JVM's, sized for the machine). The reference
@@ -61,16 +62,18 @@ class EntryCacheManager:
         with self.lock:
             return sum(len(c) for c in self._caches)
 
-    def _evict_by_size(self) -> None:
-        """Under the lock, after an insertion took the total over the bound: largest caches first."""
+    def _evict_by_size(self, incoming: int = 0) -> None:
+        """Under the lock, for an insertion that takes the total over the bound: largest caches first.
+        `incoming`: the inserted entry's size, held by its cache but added to the total only after
+        this, so that the total is never seen over the bound (readers of `size` take no lock)."""
         target = int(self.max_bytes * EVICTION_WATERMARK)
-        while self.size > target:
+        while self.size + incoming > target:
             largest = max(self._caches, key=lambda c: c.size, default=None)
             if largest is None or largest.size == 0:
                 return
             # From the largest down to the next one's size (or until the target): few rounds of max().
             others = [c.size for c in self._caches if c is not largest]
-            floor = max(max(others, default=0), largest.size - (self.size - target))
+            floor = max(max(others, default=0), largest.size - (self.size + incoming - target))
             largest._pop_oldest()  # at least one: two caches of the same size would otherwise stall
             while largest.size > floor and largest._entries:
                 largest._pop_oldest()
@@ -95,6 +98,8 @@ class EntryCache:
     def __init__(self, manager: EntryCacheManager | None = None) -> None:
         self.manager = manager if manager is not None else EntryCacheManager()
         self._entries: OrderedDict[Position, bytes] = OrderedDict()
+        # Beside an entry: what its publish read of its metadata, so a delivery does not parse it again.
+        self._metadata: dict[Position, DispatchMetadata] = {}
         self.size = 0
         self.hits = 0
         self.misses = 0
@@ -110,10 +115,10 @@ class EntryCache:
                 return
             self._entries[position] = data
             self.size += len(data)
-            m.size += len(data)
             m.inserted += 1
-            if m.size > m.max_bytes:
-                m._evict_by_size()
+            if m.size + len(data) > m.max_bytes:
+                m._evict_by_size(len(data))
+            m.size += len(data)
 
     def get(self, position: Position) -> bytes | None:
         data = self._entries.get(position)  # one dict lookup (atomic): no lock on the hot path
@@ -125,9 +130,19 @@ class EntryCache:
             self.manager.hits += 1
         return data
 
+    def annotate(self, position: Position, metadata: DispatchMetadata) -> None:
+        """Keep `metadata` beside the cached entry at `position` (nothing if it is not cached)."""
+        with self.manager.lock:
+            if position in self._entries:
+                self._metadata[position] = metadata
+
+    def metadata(self, position: Position) -> DispatchMetadata | None:
+        return self._metadata.get(position)  # one dict lookup (atomic), as `get`
+
     def _pop_oldest(self) -> None:
         """Under the manager's lock."""
-        _, old = self._entries.popitem(last=False)
+        position, old = self._entries.popitem(last=False)
+        self._metadata.pop(position, None)
         self.size -= len(old)
         self.manager.size -= len(old)
         self.manager.evicted += 1
@@ -146,6 +161,7 @@ class EntryCache:
         with self.manager.lock:
             for position in [p for p in self._entries if p.ledger_id in ledger_ids]:
                 n = len(self._entries.pop(position))
+                self._metadata.pop(position, None)
                 self.size -= n
                 self.manager.size -= n
 
@@ -153,6 +169,7 @@ class EntryCache:
         with self.manager.lock:
             self.manager.size -= self.size
             self._entries.clear()
+            self._metadata.clear()
             self.size = 0
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from impl.broker import connection as conn
 from impl.broker import namespaces, non_persistent, topic_pattern
-from impl.broker.dispatcher import Ack, Flow, Message, Nack, Writable, position_of
+from impl.broker.dispatcher import Ack, Flow, Message, Nack, Writable
 from impl.broker.errors import (
     BrokerError,
     ConsumerAssignError,
@@ -181,26 +181,27 @@ class _Sink(ConsumerSink):
 
     def deliver(self, messages: list[tuple[Message, int]]) -> None:
         # Consecutive messages of one entry go as one MESSAGE; ack_set names the batch indexes sent
-        # when not all of them are (the rest were acknowledged, or went to another consumer).
-        events: list[conn.Event] = []
+        # when not all of them are (the rest were acknowledged, or went to another consumer). All of
+        # them go to the loop as one event, encoded there into one write.
+        items: list[tuple[int, int, int, tuple[int, ...], bytes]] = []
         size = 0
-        i = 0
-        while i < len(messages):
+        i, n = 0, len(messages)
+        while i < n:
             first, count = messages[i]
+            ledger_id, entry_id = first.id.ledger_id, first.id.entry_id
             j = i + 1
-            while j < len(messages) and position_of(messages[j][0].id) == position_of(first.id):
-                j += 1
-            indexes = [m.id.batch_index for m, _ in messages[i:j]]
-            ack_set: list[int] = []
-            if len(indexes) < first.batch_size:
-                ack_set = bitset.to_words(indexes)
-            mid = MessageId(first.id.ledger_id, first.id.entry_id, -1)
+            ack_set: tuple[int, ...] = ()
+            if first.batch_size > 1:
+                while j < n and (m := messages[j][0].id).entry_id == entry_id and m.ledger_id == ledger_id:
+                    j += 1
+                if j - i < first.batch_size:
+                    ack_set = tuple(bitset.to_words([m.id.batch_index for m, _ in messages[i:j]]))
             entry = entry_codec.strip_broker_metadata(first.entry)
             size += len(entry)
-            events.append(conn.Message(self.consumer_id, mid, count, tuple(ack_set), entry, self.partition))
+            items.append((ledger_id, entry_id, count, ack_set, entry))
             i = j
         self.connection.queued(size)
-        self.connection.from_thread(events)
+        self.connection.from_thread([conn.Messages(self.consumer_id, tuple(items), self.partition)])
 
     def over_bound(self) -> bool:
         return self.connection.over_bound(self.consumer_id)
@@ -375,6 +376,11 @@ class _Connection:
         for out in outputs:
             if isinstance(out, conn.Reply):
                 self.write(out)
+            elif isinstance(out, conn.Frames):
+                if self.open:
+                    if not self._out:
+                        self.loop.call_soon(self._flush)
+                    self._out.append(out.data)
             elif isinstance(out, conn.Close):
                 self.close(out.reason)
             elif isinstance(out, conn.DoPublish):
@@ -409,6 +415,8 @@ class _Connection:
             self.perform([item] if isinstance(item, conn.Output) else self.core.step(item))
             if isinstance(item, conn.Message):
                 self._unflushed += len(item.entry)  # in _out now, written by the next _flush
+            elif isinstance(item, conn.Messages):
+                self._unflushed += sum(len(m[4]) for m in item.messages)
 
     def from_thread(self, results: Sequence[Result]) -> None:
         self.from_thread_call(lambda: self.apply(results))
@@ -462,6 +470,7 @@ class _Connection:
             num_messages=entry.num_messages,
             batched=entry.is_batch,
             chunk=Append.chunk_of(entry.metadata) if out.is_chunk else None,
+            dispatch=entry_codec.dispatch_metadata(entry),
         )
 
     def _publish(self, run: list[tuple[conn.DoPublish, Append]]) -> None:
@@ -707,12 +716,27 @@ class _Connection:
     def _acked_ids(self, c: _AttachedConsumer, out: conn.DoAck) -> list[MessageId]:
         """The delivered messages an ACK names. An id is a whole entry, less the batch indexes its
         ack_set still marks unacknowledged; a cumulative ack takes everything before it too."""
-        by_entry = self._pending_by_entry(c)
         ids: list[MessageId] = []
-        for a in out.ids:
-            if a.id.batch_index >= 0 and not a.ack_set:
-                ids.append(a.id)
-                continue
+        rest: list[conn.AckedId] = []
+        with c.sub.lock:
+            consumer = c.sub.dispatcher.consumers.get(c.service_id)
+            pending = consumer.pending if consumer is not None else {}
+            for a in out.ids:
+                if a.id.batch_index >= 0 and not a.ack_set:
+                    ids.append(a.id)
+                    continue
+                # A whole entry of one message (an unbatched one): its id, without grouping the pending
+                # messages by entry (thousands, for each ACK of a consumer reading a backlog).
+                only = MessageId(a.id.ledger_id, a.id.entry_id, 0)
+                msg = pending.get(only) if not a.ack_set else None
+                if msg is not None and msg.batch_size == 1:
+                    ids.append(only)
+                else:
+                    rest.append(a)
+        if not rest and not out.cumulative:
+            return ids
+        by_entry = self._pending_by_entry(c)
+        for a in rest:
             still = bitset.from_words(a.ack_set) if a.ack_set else ()
             ids += [m for m in by_entry.get((a.id.ledger_id, a.id.entry_id), ()) if m.batch_index not in still]
         if out.cumulative and out.ids:

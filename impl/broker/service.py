@@ -138,6 +138,8 @@ class Append:
     num_messages: int = 1  # a batch's; fewer than its span of sequence ids when KeyBased
     batched: bool = False  # in the batch format (num_messages_in_batch set), even with one message
     chunk: tuple[str, int] | None = None  # a chunk's (uuid, chunk_id): which part of which message
+    # Read from the metadata once, here: kept beside the cached entry for its deliveries.
+    dispatch: entry_codec.DispatchMetadata | None = field(default=None, compare=False)
 
     @staticmethod
     def chunk_of(metadata: api.MessageMetadata) -> tuple[str, int] | None:
@@ -162,6 +164,7 @@ class Append:
             num_messages=entry.num_messages,
             batched=entry.is_batch,
             chunk=cls.chunk_of(meta),
+            dispatch=entry_codec.dispatch_metadata(entry),
         )
 
 
@@ -529,6 +532,7 @@ class Subscription:
         if cap > 0:
             max_entries = max(1, min(max_entries, cap // self._entry_size))
         size = 0
+        cache = ml.cache
         for position, data in ml.read(start, max_entries):
             if cap > 0 and size and size + len(data) > cap:
                 break  # read again next time (from the entry cache)
@@ -538,7 +542,8 @@ class Subscription:
             if self.cursor.is_acknowledged(position):
                 continue  # acknowledged individually before a restart or takeover
             try:
-                messages += messages_of(position, data, payloads=False, keys_needed=keys_needed)
+                metadata = cache.metadata(position)
+                messages += messages_of(position, data, payloads=False, keys_needed=keys_needed, metadata=metadata)
             except CorruptEntry as e:
                 log.error("skipping %s on %s: %s", position, self.topic.name, e)
         self.topic.evict_read_entries()
@@ -1027,6 +1032,8 @@ class Topic:
             else:
                 messages = append.highest_sequence_id - append.sequence_id + 1
                 self.counters.published(messages, len(append.data), started)
+                if append.dispatch is not None:
+                    self.ml.cache.annotate(outcome, append.dispatch)
                 result((outcome, False))
 
         return finish

@@ -503,13 +503,10 @@ def control_refusal(request: Request, port: int, security: Security) -> Response
     authenticator = security.authenticator
     if authenticator is None:
         return None
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return Response.error(401, "Authentication required: send Authorization: Bearer <token>")
     try:
-        role = authenticator.authenticate(token.strip())
+        role = authenticator.authenticate_http(request.headers.get("authorization", ""))
     except AuthenticationFailed as e:
-        return Response.error(401, f"Authentication failed: {e}")
+        return Response.error(401, str(e))
     if security.authorization and role not in security.super_user_roles:
         return Response.error(403, f"role {role!r} is not a super-user: the control endpoint is super-user only")
     return None

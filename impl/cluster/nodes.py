@@ -23,6 +23,8 @@ from pathlib import Path
 
 import psutil
 
+from impl.process_exit import wait_exited
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -159,7 +161,7 @@ class Node:
             with contextlib.suppress(psutil.Error):
                 process = psutil.Process(pid)
                 process.kill()
-                process.wait(10)
+                wait_exited(process, 10)
         self.pid_file.unlink(missing_ok=True)
         return pid
 
@@ -185,10 +187,10 @@ class Node:
                 process.send_signal(signal.SIGCONT)
                 process.terminate()
                 try:
-                    process.wait(timeout_s)
+                    wait_exited(process, timeout_s)
                 except psutil.TimeoutExpired:
                     process.kill()
-                    process.wait(10)
+                    wait_exited(process, 10)
         self.pid_file.unlink(missing_ok=True)
         return pid
 

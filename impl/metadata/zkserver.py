@@ -30,6 +30,8 @@ from pathlib import Path
 
 import psutil
 
+from impl.process_exit import wait_exited
+
 JAVA_DIR = Path("/usr/share/java")
 ZOOKEEPER_JAR = JAVA_DIR / "zookeeper.jar"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -324,10 +326,10 @@ class ZooKeeperServer:
                 process = psutil.Process(pid)
                 process.send_signal(sig)
                 try:
-                    process.wait(timeout_s)
+                    wait_exited(process, timeout_s)
                 except psutil.TimeoutExpired:
                     process.kill()
-                    process.wait(10)
+                    wait_exited(process, 10)
         if self._process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._process.wait(10)  # reap our own child

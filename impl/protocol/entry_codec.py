@@ -83,6 +83,28 @@ class Header(_Described):
 
 
 @dataclass(frozen=True)
+class DispatchMetadata:
+    """What a dispatcher needs of an entry, read once from its metadata when it is published (Pulsar's
+    broker keeps the parsed MessageMetadata beside a cached entry for the same reason): a delivery then
+    builds its messages without parsing the entry again. `keys` is None where the keys are inside an
+    uncompressed batch's payload (only Key_Shared needs them: it parses the entry)."""
+
+    num_messages: int
+    deliver_at: int  # the metadata's deliver_at_time (ms since the epoch); 0: at once
+    keys: tuple[str, ...] | None
+
+
+def dispatch_metadata(header: Entry | Header) -> DispatchMetadata:
+    meta = header.metadata
+    n = header.num_messages
+    at = meta.deliver_at_time if meta.HasField("deliver_at_time") else 0
+    if header.is_batch and meta.compression == api.NONE:
+        return DispatchMetadata(n, at, None)
+    whole = meta.ordering_key.decode("utf-8", "replace") if meta.ordering_key else meta.partition_key
+    return DispatchMetadata(n, at, (whole,) * n)  # as `keys`: a compressed batch takes the batch's key
+
+
+@dataclass(frozen=True)
 class SingleMessage:
     """One message of an entry: what the application sent."""
 

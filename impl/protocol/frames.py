@@ -122,3 +122,56 @@ def _parse(frame: bytes) -> Frame:
         raise FrameError("the command has no type")
     rest = frame[4 + command_size :]
     return Frame(command, rest if rest else None)
+
+
+# ---- MESSAGE frames from a template -----------------------------------------------------------------
+
+_SMALL_VARINTS = [bytes([v]) for v in range(0x80)]
+
+
+def varint(value: int) -> bytes:
+    """Protobuf's base-128 varint; a negative (int64) value as its 64-bit two's complement, as protobuf."""
+    if 0 <= value < 0x80:
+        return _SMALL_VARINTS[value]
+    value &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class MessageTemplate:
+    """MESSAGE frames of one consumer, encoded by hand: what the consumer id, its partition and its epoch
+    add is encoded once, and each message splices in its entry's ids, its redelivery count and its
+    ack_set. The bytes are those protobuf serializes for the same BaseCommand (fields in number order;
+    tests/protocol check it), at a fraction of the cost of building and serializing the message objects."""
+
+    # BaseCommand: type (field 1, varint) = MESSAGE, then `message` (field 9, length-delimited).
+    _HEAD = b"\x08" + varint(Type.MESSAGE) + b"\x4a"
+
+    def __init__(self, consumer_id: int, partition: int = -1, epoch: int = 0) -> None:
+        self.consumer_id, self.partition, self.epoch = consumer_id, partition, epoch
+        self._consumer = b"\x08" + varint(consumer_id)  # CommandMessage.consumer_id (1)
+        self._partition = b"\x18" + varint(partition) if partition >= 0 else b""  # MessageIdData.partition (3)
+        self._epoch = b"\x28" + varint(epoch) if epoch else b""  # CommandMessage.consumer_epoch (5)
+
+    def parts(
+        self, ledger_id: int, entry_id: int, redelivery_count: int, ack_set: tuple[int, ...], payload: bytes
+    ) -> tuple[bytes, ...]:
+        """One frame, as parts to join: sizes, command, the entry's headers and payload."""
+        mid = b"".join((b"\x08", varint(ledger_id), b"\x10", varint(entry_id), self._partition))
+        acks = b"".join([b"\x20" + varint(word) for word in ack_set]) if ack_set else b""
+        message = b"".join(
+            (self._consumer, b"\x12", varint(len(mid)), mid, b"\x18", varint(redelivery_count), acks, self._epoch)
+        )
+        size = len(message)
+        command_size = 3 + len(varint(size)) + size
+        head = _TWO_U32.pack(4 + command_size + len(payload), command_size)
+        return head, self._HEAD, varint(size), message, payload
+
+    def encode(
+        self, ledger_id: int, entry_id: int, redelivery_count: int, ack_set: tuple[int, ...], payload: bytes
+    ) -> bytes:
+        return b"".join(self.parts(ledger_id, entry_id, redelivery_count, ack_set, payload))

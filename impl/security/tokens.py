@@ -84,6 +84,17 @@ class TokenAuthenticator:
         """The token's role (`sub`); AuthenticationFailed otherwise."""
         return self.authenticate_until(token)[0]
 
+    def authenticate_http(self, authorization: str) -> str:
+        """The role of an HTTP request's `Authorization: Bearer <token>` header; AuthenticationFailed
+        otherwise, saying what the 401 answer says (the web service's and the standalone's control)."""
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthenticationFailed("Authentication required: send Authorization: Bearer <token>")
+        try:
+            return self.authenticate(token.strip())
+        except AuthenticationFailed as e:
+            raise AuthenticationFailed(f"Authentication failed: {e}") from None
+
     def authenticate_until(self, token: str) -> tuple[str, float | None]:
         """The token's role (`sub`) and when it expires (`exp`, seconds since the epoch; None: never);
         AuthenticationFailed otherwise."""

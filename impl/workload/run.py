@@ -22,14 +22,17 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from impl.workload import geo, lifecycle, non_persistent, operations
 from impl.workload.consumers import Consumers, assign, backlog_of, subscriptions
 from impl.workload.history import HistoryWriter
 from impl.workload.nemesis import Nemesis
-from impl.workload.operations import ClientSession, Position, Session
+from impl.workload.operations import ClientSession, Outcome, Position, Session
 from impl.workload.schemas import SchemaPlan, record_registry
+
+if TYPE_CHECKING:
+    from impl.workload.official import OfficialSession  # imports the official client: only where used
 
 CONNECT_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 120.0
@@ -319,6 +322,8 @@ class Workload:
             for w in workers + consumers:
                 w.join(3 * operations.APPEND_TIMEOUT_S)
         unhealed: list[str] = []
+        if self.config.lifecycle and self.nemesis is not None and self.nemesis.faults and not self._stop.is_set():
+            self._compacted_reads_under_faults(progress)
         if self.nemesis is not None:
             progress("healing every fault ...")
             unhealed = self.nemesis.heal_all()
@@ -422,6 +427,50 @@ class Workload:
             if session is not None:
                 session.close()
 
+    def _compacted_reads_under_faults(self, progress: Progress) -> None:
+        """Per persistent log topic, one read-compacted tried once while the nemesis still acts (the appends done),
+        so that a compacted read races a fault (a broker or bookie down, the topic moving); `fail` when it or the
+        horizon could not be read, and the audit judges the `ok` ones as the final ones."""
+        from impl.workload.official import OfficialSession
+
+        assert self.nemesis is not None
+        # Start while a fault is in effect if one comes within two of the schedule's steps (a fault, then a heal).
+        deadline = time.monotonic() + 2 * self.nemesis.interval_s + 1.0
+        while self.nemesis.active is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        progress(f"compacted reads under faults: fault {self.nemesis.describe()} ...")
+        topics = [t for t in self.topics if t in self.readable]
+        process = self._new_process()
+        try:
+            session = OfficialSession(self.config.service, self.config.credentials, self.schema)
+        except Exception as e:
+            progress(f"no compacted read under faults: no client ({operations.describe(e)})")
+            return
+        try:
+            done = sum(self._read_compacted_once(session, process, topic).kind == "ok" for topic in topics)
+        finally:
+            session.close()
+        progress(f"compacted reads under faults: {done} of {len(topics)} ok")
+
+    def _read_compacted_once(self, session: OfficialSession, process: int, topic: str) -> Outcome:
+        """One read-compacted of `topic`, recorded and returned: `ok` with the horizon read from the internal stats
+        before and after it, `fail` when either read failed or the horizon moved in between (what it should show is
+        unknown)."""
+        assert self.config.admin_url is not None
+        admin, credentials = self.config.admin_url, self.config.credentials
+        before = lifecycle.internal_stats(admin, topic, credentials)
+        self.history.invoke(process, "read-compacted", topic)
+        outcome = session.read_compacted(topic)
+        after = lifecycle.internal_stats(admin, topic, credentials)
+        horizon = lifecycle.horizon(before) if before is not None else None
+        moved = after is None or horizon != lifecycle.horizon(after)
+        if outcome.kind == "ok" and before is not None and not moved:
+            self.history.complete(process, "ok", "read-compacted", topic, horizon=horizon, **outcome.fields)
+            return outcome
+        error = outcome.fields.get("error") or "the compaction horizon moved or could not be read"
+        self.history.complete(process, "fail", "read-compacted", topic, error=error)
+        return Outcome("fail", {"error": error})
+
     def _compacted_reads(self, progress: Progress) -> None:
         """Per persistent log topic: one `ok` read-compacted from the earliest through the official client (the
         project's has no read_compacted), retried (each try recorded) until it works. Its completion carries the
@@ -430,8 +479,6 @@ class Workload:
         should show is unknown."""
         from impl.workload.official import OfficialSession
 
-        assert self.config.admin_url is not None
-        admin, credentials = self.config.admin_url, self.config.credentials
         topics = [t for t in self.topics if t in self.readable]
         process = self._new_process()
         deadline = time.monotonic() + self.config.final_read_timeout_s
@@ -442,23 +489,16 @@ class Workload:
                 while True:
                     if session is None:
                         session = self._retrying(
-                            lambda: OfficialSession(self.config.service, credentials, self.schema),
+                            lambda: OfficialSession(self.config.service, self.config.credentials, self.schema),
                             lambda e: f"no broker answered at {self.config.service} for the compacted reads ({e})",
                             pause_s=0.5,
                         )
-                    before = lifecycle.internal_stats(admin, topic, credentials)
-                    self.history.invoke(process, "read-compacted", topic)
-                    outcome = session.read_compacted(topic)
-                    after = lifecycle.internal_stats(admin, topic, credentials)
-                    horizon = lifecycle.horizon(before) if before is not None else None
-                    moved = after is None or horizon != lifecycle.horizon(after)
-                    if outcome.kind == "ok" and before is not None and not moved:
-                        self.history.complete(process, "ok", "read-compacted", topic, horizon=horizon, **outcome.fields)
+                    outcome = self._read_compacted_once(session, process, topic)
+                    if outcome.kind == "ok":
                         counts[topic] = len(outcome.fields["value"])
                         break
-                    error = outcome.fields.get("error") or "the compaction horizon moved or could not be read"
-                    self.history.complete(process, "fail", "read-compacted", topic, error=error)
                     if time.monotonic() > deadline:
+                        error = outcome.fields["error"]
                         raise WorkloadError(f"the compacted read of {topic} kept failing (last: {error})")
                     session.close()
                     session = None

@@ -1,10 +1,11 @@
 """Compacted reads in the audit (docs/history.md, Compacted reads), on small hand-written histories: a
 `read-compacted` shows per key its last value at or before the horizon (a tombstone deletes the key), then every
-message after it; one showing a replaced value, or a key twice, is `compacted-stale`, one leaving out a key's
-acknowledged last value or an acknowledged message after the horizon is `compacted-missing`; a write of unknown
-outcome may count either way; the reference and the Spark job agree, and a broken horizon is refused. The same on
-generated histories (spark/generate.py `compacted`, tombstones included): valid, and each of the two anomalies
-injected reported by both checkers."""
+message after it, tombstones included, in the topic's order; one showing a replaced value, or a key twice, is
+`compacted-stale`, one leaving out a key's acknowledged last value or an acknowledged message after the horizon (a
+tombstone too) is `compacted-missing`, one showing the messages after the horizon out of order is
+`compacted-reorder`; a write of unknown outcome may count either way; the reference and the Spark job agree, and a
+broken horizon is refused. The same on generated histories (spark/generate.py `compacted`, tombstones included):
+valid, and each of the three anomalies injected reported alone by both checkers."""
 
 from __future__ import annotations
 
@@ -22,9 +23,14 @@ from spark.report import COMPACTED_ANOMALIES, Report
 
 T = "persistent://public/lifecycle-x/t0"
 HORIZON = [1, 4]
-# value -> (key, entry): acknowledged in this order by process 0; d1's key is deleted by the tombstone t3
-ACKED = {"v1": ("k1", 0), "v2": ("k2", 1), "d1": ("k3", 2), "v3": ("k1", 3), "t3": ("k3", 4), "v5": ("k1", 5)}
-VALID = [("v2", [1, 1, 0]), ("v3", [1, 3, 0]), ("v5", [1, 5, 0])]
+# value -> (key, entry): acknowledged in this order by process 0; d1's key is deleted by the tombstone t3, k2 by
+# the tombstone t6 after the horizon
+ACKED = {
+    "v1": ("k1", 0), "v2": ("k2", 1), "d1": ("k3", 2), "v3": ("k1", 3), "t3": ("k3", 4), "v5": ("k1", 5),
+    "t6": ("k2", 6),
+}  # fmt: skip
+TAIL = [("v5", [1, 5, 0]), ("t6", [1, 6, 0])]  # after the horizon: everything, the tombstone too
+VALID = [("v2", [1, 1, 0]), ("v3", [1, 3, 0]), *TAIL]
 
 
 class History:
@@ -75,7 +81,7 @@ def test_the_last_value_per_key_then_everything_after_the_horizon_is_valid(tmp_p
 
 
 def test_a_replaced_value_a_key_twice_and_a_deleted_key_are_stale(tmp_path: Path) -> None:
-    h = history([("v1", [1, 0, 0]), ("v2", [1, 1, 0]), ("v5", [1, 5, 0])])
+    h = history([("v1", [1, 0, 0]), ("v2", [1, 1, 0]), *TAIL])
     read_ok = len(h.events) - 1
     report = h.report(tmp_path)
     assert cases(report) == [("compacted-stale", (ack("v3"), read_ok))], report.to_json()
@@ -94,15 +100,30 @@ def test_an_acknowledged_last_value_or_one_after_the_horizon_left_out_is_missing
     report = h.report(tmp_path)
     assert cases(report) == [("compacted-missing", (ack("v2"), read_ok))], report.to_json()
     assert "key 'k2'" in report.cases[0].explanation
-    report = history(VALID[:2]).report(tmp_path)  # v5, after the horizon
+    report = history([*VALID[:2], TAIL[1]]).report(tmp_path)  # v5, after the horizon
     assert cases(report) == [("compacted-missing", (ack("v5"), read_ok))], report.to_json()
     assert "after the horizon [1,4]" in report.cases[0].explanation
+    report = history(VALID[:3]).report(tmp_path)  # the tombstone t6, after the horizon
+    assert cases(report) == [("compacted-missing", (ack("t6"), read_ok))], report.to_json()
+    # shown only at or before the horizon is not shown after it
+    report = history([*VALID[:2], ("v5", [1, 4, 1]), TAIL[1]]).report(tmp_path)
+    assert ("compacted-missing", (ack("v5"), read_ok)) in cases(report), report.to_json()
+
+
+def test_the_messages_after_the_horizon_out_of_order_are_reordered(tmp_path: Path) -> None:
+    h = history([*VALID[:2], TAIL[1], TAIL[0]])
+    read_ok = len(h.events) - 1
+    report = h.report(tmp_path)
+    assert cases(report) == [("compacted-reorder", (read_ok - 1, read_ok))], report.to_json()
+    assert "'v5' at [1,5,0] next after 't6' at [1,6,0]" in report.cases[0].explanation
+    # the compacted keys are in position order too, but only the tail is judged here
+    assert history([VALID[1], VALID[0], *TAIL]).report(tmp_path).valid
 
 
 def test_a_write_of_unknown_outcome_counts_either_way(tmp_path: Path) -> None:
     # v4 of k2, never acknowledged: shown at [1,4,1] it replaced v2; not shown, v2 stays
     assert history(VALID, {"v4": ("k2", False)}).report(tmp_path).valid
-    shown = [("v4", [1, 4, 1]), ("v3", [1, 3, 0]), ("v5", [1, 5, 0])]
+    shown = [("v4", [1, 4, 1]), ("v3", [1, 3, 0]), *TAIL]
     assert history(shown, {"v4": ("k2", False)}).report(tmp_path).valid
     # a tombstone of k2 of unknown outcome, never seen, may have deleted it: k2 absent or not
     assert history(VALID[1:], {"t4": ("k2", True)}).report(tmp_path).valid
@@ -121,13 +142,16 @@ def test_a_broken_horizon_is_refused_with_its_line(horizon: Any, tmp_path: Path)
 def corpus() -> list[History]:
     return [
         history(VALID),
-        history([("v1", [1, 0, 0]), ("v2", [1, 1, 0]), ("v5", [1, 5, 0])]),
+        history([("v1", [1, 0, 0]), ("v2", [1, 1, 0]), *TAIL]),
         history([("v1", [1, 0, 0]), *VALID]),
         history([("d1", [1, 2, 0]), *VALID]),
         history(VALID[1:]),
-        history(VALID[:2]),
-        history([("v4", [1, 4, 1]), ("v3", [1, 3, 0]), ("v5", [1, 5, 0])], {"v4": ("k2", False)}),
+        history([*VALID[:2], TAIL[1]]),
+        history([("v4", [1, 4, 1]), ("v3", [1, 3, 0]), *TAIL], {"v4": ("k2", False)}),
         history(VALID[1:], {"t4": ("k2", True)}),
+        history(VALID[:3]),
+        history([*VALID[:2], ("v5", [1, 4, 1]), TAIL[1]]),
+        history([*VALID[:2], TAIL[1], TAIL[0]]),
     ]
 
 
@@ -180,11 +204,11 @@ def test_spark_agrees_on_the_compacted_histories(spark: Any, tmp_path: Path) -> 
         (tmp_path / str(k)).mkdir()
         references.append(h.report(tmp_path / str(k)))
         paths.append(str(tmp_path / str(k) / "h.jsonl"))
-    assert [r.valid for r in references] == [True, False, False, False, False, False, True, True]
+    assert [r.valid for r in references] == [True, False, False, False, False, False, True, True, False, False, False]
     for events in [generated(0)] + [injected(seed, a)[0] for seed in (0, 1) for a in COMPACTED_ANOMALIES]:
         paths.append(str(tmp_path / f"g{len(paths)}.jsonl"))
         references.append(reference(events, Path(paths[-1])))
-    found = [sorted({c.anomaly for c in r.cases}) for r in references[-5:]]
+    found = [sorted({c.anomaly for c in r.cases}) for r in references[-7:]]
     assert found == [[], *([[a] for a in COMPACTED_ANOMALIES] * 2)], found
     for result, expected in zip(audit(paths), references, strict=True):
         assert result.report.ops == expected.ops

@@ -1,8 +1,9 @@
 """`workload --lifecycle` on a real standalone under broker and bookie kills (issue 45 item 5): the run's namespace
 offloads closed ledgers while the nemesis acts (the admin API lists them `offloaded`, their bookie copies deleted
 at once), the final reads read the acknowledged values back from them, and the Spark audit and the reference find
-the history valid, compacted reads included (each topic compacted at the end, with tombstones before the horizon
-and appends after it, read with read_compacted). The same history with the final reads stripped of what the
+the history valid, compacted reads included (each topic read with read_compacted once while the nemesis still acts,
+and compacted at the end, with tombstones before the horizon and appends after it, a tombstone among them, then
+read again). The same history with the final reads stripped of what the
 offloaded ledgers hold (as if a read skipped them) is flagged by both: every acknowledged value there is a
 lost-write; a compacted read stripped of an acknowledged key's value is compacted-missing; one showing a key again
 that a tombstone deleted is compacted-stale."""
@@ -88,13 +89,19 @@ def skipping_offloaded(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any
     return corrupted, stripped
 
 
+def last_compacted(events: list[dict[str, Any]]) -> set[int]:
+    """The indices of the `ok` read-compacted events made after the final reads (the faults healed)."""
+    last_final = max(e["index"] for e in events if e.get("final"))
+    return {e["index"] for e in events if e["f"] == "read-compacted" and e["type"] == "ok" and e["index"] > last_final}
+
+
 def showing_deleted(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
-    """The history with the first `ok` read-compacted that has a key deleted at or before its horizon (its last
-    acknowledged value there a tombstone) showing that key's value before the tombstone again, and that value."""
+    """The history with the first final `ok` read-compacted that has a key deleted at or before its horizon (its
+    last acknowledged value there a tombstone) showing that key's value before the tombstone again, and that value."""
     acks = sorted((e for e in events if e["f"] == "append" and e["type"] == "ok"), key=lambda e: e["position"])
-    corrupted = [dict(e) for e in events]
+    corrupted, last = [dict(e) for e in events], last_compacted(events)
     for e in corrupted:
-        if e["f"] != "read-compacted" or e["type"] != "ok":
+        if e["index"] not in last:
             continue
         behind = [a for a in acks if a["topic"] == e["topic"] and a["position"][:2] <= e["horizon"]]
         for key, last in {a["key"]: a for a in behind}.items():
@@ -106,11 +113,12 @@ def showing_deleted(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
 
 
 def dropping_compacted(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
-    """The history with the first `ok` read-compacted stripped of its first acknowledged value, and that value."""
+    """The history with the first final `ok` read-compacted stripped of its first acknowledged value, and that
+    value."""
     acked = {e["value"] for e in events if e["f"] == "append" and e["type"] == "ok"}
-    corrupted, dropped = [dict(e) for e in events], ""
+    corrupted, dropped, last = [dict(e) for e in events], "", last_compacted(events)
     for e in corrupted:
-        if e["f"] == "read-compacted" and e["type"] == "ok" and not dropped:
+        if e["index"] in last and not dropped:
             dropped = next(value for _, value in e["value"] if value in acked)
             e["value"] = [entry for entry in e["value"] if entry[1] != dropped]
     return corrupted, dropped
@@ -130,7 +138,15 @@ def test_offloaded_ledgers_are_read_back_under_faults_and_a_skipped_one_is_lost(
     assert finals and all(e["lifecycle"] == lifecycle.policies() for e in finals)
     assert all(e["topic"].startswith("persistent://public/lifecycle-") for e in finals)
 
-    compacted = [e for e in events if e["f"] == "read-compacted" and e["type"] == "ok"]
+    # one compacted read per topic tried before the heal, while the nemesis still acted (`ok` or `fail`)
+    heal = min(e["index"] for e in events if e.get("final"))
+    raced = [e for e in events if e["f"] == "read-compacted" and e["type"] == "invoke" and e["index"] < heal]
+    assert sorted(e["topic"] for e in raced) == sorted(e["topic"] for e in finals), raced
+    # begun while a fault was in effect: after a fault injected, before the next heal
+    nemesis_events = [e for e in events if e["process"] == "nemesis"]
+    before = [e for e in nemesis_events if e["index"] < raced[0]["index"]]
+    assert before and before[-1]["f"] != "heal" and "error" not in before[-1], (raced[0], nemesis_events)
+    compacted = [e for e in events if e["index"] in last_compacted(events)]
     assert sorted(e["topic"] for e in compacted) == sorted(e["topic"] for e in finals)
     assert all(e["horizon"] is not None and e["value"] for e in compacted), compacted
     # compacted keys, then the appends made after the compaction on demand
@@ -141,6 +157,9 @@ def test_offloaded_ledgers_are_read_back_under_faults_and_a_skipped_one_is_lost(
     tombstones = {e["value"] for e in appends if e.get("tombstone")}
     final_values = {v for e in events if e.get("final") and e["type"] == "ok" for _, v in e["value"]}
     assert tombstones and tombstones & final_values, tombstones  # sent, and read back by the name they carry
+    # a tombstone after the horizon is delivered, by name, as Pulsar's compacted reader does
+    tail = {v for e in compacted for p, v in e["value"] if p[:2] > e["horizon"]}
+    assert tombstones & tail, tail
 
     nemesis: list[NemesisEvent] = []
     good = check(read_history(str(history), nemesis=nemesis), nemesis)

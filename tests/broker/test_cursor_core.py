@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from impl.broker.cursor_core import (
     AppendCursorState,
@@ -573,3 +575,56 @@ def test_stale_answers_are_ignored_and_unknown_events_raise() -> None:
         c.step("tick")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="open it once"):
         c.step(Open(START, T0))
+
+
+# ---- acknowledgements applied as ranges ------------------------------------------------------
+
+
+def _per_position(state: CursorState, positions: list[Position], view: TopicView) -> bool:
+    """The reference: each position inserted on its own, merged with the ranges beside it."""
+    changed = False
+    for p in positions:
+        if p <= state.mark_delete or any(a <= p <= b for a, b in state.individually_deleted):
+            continue
+        changed = True
+        ranges = state.individually_deleted
+        i = 0
+        while i < len(ranges) and ranges[i][1] < p:
+            i += 1
+        first = last = p
+        if i > 0 and view.count_between(ranges[i - 1][1], p) == 1:
+            i -= 1
+            first = ranges[i][0]
+            del ranges[i]
+        if i < len(ranges) and view.count_between(p, ranges[i][0]) == 1:
+            last = ranges[i][1]
+            del ranges[i]
+        ranges.insert(i, (first, last))
+    while state.individually_deleted:
+        first, last = state.individually_deleted[0]
+        if not (first <= state.mark_delete or view.count_between(state.mark_delete, first) == 1):
+            break
+        state.mark_delete = max(state.mark_delete, last)
+        del state.individually_deleted[0]
+    return changed
+
+
+RANGE_VIEW = TopicView(((3, 6), (5, 0), (8, 7), (9, 5)), open_ledger=9)  # an empty ledger between
+
+
+@given(st.lists(st.lists(st.sampled_from(list(RANGE_VIEW.positions(None))), max_size=12), max_size=5))
+@settings(max_examples=300, deadline=None)
+def test_acks_applied_as_ranges_move_the_cursor_as_acks_one_by_one(acks: list[list[Position]]) -> None:
+    """Runs of neighbours inserted as one range each (any order, duplicates, across ledgers, across the
+    empty ledger) leave the same mark-delete position and ranges as positions inserted one at a time."""
+    by_range, one_by_one = CursorState(Position(3, -1)), CursorState(Position(3, -1))
+    for positions in acks:
+        assert by_range.delete(positions, RANGE_VIEW) == _per_position(one_by_one, positions, RANGE_VIEW)
+        assert (by_range.mark_delete, by_range.individually_deleted) == (
+            one_by_one.mark_delete,
+            one_by_one.individually_deleted,
+        )
+        for p in RANGE_VIEW.positions(None):
+            assert by_range.is_acknowledged(p) == (
+                p <= one_by_one.mark_delete or any(a <= p <= b for a, b in one_by_one.individually_deleted)
+            )

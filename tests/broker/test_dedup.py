@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from impl.broker.dispatcher import DelayedDelivery
+from impl.broker.entry_cache import EntryCache
 from impl.broker.errors import PersistenceError
 from impl.broker.managed_ledger import ManagedLedgerError, Position
 from impl.broker.service import Append, BrokerConfig, Topic
@@ -20,6 +21,7 @@ class HeldAdds:
 
     def __init__(self) -> None:
         self.callbacks: list[Any] = []
+        self.cache = EntryCache()  # where a completed add's metadata is kept for its deliveries
 
     def add_listener(self, _callback: Any) -> None:
         pass

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from impl.broker.entry_cache import EVICTION_WATERMARK, EntryCacheManager
 from impl.broker.ledger_list import Position
 from impl.broker.standalone import Standalone
+from impl.protocol.entry_codec import DispatchMetadata
 from tests.waiting import wait_for
 
 KIB = 1024
@@ -58,6 +59,24 @@ def test_entries_every_reader_read_leave_and_a_closed_cache_frees_its_share() ->
     assert manager.size == 0 and manager.entries == 0
     cache.put(Position(3, 5), b"late")  # an add completing after the close is not cached
     assert manager.size == 0
+
+
+def test_the_publish_time_metadata_stays_and_leaves_with_its_entry() -> None:
+    manager = EntryCacheManager(3 * KIB)
+    cache = manager.new_cache()
+    meta = DispatchMetadata(1, 0, ("",))
+    cache.annotate(Position(1, 0), meta)  # not cached: nothing kept
+    assert cache.metadata(Position(1, 0)) is None
+    for i in range(4):
+        cache.put(Position(1, i), b"x" * KIB)
+        cache.annotate(Position(1, i), meta)
+    # The fourth put evicted by size: the evicted entries' metadata went with them.
+    assert [cache.metadata(Position(1, i)) is meta for i in range(4)] == [
+        cache.get(Position(1, i)) is not None for i in range(4)
+    ]
+    cache.evict_through(Position(1, 2))
+    cache.evict_ledgers({1})
+    assert cache.metadata(Position(1, 3)) is None and not cache._metadata
 
 
 def test_an_entry_larger_than_the_bound_and_a_zero_bound_cache_nothing() -> None:

@@ -207,6 +207,65 @@ def test_a_failed_producer_frees_its_id_and_sends_are_answered_by_events() -> No
     assert core.step(conn.CloseProducer(0)) == []  # already gone
 
 
+@given(
+    st.integers(0, 2**64 - 1),
+    st.integers(-1, 2**31 - 1),
+    st.integers(0, 2**63 - 1),
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**63 - 1),
+            st.integers(0, 2**63 - 1),
+            st.integers(0, 2**32 - 1),
+            st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3),
+            st.binary(max_size=40),
+        ),
+        max_size=4,
+    ),
+)
+@settings(max_examples=200, deadline=None)
+def test_template_encoded_messages_are_the_bytes_protobuf_encodes(
+    consumer_id: int, partition: int, epoch: int, entries: list[tuple[int, int, int, list[int], bytes]]
+) -> None:
+    """Messages (a delivery's MESSAGE frames from the consumer's template) writes exactly the frames that
+    Message per entry encodes through protobuf: any ids, partition or none, with and without a consumer
+    epoch, redelivery count and ack_set (a batch partly sent)."""
+    core = conn.ServerConnection(max_message_size=1000)
+    core.consumers[consumer_id] = conn._Consumer("t", "s", ready=True, epoch=epoch)
+    expected = b""
+    for ledger_id, entry_id, count, ack_set, entry in entries:
+        (reply,) = core.step(
+            conn.Message(consumer_id, conn.MessageId(ledger_id, entry_id, -1), count, tuple(ack_set), entry, partition)
+        )
+        assert isinstance(reply, conn.Reply)
+        expected += frames.encode(reply.command, reply.payload)
+    items = tuple((lid, eid, count, tuple(acks), entry) for lid, eid, count, acks, entry in entries)
+    (out,) = core.step(conn.Messages(consumer_id, items, partition))
+    assert isinstance(out, conn.Frames) and out.data == expected
+    decoded = frames.FrameDecoder().feed(out.data)
+    assert [(f.command.message.message_id.entryId, f.payload or b"") for f in decoded] == [
+        (e[1], e[4]) for e in entries
+    ]
+
+
+def test_a_new_consumer_epoch_is_in_the_next_delivery() -> None:
+    core = connected()
+    subscribe(core, 0, 1)
+    core.step(conn.Subscribed(1, 0))
+    (first,) = core.step(conn.Messages(0, ((1, 2, 0, (), b"e"),)))
+    receive(
+        core,
+        conn.command(
+            T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
+            redeliverUnacknowledgedMessages=api.CommandRedeliverUnacknowledgedMessages(consumer_id=0, consumer_epoch=4),
+        ),
+    )
+    (second,) = core.step(conn.Messages(0, ((1, 2, 1, (), b"e"),)))
+    assert isinstance(first, conn.Frames) and isinstance(second, conn.Frames)
+    (a,), (b,) = frames.FrameDecoder().feed(first.data), frames.FrameDecoder().feed(second.data)
+    assert (a.command.message.consumer_epoch, b.command.message.consumer_epoch) == (3, 4)
+    assert b.command.message.redelivery_count == 1
+
+
 def test_consumer_events_become_its_frames_and_removal_frees_its_id() -> None:
     core = connected()
     (do,) = subscribe(core, 0, 1)
@@ -570,3 +629,14 @@ def test_fuzzed_commands_get_typed_outputs_and_never_raise(commands: list[tuple[
         for out in core.step(conn.FrameReceived(frames.Frame(cmd, body or None), now=0.0)):
             assert isinstance(out, conn.Output)
         assert core.state in (conn.State.CONNECTED, conn.State.CLOSED)
+
+
+def test_the_utf8_check_skips_message_types_without_strings_only() -> None:
+    """An ACK's message ids hold no string: the check does not look through them one by one; a
+    SUBSCRIBE's metadata (key/value strings, one level down) is still looked through."""
+    assert not conn._holds_strings(api.MessageIdData.DESCRIPTOR)
+    assert conn._holds_strings(api.KeyValue.DESCRIPTOR) and conn._holds_strings(api.BaseCommand.DESCRIPTOR)
+    sub = api.CommandSubscribe(topic="t", subscription="s", consumer_id=0, request_id=2)
+    sub.metadata.add(key="KEYXY", value="v")
+    frame = with_bytes(conn.command(T.SUBSCRIBE, subscribe=sub), "KEYXY", b"\xc3\x28abc")
+    assert conn.non_utf8_field(frame.command) == "subscribe.metadata.key"

@@ -40,6 +40,24 @@ def test_hs256_and_rs256_tokens_name_their_role_and_bad_ones_are_refused() -> No
         tokens.TokenAuthenticator()
 
 
+@pytest.mark.parametrize(
+    ("header", "answer"),
+    [
+        ("", "Authentication required: send Authorization: Bearer <token>"),
+        ("Basic YWxpY2U6cHc=", "Authentication required: send Authorization: Bearer <token>"),
+        ("Bearer   ", "Authentication required: send Authorization: Bearer <token>"),
+        ("Bearer not.a.token", "Authentication failed: the token is not valid"),
+    ],
+)
+def test_an_http_authorization_header_names_its_role_or_the_401_answer(header: str, answer: str) -> None:
+    secret = tokens.create_secret_key()
+    authenticator = tokens.TokenAuthenticator(secret_key=secret)
+    assert authenticator.authenticate_http("bearer " + tokens.create_token("alice", secret_key=secret)) == "alice"
+    with pytest.raises(tokens.AuthenticationFailed) as refused:
+        authenticator.authenticate_http(header)
+    assert str(refused.value).startswith(answer)
+
+
 def tokens_cli(*args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "pulsar_ref.cli", "tokens", *args]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -37,13 +37,10 @@ def app(ctx: WebContext, authenticator: TokenAuthenticator | None) -> Callable[[
     def guarded(req: Request) -> Response:
         if req.path in OPEN:
             return routes(req)
-        scheme, _, token = req.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return Response.error(401, "Authentication required: send Authorization: Bearer <token>")
         try:
-            role = authenticator.authenticate(token.strip())
+            role = authenticator.authenticate_http(req.headers.get("authorization", ""))
         except AuthenticationFailed as e:
-            return Response.error(401, f"Authentication failed: {e}")
+            return Response.error(401, str(e))
         need = need_of(req.method, req.path)
         try:
             ctx.service.authorizer.check(
