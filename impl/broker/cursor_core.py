@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from impl.broker.ledger_list import Position, TopicView
+from impl.broker.ledger_list import Position, TopicView, position_key
 from impl.broker.managed_ledger_core import ManagedLedgerConfig
 from impl.broker.managed_ledger_errors import (
     CursorFencedError,
@@ -82,10 +82,6 @@ Range = tuple[Position, Position]  # inclusive [first, last] of acknowledged pos
 
 def _range_end(r: Range) -> Position:
     return r[1]
-
-
-def _position_key(p: Position) -> tuple[int, int]:
-    return (p.ledger_id, p.entry_id)  # compared as a tuple (in C), not by the dataclass's __lt__
 
 
 @dataclass
@@ -172,7 +168,7 @@ class CursorState:
         """Individual acks. Returns whether the state changed. Applied as ranges: the positions not yet
         acknowledged, in order, are cut into runs of consecutive entries of one ledger, each inserted as
         one range (a consumer's acks of a backlog come as thousands of neighbours)."""
-        fresh = sorted({p for p in self.check(positions, view) if not self.is_acknowledged(p)}, key=_position_key)
+        fresh = sorted({p for p in self.check(positions, view) if not self.is_acknowledged(p)}, key=position_key)
         if not fresh:
             self._advance(view)
             return False

@@ -67,7 +67,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from impl.broker.ledger_list import Position
+from impl.broker.ledger_list import Position, position_key
 from impl.protocol import entry_codec
 from impl.protocol.message_id import MessageId
 from impl.protocol.murmur3 import pulsar_hash
@@ -114,10 +114,6 @@ class KeySharedMeta:
     mode: KeySharedMode = KeySharedMode.AUTO_SPLIT
     ranges: tuple[tuple[int, int], ...] = ()
     allow_out_of_order: bool = False
-
-
-def _position_key(p: Position) -> tuple[int, int]:
-    return (p.ledger_id, p.entry_id)
 
 
 def position_of(mid: MessageId) -> Position:
@@ -498,7 +494,7 @@ class Dispatcher:
             else:
                 unacked[position] = left
         # Sorted by a tuple key (compared in C): an ACK names thousands of entries.
-        outputs: list[Output] = [AckEntries(tuple(sorted(done, key=_position_key)))] if done else []
+        outputs: list[Output] = [AckEntries(tuple(sorted(done, key=position_key)))] if done else []
         return outputs + self._dispatch()
 
     def _nack(self, e: Nack) -> list[Output]:

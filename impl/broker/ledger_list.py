@@ -49,6 +49,12 @@ class Position:
         return Position(self.ledger_id, self.entry_id - 1)
 
 
+def position_key(p: Position) -> tuple[int, int]:
+    """A sort key for positions in the topic's order, compared as a tuple (in C) rather than by the
+    dataclass's generated __lt__: acks and deliveries sort thousands of positions at a time."""
+    return (p.ledger_id, p.entry_id)
+
+
 @dataclass(frozen=True)
 class OffloadContext:
     """Pulsar's LedgerInfo.OffloadContext: where the ledger's offloaded copy is, and whether the bookie

@@ -146,7 +146,8 @@ class MessageTemplate:
     """MESSAGE frames of one consumer, encoded by hand: what the consumer id, its partition and its epoch
     add is encoded once, and each message splices in its entry's ids, its redelivery count and its
     ack_set. The bytes are those protobuf serializes for the same BaseCommand (fields in number order;
-    tests/protocol check it), at a fraction of the cost of building and serializing the message objects."""
+    tests/broker/test_pulsar_frames.py checks it), at a fraction of the cost of building and serializing the
+    message objects."""
 
     # BaseCommand: type (field 1, varint) = MESSAGE, then `message` (field 9, length-delimited).
     _HEAD = b"\x08" + varint(Type.MESSAGE) + b"\x4a"
@@ -167,7 +168,7 @@ class MessageTemplate:
             (self._consumer, b"\x12", varint(len(mid)), mid, b"\x18", varint(redelivery_count), acks, self._epoch)
         )
         size = len(message)
-        command_size = 3 + len(varint(size)) + size
+        command_size = len(self._HEAD) + len(varint(size)) + size
         head = _TWO_U32.pack(4 + command_size + len(payload), command_size)
         return head, self._HEAD, varint(size), message, payload
 
