@@ -962,7 +962,9 @@ class ManagedLedger:
                 {
                     "ledger_id": i.ledger_id,
                     "entries": view.entries_in(i.ledger_id),
-                    "size": core.pushed_bytes if i.ledger_id == core.current else i.size,
+                    # Confirmed bytes, as Pulsar's TOTAL_SIZE counts them: with the bytes of adds still in
+                    # flight, size/entries (the backlog estimate's mean entry) was inflated during a burst.
+                    "size": core.confirmed_bytes if i.ledger_id == core.current else i.size,
                     "timestamp": i.timestamp,
                     "offload": i.offload.to_json() if i.offload is not None else None,
                 }

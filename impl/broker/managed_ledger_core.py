@@ -474,6 +474,7 @@ class ManagedLedgerCore:
     pushed_entries: int = 0  # adds sent to the current ledger
     pushed_bytes: int = 0
     confirmed: int = -1  # last confirmed entry id of the current ledger
+    confirmed_bytes: int = 0  # bytes of the current ledger's confirmed entries (the size stats report)
     pending: deque[PendingAdd] = field(default_factory=deque)  # sent to the current ledger, in order
     queued: deque[PendingAdd] = field(default_factory=deque)  # not sent yet (they follow `pending`)
     phase: Phase = Phase.IDLE
@@ -604,7 +605,7 @@ class ManagedLedgerCore:
             return []
         self.ledgers.append(LedgerInfo(self.next_ledger))
         self.current, self.next_ledger = self.next_ledger, None
-        self.pushed_entries = self.pushed_bytes = 0
+        self.pushed_entries = self.pushed_bytes = self.confirmed_bytes = 0
         self.confirmed = -1
         self.phase = Phase.IDLE
         outputs: list[Output] = []
@@ -701,6 +702,7 @@ class ManagedLedgerCore:
             assert done.ledger_id is not None
             if done.ledger_id == self.current:
                 self.confirmed = max(self.confirmed, done.entry_id)
+                self.confirmed_bytes += len(done.data)
                 self.retrying = False
             outputs.append(CompleteAdd(done.token, Position(done.ledger_id, done.entry_id), done.data))
         if outputs:

@@ -80,10 +80,11 @@ def fill(client: pulsar.Client, topic: str, n: int) -> None:
 
 def drain(client: pulsar.Client, topic: str) -> list[bytes]:
     consumer = client.subscribe(topic, "sub")
-    got = []
+    got: list[bytes] = []
     try:
         while True:
-            msg = consumer.receive(2_000)
+            # Every drain here expects a message: a busy machine may be slow to the first.
+            msg = consumer.receive(2_000 if got else 10_000)
             got.append(msg.data())
             consumer.acknowledge(msg)
     except pulsar.Timeout:

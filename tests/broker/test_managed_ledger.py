@@ -77,6 +77,25 @@ def test_pipelined_adds_complete_in_order(cluster: Cluster) -> None:
     assert [d for _, d in ml.read(None, 100)] == [b"x%d" % i for i in range(30)]
 
 
+def test_stats_count_only_confirmed_bytes(cluster: Cluster) -> None:
+    """Regression: the current ledger's size counted the bytes of adds still in flight while its entries
+    counted confirmed ones, so size/entries (the mean entry a backlog quota's eviction works from) was
+    inflated during a burst, and eviction skipped messages the quota allowed to stay."""
+    ml = open_ml(cluster)
+    ml.add(b"a" * 10)
+    for bookie in cluster.transport.bookies.values():
+        bookie.hold = True  # the next add's journal appends wait for sync()
+    in_flight = ml.add_async(b"b" * 1000)
+    stats = ml.stats()
+    assert (stats["entries"], stats["size"]) == (1, 10)
+    for name, bookie in cluster.transport.bookies.items():
+        bookie.hold = False
+        cluster.transport.sync(name)
+    in_flight.result(timeout=10)
+    stats = ml.stats()
+    assert (stats["entries"], stats["size"]) == (2, 1010)
+
+
 def test_rollover_by_entry_count(cluster: Cluster) -> None:
     ml = open_ml(cluster, ManagedLedgerConfig(max_entries_per_ledger=3))
     positions = [ml.add(b"e%d" % i) for i in range(8)]
