@@ -99,17 +99,20 @@ def run(events: Any) -> tuple[list[dict[str, Any]], dict[int, int]]:
         .filter(upto("kpos"))
         .groupBy("history", "topic", "inv_index", "read_index", "horizon", "key")
         .agg(F.max(F.struct("kpos", "value", "kevent", "outcome", "tombstone")).alias("last"))
-        .filter(
-            (F.col("last.outcome") == "ok") & ~F.col("last.tombstone") & (F.col("last.kevent") < F.col("inv_index"))
-        )
+        .filter((F.col("last.outcome") == "ok") & ~F.col("last.tombstone"))
         .join(per_key.select("history", "read_index", "key"), ["history", "read_index", "key"], "left_anti")
         .join(hidden, ["history", "topic", "key"], "left_anti")
     )
-    # After the horizon: every acknowledged append, tombstones included, in the topic's order (the raw topic).
+    # After the horizon: every acknowledged append, tombstones included, in the topic's order (the raw topic): those
+    # acknowledged before the read began, and those racing it that it read past (below the highest position shown).
     tail = entries.filter(~F.coalesce(upto("e.position"), F.lit(False)))
+    reach = tail.groupBy("history", "read_index").agg(F.max("e.position").alias("reach"))
+    read_past = F.coalesce(F.col("ack_position") < F.col("reach"), F.lit(False))
+    passed = (F.col("ack_index") < F.col("inv_index")) | read_past
     after = (
-        heads.join(known.filter(F.col("outcome") == "ok"), ["history", "topic"])
-        .filter((F.col("ack_index") < F.col("inv_index")) & ~F.coalesce(upto("ack_position"), F.lit(False)))
+        heads.join(reach, ["history", "read_index"], "left")
+        .join(known.filter(F.col("outcome") == "ok"), ["history", "topic"])
+        .filter(passed & ~F.coalesce(upto("ack_position"), F.lit(False)))
         .join(tail.select("history", "read_index", "value"), ["history", "read_index", "value"], "left_anti")
     )
     in_read = Window.partitionBy("history", "read_index").orderBy("ord")

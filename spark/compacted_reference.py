@@ -2,10 +2,14 @@
 spark/compacted_audit.py must agree with, case for case.
 
 A `read-compacted` reads a topic from the earliest with `read_compacted`; its `ok` carries the entries and the
-compaction horizon H, [ledger, entry] (null: no compaction yet, everything is after it). An entry is *at or before
-H* when its ledger and entry are. A value's *key* is its append's. Where a value is in its topic's log (its *known
-position*): its acknowledged position, else its lowest position in the earliest `ok` read or read-compacted that
-showed it (its event: that ack or that read's completion). A value never acknowledged nor shown is not in the log
+compaction horizon H, [ledger, entry] (null: no compaction yet, everything is after it), that of the compaction in
+place throughout the read (the workload reads it before the invoke and again after the read, and records a read
+during which it moved as `fail`). An entry is *at or before H* when its ledger and entry are. Appends may race
+the read: one acknowledged at or before H, however late, was in the topic when that compaction read it; one after
+H is in the read's tail if acknowledged before the read began, or if the read shows a later entry. A value's
+*key* is its append's. Where a value is in its topic's log (its *known position*): its acknowledged position, else
+its lowest position in the earliest `ok` read or read-compacted that showed it (its event: that ack or that read's
+completion). A value never acknowledged nor shown is not in the log
 as far as anyone knows: a write of unknown outcome counts only where a read saw it.
 
 Per `ok` read-compacted R of topic T with horizon H, and per key k of the values R shows at or before H:
@@ -13,10 +17,11 @@ Per `ok` read-compacted R of topic T with horizon H, and per key k of the values
 - compacted-stale: (a) R shows k twice at or before H (witness: R's invoke and ok; the first two in R's order), or
   else (b) a value of k is known at a position later than the shown value's known position and at or before H
   (the latest such one; witness: R's ok and that value's event): R shows a value compaction replaced.
-- compacted-missing: (a) k's last known value at or before H (highest known position) was acknowledged before R's
-  invoke and is not a tombstone, yet R shows no value of k at or before H, and no tombstone of k of unknown outcome
-  and unknown position could have deleted it (witness: the ack and R's ok); or (b) a value acknowledged before R's
-  invoke at a position after H, a tombstone included, that R does not show after H (witness: the ack and R's ok).
+- compacted-missing: (a) k's last known value at or before H (highest known position) was acknowledged and is not
+  a tombstone, yet R shows no value of k at or before H, and no tombstone of k of unknown outcome and unknown
+  position could have deleted it (witness: the ack and R's ok); or (b) a value acknowledged at a position after H,
+  a tombstone included, before R's invoke or below the highest position R shows after H (R read past it), that R
+  does not show after H (witness: the ack and R's ok).
 - compacted-reorder: R shows, after H, an entry at a lower position than the entry it shows just before it (the
   first such pair in R's order; witness: R's invoke and ok).
 
@@ -158,15 +163,17 @@ def check(ops: Sequence[Op]) -> list[Case]:
                 continue
             q, w, event = max(before)
             last = appends[w]
-            if last.type == "ok" and not last.tombstone and event < r.inv_index:
+            if last.type == "ok" and not last.tombstone:
                 cases.append(Case(MISSING, topic, (event, r.cmp_index), explain_key_missing(k, (w, q), h)))
         tail = [(p, v) for p, v in r.entries if not at_or_before(p, h)]
         read = {v for _, v in tail}
+        reach = max((p for p, _ in tail), default=None)
         for v, a in appends.items():
             # Tombstones included: after H the reader gets the raw topic (see the module docstring).
             if a.topic != r.topic or a.type != "ok" or a.position is None or a.cmp_index is None:
                 continue
-            if a.cmp_index < r.inv_index and not at_or_before(a.position, h) and v not in read:
+            passed = a.cmp_index < r.inv_index or (reach is not None and a.position < reach)
+            if passed and not at_or_before(a.position, h) and v not in read:
                 cases.append(
                     Case(MISSING, r.topic, (a.cmp_index, r.cmp_index), explain_after_missing(v, a.position, h))
                 )
