@@ -52,6 +52,12 @@ MESSAGE_TTL_S = 5
 COMPACTION_CURSOR = "__compaction"
 COMPACTED_LEDGER_PROPERTY = "CompactedTopicLedger"
 COMPACTION_TIMEOUT_S = 30.0
+# Per topic, the compaction on demand while the nemesis acts: long enough to outlast a broker restart, short enough
+# that its compacted read still races the producers of a run of a few seconds.
+COMPACTION_UNDER_FAULTS_TIMEOUT_S = 5.0
+# Of a run's operations: invoked before the compactions on demand under faults begin, so that appends precede and
+# follow them.
+COMPACTION_UNDER_FAULTS_AFTER = 0.25
 # Of a run's appends: tombstones (an empty payload with a key; compaction deletes the key).
 TOMBSTONE_FRACTION = 0.1
 # Appended to each topic after the compaction on demand: fewer bytes than COMPACTION_THRESHOLD_BYTES (a few
@@ -137,14 +143,15 @@ def horizon(stats: dict[str, Any]) -> list[int] | None:
     return [int(ledger), int(entry)]
 
 
-def compact(admin_url: str, topic: str, credentials: Credentials) -> bool:
-    """One compaction on demand up to the topic's last message, waited for: whether one ended `SUCCESS` within
-    COMPACTION_TIMEOUT_S. One the ticker started meanwhile (409) is waited out and the trigger tried again, so the
-    horizon is the end of the topic as it stood after the run."""
+def compact(admin_url: str, topic: str, credentials: Credentials, timeout_s: float = COMPACTION_TIMEOUT_S) -> str:
+    """One compaction on demand up to the topic's last message, waited for: how it ended within `timeout_s`,
+    `SUCCESS`, else `ERROR` (the last try failed) or `timed out` (not triggered, or still running). One the ticker
+    started meanwhile (409) is waited out and the trigger tried again, so the horizon is the end of the topic as it
+    stood when the trigger was taken; one that failed is triggered again while time remains."""
     client = admin(admin_url, credentials)
     path = _path(topic) + "/compaction"
-    deadline = time.monotonic() + COMPACTION_TIMEOUT_S
-    triggered = False
+    deadline = time.monotonic() + timeout_s
+    triggered, ended = False, "timed out"
     while time.monotonic() < deadline:
         try:
             if not triggered:
@@ -155,11 +162,11 @@ def compact(admin_url: str, topic: str, credentials: Credentials) -> bool:
             time.sleep(0.3)
             continue
         if status == "SUCCESS":
-            return True
+            return "SUCCESS"
         if status == "ERROR":
-            triggered = False
+            triggered, ended = False, "ERROR"
         time.sleep(0.2)
-    return False
+    return ended
 
 
 def read_back(events: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:

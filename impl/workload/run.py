@@ -118,6 +118,8 @@ class Summary:
     # --lifecycle: per log topic, (ledgers offloaded, ledgers listed) after the final reads (None: stats unread)
     offloaded: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     compacted: list[str] = field(default_factory=list)  # --lifecycle: the topics a compaction completed on
+    # --lifecycle under faults: per topic, how its compaction on demand while the nemesis acted ended
+    compacted_under_faults: dict[str, str] = field(default_factory=dict)
 
 
 class Workload:
@@ -138,6 +140,8 @@ class Workload:
         self._recent: dict[tuple[str, str], list[Position]] = {(c, t): [] for c in self.clusters for t in self.topics}
         self._recent_lock = threading.Lock()
         self._stop = threading.Event()
+        self._appends_done = threading.Event()  # the workers are finished
+        self._compacted_under_faults: dict[str, str] = {}
         self.schema = SchemaPlan(config.schema)
         self._consumers_stop = threading.Event()
         base = config.partitioned_topic()
@@ -304,26 +308,30 @@ class Workload:
             for i, sub in enumerate(assign(self.consumers.subs, self.config.consumers) if self.consumers.subs else [])
         ]
         reporter = threading.Thread(target=self._report, args=(progress,), name="progress", daemon=True)
+        # While the producers send and the nemesis acts: compactions on demand, each followed by a compacted read.
+        under_faults: list[threading.Thread] = []
+        if self.config.lifecycle and self.nemesis is not None and self.nemesis.faults:
+            target = self._compact_under_faults
+            under_faults.append(threading.Thread(target=target, args=(progress,), name="compaction", daemon=True))
         if self.nemesis is not None:
             self.nemesis.start()
-        for w in workers + consumers:
+        for w in workers + consumers + under_faults:
             w.start()
         reporter.start()
         try:
             for w in workers:
                 w.join()
+            self._appends_done.set()
             self._consumers_stop.set()
-            for w in consumers:
+            for w in consumers + under_faults:
                 w.join()
         except KeyboardInterrupt:
             self._stop.set()
             self._consumers_stop.set()
             progress("interrupted: finishing the operations in flight, healing, final reads ...")
-            for w in workers + consumers:
+            for w in workers + consumers + under_faults:
                 w.join(3 * operations.APPEND_TIMEOUT_S)
         unhealed: list[str] = []
-        if self.config.lifecycle and self.nemesis is not None and self.nemesis.faults and not self._stop.is_set():
-            self._compacted_reads_under_faults(progress)
         if self.nemesis is not None:
             progress("healing every fault ...")
             unhealed = self.nemesis.heal_all()
@@ -374,6 +382,7 @@ class Workload:
             versions,
             offloaded,
             compacted,
+            dict(self._compacted_under_faults),
         )
 
     def _lifecycle_state(self, progress: Progress) -> tuple[dict[str, tuple[int, int] | None], list[str]]:
@@ -406,7 +415,7 @@ class Workload:
         rng = random.Random(None if self.config.seed is None else self.config.seed * 1000 + 999)
         plans = {t: lifecycle.around_compaction(rng, KEYS, self._tombstones) for t in topics}
         self._append_each({t: before for t, (before, _) in plans.items()})
-        compacted = sum(lifecycle.compact(admin, t, credentials) for t in topics)
+        compacted = sum(lifecycle.compact(admin, t, credentials) == "SUCCESS" for t in topics)
         self._append_each({t: after for t, (_, after) in plans.items()})
         progress(f"compacted on demand: {compacted} of {len(topics)} topics, then appended after")
 
@@ -427,39 +436,57 @@ class Workload:
             if session is not None:
                 session.close()
 
-    def _compacted_reads_under_faults(self, progress: Progress) -> None:
-        """Per persistent log topic, one read-compacted tried once while the nemesis still acts (the appends done),
-        so that a compacted read races a fault (a broker or bookie down, the topic moving); `fail` when it or the
-        horizon could not be read, and the audit judges the `ok` ones as the final ones."""
+    def _compact_under_faults(self, progress: Progress) -> None:
+        """Per persistent log topic, while the producers still send and the nemesis acts: a compaction on demand
+        (lifecycle.compact), begun while a fault is in effect if one comes soon, then one read-compacted, so that
+        the read has a horizon and races both the faults and the appends after the horizon. How the compaction
+        ended is logged and recorded on the read's invoke (`compaction`): under a fault it may fail or time out,
+        no error of the run (the read then shows an older horizon, or none); a read whose horizon could not be read
+        or moved ends `fail`, and the audit judges the `ok` ones as the final ones."""
         from impl.workload.official import OfficialSession
 
-        assert self.nemesis is not None
-        # Start while a fault is in effect if one comes within two of the schedule's steps (a fault, then a heal).
-        deadline = time.monotonic() + 2 * self.nemesis.interval_s + 1.0
-        while self.nemesis.active is None and time.monotonic() < deadline:
+        assert self.nemesis is not None and self.config.admin_url is not None
+        start = max(1, int(self.config.ops * lifecycle.COMPACTION_UNDER_FAULTS_AFTER))
+        while self._invoked < start and not self._appends_done.is_set() and not self._stop.is_set():
             time.sleep(0.05)
-        progress(f"compacted reads under faults: fault {self.nemesis.describe()} ...")
         topics = [t for t in self.topics if t in self.readable]
         process = self._new_process()
+        session: OfficialSession | None = None
         try:
-            session = OfficialSession(self.config.service, self.config.credentials, self.schema)
-        except Exception as e:
-            progress(f"no compacted read under faults: no client ({operations.describe(e)})")
-            return
-        try:
-            done = sum(self._read_compacted_once(session, process, topic).kind == "ok" for topic in topics)
+            for topic in topics:
+                # A fault comes within two of the schedule's steps (a fault, then a heal).
+                deadline = time.monotonic() + 2 * self.nemesis.interval_s + 1.0
+                while self.nemesis.active is None and time.monotonic() < deadline and not self._appends_done.is_set():
+                    time.sleep(0.05)
+                if self._stop.is_set():
+                    return
+                progress(f"compaction on demand of {topic} under faults: fault {self.nemesis.describe()} ...")
+                ended = lifecycle.compact(
+                    self.config.admin_url, topic, self.config.credentials, lifecycle.COMPACTION_UNDER_FAULTS_TIMEOUT_S
+                )
+                self._compacted_under_faults[topic] = ended
+                if session is None:
+                    try:
+                        session = OfficialSession(self.config.service, self.config.credentials, self.schema)
+                    except Exception as e:  # the broker down: no read of this topic, the next one tries again
+                        progress(f"no compacted read of {topic} under faults: no client ({operations.describe(e)})")
+                        continue
+                self._read_compacted_once(session, process, topic, compaction=ended)
         finally:
-            session.close()
-        progress(f"compacted reads under faults: {done} of {len(topics)} ok")
+            if session is not None:
+                session.close()
+            shown = ", ".join(f"{t.rsplit('/', 1)[-1]} {e}" for t, e in self._compacted_under_faults.items())
+            later = "" if self._appends_done.is_set() else " (the producers still sending)"
+            progress(f"compactions on demand under faults: {shown or 'none'}{later}")
 
-    def _read_compacted_once(self, session: OfficialSession, process: int, topic: str) -> Outcome:
-        """One read-compacted of `topic`, recorded and returned: `ok` with the horizon read from the internal stats
-        before and after it, `fail` when either read failed or the horizon moved in between (what it should show is
-        unknown)."""
+    def _read_compacted_once(self, session: OfficialSession, process: int, topic: str, **fields: str) -> Outcome:
+        """One read-compacted of `topic`, recorded (`fields` on its invoke) and returned: `ok` with the horizon read
+        from the internal stats before and after it, `fail` when either read failed or the horizon moved in between
+        (what it should show is unknown)."""
         assert self.config.admin_url is not None
         admin, credentials = self.config.admin_url, self.config.credentials
         before = lifecycle.internal_stats(admin, topic, credentials)
-        self.history.invoke(process, "read-compacted", topic)
+        self.history.invoke(process, "read-compacted", topic, **fields)
         outcome = session.read_compacted(topic)
         after = lifecycle.internal_stats(admin, topic, credentials)
         horizon = lifecycle.horizon(before) if before is not None else None

@@ -335,6 +335,12 @@ def _finish(summary: Summary) -> int:
         total = sum(n[0] for n in summary.offloaded.values() if n is not None)
         print(f"ledgers offloaded: {total} (per topic, of those listed: {shown})")
         print(f"topics compacted: {len(summary.compacted)} of {len(summary.offloaded)}")
+    if summary.compacted_under_faults:
+        # Under a fault a compaction may fail or time out: reported, no error of the run.
+        ended = summary.compacted_under_faults
+        others = ", ".join(f"{t.rsplit('/', 1)[-1]} {e}" for t, e in ended.items() if e != "SUCCESS")
+        done = sum(e == "SUCCESS" for e in ended.values())
+        print(f"compactions on demand under faults: {done} of {len(ended)} SUCCESS" + (others and f" ({others})"))
     if summary.unhealed:
         print(f"warning: not healed: {', '.join(summary.unhealed)}", file=sys.stderr)
         return 1

@@ -1,12 +1,13 @@
 """`workload --lifecycle` on a real standalone under broker and bookie kills (issue 45 item 5): the run's namespace
 offloads closed ledgers while the nemesis acts (the admin API lists them `offloaded`, their bookie copies deleted
 at once), the final reads read the acknowledged values back from them, and the Spark audit and the reference find
-the history valid, compacted reads included (each topic read with read_compacted once while the nemesis still acts,
-and compacted at the end, with tombstones before the horizon and appends after it, a tombstone among them, then
-read again). The same history with the final reads stripped of what the
-offloaded ledgers hold (as if a read skipped them) is flagged by both: every acknowledged value there is a
-lost-write; a compacted read stripped of an acknowledged key's value is compacted-missing; one showing a key again
-that a tombstone deleted is compacted-stale."""
+the history valid, compacted reads included (each topic compacted on demand while the nemesis acts and the
+producers send, then read with read_compacted, one of these reads with a horizon and followed by more appends; and
+compacted at the end, with tombstones before the horizon and appends after it, a tombstone among them, then read
+again). The same history with the final reads stripped of what the offloaded ledgers hold (as if a read skipped
+them) is flagged by both: every acknowledged value there is a lost-write; a compacted read stripped of an
+acknowledged key's value is compacted-missing; one showing a key again that a tombstone deleted is
+compacted-stale."""
 
 from __future__ import annotations
 
@@ -138,14 +139,26 @@ def test_offloaded_ledgers_are_read_back_under_faults_and_a_skipped_one_is_lost(
     assert finals and all(e["lifecycle"] == lifecycle.policies() for e in finals)
     assert all(e["topic"].startswith("persistent://public/lifecycle-") for e in finals)
 
-    # one compacted read per topic tried before the heal, while the nemesis still acted (`ok` or `fail`)
+    # per topic, while the nemesis acted and the producers sent, a compaction on demand, its end recorded on the
+    # compacted read tried after it (`ok` or `fail`)
     heal = min(e["index"] for e in events if e.get("final"))
     raced = [e for e in events if e["f"] == "read-compacted" and e["type"] == "invoke" and e["index"] < heal]
     assert sorted(e["topic"] for e in raced) == sorted(e["topic"] for e in finals), raced
-    # begun while a fault was in effect: after a fault injected, before the next heal
+    assert all(e["compaction"] in ("SUCCESS", "ERROR", "timed out") for e in raced), raced
+    assert f"compactions on demand under faults: {sum(e['compaction'] == 'SUCCESS' for e in raced)} of" in stdout
+    # one begun while a fault was in effect: after a fault injected, before the next heal
     nemesis_events = [e for e in events if e["process"] == "nemesis"]
-    before = [e for e in nemesis_events if e["index"] < raced[0]["index"]]
-    assert before and before[-1]["f"] != "heal" and "error" not in before[-1], (raced[0], nemesis_events)
+    in_effect = [max((n["index"], n) for n in nemesis_events if n["index"] < e["index"])[1] for e in raced]
+    assert any(n["f"] != "heal" and "error" not in n for n in in_effect), (raced, nemesis_events)
+    # one after a compaction that succeeded, `ok` with a horizon, the producers still appending after it
+    ends = [next(c for c in events if c["process"] == e["process"] and c["index"] > e["index"]) for e in raced]
+    last_append = max(e["index"] for e in events if e["f"] == "append" and e["type"] == "invoke" and e["index"] < heal)
+    horizons = [
+        c
+        for e, c in zip(raced, ends, strict=True)
+        if e["compaction"] == "SUCCESS" and c["type"] == "ok" and c["horizon"]
+    ]
+    assert any(c["index"] < last_append for c in horizons), (raced, ends, last_append)
     compacted = [e for e in events if e["index"] in last_compacted(events)]
     assert sorted(e["topic"] for e in compacted) == sorted(e["topic"] for e in finals)
     assert all(e["horizon"] is not None and e["value"] for e in compacted), compacted
