@@ -22,11 +22,12 @@ are tombstones: an empty payload, which compaction takes for the key's deletion 
 their value named in a message property (impl/workload/operations.py TOMBSTONE_PROPERTY) for the reads. Once the
 faults are healed each topic is given a value and a tombstone of one key, compacted on demand up to its end, then
 given TAIL_APPENDS more appends (`around_compaction`), before the final reads. After the drain each topic is read
-(and once before the heal, while the nemesis acts, so that a read races the faults) with a `read_compacted` reader
-from the earliest: a `read-compacted` operation recording what it read and the
+with a `read_compacted` reader from the earliest: a `read-compacted` operation recording what it read and the
 horizon the `__compaction` cursor reports (docs/history.md, Compacted reads): per key its last value at or before
 the horizon, a key whose last is a tombstone not at all, then the appends after the horizon; judged by the audit's
-`compacted-stale`, `compacted-missing` and `compacted-reorder`.
+`compacted-stale`, `compacted-missing` and `compacted-reorder`. Earlier, while the producers send and the nemesis
+acts, each topic is compacted on demand (COMPACTION_UNDER_FAULTS_TIMEOUT_S; under a fault it may end `ERROR` or
+time out, no error of the run) and then read so, so that a read with a horizon races the faults and the appends.
 
 Ledgers are offloaded only once they are closed: the brokers must roll over often (`pulsar-ref standalone
 --max-entries-per-ledger 20`, say) for the offload to happen during a short run. Everything here is set-up
