@@ -59,6 +59,7 @@ PURE = frozenset(
         "impl.protocol.entry_codec",
         "impl.metadata.naming",
         "impl.protocol.frames",
+        "impl.varint",
         "impl.broker.connection",
         "impl.protocol.bitset",
         "impl.protocol.pulsar_api_pb2",

@@ -32,6 +32,7 @@ from impl.bookie.protocol import (
     WriteLacRequest,
     WriteLacResponse,
 )
+from impl.varint import varint
 
 
 def request_from_pb(msg: pb.StreamReq) -> Request | None:
@@ -87,25 +88,6 @@ MAX_FRAME_SIZE_LIMIT = MAX_STREAM_MESSAGE - 4 * 1024 * 1024 - 64 * 1024
 _REQUESTS_KEY, _TAG_KEY = b"\x0a", b"\x08"
 
 
-_ONE_BYTE = [bytes((n,)) for n in range(0x80)]  # looked up, not built: a frame takes several varints
-
-
-def varint(n: int) -> bytes:
-    """Protobuf's base-128 varint of a non-negative int (tags and lengths here; never negative)."""
-    if n < 0x80:
-        return _ONE_BYTE[n]
-    if n < 0x4000:  # two bytes: the length of any 1 KiB entry's frame, and tags up to 16383
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
-    if n < 0x200000:  # three bytes: a stream's tags up to ~2 million
-        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 # The op fields by hand: StreamReq.add (2) and .read (3), as StreamResp's, are length-delimited; in the
 # four messages, ledger_id (1) and entry_id (2) are varints; in AddResp and ReadResp, code (3) is a varint
 # and ReadResp.body (4) length-delimited, as AddReq.body (4). The other keys are written where used.
@@ -113,14 +95,9 @@ _ADD_KEY, _READ_KEY = b"\x12", b"\x1a"
 _LEDGER_KEY, _ENTRY_KEY, _CODE_KEY, _BODY_KEY = b"\x08", b"\x10", b"\x18", b"\x22"
 
 
-def _int64(n: int) -> bytes:
-    """An int64 field's varint: a negative value (entry -1) as its 64-bit two's complement, as protobuf does."""
-    return varint(n if n >= 0 else n + (1 << 64))
-
-
 def _ids(ledger_id: int, entry_id: int) -> bytes:
     """The ledger_id (1) and entry_id (2) fields that AddReq, ReadReq, AddResp and ReadResp all begin with."""
-    return _LEDGER_KEY + _int64(ledger_id) + _ENTRY_KEY + _int64(entry_id)
+    return _LEDGER_KEY + varint(ledger_id) + _ENTRY_KEY + varint(entry_id)
 
 
 def request_frame(tag: int, request: Request, encoded: dict[int, bytes] | None = None) -> bytes:

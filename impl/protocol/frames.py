@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from impl.protocol import pulsar_api_pb2 as api
+from impl.varint import varint
 
 # Pulsar's default maxMessageSize (5 MiB) plus the padding its brokers allow for the command and
 # the metadata around a message of that size.
@@ -125,21 +126,6 @@ def _parse(frame: bytes) -> Frame:
 
 
 # ---- MESSAGE frames from a template -----------------------------------------------------------------
-
-_SMALL_VARINTS = [bytes([v]) for v in range(0x80)]
-
-
-def varint(value: int) -> bytes:
-    """Protobuf's base-128 varint; a negative (int64) value as its 64-bit two's complement, as protobuf."""
-    if 0 <= value < 0x80:
-        return _SMALL_VARINTS[value]
-    value &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 class MessageTemplate:

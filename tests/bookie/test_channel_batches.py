@@ -110,17 +110,6 @@ def replies(frames: list[bytes] | None) -> list[pb.StreamResp]:
     return list(pb.StreamRespBatch.FromString(b"".join(frames)).responses)
 
 
-@given(
-    st.one_of(
-        st.integers(0, 2**16), st.sampled_from([127, 128, 16383, 16384, 2**21 - 1, 2**21]), st.integers(0, 2**64 - 1)
-    )
-)
-def test_varint_is_protobufs_encoding(n):
-    """`wire.varint` (one- and two-byte fast paths, then the loop) writes what protobuf writes for a uint64."""
-    expected = pb.StreamReq(tag=n).SerializeToString()[1:] if n else b"\x00"  # proto3 leaves a 0 field out
-    assert wire.varint(n) == expected
-
-
 def test_replies_ready_together_leave_together(tmp_path: Path):
     """The replies a bookie has ready at once for one stream reach its sending thread as one list, so
     they leave in one stream message (up to the batch limit), however the threads interleave."""
