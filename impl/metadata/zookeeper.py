@@ -176,8 +176,11 @@ class _ArmedWatch:
 def _reconnecting() -> KazooRetry:
     """Reconnect attempts without end, at least every second (plus up to 0.4 s of jitter). kazoo's default
     backoff doubles up to an hour: after a server restart of a few seconds its next attempt could come
-    after the session timeout, and the session expired although the server was back in time."""
-    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+    after the session timeout, and the session expired although the server was back in time. The first
+    attempt comes after ~10 ms, not 100: a dropped connection (a moved session, `expire_session`, a server
+    that closed it) is most often met by a server that answers at once, and the doubling soon spaces out
+    the attempts at one that does not."""
+    return KazooRetry(max_tries=-1, delay=0.01, backoff=2, max_delay=1.0)
 
 
 class ZooKeeperStore(MetadataStore):
