@@ -1,5 +1,6 @@
 """A producer that keeps sending on a thread of its own while a test breaks things, and remembers
-what was acknowledged (what must never be lost); and `drain`, what a consumer gets until it is quiet."""
+what was acknowledged (what must never be lost); `drain`, what a consumer gets until it is quiet; and
+`receive_all`, the messages a test knows it sent and any more that follow at once."""
 
 from __future__ import annotations
 
@@ -47,6 +48,22 @@ def drain(consumer: pulsar.Consumer, wait_ms: int = 1000) -> list[pulsar.Message
     while True:
         try:
             m = consumer.receive(wait_ms)
+        except pulsar.Timeout:
+            return out
+        consumer.acknowledge(m)
+        out.append(m)
+
+
+def receive_all(
+    consumer: pulsar.Consumer, count: int, quiet_ms: int = 300, within_ms: int = 10_000
+) -> list[pulsar.Message]:
+    """The `count` messages a test sent (each within `within_ms`), acknowledged, then any that follow within
+    `quiet_ms`: a duplicate or a stray message still shows in the list, and a test that knows how many it sent
+    waits out no long quiet after the last of them (`drain`'s)."""
+    out = []
+    while True:
+        try:
+            m = consumer.receive(within_ms if len(out) < count else quiet_ms)
         except pulsar.Timeout:
             return out
         consumer.acknowledge(m)
