@@ -741,6 +741,16 @@ class ManagedLedger:
 
     def read(self, start: Position | None, max_entries: int) -> list[tuple[Position, bytes]]:
         """Up to `max_entries` confirmed entries from `start` (None = the earliest available) on."""
+        return self._read(start, max_entries, cached_only=False)[0]
+
+    def read_cached(self, start: Position | None, max_entries: int) -> tuple[list[tuple[Position, bytes]], bool]:
+        """As `read`, from the entry cache alone: it stops at the first entry not cached, so it never waits
+        for a bookie. The entries, and whether it stopped at such an entry (confirmed, to read with `read`)."""
+        return self._read(start, max_entries, cached_only=True)
+
+    def _read(
+        self, start: Position | None, max_entries: int, cached_only: bool
+    ) -> tuple[list[tuple[Position, bytes]], bool]:
         if max_entries < 0:
             raise ValueError(f"max_entries must be >= 0, got {max_entries}")
         with self._state() as core:
@@ -756,6 +766,8 @@ class ManagedLedger:
                 result.append((wanted[i], cached))
                 i += 1
                 continue
+            if cached_only:
+                return result, True
             # A run of misses in one ledger: one bookie read for the whole run.
             j = i
             while j + 1 < len(wanted) and wanted[j + 1].ledger_id == wanted[i].ledger_id:
@@ -777,7 +789,7 @@ class ManagedLedger:
                 ) from e
             result += [(Position(ledger_id, entry_id), payload) for entry_id, payload in entries]
             i = j + 1
-        return result
+        return result, False
 
     def _read_offloaded(
         self, ledger_id: int, context: OffloadContext, first: int, last: int

@@ -8,8 +8,9 @@ typed events through its `step` (`Subscription.run(event)`).
 
 Threads: the Pulsar listener's and the web service's handlers call in from several threads.
 Each topic has a lock for loading and publishing order; each subscription has a lock around its
-dispatcher. Managed-ledger listeners (new entries) only schedule work on the service's executor,
-never run it inline, so a completion thread never waits for a subscription lock.
+dispatcher. New entries are dispatched on the managed ledger's delivering thread when that cannot wait
+(`Subscription.entries_added`: the subscription's lock free, the entries in the cache), else on the
+service's executor, so a completion thread never waits for a subscription lock or a bookie.
 """
 
 from __future__ import annotations
@@ -356,6 +357,11 @@ class Subscription:
         self._entry_size = 1  # a running estimate, for reads of at most dispatcher_max_read_size_bytes
         # readCompacted: read the topic's compacted view up to its horizon, then the topic after it.
         self.read_compacted = False
+        # While `entries_added` steps the dispatcher (under the lock): reads from the entry cache only, and
+        # whether one stopped at an entry the cache does not hold (the executor reads it then).
+        self._cache_only = False
+        self._cache_missed = False
+        self._stepping = False  # a step's outputs are being performed (under the lock)
 
     def wake(self) -> None:
         """New entries (or a retry): the dispatcher reads them, on the service's executor."""
@@ -368,6 +374,36 @@ class Subscription:
         except RuntimeError:  # the service is closing
             with self._wake_lock:
                 self._wake_scheduled = False
+
+    def entries_added(self) -> None:
+        """New entries confirmed, on the managed ledger's delivering thread: dispatch them here, as Pulsar's
+        managed ledger completes a cursor's waiting read from its cache, not through the executor (a thread
+        hand-over per delivery, most of the gap between a publish's receipt and its delivery at a fixed
+        rate). Only what cannot make that thread wait: the lock must be free (its holder may be reading
+        from the bookies) and the reads come from the entry cache; anything else goes to the executor."""
+        if self.read_compacted or not self.lock.acquire(blocking=False):  # a compacted view reads bookies
+            self.wake()
+            return
+        if self._stepping:
+            # Called back from within a step on this thread (a managed-ledger look of the read delivers
+            # completions, whose callback publishes the next adds and runs the round's notification): a
+            # nested step would interleave with the one under way.
+            self.lock.release()
+            self.wake()
+            return
+        acked: list[Position] = []
+        try:
+            self._cache_only = True
+            acked = self._step(NewEntries())
+        except Exception:
+            log.exception("dispatch of subscription %s failed", self.name)
+        finally:
+            self._cache_only = False
+            missed, self._cache_missed = self._cache_missed, False
+            self.lock.release()
+        self._persist_acks(acked)
+        if missed:
+            self.wake()
 
     def _woken(self) -> None:
         with self._wake_lock:
@@ -383,8 +419,15 @@ class Subscription:
 
     def run(self, event: DispatcherEvent) -> None:
         """Step the dispatcher with `event` under the lock and perform its outputs (a refusal raises first)."""
-        acked: list[Position] = []
         with self.lock:
+            acked = self._step(event)
+        self._persist_acks(acked)
+
+    def _step(self, event: DispatcherEvent) -> list[Position]:
+        """Under the lock: step the dispatcher and perform its outputs; the positions it acknowledged."""
+        acked: list[Position] = []
+        outer, self._stepping = self._stepping, True
+        try:
             outputs = self.dispatcher.step(event)
             while outputs:
                 more: list[Output] = []
@@ -394,6 +437,11 @@ class Subscription:
                     else:
                         more += self._perform(out)
                 outputs = more
+        finally:
+            self._stepping = outer
+        return acked
+
+    def _persist_acks(self, acked: list[Position]) -> None:
         if acked:
             # Persisted after the lock is let go: a cursor-ledger add takes milliseconds, and the
             # dispatcher's state does not wait for it (the cursor orders its own updates).
@@ -533,7 +581,11 @@ class Subscription:
             max_entries = max(1, min(max_entries, cap // self._entry_size))
         size = 0
         cache = ml.cache
-        for position, data in ml.read(start, max_entries):
+        if self._cache_only:
+            entries, self._cache_missed = ml.read_cached(start, max_entries)
+        else:
+            entries = ml.read(start, max_entries)
+        for position, data in entries:
             if cap > 0 and size and size + len(data) > cap:
                 break  # read again next time (from the entry cache)
             size += len(data)
@@ -1379,7 +1431,7 @@ class Topic:
             self._current_ledger = position.ledger_id  # a rollover: maybe more than the threshold is closed now
             self.service.executor.submit(self.offloader.maybe_offload)
         for sub in list(self.subscriptions.values()):
-            sub.wake()
+            sub.entries_added()
         for replicator in list(self.replicators.values()):
             replicator.new_entries()
 
