@@ -82,6 +82,11 @@ PULSAR_ROWS = tuple(
         ("consume unbatched", at_least(5_000)),
         ("fixed 1,000 msg/s, publish p99", under(20)),
     )
+) + (
+    # Issue 46: e2e p50 within 4x of pulsar-lite's, and no more than 0.5 ms above the publish p50 (the
+    # standalone's, measured since the dispatch from the add-complete).
+    ("standalone: fixed 1,000 msg/s, end-to-end p50", Target("ratio", "<=", 4)),
+    ("standalone: fixed 1,000 msg/s, delivery after publish p50", Target("value", "<=", 0.5)),
 )
 
 CATALOGUE: tuple[Bench, ...] = (
