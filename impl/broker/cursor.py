@@ -86,17 +86,19 @@ class _CursorBase:
 
     def read_entries(self, max_entries: int) -> list[tuple[Position, bytes]]:
         """Read from the read position on, skipping acknowledged entries; advances the read position."""
+        view = self.ml.view()  # not under the lock (see stats)
         with self._lock:
             start = self.read_position
             mark_delete = self._current().mark_delete
             if start is None or start <= mark_delete:
-                start = self.ml.next_position(mark_delete)
+                start = view.next_position(mark_delete)
         if start is None:
             return []
         batch = self.ml.read(start, max_entries)
+        after = self.ml.next_position(batch[-1][0]) if batch else None  # not under the lock (see stats)
         with self._lock:
             if batch:  # past the whole batch, even if every entry in it was acknowledged already
-                self.read_position = self.ml.next_position(batch[-1][0])
+                self.read_position = after
             state = self._current()
             return [(p, d) for p, d in batch if not state.is_acknowledged(p)]
 
@@ -106,12 +108,16 @@ class _CursorBase:
             self.read_position = position
 
     def stats(self) -> dict[str, Any]:
+        # The view first, as backlog() takes it: the managed ledger may run add completions on the calling
+        # thread, and those must not run under this cursor's lock (one may wait for the topic's lock while
+        # an unsubscribe holds it and waits for this one).
+        view = self.ml.view()
         with self._lock:
             state = self._current()
             return {
                 "mark_delete": str(state.mark_delete),
                 "individually_deleted": [f"[{a},{b}]" for a, b in state.individually_deleted],
-                "backlog": self.backlog(),
+                "backlog": state.backlog(view),
                 "read_position": str(self.read_position) if self.read_position else None,
             }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -459,3 +460,33 @@ def test_a_flush_after_the_managed_ledger_was_fenced_writes_nothing(cluster: Clu
     ml.close()  # the close writes nothing either
     recovered = open_ml(cluster, config, write_through=False).cursors()["sub"]
     assert recovered.mark_delete_position == positions[0].before()  # the ack was never persisted
+
+
+def test_a_cursor_never_calls_its_managed_ledger_under_its_lock(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: stats() and read_entries() called the managed ledger while holding the cursor's lock. The
+    ledger may run add completions on the calling thread (and with them a dispatch round, issue 46), one of
+    which may wait for the topic's lock while an unsubscribe holds that and waits for this cursor's lock."""
+    ml = open_ml(cluster)
+    for i in range(3):
+        ml.add(b"m%d" % i)
+    cursor = ml.open_cursor("sub", "earliest")
+    under_lock: list[str] = []
+
+    def spying(name: str) -> Any:
+        real = getattr(ml, name)
+
+        def spy(*args: object) -> Any:
+            if cursor._lock._is_owned():  # type: ignore[attr-defined]
+                under_lock.append(name)
+            return real(*args)
+
+        return spy
+
+    for name in ("view", "read", "next_position"):
+        monkeypatch.setattr(ml, name, spying(name))
+    assert cursor.stats()["backlog"] == 3
+    assert [d for _, d in cursor.read_entries(10)] == [b"m0", b"m1", b"m2"]
+    assert cursor.backlog() == 3
+    assert under_lock == []
