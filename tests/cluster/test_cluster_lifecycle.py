@@ -13,8 +13,8 @@ import pytest
 
 from impl.broker.web.admin_client import AdminClient, topic_path
 from tests.cluster.conftest import pulsar_ref, state
+from tests.cluster.test_cluster_offload import read_all, until_done
 from tests.cluster.test_cluster_pulsar_client import brokers, topics_of
-from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper]
 
@@ -36,26 +36,7 @@ def not_owning(cluster_dir: Path, topic: str) -> tuple[dict[str, Any], AdminClie
 
 
 def read_compacted(service_url: str, deadline_s: float) -> list[tuple[str, bytes]]:
-    """The compacted view from the earliest; the reader's creation retried until the topic has an owner."""
-    client = pulsar.Client(service_url, operation_timeout_seconds=5)
-    deadline = time.monotonic() + deadline_s
-    try:
-        while True:
-            try:
-                reader = client.create_reader(COMPACTED_TOPIC, pulsar.MessageId.earliest, is_read_compacted=True)
-                break
-            except pulsar.PulsarException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-        got = []
-        while reader.has_message_available():
-            msg = reader.read_next(10_000)
-            got.append((msg.partition_key(), msg.data()))
-        reader.close()
-        return got
-    finally:
-        client.close()
+    return [(m.partition_key(), m.data()) for m in read_all(service_url, deadline_s, COMPACTED_TOPIC, compacted=True)]
 
 
 def test_compaction_expiry_and_quota_across_two_brokers(cluster_dir: Path) -> None:
@@ -70,13 +51,7 @@ def test_compaction_expiry_and_quota_across_two_brokers(cluster_dir: Path) -> No
             producer.send(value, partition_key=key)
         _, admin = not_owning(cluster_dir, COMPACTED_TOPIC)
         admin.call("PUT", topic_path(COMPACTED_TOPIC) + "/compaction")
-        status: dict[str, Any] = {}
-
-        def compacted() -> bool:
-            status.update(admin.call("GET", topic_path(COMPACTED_TOPIC) + "/compaction"))
-            return status["status"] != "RUNNING"
-
-        wait_for(compacted, "the compaction to finish", timeout_s=30)
+        status = until_done(admin, topic_path(COMPACTED_TOPIC) + "/compaction", "the compaction to finish")
         assert status["status"] == "SUCCESS", status
         for key, value in TAIL:
             producer.send(value, partition_key=key)

@@ -47,15 +47,16 @@ def bookie_copy_exists(admin: AdminClient, ledger_id: int) -> bool:
     return True
 
 
-def read_all(service_url: str, deadline_s: float) -> list[bytes]:
-    """Every message from the earliest, by a reader; its creation retried (short operations, so that the
-    client does not back off for long) until the other broker has taken the topic over."""
+def read_all(service_url: str, deadline_s: float, topic: str = TOPIC, compacted: bool = False) -> list[pulsar.Message]:
+    """Every message of `topic` from the earliest, by a reader (of its compacted view with `compacted`); its
+    creation retried (short operations, so that the client does not back off for long) until a broker serves
+    the topic, e.g. until the other broker has taken it over."""
     client = pulsar.Client(service_url, operation_timeout_seconds=5)
     deadline = time.monotonic() + deadline_s
     try:
         while True:
             try:
-                reader = client.create_reader(TOPIC, pulsar.MessageId.earliest)
+                reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=compacted)
                 break
             except pulsar.PulsarException:
                 if time.monotonic() > deadline:
@@ -63,11 +64,23 @@ def read_all(service_url: str, deadline_s: float) -> list[bytes]:
                 time.sleep(0.5)
         got = []
         while reader.has_message_available():
-            got.append(reader.read_next(10_000).data())
+            got.append(reader.read_next(10_000))
         reader.close()
         return got
     finally:
         client.close()
+
+
+def until_done(admin: AdminClient, path: str, what: str) -> dict[str, Any]:
+    """GET `path` (an offload's or a compaction's status) until it is no longer RUNNING; its last answer."""
+    status: dict[str, Any] = {}
+
+    def finished() -> bool:
+        status.update(admin.call("GET", path))
+        return status["status"] != "RUNNING"
+
+    wait_for(finished, what, timeout_s=30)
+    return status
 
 
 def offload_across_a_takeover(cluster_dir: Path, objects: Callable[[], list[str]], *options: str) -> None:
@@ -95,13 +108,7 @@ def offload_across_a_takeover(cluster_dir: Path, objects: Callable[[], list[str]
     # Offload through the broker that does not own the topic: its 307 names the owner.
     other = AdminClient(f"http://127.0.0.1:{survivor['web_port']}")
     other.call("PUT", topic_path(TOPIC) + "/offload", body=LATEST)
-    status_of: dict[str, Any] = {}
-
-    def finished() -> bool:
-        status_of.update(other.call("GET", topic_path(TOPIC) + "/offload"))
-        return status_of["status"] != "RUNNING"
-
-    wait_for(finished, "the offload to finish", timeout_s=30)
+    status_of = until_done(other, topic_path(TOPIC) + "/offload", "the offload to finish")
     assert status_of["status"] == "SUCCESS", status_of
     listed = ledgers(other)
     assert len(listed) == 4 and [x["entries"] for x in listed[:3]] == [PER_LEDGER] * 3, listed
@@ -120,7 +127,8 @@ def offload_across_a_takeover(cluster_dir: Path, objects: Callable[[], list[str]
     assert kill.returncode == 0, kill.stderr
     # Only the survivor: the reads after the takeover can come from nowhere but the offload store (the first
     # three ledgers) and the bookies (the last one, recovered by the new owner).
-    assert read_all(f"pulsar://127.0.0.1:{survivor['pulsar_port']}", deadline_s=60) == EXPECTED
+    read = read_all(f"pulsar://127.0.0.1:{survivor['pulsar_port']}", deadline_s=60)
+    assert [m.data() for m in read] == EXPECTED
     assert topics_of(survivor, [TOPIC]) == [TOPIC]
     after = ledgers(other)
     assert [x["ledgerId"] for x in after[:3]] == offloaded
