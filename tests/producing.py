@@ -44,14 +44,7 @@ class Producing:
 
 def drain(consumer: pulsar.Consumer, wait_ms: int = 1000) -> list[pulsar.Message]:
     """Everything the consumer gets until it has been quiet for `wait_ms`, acknowledged."""
-    out = []
-    while True:
-        try:
-            m = consumer.receive(wait_ms)
-        except pulsar.Timeout:
-            return out
-        consumer.acknowledge(m)
-        out.append(m)
+    return receive_all(consumer, 0, quiet_ms=wait_ms)
 
 
 def receive_all(

@@ -17,6 +17,7 @@ import pytest
 from impl.broker.web.admin_client import topic_path
 from impl.web.http import HttpError
 from tests.broker.pulsar_standalone import Standalone, running_standalone
+from tests.producing import receive_all
 
 pytestmark = pytest.mark.processes
 
@@ -80,15 +81,8 @@ def fill(client: pulsar.Client, topic: str, n: int) -> None:
 
 def drain(client: pulsar.Client, topic: str) -> list[bytes]:
     consumer = client.subscribe(topic, "sub")
-    got: list[bytes] = []
-    try:
-        while True:
-            # Every drain here expects a message: a busy machine may be slow to the first.
-            msg = consumer.receive(2_000 if got else 10_000)
-            got.append(msg.data())
-            consumer.acknowledge(msg)
-    except pulsar.Timeout:
-        pass
+    # Every drain here expects a message: a busy machine may be slow to the first (receive_all's 10 s).
+    got = [m.data() for m in receive_all(consumer, 1, quiet_ms=2_000)]
     consumer.close()
     return got
 
