@@ -170,6 +170,11 @@ def compact(admin_url: str, topic: str, credentials: Credentials, timeout_s: flo
     return ended
 
 
+def describe_compactions(ended: dict[str, str]) -> str:
+    """How each topic's compaction on demand ended, for a line of output: `t1 SUCCESS, t2 timed out`."""
+    return ", ".join(f"{topic.rsplit('/', 1)[-1]} {outcome}" for topic, outcome in ended.items())
+
+
 def read_back(events: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     """Per topic, from a history's events: the ledgers an `ok` final read went through that its invoke named
     `offloaded`, and how many entries it returned from them (read from the offloaded copies)."""

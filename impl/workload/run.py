@@ -475,7 +475,7 @@ class Workload:
         finally:
             if session is not None:
                 session.close()
-            shown = ", ".join(f"{t.rsplit('/', 1)[-1]} {e}" for t, e in self._compacted_under_faults.items())
+            shown = lifecycle.describe_compactions(self._compacted_under_faults)
             later = "" if self._appends_done.is_set() else " (the producers still sending)"
             progress(f"compactions on demand under faults: {shown or 'none'}{later}")
 

@@ -14,7 +14,12 @@ from impl.cluster.deployment import Cluster, ClusterError
 from impl.cluster.instance import Instance
 from impl.workload.geo import InstanceNodes
 from impl.workload.history import HistoryWriter
-from impl.workload.lifecycle import COMPACTION_THRESHOLD_BYTES, MESSAGE_TTL_S, OFFLOAD_THRESHOLD_BYTES
+from impl.workload.lifecycle import (
+    COMPACTION_THRESHOLD_BYTES,
+    MESSAGE_TTL_S,
+    OFFLOAD_THRESHOLD_BYTES,
+    describe_compactions,
+)
 from impl.workload.nemesis import DEFAULT_STALL_S, FAULTS, Nemesis, NemesisError
 from impl.workload.non_persistent import DOMAINS, PERSISTENT
 from impl.workload.operations import Credentials
@@ -338,7 +343,7 @@ def _finish(summary: Summary) -> int:
     if summary.compacted_under_faults:
         # Under a fault a compaction may fail or time out: reported, no error of the run.
         ended = summary.compacted_under_faults
-        others = ", ".join(f"{t.rsplit('/', 1)[-1]} {e}" for t, e in ended.items() if e != "SUCCESS")
+        others = describe_compactions({t: e for t, e in ended.items() if e != "SUCCESS"})
         done = sum(e == "SUCCESS" for e in ended.values())
         print(f"compactions on demand under faults: {done} of {len(ended)} SUCCESS" + (others and f" ({others})"))
     if summary.unhealed:
