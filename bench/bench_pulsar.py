@@ -3,6 +3,8 @@
 Deployments:
   standalone   `pulsar-ref standalone` (embedded metadata, three in-process bookies, one broker; E2/Qw2/Qa2)
   cluster      real ZooKeeper, three `pulsar-ref bookie` and two `pulsar-ref broker` processes (E2/Qw2/Qa2)
+  proxy        the same cluster with one `pulsar-ref proxy` in front: the client's service URL is the
+               proxy's, so its lookups and every topic's traffic go through the proxy (Pulsar's proxy)
   pulsar-lite  the `pulsar-lite` 0.2.0 broker (Rust, RocksDB, one process) from PyPI, as a peer
 
 Durability differs and every table says so: pulsar-ref acknowledges a message once Qa=2 bookies
@@ -18,21 +20,36 @@ Rows (1 KiB unless said otherwise), in this order, each on a topic of its own:
   consume            a backlog of --backlog messages (batched, then unbatched) read by a Shared consumer
                      that acknowledges each message
 
+Beside each row: the CPU (user + system, from /proc/<pid>/stat) the broker process(es) spent per message
+of the row, summed over the two brokers of cluster and proxy, and the proxy's own CPU per message in a
+column of its own. The standalone's one process holds its bookies and metadata store too; the cluster's
+brokers hold neither; pulsar-lite's process is the whole peer. A consume row's CPU is read around the reads
+only (and 0.5 s after, the acks' persistence), not the backlog's publish; the fixed-rate row's covers
+the publish and the delivery. After the rows: each broker's (and the proxy's) resident memory, at the
+end and at its peak (VmRSS, VmHWM from /proc/<pid>/status).
+
 Each table ends with a calibration line from the same run: the time of a fixed pure-Python loop
 and the load average, so that figures from another machine can be compared, and what the disk did
 during the fixed-rate row: a probe thread writes 1 KiB with O_DSYNC every 10 ms to a file of its own
 on the same disk and reports its write + fdatasync p50 and maximum, and how many took over 20 ms. All
 the bookies of a deployment share that disk, so a stall of the disk is a stall of every add.
 
+After the deployments' tables, each round prints one more: every row's figure per deployment, its ratio
+to pulsar-lite's, and the cluster's and the proxy's ratio to the standalone's (issue 46's target: within
+0.8x of the standalone: msg/s at least 0.8x of its, latency at most 1/0.8 = 1.25x of its). A ratio is
+always figure / peer. The round's figures go to bench/results/pulsar.jsonl (bench/dashboard.py), each
+with pulsar-lite's as its peer, and the cluster's and the proxy's also as "..., to the standalone".
+
 `--rows short` runs only async unbatched 1 KiB and consume unbatched (a quick look at the publish
 and delivery paths on a shared machine).
 `--rows fixed-rate` runs only the fixed-rate row, `--rounds N` times, each on a fresh deployment.
+`--rows fixed-rate short` runs both on each deployment, the fixed-rate row first.
 `--rows disk-probe` runs only the disk probe, for --seconds, `--rounds N` times, with no deployment
 and no client: what the disk does on its own, to read the fixed-rate rows against.
 
-    .venv/bin/python bench/bench_pulsar.py [--deployment standalone cluster pulsar-lite]
+    .venv/bin/python bench/bench_pulsar.py [--deployment standalone cluster proxy pulsar-lite]
         [--messages 100000] [--backlog 100000] [--rate 1000] [--seconds 10] [--rows fixed-rate --rounds 3]
-        [--rows short --messages 20000 --backlog 20000]
+        [--rows fixed-rate short --messages 20000 --backlog 20000]
 """
 
 from __future__ import annotations
@@ -41,6 +58,7 @@ import argparse
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,6 +66,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -110,12 +129,55 @@ class DiskProbe:
         )
 
 
+# ---- processes: CPU and memory from /proc ---------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_mib(pid: int) -> tuple[float, float]:
+    """(resident now, resident at its peak) of a process, MiB (VmRSS, VmHWM of /proc/<pid>/status)."""
+    found = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0]) / 1024  # kB
+    return found["VmRSS"], found["VmHWM"]
+
+
+class Meter:
+    """The CPU seconds a deployment's broker processes (summed) and its proxies spent between readings."""
+
+    def __init__(self, broker_pids: list[int], proxy_pids: list[int]) -> None:
+        self.broker_pids, self.proxy_pids = broker_pids, proxy_pids
+        self.reset()
+
+    def _read(self) -> tuple[float, float]:
+        return sum(map(cpu_seconds, self.broker_pids)), sum(map(cpu_seconds, self.proxy_pids))
+
+    def reset(self) -> None:
+        self._broker, self._proxy = self._read()
+
+    def per_message(self, n: int) -> tuple[float, float | None]:
+        """Microseconds per message of the brokers and of the proxies (None: there are none) since the last
+        reading; starts the next."""
+        broker, proxy = self._read()
+        used = ((broker - self._broker) / n * 1e6, (proxy - self._proxy) / n * 1e6 if self.proxy_pids else None)
+        self._broker, self._proxy = broker, proxy
+        return used
+
+
 # ---- deployments ---------------------------------------------------------------------------
 
 
 class Standalone:
     name = "standalone"
-    durability = "ack after Qa=2 bookies fsynced (E2/Qw2/Qa2)"
+    durability = "ack after Qa=2 bookies fsynced (E2/Qw2/Qa2); one process: broker, bookies, metadata"
 
     def __init__(self, data: Path, *options: str) -> None:
         """`options`: more `pulsar-ref standalone` arguments (`--secure`: `tls_url`, `token`, `trust` are set)."""
@@ -128,7 +190,7 @@ class Standalone:
         line = self.proc.stdout.readline()
         found = re.search(r"Pulsar clients: (pulsar://\S+);", line)
         if not found:
-            self.proc.kill()
+            self.stop()
             raise RuntimeError(f"standalone did not start: {line!r}")
         self.url = found.group(1)
         tls = re.search(r"TLS: (pulsar\+ssl://\S+),", line)
@@ -136,24 +198,55 @@ class Standalone:
         secure = re.search(r"super-user token (\S+); trust certs (\S+)", line)
         self.token = Path(secure.group(1)).read_text().strip() if secure else ""
         self.trust = secure.group(2) if secure else ""
+        self.broker_pids, self.proxy_pids = [self.proc.pid], list[int]()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
+        _stop(self.proc, 60)
+
+
+def _stop(proc: subprocess.Popen[Any], timeout_s: float) -> None:
+    """SIGTERM, and SIGKILL when it has not exited within `timeout_s`."""
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class ClusterDeployment:
     name = "cluster"
     durability = "ack after Qa=2 bookies fsynced (E2/Qw2/Qa2), 2 brokers"
+    proxies = 0
 
     def __init__(self, data: Path) -> None:
-        self.cluster = Cluster.plan(data, bookies=3, brokers=2, die_with_parent=True, broker_options=QUORUMS)
-        self.cluster.up()
+        self.cluster = Cluster.plan(
+            data, bookies=3, brokers=2, proxies=self.proxies, die_with_parent=True, broker_options=QUORUMS
+        )
+        try:
+            self.cluster.up()
+            self.broker_pids = self._pids("broker")
+            self.proxy_pids = self._pids("proxy")
+        except BaseException:
+            self.cluster.down()
+            raise
         assert self.cluster.pulsar_service_url is not None
-        self.url = self.cluster.pulsar_service_url
+        self.url = self.cluster.pulsar_service_url  # the proxy's when there is one
+
+    def _pids(self, role: str) -> list[int]:
+        pids = [node.pid() for node in self.cluster.nodes(role)]
+        if None in pids:
+            raise RuntimeError(f"a {role} of the cluster has no process: {pids}")
+        return [pid for pid in pids if pid is not None]
 
     def stop(self) -> None:
         self.cluster.down()
+
+
+class ProxyDeployment(ClusterDeployment):
+    name = "proxy"
+    durability = "ack after Qa=2 bookies fsynced (E2/Qw2/Qa2), 2 brokers behind 1 proxy (the client's service URL)"
+    proxies = 1
 
 
 class PulsarLite:
@@ -169,11 +262,13 @@ class PulsarLite:
             [str(binary), "--addr", f"127.0.0.1:{port}", "--db-path", str(data), "--log-level", "error"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=data.parent,
         )  # fmt: skip
+        self.broker_pids, self.proxy_pids = [self.proc.pid], list[int]()
         self.url = f"pulsar://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                c = pulsar.Client(self.url, operation_timeout_seconds=5)
+                socket.create_connection(("127.0.0.1", port), 1).close()  # a client would log each refusal
+                c = pulsar.Client(self.url, operation_timeout_seconds=5, logger=QUIET)
                 c.create_producer("persistent://public/default/ready").send(b"x")
                 c.close()
                 return
@@ -183,15 +278,20 @@ class PulsarLite:
         raise RuntimeError("pulsar-lite did not start")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
+        _stop(self.proc, 30)
 
 
-DEPLOYMENTS: dict[str, Callable[[Path], Standalone | ClusterDeployment | PulsarLite]] = {
+Deployment = Standalone | ClusterDeployment | PulsarLite
+DEPLOYMENTS: dict[str, Callable[[Path], Deployment]] = {
     "standalone": Standalone,
     "cluster": ClusterDeployment,
+    "proxy": ProxyDeployment,
     "pulsar-lite": PulsarLite,
 }
+QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)  # the client's INFO lines would bury the tables
+PEER = "pulsar-lite"
+BASE = "standalone"  # the cluster's and the proxy's rows within 0.8x of its (issue 46)
+WITHIN = 0.8
 
 
 # ---- rows ----------------------------------------------------------------------------------
@@ -247,14 +347,20 @@ def async_send(client: pulsar.Client, n: int, size: int, batching: bool, name: s
     return rate
 
 
-def consume_backlog(client: pulsar.Client, n: int, batched: bool) -> float:
+def consume_backlog(client: pulsar.Client, n: int, batched: bool, meter: Meter | None = None) -> float:
+    """msg/s reading a backlog of `n`; `meter`, when given, is reset after the backlog's publish and read
+    0.5 s after the last receive (the acks' persistence) by the caller."""
     name = topic("backlog")
     consumer = client.subscribe(name, "bench", consumer_type=pulsar.ConsumerType.Shared)
     async_send(client, n, 1024, batched, name)
+    if meter is not None:
+        meter.reset()
     start = time.perf_counter()
     for _ in range(n):
         consumer.acknowledge(consumer.receive(30_000))
     rate = n / (time.perf_counter() - start)
+    if meter is not None:
+        time.sleep(0.5)
     consumer.close()
     return rate
 
@@ -291,74 +397,166 @@ def fixed_rate(client: pulsar.Client, rate: int, seconds: float) -> tuple[float,
     return pct(published, 50), pct(published, 99), pct(arrived, 50), pct(arrived, 99)
 
 
+def unit(name: str) -> str:
+    """The unit of a figure, by its name."""
+    if name.endswith(" CPU"):
+        return "us/msg"
+    if name.endswith(" RSS"):
+        return "MiB"
+    return "ms" if name.endswith(("p50", "p99")) else "msg/s"
+
+
+class Table:
+    """One deployment's table: a line per row, with its CPU per message; the figures by name."""
+
+    def __init__(self, deployment: str, durability: str, meter: Meter, figures: dict[str, float]) -> None:
+        self.meter, self.figures = meter, figures
+        self.lines = [
+            f"### {deployment}: {durability}",
+            "",
+            "| row | msg/s | p50 ms | p99 ms | broker CPU us/msg | proxy CPU us/msg | target |",
+            "|---|---|---|---|---|---|---|",
+        ]
+
+    def add(
+        self, name: str, rate: float, n: int, p50: str = "", p99: str = "", target: str = "", key: str = ""
+    ) -> None:
+        """A row that just ran `n` messages, its CPU since the meter's last reading; `key` (`name` up to its
+        first " (" unless given) names its figures ("<key>, broker CPU", "<key>, proxy CPU")."""
+        broker, proxy = self.meter.per_message(n)
+        key = key or name.split(" (")[0]
+        self.figures[f"{key}, broker CPU"] = broker
+        cell = ""
+        if proxy is not None:
+            self.figures[f"{key}, proxy CPU"] = proxy
+            cell = f"{proxy:.0f}"
+        self.lines.append(f"| {name} | {rate:,.0f} | {p50} | {p99} | {broker:.0f} | {cell} | {target} |")
+
+    def memory(self, role: str, pids: list[int]) -> None:
+        """The processes' resident memory, now and at its peak; the figure is the sum of the peaks."""
+        if not pids:
+            return
+        sizes = [memory_mib(pid) for pid in pids]
+        self.figures[f"{role} peak RSS"] = sum(peak for _, peak in sizes)
+        each = ", ".join(f"{now:.0f} (peak {peak:.0f})" for now, peak in sizes)
+        self.lines.append(f"{role} RSS MiB at the end: {each}")
+
+
 def run(deployment: str, args: argparse.Namespace, work: Path, figures: dict[str, float] | None = None) -> list[str]:
-    """One deployment's rows, printed as a table; `figures` gets each row's figure (msg/s or p99 ms) by name."""
+    """One deployment's rows, printed as a table; `figures` gets each row's figure (msg/s, ms, CPU us/msg,
+    MiB) by name."""
     figures = {} if figures is None else figures
     work.mkdir(parents=True, exist_ok=True)
     target = DEPLOYMENTS[deployment](work / deployment)
-    lines = [
-        f"### {deployment}: {target.durability}",
-        "",
-        "| row | msg/s | p50 ms | p99 ms | target |",
-        "|---|---|---|---|---|",
-    ]
-    quiet = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)  # the client's INFO lines would bury the tables
-    client = pulsar.Client(target.url, operation_timeout_seconds=60, logger=quiet)
     try:
-        if args.rows == "short":
-            with DiskProbe(work) as disk:
-                rate = figures["async unbatched"] = async_send(client, args.messages, 1024, False)
-                lines.append(f"| async unbatched | {rate:,.0f} | | | >= {TARGETS['async unbatched']:,} |")
-                rate = figures["consume unbatched"] = consume_backlog(client, args.backlog, False)
-            backlog = f"consume unbatched ({args.backlog:,} backlog, Shared, acks)"
-            lines.append(f"| {backlog} | {rate:,.0f} | | | >= {TARGETS['consume unbatched']:,} |")
-            return finish(lines, client, target, disk, "during the two rows")
-        # The fixed-rate row first, on the fresh deployment: after the backlog rows the broker goes on
-        # trimming, persisting cursors and collecting a large heap for a while.
-        with DiskProbe(work) as disk:
-            p50, p99, e50, e99 = fixed_rate(client, args.rate, args.seconds)
-        figures[f"fixed {args.rate:,} msg/s, publish p99"] = p99
-        figures[f"fixed {args.rate:,} msg/s, end-to-end p50"] = e50
-        # What the broker adds after the receipt: the issue's target is 0.5 ms (issue 46).
-        figures[f"fixed {args.rate:,} msg/s, delivery after publish p50"] = e50 - p50
-        lines.append(
-            f"| fixed {args.rate:,} msg/s, publish latency | {args.rate:,} | {p50:.2f} | {p99:.2f} | p99 < 20 |"
-        )
-        lines.append(f"| fixed {args.rate:,} msg/s, end-to-end latency | {args.rate:,} | {e50:.2f} | {e99:.2f} | |")
-        if args.rows == "fixed-rate":
-            return finish(lines, client, target, disk)
-        rate, p50, p99 = sync_send(client, min(args.messages, 5000))
-        lines.append(f"| sync send 1 KiB | {rate:,.0f} | {p50:.2f} | {p99:.2f} | |")
-        for name, size, batching in (
-            ("async unbatched", 1024, False),
-            ("async batched 100 B", 100, True),
-            ("async batched 1 KiB", 1024, True),
-        ):
-            rate = figures[name] = async_send(client, args.messages, size, batching)
-            lines.append(f"| {name} | {rate:,.0f} | | | >= {TARGETS[name]:,} |")
-        for name, batched in (("consume batched", True), ("consume unbatched", False)):
-            rate = figures[name] = consume_backlog(client, args.backlog, batched)
-            lines.append(
-                f"| {name} ({args.backlog:,} backlog, Shared, acks) | {rate:,.0f} | | | >= {TARGETS[name]:,} |"
-            )
-    except BaseException:
-        client.close()
+        client = pulsar.Client(target.url, operation_timeout_seconds=60, logger=QUIET)
+        try:
+            table = Table(deployment, target.durability, Meter(target.broker_pids, target.proxy_pids), figures)
+            during = rows(client, args, table, work)
+            table.lines.append("")
+            table.memory("broker", target.broker_pids)
+            table.memory("proxy", target.proxy_pids)
+        finally:
+            client.close()
+    finally:
         target.stop()
-        raise
-    return finish(lines, client, target, disk)
-
-
-def finish(
-    lines: list[str],
-    client: pulsar.Client,
-    target: Standalone | ClusterDeployment | PulsarLite,
-    disk: DiskProbe,
-    during: str = "during the fixed-rate row",
-) -> list[str]:
-    client.close()
-    target.stop()
-    lines += ["", f"{calibration()}; {disk.summary(during)}", ""]
+    lines = [*table.lines, "", f"{calibration()}; {during}", ""]
     print("\n".join(lines), flush=True)
+    return lines
+
+
+def rows(client: pulsar.Client, args: argparse.Namespace, table: Table, work: Path) -> str:
+    """The rows `args.rows` asks for into `table`; returns what the disk probe saw."""
+    figures, chosen = table.figures, set(args.rows)
+    with DiskProbe(work) as disk:
+        if "fixed-rate" in chosen or "all" in chosen:
+            # The fixed-rate row first, on the fresh deployment: after the backlog rows the broker goes on
+            # trimming, persisting cursors and collecting a large heap for a while.
+            table.meter.reset()
+            p50, p99, e50, e99 = fixed_rate(client, args.rate, args.seconds)
+            fixed = f"fixed {args.rate:,} msg/s"
+            figures[f"{fixed}, publish p99"] = p99
+            figures[f"{fixed}, end-to-end p50"] = e50
+            # What the broker adds after the receipt: the issue's target is 0.5 ms (issue 46).
+            figures[f"{fixed}, delivery after publish p50"] = e50 - p50
+            n = int(args.rate * args.seconds)
+            table.add(f"{fixed}, publish latency", args.rate, n, f"{p50:.2f}", f"{p99:.2f}", "p99 < 20", fixed)
+            table.lines.append(f"| {fixed}, end-to-end latency | {args.rate:,} | {e50:.2f} | {e99:.2f} | | | |")
+        if "short" in chosen:
+            table.meter.reset()
+            rate = figures["async unbatched"] = async_send(client, args.messages, 1024, False)
+            table.add("async unbatched", rate, args.messages, target=f">= {TARGETS['async unbatched']:,}")
+            rate = figures["consume unbatched"] = consume_backlog(client, args.backlog, False, table.meter)
+            backlog = f"consume unbatched ({args.backlog:,} backlog, Shared, acks)"
+            table.add(backlog, rate, args.backlog, target=f">= {TARGETS['consume unbatched']:,}")
+    during = {
+        frozenset({"short"}): "during the two rows",
+        frozenset({"fixed-rate", "short"}): "during the fixed-rate row and the two short rows",
+    }.get(frozenset(chosen), "during the fixed-rate row")
+    if "all" not in chosen:
+        return disk.summary(during)
+    table.meter.reset()
+    rate, p50, p99 = sync_send(client, min(args.messages, 5000))
+    table.add("sync send 1 KiB", rate, min(args.messages, 5000), f"{p50:.2f}", f"{p99:.2f}")
+    for name, size, batching in (
+        ("async unbatched", 1024, False),
+        ("async batched 100 B", 100, True),
+        ("async batched 1 KiB", 1024, True),
+    ):
+        table.meter.reset()
+        rate = figures[name] = async_send(client, args.messages, size, batching)
+        table.add(name, rate, args.messages, target=f">= {TARGETS[name]:,}")
+    for name, batched in (("consume batched", True), ("consume unbatched", False)):
+        rate = figures[name] = consume_backlog(client, args.backlog, batched, table.meter)
+        table.add(
+            f"{name} ({args.backlog:,} backlog, Shared, acks)", rate, args.backlog, target=f">= {TARGETS[name]:,}"
+        )
+    return disk.summary(during)
+
+
+def within(name: str, ratio: float) -> str:
+    """Issue 46's verdict on a cluster or proxy figure / the standalone's ("" for CPU and memory)."""
+    kind = unit(name)
+    if kind == "msg/s":
+        return "met" if ratio >= WITHIN else "NOT met"
+    if kind == "ms" and "delivery after publish" not in name:
+        return "met" if ratio <= 1 / WITHIN else "NOT met"
+    return ""
+
+
+def compare(figures: dict[str, dict[str, float]]) -> list[str]:
+    """The round's figures side by side: each deployment's, its ratio to pulsar-lite's and the cluster's and
+    the proxy's to the standalone's (figure / peer; the verdict of issue 46's "within 0.8x")."""
+    deployments = list(figures)
+    ours = [d for d in deployments if d != PEER]
+    to_peer = [d for d in ours if PEER in figures]
+    to_base = [d for d in ours if d != BASE and BASE in figures]
+    header = ["row", *deployments, *(f"{d} / {PEER}" for d in to_peer), *(f"{d} / {BASE}" for d in to_base)]
+    lines = [
+        f"### the round's ratios (figure / peer; within {WITHIN}x of the {BASE}: msg/s >= {WITHIN}x, "
+        f"latency <= {1 / WITHIN:.2f}x)",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    names = list(dict.fromkeys(name for d in deployments for name in figures[d]))
+
+    def ratio(d: str, peer: str, name: str) -> float | None:
+        value, other = figures[d].get(name), figures[peer].get(name)
+        return value / other if value is not None and other else None
+
+    for name in names:
+        cells = [f"{name} ({unit(name)})"]
+        digits = 2 if unit(name) == "ms" else 0
+        cells += [f"{figures[d][name]:,.{digits}f}" if name in figures[d] else "" for d in deployments]
+        for d in to_peer:
+            r = ratio(d, PEER, name)
+            cells.append("" if r is None else f"{r:.2f}")
+        for d in to_base:
+            r = ratio(d, BASE, name)
+            verdict = "" if r is None else within(name, r)
+            cells.append("" if r is None else f"{r:.2f}" + (f" {verdict}" if verdict else ""))
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -370,22 +568,36 @@ def probe_disk(seconds: float, work: Path) -> None:
     print(f"{calibration()}; {disk.summary(f'alone for {seconds:g} s')}", flush=True)
 
 
-def record(figures: dict[str, dict[str, float]], calibration_line: str) -> None:
-    """One round's figures to bench/results/pulsar.jsonl, pulsar-lite's as each row's peer when it ran."""
-    peer = figures.get("pulsar-lite", {})
-    ours = [d for d in figures if d != "pulsar-lite"] or ["pulsar-lite"]
-    rows = []
+def records(figures: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """One round's rows for bench/results/pulsar.jsonl: each figure with pulsar-lite's as its peer when it ran,
+    and the cluster's and the proxy's once more as "<deployment>: <row>, to the standalone", the standalone's
+    figure as the peer (issue 46's 0.8x)."""
+    peer, base = figures.get(PEER, {}), figures.get(BASE, {})
+    ours = [d for d in figures if d != PEER] or [PEER]
+    out = []
     for deployment in ours:
         for name, value in figures[deployment].items():
-            unit = "ms" if name.endswith(("p50", "p99")) else "msg/s"
-            other = peer.get(name) if deployment != "pulsar-lite" else None
-            rows.append(row(f"{deployment}: {name}", value, unit, "pulsar-lite" if other else None, other))
-    append("pulsar", rows, calibration=calibration_line)
+            other = peer.get(name) if deployment != PEER else None
+            out.append(row(f"{deployment}: {name}", value, unit(name), PEER if other else None, other))
+    for deployment in ours:
+        if deployment in (BASE, PEER):
+            continue
+        for name, value in figures[deployment].items():
+            if base.get(name):
+                out.append(row(f"{deployment}: {name}, to the {BASE}", value, unit(name), BASE, base[name]))
+    return out
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--deployment", nargs="+", choices=list(DEPLOYMENTS), default=list(DEPLOYMENTS))
+    parser.add_argument(
+        "--deployment",
+        nargs="+",
+        choices=list(DEPLOYMENTS),
+        default=list(DEPLOYMENTS),
+        help="the deployments to run, in this order (all four: " + " ".join(DEPLOYMENTS) + "); `proxy` is the "
+        "2-broker cluster behind one `pulsar-ref proxy`",
+    )
     parser.add_argument(
         "--messages",
         type=int,
@@ -397,24 +609,36 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="fixed-rate row or disk probe: seconds (10)")
     parser.add_argument(
         "--rows",
+        nargs="+",
         choices=["all", "short", "fixed-rate", "disk-probe"],
-        default="all",
-        help="every row, async unbatched + consume unbatched, the fixed-rate row, or the disk probe alone (all)",
+        default=["all"],
+        help="every row; async unbatched + consume unbatched; the fixed-rate row (`fixed-rate short`: both); "
+        "or the disk probe alone (all)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="runs of each deployment, each a fresh one (1)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    alone = {"all", "disk-probe"} & set(args.rows)
+    if alone and len(set(args.rows)) > 1:
+        parser.error(f"--rows {alone.pop()} goes alone; only fixed-rate and short combine")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-pulsar-"))
     print(f"command: {' '.join(sys.argv)}\n{calibration()}\n", flush=True)
     try:
         for round_ in range(args.rounds):
-            if args.rows == "disk-probe":
+            if args.rows == ["disk-probe"]:
                 probe_disk(args.seconds, work)
                 continue
             start = calibration()
             figures = {deployment: dict[str, float]() for deployment in args.deployment}
             for deployment in args.deployment:
                 run(deployment, args, work / f"round-{round_}", figures[deployment])
-            record(figures, f"{start} (start of the round); {calibration()} (end)")
+            end = calibration()
+            print("\n".join([*compare(figures), "", end, ""]), flush=True)
+            append("pulsar", records(figures), calibration=f"{start} (start of the round); {end} (end)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
