@@ -38,7 +38,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Literal
 
-from impl.bookie.client.api import BookKeeperClient, ReadHandle, WriteHandle
+from impl.bookie.client.api import BookKeeperClient, LedgerEntry, ReadHandle, WriteHandle
 from impl.bookie.client.errors import (
     BadRequestError,
     LedgerClientError,
@@ -143,6 +143,7 @@ log = logging.getLogger(__name__)
 
 Step = Callable[[], list[Output]]  # one step of the core under the lock: it calls `step` with its event(s)
 AddCallback = Callable[["Position | ManagedLedgerError"], None]  # where the entry is, or why it is not
+ReadCallback = Callable[["list[tuple[Position, bytes]] | ManagedLedgerError"], None]  # the entries, or why not
 DEFAULT_TIMEOUT_S = 60.0
 OPEN_ATTEMPTS = 5  # an open that lost the list to the previous owner's rollover reads it again
 
@@ -748,16 +749,68 @@ class ManagedLedger:
         for a bookie. The entries, and whether it stopped at such an entry (confirmed, to read with `read`)."""
         return self._read(start, max_entries, cached_only=True)
 
-    def _read(
-        self, start: Position | None, max_entries: int, cached_only: bool
-    ) -> tuple[list[tuple[Position, bytes]], bool]:
+    def read_with_callback(self, start: Position | None, max_entries: int, callback: ReadCallback) -> None:
+        """As `read`, without waiting for a bookie (Pulsar's asyncReadEntries): `callback(entries)`, or
+        `callback(ManagedLedgerError)` when the bookies could not serve them. The entries the cache holds
+        from `start` on come at once (inline); at the first one it does not hold, the read goes to the
+        bookies for the run of entries of that ledger after it, and the callback comes on the bookie
+        client's thread once they answered, so a caller serving consumers is never held by a bookie. A
+        read of an offloaded ledger still waits (inline). Raises as `read` when the ledger is unusable."""
+        wanted, offloaded = self._wanted(start, max_entries)
+        cached: list[tuple[Position, bytes]] = []
+        for position in wanted:
+            data = self.cache.get(position)
+            if data is None:
+                break
+            cached.append((position, data))
+        if cached or not wanted:
+            callback(cached)  # the misses after these are the next read's (no wait for them now)
+            return
+        ledger_id, first = wanted[0].ledger_id, wanted[0].entry_id
+        last = max(p.entry_id for p in wanted if p.ledger_id == ledger_id)
+        if ledger_id in offloaded:
+            try:
+                callback(self._read(start, max_entries, cached_only=False)[0])
+            except ManagedLedgerError as e:
+                callback(e)
+            return
+
+        def done(outcome: list[LedgerEntry] | LedgerClientError) -> None:
+            if isinstance(outcome, BaseException):
+                callback(self._read_error(ledger_id, first, last, outcome))
+            else:
+                callback([(Position(ledger_id, e.entry_id), e.payload) for e in outcome])
+
+        try:
+            self._handle(ledger_id).read_with_callback(first, last, done)
+        except NoSuchLedger:  # trimmed while we read: nothing, as `read`
+            callback([])
+        except (LedgerClientError, MetadataError, TimeoutError) as e:
+            callback(self._read_error(ledger_id, first, last, e))
+
+    def _read_error(self, ledger_id: int, first: int, last: int, e: BaseException) -> ManagedLedgerError:
+        return ManagedLedgerError(
+            self.name,
+            f"read of ledger {ledger_id} entries {first}..{last} failed ({type(e).__name__}: {e}); "
+            "retry when the bookies are back",
+        )
+
+    def _wanted(
+        self, start: Position | None, max_entries: int
+    ) -> tuple[list[Position], dict[int, OffloadContext | None]]:
+        """The positions of up to `max_entries` confirmed entries from `start`, and the offloaded ledgers."""
         if max_entries < 0:
             raise ValueError(f"max_entries must be >= 0, got {max_entries}")
         with self._state() as core:
             core.check_usable()
             view = core.view()
             offloaded = {i.ledger_id: i.offload for i in core.ledgers if i.offloaded}
-        wanted = list(itertools.islice(view.positions(start), max_entries))
+        return list(itertools.islice(view.positions(start), max_entries)), offloaded
+
+    def _read(
+        self, start: Position | None, max_entries: int, cached_only: bool
+    ) -> tuple[list[tuple[Position, bytes]], bool]:
+        wanted, offloaded = self._wanted(start, max_entries)
         result: list[tuple[Position, bytes]] = []
         i = 0
         while i < len(wanted):
@@ -782,11 +835,7 @@ class ManagedLedger:
             except NoSuchLedger:
                 break  # trimmed while we read
             except (LedgerClientError, MetadataError, TimeoutError) as e:
-                raise ManagedLedgerError(
-                    self.name,
-                    f"read of ledger {ledger_id} entries {wanted[i].entry_id}..{wanted[j].entry_id} "
-                    f"failed ({type(e).__name__}: {e}); retry when the bookies are back",
-                ) from e
+                raise self._read_error(ledger_id, wanted[i].entry_id, wanted[j].entry_id, e) from e
             result += [(Position(ledger_id, entry_id), payload) for entry_id, payload in entries]
             i = j + 1
         return result, False
@@ -826,6 +875,10 @@ class ManagedLedger:
         self.cache.evict_through(position)
 
     def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
+        return [(e.entry_id, e.payload) for e in self._handle(ledger_id).read(first, last)]
+
+    def _handle(self, ledger_id: int) -> WriteHandle | ReadHandle:
+        """The ledger's handle to read from: its writer's, else one opened (once; a metadata read)."""
         with self._handles_lock:
             handle: WriteHandle | ReadHandle | None = self._readers.get(ledger_id) or self._writers.get(ledger_id)
         if handle is None:
@@ -833,7 +886,7 @@ class ManagedLedger:
             with self._handles_lock:
                 self._readers[ledger_id] = opened
             handle = opened
-        return [(e.entry_id, e.payload) for e in handle.read(first, last)]
+        return handle
 
     # ---- cursors ------------------------------------------------------------------------------
 

@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 30.0
 
 AddCallback = Callable[[int | LedgerClientError], None]  # the confirmed entry id, or why the add failed
+ReadCallback = Callable[["list[LedgerEntry] | LedgerClientError"], None]  # the entries read, or why not
 _Sent = tuple[BookieId, Any, Callable[[Any], None]]  # a request to send: bookie, request, whom to tell its answer
 
 
@@ -361,16 +362,24 @@ class BookKeeperClient:
 
     def _read(self, ledger_id: int, metadata: LedgerMetadata, first: int, last: int) -> list[LedgerEntry]:
         future: Future[list[LedgerEntry]] = Future()
+        self._read_with_callback(ledger_id, metadata, first, last, partial(settle, future))
+        return _wait(future, self.timeout_s, f"read of ledger {ledger_id} entries {first}..{last}")
+
+    def _read_with_callback(
+        self, ledger_id: int, metadata: LedgerMetadata, first: int, last: int, callback: ReadCallback
+    ) -> None:
+        """Start the read; `callback(entries)` or `callback(error)` once it is done, on the transport's
+        thread (or this one, when the transport answers inline). Nothing waits: the transport owns the
+        timeouts, so the read always ends."""
 
         def on_event(event: Any) -> None:
             if isinstance(event, ReadCompleted):
-                future.set_result(list(event.entries))
+                callback(list(event.entries))
             elif isinstance(event, ReadFailed):
-                future.set_exception(event.error)
+                callback(event.error)
 
         op = ReadOp(ledger_id, metadata, first, last)
         _Driver(self, op, on_event).feed(partial(op.step, Start()))
-        return _wait(future, self.timeout_s, f"read of ledger {ledger_id} entries {first}..{last}")
 
     def _read_lac(self, ledger_id: int, metadata: LedgerMetadata) -> int:
         future: Future[int] = Future()
@@ -464,6 +473,11 @@ class WriteHandle:
         _check_range(self.ledger_id, first, last, self.writer.last_add_confirmed)
         return self.client._read(self.ledger_id, self.writer.metadata, first, last)
 
+    def read_with_callback(self, first: int, last: int, callback: ReadCallback) -> None:
+        """`read` without waiting: see `BookKeeperClient._read_with_callback` (a bad range raises here)."""
+        _check_range(self.ledger_id, first, last, self.writer.last_add_confirmed)
+        self.client._read_with_callback(self.ledger_id, self.writer.metadata, first, last, callback)
+
     def _on_event(self, event: Any) -> None:
         if isinstance(event, AddCompleted):
             self._waiters.pop(event.entry_id)(event.entry_id)
@@ -517,3 +531,8 @@ class ReadHandle:
     def read(self, first: int, last: int) -> list[LedgerEntry]:
         _check_range(self.ledger_id, first, last, self._lac)
         return self.client._read(self.ledger_id, self.metadata, first, last)
+
+    def read_with_callback(self, first: int, last: int, callback: ReadCallback) -> None:
+        """`read` without waiting: see `BookKeeperClient._read_with_callback` (a bad range raises here)."""
+        _check_range(self.ledger_id, first, last, self._lac)
+        self.client._read_with_callback(self.ledger_id, self.metadata, first, last, callback)
