@@ -10,7 +10,9 @@ Threads: the Pulsar listener's and the web service's handlers call in from sever
 Each topic has a lock for loading and publishing order; each subscription has a lock around its
 dispatcher. New entries are dispatched on the managed ledger's delivering thread when that cannot wait
 (`Subscription.entries_added`: the subscription's lock free, the entries in the cache), else on the
-service's executor, so a completion thread never waits for a subscription lock or a bookie.
+service's executor, so a completion thread never waits for a subscription lock or a bookie. A read that
+misses the entry cache goes to the bookies without holding the lock or the thread (`_PendingRead`): the
+answer comes back through the executor, and the dispatcher's next read follows its delivery at once.
 """
 
 from __future__ import annotations
@@ -327,6 +329,38 @@ class ConsumerSink:
         """The consumer read all of a terminated topic (Pulsar's REACHED_END_OF_TOPIC)."""
 
 
+class _PendingRead:
+    """One read of a subscription's: answered inline (the entry cache held it: the reading thread takes
+    the outcome) or later by the bookies (the outcome goes to the service's executor)."""
+
+    def __init__(self, sub: Subscription, dispatcher: Dispatcher) -> None:
+        self.sub = sub
+        self.dispatcher = dispatcher  # whose read it is: a seek replaces the dispatcher, and drops the answer
+        self._lock = threading.Lock()
+        self._waiting = True  # the reading thread has not taken the outcome yet
+        self._outcome: list[tuple[Position, bytes]] | ManagedLedgerError | None = None
+
+    def done(self, outcome: list[tuple[Position, bytes]] | ManagedLedgerError) -> None:
+        with self._lock:
+            if self._waiting:
+                self._outcome = outcome
+                return
+        with contextlib.suppress(RuntimeError):  # the service is closing
+            self.sub.topic.service.executor.submit(self.sub._bookies_answered, self, outcome)
+
+    def inline_outcome(
+        self, messages_of: Callable[[list[tuple[Position, bytes]]], list[Message]]
+    ) -> list[Message] | None:
+        """The messages if answered already (raises a failed read's error), else None: the answer goes
+        to the executor when it comes."""
+        with self._lock:
+            self._waiting = False
+            outcome = self._outcome
+        if isinstance(outcome, ManagedLedgerError):
+            raise outcome
+        return None if outcome is None else messages_of(outcome)
+
+
 class Subscription:
     """One subscription: a dispatcher core over a durable cursor, driven under one lock."""
 
@@ -425,10 +459,18 @@ class Subscription:
 
     def _step(self, event: DispatcherEvent) -> list[Position]:
         """Under the lock: step the dispatcher and perform its outputs; the positions it acknowledged."""
-        acked: list[Position] = []
         outer, self._stepping = self._stepping, True
         try:
             outputs = self.dispatcher.step(event)
+        finally:
+            self._stepping = outer
+        return self._perform_all(outputs)
+
+    def _perform_all(self, outputs: list[Output]) -> list[Position]:
+        """Under the lock: perform the dispatcher's outputs (and those they lead to); the positions acknowledged."""
+        acked: list[Position] = []
+        outer, self._stepping = self._stepping, True
+        try:
             while outputs:
                 more: list[Output] = []
                 for out in outputs:
@@ -478,14 +520,40 @@ class Subscription:
             return []
         assert isinstance(out, ReadEntries)
         try:
-            messages = self._read(out.max_entries)
-        except Exception as e:  # bookies unavailable, topic fenced: try again shortly
-            log.warning("reading for subscription %s of %s: %s; retrying", self.name, self.topic.name, e)
-            retry = threading.Timer(READ_RETRY_S, self.wake)
-            retry.daemon = True
-            retry.start()
-            return self.dispatcher.step(ReadFailed())
+            done = self._read(out.max_entries)
+        except Exception as e:  # topic fenced or closed: try again shortly
+            return self._read_failed(e)
+        return [] if done is None else self._entries_read(done)
+
+    def _read_failed(self, e: BaseException) -> list[Output]:
+        """Under the lock: a read failed (bookies unavailable, topic fenced). As Pulsar's readEntriesFailed,
+        the consumers stay and the read is tried again shortly."""
+        log.warning("reading for subscription %s of %s: %s; retrying", self.name, self.topic.name, e)
+        retry = threading.Timer(READ_RETRY_S, self.wake)
+        retry.daemon = True
+        retry.start()
+        return self.dispatcher.step(ReadFailed())
+
+    def _entries_read(self, messages: list[Message]) -> list[Output]:
         return self.dispatcher.step(EntriesRead(tuple(messages), int(time.time() * 1000)))
+
+    def _bookies_answered(self, read: _PendingRead, outcome: list[tuple[Position, bytes]] | ManagedLedgerError) -> None:
+        """On the service's executor: a read that went to the bookies is done; its entries go to the dispatcher,
+        whose next read (while permits remain) is then issued right after their delivery is handed over, so
+        the bookies read the next batch while this one is written to the consumers."""
+        acked: list[Position] = []
+        try:
+            with self.lock:
+                if read.dispatcher is not self.dispatcher:
+                    return  # a seek or a skip replaced the dispatcher meanwhile: it reads again itself
+                if isinstance(outcome, ManagedLedgerError):
+                    outputs = self._read_failed(outcome)
+                else:
+                    outputs = self._entries_read(self._messages_of(outcome))
+                acked = self._perform_all(outputs)
+        except Exception:
+            log.exception("dispatch of subscription %s failed", self.name)
+        self._persist_acks(acked)
 
     def _tick(self) -> None:
         """Delayed delivery's clock: release the messages due now (on the service's executor)."""
@@ -558,7 +626,9 @@ class Subscription:
             self.read_after = self.cursor.mark_delete_position
         return removed
 
-    def _read(self, max_entries: int) -> list[Message]:
+    def _read(self, max_entries: int) -> list[Message] | None:
+        """Under the lock: the messages after the read position, or None when the read went to the bookies
+        (`_bookies_answered` takes it from there; the dispatcher is reading until then)."""
         if self.read_compacted:
             compacted = self._read_compacted(max_entries)
             if compacted is not None:
@@ -572,22 +642,32 @@ class Subscription:
             return []
         if start is None:
             return []
-        messages: list[Message] = []
-        keys_needed = self.dispatcher.type is SubscriptionType.KEY_SHARED  # only Key_Shared routes by key
         # At most dispatcher_max_read_size_bytes (and one entry at least), as many entries as the last
         # read's sizes suggest: one delivery's size is what backpressure can let past its bound.
         cap = self.topic.service.config.dispatcher_max_read_size_bytes
         if cap > 0:
             max_entries = max(1, min(max_entries, cap // self._entry_size))
-        size = 0
-        cache = ml.cache
         if self._cache_only:
             entries, self._cache_missed = ml.read_cached(start, max_entries)
-        else:
-            entries = ml.read(start, max_entries)
+            return self._messages_of(entries)
+        # A miss goes to the bookies without holding this thread (nor the lock: acks and flows go on);
+        # entries the cache holds come back inline, before read_with_callback returns.
+        read = _PendingRead(self, self.dispatcher)
+        ml.read_with_callback(start, max_entries, read.done)
+        return read.inline_outcome(self._messages_of)
+
+    def _messages_of(self, entries: list[tuple[Position, bytes]]) -> list[Message]:
+        """Under the lock: the messages of entries read after the read position, which moves past them."""
+        messages: list[Message] = []
+        keys_needed = self.dispatcher.type is SubscriptionType.KEY_SHARED  # only Key_Shared routes by key
+        cap = self.topic.service.config.dispatcher_max_read_size_bytes
+        size = 0
+        cache = self.topic.ml.cache
         for position, data in entries:
+            if self.read_after is not None and position <= self.read_after:
+                continue  # expired (message TTL) while the read was with the bookies
             if cap > 0 and size and size + len(data) > cap:
-                break  # read again next time (from the entry cache)
+                break  # read again next time
             size += len(data)
             self._entry_size = max(1, (self._entry_size + len(data)) // 2)
             self.read_after = position
