@@ -601,19 +601,31 @@ class Dispatcher:
         if self._redeliver and any(c.available > 0 for c in self.consumers.values()):
             queued = [self._redeliver.pop(mid) for mid in sorted(self._redeliver)]
             outputs += self._assign(queued)
+        size = self._read_size(0)
+        if size and not self._reading and not self._caught_up:
+            self._reading = True
+            outputs.append(ReadEntries(size))
+        return outputs
+
+    def _read_size(self, coming: int) -> int:
+        """The entries the next read would ask for once `coming` more entries are dispatched (0: none)."""
         permits = sum(c.available for c in self.consumers.values())
         if self.type is SubscriptionType.FAILOVER and self._active is not None:
             permits = self.consumers[self._active].available
+        permits -= coming * self._messages_per_entry
         # Key_Shared reads on past messages waiting for one consumer (one key's owner with no permits,
         # a STICKY gap) so that other keys keep flowing, up to a bound.
         waiting_ok = self.type is SubscriptionType.KEY_SHARED and len(self._redeliver) < KEY_SHARED_LOOKAHEAD
-        if permits > 0 and (waiting_ok or not self._redeliver) and not self._reading and not self._caught_up:
-            self._reading = True
-            # Permits count messages and a batch entry holds several: ask for about as many entries as
-            # the permits cover (reading 100 batches of 128 for 1,000 permits held 11,800 messages back).
-            entries = -(-permits // self._messages_per_entry)
-            outputs.append(ReadEntries(min(entries, READ_BATCH)))
-        return outputs
+        if permits <= 0 or not (waiting_ok or not self._redeliver):
+            return 0
+        # Permits count messages and a batch entry holds several: ask for about as many entries as
+        # the permits cover (reading 100 batches of 128 for 1,000 permits held 11,800 messages back).
+        return min(-(-permits // self._messages_per_entry), READ_BATCH)
+
+    def read_ahead(self, entries: int) -> int:
+        """Query, for the shell's read-ahead: the size of the read that will follow the dispatch of `entries`
+        entries just read (0: none will, for lack of permits or with messages waiting for a consumer)."""
+        return self._read_size(entries)
 
     # ---- inspection --------------------------------------------------------------------------
 

@@ -330,35 +330,37 @@ class ConsumerSink:
 
 
 class _PendingRead:
-    """One read of a subscription's: answered inline (the entry cache held it: the reading thread takes
-    the outcome) or later by the bookies (the outcome goes to the service's executor)."""
+    """One read of a subscription's, of up to `max_entries` from `start`. Its outcome is kept here until the
+    dispatcher's read takes it (`take`): at once when the entry cache held the entries, or a read-ahead the
+    bookies answered before the dispatcher asked for it; once taken, an answer still to come goes to the
+    service's executor (`Subscription._bookies_answered`)."""
 
-    def __init__(self, sub: Subscription, dispatcher: Dispatcher) -> None:
+    def __init__(self, sub: Subscription, dispatcher: Dispatcher, start: Position, max_entries: int) -> None:
         self.sub = sub
         self.dispatcher = dispatcher  # whose read it is: a seek replaces the dispatcher, and drops the answer
+        self.start = start
+        self.max_entries = max_entries
         self._lock = threading.Lock()
-        self._waiting = True  # the reading thread has not taken the outcome yet
+        self._kept = True  # nobody has taken the outcome yet: an answer is kept here
         self._outcome: list[tuple[Position, bytes]] | ManagedLedgerError | None = None
 
     def done(self, outcome: list[tuple[Position, bytes]] | ManagedLedgerError) -> None:
         with self._lock:
-            if self._waiting:
+            if self._kept:
                 self._outcome = outcome
                 return
         with contextlib.suppress(RuntimeError):  # the service is closing
             self.sub.topic.service.executor.submit(self.sub._bookies_answered, self, outcome)
 
-    def inline_outcome(
-        self, messages_of: Callable[[list[tuple[Position, bytes]]], list[Message]]
-    ) -> list[Message] | None:
-        """The messages if answered already (raises a failed read's error), else None: the answer goes
-        to the executor when it comes."""
+    def answered_empty(self) -> bool:
         with self._lock:
-            self._waiting = False
-            outcome = self._outcome
-        if isinstance(outcome, ManagedLedgerError):
-            raise outcome
-        return None if outcome is None else messages_of(outcome)
+            return self._outcome == []
+
+    def take(self) -> list[tuple[Position, bytes]] | ManagedLedgerError | None:
+        """The outcome if answered already, else None: the answer goes to the executor when it comes."""
+        with self._lock:
+            self._kept = False
+            return self._outcome
 
 
 class Subscription:
@@ -396,6 +398,9 @@ class Subscription:
         self._cache_only = False
         self._cache_missed = False
         self._stepping = False  # a step's outputs are being performed (under the lock)
+        # The read issued for the batch after the one being dispatched (`_read_ahead`), until the dispatcher
+        # asks for that batch.
+        self._ahead: _PendingRead | None = None
 
     def wake(self) -> None:
         """New entries (or a retry): the dispatcher reads them, on the service's executor."""
@@ -549,6 +554,7 @@ class Subscription:
                 if isinstance(outcome, ManagedLedgerError):
                     outputs = self._read_failed(outcome)
                 else:
+                    self._read_ahead(read, outcome)
                     outputs = self._entries_read(self._messages_of(outcome))
                 acked = self._perform_all(outputs)
         except Exception:
@@ -624,6 +630,7 @@ class Subscription:
             )
             self.cursor.reset(start)
             self.read_after = self.cursor.mark_delete_position
+            self._ahead = None
         return removed
 
     def _read(self, max_entries: int) -> list[Message] | None:
@@ -642,19 +649,55 @@ class Subscription:
             return []
         if start is None:
             return []
-        # At most dispatcher_max_read_size_bytes (and one entry at least), as many entries as the last
-        # read's sizes suggest: one delivery's size is what backpressure can let past its bound.
-        cap = self.topic.service.config.dispatcher_max_read_size_bytes
-        if cap > 0:
-            max_entries = max(1, min(max_entries, cap // self._entry_size))
-        if self._cache_only:
+        max_entries = self._capped(max_entries)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and (
+            ahead.dispatcher is not self.dispatcher
+            or ahead.start != start
+            or ahead.max_entries > max_entries
+            or ahead.answered_empty()
+        ):
+            ahead = None  # not the read asked for (or it found nothing new): read afresh
+        if self._cache_only and ahead is None:
             entries, self._cache_missed = ml.read_cached(start, max_entries)
             return self._messages_of(entries)
         # A miss goes to the bookies without holding this thread (nor the lock: acks and flows go on);
         # entries the cache holds come back inline, before read_with_callback returns.
-        read = _PendingRead(self, self.dispatcher)
-        ml.read_with_callback(start, max_entries, read.done)
-        return read.inline_outcome(self._messages_of)
+        read = ahead or self._issue(start, max_entries)
+        outcome = read.take()
+        if isinstance(outcome, ManagedLedgerError):
+            raise outcome
+        if outcome is None:
+            return None
+        if ahead is not None:  # the bookies answered the read-ahead first: the next one goes out now
+            self._read_ahead(read, outcome)
+        return self._messages_of(outcome)
+
+    def _capped(self, max_entries: int) -> int:
+        """At most dispatcher_max_read_size_bytes (and one entry at least), as many entries as the last
+        reads' sizes suggest: one delivery's size is what backpressure can let past its bound."""
+        cap = self.topic.service.config.dispatcher_max_read_size_bytes
+        return max(1, min(max_entries, cap // self._entry_size)) if cap > 0 else max_entries
+
+    def _issue(self, start: Position, max_entries: int) -> _PendingRead:
+        read = _PendingRead(self, self.dispatcher, start, max_entries)
+        self.topic.ml.read_with_callback(start, max_entries, read.done)
+        return read
+
+    def _read_ahead(self, read: _PendingRead, entries: list[tuple[Position, bytes]]) -> None:
+        """Under the lock, as the bookies' answer to `read` comes: issue the read of the batch after it before
+        this one is parsed and dispatched, when the consumers' permits will outlast it; the dispatcher's
+        next read takes it (`_read`). The bookies then read that batch while this one is dispatched."""
+        if self._ahead is not None or len(entries) < read.max_entries or self.read_compacted:
+            return  # one ahead at most; a short batch reached the end (what comes next comes as NewEntries)
+        size = self._capped(self.dispatcher.read_ahead(len(entries)))
+        start = self.topic.ml.next_position(entries[-1][0])
+        last = self.topic.ml.last_confirmed()
+        if size and start is not None and last is not None and start <= last:
+            try:
+                self._ahead = self._issue(start, size)
+            except Exception as e:  # fenced, closed: the dispatcher's own read finds out and retries
+                log.debug("read-ahead for subscription %s: %s", self.name, e)
 
     def _messages_of(self, entries: list[tuple[Position, bytes]]) -> list[Message]:
         """Under the lock: the messages of entries read after the read position, which moves past them."""

@@ -330,6 +330,21 @@ def test_reads_of_batch_entries_ask_for_as_many_entries_as_the_permits_cover_and
     ]
 
 
+def test_read_ahead_names_the_read_that_will_follow_a_batch_and_changes_nothing() -> None:
+    """The shell reads the next batch ahead, before a batch from the bookies is dispatched: `read_ahead(n)`
+    is the ReadEntries that will follow the dispatch of n entries (0: none will), without any step."""
+    d = Dispatcher(SubscriptionType.SHARED)
+    d.step(AddConsumer(1, "a"))
+    assert d.read_ahead(0) == 0  # no permits
+    (read,) = d.step(Flow(1, 250))
+    assert read == ReadEntries(100)
+    assert [d.read_ahead(n) for n in (100, 200, 250)] == [100, 50, 0]
+    batch = tuple(Message(MessageId(1, i), "", b"") for i in range(100))
+    outs = d.step(EntriesRead(batch))  # what read_ahead(100) said comes next
+    assert [o for o in outs if isinstance(o, ReadEntries)] == [ReadEntries(100)]
+    assert d.read_ahead(100) == 50
+
+
 def test_a_failed_read_is_asked_for_again_by_the_next_event_and_a_refusal_changes_nothing() -> None:
     log, d = Log(3), Dispatcher(SubscriptionType.SHARED)
     d.step(AddConsumer(1, "a"))

@@ -131,11 +131,12 @@ def test_next_batch_is_read_while_the_previous_is_delivered(standalone: Standalo
     assert not flow.is_alive(), "the FLOW waited for the bookies' read"
     assert sink.entries() == []
 
-    # The first batch answered: it is delivered, and the next batch's read is issued right after, while the
-    # delivery is with the consumer; the consumer's acks are served meanwhile, not held by that read.
+    # The first batch answered: the next batch's read goes out (read ahead, before this batch is dispatched)
+    # and stays out while this batch is delivered; the consumer's acks are served meanwhile.
     gate.release()
     wait_for(lambda: gate.held_entries() == list(range(100, 200)), "the next batch's read at the bookies")
-    assert sink.entries() == list(range(100))
+    wait_for(lambda: sink.entries() == list(range(100)), "the first batch delivered")
+    assert gate.held_entries() == list(range(100, 200))  # one read out at a time, not one per delivery
     first = tuple(sink.ids)
     ack = in_thread(lambda: consumer_step(sub, Ack(consumer, first)))
     ack.join(STUCK_S)
