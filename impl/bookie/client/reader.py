@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from impl.bookie.client.distribution import write_set
+from impl.bookie.client.distribution import all_write_sets
 from impl.bookie.client.errors import BadEntryError, LedgerClientError, NoSuchEntryError, NotEnoughBookiesError
 from impl.bookie.client.writer import BookieAnswered, Send, Start
 from impl.bookie.entry_format import BadEntry, decode_entry
@@ -66,10 +66,18 @@ class ReadOp:
         self._reads: dict[int, _EntryRead] = {}
         self.finished = False
         m = metadata
+        # A dispatcher reads 100 entries at a time: the E write sets of the round-robin schedule, per
+        # ensemble, are worked out once, not once per entry.
+        schedule = all_write_sets(m.ensemble_size, m.write_quorum)
+        candidates: dict[tuple[tuple[BookieId, ...], int], tuple[BookieId, ...]] = {}
         for entry_id in range(first_entry_id, last_entry_id + 1):
             ensemble = m.ensemble_for(entry_id)
-            members = write_set(entry_id, m.ensemble_size, m.write_quorum)
-            self._reads[entry_id] = _EntryRead(tuple(ensemble[i] for i in members))
+            key = (ensemble, entry_id % m.ensemble_size)
+            chosen = candidates.get(key)
+            if chosen is None:
+                chosen = candidates[key] = tuple(ensemble[i] for i in schedule[key[1]])
+            self._reads[entry_id] = _EntryRead(chosen)
+        self._unread = len(self._reads)  # entries not read yet: the read completes at 0
 
     def step(self, event: ReadEvent) -> list[ReadOutput]:
         handler = _HANDLERS.get(type(event))
@@ -96,7 +104,8 @@ class ReadOp:
                 read.corrupt += 1
             else:
                 read.entry = LedgerEntry(self.ledger_id, decoded.entry_id, decoded.payload)
-                if all(r.entry is not None for r in self._reads.values()):
+                self._unread -= 1
+                if not self._unread:
                     self.finished = True
                     return [ReadCompleted(tuple(r.entry for r in self._reads.values() if r.entry is not None))]
                 return []
