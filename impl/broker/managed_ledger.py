@@ -767,7 +767,8 @@ class ManagedLedger:
             callback(cached)  # the misses after these are the next read's (no wait for them now)
             return
         ledger_id, first = wanted[0].ledger_id, wanted[0].entry_id
-        last = max(p.entry_id for p in wanted if p.ledger_id == ledger_id)
+        run = [p for p in wanted if p.ledger_id == ledger_id]  # first..last, as the bookies answer them
+        last = run[-1].entry_id
         if ledger_id in offloaded:
             try:
                 callback(self._read(start, max_entries, cached_only=False)[0])
@@ -779,7 +780,7 @@ class ManagedLedger:
             if isinstance(outcome, BaseException):
                 callback(self._read_error(ledger_id, first, last, outcome))
             else:
-                callback([(Position(ledger_id, e.entry_id), e.payload) for e in outcome])
+                callback([(p, e.payload) for p, e in zip(run, outcome, strict=True)])
 
         try:
             self._handle(ledger_id).read_with_callback(first, last, done)
