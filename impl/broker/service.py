@@ -401,6 +401,7 @@ class Subscription:
         # The read issued for the batch after the one being dispatched (`_read_ahead`), until the dispatcher
         # asks for that batch.
         self._ahead: _PendingRead | None = None
+        self._read_skipped = False  # the last read's entries were all skipped (`_entries_read`)
 
     def wake(self) -> None:
         """New entries (or a retry): the dispatcher reads them, on the service's executor."""
@@ -540,22 +541,33 @@ class Subscription:
         return self.dispatcher.step(ReadFailed())
 
     def _entries_read(self, messages: list[Message]) -> list[Output]:
-        return self.dispatcher.step(EntriesRead(tuple(messages), int(time.time() * 1000)))
+        outputs = self.dispatcher.step(EntriesRead(tuple(messages), int(time.time() * 1000)))
+        if not messages and self._read_skipped:
+            # Entries were read but none is to be delivered (acknowledged already, or expired while the read
+            # was with the bookies): the dispatcher took it for the end; there may be more after them.
+            outputs += self.dispatcher.step(NewEntries())
+        return outputs
 
     def _bookies_answered(self, read: _PendingRead, outcome: list[tuple[Position, bytes]] | ManagedLedgerError) -> None:
-        """On the service's executor: a read that went to the bookies is done; its entries go to the dispatcher,
-        whose next read (while permits remain) is then issued right after their delivery is handed over, so
-        the bookies read the next batch while this one is written to the consumers."""
+        """On the service's executor: a read that went to the bookies is done. The next batch's read goes out
+        first (`_read_ahead`), then these entries go to the dispatcher, so the bookies read the next batch
+        while this one is dispatched and written to the consumers."""
         acked: list[Position] = []
         try:
             with self.lock:
                 if read.dispatcher is not self.dispatcher:
                     return  # a seek or a skip replaced the dispatcher meanwhile: it reads again itself
-                if isinstance(outcome, ManagedLedgerError):
-                    outputs = self._read_failed(outcome)
-                else:
-                    self._read_ahead(read, outcome)
-                    outputs = self._entries_read(self._messages_of(outcome))
+                # A managed-ledger look (next_position, the read's view) may deliver add-completes on this
+                # thread: their `entries_added` must not step the dispatcher inside this step.
+                outer, self._stepping = self._stepping, True
+                try:
+                    if isinstance(outcome, ManagedLedgerError):
+                        outputs = self._read_failed(outcome)
+                    else:
+                        self._read_ahead(read, outcome)
+                        outputs = self._entries_read(self._messages_of(outcome))
+                finally:
+                    self._stepping = outer
                 acked = self._perform_all(outputs)
         except Exception:
             log.exception("dispatch of subscription %s failed", self.name)
@@ -636,6 +648,7 @@ class Subscription:
     def _read(self, max_entries: int) -> list[Message] | None:
         """Under the lock: the messages after the read position, or None when the read went to the bookies
         (`_bookies_answered` takes it from there; the dispatcher is reading until then)."""
+        self._read_skipped = False
         if self.read_compacted:
             compacted = self._read_compacted(max_entries)
             if compacted is not None:
@@ -722,6 +735,7 @@ class Subscription:
             except CorruptEntry as e:
                 log.error("skipping %s on %s: %s", position, self.topic.name, e)
         self.topic.evict_read_entries()
+        self._read_skipped = bool(entries) and not messages
         return messages
 
     def _read_compacted(self, max_entries: int) -> list[Message] | None:

@@ -19,7 +19,8 @@ import pytest
 
 from impl.bookie.protocol import ReadRequest
 from impl.broker.dispatcher import Ack, Flow, Message
-from impl.broker.service import ConsumerSink, SubscriptionType, consumer_step
+from impl.broker.ledger_list import Position
+from impl.broker.service import ConsumerSink, Subscription, SubscriptionType, consumer_step
 from impl.broker.standalone import Standalone
 from impl.protocol.message_id import MessageId
 from tests.waiting import wait_for
@@ -106,7 +107,8 @@ def in_thread(action: Any) -> threading.Thread:
     return thread
 
 
-def test_next_batch_is_read_while_the_previous_is_delivered(standalone: Standalone) -> None:
+def backlog(standalone: Standalone) -> tuple[Subscription, Recording, int, ReadGate]:
+    """A consumer without permits yet, N messages published, and the bookies' read answers held."""
     assert standalone.broker is not None
     service = standalone.broker.service
     sink = Recording()
@@ -123,6 +125,11 @@ def test_next_batch_is_read_while_the_previous_is_delivered(standalone: Standalo
     ml = sub.topic.ml
     gate = ReadGate(ml.bookkeeper.transport)
     ml.bookkeeper.transport = gate  # type: ignore[assignment]
+    return sub, sink, consumer, gate
+
+
+def test_next_batch_is_read_while_the_previous_is_delivered(standalone: Standalone) -> None:
+    sub, sink, consumer, gate = backlog(standalone)
 
     # The consumer's FLOW starts the first read: it returns without waiting for the bookies.
     flow = in_thread(lambda: consumer_step(sub, Flow(consumer, 1000)))
@@ -150,3 +157,18 @@ def test_next_batch_is_read_while_the_previous_is_delivered(standalone: Standalo
     gate.release("open")
     wait_for(lambda: len(sink.entries()) >= N, f"all {N} messages delivered")
     assert sink.entries() == list(range(N))  # in order, once each
+
+
+def test_entries_expired_while_their_read_is_out_are_skipped_and_reading_goes_on(standalone: Standalone) -> None:
+    """Message TTL moves the cursor past the batch being read: its answer delivers none of it, and the
+    dispatcher reads on from past the expired entries instead of waiting for new ones."""
+    sub, sink, consumer, gate = backlog(standalone)
+    flow = in_thread(lambda: consumer_step(sub, Flow(consumer, 1000)))
+    wait_for(lambda: gate.held_entries() == list(range(100)), "the first batch's read at the bookies")
+    flow.join(STUCK_S)
+    last = sub.topic.ml.last_confirmed()
+    assert last is not None
+    assert sub.expire_to(Position(last.ledger_id, 149))
+    gate.release("open")
+    wait_for(lambda: len(sink.entries()) >= N - 150, f"the {N - 150} messages after the expired ones")
+    assert sink.entries() == list(range(150, N))
