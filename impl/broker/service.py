@@ -701,8 +701,10 @@ class Subscription:
         """Under the lock, as the bookies' answer to `read` comes: issue the read of the batch after it before
         this one is parsed and dispatched, when the consumers' permits will outlast it; the dispatcher's
         next read takes it (`_read`). The bookies then read that batch while this one is dispatched."""
-        if self._ahead is not None or len(entries) < read.max_entries or self.read_compacted:
-            return  # one ahead at most; a short batch reached the end (what comes next comes as NewEntries)
+        if self._ahead is not None or len(entries) < read.max_entries or self.read_compacted or self._cache_only:
+            # One ahead at most; a short batch reached the end (what comes next comes as NewEntries); and not
+            # from the add-complete's thread (an offloaded ledger's read would hold it).
+            return
         size = self._capped(self.dispatcher.read_ahead(len(entries)))
         start = self.topic.ml.next_position(entries[-1][0])
         last = self.topic.ml.last_confirmed()
