@@ -53,8 +53,9 @@ managed ledger, sends to consumers and updates the durable cursor, as the output
 
 Outputs: ReadEntries (read up to that many entries after the read position, answer EntriesRead or
 ReadFailed), Deliver, AckEntries, ActiveChanged (Failover), WakeAt (send Tick then). A refused input raises before it
-changes anything; an event of another type raises TypeError. `consumers`, `active_consumer` and
-`unacked()` are queries.
+changes anything; an event of another type raises TypeError. `consumers`, `active_consumer`,
+`unacked()` and `read_ahead(n)` (the ReadEntries that will follow the dispatch of n entries just read, for
+the shell to issue that read before dispatching them) are queries.
 """
 
 from __future__ import annotations
