@@ -61,7 +61,7 @@ from typing import Any, ClassVar
 from impl.broker.dispatcher import KeySharedMeta, KeySharedMode, SubscriptionType
 from impl.protocol import pulsar_api_pb2 as api
 from impl.protocol.frames import MAX_FRAME_BEFORE_CONNECTED as MAX_FRAME_BEFORE_CONNECTED
-from impl.protocol.frames import Frame, MessageTemplate, command_name
+from impl.protocol.frames import Frame, MessageTemplate, command_name, send_receipt
 from impl.protocol.message_id import MessageId
 from impl.protocol.session import (
     AUTH_REFRESH_CHECK_S,
@@ -403,7 +403,7 @@ class DoGetOrCreateSchema:
 
 @dataclass(frozen=True)
 class Frames:
-    """Output: frames already encoded (MESSAGEs), to write as they are."""
+    """Output: frames already encoded (MESSAGEs, SEND_RECEIPTs), to write as they are."""
 
     data: bytes
 
@@ -890,13 +890,11 @@ class ServerConnection:
         return [error_reply(e.request_id, e.error, e.message)]
 
     def _send_receipt(self, e: SendReceipt) -> list[Output]:
-        receipt = api.CommandSendReceipt(
-            producer_id=e.producer_id,
-            sequence_id=e.sequence_id,
-            highest_sequence_id=e.highest_sequence_id,
-            message_id=id_to_wire(e.message_id),
+        mid = e.message_id
+        receipt = send_receipt(
+            e.producer_id, e.sequence_id, e.highest_sequence_id, (mid.ledger_id, mid.entry_id, mid.batch_index)
         )
-        return [Reply(command(T.SEND_RECEIPT, send_receipt=receipt))]
+        return [Frames(receipt)]  # encoded by hand: one per message of an unbatched producer
 
     def _send_error(self, e: SendError) -> list[Output]:
         return [_send_error_reply(e.producer_id, e.sequence_id, e.error, e.message)]

@@ -125,6 +125,31 @@ def _parse(frame: bytes) -> Frame:
     return Frame(command, rest if rest else None)
 
 
+# ---- SEND_RECEIPT frames by hand ----------------------------------------------------------------------
+
+# BaseCommand: type (field 1, varint) = SEND_RECEIPT, then `send_receipt` (field 7, length-delimited).
+_RECEIPT_HEAD = b"\x08" + varint(Type.SEND_RECEIPT) + b"\x3a"
+
+
+def send_receipt(producer_id: int, sequence_id: int, highest: int, message_id: tuple[int, int, int]) -> bytes:
+    """A SEND_RECEIPT frame (`message_id`: ledger id, entry id, batch index or -1), encoded by hand: the
+    bytes protobuf serializes for the same BaseCommand (fields in number order; tests/broker/test_pulsar_frames.py
+    checks it). An unbatched producer gets one per message: building and serializing the three message
+    objects cost several times more."""
+    ledger_id, entry_id, batch_index = message_id
+    mid = b"".join((b"\x08", varint(ledger_id), b"\x10", varint(entry_id)))  # MessageIdData.ledgerId (1), entryId (2)
+    if batch_index >= 0:
+        mid += b"\x20" + varint(batch_index)  # MessageIdData.batch_index (4)
+    receipt = b"".join(
+        (
+            b"\x08", varint(producer_id), b"\x10", varint(sequence_id),  # producer_id (1), sequence_id (2)
+            b"\x1a", varint(len(mid)), mid, b"\x20", varint(highest),  # message_id (3), highest_sequence_id (4)
+        )
+    )  # fmt: skip
+    command_size = len(_RECEIPT_HEAD) + len(varint(len(receipt))) + len(receipt)
+    return b"".join((_TWO_U32.pack(4 + command_size, command_size), _RECEIPT_HEAD, varint(len(receipt)), receipt))
+
+
 # ---- MESSAGE frames from a template -----------------------------------------------------------------
 
 

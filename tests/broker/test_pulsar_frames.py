@@ -197,14 +197,41 @@ def test_a_failed_producer_frees_its_id_and_sends_are_answered_by_events() -> No
     (create,) = receive(core, producer)  # the id is free again
     assert isinstance(create, conn.DoCreateProducer)
     (receipt,) = core.step(conn.SendReceipt(0, 5, 7, conn.MessageId(3, 4, -1)))
-    assert isinstance(receipt, conn.Reply)
-    r = receipt.command.send_receipt
+    assert isinstance(receipt, conn.Frames)
+    (frame,) = frames.FrameDecoder().feed(receipt.data)
+    r = frame.command.send_receipt
     assert (r.sequence_id, r.highest_sequence_id, r.message_id.ledgerId, r.message_id.entryId) == (5, 7, 3, 4)
     (send_error,) = core.step(conn.SendError(0, 5, api.ChecksumError, "bad"))
     assert isinstance(send_error, conn.Reply) and send_error.command.send_error.error == api.ChecksumError
     (close,) = core.step(conn.CloseProducer(0))
     assert isinstance(close, conn.Reply) and close.command.type == T.CLOSE_PRODUCER
     assert core.step(conn.CloseProducer(0)) == []  # already gone
+
+
+@given(
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+    st.sampled_from([(-1, -1, -1), (0, 0, -1), (3, 4, 0), (2**63 - 1, 2**40, 999)])
+    | st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1), st.integers(-1, 2**31 - 1)),
+)
+@settings(max_examples=200, deadline=None)
+def test_hand_encoded_receipts_are_the_bytes_protobuf_encodes(
+    producer_id: int, sequence_id: int, highest: int, mid: tuple[int, int, int]
+) -> None:
+    """A SEND_RECEIPT written by hand (frames.send_receipt) is the frame protobuf encodes for the same
+    command: any ids, a duplicate's (-1, -1), with and without a batch index."""
+    receipt = api.CommandSendReceipt(
+        producer_id=producer_id,
+        sequence_id=sequence_id,
+        highest_sequence_id=highest,
+        message_id=conn.id_to_wire(conn.MessageId(*mid)),
+    )
+    expected = frames.encode(conn.command(T.SEND_RECEIPT, send_receipt=receipt))
+    core = connected()
+    assert core.step(conn.SendReceipt(producer_id, sequence_id, highest, conn.MessageId(*mid))) == [
+        conn.Frames(expected)
+    ]
 
 
 @given(
