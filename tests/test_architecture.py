@@ -60,6 +60,7 @@ PURE = frozenset(
         "impl.metadata.naming",
         "impl.protocol.frames",
         "impl.varint",
+        "impl.values",
         "impl.broker.connection",
         "impl.protocol.bitset",
         "impl.protocol.pulsar_api_pb2",

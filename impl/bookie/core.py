@@ -57,6 +57,7 @@ from impl.bookie.protocol import (
     WriteLacRequest,
     WriteLacResponse,
 )
+from impl.values import value_type
 
 if TYPE_CHECKING:
     from impl.trace import Tracer
@@ -93,7 +94,7 @@ class JournalRecord(NamedTuple):
 # ---- inputs -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class RequestReceived:
     """A request to answer; `request_id` names its requester in the replies (`Reply.request_id`)."""
 
@@ -101,7 +102,7 @@ class RequestReceived:
     request_id: int
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class JournalDurable:
     """The journal fdatasync'ed the records of AppendJournal `token`: release the replies held for them."""
 
@@ -168,7 +169,7 @@ Event = (
 # ---- outputs ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class AppendJournal:
     """Append these records; report `JournalDurable(token)` once they are fdatasync'ed."""
 
@@ -176,7 +177,7 @@ class AppendJournal:
     records: tuple[JournalRecord, ...]
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class Reply:
     """Send `response` to the requester identified by `request_id`."""
 
@@ -184,7 +185,7 @@ class Reply:
     response: Response
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class StoreEntry:
     """Put this entry into ledger storage. Output before the entry's journal append, so reads
     see it at once (as BookKeeper writes ledger storage before the journal)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from impl.values import value_type
+
 LAST_ENTRY = -1  # read(entry_id=-1): the last entry this bookie stores for the ledger
 
 
@@ -30,7 +32,7 @@ class ErrorCode(enum.Enum):
     EUNKNOWNLEDGERSTATE = 10
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class AddRequest:
     ledger_id: int
     entry_id: int
@@ -39,7 +41,7 @@ class AddRequest:
     recovery: bool = False  # recovery write-back: skips the fence check, not the key check
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class AddResponse:
     ledger_id: int
     entry_id: int

@@ -78,6 +78,7 @@ from impl.protocol.session import (
     command,
     error_reply,
 )
+from impl.values import value_type
 
 SERVER_VERSION = "pulsar-ref"
 # Before CONNECT succeeds a client is unknown: it gets a short time to finish the handshake and a small
@@ -146,7 +147,7 @@ class ProducerFailed:
     message: str
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class SendReceipt:
     producer_id: int
     sequence_id: int
@@ -290,7 +291,7 @@ class DoCreateProducer:
     metadata: dict[str, str] = field(default_factory=dict)  # PRODUCER's metadata, shown in its stats
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class DoPublish:
     producer_id: int
     sequence_id: int
@@ -401,7 +402,7 @@ class DoGetOrCreateSchema:
     schema: api.Schema
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class Frames:
     """Output: frames already encoded (MESSAGEs, SEND_RECEIPTs), to write as they are."""
 

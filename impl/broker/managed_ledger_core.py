@@ -64,6 +64,7 @@ from impl.broker.managed_ledger_errors import (
     ManagedLedgerFencedError,
     ManagedLedgerNotReadyError,
 )
+from impl.values import value_type
 
 MB = 1024 * 1024
 
@@ -135,7 +136,7 @@ class Open:
     """spec ReadLedgerList: the broker takes the topic over (the state must be CLOSED)."""
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class Add:
     """spec AddEntry: append `data`; its CompleteAdd or FailAdd carries `token`."""
 
@@ -256,7 +257,7 @@ class LedgerListWriteFailed:
     detail: str
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class AddCompleted:
     """SendAdd's answer: the entry is stored (acknowledged by the ledger's writer)."""
 
@@ -352,7 +353,7 @@ class WriteLedgerList:
     expected_version: int | None
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class SendAdd:
     """Add `data` to ledger `ledger_id`; it gets `entry_id`. Answer AddCompleted or AddFailed."""
 
@@ -375,7 +376,7 @@ class DeleteLedgers:
     ledger_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class CompleteAdd:
     token: int
     position: Position
@@ -388,7 +389,7 @@ class FailAdd:
     error: ManagedLedgerError
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class NotifyConfirmed:
     """New entries up to `position` are confirmed: tell the listeners (tailing readers)."""
 

@@ -115,6 +115,7 @@ from impl.protocol import pulsar_api_pb2 as api
 from impl.protocol.entry_codec import CorruptEntry
 from impl.protocol.message_id import MessageId
 from impl.security.settings import Security
+from impl.values import value_type
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ PublishOutcome = tuple[Position | None, bool] | BrokerError
 PublishDone = Callable[[PublishOutcome], None]
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class Append:
     """One entry a producer publishes: Pulsar's entry format (entry_codec), and what de-duplication
     and the size limit need of it."""

@@ -17,11 +17,11 @@ a frame whose announced size is over its limit before reading (or allocating for
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
 from impl.protocol import pulsar_api_pb2 as api
+from impl.values import value_type
 from impl.varint import varint
 
 # Pulsar's default maxMessageSize (5 MiB) plus the padding its brokers allow for the command and
@@ -44,7 +44,7 @@ class FrameTooLarge(FrameError):
     pass
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class Frame:
     command: api.BaseCommand
     payload: bytes | None = None  # headers and payload, for SEND and MESSAGE

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from impl.protocol import pulsar_api_pb2 as api
 from impl.protocol.frames import Frame
+from impl.values import value_type
 
 PROTOCOL_VERSION = 20  # what the servers speak: the official 4.x client's
 KEEPALIVE_S = 30.0
@@ -25,7 +26,7 @@ class ConnectionOpened:
     now: float
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class FrameReceived:
     frame: Frame
     now: float

@@ -58,6 +58,7 @@ from impl.bookie.client.ledger_update import EnsembleChange, MetadataResult, Upd
 from impl.bookie.entry_format import encode_entry, master_key
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, Request, Response
 from impl.metadata.ledger import NO_ENTRY, BookieId, Fragment, LedgerMetadata, LedgerState
+from impl.values import value_type
 
 if TYPE_CHECKING:
     from impl.trace import Tracer
@@ -71,7 +72,7 @@ class Start:
     """Begin: the recovery op, the read-LAC op and the reader take it once, first (the writer has none)."""
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class BookieAnswered:
     """The answer to a Send: `response` from `bookie` to `request`, or None for no answer in time
     (the shell's transport owns the timeout)."""
@@ -100,7 +101,7 @@ class NoReplacement:
 # ---- the writer's own inputs ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class Add:
     """Add the next entry. `length`: the ledger length its header carries; None: the pushed length plus
     the payload. A recovery write-back passes the recovered entry's own (BookKeeper's recovery sets the
@@ -121,7 +122,7 @@ WriterEvent = Add | BookieAnswered | ReplacementChosen | NoReplacement | Metadat
 # ---- outputs --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class Send:
     """Output: send `request` to `bookie`; feed the answer (or None for no answer) back as BookieAnswered."""
 
@@ -138,7 +139,7 @@ class ChooseReplacement:
     exclude: tuple[BookieId, ...]
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class AddCompleted:
     entry_id: int
 
