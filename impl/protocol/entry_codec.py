@@ -23,6 +23,7 @@ import crc32c
 from google.protobuf.message import DecodeError
 
 from impl.protocol import pulsar_api_pb2 as api
+from impl.values import value_type
 
 MAGIC_CRC32C = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA = 0x0E02
@@ -73,7 +74,7 @@ class Entry(_Described):
         return len(self.payload)
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class Header(_Described):
     """An entry's checked headers without its payload copied out: what the broker needs of a SEND."""
 
@@ -82,7 +83,7 @@ class Header(_Described):
     broker_metadata: api.BrokerEntryMetadata | None = None
 
 
-@dataclass(frozen=True)
+@value_type  # built for every message: impl/values.py
 class DispatchMetadata:
     """What a dispatcher needs of an entry, read once from its metadata when it is published (Pulsar's
     broker keeps the parsed MessageMetadata beside a cached entry for the same reason): a delivery then
