@@ -150,6 +150,10 @@ class LedgerMapping:
         self.shared_fate = constants.get("SharedFate") is True  # ledger.tla's network switch, set by ledger-deep's cfg
         # ledger.tla's JournalSyncData (default TRUE); FALSE: journal appends wait for a sync (SimBookie.hold)
         self.journal_sync = constants.get("JournalSyncData") is not False
+        # ledger.tla's LostKinds (default: every request kind): the requests that MessageLost and ReplyLost may
+        # lose, narrowed by ledger_deep_large.cfg to the writer's adds
+        lost_kinds = constants.get("LostKinds")
+        self.lost_kinds = lost_kinds if isinstance(lost_kinds, frozenset) else None
         self.cores = cores or CoreTypes()  # tests swap in broken cores to prove that the replay can fail
         # A counterexample of an unmutated model is a reachability witness (a situation BookKeeper's
         # protocol reaches, e.g. a closed length that is not the length at the end), which the
@@ -280,13 +284,19 @@ class LedgerMapping:
             for msg, _ in self._groups(cluster, names, keep)
         ]
 
+    def _counted_losses(self, candidates: list[Candidate]) -> list[Candidate]:
+        """MessageLost's and ReplyLost's candidates, of the kinds LostKinds lets a model lose."""
+        if self.lost_kinds is None:
+            return candidates
+        return [c for c in candidates if c.params.get("kind") in self.lost_kinds]
+
     def _do_MessageLost(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
         # With SharedFate a request to a down bookie is queued on a connection attempt, not on the wire.
         up = True if self.shared_fate else None
-        return self._losses(cluster, names, up, lambda c, ms: c.lose_requests(ms))
+        return self._counted_losses(self._losses(cluster, names, up, lambda c, ms: c.lose_requests(ms)))
 
     def _do_ReplyLost(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
-        return self._losses(cluster, names, True, lambda c, ms: c.lose_replies(ms))
+        return self._counted_losses(self._losses(cluster, names, True, lambda c, ms: c.lose_replies(ms)))
 
     def _do_RequestToDownBookieLost(self, cluster: LedgerCluster, names: Names) -> list[Candidate]:
         return self._losses(cluster, names, False, lambda c, ms: c.lose_requests(ms, counted=False))

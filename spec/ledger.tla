@@ -676,9 +676,13 @@ RecovererCrashes(c) ==
     /\ lastAction' = [name |-> "RecovererCrashes", params |-> [client |-> c, phase |-> rPhase[c]]]
     /\ UNCHANGED <<meta, bookieVars, msgs, writerVars, lost>>
 
+\* Which requests (and their replies) a lost message may be: every kind, unless a model narrows its fault
+\* budget (LostKinds, a definition that a model's CONSTANTS may set; ledger_deep_large.cfg: the writer's adds).
+LostKinds == Requests
 \* A lost request: the sender sees a timeout.
 LoseRequest(m) ==
     /\ SharedFate => up[m.bookie]   \* a request queued on a connection attempt is not on the wire
+    /\ m.kind \in LostKinds
     /\ lost < MaxLostMessages
     /\ lost' = lost + 1
     /\ msgs' = msgs \ {m}
@@ -758,6 +762,7 @@ DeliverMessage(m) ==
 \* The bookie handled the request but its reply was lost: the client sees a timeout.
 LoseReply(m) ==
     /\ m.kind \in Requests /\ up[m.bookie]
+    /\ m.kind \in LostKinds
     /\ lost < MaxLostMessages
     /\ lost' = lost + 1
     /\ BookieHandles(m)
