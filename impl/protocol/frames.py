@@ -125,6 +125,22 @@ def _parse(frame: bytes) -> Frame:
     return Frame(command, rest if rest else None)
 
 
+# ---- frames encoded by hand: the parts they share ------------------------------------------------------
+
+
+def _message_id_data(ledger_id: int, entry_id: int, more: bytes = b"") -> bytes:
+    """A MessageIdData: ledgerId (1), entryId (2), then `more`, its later fields already encoded."""
+    return b"".join((b"\x08", varint(ledger_id), b"\x10", varint(entry_id), more))
+
+
+def _sizes(head: bytes, command: bytes, payload_size: int = 0) -> tuple[bytes, bytes]:
+    """For a frame of BaseCommand `head` (its type and the tag of its one command) and that command's
+    bytes: the frame's total and command sizes, and the command's length prefix."""
+    prefix = varint(len(command))
+    command_size = len(head) + len(prefix) + len(command)
+    return _TWO_U32.pack(4 + command_size + payload_size, command_size), prefix
+
+
 # ---- SEND_RECEIPT frames by hand ----------------------------------------------------------------------
 
 # BaseCommand: type (field 1, varint) = SEND_RECEIPT, then `send_receipt` (field 7, length-delimited).
@@ -137,17 +153,16 @@ def send_receipt(producer_id: int, sequence_id: int, highest: int, message_id: t
     checks it). An unbatched producer gets one per message: building and serializing the three message
     objects cost several times more."""
     ledger_id, entry_id, batch_index = message_id
-    mid = b"".join((b"\x08", varint(ledger_id), b"\x10", varint(entry_id)))  # MessageIdData.ledgerId (1), entryId (2)
-    if batch_index >= 0:
-        mid += b"\x20" + varint(batch_index)  # MessageIdData.batch_index (4)
+    batch = b"\x20" + varint(batch_index) if batch_index >= 0 else b""  # MessageIdData.batch_index (4)
+    mid = _message_id_data(ledger_id, entry_id, batch)
     receipt = b"".join(
         (
             b"\x08", varint(producer_id), b"\x10", varint(sequence_id),  # producer_id (1), sequence_id (2)
             b"\x1a", varint(len(mid)), mid, b"\x20", varint(highest),  # message_id (3), highest_sequence_id (4)
         )
     )  # fmt: skip
-    command_size = len(_RECEIPT_HEAD) + len(varint(len(receipt))) + len(receipt)
-    return b"".join((_TWO_U32.pack(4 + command_size, command_size), _RECEIPT_HEAD, varint(len(receipt)), receipt))
+    sizes, prefix = _sizes(_RECEIPT_HEAD, receipt)
+    return b"".join((sizes, _RECEIPT_HEAD, prefix, receipt))
 
 
 # ---- MESSAGE frames from a template -----------------------------------------------------------------
@@ -173,15 +188,13 @@ class MessageTemplate:
         self, ledger_id: int, entry_id: int, redelivery_count: int, ack_set: tuple[int, ...], payload: bytes
     ) -> tuple[bytes, ...]:
         """One frame, as parts to join: sizes, command, the entry's headers and payload."""
-        mid = b"".join((b"\x08", varint(ledger_id), b"\x10", varint(entry_id), self._partition))
+        mid = _message_id_data(ledger_id, entry_id, self._partition)
         acks = b"".join([b"\x20" + varint(word) for word in ack_set]) if ack_set else b""
         message = b"".join(
             (self._consumer, b"\x12", varint(len(mid)), mid, b"\x18", varint(redelivery_count), acks, self._epoch)
         )
-        size = len(message)
-        command_size = len(self._HEAD) + len(varint(size)) + size
-        head = _TWO_U32.pack(4 + command_size + len(payload), command_size)
-        return head, self._HEAD, varint(size), message, payload
+        sizes, prefix = _sizes(self._HEAD, message, len(payload))
+        return sizes, self._HEAD, prefix, message, payload
 
     def encode(
         self, ledger_id: int, entry_id: int, redelivery_count: int, ack_set: tuple[int, ...], payload: bytes
