@@ -771,7 +771,7 @@ class ManagedLedger:
         last = run[-1].entry_id
         if ledger_id in offloaded:
             try:
-                callback(self._read(start, max_entries, cached_only=False)[0])
+                callback(self._collect(wanted, offloaded, cached_only=False)[0])
             except ManagedLedgerError as e:
                 callback(e)
             return
@@ -811,7 +811,13 @@ class ManagedLedger:
     def _read(
         self, start: Position | None, max_entries: int, cached_only: bool
     ) -> tuple[list[tuple[Position, bytes]], bool]:
-        wanted, offloaded = self._wanted(start, max_entries)
+        return self._collect(*self._wanted(start, max_entries), cached_only)
+
+    def _collect(
+        self, wanted: list[Position], offloaded: dict[int, OffloadContext | None], cached_only: bool
+    ) -> tuple[list[tuple[Position, bytes]], bool]:
+        """The entries at `wanted` from the cache, the bookies or the offloaded copies (`_wanted`'s
+        answer); with `cached_only`, up to the first miss and whether there was one."""
         result: list[tuple[Position, bytes]] = []
         i = 0
         while i < len(wanted):
