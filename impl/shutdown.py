@@ -10,6 +10,7 @@ passes. Nothing acknowledged is lost by halting: a halt is a crash, which every 
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import threading
@@ -23,10 +24,13 @@ def halt_after(timeout_s: float, what: str) -> threading.Thread:
 
     def halt() -> None:
         print(
-            f"{what}: graceful shutdown did not finish within {timeout_s:g} s (--shutdown-timeout); halting",
+            f"{what}: graceful shutdown did not finish within {timeout_s:g} s (--shutdown-timeout); halting. "
+            "Where each thread was:",
             file=sys.stderr,
             flush=True,
         )
+        # What held the stop, for the operator (a JVM's thread dump): a halt is otherwise silent about it.
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         os._exit(HALT_EXIT_CODE)
 
     timer = threading.Timer(timeout_s, halt)

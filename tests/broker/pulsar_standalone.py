@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,13 +15,22 @@ from impl.broker.web.admin_client import AdminClient
 __all__ = ["ROOT", "Standalone", "running_standalone"]
 from tests.processes import ROOT, start_listening
 
+SHUTDOWN_BOUND_S = 15.0  # below the harness's wait; a clean stop takes well under a second
+
 
 class Standalone:
     def __init__(self, data: Path, *options: str) -> None:
         """`options`: more `pulsar-ref standalone` arguments."""
-        self.proc, self.broker_address, banner = start_listening(
-            ["standalone", "--data", str(data), "--port", "0", "--web-port", "0", *_tls_ports(options), *options]
-        )
+        # Its own stop is bounded below the harness's wait, so a stop that hangs halts with a thread dump
+        # in the log (impl/shutdown.py) rather than dying silently by SIGKILL.
+        bound = () if "--shutdown-timeout" in options else ("--shutdown-timeout", str(SHUTDOWN_BOUND_S))
+        self.log = data.with_name(data.name + ".stderr")
+        with self.log.open("w") as log:
+            self.proc, self.broker_address, banner = start_listening(
+                ["standalone", "--data", str(data), "--port", "0", "--web-port", "0", *_tls_ports(options)]
+                + [*bound, *options],
+                stderr=log,
+            )
         found = re.search(r"Pulsar clients: (pulsar://\S+);", banner)
         web = re.search(r"web service [^:]*: (http://\S+);", banner)
         assert found and web, banner
@@ -33,12 +43,17 @@ class Standalone:
         self.admin = AdminClient(self.web_url, timeout_s=20)
 
     def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return  # the test stopped or killed it itself
         self.proc.terminate()
         try:
-            self.proc.wait(20)
+            code = self.proc.wait(SHUTDOWN_BOUND_S + 10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait()
+            code = self.proc.wait()
+        if code != 0:  # the test passed or failed already; this says why its teardown took long
+            tail = self.log.read_text(errors="replace")[-6000:]
+            warnings.warn(f"the standalone's stop ended with exit code {code}; its stderr ends:\n{tail}", stacklevel=2)
 
 
 def _tls_ports(options: tuple[str, ...]) -> list[str]:
