@@ -36,6 +36,7 @@ from conformance.tlc import (
     TLCError,
     TLCErrorKind,
     _messages,
+    own_tmpdir,
     parse_state,
     tla2tools_jar,
 )
@@ -123,7 +124,7 @@ def simulate(
         shutil.copy(SPEC_DIR / model.spec, d / model.spec)
         (d / f"{WRAPPER}.tla").write_text(wrapper_module(model.spec, depth))
         (d / f"{WRAPPER}.cfg").write_text(simulation_config((SPEC_DIR / model.config).read_text()))
-        cmd = [java, "-XX:+UseParallelGC", "-cp", str(tla2tools_jar()), "tlc2.TLC", "-tool", "-deadlock"]
+        cmd = [java, "-XX:+UseParallelGC", own_tmpdir(d), "-cp", str(tla2tools_jar()), "tlc2.TLC", "-tool", "-deadlock"]
         cmd += ["-simulate", "-depth", str(depth + 1), "-seed", str(seed), "-continue", "-workers", "1"]
         cmd += ["-metadir", str(d / "states"), f"{WRAPPER}.tla"]
         with subprocess.Popen(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:

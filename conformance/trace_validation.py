@@ -51,7 +51,7 @@ from conformance.ledger_cluster import (
     LedgerCluster,
     pending_acks,
 )
-from conformance.tlc import SPEC_DIR, Outcome, TLCError, TLCErrorKind, TLCResult, run_tlc_retrying_parse
+from conformance.tlc import SPEC_DIR, Outcome, TLCError, TLCErrorKind, TLCResult, run_tlc
 from impl.bookie.client.recovery import RecoveryOp, RecoveryPhase
 from impl.bookie.client.writer import LedgerWriter, WriterState
 from impl.bookie.protocol import LAST_ENTRY, AddRequest, ReadRequest
@@ -575,10 +575,9 @@ def check_traces(config: RunConfig, runs: Sequence[Run], *, workers: int = 1) ->
         (d / "TraceSpec.cfg").write_text(cfg)
         dump = d / "states"
         try:
-            result = run_tlc_retrying_parse(
+            result = run_tlc(
                 d / "TraceSpec.tla",
                 d / "TraceSpec.cfg",
-                label="trace validation",
                 workers=workers,
                 extra_args=("-dump", str(dump)),
                 short=True,

@@ -26,7 +26,6 @@ from conformance.tlc import (
     TLCResult,
     load_manifest,
     run_tlc,
-    run_tlc_retrying_parse,
     save_trace,
 )
 from pulsar_ref.commands import spec as spec_command
@@ -72,9 +71,7 @@ def ci_results(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[TLCR
     ]
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {
-            m.name: pool.submit(
-                run_tlc_retrying_parse, SPEC_DIR / m.spec, SPEC_DIR / m.config, label=m.name, workers=1, short=True
-            )
+            m.name: pool.submit(run_tlc, SPEC_DIR / m.spec, SPEC_DIR / m.config, workers=1, short=True)
             for m in selected
         }
         yield futures
@@ -125,6 +122,27 @@ def test_parse_error_in_the_spec_is_typed(tmp_path: Path) -> None:
         run_tlc(spec, cfg)
     assert err.value.kind is TLCErrorKind.PARSE
     assert "line" in err.value.detail  # says where SANY stopped
+
+
+def test_a_run_keeps_the_standard_modules_it_extracts_to_itself(tmp_path: Path) -> None:
+    """TLC copies the standard modules a spec extends out of its jar to java.io.tmpdir and deletes them
+    at exit: with the JVM's shared default (/tmp), one TLC's exit took Naturals.tla from another one
+    still parsing. A run must leave the shared files alone (here, one planted where TLC would write)."""
+    shared = Path("/tmp/Bags.tla")  # the JVM's default java.io.tmpdir on Linux, whatever TMPDIR says
+    if shared.exists():
+        pytest.skip(f"{shared} exists already")
+    (tmp_path / "bagged.tla").write_text(
+        "---- MODULE bagged ----\nEXTENDS Bags, Naturals\nVARIABLE x\n"
+        "Init == x = EmptyBag\nNext == UNCHANGED x\nSpec == Init /\\ [][Next]_x\n====\n"
+    )
+    (tmp_path / "bagged.cfg").write_text("SPECIFICATION Spec\n")
+    planted = "---- MODULE Bags ----\n\\* planted by the test\n====\n"
+    shared.write_text(planted)
+    try:
+        assert run_tlc(tmp_path / "bagged.tla", tmp_path / "bagged.cfg").outcome is Outcome.PASS
+        assert shared.exists() and shared.read_text() == planted, "TLC rewrote or deleted the shared Bags.tla"
+    finally:
+        shared.unlink(missing_ok=True)
 
 
 def test_semantic_error_in_the_spec_is_typed(tmp_path: Path) -> None:
