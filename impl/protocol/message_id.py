@@ -3,11 +3,13 @@ ids, and the message's index in its batch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, order=True)
-class MessageId:
+class MessageId(NamedTuple):
+    """A NamedTuple (hash, equality and ordering in C), as ledger_list.Position: ids are dict keys of
+    the dispatcher's pending messages and compared on every ack."""
+
     ledger_id: int
     entry_id: int
     batch_index: int = 0
