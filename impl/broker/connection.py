@@ -56,7 +56,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from impl.broker.dispatcher import KeySharedMeta, KeySharedMode, SubscriptionType
 from impl.protocol import pulsar_api_pb2 as api
@@ -330,10 +330,10 @@ class DoFlow:
     permits: int
 
 
-@dataclass(frozen=True)
-class AckedId:
+class AckedId(NamedTuple):
     """One id of an ACK: batch_index -1 = the whole entry; ack_set = the batch indexes still not
-    acknowledged (bit set), when the client acknowledges a batch in part."""
+    acknowledged (bit set), when the client acknowledges a batch in part. A NamedTuple, built for every
+    message a consumer acknowledges: half the cost of a frozen dataclass."""
 
     id: MessageId
     ack_set: tuple[int, ...] = ()
@@ -777,7 +777,7 @@ class ServerConnection:
             if request_id is None:
                 return []
             return [_ack_response_reply(a.consumer_id, request_id, api.ConsumerNotFound, "no such consumer")]
-        ids = tuple(AckedId(id_from_wire(m), tuple(m.ack_set), m.batch_size) for m in a.message_id)
+        ids = tuple(AckedId(id_from_wire(m), tuple(m.ack_set) if m.ack_set else (), m.batch_size) for m in a.message_id)
         return [DoAck(a.consumer_id, ids, a.ack_type == api.CommandAck.Cumulative, request_id)]
 
     def _redeliver(self, cmd: api.BaseCommand, _frame: Frame) -> list[Output]:
