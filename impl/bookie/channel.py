@@ -14,7 +14,7 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 
 import grpc
@@ -61,12 +61,21 @@ def answer_batch(lock: threading.Lock, callbacks: dict[int, Callback], responses
     messages = list(responses)  # a protobuf repeated field costs more to walk than a list, and it is walked twice
     with lock:
         claimed = [callbacks.pop(msg.tag, None) for msg in messages]
+    run_answers(
+        (callback, wire.response_from_pb(msg))
+        for msg, callback in zip(messages, claimed, strict=True)
+        if callback is not None
+    )
+
+
+def run_answers(answers: Iterable[tuple[Callback, Result]]) -> None:
+    """Run claimed callbacks with their results, in order, as the answers of one stream message: the work
+    they put off (`after_answers`) runs once they all have."""
     deferred: list[Callable[[], None]] = []
     _answering.deferred = deferred
     try:
-        for msg, callback in zip(messages, claimed, strict=True):
-            if callback is not None:
-                settle_callback(callback, wire.response_from_pb(msg))
+        for callback, result in answers:
+            settle_callback(callback, result)
     finally:
         _answering.deferred = None
     for work in deferred:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import grpc
 
@@ -287,7 +287,7 @@ class Bookie:
     def _send(self, sends: list[tuple[Deliver, Reply | ReadEntry]]) -> None:
         """Outside the core lock: read entries from storage and deliver the replies; those of one
         stream together (`StreamReply`), so that they can leave in one stream message."""
-        streams: dict[StreamReplies, list[tuple[int, Response]]] = {}
+        streams: dict[ReplyStream, list[tuple[int, Response]]] = {}
         for deliver, out in sends:
             if isinstance(out, ReadEntry):
                 try:
@@ -535,12 +535,19 @@ class StreamReplies:
         return wire.batches_from(self.out, max_batch, MAX_REPLY_BATCH_BYTES, len)
 
 
+class ReplyStream(Protocol):
+    """Where the replies of one stream go, several at once: a gRPC stream's `StreamReplies`, or an
+    in-process client's channel (impl/bookie/client/local_channel.py)."""
+
+    def deliver_many(self, replies: Sequence[tuple[int, Response]]) -> None: ...
+
+
 class StreamReply:
     """The Deliver of one request of a stream: `Bookie._send` groups these by stream."""
 
     __slots__ = ("stream", "tag")
 
-    def __init__(self, stream: StreamReplies, tag: int) -> None:
+    def __init__(self, stream: ReplyStream, tag: int) -> None:
         self.stream = stream
         self.tag = tag
 

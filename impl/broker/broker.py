@@ -19,6 +19,7 @@ from typing import Any
 from impl import heap
 from impl.bookie.client.api import BookKeeperClient
 from impl.bookie.client.connect import connect_bookkeeper
+from impl.bookie.client.local_channel import LocalBookiesRegistry
 from impl.bookie.client.placement import frame_limit
 from impl.broker import namespaces, non_persistent
 from impl.broker.bundles import NamespaceBundle
@@ -102,10 +103,12 @@ class Broker:
         tls_ports: tuple[int, int] = (0, 0),  # (pulsar+ssl://, https://) when config.tls is set; 0 = any free
         connect_configuration_store: Callable[[], MetadataStore] | None = None,  # None: the metadata store
         tracer: Tracer | None = None,  # the recorder of every BookKeeper client's writers and recovery ops
+        local_bookies: LocalBookiesRegistry | None = None,  # bookies of this process, reached without gRPC
     ) -> None:
         self.connect_store = connect_store
         self.connect_configuration_store = connect_configuration_store
         self.tracer = tracer
+        self.local_bookies = local_bookies
         self._session_lock = threading.Lock()
         self._stopped = threading.Event()
         self.config = config or BrokerConfig()
@@ -140,7 +143,11 @@ class Broker:
         # Its largest entry: new ensembles leave out bookies whose frame limit is below it.
         self.largest_entry = bookie_frame_for(self.config.max_message_size)
         self.bookkeeper: BookKeeperClient = connect_bookkeeper(
-            self.store, request_timeout_s=bookie_request_timeout_s, tracer=tracer, largest_entry=self.largest_entry
+            self.store,
+            request_timeout_s=bookie_request_timeout_s,
+            tracer=tracer,
+            largest_entry=self.largest_entry,
+            local_bookies=local_bookies,
         )
         self.load_manager = LoadManager(
             self.store,
@@ -331,6 +338,7 @@ class Broker:
                 request_timeout_s=self.bookie_request_timeout_s,
                 tracer=self.tracer,
                 largest_entry=self.largest_entry,
+                local_bookies=self.local_bookies,
             )
             try:
                 self.load_manager.reconnect(store)  # the ownership cache's session, and register again

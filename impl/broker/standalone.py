@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from impl.bookie.client.local_channel import LocalBookiesRegistry
 from impl.bookie.core import DEFAULT_MAX_ENTRY_SIZE
 from impl.bookie.server import Bookie, BookieServer
 from impl.broker import namespaces
@@ -74,12 +75,21 @@ def lock_data_dir(data_dir: Path) -> int:
 
 
 class _InProcessBookie:
-    """A bookie with its gRPC server and its registration; can be killed and restarted in place."""
+    """A bookie with its gRPC server and its registration; can be killed and restarted in place. The broker
+    reaches it through `local` (no gRPC); other clients through its gRPC server."""
 
     def __init__(
-        self, data_dir: Path, port: int, registry: BookieRegistry, max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
+        self,
+        data_dir: Path,
+        port: int,
+        registry: BookieRegistry,
+        max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE,
+        local: LocalBookiesRegistry | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.local = local
+        if local is not None:
+            local.add(f"127.0.0.1:{port}")
         self.max_entry_size = max_entry_size  # nettyMaxFrameSizeBytes
         self.port = port
         self.registry = registry
@@ -96,6 +106,8 @@ class _InProcessBookie:
         server = BookieServer(bookie, port=self.port, http_port=0)
         server.start()
         self.server = server
+        if self.local is not None:
+            self.local.up(self.bookie_id, bookie)
         self.registry.register(self.bookie_id, http_url=server.http_url, netty_max_frame_size_bytes=self.max_entry_size)
 
     def register_on(self, registry: BookieRegistry) -> None:
@@ -114,6 +126,8 @@ class _InProcessBookie:
         server, self.server = self.server, None
         if server is None:
             return
+        if self.local is not None:
+            self.local.down(self.bookie_id)  # as the gRPC stream's end: requests in flight fail
         if graceful:
             with contextlib.suppress(MetadataError):  # an expired session's node is gone already
                 self.registry.unregister(self.bookie_id)
@@ -275,10 +289,12 @@ class Standalone:
         )
         self._renewer.watch(self.store)
         frame = bookie_frame_for(max_message_size)
+        # The broker reaches in-process bookies without gRPC (docs/broker.md, "The standalone's bookies").
+        self.local_bookies = None if bookie_processes else LocalBookiesRegistry()
         self.bookies: list[_InProcessBookie | _ProcessBookie] = [
             _ProcessBookie(self.data_dir / f"bookie-{i}", p, registry, self.metadata_url, frame)
             if bookie_processes
-            else _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry, frame)
+            else _InProcessBookie(self.data_dir / f"bookie-{i}", p, registry, frame, self.local_bookies)
             for i, p in enumerate(ports[:bookies])
         ]
         ml_config = ManagedLedgerConfig(
@@ -401,6 +417,7 @@ class Standalone:
                 tls_ports=self.tls_ports,
                 cluster=self.cluster,
                 connect_configuration_store=self._connect_configuration_store(),
+                local_bookies=self.local_bookies,
             )
             broker.start()
             self.broker = broker

@@ -20,11 +20,12 @@ reply, a stream-level error code, or the ConnectionError that ended the stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -41,8 +42,20 @@ CLOSE_GRACE_S = 1.0  # how long a closing IoLoop waits for its tasks (channel cl
 
 
 def on_io_loop_thread() -> bool:
-    """True on the thread of any running IoLoop (where blocking on a bookie answer would deadlock)."""
+    """True on the thread of any running IoLoop (where blocking on a bookie answer would deadlock), or of
+    any other thread that answers bookie requests (`answering_thread`)."""
     return threading.get_ident() in _LOOP_THREADS
+
+
+@contextlib.contextmanager
+def answering_thread() -> Iterator[None]:
+    """Count the current thread, while inside, as one that answers bookie requests (as an IoLoop's does):
+    the client's blocking calls refuse to wait there."""
+    _LOOP_THREADS.add(threading.get_ident())
+    try:
+        yield
+    finally:
+        _LOOP_THREADS.discard(threading.get_ident())
 
 
 class IoLoop:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from impl.bookie.client.api import DEFAULT_TIMEOUT_S, BookKeeperClient
 from impl.bookie.client.grpc_transport import DEFAULT_REQUEST_TIMEOUT_S, GrpcTransport
+from impl.bookie.client.local_channel import LocalBookiesRegistry
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import MetadataStore
@@ -43,6 +44,7 @@ def connect_bookkeeper(
     recovery_read_ahead: int = 1,
     tracer: Tracer | None = None,
     largest_entry: int | None = None,
+    local_bookies: LocalBookiesRegistry | None = None,
 ) -> BookKeeperClient:
     """A BookKeeperClient whose bookies are reached over gRPC at their registry ids (host:port).
 
@@ -56,7 +58,8 @@ def connect_bookkeeper(
     (BookKeeper's recoveryReadBatchSize, default 1). `tracer`: the recorder (impl/trace.py, e.g. a
     `TraceFile`) every writer and recovery op of the client reports its protocol steps to; None traces
     nothing. `largest_entry`: the largest entry body the client may add; new ensembles and replacements
-    leave out bookies whose published frame limit (nettyMaxFrameSizeBytes) is below it.
+    leave out bookies whose published frame limit (nettyMaxFrameSizeBytes) is below it. `local_bookies`: the
+    bookies of this process, reached without gRPC (impl/bookie/client/local_channel.py).
     """
     if not request_timeout_s < timeout_s:
         raise ValueError(
@@ -69,7 +72,7 @@ def connect_bookkeeper(
 
         store = owned = connect(store)
     try:
-        transport = GrpcTransport(timeout_s=request_timeout_s)
+        transport = GrpcTransport(timeout_s=request_timeout_s, local_bookies=local_bookies)
     except BaseException:
         if owned is not None:
             owned.close()

@@ -12,6 +12,9 @@ the responses; `channel_factory` can supply other channels (e.g. the threaded
 thread, which works because every request has the same timeout, so deadlines expire
 in the order the requests were sent (a deque, not a heap).
 
+Bookies of the transport's own process (`local_bookies`, a standalone's) are reached without gRPC, through
+impl/bookie/client/local_channel.py's channels, under the same deadlines and answer contract.
+
 A bookie id is its address ("127.0.0.1:PORT"). A channel is opened on first use and
 dropped as soon as its stream fails: the next request opens a fresh gRPC channel,
 which connects at once instead of waiting out gRPC's reconnect backoff (a restarted
@@ -25,10 +28,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from impl.bookie.channel import Callback, Result
 from impl.bookie.client.aio_channel import AioBookieChannel, IoLoop
+from impl.bookie.client.local_channel import LocalBookiesRegistry, LocalChannels
 from impl.bookie.protocol import (
     AddRequest,
     AddResponse,
@@ -134,7 +138,10 @@ class GrpcTransport:
         *,
         timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         channel_factory: Callable[[str], Channel] | None = None,
+        local_bookies: LocalBookiesRegistry | None = None,
     ) -> None:
+        """`local_bookies`: the in-process bookies, reached without gRPC (impl/bookie/client/local_channel.py);
+        every other bookie through `channel_factory` (by default a gRPC stream on the transport's IoLoop)."""
         if not timeout_s > 0:
             raise ValueError(f"request timeout must be positive, got {timeout_s}")
         self.timeout_s = timeout_s
@@ -145,6 +152,10 @@ class GrpcTransport:
             def channel_factory(address: str) -> Channel:
                 return AioBookieChannel(address, io)
 
+        self._local: LocalChannels | None = None
+        if local_bookies is not None:
+            self._local = LocalChannels(local_bookies, channel_factory)
+            channel_factory = cast("Callable[[str], Channel]", self._local)
         self._channel_factory = channel_factory
         self._channels: dict[BookieId, Channel] = {}
         self._lock = threading.Lock()
@@ -250,6 +261,8 @@ class GrpcTransport:
             self._wakeup.notify()
         for channel in channels:
             channel.close()
+        if self._local is not None:
+            self._local.close()  # after the channels' close: their waiters are answered
         if self._io is not None:
             self._io.close()  # after the channels' close (queued before the stop): their waiters are answered
         if threading.current_thread() is not self._timer:
