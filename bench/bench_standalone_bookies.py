@@ -2,7 +2,7 @@
 
 Arrangements, all with the official client (pulsar-client 3.13.0) and E2/Qw2/Qa2, in one invocation:
   in-process   `pulsar-ref standalone`: embedded metadata, three bookies and the broker in one process
-               and one interpreter, the broker talking gRPC to its bookies over loopback
+               and one interpreter, the broker reaching its bookies without gRPC (local channels)
   separate     the same pieces as processes: three `pulsar-ref bookie` and one `pulsar-ref broker` on the
                same embedded metadata store (`embedded://DIR`), the bookies with their defaults, the broker
                with the standalone's quorums; nothing else differs from the standalone

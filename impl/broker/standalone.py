@@ -5,9 +5,12 @@ durable (impl/metadata/embedded.py), each bookie keeps its journal in its own di
 the ports are remembered in `standalone.json`, because a bookie's id is its address and the
 ledgers' ensembles name bookies by id.
 
-The bookies run in-process, each behind its own gRPC server on loopback, so the broker talks
-to them exactly as to remote bookies. `bookie_processes` (`--bookie-processes`) runs each as `pulsar-ref
-bookie` instead, faster on 2 cores and meant to become the default (docs/broker.md, "The standalone's bookies").
+The bookies run in-process. The broker's BookKeeper client reaches them without gRPC: its
+channels hand requests straight to each `Bookie` (impl/bookie/client/local_channel.py, marked up and down
+as the bookies start and stop), with the gRPC channel's answer contract; each bookie also keeps its gRPC
+server and HTTP service on loopback, for any other client. `bookie_processes` (`--bookie-processes`) runs
+each as `pulsar-ref bookie` instead, reached over gRPC; measured slower than the in-process bookies
+without gRPC, so it is not the default (docs/broker.md, "The standalone's bookies").
 Fault verbs (kill, restart, start, expire-session) act on them and on the broker in place, for the
 workload's nemesis; `cluster VERB NODE` sends them to the control endpoint, a small HTTP service
 that stays up while the broker is killed.
