@@ -12,7 +12,8 @@ MetadataStore, the caller owns it (a broker shares its session with the client),
 the client leaves it open. docs/bookkeeper-client.md shows the whole API.
 
 Completions (an add's Future and its done-callbacks) run on the transport's bookie I/O
-thread, which serves every bookie stream: a callback must not block on another client
+thread, which serves every bookie stream (or, for in-process bookies given as `local_bookies`,
+on its answering thread, under the same rules): a callback must not block on another client
 call (e.g. `handle.add()` or another future's `.result()`); the blocking API calls refuse
 with RuntimeError there instead of stalling every bookie connection. Hand blocking
 follow-up work to a thread of your own.
