@@ -6,6 +6,7 @@ goes down before it answers, and nothing from it afterwards."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -207,3 +208,56 @@ def test_the_transport_reaches_local_bookies_without_grpc_through_a_kill_and_a_r
         assert ask(transport, ReadRequest(1, 0)) == ReadResponse(1, 0, ErrorCode.EOK, body(0))
         assert ask(transport, AddRequest(1, 1, KEY, body(1))) == AddResponse(1, 1, ErrorCode.EOK)
     bookie.close()
+
+
+def test_every_add_acknowledged_before_a_kill_is_there_after_the_restart(tmp_path: Path) -> None:
+    registry = LocalBookiesRegistry()
+    bookie = Bookie(tmp_path, checkpoint_interval=3600)
+    registry.up(BOOKIE, bookie)
+    answers: dict[int, object] = {}
+    all_answered = threading.Event()
+    total = 600
+
+    def answered(entry: int) -> Callable[[object], None]:
+        def on_answer(response: object) -> None:
+            answers[entry] = response
+            if len(answers) == total:
+                all_answered.set()
+
+        return on_answer
+
+    with GrpcTransport(timeout_s=10, local_bookies=registry) as transport:
+        for entry in range(total):
+            transport.send(BOOKIE, AddRequest(1, entry, KEY, body(entry)), answered(entry))
+            if entry == total // 3:
+                deadline = time.monotonic() + 20
+                while len(answers) < 50 and time.monotonic() < deadline:
+                    time.sleep(0.001)  # some acknowledged before the kill
+            if entry == total // 2:  # killed with adds in flight: down first, then the bookie closes
+                registry.down(BOOKIE)
+                bookie.close()
+        assert all_answered.wait(20)
+    acknowledged = [e for e, r in answers.items() if r == AddResponse(1, e, ErrorCode.EOK)]
+    assert len(acknowledged) >= 50 and len(acknowledged) <= total // 2 + 1
+    assert all(r is None for e, r in answers.items() if e > total // 2)  # none after the kill
+    restarted = Bookie(tmp_path, checkpoint_interval=3600)
+    registry.up(BOOKIE, restarted)
+    try:
+        with GrpcTransport(timeout_s=10, local_bookies=registry) as transport:
+            reads: dict[int, object] = {}
+            done = threading.Event()
+
+            def read(entry: int) -> Callable[[object], None]:
+                def on_answer(response: object) -> None:
+                    reads[entry] = response
+                    if len(reads) == len(acknowledged):
+                        done.set()
+
+                return on_answer
+
+            for entry in acknowledged:
+                transport.send(BOOKIE, ReadRequest(1, entry), read(entry))
+            assert done.wait(20)
+        assert all(reads[e] == ReadResponse(1, e, ErrorCode.EOK, body(e)) for e in acknowledged)
+    finally:
+        restarted.close()
