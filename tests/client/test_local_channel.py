@@ -107,12 +107,17 @@ class HeldBookie:
         self.held += requests
 
 
-def test_requests_in_flight_fail_when_the_bookie_goes_down_and_late_replies_are_dropped() -> None:
+def held_channel() -> tuple[LocalBookiesRegistry, HeldBookie, LocalChannels, LocalBookieChannel, Answers]:
+    """A channel to a HeldBookie registered as BOOKIE, and a collector of its answers."""
     registry = LocalBookiesRegistry()
     held = HeldBookie()
     registry.up(BOOKIE, held)
     channels, channel = channel_to(registry)
-    answers = Answers()
+    return registry, held, channels, channel, Answers()
+
+
+def test_requests_in_flight_fail_when_the_bookie_goes_down_and_late_replies_are_dropped() -> None:
+    registry, held, channels, channel, answers = held_channel()
     try:
         channel.send_many([(AddRequest(1, e, KEY, b"x"), answers.callback(e)) for e in range(3)])
         held.held[0][1](AddResponse(1, 0, ErrorCode.EOK))  # answered before the kill
@@ -145,11 +150,7 @@ def test_requests_in_flight_fail_when_the_bookie_goes_down_and_late_replies_are_
 
 
 def test_a_closed_channel_fails_what_waits_and_refuses_more() -> None:
-    registry = LocalBookiesRegistry()
-    held = HeldBookie()
-    registry.up(BOOKIE, held)
-    channels, channel = channel_to(registry)
-    answers = Answers()
+    registry, held, channels, channel, answers = held_channel()
     try:
         channel.send_many([(AddRequest(1, 0, KEY, b"x"), answers.callback(0))])
         channel.close()
