@@ -90,13 +90,13 @@ class _InProcessBookie:
         local: LocalBookiesRegistry | None = None,
     ) -> None:
         self.data_dir = data_dir
-        self.local = local
-        if local is not None:
-            local.add(f"127.0.0.1:{port}")
         self.max_entry_size = max_entry_size  # nettyMaxFrameSizeBytes
         self.port = port
         self.registry = registry
         self.bookie_id = f"127.0.0.1:{port}"
+        self.local = local
+        if local is not None:
+            local.add(self.bookie_id)
         self.server: BookieServer | None = None
         self.paused = False
 
