@@ -34,7 +34,7 @@ from typing import Any
 
 from impl.broker import connection as conn
 from impl.broker import namespaces, non_persistent, topic_pattern
-from impl.broker.dispatcher import Ack, Flow, Message, Nack, Writable
+from impl.broker.dispatcher import WHOLE_ENTRY, Ack, Flow, Message, Nack, Writable
 from impl.broker.errors import (
     BrokerError,
     ConsumerAssignError,
@@ -180,9 +180,9 @@ class _Sink(ConsumerSink):
         self.partition = partition  # every delivered id carries it, as Pulsar's broker does
 
     def deliver(self, messages: list[tuple[Message, int]]) -> None:
-        # Consecutive messages of one entry go as one MESSAGE; ack_set names the batch indexes sent
-        # when not all of them are (the rest were acknowledged, or went to another consumer). All of
-        # them go to the loop as one event, encoded there into one write.
+        # Consecutive messages of one entry go as one MESSAGE, as does a whole batch entry; ack_set names
+        # the batch indexes sent when not all of them are (the rest were acknowledged, or went to another
+        # consumer). All of them go to the loop as one event, encoded there into one write.
         items: list[tuple[int, int, int, tuple[int, ...], bytes]] = []
         size = 0
         i, n = 0, len(messages)
@@ -191,7 +191,9 @@ class _Sink(ConsumerSink):
             ledger_id, entry_id = first.id.ledger_id, first.id.entry_id
             j = i + 1
             ack_set: tuple[int, ...] = ()
-            if first.batch_size > 1:
+            if first.indexes:  # a whole entry, less the indexes acknowledged already
+                ack_set = tuple(bitset.to_words(first.indexes))
+            elif first.batch_size > 1 and first.id.batch_index != WHOLE_ENTRY:
                 while j < n and (m := messages[j][0].id).entry_id == entry_id and m.ledger_id == ledger_id:
                     j += 1
                 if j - i < first.batch_size:
@@ -731,8 +733,17 @@ class _Connection:
                 msg = pending.get(only) if not a.ack_set else None
                 if msg is not None and msg.batch_size == 1:
                     ids.append(only)
-                else:
+                    continue
+                # A batch entry delivered whole: all of it, or the indexes its ack_set no longer marks.
+                whole = pending.get(MessageId(a.id.ledger_id, a.id.entry_id, WHOLE_ENTRY))
+                if whole is None:
                     rest.append(a)
+                elif not a.ack_set:
+                    ids.append(whole.id)
+                else:
+                    unacked = bitset.from_words(a.ack_set)
+                    ledger_id, entry_id = a.id.ledger_id, a.id.entry_id
+                    ids += [MessageId(ledger_id, entry_id, i) for i in range(whole.batch_size) if i not in unacked]
         if not rest and not out.cumulative:
             return ids
         by_entry = self._pending_by_entry(c)
@@ -766,7 +777,8 @@ class _Connection:
             ids = []
             for wanted in out.ids:
                 at = by_entry.get((wanted.ledger_id, wanted.entry_id), [])
-                ids += at if wanted.batch_index < 0 else [m for m in at if m == wanted]
+                # One message of an entry delivered whole: the entry goes again (less what was acknowledged).
+                ids += at if wanted.batch_index < 0 else [m for m in at if m == wanted or m.batch_index == WHOLE_ENTRY]
         if ids:
             consumer_step(c.sub, Nack(c.service_id, tuple(ids)))
         return []

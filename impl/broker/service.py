@@ -503,8 +503,8 @@ class Subscription:
             if sink is not None:
                 delivered = list(out.messages)
                 sink.deliver(delivered)
-                sizes = [len(m.entry) or len(m.payload) for m, _ in delivered]
-                count, size = sum(m.batch_size for m, _ in delivered), sum(sizes)
+                count = sum(m.message_count for m, _ in delivered)  # a whole batch entry counts its messages
+                size = sum(len(m.entry) or len(m.payload) for m, _ in delivered)
                 self.topic.counters.dispatched(count, size)
                 rate = getattr(sink, "rate", None)  # sinks made without ConsumerSink.__init__ count nothing
                 if rate is not None:

@@ -4,7 +4,7 @@ signed 64-bit, bit i of the batch in word i // 64 at position i % 64 (pure)."""
 from __future__ import annotations
 
 
-def to_words(indexes: list[int]) -> list[int]:
+def to_words(indexes: list[int] | tuple[int, ...]) -> list[int]:
     """The words with exactly these bits set."""
     words = [0] * (max(indexes) // 64 + 1)
     for i in indexes:

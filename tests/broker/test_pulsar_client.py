@@ -252,6 +252,38 @@ def test_partly_acknowledged_batch_redelivers_only_the_rest(client: pulsar.Clien
     assert_nothing_more(again)
 
 
+def test_a_batch_goes_whole_to_one_shared_consumer_which_hands_over_only_what_it_left_unacked(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    """A batch entry goes to one Shared consumer whole (counted as its messages, not once per message of
+    it); when that consumer leaves, another gets only the messages it had not acknowledged."""
+    topic = topic_name("wholebatch")
+    first = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True)
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50)
+    for i in range(6):
+        producer.send_async(b"%d" % i, None)
+    producer.flush()
+    got = receive_all(first, 6, ack=False)
+    assert len({(m.message_id().ledger_id(), m.message_id().entry_id()) for m in got}) == 1
+    for m in got[:4]:
+        first.acknowledge(m)
+    second = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True)
+    deadline = time.monotonic() + 5
+    while True:  # the client sends its acks grouped, within 100 ms
+        (c,) = [
+            c
+            for c in standalone.admin.call("GET", topic_path(topic) + "/stats")["subscriptions"]["s"]["consumers"]
+            if c["msgOutCounter"]
+        ]
+        if c["unackedMessages"] == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert c["msgOutCounter"] == 6 and c["unackedMessages"] == 2
+    first.close()
+    assert [int(m.data()) for m in receive_all(second, 2)] == [4, 5]
+    assert_nothing_more(second)
+
+
 def test_readers_from_earliest_latest_and_a_message_id(client: pulsar.Client) -> None:
     topic = topic_name("reader")
     producer = client.create_producer(topic)

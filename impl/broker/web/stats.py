@@ -98,7 +98,7 @@ def _consumer(sub: Subscription, cid: int, sink: ConsumerSink, now: float) -> di
     state = sub.dispatcher.consumers.get(cid)
     rate: Rate = getattr(sink, "rate", None) or Rate()
     rate.roll(now)
-    unacked = len(state.pending) if state is not None else 0
+    unacked = sub.dispatcher.unacked_of(cid)
     return {
         "consumerName": state.name if state is not None else f"consumer-{cid}",
         "msgRateOut": rate.message_rate,
