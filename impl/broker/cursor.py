@@ -74,6 +74,15 @@ class _CursorBase:
         with self._lock:
             return self._current().is_acknowledged(position)
 
+    def acknowledged_among(self, positions: list[Position]) -> set[Position]:
+        """Of `positions`, the acknowledged ones: one look under the lock for a read's entries."""
+        with self._lock:
+            state = self._current()
+            mark, ranges = state.mark_delete, state.individually_deleted
+            if not ranges:
+                return {p for p in positions if p <= mark}
+            return {p for p in positions if state.is_acknowledged(p)}
+
     def backlog(self) -> int:
         view = self.ml.view()
         with self._lock:

@@ -627,6 +627,9 @@ class Dispatcher:
             holder = None if self._ks.allow_out_of_order else self._key_holders.get(msg.key)
             target = holder[0] if holder is not None else self._select(msg.key)
             return target if target is not None and self.consumers[target].available > 0 else None
+        if len(self.consumers) == 1:  # Shared with one consumer: no turn to take
+            ((only, consumer),) = self.consumers.items()
+            return only if consumer.available > 0 else None
         ids = list(self.consumers)
         for i in range(len(ids)):  # Shared: round robin over those with permits
             candidate = ids[(self._rr + i) % len(ids)]
@@ -638,27 +641,36 @@ class Dispatcher:
     def _assign(self, messages: list[Message]) -> list[Output]:
         """Give each message to its consumer; what cannot go now waits in the redelivery queue."""
         batches: dict[int, list[tuple[Message, int]]] = {}
-        left = sum(c.available for c in self.consumers.values())  # permits anywhere
+        consumers, counts, highest = self.consumers, self._redelivery_count, self._highest_delivered
+        key_shared = self.type is SubscriptionType.KEY_SHARED
+        left = sum(c.available for c in consumers.values())  # permits anywhere
         for i, msg in enumerate(messages):
             if left <= 0:  # nobody can take anything now: the rest wait, none looked at one by one
+                self._highest_delivered = highest
                 self._hold(messages[i:])
-                break
-            last = msg.id if msg.id.batch_index != WHOLE_ENTRY else msg.last_id
-            if self._highest_delivered is None or last > self._highest_delivered:
-                self._highest_delivered = last
+                return [Deliver(c, tuple(ms)) for c, ms in batches.items()]
+            mid = msg.id
+            whole = mid.batch_index == WHOLE_ENTRY
+            last = msg.last_id if whole else mid
+            if highest is None or last > highest:
+                highest = last
             target = self._eligible(msg)
             if target is None:
-                self._redeliver[msg.id] = msg  # not a redelivery: the count stays
+                self._redeliver[mid] = msg  # not a redelivery: the count stays
                 continue
-            consumer = self.consumers[target]
-            count = 1 if msg.id.batch_index != WHOLE_ENTRY else msg.message_count
+            consumer = consumers[target]
+            count = msg.message_count if whole else 1
             consumer.permits -= count  # a whole entry may take it below 0, as Pulsar's permits
             left -= count
-            consumer.pending[msg.id] = msg
-            if self.type is SubscriptionType.KEY_SHARED:
+            consumer.pending[mid] = msg
+            if key_shared:
                 holder = self._key_holders.get(msg.key)
                 self._key_holders[msg.key] = (target, (holder[1] if holder else 0) + 1)
-            batches.setdefault(target, []).append((msg, self._redelivery_count.get(msg.id, 0)))
+            batch = batches.get(target)
+            if batch is None:
+                batch = batches[target] = []
+            batch.append((msg, counts.get(mid, 0) if counts else 0))
+        self._highest_delivered = highest
         return [Deliver(c, tuple(ms)) for c, ms in batches.items()]
 
     def _hold(self, messages: list[Message]) -> None:

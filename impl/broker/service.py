@@ -722,6 +722,7 @@ class Subscription:
         cap = self.topic.service.config.dispatcher_max_read_size_bytes
         size = 0
         cache = self.topic.ml.cache
+        acknowledged = self.cursor.acknowledged_among([p for p, _ in entries])
         for position, data in entries:
             if self.read_after is not None and position <= self.read_after:
                 continue  # expired (message TTL) while the read was with the bookies
@@ -730,7 +731,7 @@ class Subscription:
             size += len(data)
             self._entry_size = max(1, (self._entry_size + len(data)) // 2)
             self.read_after = position
-            if self.cursor.is_acknowledged(position):
+            if position in acknowledged:
                 continue  # acknowledged individually before a restart or takeover
             try:
                 metadata = cache.metadata(position)
