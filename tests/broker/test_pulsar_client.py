@@ -376,6 +376,38 @@ def test_unload_with_a_producer_and_consumer_attached_loses_nothing(
     assert acked[-1].ledger_id() > acked[0].ledger_id()  # the new owner writes a new ledger
 
 
+def test_a_batched_backlog_shared_by_consumers_that_leave_and_an_unload_loses_nothing(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    """Batches dispatched whole: two Shared consumers ack two thirds of every batch they get and leave; a
+    third gets exactly the rest, acknowledges it, and after an unload nothing comes again."""
+    topic = topic_name("wholeunload")
+    options: dict = {"consumer_type": pulsar.ConsumerType.Shared, "batch_index_ack_enabled": True}
+    first, second = (client.subscribe(topic, "s", receiver_queue_size=50, **options) for _ in range(2))
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=25)
+    for i in range(1000):
+        producer.send_async(b"%d" % i, None)
+    producer.flush()
+    acked: set[int] = set()
+    for consumer in (first, second):
+        for _ in range(150):
+            m = consumer.receive(10_000)
+            if m.message_id().batch_index() % 3:
+                consumer.acknowledge(m)
+                acked.add(int(m.data()))
+    time.sleep(0.3)  # the grouped acks go out
+    first.close()
+    second.close()
+    third = client.subscribe(topic, "s", **options)
+    rest = [int(m.data()) for m in receive_all(third, 1000 - len(acked))]
+    assert_nothing_more(third)
+    assert not acked & set(rest) and len(rest) == len(set(rest))
+    assert acked | set(rest) == set(range(1000))
+    time.sleep(0.3)
+    standalone.admin.call("PUT", topic_path(topic) + "/unload")
+    assert_nothing_more(third, 1500)
+
+
 def test_a_message_over_the_maximum_size_is_refused(client: pulsar.Client) -> None:
     producer = client.create_producer(topic_name("big"))
     with pytest.raises(pulsar.MessageTooBig):
