@@ -26,11 +26,12 @@ so a reopened subscription reads them again and rebuilds it.
 
 Flow control is by permits: a consumer grants N, and receives at most N messages until it
 grants more. A batch entry counts as consumed (its position is acknowledged to the cursor) once
-every message of the batch is acknowledged. Key_Shared dispatches the messages of a batch one by
-one (each by its own key); the other types dispatch a batch entry whole, as Pulsar's dispatchers
-do: one `Message` with batch index -1 (`whole_entry`), which takes as many permits as it holds
-messages (a consumer with fewer permits still gets it, and owes the rest), is acknowledged index by
-index or whole, and is redelivered whole less the indexes acknowledged (`indexes`).
+every message of the batch is acknowledged. Key_Shared dispatches the messages of a batch of
+several keys one by one (each by its own key); a batch of one key (key-based batching), and any
+batch on the other types, goes whole, as Pulsar's dispatchers send it: one `Message` with batch
+index WHOLE_ENTRY (-1), which takes as many permits as it holds messages (a consumer with fewer
+permits still gets it, and owes the rest), is acknowledged index by index or whole, and is
+redelivered whole less the indexes acknowledged (`indexes`).
 Unacknowledged messages of a consumer that leaves, and negatively acknowledged ones, are
 redelivered (before new messages) with their redelivery count raised.
 
@@ -149,10 +150,6 @@ class Message(NamedTuple):
             f"Message(id={self.id!r}, key={self.key!r}, payload={self.payload[:32]!r}, batch_size={self.batch_size}, "
             f"deliver_at={self.deliver_at}, indexes={self.indexes!r})"
         )
-
-    @property
-    def whole_entry(self) -> bool:
-        return self.id.batch_index == WHOLE_ENTRY
 
     @property
     def message_count(self) -> int:
@@ -525,10 +522,14 @@ class Dispatcher:
             msg = pending.pop(mid, None)
             if msg is None:  # one message of a whole entry, else not delivered to it or named twice
                 whole = MessageId(mid.ledger_id, mid.entry_id, WHOLE_ENTRY)
-                if mid.batch_index >= 0 and whole in pending and self._ack_index(pending, whole, mid.batch_index):
+                if mid.batch_index >= 0 and whole in pending and (msg := self._ack_index(pending, whole, mid)):
+                    if key_shared:
+                        self._unhold(msg)
                     done.append(Position(mid.ledger_id, mid.entry_id))
                 continue
             if mid.batch_index == WHOLE_ENTRY:
+                if key_shared:
+                    self._unhold(msg)
                 self._entry_left.pop(mid, None)
                 if counts:
                     counts.pop(mid, None)
@@ -549,19 +550,20 @@ class Dispatcher:
         outputs: list[Output] = [AckEntries(tuple(sorted(done, key=position_key)))] if done else []
         return outputs + self._dispatch()
 
-    def _ack_index(self, pending: dict[MessageId, Message], whole: MessageId, index: int) -> bool:
-        """One message of a whole entry pending at a consumer is acknowledged; True when it was the last."""
+    def _ack_index(self, pending: dict[MessageId, Message], whole: MessageId, mid: MessageId) -> Message | None:
+        """Message `mid` of a whole entry pending at a consumer is acknowledged: the entry, when it was the
+        last of it (it leaves `pending`), else None."""
+        msg = pending[whole]
         left = self._entry_left.get(whole)
         if left is None:
-            msg = pending[whole]
             left = self._entry_left[whole] = set(msg.indexes or range(msg.batch_size))
-        left.discard(index)
+        left.discard(mid.batch_index)
         if left:
-            return False
+            return None
         del self._entry_left[whole]
         del pending[whole]
         self._redelivery_count.pop(whole, None)
-        return True
+        return msg
 
     def _nack(self, e: Nack) -> list[Output]:
         owner = self.consumers[e.consumer]
@@ -770,8 +772,9 @@ def messages_of(
     whole entry (`entry`) for dispatch. With payloads=False nothing is decompressed, and with
     keys_needed=False (every subscription type but Key_Shared) a batch is not even opened.
     `metadata`: what the entry's publish read of it (entry_codec.dispatch_metadata); with it the
-    entry is not parsed again unless Key_Shared needs the keys inside a batch. Without keys_needed, a
-    batch entry is one Message, its id's batch index WHOLE_ENTRY (dispatched whole)."""
+    entry is not parsed again unless Key_Shared needs the keys inside a batch. A batch entry is one Message,
+    its id's batch index WHOLE_ENTRY (dispatched whole), without keys_needed or when all its messages have
+    one key; Key_Shared takes a batch of several keys message by message."""
     ledger_id, entry_id = position.ledger_id, position.entry_id
     if payloads:
         entry = entry_codec.parse(data, verify_checksum=False)
@@ -795,4 +798,6 @@ def messages_of(
         return [Message(MessageId(ledger_id, entry_id, WHOLE_ENTRY if n > 1 else 0), "", b"", (), n, data, at)]
     keys = keys if keys is not None else metadata.keys
     assert keys is not None
+    if n > 1 and keys.count(keys[0]) == n:  # one key (a key-based batch): Key_Shared takes it whole too
+        return [Message(MessageId(ledger_id, entry_id, WHOLE_ENTRY), keys[0], b"", (), n, data, at)]
     return [Message(MessageId(ledger_id, entry_id, i), key, b"", (), n, data, at) for i, key in enumerate(keys)]

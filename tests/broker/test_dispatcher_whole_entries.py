@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impl.broker.dispatcher import (
+    RANGE_SIZE,
     WHOLE_ENTRY,
     Ack,
     AckEntries,
@@ -22,20 +23,21 @@ from impl.broker.dispatcher import (
     ReadEntries,
     RemoveConsumer,
     SubscriptionType,
+    key_slot,
 )
 from impl.broker.managed_ledger import Position
 from impl.protocol.message_id import MessageId
 
 
-def whole(entry: int, size: int) -> Message:
-    return Message(MessageId(1, entry, WHOLE_ENTRY if size > 1 else 0), "", b"", (), size)
+def whole(entry: int, size: int, key: str = "") -> Message:
+    return Message(MessageId(1, entry, WHOLE_ENTRY if size > 1 else 0), key, b"", (), size)
 
 
 class Shell:
     """Entries 0..n-1 of ledger 1 with the given batch sizes; answers reads, records what went where."""
 
-    def __init__(self, sizes: list[int]) -> None:
-        self.entries = [whole(i, n) for i, n in enumerate(sizes)]
+    def __init__(self, sizes: list[int], keys: int = 1) -> None:
+        self.entries = [whole(i, n, f"k{i % keys}") for i, n in enumerate(sizes)]
         self.next = 0
         self.delivered: list[tuple[int, Message, int]] = []  # (consumer, message, redelivery count)
         self.acked: list[Position] = []
@@ -105,9 +107,27 @@ def test_a_cumulative_ack_inside_a_batch_acknowledges_the_entries_before_and_tha
         assert shell.acked == [Position(1, i) for i in range(3)] and d.unacked() == 0
 
 
+def test_key_shared_lets_a_key_move_once_its_whole_batches_are_acknowledged() -> None:
+    """Key_Shared with one-key batches: a key's batches stay with its consumer while any is unacknowledged
+    there, and move to the slot's new owner once all are (by a whole ack, or by the last index)."""
+    key = next(k for k in (f"k{i}" for i in range(100)) if key_slot(k) <= RANGE_SIZE // 2)  # the lower half
+    for ack_whole in (True, False):
+        shell, d = Shell([2, 2, 2]), Dispatcher(SubscriptionType.KEY_SHARED)
+        shell.entries = [whole(i, 2, key) for i in range(3)]
+        shell.run(d, d.step(AddConsumer(1, "a")) + d.step(Flow(1, 2)))  # "a" owns every slot: entry 0
+        shell.run(d, d.step(AddConsumer(2, "b")) + d.step(Flow(2, 10)) + d.step(Flow(1, 2)))
+        assert [(c, m.id.entry_id) for c, m, _ in shell.delivered] == [(1, 0), (1, 1)]  # "a" still holds it
+        for entry in (0, 1):
+            ids = (MessageId(1, entry, WHOLE_ENTRY),) if ack_whole else (MessageId(1, entry, 0), MessageId(1, entry, 1))
+            shell.run(d, d.step(Ack(1, ids)))
+        assert shell.acked == [Position(1, 0), Position(1, 1)]
+        shell.run(d, d.step(Flow(1, 2)) + d.step(Flow(2, 1)))
+        assert shell.delivered[-1][:2] == (2, shell.entries[2])  # the slot's owner, "b", now
+
+
 @settings(max_examples=80, deadline=None)
 @given(
-    st.sampled_from([SubscriptionType.SHARED, SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER]),
+    st.sampled_from(list(SubscriptionType)),
     st.lists(st.integers(1, 4), min_size=1, max_size=6),
     st.lists(
         st.tuples(st.sampled_from(["add", "remove", "flow", "ack", "ack-whole", "nack"]), st.integers(0, 2)),
@@ -117,9 +137,10 @@ def test_a_cumulative_ack_inside_a_batch_acknowledges_the_entries_before_and_tha
 def test_no_message_is_lost_and_none_acknowledged_is_delivered_again(
     sub_type: SubscriptionType, sizes: list[int], steps: list[tuple[str, int]]
 ) -> None:
-    """Whatever consumers do, after a drain every entry was acknowledged exactly once, and a redelivered
-    batch never carries an index acknowledged before."""
-    shell, d = Shell(sizes), Dispatcher(sub_type)
+    """Whatever consumers do, after a drain every entry was acknowledged exactly once, a redelivered
+    batch never carries an index acknowledged before, and (Key_Shared, one key per batch as key-based
+    batching makes them) no key is ever pending at two consumers."""
+    shell, d = Shell(sizes, keys=3), Dispatcher(sub_type)
     connected: set[int] = set()
     acked: set[MessageId] = set()  # (ledger, entry, index) acknowledged so far
 
@@ -130,6 +151,9 @@ def test_no_message_is_lost_and_none_acknowledged_is_delivered_again(
             got = m.indexes or range(m.batch_size)
             sent = {MessageId(1, m.id.entry_id, i if m.id.batch_index == WHOLE_ENTRY else 0) for i in got}
             assert not sent & acked, f"{m} carries indexes acknowledged already"
+        if sub_type is SubscriptionType.KEY_SHARED:
+            holders = [(m.key, c) for c, state in d.consumers.items() for m in state.pending.values()]
+            assert len(set(holders)) == len({k for k, _ in holders}), f"a key pending at two consumers: {holders}"
 
     def held(c: int) -> list[Message]:
         return list(d.consumers[c].pending.values()) if c in d.consumers else []

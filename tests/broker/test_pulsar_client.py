@@ -162,6 +162,43 @@ def test_key_shared_keeps_each_key_on_one_consumer_in_order(client: pulsar.Clien
     assert all(v == sorted(v) for v in per_key.values())
 
 
+def test_key_shared_takes_key_based_batches_whole_and_keeps_each_key_on_one_consumer(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    """Key-based batching (one key per batch, as Pulsar advises for Key_Shared): each batch goes whole to
+    its key's consumer; every key stays on one consumer, in order, and every message arrives once."""
+    topic = topic_name("keysharedbatches")
+    consumers = [
+        client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=n) for n in "ab"
+    ]
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_type=pulsar.BatchingType.KeyBased, batching_max_publish_delay_ms=20
+    )
+    for i in range(600):
+        producer.send_async(b"%d" % i, None, partition_key=f"key{i % 6}")
+    producer.flush()
+    owner: dict[str, int] = {}
+    per_key: dict[str, list[int]] = {}
+    batched = 0
+    for n, consumer in enumerate(consumers):
+        while True:
+            try:
+                m = consumer.receive(1000)
+            except pulsar.Timeout:
+                break
+            consumer.acknowledge(m)
+            batched += m.message_id().batch_index() > 0
+            assert owner.setdefault(m.partition_key(), n) == n
+            per_key.setdefault(m.partition_key(), []).append(int(m.data()))
+    assert batched and set(owner.values()) == {0, 1}  # batches came, and both consumers got keys
+    assert sorted(i for v in per_key.values() for i in v) == list(range(600))
+    assert all(v == sorted(v) for v in per_key.values())
+    time.sleep(0.3)  # the grouped acks go out
+    stats = standalone.admin.call("GET", topic_path(topic) + "/stats")["subscriptions"]["s"]
+    assert stats["msgBacklog"] == 0 and stats["unackedMessages"] == 0
+    assert sum(c["msgOutCounter"] for c in stats["consumers"]) == 600
+
+
 def test_acknowledged_messages_stay_acknowledged_after_reconnecting(client: pulsar.Client) -> None:
     topic = topic_name("acks")
     consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
