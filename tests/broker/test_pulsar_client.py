@@ -137,46 +137,13 @@ def test_failover_delivers_to_the_active_consumer_and_switches_on_close(client: 
     assert [int(m.data()) for m in receive_all(second, 5)] == list(range(5, 10))
 
 
-def test_key_shared_keeps_each_key_on_one_consumer_in_order(client: pulsar.Client) -> None:
-    topic = topic_name("keyshared")
-    consumers = [
-        client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=n) for n in "ab"
-    ]
-    producer = client.create_producer(topic)
-    for i in range(60):
-        producer.send(b"%d" % i, partition_key=f"key{i % 6}")
-    owner: dict[str, int] = {}
-    per_key: dict[str, list[int]] = {}
-    total = 0
-    for n, consumer in enumerate(consumers):
-        while True:
-            try:
-                m = consumer.receive(1000)
-            except pulsar.Timeout:
-                break
-            consumer.acknowledge(m)
-            assert owner.setdefault(m.partition_key(), n) == n
-            per_key.setdefault(m.partition_key(), []).append(int(m.data()))
-            total += 1
-    assert total == 60
-    assert all(v == sorted(v) for v in per_key.values())
+def key_shared_consumers(client: pulsar.Client, topic: str) -> list[pulsar.Consumer]:
+    return [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=n) for n in "ab"]
 
 
-def test_key_shared_takes_key_based_batches_whole_and_keeps_each_key_on_one_consumer(
-    client: pulsar.Client, standalone: Standalone
-) -> None:
-    """Key-based batching (one key per batch, as Pulsar advises for Key_Shared): each batch goes whole to
-    its key's consumer; every key stays on one consumer, in order, and every message arrives once."""
-    topic = topic_name("keysharedbatches")
-    consumers = [
-        client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=n) for n in "ab"
-    ]
-    producer = client.create_producer(
-        topic, batching_enabled=True, batching_type=pulsar.BatchingType.KeyBased, batching_max_publish_delay_ms=20
-    )
-    for i in range(600):
-        producer.send_async(b"%d" % i, None, partition_key=f"key{i % 6}")
-    producer.flush()
+def drain_by_key(consumers: list[pulsar.Consumer]) -> tuple[dict[str, int], dict[str, list[int]], int]:
+    """Each consumer in turn, until it gets nothing for a second, acknowledging all: the consumer of each
+    key (asserted to be one), each key's payloads in arrival order, and how many came in a batch."""
     owner: dict[str, int] = {}
     per_key: dict[str, list[int]] = {}
     batched = 0
@@ -190,6 +157,34 @@ def test_key_shared_takes_key_based_batches_whole_and_keeps_each_key_on_one_cons
             batched += m.message_id().batch_index() > 0
             assert owner.setdefault(m.partition_key(), n) == n
             per_key.setdefault(m.partition_key(), []).append(int(m.data()))
+    return owner, per_key, batched
+
+
+def test_key_shared_keeps_each_key_on_one_consumer_in_order(client: pulsar.Client) -> None:
+    topic = topic_name("keyshared")
+    consumers = key_shared_consumers(client, topic)
+    producer = client.create_producer(topic)
+    for i in range(60):
+        producer.send(b"%d" % i, partition_key=f"key{i % 6}")
+    _, per_key, _ = drain_by_key(consumers)
+    assert sum(len(v) for v in per_key.values()) == 60
+    assert all(v == sorted(v) for v in per_key.values())
+
+
+def test_key_shared_takes_key_based_batches_whole_and_keeps_each_key_on_one_consumer(
+    client: pulsar.Client, standalone: Standalone
+) -> None:
+    """Key-based batching (one key per batch, as Pulsar advises for Key_Shared): each batch goes whole to
+    its key's consumer; every key stays on one consumer, in order, and every message arrives once."""
+    topic = topic_name("keysharedbatches")
+    consumers = key_shared_consumers(client, topic)
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_type=pulsar.BatchingType.KeyBased, batching_max_publish_delay_ms=20
+    )
+    for i in range(600):
+        producer.send_async(b"%d" % i, None, partition_key=f"key{i % 6}")
+    producer.flush()
+    owner, per_key, batched = drain_by_key(consumers)
     assert batched and set(owner.values()) == {0, 1}  # batches came, and both consumers got keys
     assert sorted(i for v in per_key.values() for i in v) == list(range(600))
     assert all(v == sorted(v) for v in per_key.values())
