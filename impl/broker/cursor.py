@@ -79,7 +79,7 @@ class _CursorBase:
         with self._lock:
             state = self._current()
             mark, ranges = state.mark_delete, state.individually_deleted
-            if not ranges:
+            if not ranges:  # the usual case: one compare per position, not a call of is_acknowledged
                 return {p for p in positions if p <= mark}
             return {p for p in positions if state.is_acknowledged(p)}
 

@@ -530,9 +530,7 @@ class Dispatcher:
             if mid.batch_index == WHOLE_ENTRY:
                 if key_shared:
                     self._unhold(msg)
-                self._entry_left.pop(mid, None)
-                if counts:
-                    counts.pop(mid, None)
+                self._whole_entry_acked(mid)
                 done.append(Position(mid.ledger_id, mid.entry_id))
                 continue
             if key_shared:
@@ -560,10 +558,14 @@ class Dispatcher:
         left.discard(mid.batch_index)
         if left:
             return None
-        del self._entry_left[whole]
         del pending[whole]
-        self._redelivery_count.pop(whole, None)
+        self._whole_entry_acked(whole)
         return msg
+
+    def _whole_entry_acked(self, whole: MessageId) -> None:
+        """A whole entry left its consumer acknowledged: forget its acked indexes and its redelivery count."""
+        self._entry_left.pop(whole, None)
+        self._redelivery_count.pop(whole, None)
 
     def _nack(self, e: Nack) -> list[Output]:
         owner = self.consumers[e.consumer]
