@@ -79,6 +79,29 @@ def test_every_request_is_answered_exactly_once_through_a_hang(bookie: BookieOnP
     assert Counter(len(a) for a in answers.by_request.values()) == {1: 301}
 
 
+def test_a_request_sent_while_the_deadline_timer_is_idle_is_answered_at_its_deadline(bookie: BookieOnPort) -> None:
+    """Sending does not wake the deadline timer: idle, it waits one timeout at most, so it still answers a
+    request sent partway through that wait by the request's own deadline, not a timeout later."""
+    answers = Answers()
+    with GrpcTransport(timeout_s=2.0) as transport:
+        first = time.monotonic()
+        transport.send(bookie.address, add(0), answers.callback(0))
+        answers.wait_for(1, 10)
+        # The timer waited for that add's deadline (2 s), found it answered and began an idle wait (2 s more).
+        time.sleep(max(0.0, first + 2.6 - time.monotonic()))
+        os.kill(bookie.proc.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            transport.send(bookie.address, ReadRequest(1, 0), answers.callback(1))
+            answers.wait_for(2, 10)
+            waited = time.monotonic() - started
+        finally:
+            os.kill(bookie.proc.pid, signal.SIGCONT)
+        assert answers.by_request[1] == [None]
+        # Its deadline is 2 s after the send; a timer that slept a whole idle wait past it would take 3.4 s+.
+        assert 1.9 <= waited < 3.2, f"answered after {waited:.2f} s, against a 2 s deadline"
+
+
 def test_a_killed_bookie_answers_none_at_once_and_a_restarted_one_is_reached_again(
     tmp_path: Path, bookie: BookieOnPort
 ) -> None:

@@ -184,10 +184,9 @@ class GrpcTransport:
                 deadlines = self._deadlines
                 while deadlines and deadlines[0].answered:
                     deadlines.popleft()  # answered before their deadline: forget them now, not when it passes
-                was_empty = not deadlines
+                # No wake-up of the timer: its longest wait is one timeout, so it wakes by these deadlines
+                # (each one timeout from now) at the latest; a wake-up here was a thread hand-over per send.
                 deadlines.extend(pendings)
-                if was_empty and self._deadlines:
-                    self._wakeup.notify()
                 for pending in pendings:
                     entry = by_channel.get(pending.bookie)
                     if entry is None:
@@ -230,7 +229,7 @@ class GrpcTransport:
                     while self._deadlines and self._deadlines[0].answered:
                         self._deadlines.popleft()
                     if not self._deadlines:
-                        self._wakeup.wait()
+                        self._wakeup.wait(self.timeout_s)  # a request sent meanwhile is due after this wait ends
                         continue
                     now = time.monotonic()
                     while self._deadlines and self._deadlines[0].deadline <= now:
