@@ -10,7 +10,8 @@ on one asyncio event loop thread (impl/bookie/client/aio_channel.py), which deli
 the responses; `channel_factory` can supply other channels (e.g. the threaded
 `BookieChannel`, one stream thread per bookie). Deadlines are kept by one timer
 thread, which works because every request has the same timeout, so deadlines expire
-in the order the requests were sent (a deque, not a heap).
+in the order the requests were sent (a deque, not a heap). For the same reason sending never
+wakes the timer: idle, it waits one timeout at most, and a request sent meanwhile is due after.
 
 Bookies of the transport's own process (`local_bookies`, a standalone's) are reached without gRPC, through
 impl/bookie/client/local_channel.py's channels, under the same deadlines and answer contract.
