@@ -10,7 +10,6 @@ client reconnects through the proxy (looking the topic up again, so it reaches a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import ssl
@@ -220,16 +219,23 @@ class _ClientConnection:
             writer.close()
 
     async def _relay(self, broker: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+        """Relay bytes both ways until either side closes. Each side's transport gets a `_Relay` protocol
+        that writes what it receives straight to the other side, in the callback that received it: no
+        stream buffer, task wake-up or drain per chunk (a relayed frame crossed three loop iterations with
+        the streams). What the streams had received and nobody read goes first."""
         broker_reader, broker_writer = broker
-        pending = self.decoder.take_buffered()
-        if pending:
-            broker_writer.write(pending)
-        upstream = asyncio.ensure_future(_pipe(self.reader, broker_writer))
-        downstream = asyncio.ensure_future(_pipe(broker_reader, self.writer))
-        done, others = await asyncio.wait({upstream, downstream}, return_when=asyncio.FIRST_COMPLETED)
-        for task in others:
-            task.cancel()
-        broker_writer.close()
+        client_side, broker_side = _transport(self.writer), _transport(broker_writer)
+        ended: asyncio.Future[None] = self.loop.create_future()
+        broker_side.write(self.decoder.take_buffered() + _take_buffered(self.reader))
+        client_side.write(_take_buffered(broker_reader))
+        if self.reader.at_eof() or broker_reader.at_eof():
+            return  # a side closed already: `serve` closes both
+        # No await from the reads above to here: nothing can arrive in between and overtake them.
+        client_side.set_protocol(_Relay(broker_side, ended))
+        broker_side.set_protocol(_Relay(client_side, ended))
+        client_side.resume_reading()  # the stream may have paused it (its buffer was full)
+        broker_side.resume_reading()
+        await ended
 
     def close(self, reason: str) -> None:
         if not self.open:
@@ -242,11 +248,45 @@ class _ClientConnection:
             self.broker[1].close()
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError, OSError):
-        while True:
-            data = await reader.read(READ_CHUNK)
-            if not data:
-                return
-            writer.write(data)
-            await writer.drain()
+class _Relay(asyncio.Protocol):
+    """The protocol of one side of a relayed connection: what it receives goes to the other side (`to`).
+    When this side's own sending buffer is full, the other side stops reading (what it reads would fill
+    it), until the buffer drains: the proxy never holds more than a buffer's worth per direction."""
+
+    def __init__(self, to: asyncio.Transport, ended: asyncio.Future[None]) -> None:
+        self.to = to
+        self.ended = ended
+
+    def data_received(self, data: bytes) -> None:
+        self.to.write(data)
+
+    def eof_received(self) -> bool:
+        self._end()
+        return False  # close this side; the other is closed by `serve`
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end()
+
+    def pause_writing(self) -> None:
+        self.to.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.to.resume_reading()
+
+    def _end(self) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+
+def _transport(writer: asyncio.StreamWriter) -> asyncio.Transport:
+    transport = writer.transport
+    assert isinstance(transport, asyncio.Transport)  # a TCP or TLS connection's: it reads and writes
+    return transport
+
+
+def _take_buffered(reader: asyncio.StreamReader) -> bytes:
+    """What a stream received that nobody read yet (asyncio has no public call for it)."""
+    buffer: bytearray = reader._buffer  # type: ignore[attr-defined]
+    taken = bytes(buffer)
+    buffer.clear()
+    return taken

@@ -5,9 +5,11 @@ going through unloads, a broker's SIGKILL and a proxy's SIGKILL, and loses nothi
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -207,6 +209,32 @@ def test_bad_input_is_refused_before_anything_is_forwarded(cluster: Path) -> Non
         client.create_producer("after-bad-input").send(b"ok")
     finally:
         client.close()
+
+
+def test_commands_sent_while_the_proxy_connects_to_the_broker_reach_it_in_order(cluster: Path) -> None:
+    """What a client sends before the proxy has its broker connection waits in the proxy (in the CONNECT's
+    segment: the proxy's frame decoder; after it: the connection's stream) and goes first, in order, when
+    the relay starts; then the relay carries the rest."""
+    ensure_up(cluster)
+    port = nodes(cluster, "proxy")[0]["port"]
+    broker = f"127.0.0.1:{nodes(cluster, 'broker')[0]['pulsar_port']}"
+    ping = frames.encode(command(T.PING, ping=api.CommandPing()))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(_connect_frame(broker) + ping)
+        time.sleep(0.002)  # the proxy has read the CONNECT and is connecting to the broker (milliseconds)
+        s.sendall(ping * 2)
+        answers: list[frames.Frame] = []
+        decoder = frames.FrameDecoder()
+        while len(answers) < 4:
+            chunk = s.recv(65536)
+            assert chunk, f"the proxy closed the connection after {[f.command.type for f in answers]}"
+            answers += decoder.feed(chunk)
+        s.sendall(ping)  # relayed
+        while len(answers) < 5:
+            chunk = s.recv(65536)
+            assert chunk, "the proxy closed the relayed connection"
+            answers += decoder.feed(chunk)
+    assert [f.command.type for f in answers] == [T.CONNECTED] + [T.PONG] * 4
 
 
 def test_a_faulted_workload_through_two_proxies_is_valid(cluster: Path, tmp_path: Path) -> None:
