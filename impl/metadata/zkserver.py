@@ -171,10 +171,14 @@ class ZooKeeperServer:
         server_id: int = 1,
         peers: tuple[Peer, ...] = (),
         die_with_parent: bool = False,
+        max_session_timeout_s: float | None = None,
     ) -> None:
         self.directory = Path(directory).resolve()
         # Test fixtures set this so that a killed test run leaves no JVM behind (Linux only).
         self.die_with_parent = die_with_parent
+        # ZooKeeper grants a session at most this long (its maxSessionTimeout); None: its default, 20
+        # ticks (10 s with TICK_MS), whatever longer session a client asks for.
+        self.max_session_timeout_s = max_session_timeout_s
         self.client_port = client_port if client_port is not None else free_port()
         self.server_id = server_id
         self.peers = peers
@@ -222,6 +226,8 @@ class ZooKeeperServer:
             "preAllocSize=4096",  # KiB: keep test directories small
             "snapCount=10000",
         ]
+        if self.max_session_timeout_s is not None:
+            lines.append(f"maxSessionTimeout={int(self.max_session_timeout_s * 1000)}")
         if self.peers:
             lines.append("quorumListenOnAllIPs=false")
             lines += [f"server.{p.server_id}=127.0.0.1:{p.quorum_port}:{p.election_port}" for p in self.peers]

@@ -75,7 +75,9 @@ def test_expire_session_deletes_ephemerals_tells_listeners_and_fences(
 
 
 def test_connection_loss_is_suspended_then_connected_and_watches_stay_armed(tmp_path: Path) -> None:
-    server = ZooKeeperServer(tmp_path / "zk")
+    # The server must grant the 20 s asked for: its default cap is 10 s, and a JVM restart on a loaded
+    # 2-core machine took long enough to expire a 10 s session (CI, 2026-12-07).
+    server = ZooKeeperServer(tmp_path / "zk", max_session_timeout_s=60.0)
     states: queue.Queue[SessionState] = queue.Queue()
     events: queue.Queue[WatchedEvent] = queue.Queue()
     try:
