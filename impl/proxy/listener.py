@@ -231,10 +231,7 @@ class _ClientConnection:
         if self.reader.at_eof() or broker_reader.at_eof():
             return  # a side closed already: `serve` closes both
         # No await from the reads above to here: nothing can arrive in between and overtake them.
-        client_side.set_protocol(_Relay(broker_side, ended))
-        broker_side.set_protocol(_Relay(client_side, ended))
-        client_side.resume_reading()  # the stream may have paused it (its buffer was full)
-        broker_side.resume_reading()
+        relay_both_ways(client_side, broker_side, ended)
         await ended
 
     def close(self, reason: str) -> None:
@@ -276,6 +273,18 @@ class _Relay(asyncio.Protocol):
     def _end(self) -> None:
         if not self.ended.done():
             self.ended.set_result(None)
+
+
+def relay_both_ways(one: asyncio.Transport, other: asyncio.Transport, ended: asyncio.Future[None]) -> None:
+    """Give each side a `_Relay` to the other and let both read; `ended` is set when either side ends. A
+    side whose write buffer is already over its mark holds the other back from the start (the transport
+    told the protocol it replaced, and tells `_Relay` only when the buffer drains)."""
+    one.set_protocol(_Relay(other, ended))
+    other.set_protocol(_Relay(one, ended))
+    for reader, writer in ((one, other), (other, one)):
+        reader.resume_reading()  # the stream may have paused it (its buffer was full)
+        if writer.get_write_buffer_size() > writer.get_write_buffer_limits()[1]:
+            reader.pause_reading()
 
 
 def _transport(writer: asyncio.StreamWriter) -> asyncio.Transport:

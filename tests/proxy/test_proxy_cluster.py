@@ -225,15 +225,16 @@ def test_commands_sent_while_the_proxy_connects_to_the_broker_reach_it_in_order(
         s.sendall(ping * 2)
         answers: list[frames.Frame] = []
         decoder = frames.FrameDecoder()
-        while len(answers) < 4:
-            chunk = s.recv(65536)
-            assert chunk, f"the proxy closed the connection after {[f.command.type for f in answers]}"
-            answers += decoder.feed(chunk)
+
+        def receive_until(count: int) -> None:
+            while len(answers) < count:
+                chunk = s.recv(65536)
+                assert chunk, f"the proxy closed the connection after {[f.command.type for f in answers]}"
+                answers.extend(decoder.feed(chunk))
+
+        receive_until(4)
         s.sendall(ping)  # relayed
-        while len(answers) < 5:
-            chunk = s.recv(65536)
-            assert chunk, "the proxy closed the relayed connection"
-            answers += decoder.feed(chunk)
+        receive_until(5)
     assert [f.command.type for f in answers] == [T.CONNECTED] + [T.PONG] * 4
 
 

@@ -1,4 +1,4 @@
-"""The proxy's relay (impl/proxy/listener.py, `_Relay`) on real sockets: everything one side sends reaches
+"""The proxy's relay (impl/proxy/listener.py, `relay_both_ways`) on real sockets: everything one side sends reaches
 the other, in order, and a side that stops reading stops the relay reading from the sender, so the
 proxy holds no more than a buffer's worth (the protocol-level flow control that replaced the streams'
 `drain`)."""
@@ -10,7 +10,7 @@ import hashlib
 import socket
 import threading
 
-from impl.proxy.listener import _Relay
+from impl.proxy.listener import relay_both_ways
 
 MB = 1024 * 1024
 
@@ -31,8 +31,7 @@ def test_a_relay_carries_everything_in_order_and_holds_back_a_sender_whose_reade
         client_side, _ = await loop.create_connection(asyncio.Protocol, sock=client_inner)
         broker_side, _ = await loop.create_connection(asyncio.Protocol, sock=broker_inner)
         assert isinstance(client_side, asyncio.Transport) and isinstance(broker_side, asyncio.Transport)
-        client_side.set_protocol(_Relay(broker_side, ended))
-        broker_side.set_protocol(_Relay(client_side, ended))
+        relay_both_ways(client_side, broker_side, ended)
         threading.Thread(target=send, daemon=True).start()
         await asyncio.sleep(1.0)  # the broker side reads nothing meanwhile
         held = broker_side.get_write_buffer_size()
