@@ -93,7 +93,7 @@ def grpc_unary_cost(n: int = 3000) -> float:
 
 def bookie_add_cost(n: int = 5000) -> float:
     from impl.bookie.client.api import BookKeeperClient
-    from impl.bookie.client.grpc_transport import GrpcTransport
+    from impl.bookie.client.pipelined_transport import PipelinedTransport
     from impl.bookie.server import Bookie, BookieServer
     from impl.metadata.ledger_store import LedgerMetadataStore
     from impl.metadata.memory import MemoryServer
@@ -108,7 +108,7 @@ def bookie_add_cost(n: int = 5000) -> float:
         server.start()
         servers.append(server)
         registry.register(f"127.0.0.1:{server.port}")
-    client = BookKeeperClient(LedgerMetadataStore(store), registry, GrpcTransport(), seed=1)
+    client = BookKeeperClient(LedgerMetadataStore(store), registry, PipelinedTransport(), seed=1)
     try:
         handle = client.create_ledger(2, 2, 2)
         handle.add(b"warm")

@@ -1,4 +1,4 @@
-"""The bookie shell: drives BookieCore with the journal and ledger storage, serves it over gRPC.
+"""The bookie shell: drives BookieCore with the journal and ledger storage, serves it (framed and gRPC).
 
 Every input goes into the core as a typed event through `BookieCore.step`, under one lock:
 requests (RequestReceived), the journal's durability (JournalDurable), ledger storage's failures
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import grpc
 
@@ -70,6 +70,7 @@ from impl.bookie.journal import (
 )
 from impl.bookie.ledger_index import LedgerMeta
 from impl.bookie.ledger_storage import LedgerStorage
+from impl.bookie.listener import BookieListener
 from impl.bookie.protocol import (
     AddRequest,
     AddResponse,
@@ -82,6 +83,7 @@ from impl.bookie.protocol import (
     Response,
     WriteLacResponse,
 )
+from impl.bookie.replies import ReplyStream, StreamReply
 from impl.latency import LatencyBuckets
 from impl.metadata.store import MetadataError, MetadataStore
 from impl.trace import Tracer
@@ -535,28 +537,9 @@ class StreamReplies:
         return wire.batches_from(self.out, max_batch, MAX_REPLY_BATCH_BYTES, len)
 
 
-class ReplyStream(Protocol):
-    """Where the replies of one stream go, several at once: a gRPC stream's `StreamReplies`, or an
-    in-process client's channel (impl/bookie/client/local_channel.py)."""
-
-    def deliver_many(self, replies: Sequence[tuple[int, Response]]) -> None: ...
-
-
-class StreamReply:
-    """The Deliver of one request of a stream: `Bookie._send` groups these by stream."""
-
-    __slots__ = ("stream", "tag")
-
-    def __init__(self, stream: ReplyStream, tag: int) -> None:
-        self.stream = stream
-        self.tag = tag
-
-    def __call__(self, response: Response) -> None:
-        self.stream.deliver_many([(self.tag, response)])
-
-
 class BookieServer:
-    """A Bookie served over gRPC on host:port (port 0 = any free port; see `.port`), and, given an
+    """A Bookie served on host:port (port 0 = any free port; see `.port`): framed connections and gRPC
+    (impl/bookie/listener.py; the gRPC server itself listens on a loopback port of its own), and, given an
     `http_port`, its HTTP service (/metrics, bookie info and state: impl/bookie/http.py)."""
 
     def __init__(
@@ -568,9 +551,12 @@ class BookieServer:
             options=wire.CHANNEL_OPTIONS,
         )
         add_to_server(_Servicer(bookie), self.server)
-        self.port = self.server.add_insecure_port(f"{host}:{port}")
-        if self.port == 0:
-            raise OSError(f"cannot listen on {host}:{port}; pick a free port or use 0")
+        grpc_port = self.server.add_insecure_port("127.0.0.1:0")
+        try:
+            self.listener = BookieListener(bookie.submit_many, grpc_port, host, port)
+        except OSError as exc:
+            raise OSError(f"cannot listen on {host}:{port} ({exc}); pick a free port or use 0") from exc
+        self.port = self.listener.port
         self.host = host
         self.http = None if http_port is None else bookie_http.http_server(bookie, host, http_port)
 
@@ -580,12 +566,15 @@ class BookieServer:
 
     def start(self) -> None:
         self.server.start()
+        self.listener.start()
         if self.http is not None:
             self.http.start()
         heap.settle_after_startup()
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Stop serving and close the bookie; `grace_s` = 0 is a crash's stop: requests in flight are lost."""
         if self.http is not None:
             self.http.stop()
-        self.server.stop(grace=1.0).wait()
+        self.listener.close()
+        self.server.stop(grace=grace_s).wait()
         self.bookie.close()

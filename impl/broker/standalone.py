@@ -130,14 +130,11 @@ class _InProcessBookie:
         if server is None:
             return
         if self.local is not None:
-            self.local.down(self.bookie_id)  # as the gRPC stream's end: requests in flight fail
+            self.local.down(self.bookie_id)  # as a connection's end: requests in flight fail
         if graceful:
             with contextlib.suppress(MetadataError):  # an expired session's node is gone already
                 self.registry.unregister(self.bookie_id)
-        if server.http is not None:
-            server.http.stop()
-        server.server.stop(grace=0).wait()  # a crash: requests in flight are lost
-        server.bookie.close()
+        server.stop(grace_s=0)  # a crash: requests in flight are lost
         if not graceful:
             # A dead bookie's ephemeral node vanishes when its session does; ours is shared with
             # the other bookies, so remove it by hand as the expiry would.

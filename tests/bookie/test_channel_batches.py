@@ -25,7 +25,8 @@ from impl.bookie.protocol import (
     WriteLacRequest,
     WriteLacResponse,
 )
-from impl.bookie.server import Bookie, BookieServer, StreamReplies, StreamReply
+from impl.bookie.replies import StreamReply
+from impl.bookie.server import Bookie, BookieServer, StreamReplies
 
 KEY = b"k" * 20
 

@@ -25,7 +25,7 @@ from impl.bookie import bookie_pb2_grpc as pb_grpc
 from impl.bookie import wire
 from impl.bookie.channel import BookieChannel, Callback, answer_batch
 from impl.bookie.client.api import BookKeeperClient, _Driver
-from impl.bookie.client.grpc_transport import GrpcTransport
+from impl.bookie.client.pipelined_transport import PipelinedTransport
 from impl.bookie.client.writer import Send
 from impl.bookie.entry_format import decode_entry, encode_entry, master_key
 from impl.bookie.protocol import (
@@ -144,7 +144,7 @@ def test_a_bad_request_in_a_batch_gets_its_error_and_the_others_their_answers(cl
     def answer(i: int) -> Any:
         return lambda response: (answers[i].append(response), done.release())
 
-    with GrpcTransport(timeout_s=20) as transport:
+    with PipelinedTransport(timeout_s=20) as transport:
         transport.send_many([(bookie, r, answer(i)) for i, r in enumerate(requests[:3])])  # one message
         for _ in range(3):
             assert done.acquire(timeout=20)
@@ -212,7 +212,7 @@ def test_transport_types_a_stream_level_error_and_answers_its_neighbours() -> No
         return channels.setdefault(address, FakeChannel(address))
 
     answers: list[tuple[int, Any]] = []
-    with GrpcTransport(timeout_s=5, channel_factory=factory) as transport:
+    with PipelinedTransport(timeout_s=5, channel_factory=factory) as transport:
         transport.send_many(
             [
                 ("b1", ReadRequest(1, 0), lambda r: answers.append((0, r))),

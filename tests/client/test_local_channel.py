@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from impl.bookie.channel import Result
-from impl.bookie.client.aio_channel import on_io_loop_thread
-from impl.bookie.client.grpc_transport import GrpcTransport
+from impl.bookie.client.io_loop import on_io_loop_thread
 from impl.bookie.client.local_channel import LocalBookieChannel, LocalBookiesRegistry, LocalChannels
+from impl.bookie.client.pipelined_transport import PipelinedTransport
 from impl.bookie.entry_format import encode_entry
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadRequest, ReadResponse, Request, Response
 from impl.bookie.server import Bookie
@@ -187,7 +187,7 @@ def test_the_transport_reaches_local_bookies_without_grpc_through_a_kill_and_a_r
     bookie = Bookie(tmp_path, checkpoint_interval=3600)
     registry.up(BOOKIE, bookie)
 
-    def ask(transport: GrpcTransport, request: Request) -> object:
+    def ask(transport: PipelinedTransport, request: Request) -> object:
         answered: list[object] = []
         event = threading.Event()
 
@@ -199,7 +199,7 @@ def test_the_transport_reaches_local_bookies_without_grpc_through_a_kill_and_a_r
         assert event.wait(20)
         return answered[0]
 
-    with GrpcTransport(timeout_s=10, local_bookies=registry) as transport:
+    with PipelinedTransport(timeout_s=10, local_bookies=registry) as transport:
         assert ask(transport, AddRequest(1, 0, KEY, body(0))) == AddResponse(1, 0, ErrorCode.EOK)
         registry.down(BOOKIE)  # the standalone's kill: down, then the bookie closes
         bookie.close()
@@ -227,7 +227,7 @@ def test_every_add_acknowledged_before_a_kill_is_there_after_the_restart(tmp_pat
 
         return on_answer
 
-    with GrpcTransport(timeout_s=10, local_bookies=registry) as transport:
+    with PipelinedTransport(timeout_s=10, local_bookies=registry) as transport:
         for entry in range(total):
             transport.send(BOOKIE, AddRequest(1, entry, KEY, body(entry)), answered(entry))
             if entry == total // 3:
@@ -244,7 +244,7 @@ def test_every_add_acknowledged_before_a_kill_is_there_after_the_restart(tmp_pat
     restarted = Bookie(tmp_path, checkpoint_interval=3600)
     registry.up(BOOKIE, restarted)
     try:
-        with GrpcTransport(timeout_s=10, local_bookies=registry) as transport:
+        with PipelinedTransport(timeout_s=10, local_bookies=registry) as transport:
             reads: dict[int, object] = {}
             done = threading.Event()
 

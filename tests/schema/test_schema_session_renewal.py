@@ -73,8 +73,7 @@ def broker(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Broker]:
         finally:
             b.stop()
     finally:
-        server.server.stop(grace=0).wait()
-        server.bookie.close()
+        server.stop(grace_s=0)
         bookie_store.close()
 
 

@@ -1,7 +1,7 @@
 """The BookKeeper client API: create, add, close, open (with or without recovery), read, delete.
 
 This is a shell: it drives the pure cores (writer, recovery, read-LAC, reader) with
-real I/O. Bookies are reached through a `BookieTransport` (the gRPC transport in
+real I/O. Bookies are reached through a `BookieTransport` (the pipelined transport in
 production; anything that answers requests in tests), metadata through
 impl.metadata.ledger_store, bookie choice through the registry and `placement`, with
 randomness from a seeded random.Random owned here, never by a core.
@@ -31,8 +31,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from impl.bookie.channel import after_answers
-from impl.bookie.client.aio_channel import on_io_loop_thread
 from impl.bookie.client.errors import LedgerClientError, NoSuchEntryError, PlacementError, UnauthorizedError
+from impl.bookie.client.io_loop import on_io_loop_thread
 from impl.bookie.client.ledger_update import MetadataResult, UpdateMetadata
 from impl.bookie.client.metadata_writes import apply_change
 from impl.bookie.client.placement import BookieInfo, choose_ensemble, choose_replacement, describe_frames
@@ -77,7 +77,7 @@ _Sent = tuple[BookieId, Any, Callable[[Any], None]]  # a request to send: bookie
 
 class BookieTransport(Protocol):
     """May also offer `send_many(sends)`, `send` for each (bookie, request, on_answer) in one call
-    (the gRPC transport does: many requests per stream message); the drivers use it when present."""
+    (the pipelined transport does: many requests per frame); the drivers use it when present."""
 
     def send(self, bookie: BookieId, request: Any, on_answer: Callable[[Any], None]) -> None:
         """Send `request`; call `on_answer(response)` exactly once, or `on_answer(None)` when the
@@ -247,7 +247,7 @@ class BookKeeperClient:
         self._too_small: frozenset[BookieId] = frozenset()  # the bookies skipped last time, logged once
 
     def close(self) -> None:
-        """Release the transport (e.g. close the gRPC channels) and the metadata session the client
+        """Release the transport (e.g. close the bookie connections) and the metadata session the client
         opened itself; a store given by the caller stays open. Closing twice is harmless."""
         try:
             close = getattr(self.transport, "close", None)

@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from impl.bookie.client.api import DEFAULT_TIMEOUT_S, BookKeeperClient
-from impl.bookie.client.grpc_transport import DEFAULT_REQUEST_TIMEOUT_S, GrpcTransport
 from impl.bookie.client.local_channel import LocalBookiesRegistry
+from impl.bookie.client.pipelined_transport import DEFAULT_REQUEST_TIMEOUT_S, PipelinedTransport
 from impl.metadata.ledger_store import LedgerMetadataStore
 from impl.metadata.registry import BookieRegistry
 from impl.metadata.store import MetadataStore
@@ -47,7 +47,7 @@ def connect_bookkeeper(
     largest_entry: int | None = None,
     local_bookies: LocalBookiesRegistry | None = None,
 ) -> BookKeeperClient:
-    """A BookKeeperClient whose bookies are reached over gRPC at their registry ids (host:port).
+    """A BookKeeperClient whose bookies are reached at their registry ids (host:port), over framed connections.
 
     `store`: a metadata store URL (the client opens a session and closes it with itself) or an open
     MetadataStore (the caller's: the client never closes it).
@@ -60,7 +60,7 @@ def connect_bookkeeper(
     `TraceFile`) every writer and recovery op of the client reports its protocol steps to; None traces
     nothing. `largest_entry`: the largest entry body the client may add; new ensembles and replacements
     leave out bookies whose published frame limit (nettyMaxFrameSizeBytes) is below it. `local_bookies`: the
-    bookies of this process, reached without gRPC (impl/bookie/client/local_channel.py).
+    bookies of this process, reached without a socket (impl/bookie/client/local_channel.py).
     """
     if not request_timeout_s < timeout_s:
         raise ValueError(
@@ -73,7 +73,7 @@ def connect_bookkeeper(
 
         store = owned = connect(store)
     try:
-        transport = GrpcTransport(timeout_s=request_timeout_s, local_bookies=local_bookies)
+        transport = PipelinedTransport(timeout_s=request_timeout_s, local_bookies=local_bookies)
     except BaseException:
         if owned is not None:
             owned.close()

@@ -1,23 +1,23 @@
-"""In-process bookies reached without gRPC: BookKeeper's local transport (its `LocalBookiesRegistry`).
+"""In-process bookies reached without a socket: BookKeeper's local transport (its `LocalBookiesRegistry`).
 
 A standalone runs its bookies in the broker's process (impl/broker/standalone.py). Reaching them over a
-gRPC stream on loopback costs, per request, its encoding, the stream's hand-overs between Python
-threads, a request-reader thread on the bookie's side and the parse of the reply. A `LocalBookieChannel`
+connection on loopback costs, per request, its encoding, hand-overs between Python threads, a
+request-reader thread on the bookie's side and the parse of the reply. A `LocalBookieChannel`
 hands the request objects straight to the in-process `Bookie.submit_many`, on the caller's thread, as
 BookKeeper's client does with a bookie of its own JVM (`enableLocalTransport`). Only the transport
 changes: the bookie's core, journal (an add is answered only after its journal fsync), storage and
-metadata are the same, and so is its gRPC server, which keeps serving other clients.
+metadata are the same, and so is its port, which keeps serving other clients.
 
 The answer contract is `BookieChannel.send_many`'s: each callback runs exactly once, with the bookie's
 reply, or with a ConnectionError when the bookie is down (killed or not started) or goes down before it
 answers. Replies are never answered on the caller's thread inside `send_many`, even when the bookie
 produces them there (a read, a refusal): each goes, in the order the bookie produced it, to the answering
-thread of the transport's `LocalChannels`, which runs the callbacks as gRPC's I/O loop runs them, the
+thread of the transport's `LocalChannels`, which runs the callbacks as the I/O loop runs a connection's, the
 replies produced together as the answers of one stream message (`channel.run_answers`).
 
 A `LocalBookiesRegistry` names the in-process bookies by id; the owner marks each `up` with its
 `Bookie` when it starts and `down` before it stops it (a kill as a graceful stop): from `down` on, requests
-get a ConnectionError, and every request waiting on the bookie gets one at once, as a broken gRPC stream
+get a ConnectionError, and every request waiting on the bookie gets one at once, as a broken connection
 gives them; replies the stopped bookie still produces (its journal drains on close) are dropped.
 """
 
@@ -31,9 +31,9 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from impl.bookie.channel import Callback, Result, run_answers
-from impl.bookie.client.aio_channel import answering_thread
+from impl.bookie.client.io_loop import answering_thread
 from impl.bookie.protocol import Request, Response
-from impl.bookie.server import StreamReply
+from impl.bookie.replies import StreamReply
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class LocalBookiesRegistry:
         return bookie_id in self._bookies
 
     def add(self, bookie_id: str) -> None:
-        """An in-process bookie, down until `up`: reached through this registry, never over gRPC."""
+        """An in-process bookie, down until `up`: reached through this registry, never over a socket."""
         with self._lock:
             self._bookies.setdefault(bookie_id, None)
 
@@ -125,7 +125,7 @@ class _Answerer:
 
 class LocalChannels:
     """The channel factory of one transport: a `LocalBookieChannel` to a bookie the registry names, the
-    `remote` factory's channel (gRPC) to any other; one answering thread for the local ones."""
+    `remote` factory's channel (a framed connection) to any other; one answering thread for the local ones."""
 
     def __init__(self, registry: LocalBookiesRegistry, remote: Callable[[str], object]) -> None:
         self.registry = registry
@@ -157,7 +157,7 @@ class LocalBookieChannel:
 
     def send_many(self, requests: Sequence[tuple[Request, Callback]], encoded: dict[int, bytes] | None = None) -> None:
         """Hand the requests to the bookie in order; each callback runs once, on the answering thread.
-        `encoded` (the gRPC channel's shared serializations) is not needed here."""
+        `encoded` (a connection's shared serializations) is not needed here."""
         if not requests:
             return
         tagged = [(next(self._tags), request, callback) for request, callback in requests]

@@ -1,4 +1,4 @@
-"""GrpcTransport against real bookie processes: one answer per request through hangs, kills and restarts."""
+"""PipelinedTransport against real bookie processes: one answer per request through hangs, kills and restarts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from impl.bookie.client.grpc_transport import GrpcTransport
+from impl.bookie.client.pipelined_transport import PipelinedTransport
 from impl.bookie.entry_format import encode_entry, master_key
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadRequest, ReadResponse
 
@@ -52,7 +52,7 @@ def add(entry_id: int) -> AddRequest:
 
 def test_every_request_is_answered_exactly_once_through_a_hang(bookie: BookieOnPort) -> None:
     answers = Answers()
-    with GrpcTransport(timeout_s=1.0) as transport:
+    with PipelinedTransport(timeout_s=1.0) as transport:
         for i in range(200):
             transport.send(bookie.address, add(i), answers.callback(i))
         answers.wait_for(200, 10)
@@ -83,7 +83,7 @@ def test_a_request_sent_while_the_deadline_timer_is_idle_is_answered_at_its_dead
     """Sending does not wake the deadline timer: idle, it waits one timeout at most, so it still answers a
     request sent partway through that wait by the request's own deadline, not a timeout later."""
     answers = Answers()
-    with GrpcTransport(timeout_s=2.0) as transport:
+    with PipelinedTransport(timeout_s=2.0) as transport:
         first = time.monotonic()
         transport.send(bookie.address, add(0), answers.callback(0))
         answers.wait_for(1, 10)
@@ -106,7 +106,7 @@ def test_a_killed_bookie_answers_none_at_once_and_a_restarted_one_is_reached_aga
     tmp_path: Path, bookie: BookieOnPort
 ) -> None:
     answers = Answers()
-    with GrpcTransport(timeout_s=5.0) as transport:
+    with PipelinedTransport(timeout_s=5.0) as transport:
         transport.send(bookie.address, add(0), answers.callback(0))
         answers.wait_for(1, 10)
         assert answers.by_request[0] == [AddResponse(1, 0, ErrorCode.EOK)]

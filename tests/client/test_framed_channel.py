@@ -1,6 +1,6 @@
-"""The event-loop transport (impl/bookie/client/aio_channel.py) against a real bookie process: answers arrive
-on the one I/O thread, a blocking client call from there refuses instead of stalling every bookie stream,
-and closing answers what is still waiting."""
+"""The event-loop transport (impl/bookie/client/framed_channel.py, io_loop.py) against a real bookie process:
+answers arrive on the one I/O thread, a blocking client call from there refuses instead of stalling every
+bookie connection, and closing answers what is still waiting."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from impl.bookie.client.aio_channel import on_io_loop_thread
 from impl.bookie.client.api import _wait
-from impl.bookie.client.grpc_transport import GrpcTransport
+from impl.bookie.client.io_loop import on_io_loop_thread
+from impl.bookie.client.pipelined_transport import PipelinedTransport
 from impl.bookie.entry_format import encode_entry, master_key
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadRequest, ReadResponse
 
@@ -49,7 +49,7 @@ def test_answers_in_order_on_the_io_thread_and_a_blocking_call_there_refuses(boo
 
         return answer
 
-    with GrpcTransport(timeout_s=20) as transport:
+    with PipelinedTransport(timeout_s=20) as transport:
         transport.send_many([(bookie.address, add(i), on_answer(i)) for i in range(50)])
         for _ in range(50):
             assert done.acquire(timeout=20)
@@ -74,7 +74,7 @@ def test_close_answers_every_waiting_request_once(bookie: BookieOnPort) -> None:
 
     os.kill(bookie.proc.pid, signal.SIGSTOP)  # the bookie answers nothing: every request still waits at close
     try:
-        transport = GrpcTransport(timeout_s=60)
+        transport = PipelinedTransport(timeout_s=60)
         transport.send_many([(bookie.address, add(i), answer) for i in range(10)])
         time.sleep(0.2)
         transport.close()
@@ -95,7 +95,7 @@ def test_a_stream_that_ended_with_nothing_in_flight_reaches_the_restarted_bookie
         answers.append(response)
         got.release()
 
-    with GrpcTransport(timeout_s=10) as transport:
+    with PipelinedTransport(timeout_s=10) as transport:
         transport.send(bookie.address, add(0), answer)
         assert got.acquire(timeout=20)
         port = bookie.port
@@ -119,15 +119,15 @@ def test_closing_one_transport_while_another_runs_leaves_it_no_closed_loop_event
     transport that stopped its loop before its streams and channels finished closing left completions
     for a closed loop, which raised ("Event loop is closed") in the loop of a transport still running."""
 
-    def adds(transport: GrpcTransport, first: int) -> None:
+    def adds(transport: PipelinedTransport, first: int) -> None:
         done = threading.Semaphore(0)
         transport.send_many([(bookie.address, add(first + i), lambda _: done.release()) for i in range(400)])
         for _ in range(400):
             assert done.acquire(timeout=20)
 
-    with GrpcTransport(timeout_s=20) as running:
+    with PipelinedTransport(timeout_s=20) as running:
         for round_ in range(10):
-            with GrpcTransport(timeout_s=20) as other:
+            with PipelinedTransport(timeout_s=20) as other:
                 adds(other, 1000 * round_)
             adds(running, 1000 * round_ + 500)  # 400 ids each: no overlap
     closed_loop = [r for r in caplog.records if "Event loop is closed" in (r.exc_text or r.getMessage())]

@@ -1,25 +1,24 @@
-"""A BookieTransport over real bookies: one pipelined gRPC stream per bookie, a deadline per request.
+"""A BookieTransport over real bookies: one pipelined connection per bookie, a deadline per request.
 
 Every request sent is answered exactly once: with the bookie's response, or with None
-("no answer") when the deadline passes first, the stream breaks, or the transport is
+("no answer") when the deadline passes first, the connection breaks, or the transport is
 closed. Whichever of those comes first claims the request; later ones are dropped, so a
 response arriving after its deadline never reaches a core twice.
 
-Threads: no thread per request. By default every bookie stream of the transport runs
-on one asyncio event loop thread (impl/bookie/client/aio_channel.py), which delivers
-the responses; `channel_factory` can supply other channels (e.g. the threaded
-`BookieChannel`, one stream thread per bookie). Deadlines are kept by one timer
-thread, which works because every request has the same timeout, so deadlines expire
+Threads: no thread per request. By default every bookie connection of the transport is a framed
+connection (impl/bookie/client/framed_channel.py) on one asyncio event loop thread, which delivers
+the responses; `channel_factory` can supply other channels (e.g. the threaded gRPC `BookieChannel`,
+one stream thread per bookie). Deadlines are kept by
+one timer thread, which works because every request has the same timeout, so deadlines expire
 in the order the requests were sent (a deque, not a heap). For the same reason sending never
 wakes the timer: idle, it waits one timeout at most, and a request sent meanwhile is due after.
 
-Bookies of the transport's own process (`local_bookies`, a standalone's) are reached without gRPC, through
+Bookies of the transport's own process (`local_bookies`, a standalone's) are reached without a socket, through
 impl/bookie/client/local_channel.py's channels, under the same deadlines and answer contract.
 
 A bookie id is its address ("127.0.0.1:PORT"). A channel is opened on first use and
-dropped as soon as its stream fails: the next request opens a fresh gRPC channel,
-which connects at once instead of waiting out gRPC's reconnect backoff (a restarted
-bookie is reachable again immediately).
+dropped as soon as its connection fails: the next request opens a fresh one, so a restarted
+bookie is reachable again immediately.
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
 from impl.bookie.channel import Callback, Result
-from impl.bookie.client.aio_channel import AioBookieChannel, IoLoop
+from impl.bookie.client.framed_channel import FramedBookieChannel
+from impl.bookie.client.io_loop import IoLoop
 from impl.bookie.client.local_channel import LocalBookiesRegistry, LocalChannels
 from impl.bookie.protocol import (
     AddRequest,
@@ -60,7 +60,7 @@ class _Pending:
     __slots__ = ("transport", "bookie", "request", "on_answer", "deadline", "channel")
 
     def __init__(
-        self, transport: GrpcTransport, bookie: BookieId, request: Request, on_answer: Answer, deadline: float
+        self, transport: PipelinedTransport, bookie: BookieId, request: Request, on_answer: Answer, deadline: float
     ) -> None:
         self.transport = transport
         self.bookie = bookie
@@ -97,7 +97,7 @@ class _Pending:
         try:
             self.on_answer(response)
         except Exception:
-            # A failing callback is a bug in a shell. The caller is a gRPC stream thread or the timer,
+            # A failing callback is a bug in a shell. The caller is a connection's I/O thread or the timer,
             # which must keep serving other requests, so log it loudly instead of killing them.
             log.exception("answer handler failed for %s from bookie %s", _name(self), self.bookie)
 
@@ -122,7 +122,7 @@ def _typed_error(request: Request, code: ErrorCode) -> Response:
 
 
 class Channel(Protocol):
-    """What the transport needs of a bookie connection (BookieChannel and AioBookieChannel have it)."""
+    """What the transport needs of a bookie connection (FramedBookieChannel and BookieChannel have it)."""
 
     def send_many(
         self, requests: Sequence[tuple[Request, Callback]], encoded: dict[int, bytes] | None = None
@@ -131,7 +131,7 @@ class Channel(Protocol):
     def close(self) -> None: ...
 
 
-class GrpcTransport:
+class PipelinedTransport:
     """`send(bookie, request, on_answer)` over BookieChannel streams; see the module docstring."""
 
     def __init__(
@@ -141,8 +141,8 @@ class GrpcTransport:
         channel_factory: Callable[[str], Channel] | None = None,
         local_bookies: LocalBookiesRegistry | None = None,
     ) -> None:
-        """`local_bookies`: the in-process bookies, reached without gRPC (impl/bookie/client/local_channel.py);
-        every other bookie through `channel_factory` (by default a gRPC stream on the transport's IoLoop)."""
+        """`local_bookies`: the in-process bookies, reached without a socket (impl/bookie/client/local_channel.py);
+        every other bookie through `channel_factory` (by default a framed connection on the transport's IoLoop)."""
         if not timeout_s > 0:
             raise ValueError(f"request timeout must be positive, got {timeout_s}")
         self.timeout_s = timeout_s
@@ -151,7 +151,7 @@ class GrpcTransport:
             io = self._io = IoLoop()
 
             def channel_factory(address: str) -> Channel:
-                return AioBookieChannel(address, io)
+                return FramedBookieChannel(address, io)
 
         self._local: LocalChannels | None = None
         if local_bookies is not None:
@@ -268,7 +268,7 @@ class GrpcTransport:
         if threading.current_thread() is not self._timer:
             self._timer.join(timeout=10)
 
-    def __enter__(self) -> GrpcTransport:
+    def __enter__(self) -> PipelinedTransport:
         return self
 
     def __exit__(self, *_: object) -> None:
