@@ -82,7 +82,7 @@ class BookieCluster:
         embedded = self.url.startswith("embedded://")
         for _ in range(100):
             os.kill(bookie.proc.pid, signal.SIGSTOP)
-            _wait_stopped(bookie.proc.pid)
+            wait_stopped(bookie.proc.pid)
             if not embedded or not _write_locked(Path(self.url.removeprefix("embedded://")) / DB_FILE):
                 return
             os.kill(bookie.proc.pid, signal.SIGCONT)
@@ -93,7 +93,7 @@ class BookieCluster:
         self.bookies[address].kill()
 
 
-def _wait_stopped(pid: int) -> None:
+def wait_stopped(pid: int) -> None:
     """Until every thread of `pid` is stopped (a signal is delivered asynchronously)."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:

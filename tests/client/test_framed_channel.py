@@ -19,7 +19,7 @@ from impl.bookie.client.pipelined_transport import PipelinedTransport
 from impl.bookie.entry_format import encode_entry, master_key
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadRequest, ReadResponse
 
-from .real_cluster import BookieOnPort
+from .real_cluster import BookieOnPort, wait_stopped
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(120)]
 
@@ -73,6 +73,7 @@ def test_close_answers_every_waiting_request_once(bookie: BookieOnPort) -> None:
             answers.append(response)
 
     os.kill(bookie.proc.pid, signal.SIGSTOP)  # the bookie answers nothing: every request still waits at close
+    wait_stopped(bookie.proc.pid)  # a signal is delivered asynchronously
     try:
         transport = PipelinedTransport(timeout_s=60)
         transport.send_many([(bookie.address, add(i), answer) for i in range(10)])

@@ -16,7 +16,7 @@ from impl.bookie.client.pipelined_transport import PipelinedTransport
 from impl.bookie.entry_format import encode_entry, master_key
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadRequest, ReadResponse
 
-from .real_cluster import BookieOnPort
+from .real_cluster import BookieOnPort, wait_stopped
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(120)]
 
@@ -59,6 +59,7 @@ def test_every_request_is_answered_exactly_once_through_a_hang(bookie: BookieOnP
         assert all(a == [AddResponse(1, i, ErrorCode.EOK)] for i, a in answers.by_request.items())
 
         os.kill(bookie.proc.pid, signal.SIGSTOP)
+        wait_stopped(bookie.proc.pid)  # a signal is delivered asynchronously
         try:
             started = time.monotonic()
             for i in range(200, 300):
@@ -90,6 +91,7 @@ def test_a_request_sent_while_the_deadline_timer_is_idle_is_answered_at_its_dead
         # The timer waited for that add's deadline (2 s), found it answered and began an idle wait (2 s more).
         time.sleep(max(0.0, first + 2.6 - time.monotonic()))
         os.kill(bookie.proc.pid, signal.SIGSTOP)
+        wait_stopped(bookie.proc.pid)  # a signal is delivered asynchronously
         try:
             started = time.monotonic()
             transport.send(bookie.address, ReadRequest(1, 0), answers.callback(1))
