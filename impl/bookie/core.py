@@ -1,6 +1,6 @@
 """The pure bookie core: typed inputs in, outputs to perform out, through one `step(event)`.
 
-No I/O. The shells (the gRPC bookie server with its journal and ledger storage,
+No I/O. The shells (the bookie server with its port, journal and ledger storage,
 impl/bookie/server.py; conformance/sim_bookie.py's simulated bookie) drive it with one function,
 `step(event) -> list[Output]`, as etcd's raft `Step` and h11's events have it:
 

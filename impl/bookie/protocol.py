@@ -1,6 +1,6 @@
 """Bookie protocol messages, shared by the bookie core and the BookKeeper client cores.
 
-Plain dataclasses: the gRPC shell converts them to and from protobuf at the wire, the
+Plain dataclasses: the shells convert them to and from protobuf at the wire (impl/bookie/wire.py), the
 conformance harness passes them over its simulated network. Entry bodies are the
 encoded entries of `impl.bookie.entry_format` (header + digest + payload); a bookie
 stores them as opaque bytes and reads only the ledger id, entry id and LAC from them.

@@ -14,8 +14,8 @@ from impl.bookie.protocol import Response
 
 
 class ReplyStream(Protocol):
-    """Where the replies of one stream go, several at once: a gRPC stream's `StreamReplies`, or an
-    in-process client's channel (impl/bookie/client/local_channel.py)."""
+    """Where the replies of one stream go, several at once: a framed connection (impl/bookie/listener.py), a
+    gRPC stream's `StreamReplies`, or an in-process client's channel (impl/bookie/client/local_channel.py)."""
 
     def deliver_many(self, replies: Sequence[tuple[int, Response]]) -> None: ...
 

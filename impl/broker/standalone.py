@@ -5,12 +5,12 @@ durable (impl/metadata/embedded.py), each bookie keeps its journal in its own di
 the ports are remembered in `standalone.json`, because a bookie's id is its address and the
 ledgers' ensembles name bookies by id.
 
-The bookies run in-process. The broker's BookKeeper client reaches them without gRPC: its
+The bookies run in-process. The broker's BookKeeper client reaches them without a socket: its
 channels hand requests straight to each `Bookie` (impl/bookie/client/local_channel.py, marked up and down
-as the bookies start and stop), with the gRPC channel's answer contract; each bookie also keeps its gRPC
-server and HTTP service on loopback, for any other client. `bookie_processes` (`--bookie-processes`) runs
-each as `pulsar-ref bookie` instead, reached over gRPC; measured slower than the in-process bookies
-without gRPC, so it is not the default (docs/broker.md, "The standalone's bookies").
+as the bookies start and stop), with a bookie connection's answer contract; each bookie also keeps its
+port and HTTP service on loopback, for any other client. `bookie_processes` (`--bookie-processes`) runs
+each as `pulsar-ref bookie` instead, reached over framed connections; measured to cost more CPU and
+latency than the in-process bookies, so it is not the default (docs/broker.md, "The standalone's bookies").
 Fault verbs (kill, restart, start, expire-session) act on them and on the broker in place, for the
 workload's nemesis; `cluster VERB NODE` sends them to the control endpoint, a small HTTP service
 that stays up while the broker is killed.
@@ -78,8 +78,8 @@ def lock_data_dir(data_dir: Path) -> int:
 
 
 class _InProcessBookie:
-    """A bookie with its gRPC server and its registration; can be killed and restarted in place. The broker
-    reaches it through `local` (no gRPC); other clients through its gRPC server."""
+    """A bookie with its port and its registration; can be killed and restarted in place. The broker
+    reaches it through `local` (no socket); other clients through its port."""
 
     def __init__(
         self,
@@ -289,7 +289,7 @@ class Standalone:
         )
         self._renewer.watch(self.store)
         frame = bookie_frame_for(max_message_size)
-        # The broker reaches in-process bookies without gRPC (docs/broker.md, "The standalone's bookies").
+        # The broker reaches in-process bookies without a socket (docs/broker.md, "The standalone's bookies").
         self.local_bookies = None if bookie_processes else LocalBookiesRegistry()
         self.bookies: list[_InProcessBookie | _ProcessBookie] = [
             _ProcessBookie(self.data_dir / f"bookie-{i}", p, registry, self.metadata_url, frame)

@@ -13,6 +13,8 @@ import pytest
 from impl.bookie import bookie_pb2 as pb
 from impl.bookie import framed, wire
 from impl.bookie.channel import BookieChannel
+from impl.bookie.client.framed_channel import FramedBookieChannel
+from impl.bookie.client.io_loop import IoLoop
 from impl.bookie.client.pipelined_transport import PipelinedTransport
 from impl.bookie.entry_format import encode_entry
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadRequest, ReadResponse, Request, Response
@@ -155,3 +157,20 @@ def test_replies_to_a_client_that_reads_slowly_all_arrive_in_order(server: Booki
         assert any(t.name == "bookie-replies" for t in threading.enumerate()), "no reply waited for the writer"
     assert [tag for tag, _ in replies] == [tag for tag, _ in reads]
     assert all(reply == ReadResponse(1, 0, ErrorCode.EOK, entry) for _, reply in replies)
+
+
+def test_both_ends_of_a_framed_connection_have_tcp_nodelay(server: BookieServer) -> None:
+    """An add's reply leaves when the journal's writer sends it, not at the client's delayed ACK."""
+    io = IoLoop()
+    channel = FramedBookieChannel(f"127.0.0.1:{server.port}", io)
+    try:
+        answered = threading.Event()
+        channel.send_many([(AddRequest(1, 0, KEY, body(0)), lambda _: answered.set())])
+        assert answered.wait(20)
+        assert channel._sock is not None
+        assert channel._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        accepted = list(server.listener._connections)
+        assert accepted and {c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for c in accepted} == {1}
+    finally:
+        channel.close()
+        io.close()

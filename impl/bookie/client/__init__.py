@@ -2,5 +2,5 @@
 
 Every core takes inputs (bookie responses, "no answer" timeouts, metadata results, the
 shell's choices) and returns outputs (requests to send, metadata updates to apply,
-completions); the gRPC transport shell and the conformance harness drive the same cores.
+completions); the pipelined transport's shell and the conformance harness drive the same cores.
 """
