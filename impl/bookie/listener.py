@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 PREFACE_TIMEOUT_S = 10.0  # a connection that sends nothing for this long is closed
 RECV_SIZE = 256 * 1024
 MAX_REPLY_FRAME_BYTES = 4 * 1024 * 1024  # of read replies per frame, as a gRPC stream message holds
+# A connection whose client leaves this much of its replies unread gets no more of its frames taken until it
+# reads them: a client that only sends cannot make the bookie hold its replies without bound (the replies to
+# one frame of requests may go over it).
+MAX_BACKLOG_BYTES = 32 * 1024 * 1024
 
 SubmitMany = Callable[[Sequence[tuple[Request, Callable[[Response], None]]]], None]  # Bookie.submit_many
 
@@ -125,6 +129,7 @@ class _FramedConnection:
         self.submit_many = submit_many
         self._send_lock = threading.Lock()
         self._backlog: deque[bytes] = deque()  # replies the socket did not take at once, for the writer
+        self._backlog_bytes = 0
         self._writer: threading.Thread | None = None
         self._writable = threading.Condition(self._send_lock)
         self._ended = False
@@ -138,6 +143,7 @@ class _FramedConnection:
                 if not data:
                     return
                 for body in reader.feed(data):
+                    self._wait_for_reader()
                     requests: list[tuple[Request, Callable[[Response], None]]] = []
                     refused: list[bytes] = []
                     for msg in pb.StreamReqBatch.FromString(body).requests:
@@ -155,10 +161,15 @@ class _FramedConnection:
         except DecodeError as exc:
             log.warning("bookie connection closed: a frame that is not a StreamReqBatch (%s)", exc)
         finally:
-            with self._send_lock:
-                self._ended = True
-                self._backlog.clear()
-                self._writable.notify()
+            self._end()
+
+    def _end(self) -> None:
+        """No more replies: the client is gone or the connection broke."""
+        with self._send_lock:
+            self._ended = True
+            self._backlog.clear()
+            self._backlog_bytes = 0
+            self._writable.notify_all()
 
     # ---- replies, from any thread ---------------------------------------------------------------------
 
@@ -189,10 +200,17 @@ class _FramedConnection:
                     return
                 data = data[sent:]
             self._backlog.append(data)
+            self._backlog_bytes += len(data)
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_backlog, name="bookie-replies", daemon=True)
                 self._writer.start()
-            self._writable.notify()
+            self._writable.notify_all()
+
+    def _wait_for_reader(self) -> None:
+        """Hold off taking the next frame of requests while the client leaves too many replies unread."""
+        with self._send_lock:
+            while self._backlog_bytes > MAX_BACKLOG_BYTES and not self._ended:
+                self._writable.wait()
 
     def _write_backlog(self) -> None:
         """The replies the socket could not take at once, in order, waiting for the client as long as needed."""
@@ -205,10 +223,15 @@ class _FramedConnection:
                 data = self._backlog[0]
             try:
                 self.conn.sendall(data)
-            except OSError:
+            except OSError:  # the connection broke: the reader, waiting for it to drain, must not wait on
+                self._end()
                 return
             with self._send_lock:
+                if self._ended:
+                    return  # the reader ended meanwhile and dropped the backlog
                 self._backlog.popleft()
+                self._backlog_bytes -= len(data)
+                self._writable.notify_all()
 
 
 def _receive_exactly(conn: socket.socket, size: int) -> bytes:

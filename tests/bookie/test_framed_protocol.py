@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from impl.bookie import bookie_pb2 as pb
-from impl.bookie import framed, wire
+from impl.bookie import framed, listener, wire
 from impl.bookie.channel import BookieChannel
 from impl.bookie.client.framed_channel import FramedBookieChannel
 from impl.bookie.client.io_loop import IoLoop
@@ -19,6 +20,7 @@ from impl.bookie.client.pipelined_transport import PipelinedTransport
 from impl.bookie.entry_format import encode_entry
 from impl.bookie.protocol import AddRequest, AddResponse, ErrorCode, ReadRequest, ReadResponse, Request, Response
 from impl.bookie.server import Bookie, BookieServer
+from tests.waiting import wait_for
 
 KEY = b"k" * 20
 
@@ -174,3 +176,23 @@ def test_both_ends_of_a_framed_connection_have_tcp_nodelay(server: BookieServer)
     finally:
         channel.close()
         io.close()
+
+
+def test_a_client_that_leaves_its_replies_unread_is_not_read_from_until_it_reads(server: BookieServer) -> None:
+    """The bookie takes no more frames of a connection's requests while more than MAX_BACKLOG_BYTES of its
+    replies wait unread, so a client that only sends cannot make it hold replies without bound; once the
+    client reads, every reply arrives, in order."""
+    entry = body(0, size=256 * 1024)
+    reads = [(100 + i, ReadRequest(1, 0)) for i in range(600)]  # ~150 MiB of replies, ~18 KiB of requests
+    with connect(server, receive_buffer=4096) as sock:
+        send(sock, [(1, AddRequest(1, 0, KEY, entry))])
+        assert receive(sock, 1) == [(1, AddResponse(1, 0, ErrorCode.EOK))]
+        for i in range(0, len(reads), 10):
+            send(sock, reads[i : i + 10])
+        held_at = listener.MAX_BACKLOG_BYTES // len(entry)  # reads whose replies fill the backlog
+        wait_for(lambda: server.bookie.read_latency.count >= held_at, "the backlog to fill", 20)
+        time.sleep(0.5)
+        assert server.bookie.read_latency.count <= held_at + 20, "the bookie kept taking requests"
+        replies = receive(sock, len(reads))
+    assert [tag for tag, _ in replies] == [tag for tag, _ in reads]
+    assert server.bookie.read_latency.count == len(reads)

@@ -34,6 +34,8 @@ from impl.bookie.protocol import Request
 
 log = logging.getLogger(__name__)
 
+CONNECT_TIMEOUT_S = 10.0  # a connection attempt that takes longer fails what waits on it (TimeoutError)
+
 
 class FramedBookieChannel:
     """One framed connection to a bookie, driven by an IoLoop; `send_many` from any thread."""
@@ -126,7 +128,7 @@ class FramedBookieChannel:
         sock = socket.socket()
         sock.setblocking(False)
         try:
-            await loop.sock_connect(sock, (self._host, self._port))
+            await asyncio.wait_for(loop.sock_connect(sock, (self._host, self._port)), CONNECT_TIMEOUT_S)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.send(framed.PREFACE)  # a fresh socket's buffer takes 4 bytes
             _, protocol = await loop.create_connection(lambda: _Connection(self), sock=sock)
