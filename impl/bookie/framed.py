@@ -15,7 +15,7 @@ a frame that does not parse.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from impl.bookie.wire import MAX_STREAM_MESSAGE
 
@@ -32,6 +32,21 @@ def frame(parts: Sequence[bytes]) -> bytes:
     """One frame of the serialized elements `parts` (a batch is its elements joined)."""
     body = b"".join(parts)
     return HEADER.pack(len(body)) + body
+
+
+def frames(parts: Iterable[bytes], max_bytes: int, max_parts: int | None = None) -> Iterator[bytes]:
+    """`parts` in order as frames of at most `max_bytes` (and `max_parts` elements) each; a part larger
+    than `max_bytes` makes a frame of its own."""
+    batch: list[bytes] = []
+    size = 0
+    for part in parts:
+        if batch and (size + len(part) > max_bytes or len(batch) == max_parts):
+            yield frame(batch)
+            batch, size = [], 0
+        batch.append(part)
+        size += len(part)
+    if batch:
+        yield frame(batch)
 
 
 class FrameReader:

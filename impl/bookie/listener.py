@@ -26,13 +26,12 @@ from google.protobuf.message import DecodeError
 from impl.bookie import bookie_pb2 as pb
 from impl.bookie import framed, wire
 from impl.bookie.protocol import ErrorCode, Request, Response
-from impl.bookie.replies import StreamReply
+from impl.bookie.replies import MAX_REPLY_BATCH_BYTES, StreamReply
 
 log = logging.getLogger(__name__)
 
 PREFACE_TIMEOUT_S = 10.0  # a connection that sends nothing for this long is closed
 RECV_SIZE = 256 * 1024
-MAX_REPLY_FRAME_BYTES = 4 * 1024 * 1024  # of read replies per frame, as a gRPC stream message holds
 # A connection whose client leaves this much of its replies unread gets no more of its frames taken until it
 # reads them: a client that only sends cannot make the bookie hold its replies without bound (the replies to
 # one frame of requests may go over it).
@@ -174,16 +173,9 @@ class _FramedConnection:
     # ---- replies, from any thread ---------------------------------------------------------------------
 
     def deliver_many(self, replies: Sequence[tuple[int, Response]]) -> None:
-        parts: list[bytes] = []
-        size = 0
-        for tag, response in replies:
-            part = wire.response_frame(tag, response)
-            if parts and size + len(part) > MAX_REPLY_FRAME_BYTES:
-                self._send(framed.frame(parts))
-                parts, size = [], 0
-            parts.append(part)
-            size += len(part)
-        self._send(framed.frame(parts))
+        parts = (wire.response_frame(tag, response) for tag, response in replies)
+        for data in framed.frames(parts, MAX_REPLY_BATCH_BYTES):
+            self._send(data)
 
     def _send(self, data: bytes) -> None:
         with self._send_lock:

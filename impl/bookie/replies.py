@@ -12,6 +12,9 @@ from typing import Protocol
 
 from impl.bookie.protocol import Response
 
+# Of read replies per stream message or frame (gRPC caps a message, and framed.MAX_FRAME a frame, at 16 MiB).
+MAX_REPLY_BATCH_BYTES = 4 * 1024 * 1024
+
 
 class ReplyStream(Protocol):
     """Where the replies of one stream go, several at once: a framed connection (impl/bookie/listener.py), a

@@ -83,7 +83,7 @@ from impl.bookie.protocol import (
     Response,
     WriteLacResponse,
 )
-from impl.bookie.replies import ReplyStream, StreamReply
+from impl.bookie.replies import MAX_REPLY_BATCH_BYTES, ReplyStream, StreamReply
 from impl.latency import LatencyBuckets
 from impl.metadata.store import MetadataError, MetadataStore
 from impl.trace import Tracer
@@ -93,7 +93,6 @@ log = logging.getLogger(__name__)
 Deliver = Callable[[Response], None]
 
 MAX_REPLY_BATCH = 512  # replies per stream message
-MAX_REPLY_BATCH_BYTES = 4 * 1024 * 1024  # of read replies per stream message (gRPC caps a message at 16 MiB)
 # The entry logs are fsynced whenever they took this much since the last fsync, not only at checkpoints:
 # with the journal on the same disk, a checkpoint that syncs seconds of adds at once holds the journal's
 # fdatasync (and so every add) for tens to hundreds of milliseconds (bench/history/bookie.md).

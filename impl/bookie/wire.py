@@ -80,7 +80,7 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_STREAM_MESSAGE),
 ]
 # The largest entry a bookie can be set to take (its nettyMaxFrameSizeBytes): a stream message holds
-# frames up to about 4 MiB plus one more (impl/bookie/channel.py MAX_BATCH_BYTES, server.py
+# frames up to about 4 MiB plus one more (impl/bookie/channel.py MAX_BATCH_BYTES, replies.py
 # MAX_REPLY_BATCH_BYTES), and must stay within MAX_STREAM_MESSAGE. Bigger messages are chunked.
 MAX_FRAME_SIZE_LIMIT = MAX_STREAM_MESSAGE - 4 * 1024 * 1024 - 64 * 1024
 # Protobuf wire keys (field number << 3 | wire type): StreamReqBatch.requests (1, length-delimited)

@@ -85,6 +85,15 @@ def test_frames_cut_from_any_split_of_the_stream() -> None:
         list(framed.FrameReader(max_frame=10).feed(framed.HEADER.pack(11)))
 
 
+def test_parts_go_in_order_into_frames_within_their_limits() -> None:
+    parts = [bytes([i]) * n for i, n in enumerate((3, 3, 3, 9, 1, 1, 1, 1))]
+    reader = framed.FrameReader()
+    cut = list(framed.frames(parts, max_bytes=6, max_parts=3))
+    bodies = [body for data in cut for body in reader.feed(data)]
+    assert b"".join(bodies) == b"".join(parts)
+    assert [len(body) for body in bodies] == [6, 3, 9, 3, 1]  # 3+3; 3 (9 would pass 6); 9 alone; 1+1+1; 1
+
+
 def test_framed_and_grpc_clients_share_the_bookies_port(server: BookieServer) -> None:
     address = f"127.0.0.1:{server.port}"
     answers: list[object] = []

@@ -22,7 +22,7 @@ import logging
 import socket
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from google.protobuf.message import DecodeError
 
@@ -70,7 +70,7 @@ class FramedBookieChannel:
             return
         tagged = [(next(self._tags), request, callback) for request, callback in requests]
         elements = [wire.request_frame(tag, request, encoded) for tag, request, _ in tagged]
-        data = b"".join(_frames(elements))
+        data = b"".join(framed.frames(elements, MAX_BATCH_BYTES, MAX_BATCH))
         closed: ConnectionError | None = None
         reopen = wake = False
         with self._lock:
@@ -193,20 +193,6 @@ class FramedBookieChannel:
             self._protocol.transport.close()
             self._protocol = None
         self._fail(ConnectionError(f"connection to bookie {self.address} closed"))
-
-
-def _frames(elements: list[bytes]) -> Iterator[bytes]:
-    """The request elements as frames of up to MAX_BATCH requests and about MAX_BATCH_BYTES each."""
-    batch: list[bytes] = []
-    size = 0
-    for element in elements:
-        if batch and (len(batch) == MAX_BATCH or size >= MAX_BATCH_BYTES):
-            yield framed.frame(batch)
-            batch, size = [], 0
-        batch.append(element)
-        size += len(element)
-    if batch:
-        yield framed.frame(batch)
 
 
 class _Connection(asyncio.Protocol):
